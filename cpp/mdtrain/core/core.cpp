@@ -1,0 +1,96 @@
+// Small definitions for dtype.h, shape.h, device.h and allocator.h.
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <new>
+
+#include "mdtrain/core/allocator.h"
+#include "mdtrain/core/device.h"
+#include "mdtrain/core/dtype.h"
+#include "mdtrain/core/errors.h"
+#include "mdtrain/core/shape.h"
+
+namespace mdtrain {
+
+std::size_t size_of(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return 4;
+    case DType::Float64: return 8;
+    case DType::Int32: return 4;
+    case DType::Int64: return 8;
+    case DType::UInt8: return 1;
+  }
+  fail<std::invalid_argument>("[dtype] unknown dtype");
+}
+
+const char* name_of(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::Int32: return "int32";
+    case DType::Int64: return "int64";
+    case DType::UInt8: return "uint8";
+  }
+  return "unknown";
+}
+
+std::int64_t numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string to_string(const Shape& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += shape[i] < 0 ? std::string("None") : std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+std::string Device::to_string() const {
+  return cat("/device:", kind == DeviceKind::CPU ? "CPU" : "GPU", ":", index);
+}
+
+Device Device::parse(const std::string& text) {
+  std::string t;
+  for (char c : text) t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // Keep only the last "/"-separated component that names a device ("device:cpu:0" or "cpu:0").
+  auto pos = t.rfind("device:");
+  if (pos != std::string::npos) t = t.substr(pos + 7);
+  while (!t.empty() && t.front() == '/') t.erase(t.begin());
+  Device d;
+  std::string kind = t, index;
+  auto colon = t.find(':');
+  if (colon != std::string::npos) {
+    kind = t.substr(0, colon);
+    index = t.substr(colon + 1);
+  }
+  if (kind == "cpu") d.kind = DeviceKind::CPU;
+  else if (kind == "gpu" || kind == "cuda") d.kind = DeviceKind::CUDA;
+  else fail<std::invalid_argument>("[device] cannot parse device name '", text,
+                                   "': expected forms like '/cpu:0' or '/gpu:1'");
+  if (!index.empty()) {
+    MDTRAIN_CHECK(std::all_of(index.begin(), index.end(), [](char c) { return std::isdigit(c); }),
+                  std::invalid_argument, "[device] bad device index in '", text, "'");
+    d.index = std::stoi(index);
+  }
+  return d;
+}
+
+std::shared_ptr<void> allocate(const Device& device, std::size_t bytes) {
+  MDTRAIN_CHECK(device.is_cpu(), std::invalid_argument, "[allocator] ", device.to_string(),
+                " memory is allocated by the CUDA backend");
+  constexpr std::size_t kAlign = 64;
+  std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  if (rounded < bytes) fail<AllocationError>("[allocator] size overflow for ", bytes, " bytes");
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p)
+    fail<AllocationError>("[allocator] cannot allocate ", bytes, " bytes (", bytes / (1 << 20),
+                          " MiB) on ", device.to_string());
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+}  // namespace mdtrain

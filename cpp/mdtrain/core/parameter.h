@@ -1,0 +1,25 @@
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mdtrain/core/tensor.h"
+
+namespace mdtrain {
+
+// A trainable variable: its value and the gradient of the loss with respect to it. Layers own
+// their Parameters; optimizers and gradient reducers see only a list of them, never a layer.
+struct Parameter {
+  std::string name;  // "dense/kernel", unique within a model
+  Tensor value;
+  Tensor grad;       // same shape and dtype as value; written by backward()
+  bool trainable = true;
+
+  Parameter() = default;
+  Parameter(std::string n, Tensor v)
+      : name(std::move(n)), value(std::move(v)), grad(Tensor::zeros(value.shape(), value.dtype(), value.device())) {}
+};
+
+using ParameterList = std::vector<Parameter*>;
+
+}  // namespace mdtrain

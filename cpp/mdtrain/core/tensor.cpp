@@ -1,0 +1,120 @@
+#include "mdtrain/core/tensor.h"
+
+#include <cstring>
+#include <limits>
+
+#include "mdtrain/core/allocator.h"
+
+namespace mdtrain {
+
+namespace {
+std::int64_t checked_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) {
+    MDTRAIN_CHECK(d >= 0, std::invalid_argument, "[tensor] negative dimension in shape ",
+                  to_string(shape));
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d)
+      fail<AllocationError>("[tensor] shape ", to_string(shape), " has too many elements");
+    n *= d;
+  }
+  return n;
+}
+}  // namespace
+
+Tensor::Tensor(Shape shape, DType dtype, Device device)
+    : shape_(std::move(shape)), numel_(checked_numel(shape_)), dtype_(dtype), device_(device) {
+  std::size_t elem = size_of(dtype);
+  if (numel_ > 0 && static_cast<std::uint64_t>(numel_) > std::numeric_limits<std::size_t>::max() / elem)
+    fail<AllocationError>("[tensor] shape ", to_string(shape_), " is too large to allocate");
+  storage_ = allocate(device_, static_cast<std::size_t>(numel_) * elem);
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
+  Tensor t(std::move(shape), dtype, device);
+  std::memset(t.raw(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> owner,
+                    Device device) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.numel_ = checked_numel(t.shape_);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  // Aliasing constructor: keeps `owner` alive while pointing at `data`.
+  t.storage_ = std::shared_ptr<void>(std::move(owner), data);
+  return t;
+}
+
+std::int64_t Tensor::dim(int axis) const {
+  int n = ndim();
+  int a = axis < 0 ? axis + n : axis;
+  MDTRAIN_CHECK(a >= 0 && a < n, std::out_of_range, "[tensor] axis ", axis,
+                " out of range for shape ", to_string(shape_));
+  return shape_[a];
+}
+
+std::int64_t Tensor::row_size() const {
+  return ndim() == 0 ? 1 : (shape_[0] == 0 ? numel(Shape(shape_.begin() + 1, shape_.end())) : numel_ / shape_[0]);
+}
+
+Tensor Tensor::rows(std::int64_t begin, std::int64_t end) const {
+  MDTRAIN_CHECK(ndim() >= 1 && begin >= 0 && begin <= end && end <= shape_[0], std::out_of_range,
+                "[tensor] rows [", begin, ", ", end, ") out of range for shape ", to_string(shape_));
+  Tensor t = *this;
+  t.shape_[0] = end - begin;
+  t.numel_ = numel(t.shape_);
+  t.offset_ += static_cast<std::size_t>(begin * row_size()) * size_of(dtype_);
+  return t;
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  int infer = -1;
+  std::int64_t known = 1;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      MDTRAIN_CHECK(infer < 0, std::invalid_argument, "[tensor] reshape to ", to_string(shape),
+                    ": only one dimension may be -1");
+      infer = static_cast<int>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0 && known > 0) shape[infer] = numel_ / known;
+  MDTRAIN_CHECK(numel(shape) == numel_, std::invalid_argument, "[tensor] cannot reshape ",
+                to_string(shape_), " (", numel_, " elements) to ", to_string(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(shape_, dtype_, device_);
+  if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  MDTRAIN_CHECK(src.numel() == numel_ && src.dtype() == dtype_, std::invalid_argument,
+                "[tensor] copy_from: source ", to_string(src.shape()), " ", name_of(src.dtype()),
+                " does not match destination ", to_string(shape_), " ", name_of(dtype_));
+  if (nbytes() && !same_storage(src)) std::memcpy(raw(), src.raw(), nbytes());
+}
+
+void Tensor::fill(double value) {
+  switch (dtype_) {
+    case DType::Float32: { auto* p = data<float>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<float>(value); break; }
+    case DType::Float64: { auto* p = data<double>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = value; break; }
+    case DType::Int32: { auto* p = data<std::int32_t>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<std::int32_t>(value); break; }
+    case DType::Int64: { auto* p = data<std::int64_t>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<std::int64_t>(value); break; }
+    case DType::UInt8: { auto* p = data<std::uint8_t>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<std::uint8_t>(value); break; }
+  }
+}
+
+void Tensor::check_dtype(DType requested) const {
+  MDTRAIN_CHECK(requested == dtype_, std::invalid_argument, "[tensor] tensor of dtype ",
+                name_of(dtype_), " accessed as ", name_of(requested));
+}
+
+}  // namespace mdtrain
