@@ -2,8 +2,8 @@
 #
 # Order: MDTRAIN_BLAS_LIBRARY/MDTRAIN_BLAS_INCLUDE_DIR if given; the scipy-openblas32 wheel of the
 # Python on PATH (what `pip install` uses, so no system library is needed); a system OpenBLAS.
-# OpenBLAS is required (not any BLAS): replicas set their BLAS thread count per thread with
-# openblas_set_num_threads_local. Used by the build and by the installed mdtrainConfig.cmake.
+# OpenBLAS is required (not any BLAS): replicas switch BLAS to one thread with
+# openblas_set_num_threads. Used by the build and by the installed mdtrainConfig.cmake.
 if(TARGET mdtrain::blas)
   return()
 endif()

@@ -56,7 +56,7 @@ std::int64_t Tensor::dim(int axis) const {
 }
 
 std::int64_t Tensor::row_size() const {
-  return ndim() == 0 ? 1 : (shape_[0] == 0 ? numel(Shape(shape_.begin() + 1, shape_.end())) : numel_ / shape_[0]);
+  return ndim() == 0 ? 1 : (shape_[0] == 0 ? mdtrain::numel(Shape(shape_.begin() + 1, shape_.end())) : numel_ / shape_[0]);
 }
 
 Tensor Tensor::rows(std::int64_t begin, std::int64_t end) const {
@@ -64,7 +64,7 @@ Tensor Tensor::rows(std::int64_t begin, std::int64_t end) const {
                 "[tensor] rows [", begin, ", ", end, ") out of range for shape ", to_string(shape_));
   Tensor t = *this;
   t.shape_[0] = end - begin;
-  t.numel_ = numel(t.shape_);
+  t.numel_ = mdtrain::numel(t.shape_);
   t.offset_ += static_cast<std::size_t>(begin * row_size()) * size_of(dtype_);
   return t;
 }
@@ -82,7 +82,7 @@ Tensor Tensor::reshape(Shape shape) const {
     }
   }
   if (infer >= 0 && known > 0) shape[infer] = numel_ / known;
-  MDTRAIN_CHECK(numel(shape) == numel_, std::invalid_argument, "[tensor] cannot reshape ",
+  MDTRAIN_CHECK(mdtrain::numel(shape) == numel_, std::invalid_argument, "[tensor] cannot reshape ",
                 to_string(shape_), " (", numel_, " elements) to ", to_string(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);

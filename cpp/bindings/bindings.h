@@ -1,0 +1,31 @@
+#pragma once
+// Shared by the binding files: the per-area init functions and NumPy <-> Tensor conversion.
+// This directory is the only place that includes pybind11.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "mdtrain/core/json.h"
+#include "mdtrain/core/tensor.h"
+
+namespace mdtrain::bindings {
+
+namespace py = pybind11;
+
+void init_core(py::module_& m);
+void init_nn(py::module_& m);
+void init_optim(py::module_& m);
+void init_losses_and_metrics(py::module_& m);
+void init_strategy(py::module_& m);
+void init_model(py::module_& m);
+
+// A Tensor viewing a C-contiguous NumPy array without copying; the array stays alive as long as
+// the Tensor (released under the GIL). The Python side converts dtypes and layout first.
+Tensor tensor_from_numpy(const py::array& array);
+// A NumPy array that owns (shares) the tensor's storage, no copy.
+py::array numpy_from_tensor(const Tensor& tensor);
+
+// JSON crosses the boundary as text: Python's json module on one side, Json on the other.
+inline Json json_arg(const std::string& text) { return Json::parse(text); }
+
+}  // namespace mdtrain::bindings

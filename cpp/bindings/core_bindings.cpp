@@ -1,0 +1,65 @@
+#include "bindings.h"
+#include "mdtrain/distribute/registry.h"
+#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/ops/ops.h"
+
+namespace mdtrain::bindings {
+
+namespace {
+DType dtype_of_array(const py::array& a) {
+  if (a.dtype().is(py::dtype::of<float>())) return DType::Float32;
+  if (a.dtype().is(py::dtype::of<double>())) return DType::Float64;
+  if (a.dtype().is(py::dtype::of<std::int32_t>())) return DType::Int32;
+  if (a.dtype().is(py::dtype::of<std::int64_t>())) return DType::Int64;
+  if (a.dtype().is(py::dtype::of<std::uint8_t>())) return DType::UInt8;
+  throw std::invalid_argument("[bindings] unsupported array dtype " + py::str(a.dtype()).cast<std::string>());
+}
+
+py::dtype numpy_dtype(DType d) {
+  switch (d) {
+    case DType::Float32: return py::dtype::of<float>();
+    case DType::Float64: return py::dtype::of<double>();
+    case DType::Int32: return py::dtype::of<std::int32_t>();
+    case DType::Int64: return py::dtype::of<std::int64_t>();
+    case DType::UInt8: return py::dtype::of<std::uint8_t>();
+  }
+  return py::dtype::of<float>();
+}
+}  // namespace
+
+Tensor tensor_from_numpy(const py::array& array) {
+  if (!(array.flags() & py::array::c_style))
+    throw std::invalid_argument("[bindings] expected a C-contiguous array");
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  // The owner holds a reference to the array; dropping it needs the GIL, which the training
+  // loop does not hold, so the deleter takes it.
+  auto* ref = new py::object(array);
+  std::shared_ptr<void> owner(ref, [](void* p) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<py::object*>(p);
+  });
+  return Tensor::wrap(const_cast<void*>(array.data()), shape, dtype_of_array(array), owner);
+}
+
+py::array numpy_from_tensor(const Tensor& tensor) {
+  auto* keep = new Tensor(tensor);
+  py::capsule base(keep, [](void* p) { delete static_cast<Tensor*>(p); });
+  std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
+  return py::array(numpy_dtype(tensor.dtype()), shape, const_cast<void*>(tensor.raw()), base);
+}
+
+void init_core(py::module_& m) {
+  m.def("cuda_device_count", &cuda::device_count, "GPUs usable by this build (0 without CUDA).");
+  m.def("cuda_unavailable_reason", &cuda::unavailable_reason);
+  m.def("cpu_thread_count", &ops::cpu_thread_count, "Threads each BLAS call may use.");
+  m.def("set_cpu_threads", &ops::set_cpu_threads, py::arg("threads"));
+  m.def("available_communicators", &available_backends);
+  m.def("parse_device", [](const std::string& s) {
+    Device d = Device::parse(s);
+    return py::make_tuple(d.kind == DeviceKind::CPU ? "CPU" : "GPU", d.index);
+  });
+  m.def("json_roundtrip", [](const std::string& s) { return Json::parse(s).dump(); },
+        "Parses and re-serialises JSON with the C++ parser (for tests).");
+}
+
+}  // namespace mdtrain::bindings

@@ -1,0 +1,126 @@
+#include "bindings.h"
+#include "mdtrain/model/model.h"
+
+namespace mdtrain::bindings {
+
+namespace {
+py::dict logs_to_dict(const Logs& logs) {
+  py::dict d;
+  for (const auto& [k, v] : logs) d[py::str(k)] = v;
+  return d;
+}
+
+// Wraps a Python callable(batch, logs) -> stop as the C++ loop's callback; it runs on the calling
+// thread between steps, taking the GIL only for the call.
+Model::BatchCallback wrap_callback(const py::object& fn) {
+  if (fn.is_none()) return nullptr;
+  return [fn](std::int64_t batch, const Logs& logs) {
+    py::gil_scoped_acquire gil;
+    return fn(batch, logs_to_dict(logs)).cast<bool>();
+  };
+}
+
+py::list weights_list(std::vector<Tensor> weights) {
+  py::list out;
+  for (auto& w : weights) out.append(numpy_from_tensor(w));
+  return out;
+}
+}  // namespace
+
+void init_model(py::module_& m) {
+  py::class_<Model, std::shared_ptr<Model>>(m, "Model")
+      .def(py::init<std::string, std::uint64_t>(), py::arg("name"), py::arg("seed"))
+      .def_property_readonly("name", &Model::name)
+      .def_property_readonly("seed", &Model::seed)
+      .def("add", &Model::add)
+      .def("build", &Model::build, py::arg("input_shape"))
+      .def_property_readonly("built", &Model::built)
+      .def_property_readonly("layers", [](Model& m) { return m.stack().layers(); })
+      .def_property_readonly("input_shape", [](Model& m) { return m.stack().input_shape(); })
+      .def_property_readonly("output_shape", [](Model& m) { return m.stack().output_shape(); })
+      .def("compile", &Model::compile, py::arg("loss"), py::arg("optimizer"), py::arg("metrics"), py::arg("strategy"))
+      .def_property_readonly("compiled", &Model::compiled)
+      .def_property_readonly("strategy", &Model::strategy)
+      .def("loss_config_json", [](const Model& m) { return m.loss().config().dump(); })
+      .def_property_readonly("metric_names", &Model::metric_names)
+      .def("optimizer", [](Model& m) -> Optimizer& { return m.optimizer(); }, py::return_value_policy::reference_internal)
+      .def("train_epoch",
+           [](Model& m, const py::array& x, const py::array& y, const py::array_t<std::int64_t, py::array::c_style>& order,
+              std::int64_t batch_size, std::int64_t steps, const py::object& callback) {
+             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+             auto cb = wrap_callback(callback);
+             Model::EpochResult r;
+             {
+               py::gil_scoped_release release;
+               r = m.train_epoch(tx, ty, order.data(), order.size(), batch_size, steps, cb);
+             }
+             py::dict out;
+             out["logs"] = logs_to_dict(r.logs);
+             out["steps"] = r.steps;
+             out["first_nonfinite_step"] = r.first_nonfinite_step;
+             out["stopped"] = r.stopped;
+             return out;
+           })
+      .def("evaluate",
+           [](Model& m, const py::array& x, const py::array& y, std::int64_t batch_size, const py::object& callback) {
+             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+             auto cb = wrap_callback(callback);
+             Logs logs;
+             {
+               py::gil_scoped_release release;
+               logs = m.evaluate(tx, ty, batch_size, cb);
+             }
+             return logs_to_dict(logs);
+           })
+      .def("predict", [](Model& m, const py::array& x, std::int64_t batch_size) {
+        Tensor tx = tensor_from_numpy(x);
+        Tensor out;
+        {
+          py::gil_scoped_release release;
+          out = m.predict(tx, batch_size);
+        }
+        return numpy_from_tensor(out);
+      })
+      .def("train_on_batch", [](Model& m, const py::array& x, const py::array& y) {
+        Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+        Logs logs;
+        {
+          py::gil_scoped_release release;
+          logs = m.train_on_batch(tx, ty);
+        }
+        return logs_to_dict(logs);
+      })
+      .def("test_on_batch", [](Model& m, const py::array& x, const py::array& y) {
+        Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+        Logs logs;
+        {
+          py::gil_scoped_release release;
+          logs = m.test_on_batch(tx, ty);
+        }
+        return logs_to_dict(logs);
+      })
+      .def("get_weights", [](Model& m) { return weights_list(m.get_weights()); })
+      .def("set_weights", [](Model& m, const std::vector<py::array>& arrays) {
+        std::vector<Tensor> ts;
+        for (const auto& a : arrays) ts.push_back(tensor_from_numpy(a));
+        m.set_weights(ts);
+      })
+      .def_property_readonly("num_replicas", [](Model& m) { return m.engine().num_replicas(); })
+      .def("replica_weights", [](Model& m, int replica) {
+        std::vector<Tensor> out;
+        for (auto* p : m.engine().replica_stack(replica).parameters()) out.push_back(p->value.clone());
+        return weights_list(out);
+      }, "The weights as held by one replica (for checking that replicas agree).")
+      .def("config_json", [](const Model& m) { return m.config().dump(); })
+      .def("save", [](Model& m, const std::string& path, const std::string& metadata) {
+        py::gil_scoped_release release;
+        m.save(path, Json::parse(metadata));
+      }, py::arg("path"), py::arg("metadata_json") = "{}");
+  m.def("load_model", [](const std::string& path, std::shared_ptr<Strategy> strategy) {
+    Json metadata;
+    std::shared_ptr<Model> model = Model::load(path, std::move(strategy), &metadata);
+    return py::make_tuple(model, metadata.dump());
+  }, py::arg("path"), py::arg("strategy") = nullptr);
+}
+
+}  // namespace mdtrain::bindings

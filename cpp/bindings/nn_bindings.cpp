@@ -1,0 +1,84 @@
+#include "bindings.h"
+#include "mdtrain/nn/activation_layer.h"
+#include "mdtrain/nn/dense.h"
+#include "mdtrain/nn/dropout.h"
+#include "mdtrain/nn/flatten.h"
+#include "mdtrain/nn/layer_factory.h"
+
+namespace mdtrain::bindings {
+
+namespace {
+py::list layer_weights(Layer& layer) {
+  py::list out;
+  for (auto* p : layer.parameters()) out.append(numpy_from_tensor(p->value.clone()));
+  return out;
+}
+
+void set_layer_weights(Layer& layer, const std::vector<py::array>& arrays) {
+  auto params = layer.parameters();
+  if (arrays.size() != params.size())
+    fail<std::invalid_argument>("[set_weights] layer \"", layer.name(), "\" expects ", params.size(),
+                                " weight arrays, got ", arrays.size());
+  std::vector<Tensor> tensors;
+  for (std::size_t i = 0; i < arrays.size(); ++i) {
+    tensors.push_back(tensor_from_numpy(arrays[i]));
+    if (tensors.back().shape() != params[i]->value.shape())
+      fail<std::invalid_argument>("[set_weights] layer \"", layer.name(), "\" weight ", params[i]->name,
+                                  " has shape ", to_string(params[i]->value.shape()), ", got ",
+                                  to_string(tensors.back().shape()));
+  }
+  for (std::size_t i = 0; i < arrays.size(); ++i) params[i]->value.copy_from(tensors[i]);
+}
+}  // namespace
+
+void init_nn(py::module_& m) {
+  py::class_<Layer, std::shared_ptr<Layer>>(m, "Layer")
+      .def_property_readonly("name", &Layer::name)
+      .def_property_readonly("class_name", &Layer::class_name)
+      .def_property_readonly("built", &Layer::built)
+      .def_property_readonly("input_shape", &Layer::input_shape)
+      .def_property_readonly("output_shape", &Layer::output_shape)
+      .def("compute_output_shape", &Layer::compute_output_shape)
+      .def("config_json", [](const Layer& l) { return l.config().dump(); })
+      .def("get_weights", &layer_weights)
+      .def("set_weights", &set_layer_weights)
+      .def("weight_names", [](Layer& l) {
+        std::vector<std::string> names;
+        for (auto* p : l.parameters()) names.push_back(p->name);
+        return names;
+      })
+      .def("count_params", [](Layer& l) {
+        std::int64_t n = 0;
+        for (auto* p : l.parameters()) n += p->value.numel();
+        return n;
+      });
+
+  py::class_<Dense, Layer, std::shared_ptr<Dense>>(m, "Dense")
+      .def(py::init([](const std::string& name, std::int64_t units, const std::string& activation, bool use_bias,
+                       const std::string& kernel_initializer, const std::string& bias_initializer,
+                       const std::string& kernel_regularizer, const std::string& bias_regularizer) {
+             Dense::Options o;
+             o.units = units;
+             o.activation = activation;
+             o.use_bias = use_bias;
+             o.kernel_initializer = json_arg(kernel_initializer);
+             o.bias_initializer = json_arg(bias_initializer);
+             o.kernel_regularizer = json_arg(kernel_regularizer);
+             o.bias_regularizer = json_arg(bias_regularizer);
+             return std::make_shared<Dense>(name, o);
+           }),
+           py::arg("name"), py::arg("units"), py::arg("activation"), py::arg("use_bias"),
+           py::arg("kernel_initializer_json"), py::arg("bias_initializer_json"), py::arg("kernel_regularizer_json"),
+           py::arg("bias_regularizer_json"));
+  py::class_<ActivationLayer, Layer, std::shared_ptr<ActivationLayer>>(m, "Activation")
+      .def(py::init<std::string, const std::string&>(), py::arg("name"), py::arg("activation"));
+  py::class_<Flatten, Layer, std::shared_ptr<Flatten>>(m, "Flatten").def(py::init<std::string>(), py::arg("name"));
+  py::class_<Dropout, Layer, std::shared_ptr<Dropout>>(m, "Dropout")
+      .def(py::init<std::string, double, std::uint64_t>(), py::arg("name"), py::arg("rate"), py::arg("seed"));
+  m.def("layer_from_config", [](const std::string& spec) {
+    return std::shared_ptr<Layer>(layer_from_config(Json::parse(spec)));
+  });
+  m.def("parse_activation", [](const std::string& name) { return std::string(name_of(parse_activation(name))); });
+}
+
+}  // namespace mdtrain::bindings

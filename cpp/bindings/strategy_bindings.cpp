@@ -1,0 +1,34 @@
+#include "bindings.h"
+#include "mdtrain/strategy/mirrored_strategy.h"
+#include "mdtrain/strategy/one_device_strategy.h"
+
+namespace mdtrain::bindings {
+
+namespace {
+std::vector<Device> parse_devices(const std::vector<std::string>& names) {
+  std::vector<Device> out;
+  for (const auto& n : names) out.push_back(Device::parse(n));
+  return out;
+}
+}  // namespace
+
+void init_strategy(py::module_& m) {
+  py::class_<Strategy, std::shared_ptr<Strategy>>(m, "Strategy")
+      .def_property_readonly("name", &Strategy::name)
+      .def_property_readonly("num_replicas_in_sync", &Strategy::num_replicas_in_sync)
+      .def_property_readonly("devices", [](const Strategy& s) {
+        std::vector<std::string> out;
+        for (const auto& d : s.devices()) out.push_back(d.to_string());
+        return out;
+      });
+  py::class_<OneDeviceStrategy, Strategy, std::shared_ptr<OneDeviceStrategy>>(m, "OneDeviceStrategy")
+      .def(py::init([](const std::string& device) { return std::make_shared<OneDeviceStrategy>(Device::parse(device)); }),
+           py::arg("device"));
+  py::class_<MirroredStrategy, Strategy, std::shared_ptr<MirroredStrategy>>(m, "MirroredStrategy")
+      .def(py::init([](const std::vector<std::string>& devices, const std::string& communication) {
+             return std::make_shared<MirroredStrategy>(parse_devices(devices), communication);
+           }),
+           py::arg("devices"), py::arg("communication") = "threads");
+}
+
+}  // namespace mdtrain::bindings

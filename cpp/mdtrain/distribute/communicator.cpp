@@ -1,0 +1,140 @@
+// Argument validation shared by every backend, and the Tensor forms of the collectives.
+#include "mdtrain/distribute/communicator.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/core/tensor.h"
+
+namespace mdtrain {
+
+const char* name_of(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "unknown";
+}
+
+namespace {
+
+bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  auto pa = reinterpret_cast<std::uintptr_t>(a);
+  auto pb = reinterpret_cast<std::uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+}  // namespace
+
+void Communicator::set_timeout(double seconds) {
+  MDTRAIN_CHECK(seconds > 0 && !std::isnan(seconds), std::invalid_argument, "[", backend(),
+                "] set_timeout: seconds must be > 0 (got ", seconds, ")");
+  timeout_ = seconds;
+}
+
+void Communicator::check_buffer(const char* op, const void* ptr, std::size_t count,
+                                const char* what) const {
+  MDTRAIN_CHECK(ptr != nullptr || count == 0, std::invalid_argument, "[", backend(), "] ", op,
+                ": ", what, " is null but count is ", count);
+}
+
+void Communicator::check_op(const char* op, DType dtype, ReduceOp reduce) const {
+  MDTRAIN_CHECK(reduce == ReduceOp::Sum || reduce == ReduceOp::Mean || reduce == ReduceOp::Max ||
+                    reduce == ReduceOp::Min,
+                std::invalid_argument, "[", backend(), "] ", op, ": unknown reduce op ",
+                static_cast<int>(reduce));
+  size_of(dtype);  // rejects an out-of-range dtype
+  MDTRAIN_CHECK(reduce != ReduceOp::Mean || is_floating(dtype), std::invalid_argument, "[",
+                backend(), "] ", op, ": op mean needs a floating dtype (got ", name_of(dtype), ")");
+}
+
+void Communicator::check_device(const Device& device) const {
+  MDTRAIN_CHECK(device.is_cpu(), std::invalid_argument, "[", backend(),
+                "] tensors must be on a CPU device (got ", device.to_string(), ")");
+}
+
+void Communicator::check_tensor(const char* op, const Tensor& tensor, const char* what) const {
+  MDTRAIN_CHECK(tensor.defined(), std::invalid_argument, "[", backend(), "] ", op, ": ", what,
+                " is an undefined tensor");
+  check_device(tensor.device());
+}
+
+void Communicator::all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  check_buffer("all_reduce", data, count, "data");
+  check_op("all_reduce", dtype, op);
+  do_all_reduce(data, count, dtype, op);
+}
+
+void Communicator::broadcast(void* data, std::size_t count, DType dtype, int root) {
+  check_buffer("broadcast", data, count, "data");
+  size_of(dtype);
+  MDTRAIN_CHECK(root >= 0 && root < size(), std::invalid_argument, "[", backend(),
+                "] broadcast: root must be in [0, ", size(), ") (got ", root, ")");
+  do_broadcast(data, count, dtype, root);
+}
+
+void Communicator::all_gather(const void* send, void* recv, std::size_t count_per_rank,
+                              DType dtype) {
+  check_buffer("all_gather", send, count_per_rank, "send");
+  check_buffer("all_gather", recv, count_per_rank, "recv");
+  const std::size_t block = count_per_rank * size_of(dtype);
+  const bool in_place = send == static_cast<const char*>(recv) + rank() * block;
+  MDTRAIN_CHECK(in_place || !overlaps(send, block, recv, block * size()), std::invalid_argument,
+                "[", backend(), "] all_gather: send overlaps recv but is not recv + rank * ",
+                "count_per_rank (the only in-place form)");
+  do_all_gather(send, recv, count_per_rank, dtype);
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
+                                  DType dtype, ReduceOp op) {
+  check_buffer("reduce_scatter", send, count_per_rank, "send");
+  check_buffer("reduce_scatter", recv, count_per_rank, "recv");
+  check_op("reduce_scatter", dtype, op);
+  const std::size_t block = count_per_rank * size_of(dtype);
+  const bool in_place = recv == static_cast<const char*>(send) + rank() * block;
+  MDTRAIN_CHECK(in_place || !overlaps(recv, block, send, block * size()), std::invalid_argument,
+                "[", backend(), "] reduce_scatter: recv overlaps send but is not send + rank * ",
+                "count_per_rank (the only in-place form)");
+  do_reduce_scatter(send, recv, count_per_rank, dtype, op);
+}
+
+void Communicator::barrier() { do_barrier(); }
+
+void Communicator::all_reduce(Tensor& tensor, ReduceOp op) {
+  check_tensor("all_reduce", tensor, "tensor");
+  all_reduce(tensor.raw(), static_cast<std::size_t>(tensor.numel()), tensor.dtype(), op);
+}
+
+void Communicator::broadcast(Tensor& tensor, int root) {
+  check_tensor("broadcast", tensor, "tensor");
+  broadcast(tensor.raw(), static_cast<std::size_t>(tensor.numel()), tensor.dtype(), root);
+}
+
+void Communicator::all_gather(const Tensor& send, Tensor& recv) {
+  check_tensor("all_gather", send, "send");
+  check_tensor("all_gather", recv, "recv");
+  MDTRAIN_CHECK(send.dtype() == recv.dtype(), std::invalid_argument, "[", backend(),
+                "] all_gather: send is ", name_of(send.dtype()), " but recv is ",
+                name_of(recv.dtype()));
+  MDTRAIN_CHECK(recv.numel() == send.numel() * size(), std::invalid_argument, "[", backend(),
+                "] all_gather: recv ", to_string(recv.shape()), " must hold size() = ", size(),
+                " times the elements of send ", to_string(send.shape()));
+  all_gather(send.raw(), recv.raw(), static_cast<std::size_t>(send.numel()), send.dtype());
+}
+
+void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op) {
+  check_tensor("reduce_scatter", send, "send");
+  check_tensor("reduce_scatter", recv, "recv");
+  MDTRAIN_CHECK(send.dtype() == recv.dtype(), std::invalid_argument, "[", backend(),
+                "] reduce_scatter: send is ", name_of(send.dtype()), " but recv is ",
+                name_of(recv.dtype()));
+  MDTRAIN_CHECK(send.numel() == recv.numel() * size(), std::invalid_argument, "[", backend(),
+                "] reduce_scatter: send ", to_string(send.shape()), " must hold size() = ", size(),
+                " times the elements of recv ", to_string(recv.shape()));
+  reduce_scatter(send.raw(), recv.raw(), static_cast<std::size_t>(recv.numel()), recv.dtype(), op);
+}
+
+}  // namespace mdtrain

@@ -1,0 +1,92 @@
+#pragma once
+// Communicator: one rank's handle on a group of ranks that run collectives together.
+//
+// Every rank of a group calls the same collectives in the same order with the same counts,
+// dtypes, ops and roots (like MPI). A collective returns once this rank's part is done and its
+// buffers may be reused. Backends (threads, single, nccl, mpi) implement the protected do_*
+// hooks; the public methods here validate arguments identically for all of them, so a bad
+// argument is a std::invalid_argument before any rank waits on another.
+//
+// A collective that waits longer than timeout() throws mdtrain::TimeoutError naming the
+// operation and the ranks that did not arrive. After a timeout or abort() the group is unusable:
+// every pending and later collective on any of its ranks throws instead of waiting.
+#include <cstddef>
+#include <string>
+
+#include "mdtrain/core/device.h"
+#include "mdtrain/core/dtype.h"
+
+namespace mdtrain {
+
+class Tensor;
+
+enum class ReduceOp { Sum, Mean, Max, Min };
+const char* name_of(ReduceOp op);
+
+class Communicator {
+ public:
+  // 300 s: long enough for a slow replica step, short enough that a lost rank is reported.
+  static constexpr double kDefaultTimeout = 300.0;
+
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "threads", "single", "nccl", "mpi": also the "[area]" prefix of this backend's errors.
+  virtual std::string backend() const = 0;
+
+  // Seconds a collective may wait for the other ranks; must be > 0 (infinity allowed).
+  void set_timeout(double seconds);
+  double timeout() const { return timeout_; }
+
+  // Makes every pending and later collective of the whole group throw std::runtime_error naming
+  // this rank and `reason`, so that peers of a rank that failed stop waiting at once.
+  virtual void abort(const std::string& reason) = 0;
+
+  // In place: data (count elements) becomes the reduction over all ranks, identical on every rank.
+  // Mean needs a floating dtype; Max/Min propagate NaN.
+  void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::Sum);
+  // root's data (count elements) is copied into every other rank's data.
+  void broadcast(void* data, std::size_t count, DType dtype, int root);
+  // recv (size() * count_per_rank elements) gets rank r's send at offset r * count_per_rank.
+  // send may be recv + rank() * count_per_rank (in place); other overlaps are rejected.
+  void all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype);
+  // recv (count_per_rank elements) gets the reduction of block rank() of every rank's send
+  // (size() * count_per_rank elements). recv may be send + rank() * count_per_rank.
+  void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
+                      ReduceOp op = ReduceOp::Sum);
+  void barrier();
+
+  // Tensor forms: whole tensors, element counts and dtypes taken from them.
+  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  void broadcast(Tensor& tensor, int root);
+  // recv.numel() == size() * send.numel().
+  void all_gather(const Tensor& send, Tensor& recv);
+  // send.numel() == size() * recv.numel().
+  void reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op = ReduceOp::Sum);
+
+ protected:
+  Communicator() = default;
+
+  // Called with validated arguments; count may be 0 (every rank still takes part).
+  virtual void do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void do_broadcast(void* data, std::size_t count, DType dtype, int root) = 0;
+  virtual void do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
+                             DType dtype) = 0;
+  virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
+                                 DType dtype, ReduceOp op) = 0;
+  virtual void do_barrier() = 0;
+  // Throws std::invalid_argument when this backend cannot reach memory of `device`.
+  virtual void check_device(const Device& device) const;
+
+ private:
+  void check_buffer(const char* op, const void* ptr, std::size_t count, const char* what) const;
+  void check_op(const char* op, DType dtype, ReduceOp reduce) const;
+  void check_tensor(const char* op, const Tensor& tensor, const char* what) const;
+
+  double timeout_ = kDefaultTimeout;
+};
+
+}  // namespace mdtrain

@@ -1,0 +1,28 @@
+#include "mdtrain/distribute/gradient_reducer.h"
+
+#include <algorithm>
+
+#include "mdtrain/core/errors.h"
+
+namespace mdtrain {
+
+GradientReducer::GradientReducer(Communicator& comm, std::size_t bucket_bytes)
+    : comm_(comm), bucket_bytes_(bucket_bytes) {
+  MDTRAIN_CHECK(bucket_bytes > 0, std::invalid_argument, "[reducer] bucket_bytes must be positive");
+}
+
+void GradientReducer::reduce(Tensor& packed_grads) {
+  if (comm_.size() == 1) return;
+  const std::size_t elem = size_of(packed_grads.dtype());
+  const std::size_t total = static_cast<std::size_t>(packed_grads.numel());
+  const std::size_t per_bucket = std::max<std::size_t>(1, bucket_bytes_ / elem);
+  char* base = static_cast<char*>(packed_grads.raw());
+  // Every replica walks the same bucket boundaries, so the collectives line up.
+  for (std::size_t begin = 0; begin < total || (total == 0 && begin == 0); begin += per_bucket) {
+    const std::size_t count = std::min(per_bucket, total - begin);
+    comm_.all_reduce(base + begin * elem, count, packed_grads.dtype(), ReduceOp::Sum);
+    if (total == 0) break;
+  }
+}
+
+}  // namespace mdtrain

@@ -1,0 +1,13 @@
+// Compiled instead of the MPI communicator when mdtrain is built without MPI.
+#include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/optional_backends.h"
+
+namespace mdtrain {
+
+bool mpi_available() { return false; }
+
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  fail<std::runtime_error>("[mpi] mdtrain was built without MPI; rebuild with -DMDTRAIN_MPI=ON");
+}
+
+}  // namespace mdtrain

@@ -1,0 +1,90 @@
+#include "mdtrain/distribute/reduce_kernels.h"
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "mdtrain/core/errors.h"
+
+namespace mdtrain::detail {
+namespace {
+
+// Max/Min return NaN when either side is NaN, so a diverged replica is never hidden.
+template <class T>
+struct MaxOp {
+  static T apply(T acc, T x) { return (x > acc || x != x) ? x : acc; }
+};
+template <class T>
+struct MinOp {
+  static T apply(T acc, T x) { return (x < acc || x != x) ? x : acc; }
+};
+// Integer sums wrap (two's complement) instead of overflowing into undefined behaviour.
+template <class T>
+struct SumOp {
+  static T apply(T acc, T x) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(static_cast<U>(acc) + static_cast<U>(x)));
+    } else {
+      return acc + x;
+    }
+  }
+};
+
+// A tile small enough to stay in L1 while every rank's contribution is folded into it: one
+// pass over memory per input instead of one per input per output write.
+constexpr std::size_t kTileBytes = 8192;
+
+template <class T, class Op>
+void reduce_typed(T* out, const void* const* inputs, int n, std::size_t offset, std::size_t count,
+                  bool mean) {
+  constexpr std::size_t tile = kTileBytes / sizeof(T);
+  T acc[tile];
+  for (std::size_t begin = 0; begin < count; begin += tile) {
+    const std::size_t len = count - begin < tile ? count - begin : tile;
+    const T* first = static_cast<const T*>(inputs[0]) + offset + begin;
+    std::memcpy(acc, first, len * sizeof(T));
+    for (int r = 1; r < n; ++r) {
+      const T* in = static_cast<const T*>(inputs[r]) + offset + begin;
+      for (std::size_t i = 0; i < len; ++i) acc[i] = Op::apply(acc[i], in[i]);
+    }
+    if (mean) {
+      const T divisor = static_cast<T>(n);
+      for (std::size_t i = 0; i < len; ++i) acc[i] = acc[i] / divisor;
+    }
+    std::memcpy(out + begin, acc, len * sizeof(T));
+  }
+}
+
+template <class T>
+void reduce_dispatch_op(void* out, const void* const* inputs, int n, std::size_t offset,
+                        std::size_t count, ReduceOp op) {
+  T* o = static_cast<T*>(out);
+  switch (op) {
+    case ReduceOp::Sum: return reduce_typed<T, SumOp<T>>(o, inputs, n, offset, count, false);
+    case ReduceOp::Mean: return reduce_typed<T, SumOp<T>>(o, inputs, n, offset, count, true);
+    case ReduceOp::Max: return reduce_typed<T, MaxOp<T>>(o, inputs, n, offset, count, false);
+    case ReduceOp::Min: return reduce_typed<T, MinOp<T>>(o, inputs, n, offset, count, false);
+  }
+  fail<std::invalid_argument>("[distribute] unknown reduce op ", static_cast<int>(op));
+}
+
+}  // namespace
+
+void reduce_in_rank_order(void* out, const void* const* inputs, int n_inputs, std::size_t offset,
+                          std::size_t count, DType dtype, ReduceOp op) {
+  if (count == 0) return;
+  switch (dtype) {
+    case DType::Float32: return reduce_dispatch_op<float>(out, inputs, n_inputs, offset, count, op);
+    case DType::Float64: return reduce_dispatch_op<double>(out, inputs, n_inputs, offset, count, op);
+    case DType::Int32:
+      return reduce_dispatch_op<std::int32_t>(out, inputs, n_inputs, offset, count, op);
+    case DType::Int64:
+      return reduce_dispatch_op<std::int64_t>(out, inputs, n_inputs, offset, count, op);
+    case DType::UInt8:
+      return reduce_dispatch_op<std::uint8_t>(out, inputs, n_inputs, offset, count, op);
+  }
+  fail<std::invalid_argument>("[distribute] unknown dtype ", static_cast<int>(dtype));
+}
+
+}  // namespace mdtrain::detail

@@ -1,0 +1,57 @@
+#pragma once
+// Backoff for a thread that waits on another thread's atomic store.
+//
+// Waking a blocked thread (futex, condition variable) costs ~75 us on the target VMs; a spinning
+// waiter sees a store in well under 1 us. So waiters spin first, but ranks may outnumber cores
+// (8 replicas on 2 cores), where a spinner would burn the time slice of the rank it waits for:
+// after a short spin the waiter yields, and after a long wait it sleeps so that a slow peer (or
+// Python between steps) gets the CPU.
+#include <chrono>
+#include <thread>
+
+namespace mdtrain::detail {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+class SpinWait {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // One waiting step. Returns false while still in the pure-spin phase (no clock read), true
+  // once the caller should check its deadline and failure flags (each later step).
+  bool step() {
+    if (spins_ < kSpins) {
+      ++spins_;
+      cpu_relax();
+      return false;
+    }
+    if (spins_ == kSpins) {
+      ++spins_;
+      start_ = Clock::now();
+      return true;
+    }
+    if (Clock::now() - start_ < kYieldFor) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(kSleep);
+    }
+    return true;
+  }
+
+ private:
+  // ~2000 pauses is a few microseconds: a peer on another core arrives well within it.
+  static constexpr unsigned kSpins = 2000;
+  static constexpr auto kYieldFor = std::chrono::milliseconds(2);
+  static constexpr auto kSleep = std::chrono::microseconds(50);
+
+  unsigned spins_ = 0;
+  Clock::time_point start_{};
+};
+
+}  // namespace mdtrain::detail

@@ -1,0 +1,343 @@
+#include "mdtrain/distribute/threads_communicator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/reduce_kernels.h"
+#include "mdtrain/distribute/spin_wait.h"
+
+namespace mdtrain {
+
+namespace {
+
+enum Kind : int { kNone = 0, kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+
+const char* kind_name(int kind) {
+  switch (kind) {
+    case kAllReduce: return "all_reduce";
+    case kBroadcast: return "broadcast";
+    case kAllGather: return "all_gather";
+    case kReduceScatter: return "reduce_scatter";
+    case kBarrier: return "barrier";
+    default: return "nothing";
+  }
+}
+
+constexpr std::size_t kCacheLine = 64;
+
+}  // namespace
+
+// What one rank asked for in one collective; read by the other ranks after the first phase.
+struct ThreadsCommunicator::Call {
+  int kind = kNone;
+  unsigned long long seq = 0;
+  DType dtype = DType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  std::size_t count = 0;
+  int root = 0;
+  const void* send = nullptr;
+  void* recv = nullptr;
+};
+
+namespace {
+
+std::string describe(int kind, unsigned long long seq,
+                     std::size_t count, DType dtype, ReduceOp op, int root) {
+  std::string s = cat(kind_name(kind), " #", seq);
+  if (kind == kBarrier) return s;
+  s += cat("(count ", count, ", ", name_of(dtype));
+  if (kind == kAllReduce || kind == kReduceScatter) s += cat(", ", name_of(op));
+  if (kind == kBroadcast) s += cat(", root ", root);
+  return s + ")";
+}
+
+}  // namespace
+
+// Per-rank shared state on its own cache line, so one rank's stores do not slow the others'
+// spinning loads. `call` is written by its rank before the first phase of a collective and read
+// by the others after it. A rank cannot overwrite it with its next call while a peer still reads
+// it: every collective ends with a phase that each rank reaches only after its last read.
+struct alignas(kCacheLine) RankSlot {
+  std::atomic<unsigned long long> phase{0};
+  // (seq << 8) | kind of the last collective entered: read only for timeout reports.
+  std::atomic<unsigned long long> entered{0};
+  ThreadsCommunicator::Call call;
+};
+
+struct ThreadsCommunicator::Group {
+  explicit Group(int n) : size(n), slots(new RankSlot[static_cast<std::size_t>(n)]) {}
+
+  // Records the first failure; later ones are consequences of it and are dropped.
+  void set_failure(std::string reason, bool timeout) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (failed.load(std::memory_order_relaxed)) return;
+    failure = std::move(reason);
+    failure_is_timeout = timeout;
+    failed.store(true, std::memory_order_release);
+  }
+
+  const int size;
+  std::unique_ptr<RankSlot[]> slots;
+  std::atomic<bool> failed{false};
+  std::mutex mutex;  // guards failure and failure_is_timeout (written once, before `failed`)
+  std::string failure;
+  bool failure_is_timeout = false;
+};
+
+std::vector<std::unique_ptr<Communicator>> ThreadsCommunicator::create_group(int n) {
+  MDTRAIN_CHECK(n >= 1, std::invalid_argument, "[threads] create_group: n must be >= 1 (got ", n,
+                ")");
+  auto group = std::make_shared<Group>(n);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  comms.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) comms.emplace_back(new ThreadsCommunicator(group, r));
+  return comms;
+}
+
+ThreadsCommunicator::ThreadsCommunicator(std::shared_ptr<Group> group, int rank)
+    : group_(std::move(group)), rank_(rank) {}
+
+ThreadsCommunicator::~ThreadsCommunicator() = default;
+
+int ThreadsCommunicator::size() const { return group_->size; }
+
+void ThreadsCommunicator::abort(const std::string& reason) {
+  group_->set_failure(cat("rank ", rank_, " aborted the group: ", reason), false);
+}
+
+const ThreadsCommunicator::Call& ThreadsCommunicator::call_of(int rank) const {
+  return group_->slots[rank].call;
+}
+
+void ThreadsCommunicator::throw_group_failure(bool entering) {
+  std::string reason;
+  bool timeout;
+  {
+    std::lock_guard<std::mutex> lock(group_->mutex);
+    reason = group_->failure;
+    timeout = group_->failure_is_timeout;
+  }
+  std::string msg = cat("[threads] ", kind_name(kind_), " #", seq_, " on rank ", rank_,
+                        entering ? " cannot run, the group failed earlier: "
+                                 : " gave up, the group failed: ",
+                        reason);
+  if (timeout) throw TimeoutError(msg);
+  throw std::runtime_error(msg);
+}
+
+void ThreadsCommunicator::time_out(unsigned long long target_phase) {
+  if (group_->failed.load(std::memory_order_acquire)) throw_group_failure(false);
+  std::vector<int> missing;
+  for (int r = 0; r < group_->size; ++r) {
+    if (group_->slots[r].phase.load(std::memory_order_acquire) < target_phase) missing.push_back(r);
+  }
+  std::string who, last;
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    const int r = missing[i];
+    const unsigned long long entered = group_->slots[r].entered.load(std::memory_order_relaxed);
+    who += cat(i ? ", " : "", r);
+    last += cat(i ? "; " : "", "rank ", r);
+    if (entered == 0) {
+      last += " has entered no collective";
+    } else {
+      last += cat(" last entered ", kind_name(static_cast<int>(entered & 0xff)), " #", entered >> 8);
+    }
+  }
+  std::string reason = cat(kind_name(kind_), " #", seq_, " on rank ", rank_, " timed out after ",
+                           timeout(), " s: ", missing.size() == 1 ? "rank " : "ranks ", who,
+                           " did not arrive (", last, ")");
+  group_->set_failure(reason, true);
+  throw TimeoutError("[threads] " + reason);
+}
+
+void ThreadsCommunicator::arrive_and_wait() {
+  RankSlot* slots = group_->slots.get();
+  const int n = group_->size;
+  const unsigned long long target = ++phase_;
+  slots[rank_].phase.store(target, std::memory_order_release);
+  detail::SpinWait wait;
+  int next = 0;  // ranks below `next` are known to have arrived
+  for (;;) {
+    while (next < n && slots[next].phase.load(std::memory_order_acquire) >= target) ++next;
+    if (next == n) return;
+    if (wait.step()) {
+      if (group_->failed.load(std::memory_order_acquire)) throw_group_failure(false);
+      const auto now = std::chrono::steady_clock::now();
+      if (!deadline_set_) {
+        // Measured from the first slow wait of this collective (a few microseconds after entry)
+        // to keep the clock read off the fast path.
+        deadline_set_ = true;
+        const double t = timeout();
+        deadline_ = t > 1e9 ? std::chrono::steady_clock::time_point::max()
+                            : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double>(t));
+      } else if (now >= deadline_) {
+        time_out(target);
+      }
+    }
+  }
+}
+
+void ThreadsCommunicator::begin(const Call& call) {
+  kind_ = call.kind;
+  ++seq_;
+  if (group_->failed.load(std::memory_order_acquire)) throw_group_failure(true);
+  deadline_set_ = false;
+  RankSlot& me = group_->slots[rank_];
+  Call& mine = me.call;
+  mine = call;
+  mine.seq = seq_;
+  me.entered.store((seq_ << 8) | static_cast<unsigned long long>(call.kind),
+                   std::memory_order_relaxed);
+  arrive_and_wait();
+  for (int r = 0; r < group_->size; ++r) {
+    const Call& other = call_of(r);
+    const bool same = other.kind == mine.kind && other.seq == mine.seq &&
+                      other.count == mine.count && other.dtype == mine.dtype &&
+                      other.op == mine.op && other.root == mine.root;
+    if (!same) {
+      // Every rank sees the same calls here, so all of them fail at this same phase.
+      std::string reason = cat(
+          "collective mismatch: rank ", r, " called ",
+          describe(other.kind, other.seq, other.count, other.dtype, other.op,
+                   other.root),
+          " but rank ", rank_, " called ",
+          describe(mine.kind, mine.seq, mine.count, mine.dtype, mine.op, mine.root));
+      group_->set_failure(reason, false);
+      throw std::runtime_error("[threads] " + reason);
+    }
+  }
+}
+
+namespace {
+
+// Rank r's share [begin, end) of count elements: equal chunks rounded to whole cache lines, so
+// no two ranks write the same line.
+struct Chunk {
+  std::size_t begin, end;
+};
+
+Chunk chunk_of(int r, int n, std::size_t count, std::size_t elem) {
+  const std::size_t align = elem >= kCacheLine ? 1 : kCacheLine / elem;
+  std::size_t per = (count + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
+  per = (per + align - 1) / align * align;
+  const std::size_t begin = std::min(count, per * static_cast<std::size_t>(r));
+  return {begin, std::min(count, begin + per)};
+}
+
+// The peers' buffer addresses, without a heap allocation on the latency path for small groups.
+class InputPointers {
+ public:
+  explicit InputPointers(int n) {
+    if (n > kInline) heap_.resize(static_cast<std::size_t>(n));
+    ptr_ = n > kInline ? heap_.data() : inline_;
+  }
+  const void*& operator[](int r) { return ptr_[r]; }
+  const void* const* data() const { return ptr_; }
+
+ private:
+  static constexpr int kInline = 16;
+  const void* inline_[kInline];
+  std::vector<const void*> heap_;
+  const void** ptr_;
+};
+
+}  // namespace
+
+void ThreadsCommunicator::do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  Call call;
+  call.kind = kAllReduce;
+  call.count = count;
+  call.dtype = dtype;
+  call.op = op;
+  call.recv = data;
+  begin(call);
+  const int n = group_->size;
+  const std::size_t elem = size_of(dtype);
+  InputPointers inputs(n);
+  for (int r = 0; r < n; ++r) inputs[r] = call_of(r).recv;
+
+  const Chunk mine = chunk_of(rank_, n, count, elem);
+  if (n > 1 || op == ReduceOp::Mean) {
+    detail::reduce_in_rank_order(static_cast<char*>(data) + mine.begin * elem, inputs.data(), n,
+                                 mine.begin, mine.end - mine.begin, dtype, op);
+  }
+  arrive_and_wait();  // every chunk is reduced in its owner's buffer
+  for (int i = 1; i < n; ++i) {
+    const int r = (rank_ + i) % n;  // staggered, so ranks read different buffers at once
+    const Chunk c = chunk_of(r, n, count, elem);
+    if (c.end > c.begin) {
+      std::memcpy(static_cast<char*>(data) + c.begin * elem,
+                  static_cast<const char*>(inputs[r]) + c.begin * elem, (c.end - c.begin) * elem);
+    }
+  }
+  arrive_and_wait();  // nobody reads this rank's chunk any more
+}
+
+void ThreadsCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, int root) {
+  Call call;
+  call.kind = kBroadcast;
+  call.count = count;
+  call.dtype = dtype;
+  call.root = root;
+  call.recv = data;
+  begin(call);
+  if (rank_ != root && count > 0) std::memcpy(data, call_of(root).recv, count * size_of(dtype));
+  arrive_and_wait();
+}
+
+void ThreadsCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
+                                        DType dtype) {
+  Call call;
+  call.kind = kAllGather;
+  call.count = count_per_rank;
+  call.dtype = dtype;
+  call.send = send;
+  begin(call);
+  const int n = group_->size;
+  const std::size_t block = count_per_rank * size_of(dtype);
+  if (block > 0) {
+    for (int i = 0; i < n; ++i) {
+      const int r = (rank_ + i) % n;
+      const void* src = call_of(r).send;
+      char* dst = static_cast<char*>(recv) + static_cast<std::size_t>(r) * block;
+      if (src != dst) std::memcpy(dst, src, block);
+    }
+  }
+  arrive_and_wait();
+}
+
+void ThreadsCommunicator::do_reduce_scatter(const void* send, void* recv,
+                                            std::size_t count_per_rank, DType dtype, ReduceOp op) {
+  Call call;
+  call.kind = kReduceScatter;
+  call.count = count_per_rank;
+  call.dtype = dtype;
+  call.op = op;
+  call.send = send;
+  begin(call);
+  const int n = group_->size;
+  InputPointers inputs(n);
+  for (int r = 0; r < n; ++r) inputs[r] = call_of(r).send;
+  detail::reduce_in_rank_order(recv, inputs.data(), n,
+                               static_cast<std::size_t>(rank_) * count_per_rank, count_per_rank,
+                               dtype, op);
+  arrive_and_wait();
+}
+
+void ThreadsCommunicator::do_barrier() {
+  Call call;
+  call.kind = kBarrier;
+  begin(call);
+  // A second phase, so that no rank starts its next call (overwriting a call slot) while a
+  // slower rank still checks this one.
+  arrive_and_wait();
+}
+
+}  // namespace mdtrain

@@ -1,0 +1,258 @@
+#include "mdtrain/model/model.h"
+
+#include <cmath>
+
+#include "mdtrain/model/model_file.h"
+#include "mdtrain/nn/layer_factory.h"
+#include "mdtrain/ops/ops.h"
+#include "mdtrain/optim/registry.h"
+#include "mdtrain/strategy/one_device_strategy.h"
+
+namespace mdtrain {
+
+Model::Model(std::string name, std::uint64_t seed) : name_(std::move(name)), seed_(seed) {}
+
+void Model::add(std::shared_ptr<Layer> layer) {
+  stack_.add(std::move(layer));
+  engine_.reset();
+}
+
+void Model::build(const Shape& input_shape) {
+  if (stack_.built()) {
+    MDTRAIN_CHECK(stack_.input_shape() == input_shape, std::invalid_argument, "[sequential] model \"", name_,
+                  "\" is already built for input shape ", to_string(stack_.input_shape()), ", not ",
+                  to_string(input_shape));
+    return;
+  }
+  stack_.build(input_shape, seed_);
+  engine_.reset();
+}
+
+void Model::compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer,
+                    std::vector<std::string> metrics, std::shared_ptr<Strategy> strategy) {
+  MDTRAIN_CHECK(loss != nullptr, std::invalid_argument, "[compile] model \"", name_, "\": a loss is required");
+  MDTRAIN_CHECK(optimizer != nullptr, std::invalid_argument, "[compile] model \"", name_,
+                "\": an optimizer is required");
+  loss_ = std::move(loss);
+  optimizer_ = std::move(optimizer);
+  metric_names_ = std::move(metrics);
+  metrics_.clear();
+  strategy_ = strategy ? std::move(strategy) : std::make_shared<OneDeviceStrategy>();
+  engine_.reset();
+}
+
+const Loss& Model::loss() const {
+  MDTRAIN_CHECK(loss_ != nullptr, std::logic_error, "[model] model \"", name_,
+                "\" must be compiled first: call compile(optimizer, loss)");
+  return *loss_;
+}
+
+Optimizer& Model::optimizer() {
+  MDTRAIN_CHECK(optimizer_ != nullptr, std::logic_error, "[model] model \"", name_,
+                "\" must be compiled first: call compile(optimizer, loss)");
+  return engine_ ? engine_->optimizer() : *optimizer_;
+}
+
+TrainEngine& Model::engine(const Shape& y_shape) {
+  loss();  // throws if not compiled
+  MDTRAIN_CHECK(stack_.built(), std::logic_error, "[model] model \"", name_,
+                "\" is not built: train it on data or call build(input_shape)");
+  if (!engine_) {
+    if (metrics_.empty() && !metric_names_.empty()) {
+      Shape pred_shape{-1};
+      for (auto d : stack_.output_shape()) pred_shape.push_back(d);
+      Shape true_shape = y_shape;
+      if (!true_shape.empty()) true_shape[0] = -1;
+      for (const auto& name : metric_names_)
+        metrics_.push_back(make_metric(name, loss_.get(), true_shape, pred_shape));
+    }
+    engine_ = std::make_unique<TrainEngine>(stack_, strategy_, *loss_, *optimizer_, metrics_);
+  }
+  return *engine_;
+}
+
+void Model::check_data(const Tensor& x, const Tensor* y, const char* where) const {
+  MDTRAIN_CHECK(x.ndim() >= 1, std::invalid_argument, "[", where, "] x must have a batch axis, got shape ",
+                to_string(x.shape()));
+  if (y) {
+    MDTRAIN_CHECK(y->ndim() >= 1 && y->dim(0) == x.dim(0), std::invalid_argument, "[", where,
+                  "] x and y must have the same number of samples, got x ", to_string(x.shape()), " and y ",
+                  to_string(y->shape()));
+  }
+}
+
+void Model::ensure_built_for(const Tensor& x) {
+  if (!stack_.built()) build(Shape(x.shape().begin() + 1, x.shape().end()));
+}
+
+Model::EpochResult Model::train_epoch(const Tensor& x, const Tensor& y, const std::int64_t* order,
+                                      std::int64_t order_size, std::int64_t batch_size, std::int64_t steps,
+                                      const BatchCallback& on_batch_end) {
+  check_data(x, &y, "fit");
+  MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[fit] batch_size must be a positive integer, got ", batch_size);
+  MDTRAIN_CHECK(order_size > 0, std::invalid_argument, "[fit] no training data: x has ", x.dim(0), " samples");
+  ensure_built_for(x);
+  TrainEngine& eng = engine(y.shape());
+  eng.reset_metrics();
+  EpochResult result;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    const std::int64_t begin = (s * batch_size) % order_size;
+    const std::int64_t count = std::min(batch_size, order_size - begin);
+    const double loss = eng.train_step(x, y, order + begin, count);
+    if (!std::isfinite(loss) && result.first_nonfinite_step < 0) result.first_nonfinite_step = s;
+    result.steps = s + 1;
+    if (on_batch_end && on_batch_end(s, eng.logs())) {
+      result.stopped = true;
+      break;
+    }
+  }
+  result.logs = eng.logs();
+  return result;
+}
+
+Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end) {
+  check_data(x, &y, "evaluate");
+  MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[evaluate] batch_size must be a positive integer, got ",
+                batch_size);
+  MDTRAIN_CHECK(x.dim(0) > 0, std::invalid_argument, "[evaluate] no data: x has 0 samples");
+  ensure_built_for(x);
+  TrainEngine& eng = engine(y.shape());
+  eng.reset_metrics();
+  const std::int64_t n = x.dim(0);
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = i;
+  for (std::int64_t begin = 0, step = 0; begin < n; begin += batch_size, ++step) {
+    eng.test_step(x, y, rows.data() + begin, std::min(batch_size, n - begin));
+    if (on_batch_end && on_batch_end(step, eng.logs())) break;
+  }
+  return eng.logs();
+}
+
+Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
+  check_data(x, nullptr, "predict");
+  MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[predict] batch_size must be a positive integer, got ",
+                batch_size);
+  ensure_built_for(x);
+  Shape out_shape{x.dim(0)};
+  for (auto d : stack_.output_shape()) out_shape.push_back(d);
+  Tensor out(out_shape, stack_.dtype());
+  if (!compiled()) {
+    // Keras predicts with an uncompiled model too: run the stack directly on one device.
+    for (std::int64_t begin = 0; begin < x.dim(0); begin += batch_size) {
+      const std::int64_t end = std::min(x.dim(0), begin + batch_size);
+      Tensor dst = out.rows(begin, end);
+      dst.copy_from(stack_.forward(x.rows(begin, end), ForwardContext{}));
+    }
+    return out;
+  }
+  TrainEngine& eng = engine();
+  for (std::int64_t begin = 0; begin < x.dim(0); begin += batch_size)
+    eng.predict_step(x, begin, std::min(batch_size, x.dim(0) - begin), out);
+  return out;
+}
+
+Logs Model::train_on_batch(const Tensor& x, const Tensor& y) {
+  check_data(x, &y, "train_on_batch");
+  MDTRAIN_CHECK(x.dim(0) > 0, std::invalid_argument, "[train_on_batch] the batch is empty");
+  ensure_built_for(x);
+  TrainEngine& eng = engine(y.shape());
+  eng.reset_metrics();
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(x.dim(0)));
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
+  eng.train_step(x, y, rows.data(), x.dim(0));
+  return eng.logs();
+}
+
+Logs Model::test_on_batch(const Tensor& x, const Tensor& y) { return evaluate(x, y, std::max<std::int64_t>(1, x.dim(0)), nullptr); }
+
+std::vector<Tensor> Model::get_weights() {
+  std::vector<Tensor> out;
+  for (auto* p : stack_.parameters()) out.push_back(p->value.clone());
+  return out;
+}
+
+void Model::set_weights(const std::vector<Tensor>& weights) {
+  auto params = stack_.parameters();
+  MDTRAIN_CHECK(weights.size() == params.size(), std::invalid_argument, "[set_weights] model \"", name_,
+                "\" expects a list of ", params.size(), " arrays, got ", weights.size());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    MDTRAIN_CHECK(weights[i].shape() == params[i]->value.shape(), std::invalid_argument, "[set_weights] weight ", i,
+                  " (", params[i]->name, ") has shape ", to_string(params[i]->value.shape()),
+                  ", got an array of shape ", to_string(weights[i].shape()));
+  for (std::size_t i = 0; i < params.size(); ++i) params[i]->value.copy_from(weights[i]);
+  if (engine_) engine_->broadcast_weights_from_primary();
+}
+
+Json Model::config() const {
+  Json layers = Json::array();
+  for (const auto& l : stack_.layers()) layers.push_back(layer_to_config(*l));
+  Json c = Json::object();
+  c.set("name", name_);
+  c.set("seed", static_cast<double>(seed_));
+  Json shape = Json::array();
+  if (stack_.built())
+    for (auto d : stack_.input_shape()) shape.push_back(Json(d));
+  c.set("input_shape", stack_.built() ? shape : Json());
+  c.set("layers", layers);
+  Json j = Json::object();
+  j.set("class_name", "Sequential");
+  j.set("config", c);
+  return j;
+}
+
+void Model::save(const std::string& path, const Json& metadata) {
+  ModelFile file;
+  file.model = config();
+  file.metadata = metadata;
+  for (auto* p : stack_.parameters()) file.weights.push_back({p->name, p->value.clone()});
+  if (compiled()) {
+    Json compile = Json::object();
+    compile.set("loss", loss_->config());
+    compile.set("optimizer", serialize_optimizer(optimizer()));
+    Json metrics = Json::array();
+    for (const auto& m : metric_names_) metrics.push_back(m);
+    compile.set("metrics", metrics);
+    file.compile = compile;
+    for (auto& [name, t] : optimizer().state()) file.optimizer_state.push_back({name, t});
+  }
+  save_model_file(path, file);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Strategy> strategy, Json* metadata) {
+  ModelFile file = load_model_file(path);
+  try {
+    const Json& c = file.model.at("config");
+    auto model = std::make_unique<Model>(c.at("name").as_string(),
+                                         static_cast<std::uint64_t>(c.get("seed", 0).as_number()));
+    for (const auto& spec : c.at("layers").as_array()) model->add(std::shared_ptr<Layer>(layer_from_config(spec)));
+    if (!c.get("input_shape", Json()).is_null()) {
+      Shape shape;
+      for (const auto& d : c.at("input_shape").as_array()) shape.push_back(d.as_int());
+      model->build(shape);
+      auto params = model->stack_.parameters();
+      MDTRAIN_CHECK(file.weights.size() == params.size(), std::invalid_argument, "[load_model] '", path, "' holds ",
+                    file.weights.size(), " weights for a model with ", params.size());
+      std::vector<Tensor> weights;
+      for (auto& w : file.weights) weights.push_back(w.value);
+      model->set_weights(weights);
+    }
+    if (!file.compile.is_null()) {
+      std::vector<std::string> metrics;
+      for (const auto& m : file.compile.at("metrics").as_array()) metrics.push_back(m.as_string());
+      model->compile(loss_from_config(file.compile.at("loss")),
+                     std::shared_ptr<Optimizer>(make_optimizer(file.compile.at("optimizer"))), metrics,
+                     std::move(strategy));
+      if (!file.optimizer_state.empty()) {
+        Optimizer::State state;
+        for (auto& t : file.optimizer_state) state.emplace_back(t.name, t.value);
+        model->optimizer_->set_state(state);
+      }
+    }
+    if (metadata) *metadata = file.metadata;
+    return model;
+  } catch (const std::invalid_argument& e) {
+    fail<std::invalid_argument>("[load_model] '", path, "' holds a model this version cannot rebuild: ", e.what());
+  }
+}
+
+}  // namespace mdtrain

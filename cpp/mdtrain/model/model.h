@@ -1,0 +1,90 @@
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mdtrain/model/logs.h"
+#include "mdtrain/model/metric.h"
+#include "mdtrain/model/train_engine.h"
+#include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/nn/loss.h"
+#include "mdtrain/optim/optimizer.h"
+#include "mdtrain/strategy/strategy.h"
+
+namespace mdtrain {
+
+// keras.Sequential for the C++ API and the engine behind the Python one: layers, compile state
+// and the training loops (fit's epoch loop, evaluate, predict) with their batching in C++.
+class Model {
+ public:
+  // Called after each batch with the batch index and the running logs; returning true stops.
+  using BatchCallback = std::function<bool(std::int64_t batch, const Logs& logs)>;
+
+  struct EpochResult {
+    Logs logs;                               // running means at the end of the epoch
+    std::int64_t steps = 0;                  // steps actually run
+    std::int64_t first_nonfinite_step = -1;  // first step whose loss was NaN or infinite
+    bool stopped = false;                    // the callback asked to stop
+  };
+
+  explicit Model(std::string name = "sequential", std::uint64_t seed = 0);
+
+  const std::string& name() const { return name_; }
+  std::uint64_t seed() const { return seed_; }
+  LayerStack& stack() { return stack_; }
+  void add(std::shared_ptr<Layer> layer);
+  void build(const Shape& input_shape);
+  bool built() const { return stack_.built(); }
+
+  // Replaces any earlier compile. `metrics` are Keras names ("accuracy", "mae", ...), resolved
+  // against the loss and the model's output shape once the model is built.
+  void compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer,
+               std::vector<std::string> metrics, std::shared_ptr<Strategy> strategy);
+  bool compiled() const { return loss_ != nullptr; }
+  const Loss& loss() const;
+  Optimizer& optimizer();
+  const std::vector<std::string>& metric_names() const { return metric_names_; }
+  std::shared_ptr<Strategy> strategy() const { return strategy_; }
+  // Creates the engine (and the replicas) on first use; `y_shape` (labels, batch axis included)
+  // resolves metric names such as "accuracy" the way Keras does.
+  TrainEngine& engine(const Shape& y_shape = {});
+
+  // Runs `steps` training steps over x[order[s*B ...]], y[...], each a global batch of at most
+  // batch_size rows (the last one may be smaller). Metrics are reset first.
+  EpochResult train_epoch(const Tensor& x, const Tensor& y, const std::int64_t* order, std::int64_t order_size,
+                          std::int64_t batch_size, std::int64_t steps, const BatchCallback& on_batch_end);
+  Logs evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end);
+  Tensor predict(const Tensor& x, std::int64_t batch_size);
+  Logs train_on_batch(const Tensor& x, const Tensor& y);
+  Logs test_on_batch(const Tensor& x, const Tensor& y);
+
+  std::vector<Tensor> get_weights();
+  // Copies the given arrays into the weights (shapes must match, in get_weights order).
+  void set_weights(const std::vector<Tensor>& weights);
+
+  // Architecture, weights, compile configuration and optimizer state in one file, written
+  // atomically (docs/file_format.md). `metadata` is stored as given.
+  void save(const std::string& path, const Json& metadata = Json::object());
+  // Rebuilds a saved model; compiled (with its optimizer state) when it was saved compiled.
+  // The strategy to compile under is given by the caller (a default OneDeviceStrategy if null).
+  static std::unique_ptr<Model> load(const std::string& path, std::shared_ptr<Strategy> strategy = nullptr,
+                                     Json* metadata = nullptr);
+  Json config() const;
+
+ private:
+  void check_data(const Tensor& x, const Tensor* y, const char* where) const;
+  void ensure_built_for(const Tensor& x);
+
+  std::string name_;
+  std::uint64_t seed_;
+  LayerStack stack_;
+  std::shared_ptr<Loss> loss_;
+  std::shared_ptr<Optimizer> optimizer_;
+  std::vector<std::string> metric_names_;
+  std::vector<std::unique_ptr<Metric>> metrics_;
+  std::shared_ptr<Strategy> strategy_;
+  std::unique_ptr<TrainEngine> engine_;
+};
+
+}  // namespace mdtrain

@@ -1,0 +1,197 @@
+#include "mdtrain/model/train_engine.h"
+
+#include <cmath>
+
+#include "mdtrain/ops/ops.h"
+
+namespace mdtrain {
+
+struct TrainEngine::Replica {
+  LayerStack* stack = nullptr;
+  std::unique_ptr<LayerStack> owned_stack;  // null for replica 0
+  std::unique_ptr<Loss> loss;
+  std::unique_ptr<Optimizer> optimizer;
+  std::vector<std::unique_ptr<Metric>> metrics;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<GradientReducer> reducer;
+  Tensor x_batch, y_batch, dpred;
+  double loss_sum = 0;  // this step's sum of per-example losses on this replica's slice
+};
+
+TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy, const Loss& loss,
+                         const Optimizer& optimizer, const std::vector<std::unique_ptr<Metric>>& metrics)
+    : primary_(primary), strategy_(std::move(strategy)) {
+  MDTRAIN_CHECK(primary.built(), std::logic_error, "[engine] the model must be built before training");
+  auto comms = strategy_->make_replica_communicators();
+  const int n = strategy_->num_replicas_in_sync();
+  MDTRAIN_CHECK(static_cast<int>(comms.size()) == n, std::logic_error, "[engine] strategy made ", comms.size(),
+                " communicators for ", n, " replicas");
+  for (int r = 0; r < n; ++r) {
+    auto rep = std::make_unique<Replica>();
+    if (r == 0) {
+      rep->stack = &primary_;
+    } else {
+      rep->owned_stack = primary_.clone();
+      rep->stack = rep->owned_stack.get();
+    }
+    rep->loss = loss.clone();
+    rep->optimizer = optimizer.clone();
+    for (const auto& m : metrics) rep->metrics.push_back(m->clone());
+    rep->comm = std::move(comms[static_cast<std::size_t>(r)]);
+    rep->reducer = std::make_unique<GradientReducer>(*rep->comm);
+    replicas_.push_back(std::move(rep));
+  }
+}
+
+TrainEngine::~TrainEngine() = default;
+
+template <class F>
+void TrainEngine::for_each_slice(std::int64_t count, F&& fn) {
+  const std::int64_t n = num_replicas();
+  const std::int64_t base = count / n, extra = count % n;
+  if (communicators_broken_) remake_communicators();
+  try {
+    strategy_->run_replicas([&](int r) {
+      const std::int64_t first = r * base + std::min<std::int64_t>(r, extra);
+      const std::int64_t rows = base + (r < extra ? 1 : 0);
+      Replica& rep = *replicas_[static_cast<std::size_t>(r)];
+      try {
+        fn(rep, first, rows);
+      } catch (const std::exception& e) {
+        // Peers may be waiting in a collective for this replica: release them now.
+        rep.comm->abort(e.what());
+        throw;
+      }
+    });
+  } catch (...) {
+    communicators_broken_ = true;  // an aborted group cannot be reused
+    throw;
+  }
+}
+
+void TrainEngine::remake_communicators() {
+  auto comms = strategy_->make_replica_communicators();
+  for (std::size_t r = 0; r < replicas_.size(); ++r) {
+    replicas_[r]->comm = std::move(comms[r]);
+    replicas_[r]->reducer = std::make_unique<GradientReducer>(*replicas_[r]->comm);
+  }
+  communicators_broken_ = false;
+}
+
+void TrainEngine::gather_batch(Replica& rep, const Tensor& x, const Tensor& y, const std::int64_t* indices,
+                               std::int64_t rows) {
+  Shape xs = x.shape(), ys = y.shape();
+  xs[0] = rows;
+  ys[0] = rows;
+  ensure_buffer(rep.x_batch, xs, x.dtype());
+  ensure_buffer(rep.y_batch, ys, y.dtype());
+  ops::gather_rows(x, indices, rows, rep.x_batch);
+  ops::gather_rows(y, indices, rows, rep.y_batch);
+}
+
+double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count) {
+  MDTRAIN_CHECK(count > 0, std::invalid_argument, "[engine] a training batch needs at least one example");
+  const double scale = 1.0 / static_cast<double>(count);
+  // Keras adds the weight penalties of the weights the step starts from.
+  const double regularization = primary_.regularization_loss();
+  for_each_slice(count, [&](Replica& rep, std::int64_t first, std::int64_t rows) {
+    LayerStack& stack = *rep.stack;
+    rep.loss_sum = 0;
+    if (rows > 0) {
+      gather_batch(rep, x, y, indices + first, rows);
+      ForwardContext ctx;
+      ctx.training = true;
+      ctx.step = static_cast<std::uint64_t>(rep.optimizer->iterations());
+      ctx.global_row_offset = first;
+      Tensor pred = stack.forward(rep.x_batch, ctx);
+      ensure_buffer(rep.dpred, pred.shape(), pred.dtype());
+      rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, scale, &rep.dpred);
+      stack.backward(rep.dpred);
+      for (auto& m : rep.metrics) m->update(rep.y_batch, pred);
+    } else {
+      stack.packed_grads().fill(0.0);
+    }
+    rep.reducer->reduce(stack.packed_grads());
+    stack.add_regularization_gradients();
+    rep.optimizer->apply(stack.parameters());
+  });
+  double loss_sum = 0;
+  for (const auto& rep : replicas_) loss_sum += rep->loss_sum;  // replica order: deterministic
+  const double step_loss = loss_sum * scale + regularization;
+  loss_total_ += step_loss * static_cast<double>(count);
+  loss_count_ += static_cast<double>(count);
+  return step_loss;
+}
+
+void TrainEngine::test_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count) {
+  MDTRAIN_CHECK(count > 0, std::invalid_argument, "[engine] an evaluation batch needs at least one example");
+  for_each_slice(count, [&](Replica& rep, std::int64_t first, std::int64_t rows) {
+    rep.loss_sum = 0;
+    if (rows == 0) return;
+    gather_batch(rep, x, y, indices + first, rows);
+    ForwardContext ctx;
+    ctx.global_row_offset = first;
+    Tensor pred = rep.stack->forward(rep.x_batch, ctx);
+    rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr);
+    for (auto& m : rep.metrics) m->update(rep.y_batch, pred);
+  });
+  double loss_sum = 0;
+  for (const auto& rep : replicas_) loss_sum += rep->loss_sum;
+  loss_total_ += loss_sum + primary_.regularization_loss() * static_cast<double>(count);
+  loss_count_ += static_cast<double>(count);
+}
+
+void TrainEngine::predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
+  for_each_slice(count, [&](Replica& rep, std::int64_t first, std::int64_t rows) {
+    if (rows == 0) return;
+    ForwardContext ctx;
+    ctx.global_row_offset = first;
+    Tensor pred = rep.stack->forward(x.rows(begin + first, begin + first + rows), ctx);
+    Tensor dst = out.rows(begin + first, begin + first + rows);
+    dst.copy_from(pred);
+  });
+}
+
+void TrainEngine::reset_metrics() {
+  loss_total_ = 0;
+  loss_count_ = 0;
+  for (auto& rep : replicas_)
+    for (auto& m : rep->metrics) m->reset();
+}
+
+Logs TrainEngine::logs() const {
+  Logs out;
+  out.emplace_back("loss", loss_count_ > 0 ? loss_total_ / loss_count_ : 0.0);
+  const auto& first = replicas_.front()->metrics;
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    // Sum each metric's accumulators over the replicas (in replica order), then evaluate once.
+    std::vector<double> totals = first[i]->totals();
+    for (std::size_t r = 1; r < replicas_.size(); ++r) {
+      auto t = replicas_[r]->metrics[i]->totals();
+      for (std::size_t k = 0; k < totals.size(); ++k) totals[k] += t[k];
+    }
+    auto merged = first[i]->clone();
+    merged->set_totals(totals);
+    out.emplace_back(merged->name(), merged->result());
+  }
+  return out;
+}
+
+void TrainEngine::broadcast_weights_from_primary() {
+  for (std::size_t r = 1; r < replicas_.size(); ++r)
+    replicas_[r]->stack->packed_values().copy_from(primary_.packed_values());
+}
+
+Optimizer& TrainEngine::optimizer() { return *replicas_.front()->optimizer; }
+
+void TrainEngine::broadcast_optimizer_state_from_primary() {
+  for (std::size_t r = 1; r < replicas_.size(); ++r) replicas_[r]->optimizer = replicas_[0]->optimizer->clone();
+}
+
+LayerStack& TrainEngine::replica_stack(int r) {
+  MDTRAIN_CHECK(r >= 0 && r < num_replicas(), std::out_of_range, "[engine] replica ", r, " out of range for ",
+                num_replicas(), " replicas");
+  return *replicas_[static_cast<std::size_t>(r)]->stack;
+}
+
+}  // namespace mdtrain

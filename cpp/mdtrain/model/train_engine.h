@@ -1,0 +1,70 @@
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mdtrain/distribute/communicator.h"
+#include "mdtrain/distribute/gradient_reducer.h"
+#include "mdtrain/model/logs.h"
+#include "mdtrain/model/metric.h"
+#include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/nn/loss.h"
+#include "mdtrain/optim/optimizer.h"
+#include "mdtrain/strategy/strategy.h"
+
+namespace mdtrain {
+
+// Runs train, test and predict steps of one compiled model under its strategy.
+//
+// Replica 0 is the model's own LayerStack (what get_weights reads); the others are clones. A
+// global batch of B rows is cut into contiguous slices, replica r taking B/N rows (+1 for the
+// first B%N), possibly zero when B < N: every replica still joins the all-reduce, so an uneven
+// last batch never hangs. Each replica computes d(sum of its losses / B)/dw, the packed gradients
+// are summed in a fixed order, and every replica applies the same optimizer update to the same
+// weights, so the replicas stay bitwise identical and the loss is the exact mean over the batch.
+class TrainEngine {
+ public:
+  TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy, const Loss& loss,
+              const Optimizer& optimizer, const std::vector<std::unique_ptr<Metric>>& metrics);
+  ~TrainEngine();
+
+  // One training step on rows x[indices[i]], y[indices[i]], i < count (count = the global batch).
+  // Returns the step's loss (mean over the batch plus regularization).
+  double train_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count);
+  // Forward only; updates the loss tracker and metrics.
+  void test_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count);
+  // Forward only on rows [begin, begin + count) of x; writes them to the same rows of `out`.
+  void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out);
+
+  void reset_metrics();
+  // "loss" (running mean since the last reset) then each metric's result, aggregated exactly over
+  // the replicas.
+  Logs logs() const;
+
+  // After the primary's weights were set from outside: copy them to every replica.
+  void broadcast_weights_from_primary();
+  Optimizer& optimizer();  // replica 0's; all replicas' states are identical
+  // After replica 0's optimizer state was set from outside (a loaded checkpoint).
+  void broadcast_optimizer_state_from_primary();
+  int num_replicas() const { return static_cast<int>(replicas_.size()); }
+  LayerStack& replica_stack(int r);
+  const Strategy& strategy() const { return *strategy_; }
+
+ private:
+  struct Replica;
+  // Cuts the global batch and runs fn(replica, first_row, rows) on every replica.
+  template <class F>
+  void for_each_slice(std::int64_t count, F&& fn);
+  void remake_communicators();
+  void gather_batch(Replica& rep, const Tensor& x, const Tensor& y, const std::int64_t* indices,
+                    std::int64_t rows);
+
+  LayerStack& primary_;
+  std::shared_ptr<Strategy> strategy_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  bool communicators_broken_ = false;
+  double loss_total_ = 0;  // sum over steps of (step loss * rows)
+  double loss_count_ = 0;
+};
+
+}  // namespace mdtrain

@@ -1,0 +1,37 @@
+#include "mdtrain/nn/activation_layer.h"
+
+#include "mdtrain/ops/ops.h"
+
+namespace mdtrain {
+
+ActivationLayer::ActivationLayer(std::string name, const std::string& activation)
+    : Layer(std::move(name)), activation_(parse_activation(activation)) {}
+
+Tensor ActivationLayer::forward(const Tensor& x, const ForwardContext&) {
+  check_input(x);
+  x_ = x;
+  ensure_buffer(y_, x.shape(), dtype_);
+  ops::bias_activation(x, Tensor(), activation_, y_);
+  return y_;
+}
+
+Tensor ActivationLayer::backward(const Tensor& dy, bool need_input_grad) {
+  if (!need_input_grad) return Tensor();
+  ensure_buffer(dx_, y_.shape(), dtype_);
+  ops::activation_backward(activation_, x_, y_, dy.reshape(y_.shape()), dx_);
+  return dx_;
+}
+
+std::unique_ptr<Layer> ActivationLayer::clone() const {
+  auto copy = std::make_unique<ActivationLayer>(name_, name_of(activation_));
+  copy->copy_build_state(*this);
+  return copy;
+}
+
+Json ActivationLayer::config() const {
+  Json c = Layer::config();
+  c.set("activation", name_of(activation_));
+  return c;
+}
+
+}  // namespace mdtrain

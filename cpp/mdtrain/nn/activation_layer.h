@@ -1,0 +1,23 @@
+#pragma once
+#include "mdtrain/nn/layer.h"
+#include "mdtrain/ops/activation.h"
+
+namespace mdtrain {
+
+// keras.layers.Activation: applies an activation element-wise (softmax along the last axis).
+class ActivationLayer : public Layer {
+ public:
+  ActivationLayer(std::string name, const std::string& activation);
+  std::string class_name() const override { return "Activation"; }
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_input_grad) override;
+  std::unique_ptr<Layer> clone() const override;
+  Json config() const override;
+
+ private:
+  Activation activation_;
+  Tensor x_, y_, dx_;
+};
+
+}  // namespace mdtrain

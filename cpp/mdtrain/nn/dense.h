@@ -1,0 +1,53 @@
+#pragma once
+#include <memory>
+
+#include "mdtrain/nn/initializer.h"
+#include "mdtrain/nn/layer.h"
+#include "mdtrain/nn/regularizer.h"
+#include "mdtrain/ops/activation.h"
+
+namespace mdtrain {
+
+// keras.layers.Dense: y = activation(x @ kernel + bias) on the last axis.
+class Dense : public Layer {
+ public:
+  struct Options {
+    std::int64_t units = 0;
+    std::string activation = "linear";
+    bool use_bias = true;
+    Json kernel_initializer = "glorot_uniform";
+    Json bias_initializer = "zeros";
+    Json kernel_regularizer;  // null: none
+    Json bias_regularizer;
+  };
+  Dense(std::string name, Options options);
+
+  std::string class_name() const override { return "Dense"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_input_grad) override;
+  std::vector<Parameter*> parameters() override;
+  double regularization_loss() const override;
+  void add_regularization_gradients() override;
+  std::unique_ptr<Layer> clone() const override;
+  Json config() const override;
+
+  Parameter& kernel() { return kernel_; }
+  Parameter& bias() { return bias_; }
+  Activation activation() const { return activation_; }
+
+ protected:
+  void build_weights(const Shape& input_shape, std::uint64_t seed) override;
+
+ private:
+  Options options_;
+  Activation activation_;
+  std::shared_ptr<Regularizer> kernel_regularizer_, bias_regularizer_;
+  Parameter kernel_, bias_;
+  // Per-call state: the input of the last forward (as 2-D), the pre-activation when the
+  // activation's gradient needs it, the output, and scratch for backward.
+  Tensor x_, z_, y_, dz_, dx_;
+  Shape last_input_shape_;
+};
+
+}  // namespace mdtrain

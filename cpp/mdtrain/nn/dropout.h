@@ -1,0 +1,26 @@
+#pragma once
+#include "mdtrain/nn/layer.h"
+
+namespace mdtrain {
+
+// keras.layers.Dropout: in training, zeroes each element with probability `rate` and scales the
+// rest by 1/(1-rate); identity in inference. The mask depends on (seed, step, the element's
+// position in the global batch), so it is the same whatever the replica count.
+class Dropout : public Layer {
+ public:
+  Dropout(std::string name, double rate, std::uint64_t seed);
+  std::string class_name() const override { return "Dropout"; }
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_input_grad) override;
+  std::unique_ptr<Layer> clone() const override;
+  Json config() const override;
+
+ private:
+  double rate_;
+  std::uint64_t seed_;
+  bool applied_ = false;  // whether the last forward dropped anything
+  Tensor mask_, y_, dx_;
+};
+
+}  // namespace mdtrain

@@ -1,0 +1,46 @@
+#include "mdtrain/nn/layer.h"
+
+namespace mdtrain {
+
+void Layer::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
+  MDTRAIN_CHECK(is_floating(dtype), std::invalid_argument, "[layer] layer \"", name_,
+                "\" needs a floating dtype, got ", name_of(dtype));
+  for (auto d : input_shape)
+    MDTRAIN_CHECK(d > 0, std::invalid_argument, "[layer] layer \"", name_, "\" cannot be built for input shape ",
+                  to_string(input_shape), ": every dimension must be positive");
+  Shape out = compute_output_shape(input_shape);
+  dtype_ = dtype;
+  input_shape_ = input_shape;
+  output_shape_ = out;
+  build_weights(input_shape, seed);
+  built_ = true;
+}
+
+void Layer::check_input(const Tensor& x) const {
+  MDTRAIN_CHECK(built_, std::logic_error, "[layer] layer \"", name_, "\" was called before it was built");
+  bool ok = x.ndim() == static_cast<int>(input_shape_.size()) + 1;
+  for (std::size_t i = 0; ok && i < input_shape_.size(); ++i) ok = x.shape()[i + 1] == input_shape_[i];
+  if (!ok) {
+    Shape expected{-1};
+    expected.insert(expected.end(), input_shape_.begin(), input_shape_.end());
+    fail<std::invalid_argument>("[layer] Input 0 of layer \"", name_, "\" is incompatible with the layer: expected shape ",
+                                to_string(expected), ", but received input with shape ", to_string(x.shape()));
+  }
+  MDTRAIN_CHECK(x.dtype() == dtype_, std::invalid_argument, "[layer] layer \"", name_, "\" expects ",
+                name_of(dtype_), " input, got ", name_of(x.dtype()));
+}
+
+Json Layer::config() const {
+  Json c = Json::object();
+  c.set("name", name_);
+  c.set("trainable", true);
+  c.set("dtype", name_of(dtype_));
+  return c;
+}
+
+void ensure_buffer(Tensor& t, const Shape& shape, DType dtype, const Device& device) {
+  if (!t.defined() || t.shape() != shape || t.dtype() != dtype || t.device() != device)
+    t = Tensor(shape, dtype, device);
+}
+
+}  // namespace mdtrain

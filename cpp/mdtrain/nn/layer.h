@@ -1,0 +1,81 @@
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mdtrain/core/json.h"
+#include "mdtrain/core/parameter.h"
+#include "mdtrain/core/tensor.h"
+
+namespace mdtrain {
+
+// What a forward pass needs to know besides its input. A layer never learns which strategy runs
+// it: a replica passes where its slice starts in the global batch, and layers that draw random
+// numbers (Dropout) key them on global positions, so the split does not change the result.
+struct ForwardContext {
+  bool training = false;
+  std::uint64_t step = 0;               // the optimizer step (training) — keys dropout masks
+  std::int64_t global_row_offset = 0;   // first row of this slice within the global batch
+};
+
+// A Keras layer: built once for an input shape (batch axis excluded), then run forward on batches
+// and backward on the gradient of its last forward output. Each replica owns its own clone, so
+// layers may keep per-call buffers.
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+
+  virtual std::string class_name() const = 0;  // "Dense", as Keras names it
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  bool built() const { return built_; }
+  DType dtype() const { return dtype_; }
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const { return output_shape_; }
+
+  // Creates the weights for inputs shaped (batch, *input_shape). `seed` makes initialisation
+  // reproducible. Throws std::invalid_argument naming the layer when the shape does not fit.
+  void build(const Shape& input_shape, std::uint64_t seed, DType dtype = DType::Float32);
+  virtual Shape compute_output_shape(const Shape& input_shape) const = 0;
+
+  // x is (batch, *input_shape()). The result stays valid until the next forward.
+  virtual Tensor forward(const Tensor& x, const ForwardContext& ctx) = 0;
+  // Given dL/dy of the last forward: overwrites the parameters' .grad and returns dL/dx, or an
+  // undefined Tensor when !need_input_grad (the first layer skips that GEMM).
+  virtual Tensor backward(const Tensor& dy, bool need_input_grad) = 0;
+
+  virtual std::vector<Parameter*> parameters() { return {}; }
+  virtual double regularization_loss() const { return 0.0; }
+  // Adds d(regularization_loss)/dw to each parameter's .grad.
+  virtual void add_regularization_gradients() {}
+
+  // A deep copy: same configuration, same weights, independent buffers.
+  virtual std::unique_ptr<Layer> clone() const = 0;
+  // Keras's get_config(): {"name": ..., "trainable": true, ...layer fields}.
+  virtual Json config() const;
+
+ protected:
+  virtual void build_weights(const Shape& /*input_shape*/, std::uint64_t /*seed*/) {}
+  // For clone(): marks this layer built exactly as `other` is (weights are copied by the caller).
+  void copy_build_state(const Layer& other) {
+    built_ = other.built_;
+    dtype_ = other.dtype_;
+    input_shape_ = other.input_shape_;
+    output_shape_ = other.output_shape_;
+  }
+  // Keras's message for an input that does not fit a built layer.
+  void check_input(const Tensor& x) const;
+
+  std::string name_;
+  bool built_ = false;
+  DType dtype_ = DType::Float32;
+  Shape input_shape_, output_shape_;
+};
+
+// Reallocates `t` only when its shape or dtype must change (per-step buffers are reused).
+void ensure_buffer(Tensor& t, const Shape& shape, DType dtype, const Device& device = {});
+
+}  // namespace mdtrain

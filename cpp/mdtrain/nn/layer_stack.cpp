@@ -1,0 +1,111 @@
+#include "mdtrain/nn/layer_stack.h"
+
+#include <set>
+
+namespace mdtrain {
+
+void LayerStack::add(std::shared_ptr<Layer> layer) {
+  MDTRAIN_CHECK(layer != nullptr, std::invalid_argument, "[sequential] cannot add a null layer");
+  for (const auto& l : layers_)
+    MDTRAIN_CHECK(l->name() != layer->name(), std::invalid_argument, "[sequential] a layer named \"",
+                  layer->name(), "\" is already in the model; layer names must be unique");
+  layers_.push_back(std::move(layer));
+  if (built_) {
+    // Keras lets a built Sequential grow: build the newcomer on the current output and repack.
+    const std::size_t i = layers_.size() - 1;
+    const Shape shape = layers_[i - 1]->output_shape();
+    try {
+      layers_[i]->build(shape, layer_seed(seed_, i), dtype_);
+    } catch (...) {
+      layers_.pop_back();
+      throw;
+    }
+    pack_parameters();
+  }
+}
+
+std::uint64_t LayerStack::layer_seed(std::uint64_t seed, std::size_t index) {
+  // Distinct, well-mixed seed per layer position (splitmix64 step).
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void LayerStack::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
+  MDTRAIN_CHECK(!layers_.empty(), std::invalid_argument, "[sequential] cannot build a model with no layers");
+  Shape shape = input_shape;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->build(shape, layer_seed(seed, i), dtype);
+    shape = layers_[i]->output_shape();
+  }
+  seed_ = seed;
+  input_shape_ = input_shape;
+  dtype_ = dtype;
+  built_ = true;
+  pack_parameters();
+}
+
+Shape LayerStack::output_shape() const {
+  MDTRAIN_CHECK(built_, std::logic_error, "[sequential] the model is not built yet");
+  return layers_.back()->output_shape();
+}
+
+void LayerStack::pack_parameters() {
+  ParameterList params = parameters();
+  std::int64_t total = 0;
+  for (auto* p : params) total += p->value.numel();
+  packed_values_ = Tensor({total}, dtype_);
+  packed_grads_ = Tensor::zeros({total}, dtype_);
+  std::int64_t offset = 0;
+  for (auto* p : params) {
+    const std::int64_t n = p->value.numel();
+    Tensor value = packed_values_.rows(offset, offset + n).reshape(p->value.shape());
+    value.copy_from(p->value);
+    p->value = value;
+    p->grad = packed_grads_.rows(offset, offset + n).reshape(p->value.shape());
+    offset += n;
+  }
+}
+
+Tensor LayerStack::forward(const Tensor& x, const ForwardContext& ctx) {
+  MDTRAIN_CHECK(built_, std::logic_error, "[sequential] the model is not built yet");
+  Tensor h = x;
+  for (auto& layer : layers_) h = layer->forward(h, ctx);
+  return h;
+}
+
+void LayerStack::backward(const Tensor& dy) {
+  Tensor g = dy;
+  for (std::size_t i = layers_.size(); i-- > 0;) g = layers_[i]->backward(g, i > 0);
+}
+
+ParameterList LayerStack::parameters() {
+  ParameterList all;
+  for (auto& layer : layers_)
+    for (auto* p : layer->parameters()) all.push_back(p);
+  return all;
+}
+
+double LayerStack::regularization_loss() const {
+  double l = 0;
+  for (const auto& layer : layers_) l += layer->regularization_loss();
+  return l;
+}
+
+void LayerStack::add_regularization_gradients() {
+  for (auto& layer : layers_) layer->add_regularization_gradients();
+}
+
+std::unique_ptr<LayerStack> LayerStack::clone() const {
+  auto copy = std::make_unique<LayerStack>();
+  for (const auto& layer : layers_) copy->layers_.push_back(std::shared_ptr<Layer>(layer->clone()));
+  copy->built_ = built_;
+  copy->seed_ = seed_;
+  copy->input_shape_ = input_shape_;
+  copy->dtype_ = dtype_;
+  if (built_) copy->pack_parameters();
+  return copy;
+}
+
+}  // namespace mdtrain

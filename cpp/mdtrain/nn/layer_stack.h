@@ -1,0 +1,57 @@
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "mdtrain/nn/layer.h"
+
+namespace mdtrain {
+
+// Layers run one after another (the body of a Keras Sequential). Once built, all parameter
+// values live in one contiguous buffer and all gradients in another (each Parameter's tensors
+// are views into them), so a gradient all-reduce or an optimizer sweep is one pass over memory,
+// and a range of it can be handed to one replica (sharded updates).
+class LayerStack {
+ public:
+  LayerStack() = default;
+  LayerStack(const LayerStack&) = delete;
+  LayerStack& operator=(const LayerStack&) = delete;
+
+  // Adding to a built stack builds the new layer on the current output shape.
+  void add(std::shared_ptr<Layer> layer);
+  const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
+
+  // Builds every layer for inputs shaped (batch, *input_shape); layer i is seeded from (seed, i).
+  void build(const Shape& input_shape, std::uint64_t seed, DType dtype = DType::Float32);
+  bool built() const { return built_; }
+  const Shape& input_shape() const { return input_shape_; }
+  Shape output_shape() const;
+  DType dtype() const { return dtype_; }
+
+  Tensor forward(const Tensor& x, const ForwardContext& ctx);
+  // Backpropagates dL/d(output) of the last forward into every parameter's .grad.
+  void backward(const Tensor& dy);
+
+  ParameterList parameters();
+  std::int64_t parameter_count() const { return packed_values_.numel(); }
+  Tensor& packed_values() { return packed_values_; }
+  Tensor& packed_grads() { return packed_grads_; }
+
+  double regularization_loss() const;
+  void add_regularization_gradients();
+
+  // A deep copy (layers, weights), built and packed.
+  std::unique_ptr<LayerStack> clone() const;
+
+ private:
+  void pack_parameters();
+  static std::uint64_t layer_seed(std::uint64_t seed, std::size_t index);
+
+  std::vector<std::shared_ptr<Layer>> layers_;
+  bool built_ = false;
+  std::uint64_t seed_ = 0;
+  Shape input_shape_;
+  DType dtype_ = DType::Float32;
+  Tensor packed_values_, packed_grads_;
+};
+
+}  // namespace mdtrain

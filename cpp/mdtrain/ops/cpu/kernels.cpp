@@ -1,0 +1,138 @@
+#include "mdtrain/ops/cpu/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "mdtrain/core/rng.h"
+#include "mdtrain/ops/elementwise_math.h"
+
+namespace mdtrain::cpu {
+
+namespace {
+template <class T>
+void softmax_row(const T* z, const T* bias, std::int64_t cols, T* y) {
+  T m = -INFINITY;
+  for (std::int64_t j = 0; j < cols; ++j) m = std::max(m, z[j] + (bias ? bias[j] : T(0)));
+  T s = 0;
+  for (std::int64_t j = 0; j < cols; ++j) {
+    y[j] = std::exp(z[j] + (bias ? bias[j] : T(0)) - m);
+    s += y[j];
+  }
+  T inv = T(1) / s;
+  for (std::int64_t j = 0; j < cols; ++j) y[j] *= inv;
+}
+
+// Applies f(z + b) over a row; the loop body stays free of branches on the activation kind.
+template <class T, class F>
+void map_row(const T* z, const T* bias, std::int64_t cols, T* y, F f) {
+  if (bias) {
+    for (std::int64_t j = 0; j < cols; ++j) y[j] = f(z[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < cols; ++j) y[j] = f(z[j]);
+  }
+}
+}  // namespace
+
+template <class T>
+void bias_activation(const T* z, const T* bias, std::int64_t rows, std::int64_t cols, Activation act, T* y) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const T* zr = z + i * cols;
+    T* yr = y + i * cols;
+    switch (act) {
+      case Activation::Linear: map_row(zr, bias, cols, yr, [](T v) { return v; }); break;
+      case Activation::ReLU: map_row(zr, bias, cols, yr, [](T v) { return math::relu(v); }); break;
+      case Activation::Sigmoid: map_row(zr, bias, cols, yr, [](T v) { return math::sigmoid(v); }); break;
+      case Activation::Tanh: map_row(zr, bias, cols, yr, [](T v) { return math::tanh_act(v); }); break;
+      case Activation::GELU: map_row(zr, bias, cols, yr, [](T v) { return math::gelu(v); }); break;
+      case Activation::Softmax: softmax_row(zr, bias, cols, yr); break;
+    }
+  }
+}
+
+template <class T>
+void activation_backward(Activation act, const T* z, const T* y, const T* dy, std::int64_t rows,
+                         std::int64_t cols, T* dz) {
+  std::int64_t n = rows * cols;
+  switch (act) {
+    case Activation::Linear:
+      if (dz != dy) std::copy(dy, dy + n, dz);
+      break;
+    case Activation::ReLU:
+      for (std::int64_t i = 0; i < n; ++i) dz[i] = y[i] > T(0) ? dy[i] : T(0);
+      break;
+    case Activation::Sigmoid:
+      for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * math::sigmoid_grad_from_output(y[i]);
+      break;
+    case Activation::Tanh:
+      for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * math::tanh_grad_from_output(y[i]);
+      break;
+    case Activation::GELU:
+      for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * math::gelu_grad(z[i]);
+      break;
+    case Activation::Softmax:
+      // dz = y * (dy - <dy, y>) per row: the Jacobian-vector product of softmax.
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const T* yr = y + r * cols;
+        const T* dyr = dy + r * cols;
+        T* dzr = dz + r * cols;
+        T dot = 0;
+        for (std::int64_t j = 0; j < cols; ++j) dot += dyr[j] * yr[j];
+        for (std::int64_t j = 0; j < cols; ++j) dzr[j] = yr[j] * (dyr[j] - dot);
+      }
+      break;
+  }
+}
+
+template <class T>
+void sum_rows(const T* x, std::int64_t rows, std::int64_t cols, T beta, T* out) {
+  if (beta == T(0)) std::fill(out, out + cols, T(0));
+  else if (beta != T(1)) for (std::int64_t j = 0; j < cols; ++j) out[j] *= beta;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const T* r = x + i * cols;
+    for (std::int64_t j = 0; j < cols; ++j) out[j] += r[j];
+  }
+}
+
+template <class T>
+void dropout(const T* x, std::int64_t n, double rate, std::uint64_t seed, std::uint64_t stream,
+             std::uint64_t first_element, T* mask, T* y) {
+  const T scale = static_cast<T>(1.0 / (1.0 - rate));
+  const float threshold = static_cast<float>(rate);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint64_t e = first_element + static_cast<std::uint64_t>(i);
+    // One Philox block gives four uniforms; recomputing per element keeps the mask a pure function
+    // of the element's position (cheap next to the GEMMs around it).
+    Philox4 block = philox4x32(seed, stream, e >> 2);
+    float u = uniform_from_bits(block.v[e & 3]);
+    mask[i] = u >= threshold ? scale : T(0);
+    y[i] = x[i] * mask[i];
+  }
+}
+
+template <class T>
+void multiply(const T* a, const T* b, std::int64_t n, T* y) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+template <class T>
+bool all_finite(const T* x, std::int64_t n) {
+  // Accumulating x*0 keeps the loop branch-free: it is NaN iff some x is NaN or infinite.
+  T acc = 0;
+  for (std::int64_t i = 0; i < n; ++i) acc += x[i] * T(0);
+  return acc == T(0);
+}
+
+#define MDTRAIN_INSTANTIATE(T)                                                                    \
+  template void bias_activation<T>(const T*, const T*, std::int64_t, std::int64_t, Activation, T*); \
+  template void activation_backward<T>(Activation, const T*, const T*, const T*, std::int64_t,    \
+                                       std::int64_t, T*);                                         \
+  template void sum_rows<T>(const T*, std::int64_t, std::int64_t, T, T*);                         \
+  template void dropout<T>(const T*, std::int64_t, double, std::uint64_t, std::uint64_t,          \
+                           std::uint64_t, T*, T*);                                                \
+  template void multiply<T>(const T*, const T*, std::int64_t, T*);                                \
+  template bool all_finite<T>(const T*, std::int64_t);
+MDTRAIN_INSTANTIATE(float)
+MDTRAIN_INSTANTIATE(double)
+#undef MDTRAIN_INSTANTIATE
+
+}  // namespace mdtrain::cpu

@@ -1,0 +1,223 @@
+#include "mdtrain/ops/loss_ops.h"
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/ops/cpu/loss_kernels.h"
+
+namespace mdtrain::ops {
+
+namespace {
+
+void require_cpu(const char* op, const char* what, const Tensor& t) {
+  if (!t.device().is_cpu())
+    fail<std::invalid_argument>("[ops] ", op, ": ", what, " is on ", t.device().to_string(),
+                                "; CUDA tensors are not supported yet");
+}
+
+bool is_label_dtype(DType d) {
+  return d == DType::Float32 || d == DType::Float64 || d == DType::Int32 || d == DType::Int64 ||
+         d == DType::UInt8;
+}
+
+template <class F> void by_float(DType d, F&& f) {
+  if (d == DType::Float32) f(float{});
+  else f(double{});
+}
+
+template <class F> void by_label(DType d, F&& f) {
+  switch (d) {
+    case DType::Float32: f(float{}); break;
+    case DType::Float64: f(double{}); break;
+    case DType::Int32: f(std::int32_t{}); break;
+    case DType::Int64: f(std::int64_t{}); break;
+    case DType::UInt8: f(std::uint8_t{}); break;
+  }
+}
+
+// Checks pred (2-D float, cols >= 1), the labels/targets tensor (element count `expected`) and
+// dpred; returns (rows, cols).
+std::pair<std::int64_t, std::int64_t> check(const char* op, const Tensor& y, const char* y_name,
+                                            std::int64_t expected_per_row, const Tensor& pred,
+                                            const Tensor* dpred) {
+  MDTRAIN_CHECK(pred.defined() && y.defined(), std::invalid_argument, "[ops] ", op, ": undefined tensor");
+  require_cpu(op, "y_pred", pred);
+  require_cpu(op, y_name, y);
+  MDTRAIN_CHECK(is_floating(pred.dtype()), std::invalid_argument, "[ops] ", op,
+                ": y_pred must be float32 or float64, got ", name_of(pred.dtype()));
+  MDTRAIN_CHECK(is_label_dtype(y.dtype()), std::invalid_argument, "[ops] ", op, ": ", y_name,
+                " has unsupported dtype ", name_of(y.dtype()));
+  MDTRAIN_CHECK(pred.ndim() == 2 && pred.dim(1) >= 1, std::invalid_argument, "[ops] ", op,
+                ": y_pred must be (rows, cols) with cols >= 1, got shape ", to_string(pred.shape()));
+  const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
+  MDTRAIN_CHECK(y.numel() == rows * expected_per_row, std::invalid_argument, "[ops] ", op, ": ", y_name,
+                " shape ", to_string(y.shape()), " does not match y_pred shape ", to_string(pred.shape()));
+  if (dpred) {
+    MDTRAIN_CHECK(dpred->defined() && dpred->shape() == pred.shape() && dpred->dtype() == pred.dtype(),
+                  std::invalid_argument, "[ops] ", op, ": dpred must be ", name_of(pred.dtype()), " ",
+                  to_string(pred.shape()), ", got ",
+                  dpred->defined() ? cat(name_of(dpred->dtype()), " ", to_string(dpred->shape())) : "undefined");
+    require_cpu(op, "dpred", *dpred);
+    MDTRAIN_CHECK(rows == 0 || !dpred->same_storage(pred), std::invalid_argument, "[ops] ", op,
+                  ": dpred must not alias y_pred");
+  }
+  return {rows, cols};
+}
+
+// Runs kernel(L* y, T* pred, T* g) with the right types.
+template <class K>
+void dispatch(const Tensor& y, const Tensor& pred, Tensor* dpred, K&& kernel) {
+  by_float(pred.dtype(), [&](auto ttag) {
+    using T = decltype(ttag);
+    by_label(y.dtype(), [&](auto ltag) {
+      using L = decltype(ltag);
+      kernel(y.data<L>(), pred.data<T>(), dpred ? dpred->data<T>() : static_cast<T*>(nullptr));
+    });
+  });
+}
+
+}  // namespace
+
+std::int64_t first_invalid_label(const Tensor& labels, std::int64_t classes,
+                                 std::optional<std::int64_t> ignore_class) {
+  require_cpu("first_invalid_label", "labels", labels);
+  MDTRAIN_CHECK(is_label_dtype(labels.dtype()), std::invalid_argument,
+                "[ops] first_invalid_label: unsupported label dtype ", name_of(labels.dtype()));
+  std::int64_t bad = -1;
+  by_label(labels.dtype(), [&](auto tag) {
+    using L = decltype(tag);
+    bad = cpu::first_invalid_label(labels.data<L>(), labels.numel(), classes, ignore_class.has_value(),
+                                   ignore_class.value_or(0));
+  });
+  return bad;
+}
+
+double element_as_double(const Tensor& t, std::int64_t index) {
+  require_cpu("element_as_double", "tensor", t);
+  MDTRAIN_CHECK(index >= 0 && index < t.numel(), std::out_of_range, "[ops] element_as_double: index ", index,
+                " out of range for shape ", to_string(t.shape()));
+  double v = 0;
+  by_label(t.dtype(), [&](auto tag) {
+    using L = decltype(tag);
+    v = static_cast<double>(t.data<L>()[index]);
+  });
+  return v;
+}
+
+std::int64_t count_equal(const Tensor& labels, double value) {
+  require_cpu("count_equal", "labels", labels);
+  MDTRAIN_CHECK(is_label_dtype(labels.dtype()), std::invalid_argument,
+                "[ops] count_equal: unsupported label dtype ", name_of(labels.dtype()));
+  std::int64_t n = 0;
+  by_label(labels.dtype(), [&](auto tag) {
+    using L = decltype(tag);
+    n = cpu::count_equal(labels.data<L>(), labels.numel(), value);
+  });
+  return n;
+}
+
+double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred, bool from_logits,
+                                       std::optional<std::int64_t> ignore_class, double grad_scale,
+                                       Tensor* dpred) {
+  const char* op = "sparse_categorical_crossentropy";
+  auto [rows, cols] = check(op, labels, "y_true", 1, pred, dpred);
+  const std::int64_t bad = first_invalid_label(labels, cols, ignore_class);
+  if (bad >= 0)
+    fail<std::invalid_argument>("[ops] ", op, ": label ", element_as_double(labels, bad), " at index ", bad,
+                                " is out of range for ", cols, " classes (y_pred shape ", to_string(pred.shape()),
+                                ")");
+  double sum = 0.0;
+  dispatch(labels, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+    sum = cpu::sparse_xent(y, p, rows, cols, from_logits, ignore_class.has_value(), ignore_class.value_or(0),
+                           static_cast<T>(grad_scale), g);
+  });
+  return sum;
+}
+
+double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits,
+                                double label_smoothing, double grad_scale, Tensor* dpred) {
+  auto [rows, cols] = check("categorical_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0,
+                            pred, dpred);
+  double sum = 0.0;
+  dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+    sum = cpu::dense_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing),
+                          static_cast<T>(grad_scale), g);
+  });
+  return sum;
+}
+
+double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
+                           double grad_scale, Tensor* dpred) {
+  auto [rows, cols] = check("binary_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
+                            dpred);
+  double sum = 0.0;
+  dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+    sum = cpu::binary_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing),
+                           static_cast<T>(grad_scale), g);
+  });
+  return sum;
+}
+
+double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
+  auto [rows, cols] = check("mean_squared_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
+                            dpred);
+  double sum = 0.0;
+  dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+    sum = cpu::squared_error(y, p, rows, cols, static_cast<T>(grad_scale), g);
+  });
+  return sum;
+}
+
+double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
+  auto [rows, cols] = check("mean_absolute_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
+                            dpred);
+  double sum = 0.0;
+  dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+    sum = cpu::absolute_error(y, p, rows, cols, static_cast<T>(grad_scale), g);
+  });
+  return sum;
+}
+
+double sparse_categorical_matches(const Tensor& labels, const Tensor& pred) {
+  auto [rows, cols] = check("sparse_categorical_matches", labels, "y_true", 1, pred, nullptr);
+  double n = 0.0;
+  dispatch(labels, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
+    n = cpu::sparse_argmax_matches(y, p, rows, cols);
+  });
+  return n;
+}
+
+double categorical_matches(const Tensor& target, const Tensor& pred) {
+  auto [rows, cols] = check("categorical_matches", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
+                            nullptr);
+  double n = 0.0;
+  dispatch(target, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
+    n = cpu::argmax_matches(y, p, rows, cols);
+  });
+  return n;
+}
+
+double sparse_top_k_matches(const Tensor& labels, const Tensor& pred, std::int64_t k) {
+  auto [rows, cols] = check("sparse_top_k_matches", labels, "y_true", 1, pred, nullptr);
+  MDTRAIN_CHECK(k >= 1, std::invalid_argument, "[ops] sparse_top_k_matches: k must be >= 1, got ", k);
+  double n = 0.0;
+  dispatch(labels, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
+    n = cpu::top_k_matches(y, p, rows, cols, k);
+  });
+  return n;
+}
+
+double binary_matches(const Tensor& target, const Tensor& pred, double threshold) {
+  auto [rows, cols] = check("binary_matches", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
+                            nullptr);
+  double n = 0.0;
+  dispatch(target, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
+    n = cpu::threshold_matches(y, p, rows * cols, threshold);
+  });
+  return n;
+}
+
+}  // namespace mdtrain::ops

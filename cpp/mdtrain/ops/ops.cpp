@@ -1,0 +1,176 @@
+#include "mdtrain/ops/ops.h"
+
+#include <climits>
+#include <cstring>
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/ops/cpu/blas.h"
+#include "mdtrain/ops/cpu/kernels.h"
+#include "mdtrain/ops/cuda/cuda_runtime.h"
+
+namespace mdtrain::ops {
+
+namespace {
+
+void require_cpu(const char* op, const Tensor& t) {
+  if (!t.device().is_cpu())
+    fail<std::invalid_argument>("[", op, "] tensor on ", t.device().to_string(), ": ",
+                                cuda::unavailable_reason());
+}
+
+void require_same(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {
+  MDTRAIN_CHECK(is_floating(a.dtype()), std::invalid_argument, "[", op, "] expected a float tensor, got ",
+                name_of(a.dtype()));
+  MDTRAIN_CHECK(a.dtype() == b.dtype(), std::invalid_argument, "[", op, "] dtype mismatch: ",
+                name_of(a.dtype()), " vs ", what_b, " ", name_of(b.dtype()));
+  require_cpu(op, a);
+  require_cpu(op, b);
+}
+
+// (rows, cols) view of a tensor whose last axis is the feature axis.
+std::int64_t cols_of(const Tensor& t) { return t.ndim() == 0 ? 1 : t.shape().back(); }
+
+template <class F>
+void by_dtype(DType dtype, F&& f) {
+  if (dtype == DType::Float32) f(float{});
+  else f(double{});
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
+  require_same("gemm", a, b, "b");
+  require_same("gemm", a, c, "c");
+  MDTRAIN_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, std::invalid_argument,
+                "[gemm] expected 2-D tensors, got ", to_string(a.shape()), ", ", to_string(b.shape()),
+                ", ", to_string(c.shape()));
+  std::int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
+  std::int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
+  MDTRAIN_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, std::invalid_argument,
+                "[gemm] shapes do not match: a", to_string(a.shape()), ta ? "^T" : "", " @ b",
+                to_string(b.shape()), tb ? "^T" : "", " -> c", to_string(c.shape()));
+  MDTRAIN_CHECK(m < INT_MAX && n < INT_MAX && k < INT_MAX, std::invalid_argument,
+                "[gemm] dimensions exceed the BLAS's 32-bit range");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: c = beta * c, which BLAS implementations disagree on
+    if (beta == 0.0) std::memset(c.raw(), 0, c.nbytes());
+    else by_dtype(c.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* p = c.data<T>();
+      for (std::int64_t i = 0; i < c.numel(); ++i) p[i] *= static_cast<T>(beta);
+    });
+    return;
+  }
+  by_dtype(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::gemm(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), static_cast<T>(alpha),
+              a.data<T>(), static_cast<int>(a.dim(1)), b.data<T>(), static_cast<int>(b.dim(1)),
+              static_cast<T>(beta), c.data<T>(), static_cast<int>(n));
+  });
+}
+
+void bias_activation(const Tensor& z, const Tensor& bias, Activation act, Tensor& y) {
+  require_same("bias_activation", z, y, "y");
+  MDTRAIN_CHECK(z.numel() == y.numel(), std::invalid_argument, "[bias_activation] z ",
+                to_string(z.shape()), " and y ", to_string(y.shape()), " differ in size");
+  std::int64_t cols = cols_of(z), rows = cols ? z.numel() / cols : 0;
+  if (bias.defined()) {
+    require_same("bias_activation", z, bias, "bias");
+    MDTRAIN_CHECK(bias.numel() == cols, std::invalid_argument, "[bias_activation] bias ",
+                  to_string(bias.shape()), " does not match the last axis of ", to_string(z.shape()));
+  }
+  by_dtype(z.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::bias_activation<T>(z.data<T>(), bias.defined() ? bias.data<T>() : nullptr, rows, cols, act, y.data<T>());
+  });
+}
+
+void activation_backward(Activation act, const Tensor& z, const Tensor& y, const Tensor& dy, Tensor& dz) {
+  require_same("activation_backward", y, dy, "dy");
+  require_same("activation_backward", y, dz, "dz");
+  MDTRAIN_CHECK(y.numel() == dy.numel() && y.numel() == dz.numel(), std::invalid_argument,
+                "[activation_backward] sizes differ: y ", to_string(y.shape()), ", dy ", to_string(dy.shape()),
+                ", dz ", to_string(dz.shape()));
+  if (act == Activation::GELU)
+    MDTRAIN_CHECK(z.defined() && z.numel() == y.numel(), std::invalid_argument,
+                  "[activation_backward] gelu needs the forward input");
+  std::int64_t cols = cols_of(y), rows = cols ? y.numel() / cols : 0;
+  by_dtype(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::activation_backward<T>(act, z.defined() ? z.data<T>() : nullptr, y.data<T>(), dy.data<T>(), rows, cols,
+                                dz.data<T>());
+  });
+}
+
+void sum_rows(const Tensor& x, Tensor& out, double beta) {
+  require_same("sum_rows", x, out, "out");
+  std::int64_t cols = cols_of(x), rows = cols ? x.numel() / cols : 0;
+  MDTRAIN_CHECK(out.numel() == cols, std::invalid_argument, "[sum_rows] out ", to_string(out.shape()),
+                " does not match the last axis of ", to_string(x.shape()));
+  by_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::sum_rows<T>(x.data<T>(), rows, cols, static_cast<T>(beta), out.data<T>());
+  });
+}
+
+void dropout(const Tensor& x, double rate, std::uint64_t seed, std::uint64_t stream, std::uint64_t first_element,
+             Tensor& mask, Tensor& y) {
+  require_same("dropout", x, y, "y");
+  require_same("dropout", x, mask, "mask");
+  MDTRAIN_CHECK(rate >= 0.0 && rate < 1.0, std::invalid_argument, "[dropout] rate must be in [0, 1), got ", rate);
+  MDTRAIN_CHECK(x.numel() == y.numel() && x.numel() == mask.numel(), std::invalid_argument,
+                "[dropout] sizes differ");
+  by_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::dropout<T>(x.data<T>(), x.numel(), rate, seed, stream, first_element, mask.data<T>(), y.data<T>());
+  });
+}
+
+void multiply(const Tensor& a, const Tensor& b, Tensor& y) {
+  require_same("multiply", a, b, "b");
+  require_same("multiply", a, y, "y");
+  MDTRAIN_CHECK(a.numel() == b.numel() && a.numel() == y.numel(), std::invalid_argument,
+                "[multiply] sizes differ: ", to_string(a.shape()), ", ", to_string(b.shape()));
+  by_dtype(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::multiply<T>(a.data<T>(), b.data<T>(), a.numel(), y.data<T>());
+  });
+}
+
+void gather_rows(const Tensor& x, const std::int64_t* indices, std::int64_t count, Tensor& out) {
+  require_cpu("gather_rows", x);
+  require_cpu("gather_rows", out);
+  MDTRAIN_CHECK(x.dtype() == out.dtype() && x.ndim() >= 1 && out.ndim() >= 1 && out.dim(0) == count &&
+                    x.row_size() == out.row_size(),
+                std::invalid_argument, "[gather_rows] cannot gather ", count, " rows of ", to_string(x.shape()),
+                " into ", to_string(out.shape()));
+  const std::size_t row_bytes = static_cast<std::size_t>(x.row_size()) * size_of(x.dtype());
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(out.raw());
+  const std::int64_t n = x.dim(0);
+  for (std::int64_t i = 0; i < count; ++i) {
+    MDTRAIN_CHECK(indices[i] >= 0 && indices[i] < n, std::out_of_range, "[gather_rows] row ", indices[i],
+                  " out of range for ", n, " rows");
+    std::memcpy(dst + i * row_bytes, src + indices[i] * row_bytes, row_bytes);
+  }
+}
+
+bool all_finite(const Tensor& x) {
+  require_cpu("all_finite", x);
+  if (!is_floating(x.dtype())) return true;
+  bool ok = true;
+  by_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    ok = cpu::all_finite<T>(x.data<T>(), x.numel());
+  });
+  return ok;
+}
+
+void set_cpu_threads(int threads) {
+  MDTRAIN_CHECK(threads >= 1, std::invalid_argument, "[ops] thread count must be >= 1, got ", threads);
+  cpu::set_blas_threads(threads);
+}
+
+int cpu_thread_count() { return cpu::blas_max_threads(); }
+
+}  // namespace mdtrain::ops

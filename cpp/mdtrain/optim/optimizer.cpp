@@ -1,0 +1,433 @@
+#include "mdtrain/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mdtrain/core/errors.h"
+
+namespace mdtrain {
+
+namespace {
+
+void check_clip_argument(const std::optional<double>& value, const char* what) {
+  // Keras silently ignores a clip argument <= 0; a clear error is kinder.
+  if (value) {
+    MDTRAIN_CHECK(std::isfinite(*value) && *value > 0, std::invalid_argument, "[optim] ", what,
+                  " must be a positive number or unset, got ", *value);
+  }
+}
+
+template <class T> double sum_of_squares(const T* g, std::int64_t n) {
+  // Accumulated in double over 8 lanes combined in a fixed order: deterministic on every
+  // machine, and the lanes let the loop vectorise without -ffast-math reassociation.
+  constexpr int kLanes = 8;
+  double lane[kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(g[i + j]) * static_cast<double>(g[i + j]);
+  for (int j = 0; i < n; ++i, ++j) lane[j] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  double s = 0;
+  for (double x : lane) s += x;
+  return s;
+}
+
+double squared_norm(const Tensor& g) {
+  if (g.dtype() == DType::Float32) return sum_of_squares(g.data<float>(), g.numel());
+  return sum_of_squares(g.data<double>(), g.numel());
+}
+
+Json optional_json(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
+
+}  // namespace
+
+Optimizer::Optimizer(LearningRate learning_rate, OptimizerOptions options, const char* default_name)
+    : learning_rate_(std::move(learning_rate)), options_(std::move(options)) {
+  name_ = options_.name.empty() ? default_name : options_.name;
+  int clip_args = (options_.clipnorm ? 1 : 0) + (options_.clipvalue ? 1 : 0) +
+                  (options_.global_clipnorm ? 1 : 0);
+  MDTRAIN_CHECK(clip_args <= 1, std::invalid_argument,
+                "[optim] only one of clipnorm, clipvalue and global_clipnorm can be set; got clipnorm=",
+                options_.clipnorm ? cat(*options_.clipnorm) : "None", ", clipvalue=",
+                options_.clipvalue ? cat(*options_.clipvalue) : "None", ", global_clipnorm=",
+                options_.global_clipnorm ? cat(*options_.global_clipnorm) : "None");
+  check_clip_argument(options_.clipnorm, "clipnorm");
+  check_clip_argument(options_.clipvalue, "clipvalue");
+  check_clip_argument(options_.global_clipnorm, "global_clipnorm");
+  if (options_.weight_decay) {
+    MDTRAIN_CHECK(std::isfinite(*options_.weight_decay) && *options_.weight_decay >= 0,
+                  std::invalid_argument, "[optim] weight_decay must be >= 0, got ",
+                  *options_.weight_decay);
+  }
+}
+
+Optimizer::Optimizer(const Optimizer& other)
+    : learning_rate_(other.learning_rate_),
+      options_(other.options_),
+      name_(other.name_),
+      iterations_(other.iterations_),
+      weight_decay_exclusions_(other.weight_decay_exclusions_),
+      built_(other.built_),
+      param_names_(other.param_names_),
+      shapes_(other.shapes_),
+      dtypes_(other.dtypes_),
+      has_pending_(other.has_pending_) {
+  slots_.reserve(other.slots_.size());
+  for (const auto& per_param : other.slots_) {
+    std::vector<Tensor> copy;
+    for (const auto& t : per_param) copy.push_back(t.clone());
+    slots_.push_back(std::move(copy));
+  }
+  for (const auto& [n, t] : other.pending_) pending_.emplace_back(n, t.clone());
+}
+
+Optimizer::~Optimizer() = default;
+
+bool Optimizer::VariableUpdate::clip() const {
+  return grad_scale != 1.0 || clip_value != std::numeric_limits<double>::infinity();
+}
+
+void Optimizer::check_range(double value, double lo, double hi, bool hi_inclusive, const char* what) {
+  bool ok = value >= lo && (hi_inclusive ? value <= hi : value < hi);
+  MDTRAIN_CHECK(ok, std::invalid_argument, "[optim] ", what, " must be in [", lo, ", ", hi,
+                hi_inclusive ? "]" : ")", ", got ", value);
+}
+
+void Optimizer::set_learning_rate(double lr) { learning_rate_ = LearningRate(lr); }
+
+void Optimizer::set_schedule(std::shared_ptr<const LearningRateSchedule> schedule) {
+  learning_rate_ = LearningRate(std::move(schedule));
+}
+
+void Optimizer::exclude_from_weight_decay(std::vector<std::string> name_fragments) {
+  weight_decay_exclusions_ = std::move(name_fragments);
+}
+
+bool Optimizer::uses_weight_decay(const std::string& param_name) const {
+  for (const auto& fragment : weight_decay_exclusions_)
+    if (param_name.find(fragment) != std::string::npos) return false;
+  return true;
+}
+
+std::vector<Parameter*> Optimizer::trainable(const ParameterList& params) const {
+  std::vector<Parameter*> out;
+  out.reserve(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Parameter* p = params[i];
+    MDTRAIN_CHECK(p != nullptr, std::invalid_argument, "[optim] parameter ", i, " is null");
+    if (!p->trainable) continue;
+    MDTRAIN_CHECK(p->value.defined() && is_floating(p->value.dtype()), std::invalid_argument,
+                  "[optim] parameter '", p->name, "' must be a defined float32 or float64 tensor");
+    MDTRAIN_CHECK(p->value.device().is_cpu(), std::invalid_argument, "[optim] parameter '", p->name,
+                  "' is on ", p->value.device().to_string(), "; only CPU parameters are supported yet");
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::string> Optimizer::state_names(const std::vector<std::string>& param_names) const {
+  std::vector<std::string> names{"iterations"};
+  for (const auto& spec : slot_specs())
+    for (const auto& p : param_names) names.push_back(p + "/" + spec.name);
+  return names;
+}
+
+void Optimizer::validate_slots(const State& state, const std::vector<std::string>& expected,
+                               const std::vector<Shape>& shapes,
+                               const std::vector<DType>& dtypes) const {
+  MDTRAIN_CHECK(state.size() == expected.size(), std::invalid_argument, "[optim] ", name_,
+                ": state has ", state.size(), " entries but this optimizer over ", shapes.size(),
+                " parameters has ", expected.size());
+  std::size_t n_params = shapes.size();
+  for (std::size_t i = 1; i < state.size(); ++i) {
+    const auto& [name, t] = state[i];
+    MDTRAIN_CHECK(name == expected[i], std::invalid_argument, "[optim] ", name_, ": state entry ", i,
+                  " is named '", name, "' but expected '", expected[i], "'");
+    std::size_t p = (i - 1) % n_params;
+    MDTRAIN_CHECK(t.defined() && t.shape() == shapes[p] && t.dtype() == dtypes[p],
+                  std::invalid_argument, "[optim] ", name_, ": state entry '", name, "' has shape ",
+                  t.defined() ? to_string(t.shape()) : "undefined", " ",
+                  t.defined() ? name_of(t.dtype()) : "", " but the parameter has shape ",
+                  to_string(shapes[p]), " ", name_of(dtypes[p]));
+  }
+}
+
+void Optimizer::build(const ParameterList& params) { build_from(trainable(params)); }
+
+void Optimizer::build_from(const std::vector<Parameter*>& params) {
+  if (built_) {
+    check_matches(params);
+    return;
+  }
+  std::vector<std::string> names;
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  for (Parameter* p : params) {
+    names.push_back(p->name);
+    shapes.push_back(p->value.shape());
+    dtypes.push_back(p->value.dtype());
+  }
+  auto specs = slot_specs();
+  if (has_pending_) validate_slots(pending_, state_names(names), shapes, dtypes);
+
+  std::vector<std::vector<Tensor>> slots(params.size());
+  for (std::size_t s = 0; s < specs.size(); ++s) {
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (has_pending_) {
+        slots[p].push_back(pending_[1 + s * params.size() + p].second);
+      } else {
+        Tensor t = Tensor::zeros(shapes[p], dtypes[p], params[p]->value.device());
+        if (specs[s].initial_value != 0.0) t.fill(specs[s].initial_value);
+        slots[p].push_back(std::move(t));
+      }
+    }
+  }
+  param_names_ = std::move(names);
+  shapes_ = std::move(shapes);
+  dtypes_ = std::move(dtypes);
+  slots_ = std::move(slots);
+  pending_.clear();
+  has_pending_ = false;
+  built_ = true;
+}
+
+void Optimizer::check_matches(const std::vector<Parameter*>& params) const {
+  MDTRAIN_CHECK(params.size() == shapes_.size(), std::invalid_argument, "[optim] ", name_,
+                " was built for ", shapes_.size(), " trainable parameters but got ", params.size(),
+                "; create a new optimizer for a different parameter list");
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& v = params[i]->value;
+    MDTRAIN_CHECK(v.shape() == shapes_[i] && v.dtype() == dtypes_[i], std::invalid_argument,
+                  "[optim] ", name_, ": trainable parameter ", i, " ('", params[i]->name,
+                  "') has shape ", to_string(v.shape()), " ", name_of(v.dtype()),
+                  " but the optimizer was built with ", to_string(shapes_[i]), " ",
+                  name_of(dtypes_[i]), " ('", param_names_[i], "')");
+  }
+}
+
+std::int64_t Optimizer::total_size() const {
+  std::int64_t n = 0;
+  for (const auto& s : shapes_) n += numel(s);
+  return n;
+}
+
+void Optimizer::apply(const ParameterList& params) {
+  apply_range(params, 0, std::numeric_limits<std::int64_t>::max());
+}
+
+void Optimizer::apply(const ParameterList& params, std::int64_t begin, std::int64_t end) {
+  MDTRAIN_CHECK(0 <= begin && begin <= end, std::invalid_argument,
+                "[optim] apply: bad element range [", begin, ", ", end, ")");
+  apply_range(params, begin, end);
+}
+
+void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std::int64_t end) {
+  std::vector<Parameter*> vars = trainable(params);
+  for (Parameter* p : vars) {
+    MDTRAIN_CHECK(p->grad.defined() && p->grad.shape() == p->value.shape() &&
+                      p->grad.dtype() == p->value.dtype(),
+                  std::invalid_argument, "[optim] gradient of '", p->name, "' has shape ",
+                  p->grad.defined() ? to_string(p->grad.shape()) : "undefined", " ",
+                  p->grad.defined() ? name_of(p->grad.dtype()) : "", " but the value has ",
+                  to_string(p->value.shape()), " ", name_of(p->value.dtype()));
+  }
+  build_from(vars);  // checks the list against the built one when already built
+
+  const double lr = current_learning_rate();
+  MDTRAIN_CHECK(!std::isnan(lr), std::invalid_argument, "[optim] ", name_,
+                ": the learning rate at iteration ", iterations_, " is NaN");
+  const double inf = std::numeric_limits<double>::infinity();
+
+  // Per-variable gradient factors, as Keras's _clip_gradients.
+  std::vector<double> scale(vars.size(), 1.0);
+  if (options_.clipnorm) {
+    const double c = *options_.clipnorm;
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      const double l2sum = squared_norm(vars[i]->grad);
+      const double l2norm = l2sum > 0 ? std::sqrt(l2sum) : l2sum;
+      scale[i] = c / std::max(l2norm, c);
+      if (std::isnan(l2norm)) scale[i] = l2norm;  // std::max would drop the NaN
+    }
+  } else if (options_.global_clipnorm) {
+    const double c = *options_.global_clipnorm;
+    double total = 0;
+    for (Parameter* p : vars) total += squared_norm(p->grad);
+    const double use_norm = std::sqrt(total);
+    // (use_norm - use_norm) turns an infinite or NaN norm into a NaN scale, as Keras does.
+    const double s = c * std::min(1.0 / use_norm, 1.0 / c) + (use_norm - use_norm);
+    std::fill(scale.begin(), scale.end(), s);
+  }
+  const double clip_value = options_.clipvalue ? *options_.clipvalue : inf;
+  const double wd = options_.weight_decay ? *options_.weight_decay : 0.0;
+
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const std::int64_t n = vars[i]->value.numel();
+    const std::int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
+    if (lo < hi) {
+      VariableUpdate u;
+      u.value = &vars[i]->value;
+      u.grad = &vars[i]->grad;
+      u.slots = slots_[i].data();
+      u.begin = lo - offset;
+      u.end = hi - offset;
+      u.learning_rate = lr;
+      u.iterations = iterations_;
+      u.grad_scale = scale[i];
+      u.clip_value = clip_value;
+      u.decay = (wd != 0.0 && uses_weight_decay(vars[i]->name)) ? wd * lr : 0.0;
+      update(u);
+    }
+    offset += n;
+  }
+  ++iterations_;
+}
+
+Optimizer::State Optimizer::state() const {
+  Tensor it = Tensor::zeros({}, DType::Int64);
+  it.data<std::int64_t>()[0] = iterations_;
+  State out;
+  out.emplace_back("iterations", it);
+  if (!built_) {
+    for (std::size_t i = 1; i < pending_.size(); ++i)
+      out.emplace_back(pending_[i].first, pending_[i].second.clone());
+    return out;
+  }
+  auto specs = slot_specs();
+  for (std::size_t s = 0; s < specs.size(); ++s)
+    for (std::size_t p = 0; p < slots_.size(); ++p)
+      out.emplace_back(param_names_[p] + "/" + specs[s].name, slots_[p][s].clone());
+  return out;
+}
+
+void Optimizer::set_state(const State& state) {
+  MDTRAIN_CHECK(!state.empty() && state[0].first == "iterations", std::invalid_argument, "[optim] ",
+                name_, ": state must start with 'iterations'",
+                state.empty() ? std::string(" (it is empty)") : ", got '" + state[0].first + "'");
+  const Tensor& it = state[0].second;
+  MDTRAIN_CHECK(it.defined() && it.numel() == 1 && it.dtype() == DType::Int64, std::invalid_argument,
+                "[optim] ", name_, ": state 'iterations' must be one int64 value");
+  const std::int64_t iterations = it.data<std::int64_t>()[0];
+  MDTRAIN_CHECK(iterations >= 0, std::invalid_argument, "[optim] ", name_,
+                ": state 'iterations' must be >= 0, got ", iterations);
+
+  if (built_) {
+    validate_slots(state, state_names(param_names_), shapes_, dtypes_);
+    const std::size_t n = slots_.size();
+    for (std::size_t i = 1; i < state.size(); ++i)
+      slots_[(i - 1) % n][(i - 1) / n].copy_from(state[i].second);
+  } else {
+    State copy;
+    for (const auto& [name, t] : state) {
+      MDTRAIN_CHECK(t.defined(), std::invalid_argument, "[optim] ", name_, ": state entry '", name,
+                    "' is undefined");
+      copy.emplace_back(name, t.clone());
+    }
+    pending_ = std::move(copy);
+    has_pending_ = true;
+  }
+  iterations_ = iterations;
+}
+
+Json Optimizer::config() const {
+  Json c = Json::object();
+  c.set("name", name_);
+  c.set("learning_rate", learning_rate_.config());
+  c.set("weight_decay", optional_json(options_.weight_decay));
+  c.set("clipnorm", optional_json(options_.clipnorm));
+  c.set("global_clipnorm", optional_json(options_.global_clipnorm));
+  c.set("clipvalue", optional_json(options_.clipvalue));
+  // Keras keys for features mdtrain does not have, at the values that mean "off".
+  c.set("use_ema", false);
+  c.set("ema_momentum", 0.99);
+  c.set("ema_overwrite_frequency", Json());
+  c.set("loss_scale_factor", Json());
+  c.set("gradient_accumulation_steps", Json());
+  return c;
+}
+
+// ---- ConfigReader ----------------------------------------------------------------------------
+
+ConfigReader::ConfigReader(const Json& config, std::string what)
+    : config_(config), what_(std::move(what)) {
+  MDTRAIN_CHECK(config_.is_object(), std::invalid_argument, "[optim] ", what_,
+                " config must be a JSON object, got ", config_.dump());
+}
+
+const Json* ConfigReader::raw(const std::string& key) {
+  used_.push_back(key);
+  if (!config_.contains(key)) return nullptr;
+  return &config_.at(key);
+}
+
+double ConfigReader::number(const std::string& key, double fallback) {
+  const Json* v = raw(key);
+  if (!v || v->is_null()) return fallback;
+  MDTRAIN_CHECK(v->is_number(), std::invalid_argument, "[optim] ", what_, ": '", key,
+                "' must be a number, got ", v->dump());
+  return v->as_number();
+}
+
+double ConfigReader::required_number(const std::string& key) {
+  const Json* v = raw(key);
+  MDTRAIN_CHECK(v && !v->is_null(), std::invalid_argument, "[optim] ", what_, ": missing '", key, "'");
+  return number(key, 0.0);
+}
+
+std::optional<double> ConfigReader::optional_number(const std::string& key) {
+  const Json* v = raw(key);
+  if (!v || v->is_null()) return std::nullopt;
+  MDTRAIN_CHECK(v->is_number(), std::invalid_argument, "[optim] ", what_, ": '", key,
+                "' must be a number or null, got ", v->dump());
+  return v->as_number();
+}
+
+bool ConfigReader::boolean(const std::string& key, bool fallback) {
+  const Json* v = raw(key);
+  if (!v || v->is_null()) return fallback;
+  MDTRAIN_CHECK(v->is_bool(), std::invalid_argument, "[optim] ", what_, ": '", key,
+                "' must be true or false, got ", v->dump());
+  return v->as_bool();
+}
+
+std::string ConfigReader::string(const std::string& key, const std::string& fallback) {
+  const Json* v = raw(key);
+  if (!v || v->is_null()) return fallback;
+  MDTRAIN_CHECK(v->is_string(), std::invalid_argument, "[optim] ", what_, ": '", key,
+                "' must be a string, got ", v->dump());
+  return v->as_string();
+}
+
+OptimizerOptions ConfigReader::base_options() {
+  OptimizerOptions o;
+  o.name = string("name", "");
+  o.weight_decay = optional_number("weight_decay");
+  o.clipnorm = optional_number("clipnorm");
+  o.clipvalue = optional_number("clipvalue");
+  o.global_clipnorm = optional_number("global_clipnorm");
+  MDTRAIN_CHECK(!boolean("use_ema", false), std::invalid_argument, "[optim] ", what_,
+                ": use_ema=true is not supported");
+  number("ema_momentum", 0.99);  // meaningless without use_ema
+  for (const char* key : {"ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"}) {
+    const Json* v = raw(key);
+    MDTRAIN_CHECK(!v || v->is_null(), std::invalid_argument, "[optim] ", what_, ": ", key,
+                  " is not supported (got ", v ? v->dump() : "", ")");
+  }
+  return o;
+}
+
+LearningRate ConfigReader::learning_rate(double fallback) {
+  const Json* v = raw("learning_rate");
+  if (!v || v->is_null()) return LearningRate(fallback);
+  return LearningRate::from_config(*v);
+}
+
+void ConfigReader::finish() const {
+  for (const auto& [key, value] : config_.as_object()) {
+    (void)value;
+    MDTRAIN_CHECK(std::find(used_.begin(), used_.end(), key) != used_.end(), std::invalid_argument,
+                  "[optim] ", what_, ": argument '", key, "' not recognized");
+  }
+}
+
+}  // namespace mdtrain

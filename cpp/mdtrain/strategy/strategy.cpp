@@ -1,0 +1,16 @@
+#include "mdtrain/strategy/strategy.h"
+
+#include "mdtrain/core/errors.h"
+
+namespace mdtrain {
+
+Strategy::Strategy(std::vector<Device> devices) : devices_(std::move(devices)) {
+  MDTRAIN_CHECK(!devices_.empty(), std::invalid_argument, "[strategy] a strategy needs at least one device");
+  for (std::size_t i = 0; i < devices_.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      MDTRAIN_CHECK(devices_[i] != devices_[j], std::invalid_argument, "[strategy] device ",
+                    devices_[i].to_string(), " is listed twice");
+  pool_ = std::make_unique<ReplicaPool>(static_cast<int>(devices_.size()));
+}
+
+}  // namespace mdtrain

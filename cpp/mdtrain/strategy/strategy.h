@@ -1,0 +1,40 @@
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mdtrain/core/device.h"
+#include "mdtrain/distribute/communicator.h"
+#include "mdtrain/strategy/replica_pool.h"
+
+namespace mdtrain {
+
+// How training is spread over devices: which devices hold a replica, how replicas talk
+// (communicators), and the threads that drive them. The training loop (model/) asks a strategy
+// for these; a layer never learns which strategy runs it.
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  // TensorFlow's class name: "OneDeviceStrategy", "MirroredStrategy", ...
+  virtual std::string name() const = 0;
+  const std::vector<Device>& devices() const { return devices_; }
+  int num_replicas_in_sync() const { return static_cast<int>(devices_.size()); }
+
+  // One communicator per replica (rank r serves replica r), made fresh for each compiled model.
+  virtual std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const = 0;
+
+  // Runs fn(r) for every replica concurrently (see ReplicaPool).
+  void run_replicas(const std::function<void(int)>& fn) { pool_->run(fn); }
+
+ protected:
+  explicit Strategy(std::vector<Device> devices);
+
+ private:
+  std::vector<Device> devices_;
+  std::unique_ptr<ReplicaPool> pool_;
+};
+
+}  // namespace mdtrain

@@ -1,0 +1,31 @@
+"""mdtrain: multi-device training with a C++ core and a Keras front end.
+
+Written so that TensorFlow code using the supported subset runs after changing only its
+import::
+
+    import mdtrain as tf
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = tf.keras.Sequential([...])
+        model.compile(...)
+    model.fit(x, y, epochs=5)
+"""
+from mdtrain import _blas
+
+_blas.preload()
+
+from mdtrain import _core  # noqa: E402
+from mdtrain import config, distribute, keras  # noqa: E402
+from mdtrain import data  # noqa: E402
+from mdtrain._version import __version__  # noqa: E402
+from mdtrain.distribute import get_strategy  # noqa: E402,F401
+
+
+def cmake_dir():
+    """Directory holding mdtrainConfig.cmake, for C++ programs: cmake -Dmdtrain_DIR=$(...)."""
+    import os
+
+    return os.path.join(os.path.dirname(__file__), "cpp", "lib", "cmake", "mdtrain")
+
+
+__all__ = ["config", "data", "distribute", "keras", "cmake_dir", "get_strategy", "__version__"]

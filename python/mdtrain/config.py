@@ -1,0 +1,120 @@
+"""tf.config: the devices mdtrain can place replicas on.
+
+A physical CPU can be split into several logical CPU devices, as TensorFlow does::
+
+    cpu = mdtrain.config.list_physical_devices("CPU")[0]
+    mdtrain.config.set_logical_device_configuration(cpu, [mdtrain.config.LogicalDeviceConfiguration()] * 2)
+
+or, with no change to the script, ``MDTRAIN_NUM_CPU_DEVICES=2``. Each logical CPU device runs its
+replica on its own thread with single-threaded BLAS.
+"""
+import os
+import types
+from typing import NamedTuple, Optional
+
+from mdtrain import _core
+
+_ENV_CPU_DEVICES = "MDTRAIN_NUM_CPU_DEVICES"
+
+
+class PhysicalDevice(NamedTuple):
+    name: str
+    device_type: str
+
+
+class LogicalDevice(NamedTuple):
+    name: str
+    device_type: str
+
+
+class LogicalDeviceConfiguration:
+    """One logical device (TF's LogicalDeviceConfiguration); the limits are accepted and unused on CPU."""
+
+    def __init__(self, memory_limit: Optional[int] = None, experimental_priority=None,
+                 experimental_device_ordinal=None):
+        self.memory_limit = memory_limit
+        self.experimental_priority = experimental_priority
+        self.experimental_device_ordinal = experimental_device_ordinal
+
+    def __repr__(self):
+        return f"LogicalDeviceConfiguration(memory_limit={self.memory_limit})"
+
+
+_logical_cpu_config = None  # list of LogicalDeviceConfiguration set by the user, or None
+
+
+def _check_device_type(device_type):
+    if device_type is None:
+        return None
+    if not isinstance(device_type, str) or device_type.upper() not in ("CPU", "GPU"):
+        raise ValueError(f"device_type must be 'CPU' or 'GPU' (or None), got {device_type!r}")
+    return device_type.upper()
+
+
+def list_physical_devices(device_type=None):
+    device_type = _check_device_type(device_type)
+    devices = [PhysicalDevice("/physical_device:CPU:0", "CPU")]
+    devices += [PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(_core.cuda_device_count())]
+    return [d for d in devices if device_type in (None, d.device_type)]
+
+
+def _num_logical_cpus():
+    if _logical_cpu_config is not None:
+        return len(_logical_cpu_config)
+    env = os.environ.get(_ENV_CPU_DEVICES)
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"{_ENV_CPU_DEVICES} must be a positive integer, got {env!r}")
+        return n
+    return 1
+
+
+def list_logical_devices(device_type=None):
+    device_type = _check_device_type(device_type)
+    prefix = "/job:localhost/replica:0/task:0/device:"
+    devices = [LogicalDevice(f"{prefix}CPU:{i}", "CPU") for i in range(_num_logical_cpus())]
+    devices += [LogicalDevice(f"{prefix}GPU:{i}", "GPU") for i in range(_core.cuda_device_count())]
+    return [d for d in devices if device_type in (None, d.device_type)]
+
+
+def set_logical_device_configuration(device, logical_devices):
+    """Splits the physical CPU into len(logical_devices) logical CPU devices (None resets to one)."""
+    global _logical_cpu_config
+    if not isinstance(device, PhysicalDevice):
+        raise TypeError(f"device must be a PhysicalDevice from list_physical_devices(), got {device!r}")
+    if device.device_type != "CPU":
+        raise ValueError(f"logical devices can only be configured on the CPU here, got {device.name}")
+    if logical_devices is None:
+        _logical_cpu_config = None
+        return
+    logical_devices = list(logical_devices)
+    if not logical_devices or not all(isinstance(d, LogicalDeviceConfiguration) for d in logical_devices):
+        raise ValueError("logical_devices must be a non-empty list of LogicalDeviceConfiguration")
+    _logical_cpu_config = logical_devices
+
+
+def get_logical_device_configuration(device):
+    if not isinstance(device, PhysicalDevice):
+        raise TypeError(f"device must be a PhysicalDevice, got {device!r}")
+    if device.device_type == "CPU" and _logical_cpu_config is not None:
+        return list(_logical_cpu_config)
+    return None
+
+
+def get_visible_devices(device_type=None):
+    return list_physical_devices(device_type)
+
+
+# tf.config.experimental spells some of these differently.
+experimental = types.SimpleNamespace(
+    list_physical_devices=list_physical_devices,
+    list_logical_devices=list_logical_devices,
+    set_virtual_device_configuration=set_logical_device_configuration,
+    get_virtual_device_configuration=get_logical_device_configuration,
+    VirtualDeviceConfiguration=LogicalDeviceConfiguration,
+    set_memory_growth=lambda device, enable: None,
+)

@@ -1,0 +1,1 @@
+"""tf.data: input pipelines (the C++-backed Dataset lands with the MirroredStrategy issue)."""

@@ -1,0 +1,445 @@
+"""keras.Sequential and load_model. The loops (fit's epochs, evaluate, predict) run in C++ with the
+GIL released; Python callbacks run on the calling thread between steps."""
+import json
+import math
+import os
+import warnings
+
+import numpy as np
+
+from mdtrain import _core, _random
+from mdtrain import distribute as _distribute
+from mdtrain.keras import _naming
+from mdtrain.keras import callbacks as _callbacks
+from mdtrain.keras import losses as _losses
+from mdtrain.keras import metrics as _metrics
+from mdtrain.keras import optimizers as _optimizers
+from mdtrain.keras._data_adapter import (as_features, as_labels, check_batch_size, check_lengths,
+                                         train_validation_split)
+from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer
+
+
+class Sequential:
+    """A stack of layers trained as one model (keras.Sequential)."""
+
+    def __init__(self, layers=None, name=None, trainable=True):
+        self.name = name or _naming.unique_name("sequential")
+        self._core = _core.Model(self.name, _random.draw_seed())
+        self._layers = []
+        self._input_shape = None
+        # The strategy whose scope the model was created in (None: created outside any scope).
+        self._creation_strategy = _distribute._current_scope()
+        self._strategy = None
+        self.optimizer = None
+        self.loss = None
+        self._metric_identifiers = []
+        self.stop_training = False
+        self.history = None
+        for layer in layers or []:
+            self.add(layer)
+
+    # ---- structure ------------------------------------------------------------------------
+    def add(self, layer):
+        if isinstance(layer, InputLayer):
+            if self._layers:
+                raise ValueError("An Input must be the first thing added to a Sequential model")
+            self._input_shape = layer.shape
+            return
+        if not isinstance(layer, Layer):
+            raise TypeError(f"The added layer must be an instance of class Layer. Received: layer={layer!r} "
+                            f"of type {type(layer)}.")
+        if any(existing.name == layer.name for existing in self._layers):
+            raise ValueError(f'All layers added to a Sequential model should have unique names. Name "{layer.name}" '
+                             "is already the name of a layer in this model.")
+        if not self._layers and self._input_shape is None and layer._declared_input_shape is not None:
+            self._input_shape = layer._declared_input_shape
+        self._core.add(layer._core)
+        self._layers.append(layer)
+        if self._input_shape is not None:
+            self._maybe_build()
+
+    def pop(self):
+        raise NotImplementedError("Sequential.pop is not supported yet")
+
+    @property
+    def layers(self):
+        return list(self._layers)
+
+    def _maybe_build(self):
+        if self._layers and not self._core.built and self._input_shape is not None:
+            if any(d is None for d in self._input_shape):
+                raise ValueError(f"Sequential: input shape {self._input_shape} has an unknown dimension")
+            self._core.build(list(self._input_shape))
+
+    def build(self, input_shape=None):
+        """input_shape includes the batch axis, as in Keras: build((None, 784))."""
+        if input_shape is not None:
+            shape = tuple(input_shape)[1:]
+            if self._core.built and tuple(self._core.input_shape) != shape:
+                raise ValueError(f"Sequential model '{self.name}' is already built for input shape "
+                                 f"{(None, *self._core.input_shape)}, not {tuple(input_shape)}")
+            self._input_shape = shape
+        self._maybe_build()
+
+    @property
+    def built(self):
+        return self._core.built
+
+    @property
+    def input_shape(self):
+        return (None, *self._core.input_shape) if self.built else None
+
+    @property
+    def output_shape(self):
+        return (None, *self._core.output_shape) if self.built else None
+
+    def count_params(self):
+        if not self.built:
+            raise ValueError(f"You tried to call `count_params` on model '{self.name}', but the model isn't built.")
+        return sum(layer.count_params() for layer in self._layers)
+
+    def get_weights(self):
+        return list(self._core.get_weights())
+
+    def set_weights(self, weights):
+        self._core.set_weights([np.ascontiguousarray(w, dtype=np.float32) for w in weights])
+
+    @property
+    def weights(self):
+        return self.get_weights()
+
+    trainable_weights = weights
+
+    def summary(self, line_length=None, print_fn=None, **kwargs):
+        print_fn = print_fn or print
+        rows = []
+        for layer in self._layers:
+            out = str(layer.output_shape) if layer.built else "?"
+            params = f"{layer.count_params():,}" if layer.built else "0 (unbuilt)"
+            rows.append((f"{layer.name} ({type(layer).__name__})", out, params))
+        w = [max(31, *(len(r[0]) + 2 for r in rows)) if rows else 31, 24, 15]
+        lines = [f'Model: "{self.name}"',
+                 "┏" + "┳".join("━" * x for x in w) + "┓",
+                 "┃" + "┃".join(t.ljust(x) if i < 2 else t.rjust(x)
+                                for i, (t, x) in enumerate(zip((" Layer (type)", " Output Shape", "Param # "), w))) + "┃",
+                 "┡" + "╇".join("━" * x for x in w) + "┩"]
+        for i, r in enumerate(rows):
+            lines.append("│" + "│".join((" " + r[0]).ljust(w[0]) if j == 0 else
+                                        (" " + r[1]).ljust(w[1]) if j == 1 else (r[2] + " ").rjust(w[2])
+                                        for j in range(3)) + "│")
+            if i < len(rows) - 1:
+                lines.append("├" + "┼".join("─" * x for x in w) + "┤")
+        lines.append("└" + "┴".join("─" * x for x in w) + "┘")
+        total = self.count_params() if self.built else 0
+
+        def size(n):
+            b = 4 * n
+            return f"{b / 1024:.2f} KB" if b >= 1024 else f"{b:.2f} B"
+
+        lines += [f" Total params: {total:,} ({size(total)})", f" Trainable params: {total:,} ({size(total)})",
+                  f" Non-trainable params: 0 ({size(0)})"]
+        for line in lines:
+            print_fn(line)
+
+    def get_config(self):
+        return {"name": self.name, "layers": [{"class_name": type(l).__name__, "config": l.get_config()}
+                                                for l in self._layers]}
+
+    # ---- compile ---------------------------------------------------------------------------
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None, weighted_metrics=None,
+                run_eagerly=False, steps_per_execution=1, jit_compile="auto", auto_scale_loss=True):
+        if loss is None:
+            raise ValueError("compile: a loss is required, e.g. loss='sparse_categorical_crossentropy'")
+        if loss_weights is not None or weighted_metrics is not None:
+            raise NotImplementedError("compile: loss_weights and weighted_metrics are not supported yet")
+        strategy = self._compile_strategy()
+        optimizer = _optimizers.get(optimizer)
+        loss = _losses.get(loss)
+        metrics = list(metrics or [])
+        if isinstance(metrics, dict):
+            raise NotImplementedError("compile: per-output metric dicts are not supported (single-output models)")
+        identifiers = [_metrics._metric_identifier(m) for m in metrics]
+        self._warn_softmax_with_logits(loss)
+        self._core.compile(loss._core, optimizer._make_core(), identifiers, strategy._core)
+        optimizer._attach(self._core)
+        self.optimizer, self.loss, self._metric_identifiers = optimizer, loss, identifiers
+        self._strategy = strategy
+
+    def _compile_strategy(self):
+        scope = _distribute._current_scope()
+        created = self._creation_strategy
+        if scope is not None and created is not None and scope is not created:
+            raise ValueError(f"Model '{self.name}' was created in the scope of {created!r} and is being compiled in "
+                             f"the scope of {scope!r}: a model belongs to the strategy it was created under.")
+        # Built outside any scope and compiled inside one: mirrored by that strategy (see docs).
+        return scope or created or _distribute.get_strategy()
+
+    def _warn_softmax_with_logits(self, loss):
+        cfg = getattr(loss, "_config", {}) or {}
+        last = self._layers[-1] if self._layers else None
+        if cfg.get("from_logits") and last is not None:
+            act = json.loads(last._core.config_json()).get("activation")
+            if act in ("softmax", "sigmoid"):
+                warnings.warn(f'"`{type(loss).__name__}` received `from_logits=True`, but the `output` argument was '
+                              f"produced by a {act} activation and thus does not represent logits. Was this "
+                              "intended?", UserWarning, stacklevel=3)
+
+    def _check_compiled(self, where):
+        if self.loss is None:
+            raise RuntimeError(f"You must call `compile()` before using the model ({where}).")
+
+    def _check_strategy(self, where):
+        scope = _distribute._current_scope()
+        if scope is not None and self._strategy is not None and scope is not self._strategy:
+            raise ValueError(f"{where}: model '{self.name}' was compiled for {self._strategy!r} but is used in the "
+                             f"scope of {scope!r}. Compile it again under this scope, or leave the scope.")
+
+    @property
+    def distribute_strategy(self):
+        return self._strategy or _distribute.get_strategy()
+
+    @property
+    def metrics_names(self):
+        return ["loss"] + list(self._metric_identifiers)
+
+    # ---- data checks -----------------------------------------------------------------------
+    def _prepare_x(self, x, where):
+        x = as_features(x)
+        if self.built:
+            expected = tuple(self._core.input_shape)
+            if tuple(x.shape[1:]) != expected:
+                first = self._layers[0].name
+                if len(x.shape) - 1 == len(expected):
+                    axis = next(i for i, (a, b) in enumerate(zip(x.shape[1:], expected)) if a != b) + 1 - len(x.shape)
+                    raise ValueError(f'Input 0 of layer "{first}" is incompatible with the layer: expected axis {axis} '
+                                     f"of input shape to have value {expected[axis]}, but received input with shape "
+                                     f"{x.shape}")
+                raise ValueError(f'Input 0 of layer "{first}" is incompatible with the layer: expected shape='
+                                 f"{(None, *expected)}, found shape={x.shape}")
+        elif not self._layers:
+            raise ValueError(f"{where}: the model has no layers")
+        return x
+
+    def _prepare_xy(self, x, y, where):
+        x = self._prepare_x(x, where)
+        y = as_labels(y)
+        check_lengths(x, y, where)
+        self._check_labels(y)
+        return x, y
+
+    def _check_labels(self, y):
+        """Sparse labels out of range are reported before training starts, naming the culprit."""
+        if self.loss is None or self.loss._core.class_name != "SparseCategoricalCrossentropy" or not self.built:
+            return
+        classes = self._core.output_shape[-1]
+        if y.size == 0:
+            return
+        lo, hi = y.min(), y.max()
+        if lo < 0 or hi >= classes or (y.dtype.kind == "f" and not np.all(np.isfinite(y))):
+            bad = int(np.argmax((y < 0) | (y >= classes) | ~np.isfinite(y)))
+            raise ValueError(f"sparse_categorical_crossentropy: label {y.flat[bad]} at index {bad} is out of range "
+                             f"for {classes} classes (model output shape {self.output_shape}); labels must be "
+                             f"integers in [0, {classes})")
+
+    # ---- training --------------------------------------------------------------------------
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
+            steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
+        self._check_compiled("fit")
+        self._check_strategy("fit")
+        if class_weight is not None or sample_weight is not None:
+            raise NotImplementedError("fit: class_weight and sample_weight are not supported yet")
+        batch_size = check_batch_size(batch_size, "fit")
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
+            raise ValueError(f"fit: epochs must be a non-negative integer, got {epochs!r}")
+        if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) or initial_epoch < 0:
+            raise ValueError(f"fit: initial_epoch must be a non-negative integer, got {initial_epoch!r}")
+        verbose = 1 if verbose == "auto" else verbose
+        if verbose not in (0, 1, 2):
+            raise ValueError(f"fit: verbose must be 0, 1, 2 or 'auto', got {verbose!r}")
+        x, y = self._prepare_xy(x, y, "fit")
+        x, y, val = train_validation_split(x, y, validation_split)
+        if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+                raise ValueError("validation_data must be a tuple (x_val, y_val)")
+            val = validation_data[:2]
+        if len(x) == 0:
+            raise ValueError("fit: the training data is empty (x has 0 samples)")
+        if not self.built:
+            self._input_shape = tuple(x.shape[1:])
+            self._maybe_build()
+            self._check_labels(y)
+        if val is not None:
+            val = self._prepare_xy(val[0], val[1], "fit (validation_data)")
+        n = len(x)
+        steps = math.ceil(n / batch_size)
+        if steps_per_epoch is not None:
+            if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, (int, np.integer)) or steps_per_epoch <= 0:
+                raise ValueError(f"fit: steps_per_epoch must be a positive integer, got {steps_per_epoch!r}")
+            steps = int(steps_per_epoch)
+
+        cbs = _callbacks.CallbackList(callbacks, add_history=True, add_progbar=verbose != 0, model=self,
+                                      verbose=verbose, epochs=epochs, steps=steps)
+        self.stop_training = False
+        cbs.on_train_begin()
+        logs = {}
+        batch_hook = self._batch_hook(cbs, "train") if cbs.needs_batch_hooks("train") else None
+        warned_nonfinite = False
+        for epoch in range(initial_epoch, epochs):
+            cbs.on_epoch_begin(epoch)
+            order = self._epoch_order(n, epoch, shuffle)
+            if batch_hook is not None:
+                cbs.on_train_batch_begin(0)
+            result = self._core.train_epoch(x, y, order, batch_size, steps, batch_hook)
+            logs = dict(result["logs"])
+            bad_step = result["first_nonfinite_step"]
+            if bad_step >= 0 and not warned_nonfinite:
+                warned_nonfinite = True
+                warnings.warn(f"fit: the loss became NaN or infinite at epoch {epoch + 1}, step {bad_step + 1} "
+                              "(check the data for NaN/inf and the learning rate; TerminateOnNaN stops training "
+                              "there)", RuntimeWarning, stacklevel=2)
+            if val is not None and not self.stop_training and (epoch + 1) % validation_freq == 0:
+                val_logs = self._core.evaluate(val[0], val[1], check_batch_size(validation_batch_size, "fit",
+                                                                                  batch_size), None)
+                logs.update({"val_" + k: v for k, v in val_logs.items()})
+            cbs.on_epoch_end(epoch, logs)
+            if self.stop_training:
+                break
+        cbs.on_train_end(logs)
+        return self.history
+
+    def _epoch_order(self, n, epoch, shuffle):
+        if shuffle == "batch":
+            shuffle = True
+        if not shuffle:
+            return np.arange(n, dtype=np.int64)
+        # A pure function of (model seed, epoch): two runs with one seed see the same batches.
+        return np.random.default_rng([self._core.seed, epoch]).permutation(n).astype(np.int64)
+
+    def _batch_hook(self, cbs, mode):
+        end = getattr(cbs, f"on_{mode}_batch_end")
+        begin = getattr(cbs, f"on_{mode}_batch_begin")
+
+        def hook(batch, logs):
+            end(batch, logs)
+            if self.stop_training:
+                return True
+            begin(batch + 1)
+            return False
+
+        return hook
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
+                 callbacks=None, return_dict=False, **kwargs):
+        self._check_compiled("evaluate")
+        self._check_strategy("evaluate")
+        if sample_weight is not None:
+            raise NotImplementedError("evaluate: sample_weight is not supported yet")
+        batch_size = check_batch_size(batch_size, "evaluate")
+        x, y = self._prepare_xy(x, y, "evaluate")
+        if len(x) == 0:
+            raise ValueError("evaluate: the data is empty (x has 0 samples)")
+        verbose = 1 if verbose == "auto" else verbose
+        nsteps = math.ceil(len(x) / batch_size)
+        cbs = _callbacks.CallbackList(callbacks, add_progbar=verbose != 0, model=self, verbose=verbose, epochs=1,
+                                      steps=nsteps)
+        cbs.on_test_begin()
+        hook = self._batch_hook(cbs, "test") if cbs.needs_batch_hooks("test") else None
+        if hook is not None:
+            cbs.on_test_batch_begin(0)
+        logs = dict(self._core.evaluate(x, y, batch_size, hook))
+        cbs.on_test_end(logs)
+        if return_dict:
+            return logs
+        values = list(logs.values())
+        return values[0] if len(values) == 1 else values
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        batch_size = check_batch_size(batch_size, "predict")
+        x = self._prepare_x(x, "predict")
+        if not self.built:
+            self._input_shape = tuple(x.shape[1:])
+            self._maybe_build()
+        if len(x) == 0:
+            return np.zeros((0, *self._core.output_shape), dtype=np.float32)
+        return self._core.predict(x, batch_size)
+
+    def __call__(self, x, training=False):
+        return self.predict(x, batch_size=max(1, len(x)), verbose=0)
+
+    def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
+        self._check_compiled("train_on_batch")
+        self._check_strategy("train_on_batch")
+        x, y = self._prepare_xy(x, y, "train_on_batch")
+        if not self.built:
+            self._input_shape = tuple(x.shape[1:])
+            self._maybe_build()
+            self._check_labels(y)
+        logs = dict(self._core.train_on_batch(x, y))
+        return logs if return_dict else (list(logs.values())[0] if len(logs) == 1 else list(logs.values()))
+
+    def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        self._check_compiled("test_on_batch")
+        x, y = self._prepare_xy(x, y, "test_on_batch")
+        logs = dict(self._core.test_on_batch(x, y))
+        return logs if return_dict else (list(logs.values())[0] if len(logs) == 1 else list(logs.values()))
+
+    # ---- saving ----------------------------------------------------------------------------
+    def save(self, filepath, overwrite=True, **kwargs):
+        """Architecture, weights, compile settings and optimizer state in one file, written atomically."""
+        filepath = os.fspath(filepath)
+        if not overwrite and os.path.exists(filepath):
+            raise FileExistsError(f"save: {filepath} exists and overwrite=False")
+        if not self.built:
+            raise ValueError(f"save: model '{self.name}' is not built yet; fit it or call build() first")
+        self._core.save(filepath, json.dumps({"mdtrain_version": _version()}))
+
+    def save_weights(self, filepath, overwrite=True):
+        self.save(filepath, overwrite=overwrite)
+
+    def load_weights(self, filepath):
+        other = load_model(filepath, compile=False)
+        mine = [(l.name, [w.shape for w in l.get_weights()]) for l in self._layers]
+        theirs = [(l.name, [w.shape for w in l.get_weights()]) for l in other._layers]
+        if [s for _, s in mine] != [s for _, s in theirs]:
+            raise ValueError(f"load_weights: the weights in {filepath} ({theirs}) do not fit model '{self.name}' "
+                             f"({mine})")
+        self.set_weights(other.get_weights())
+
+
+def _version():
+    from mdtrain._version import __version__
+
+    return __version__
+
+
+def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
+    """Loads a model saved by Sequential.save (under the current scope's strategy if compiled)."""
+    filepath = os.fspath(filepath)
+    if not os.path.exists(filepath):
+        raise FileNotFoundError(f"load_model: no file at {filepath}")
+    strategy = _distribute.get_strategy()
+    core, metadata = _core.load_model(filepath, strategy._core)
+    model = Sequential.__new__(Sequential)
+    model.name = core.name
+    model._core = core
+    model._layers = [_wrap_core_layer(l) for l in core.layers]
+    model._input_shape = tuple(core.input_shape) if core.built else None
+    model._creation_strategy = _distribute._current_scope()
+    model._strategy = None
+    model.optimizer = model.loss = None
+    model._metric_identifiers = []
+    model.stop_training = False
+    model.history = None
+    if core.compiled:
+        config = json.loads(core.optimizer().config_json())
+        cls = getattr(_optimizers, config["class_name"])
+        optimizer = cls.from_config(config["config"])
+        optimizer._attach(core)
+        model.optimizer = optimizer
+        model.loss = _losses._from_config_json(core.loss_config_json())
+        model._metric_identifiers = list(core.metric_names)
+        model._strategy = strategy
+    if not compile:
+        model.optimizer = model.loss = None
+    return model

@@ -1,0 +1,216 @@
+// Checkpoint state, clone(), sharded (range) updates and parameter-list checks.
+#include <gtest/gtest.h>
+
+#include "mdtrain/optim/adagrad.h"
+#include "mdtrain/optim/adam.h"
+#include "mdtrain/optim/rmsprop.h"
+#include "mdtrain/optim/registry.h"
+#include "mdtrain/optim/sgd.h"
+#include "optim_test_util.h"
+
+namespace mdtrain {
+namespace {
+
+using testing::bitwise_equal;
+using testing::expect_optim_error;
+using testing::make_param;
+
+// A two-parameter model whose gradients depend on the step, so a resumed run that lost any
+// state would drift.
+struct Model {
+  std::unique_ptr<Parameter> kernel =
+      make_param("dense/kernel", {0.3, -0.7, 1.1, 0.2, -0.4, 0.9}, {2, 3}, DType::Float32);
+  std::unique_ptr<Parameter> bias = make_param("dense/bias", {0.05, -0.02}, {2}, DType::Float32);
+  ParameterList params() { return {kernel.get(), bias.get()}; }
+  void set_grads(int step) {
+    float* g = kernel->grad.data<float>();
+    for (int i = 0; i < 6; ++i) g[i] = 0.1f * static_cast<float>((i + 1) * (step % 3 + 1)) - 0.25f;
+    float* gb = bias->grad.data<float>();
+    gb[0] = 0.5f - 0.2f * static_cast<float>(step);
+    gb[1] = 0.01f * static_cast<float>(step * step);
+  }
+  void step(Optimizer& opt, int s) {
+    set_grads(s);
+    opt.apply(params());
+  }
+};
+
+std::vector<std::unique_ptr<Optimizer>> all_optimizers() {
+  std::vector<std::unique_ptr<Optimizer>> v;
+  v.push_back(std::make_unique<Adam>(0.01, 0.9, 0.999, 1e-7, true));
+  v.push_back(std::make_unique<SGD>(0.1, 0.9, true));
+  v.push_back(std::make_unique<RMSprop>(0.01, 0.9, 0.5, 1e-7, true));
+  v.push_back(std::make_unique<Adagrad>(0.1));
+  return v;
+}
+
+TEST(State, NamesFollowKerasSlotNamesAndOrder) {
+  Adam opt;
+  Model m;
+  m.step(opt, 0);
+  auto st = opt.state();
+  std::vector<std::string> names;
+  for (const auto& [n, t] : st) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"iterations", "dense/kernel/momentum", "dense/bias/momentum",
+                                             "dense/kernel/velocity", "dense/bias/velocity"}));
+  EXPECT_EQ(st[0].second.data<std::int64_t>()[0], 1);
+  EXPECT_EQ(st[1].second.shape(), (Shape{2, 3}));
+  EXPECT_EQ(st[1].second.dtype(), DType::Float32);
+}
+
+TEST(State, RoundTripContinuesBitwiseIdentically) {
+  for (auto& proto : all_optimizers()) {
+    SCOPED_TRACE(proto->class_name());
+    // Uninterrupted: 6 steps.
+    auto straight = proto->clone();
+    Model a;
+    for (int s = 0; s < 6; ++s) a.step(*straight, s);
+
+    // Interrupted after 3 steps: state and weights go into a fresh optimizer and model.
+    auto first = proto->clone();
+    Model b;
+    for (int s = 0; s < 3; ++s) b.step(*first, s);
+    auto saved = first->state();
+    first.reset();  // the saved state must not alias the old optimizer
+    auto resumed = make_optimizer(serialize_optimizer(*proto));  // same hyperparameters, no state
+    resumed->set_state(saved);  // before build: checked at the first apply
+    Model c;
+    c.kernel->value.copy_from(b.kernel->value);
+    c.bias->value.copy_from(b.bias->value);
+    for (int s = 3; s < 6; ++s) c.step(*resumed, s);
+
+    EXPECT_EQ(resumed->iterations(), 6);
+    EXPECT_TRUE(bitwise_equal(a.kernel->value, c.kernel->value));
+    EXPECT_TRUE(bitwise_equal(a.bias->value, c.bias->value));
+  }
+}
+
+TEST(State, SetStateAfterBuildReplacesSlots) {
+  Adam a, b;
+  Model ma, mb;
+  for (int s = 0; s < 2; ++s) ma.step(a, s);
+  mb.step(b, 7);  // b is built, with different slots
+  b.set_state(a.state());
+  mb.kernel->value.copy_from(ma.kernel->value);
+  mb.bias->value.copy_from(ma.bias->value);
+  ma.step(a, 2);
+  mb.step(b, 2);
+  EXPECT_TRUE(bitwise_equal(ma.kernel->value, mb.kernel->value));
+}
+
+TEST(State, SetStateValidatesNamesShapesAndCount) {
+  Adam opt;
+  Model m;
+  m.step(opt, 0);
+  auto good = opt.state();
+
+  auto renamed = good;
+  renamed[2].first = "other/bias/momentum";
+  expect_optim_error([&] { opt.set_state(renamed); }, "other/bias/momentum");
+
+  auto reshaped = good;
+  reshaped[1].second = Tensor::zeros({3, 2}, DType::Float32);
+  expect_optim_error([&] { opt.set_state(reshaped); }, "(3, 2)");
+
+  auto short_state = good;
+  short_state.pop_back();
+  expect_optim_error([&] { opt.set_state(short_state); }, "entries");
+
+  auto no_iterations = good;
+  no_iterations.erase(no_iterations.begin());
+  expect_optim_error([&] { opt.set_state(no_iterations); }, "iterations");
+
+  // Nothing changed by the failed attempts.
+  auto after = opt.state();
+  ASSERT_EQ(after.size(), good.size());
+  for (std::size_t i = 0; i < good.size(); ++i) EXPECT_TRUE(bitwise_equal(after[i].second, good[i].second));
+}
+
+TEST(State, PendingStateIsCheckedAtTheFirstApply) {
+  Adam a;
+  Model m;
+  m.step(a, 0);
+  auto st = a.state();
+  Adam fresh;
+  fresh.set_state(st);
+  auto other = make_param("x", {1.0, 2.0});
+  expect_optim_error([&] { fresh.apply({other.get()}); }, "entries");
+}
+
+TEST(State, CloneIsIndependent) {
+  Adam opt(0.01);
+  Model m1;
+  m1.step(opt, 0);
+  auto copy = opt.clone();
+  Model m2;
+  m2.kernel->value.copy_from(m1.kernel->value);
+  m2.bias->value.copy_from(m1.bias->value);
+
+  // Advancing the original does not move the copy's slots or iterations.
+  auto copy_state_before = copy->state();
+  m1.step(opt, 1);
+  auto copy_state_after = copy->state();
+  for (std::size_t i = 0; i < copy_state_before.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(copy_state_before[i].second, copy_state_after[i].second)) << i;
+  EXPECT_EQ(copy->iterations(), 1);
+
+  // And the copy, stepped the same way, reproduces the original bit for bit.
+  m2.step(*copy, 1);
+  EXPECT_TRUE(bitwise_equal(m1.kernel->value, m2.kernel->value));
+  EXPECT_EQ(copy->config(), opt.config());
+}
+
+TEST(State, ShardedApplyEqualsFullApply) {
+  for (auto& proto : all_optimizers()) {
+    SCOPED_TRACE(proto->class_name());
+    auto full = proto->clone();
+    auto shard_a = proto->clone();
+    auto shard_b = proto->clone();
+    Model ref, split;
+    for (int s = 0; s < 3; ++s) {
+      ref.step(*full, s);
+      split.set_grads(s);
+      // Elements [0, 4) and [4, 8) of kernel(6) + bias(2): the cut falls inside the kernel.
+      shard_a->apply(split.params(), 0, 4);
+      shard_b->apply(split.params(), 4, 8);
+    }
+    EXPECT_TRUE(bitwise_equal(ref.kernel->value, split.kernel->value));
+    EXPECT_TRUE(bitwise_equal(ref.bias->value, split.bias->value));
+    EXPECT_EQ(shard_a->iterations(), 3);
+    EXPECT_EQ(shard_a->total_size(), 8);
+  }
+}
+
+TEST(State, MismatchedParameterListThrows) {
+  Adam opt;
+  Model m;
+  m.step(opt, 0);
+  auto extra = make_param("extra", {1.0});
+  expect_optim_error([&] { opt.apply({m.kernel.get(), m.bias.get(), extra.get()}); }, "built for 2");
+  auto wrong_shape = make_param("dense/bias", {1.0, 2.0, 3.0}, {3}, DType::Float32);
+  expect_optim_error([&] { opt.apply({m.kernel.get(), wrong_shape.get()}); }, "(3,)");
+  auto wrong_dtype = make_param("dense/bias", {1.0, 2.0}, {2}, DType::Float64);
+  expect_optim_error([&] { opt.apply({m.kernel.get(), wrong_dtype.get()}); }, "float64");
+  EXPECT_EQ(opt.iterations(), 1);
+}
+
+TEST(State, GradientMustMatchItsValue) {
+  Adam opt;
+  auto p = make_param("w", {1.0, 2.0});
+  p->grad = Tensor::zeros({3}, DType::Float64);
+  expect_optim_error([&] { opt.apply({p.get()}); }, "gradient of 'w'");
+}
+
+TEST(State, SetLearningRateReplacesASchedule) {
+  SGD opt(std::make_shared<ExponentialDecay>(0.1, 1, 0.5));
+  auto p = make_param("w", {1.0});
+  opt.apply({p.get()});
+  EXPECT_DOUBLE_EQ(opt.current_learning_rate(), 0.05);
+  opt.set_learning_rate(0.3);
+  EXPECT_EQ(opt.current_learning_rate(), 0.3);
+  EXPECT_EQ(opt.config().at("learning_rate"), Json(0.3));
+  expect_optim_error([&] { opt.set_learning_rate(-1.0); }, "learning_rate");
+}
+
+}  // namespace
+}  // namespace mdtrain
