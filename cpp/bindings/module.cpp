@@ -10,6 +10,8 @@ void register_exceptions() {
       if (p) std::rethrow_exception(p);
     } catch (const AllocationError& e) {
       PyErr_SetString(PyExc_MemoryError, e.what());
+    } catch (const IoError& e) {
+      PyErr_SetString(PyExc_OSError, e.what());
     } catch (const mdtrain::TimeoutError& e) {
       PyErr_SetString(PyExc_TimeoutError, e.what());
     } catch (const std::logic_error& e) {

@@ -17,7 +17,7 @@ namespace mdtrain {
 namespace {
 
 [[noreturn]] void write_error(const std::string& path, int err) {
-  fail<std::runtime_error>("[io] cannot write '", path, "': ", std::strerror(err));
+  fail<IoError>("[io] cannot write '", path, "': ", std::strerror(err));
 }
 
 // Writes all of [data, data + n) to fd; returns 0 or the errno of the failure.
@@ -127,7 +127,7 @@ void write_file_atomically(const std::string& path,
     write(out);
     out.flush();
     if (buffer.error()) write_error(path, buffer.error());
-    if (!out) fail<std::runtime_error>("[io] cannot write '", path, "': stream error");
+    if (!out) fail<IoError>("[io] cannot write '", path, "': stream error");
     if (::fsync(fd) != 0) write_error(path, errno);
     int rc = ::close(fd);
     fd = -1;
@@ -148,7 +148,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 
 std::string read_file(const std::string& path) {
   auto read_error = [&](int err) {
-    fail<std::runtime_error>("[io] cannot read '", path, "': ", std::strerror(err));
+    fail<IoError>("[io] cannot read '", path, "': ", std::strerror(err));
   };
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) read_error(errno);

@@ -2,7 +2,7 @@
 // Error conventions: every C++ error is a std:: exception whose message starts with "[area]".
 // Nothing in mdtrain calls exit() or abort(); the Python bindings map these types to
 // ValueError (invalid_argument, domain_error), IndexError (out_of_range), MemoryError
-// (AllocationError), RuntimeError (runtime_error) and TimeoutError (TimeoutError).
+// (AllocationError), OSError (IoError), RuntimeError (runtime_error) and TimeoutError (TimeoutError).
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -12,6 +12,12 @@ namespace mdtrain {
 
 // Raised when memory for a tensor cannot be had; maps to Python's MemoryError.
 class AllocationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Raised when a file cannot be read or written; maps to Python's OSError.
+class IoError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

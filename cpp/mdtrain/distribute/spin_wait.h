@@ -45,8 +45,10 @@ class SpinWait {
   }
 
  private:
-  // ~2000 pauses is a few microseconds: a peer on another core arrives well within it.
-  static constexpr unsigned kSpins = 2000;
+  // A pause takes 30-140 ns on the target VMs (KVM may trap pause loops), so 256 of them are
+  // ~10-30 us: a peer running on another core arrives well within that; one that is not
+  // running needs this core, hence the yield after it.
+  static constexpr unsigned kSpins = 256;
   static constexpr auto kYieldFor = std::chrono::milliseconds(2);
   static constexpr auto kSleep = std::chrono::microseconds(50);
 

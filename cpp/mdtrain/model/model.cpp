@@ -58,15 +58,17 @@ TrainEngine& Model::engine(const Shape& y_shape) {
   MDTRAIN_CHECK(stack_.built(), std::logic_error, "[model] model \"", name_,
                 "\" is not built: train it on data or call build(input_shape)");
   if (!engine_) {
-    if (metrics_.empty() && !metric_names_.empty()) {
-      Shape pred_shape{-1};
-      for (auto d : stack_.output_shape()) pred_shape.push_back(d);
-      Shape true_shape = y_shape;
-      if (!true_shape.empty()) true_shape[0] = -1;
-      for (const auto& name : metric_names_)
-        metrics_.push_back(make_metric(name, loss_.get(), true_shape, pred_shape));
-    }
-    engine_ = std::make_unique<TrainEngine>(stack_, strategy_, *loss_, *optimizer_, metrics_);
+    engine_ = std::make_unique<TrainEngine>(stack_, strategy_, *loss_, *optimizer_);
+    if (!metrics_.empty()) engine_->set_metrics(metrics_);
+  }
+  // Metric names like "accuracy" resolve against the label shape, known with the first labels.
+  if (metrics_.size() != metric_names_.size() && !y_shape.empty()) {
+    Shape pred_shape{-1};
+    for (auto d : stack_.output_shape()) pred_shape.push_back(d);
+    Shape true_shape = y_shape;
+    true_shape[0] = -1;
+    for (const auto& name : metric_names_) metrics_.push_back(make_metric(name, loss_.get(), true_shape, pred_shape));
+    engine_->set_metrics(metrics_);
   }
   return *engine_;
 }

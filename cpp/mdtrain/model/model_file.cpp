@@ -74,13 +74,13 @@ class Reader {
     if (fd_ < 0) {
       int err = errno;
       if (err == ENOENT || err == ENOTDIR)
-        fail<std::runtime_error>("[model_file] '", path, "' not found");
-      fail<std::runtime_error>("[model_file] cannot read '", path, "': ", std::strerror(err));
+        fail<IoError>("[model_file] '", path, "' not found");
+      fail<IoError>("[model_file] cannot read '", path, "': ", std::strerror(err));
     }
     struct stat st {};
     if (::fstat(fd_, &st) != 0) io_error(errno);
     if (!S_ISREG(st.st_mode))
-      fail<std::runtime_error>("[model_file] cannot read '", path, "': not a regular file");
+      fail<IoError>("[model_file] cannot read '", path, "': not a regular file");
     size_ = static_cast<std::uint64_t>(st.st_size);
   }
   ~Reader() { ::close(fd_); }
@@ -126,7 +126,7 @@ class Reader {
 
  private:
   [[noreturn]] void io_error(int err) const {
-    fail<std::runtime_error>("[model_file] cannot read '", path_, "': ", std::strerror(err));
+    fail<IoError>("[model_file] cannot read '", path_, "': ", std::strerror(err));
   }
 
   std::string path_;

@@ -19,7 +19,7 @@ struct TrainEngine::Replica {
 };
 
 TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy, const Loss& loss,
-                         const Optimizer& optimizer, const std::vector<std::unique_ptr<Metric>>& metrics)
+                         const Optimizer& optimizer)
     : primary_(primary), strategy_(std::move(strategy)) {
   MDTRAIN_CHECK(primary.built(), std::logic_error, "[engine] the model must be built before training");
   auto comms = strategy_->make_replica_communicators();
@@ -36,7 +36,6 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
     }
     rep->loss = loss.clone();
     rep->optimizer = optimizer.clone();
-    for (const auto& m : metrics) rep->metrics.push_back(m->clone());
     rep->comm = std::move(comms[static_cast<std::size_t>(r)]);
     rep->reducer = std::make_unique<GradientReducer>(*rep->comm);
     replicas_.push_back(std::move(rep));
@@ -150,6 +149,13 @@ void TrainEngine::predict_step(const Tensor& x, std::int64_t begin, std::int64_t
     Tensor dst = out.rows(begin + first, begin + first + rows);
     dst.copy_from(pred);
   });
+}
+
+void TrainEngine::set_metrics(const std::vector<std::unique_ptr<Metric>>& metrics) {
+  for (auto& rep : replicas_) {
+    rep->metrics.clear();
+    for (const auto& m : metrics) rep->metrics.push_back(m->clone());
+  }
 }
 
 void TrainEngine::reset_metrics() {

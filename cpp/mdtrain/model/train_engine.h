@@ -25,7 +25,7 @@ namespace mdtrain {
 class TrainEngine {
  public:
   TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy, const Loss& loss,
-              const Optimizer& optimizer, const std::vector<std::unique_ptr<Metric>>& metrics);
+              const Optimizer& optimizer);
   ~TrainEngine();
 
   // One training step on rows x[indices[i]], y[indices[i]], i < count (count = the global batch).
@@ -36,6 +36,8 @@ class TrainEngine {
   // Forward only on rows [begin, begin + count) of x; writes them to the same rows of `out`.
   void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out);
 
+  // Gives every replica its own copy of these metrics (replacing earlier ones).
+  void set_metrics(const std::vector<std::unique_ptr<Metric>>& metrics);
   void reset_metrics();
   // "loss" (running mean since the last reset) then each metric's result, aggregated exactly over
   // the replicas.

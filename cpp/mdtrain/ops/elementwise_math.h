@@ -8,7 +8,8 @@
 
 namespace mdtrain::math {
 
-template <class T> MDTRAIN_HD T relu(T x) { return x > T(0) ? x : T(0); }
+// NaN propagates (as TF's max(x, 0) does): a NaN input must surface in the loss, not vanish.
+template <class T> MDTRAIN_HD T relu(T x) { return x < T(0) ? T(0) : x; }
 template <class T> MDTRAIN_HD T relu_grad_from_output(T y) { return y > T(0) ? T(1) : T(0); }
 
 template <class T> MDTRAIN_HD T sigmoid(T x) {

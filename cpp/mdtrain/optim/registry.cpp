@@ -53,7 +53,7 @@ std::unique_ptr<Optimizer> make_optimizer(const Json& config) {
     const Json& cls = config.at("class_name");
     MDTRAIN_CHECK(cls.is_string(), std::invalid_argument, "[optim] 'class_name' must be a string, got ",
                   cls.dump());
-    const Json inner = config.get("config", Json::object());  // a copy: get() may return the temporary
+    const Json inner = config.get("config", Json::object());
     return from_class(cls.as_string(), inner);
   }
   MDTRAIN_CHECK(config.contains("name") && config.at("name").is_string(), std::invalid_argument,
