@@ -12,7 +12,12 @@ void Layer::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
   dtype_ = dtype;
   input_shape_ = input_shape;
   output_shape_ = out;
-  build_weights(input_shape, seed);
+  try {
+    build_weights(input_shape, seed);
+  } catch (const AllocationError& e) {
+    fail<AllocationError>("[layer] the weights of layer \"", name_, "\" (", class_name(), ") for input shape ",
+                          to_string(input_shape), " cannot be allocated: ", e.what());
+  }
   built_ = true;
 }
 
