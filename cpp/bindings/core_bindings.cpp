@@ -1,3 +1,5 @@
+#include <chrono>
+
 #include "bindings.h"
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
@@ -58,6 +60,21 @@ void init_core(py::module_& m) {
     Device d = Device::parse(s);
     return py::make_tuple(d.kind == DeviceKind::CPU ? "CPU" : "GPU", d.index);
   });
+  m.def("time_gemm", [](std::int64_t m_, std::int64_t n, std::int64_t k, int repeats) {
+    // Seconds per float32 GEMM (m x k @ k x n) through mdtrain's BLAS path, best of `repeats`:
+    // the peak the benchmarks compare against, measured in the same process.
+    Tensor a({m_, k}), b({k, n}), c({m_, n});
+    a.fill(0.5);
+    b.fill(0.25);
+    py::gil_scoped_release release;
+    double best = 1e30;
+    for (int r = 0; r < repeats; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      ops::gemm(a, false, b, false, c);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  }, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("repeats") = 5);
   m.def("json_roundtrip", [](const std::string& s) { return Json::parse(s).dump(); },
         "Parses and re-serialises JSON with the C++ parser (for tests).");
 }

@@ -129,9 +129,9 @@ Dataset synthetic(std::int64_t n, std::uint64_t seed) {
   constexpr std::int64_t kSide = 28, kPixels = kSide * kSide, kClasses = 10;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  std::normal_distribution<float> noise(0.0f, 0.35f);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
   std::vector<float> prototypes(kClasses * kPixels);
-  for (auto& p : prototypes) p = unit(rng) < 0.3f ? 1.0f : 0.0f;
+  for (auto& p : prototypes) p = unit(rng) < 0.3f ? 0.6f : 0.0f;
   Dataset d{mdtrain::Tensor({n, kSide, kSide}, mdtrain::DType::Float32), mdtrain::Tensor({n}, mdtrain::DType::Int32)};
   for (std::int64_t i = 0; i < n; ++i) {
     const auto c = static_cast<std::int32_t>(rng() % kClasses);

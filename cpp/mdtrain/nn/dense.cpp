@@ -45,8 +45,10 @@ Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
   const Tensor& b = options_.use_bias ? bias_.value : no_bias;
   if (activation_ == Activation::GELU) {
     ensure_buffer(z_, {rows, units}, dtype_);
+    // GELU's gradient needs its input: keep z = x @ kernel + bias, then y = gelu(z).
     ops::gemm(x_, false, kernel_.value, false, z_);
-    ops::bias_activation(z_, b, activation_, y_);
+    ops::bias_activation(z_, b, Activation::Linear, z_);
+    ops::bias_activation(z_, Tensor(), activation_, y_);
   } else {
     ops::gemm(x_, false, kernel_.value, false, y_);
     ops::bias_activation(y_, b, activation_, y_);

@@ -166,6 +166,8 @@ TEST(ModelTraining, TrainEpochReducesLossOnSeparableProblem) {
     accuracies.push_back(r.logs[1].second);
   }
   EXPECT_EQ(batches_seen, 12 * steps_for(120, 16));
+  RecordProperty("first_epoch_loss", std::to_string(losses.front()));
+  RecordProperty("last_epoch_loss", std::to_string(losses.back()));
   EXPECT_LT(losses.back(), 0.5 * losses.front()) << "first " << losses.front() << " last " << losses.back();
   EXPECT_LT(losses.back(), 0.2);
   EXPECT_GE(accuracies.back(), 0.95);
@@ -247,7 +249,9 @@ TEST_P(MirroredVsOneDevice, OneStepMatchesTheSingleReplicaToFloat32Rounding) {
     auto rm = run_epoch(*mir, d, 12, 0, replicas_identical(*mir, checked));
     EXPECT_EQ(checked.load(), 1);
     EXPECT_GT(max_abs_difference(w0, one->get_weights()), 1e-3);  // the step did move the weights
-    EXPECT_LE(max_abs_difference(one->get_weights(), mir->get_weights()), kOneStepTolerance);
+    const double diff = max_abs_difference(one->get_weights(), mir->get_weights());
+    RecordProperty(dropout ? "max_abs_difference_dropout" : "max_abs_difference", cat(diff));
+    EXPECT_LE(diff, kOneStepTolerance);
     EXPECT_NEAR(log_value(rm.logs, "loss"), log_value(r1.logs, "loss"), 1e-6 * log_value(r1.logs, "loss"));
     EXPECT_EQ(log_value(rm.logs, "accuracy"), log_value(r1.logs, "accuracy"));
   }
@@ -276,8 +280,10 @@ TEST_P(MirroredVsOneDevice, ReplicasStayBitwiseIdenticalThroughUnevenAndTinyBatc
   }
   EXPECT_EQ(checked.load(), expected_steps);
   EXPECT_EQ(mir->optimizer().iterations(), expected_steps);
-  // After 24 Adam steps the rounding differences have had room to grow, but stay tiny.
-  EXPECT_LE(max_abs_difference(one->get_weights(), mir->get_weights()), 1e-4);
+  // After 24 Adam steps the rounding differences have had room to grow (measured: ~1 ulp, 6e-8).
+  const double diff = max_abs_difference(one->get_weights(), mir->get_weights());
+  RecordProperty("max_abs_difference", cat(diff));
+  EXPECT_LE(diff, 1e-5);
   // Predictions from the replicas agree with the single-device model.
   const Tensor p1 = one->predict(d.x, 5), pm = mir->predict(d.x, 5);
   for (std::int64_t i = 0; i < p1.numel(); ++i) EXPECT_NEAR(p1.data<float>()[i], pm.data<float>()[i], 1e-4);

@@ -488,7 +488,7 @@ TEST(AllFinite, DetectsNaNAndInfAnywhere) {
       big.data<float>()[0] = std::numeric_limits<float>::max();
       EXPECT_TRUE(ops::all_finite(big));
     }
-    for (double bad : {std::nan(""), INFINITY, -INFINITY}) {
+    for (double bad : {std::nan(""), double(INFINITY), -double(INFINITY)}) {
       for (std::int64_t pos : {std::int64_t{0}, std::int64_t{18}, n - 1}) {
         Tensor y = x.clone();
         put(y, pos, bad);

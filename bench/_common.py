@@ -1,0 +1,67 @@
+"""Shared helpers for the benchmarks: data, the BLAS peak, result files, tables."""
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def fashion_mnist_flat():
+    """Fashion-MNIST as (x_train float32 (60000, 784) in [0,1], y_train, x_test, y_test)."""
+    import mdtrain as tf
+
+    (x, y), (xt, yt) = tf.keras.datasets.fashion_mnist.load_data()
+    return (x.reshape(-1, 784).astype(np.float32) / 255, y, xt.reshape(-1, 784).astype(np.float32) / 255, yt)
+
+
+def blas_peak_gflops(threads):
+    """Best float32 GEMM rate of mdtrain's BLAS at `threads` threads (2048^3, best of 5)."""
+    from mdtrain import _core
+
+    before = _core.cpu_thread_count()
+    _core.set_cpu_threads(threads)
+    try:
+        _core.time_gemm(512, 512, 512, 2)  # warm up the thread pool and caches
+        seconds = _core.time_gemm(2048, 2048, 2048, 5)
+    finally:
+        _core.set_cpu_threads(before)
+    return 2 * 2048**3 / seconds / 1e9
+
+
+def machine():
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def write_json(name, payload):
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, name)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(tmp, path)
+    return path
+
+
+def print_table(rows, columns):
+    widths = [max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(str(r.get(c, "")).ljust(w) for c, w in zip(columns, widths)))
+
+
+def find_python_with(module):
+    """An interpreter that can import `module` (this one, $MDTRAIN_BENCH_PYTHON, or /opt/tfenv), or None."""
+    candidates = [os.environ.get("MDTRAIN_BENCH_PYTHON"), sys.executable, "/opt/tfenv/bin/python"]
+    for py in candidates:
+        if py and os.path.exists(py):
+            ok = subprocess.run([py, "-c", f"import {module}"], capture_output=True).returncode == 0
+            if ok:
+                return py
+    return None
