@@ -18,6 +18,7 @@ void init_optim(py::module_& m);
 void init_losses_and_metrics(py::module_& m);
 void init_strategy(py::module_& m);
 void init_model(py::module_& m);
+void init_data(py::module_& m);
 
 // A Tensor viewing a C-contiguous NumPy array without copying; the array stays alive as long as
 // the Tensor (released under the GIL). The Python side converts dtypes and layout first.

@@ -20,6 +20,15 @@ Model::BatchCallback wrap_callback(const py::object& fn) {
   };
 }
 
+py::dict epoch_result(const Model::EpochResult& r) {
+  py::dict out;
+  out["logs"] = logs_to_dict(r.logs);
+  out["steps"] = r.steps;
+  out["first_nonfinite_step"] = r.first_nonfinite_step;
+  out["stopped"] = r.stopped;
+  return out;
+}
+
 py::list weights_list(std::vector<Tensor> weights) {
   py::list out;
   for (auto& w : weights) out.append(numpy_from_tensor(w));
@@ -54,13 +63,37 @@ void init_model(py::module_& m) {
                py::gil_scoped_release release;
                r = m.train_epoch(tx, ty, order.data(), order.size(), batch_size, steps, cb);
              }
-             py::dict out;
-             out["logs"] = logs_to_dict(r.logs);
-             out["steps"] = r.steps;
-             out["first_nonfinite_step"] = r.first_nonfinite_step;
-             out["stopped"] = r.stopped;
-             return out;
+             return epoch_result(r);
            })
+      .def("train_batches",
+           [](Model& m, const py::array& x, const py::array& y, const py::array_t<std::int64_t, py::array::c_style>& order,
+              const std::vector<std::int64_t>& offsets, const py::object& callback) {
+             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+             if (!offsets.empty() && offsets.back() > order.size())
+               throw std::invalid_argument("[fit] batch offsets run past the row order");
+             auto cb = wrap_callback(callback);
+             Model::EpochResult r;
+             {
+               py::gil_scoped_release release;
+               r = m.train_batches(tx, ty, order.data(), offsets, cb);
+             }
+             return epoch_result(r);
+           })
+      .def("replica_losses", &Model::replica_losses)
+      .def("profile", [](Model& m) {
+        py::list out;
+        for (const auto& p : m.engine().profile()) {
+          py::dict d;
+          d["steps"] = p.steps;
+          d["wall"] = p.wall;
+          d["compute"] = p.compute;
+          d["allreduce"] = p.allreduce;
+          d["update"] = p.update;
+          out.append(d);
+        }
+        return out;
+      }, "Per replica: seconds in compute, all-reduce and update since reset_profile().")
+      .def("reset_profile", [](Model& m) { m.engine().reset_profile(); })
       .def("evaluate",
            [](Model& m, const py::array& x, const py::array& y, std::int64_t batch_size, const py::object& callback) {
              Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);

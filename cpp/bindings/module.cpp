@@ -41,4 +41,5 @@ PYBIND11_MODULE(_core, m) {
   init_losses_and_metrics(m);
   init_strategy(m);
   init_model(m);
+  init_data(m);
 }

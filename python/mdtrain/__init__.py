@@ -25,7 +25,8 @@ def cmake_dir():
     """Directory holding mdtrainConfig.cmake, for C++ programs: cmake -Dmdtrain_DIR=$(...)."""
     import os
 
-    return os.path.join(os.path.dirname(__file__), "cpp", "lib", "cmake", "mdtrain")
+    # Next to _core, which is where the wheel (and an editable install) puts the C++ package.
+    return os.path.join(os.path.dirname(os.path.abspath(_core.__file__)), "cpp", "lib", "cmake", "mdtrain")
 
 
 __all__ = ["config", "data", "distribute", "keras", "cmake_dir", "get_strategy", "__version__"]

@@ -24,6 +24,78 @@ class ReduceOp(enum.Enum):
 class _ScopeState(threading.local):
     def __init__(self):
         self.stack = []
+        self.replica = None  # (strategy, replica id) while strategy.run calls fn
+        self.deferred = None  # the _DeferredStep collecting model.train_step calls in strategy.run
+
+
+class PerReplica:
+    """One value per replica (what strategy.run returns and experimental_distribute_dataset yields)."""
+
+    def __init__(self, values):
+        self.values = tuple(values)
+
+    def __repr__(self):
+        return f"PerReplica({list(self.values)!r})"
+
+
+def _map_structure(fn, structure):
+    if isinstance(structure, PerReplica):
+        return fn(structure)
+    if isinstance(structure, tuple):
+        return tuple(_map_structure(fn, s) for s in structure)
+    if isinstance(structure, list):
+        return [_map_structure(fn, s) for s in structure]
+    if isinstance(structure, dict):
+        return {k: _map_structure(fn, v) for k, v in structure.items()}
+    return fn(structure)
+
+
+class _ReplicaContext:
+    def __init__(self, strategy, replica_id):
+        self.strategy = strategy
+        self.replica_id_in_sync_group = replica_id
+        self.num_replicas_in_sync = strategy.num_replicas_in_sync
+
+
+def get_replica_context():
+    """The replica context inside strategy.run, else None (TF returns a default context outside)."""
+    r = _scopes.replica
+    return None if r is None else _ReplicaContext(*r)
+
+
+class _DeferredStep:
+    """Collects each replica's share of a model's train step inside strategy.run, then runs the
+    synchronized step once, in C++, for all replicas together."""
+
+    def __init__(self):
+        self.models = {}  # id(model) -> (model, {replica: (x, y)}, {replica: _DeferredValue})
+
+    def add(self, model, replica, x, y):
+        entry = self.models.setdefault(id(model), (model, {}, {}))
+        if replica in entry[1]:
+            raise RuntimeError("model.train_step may be called once per replica in one strategy.run")
+        entry[1][replica] = (x, y)
+        value = _DeferredValue()
+        entry[2][replica] = value
+        return value
+
+    def run(self, num_replicas):
+        import numpy as np
+
+        for model, data, values in self.models.values():
+            if sorted(data) != list(range(num_replicas)):
+                raise RuntimeError("model.train_step must be called on every replica in strategy.run")
+            xs = [data[r][0] for r in range(num_replicas)]
+            ys = [data[r][1] for r in range(num_replicas)]
+            model.train_on_batch(np.concatenate(xs), np.concatenate(ys))
+            # The engine cuts the global batch like experimental_distribute_dataset did (contiguous,
+            # sizes differing by at most one), so replica r's loss is the loss of xs[r].
+            for r, loss in enumerate(model._core.replica_losses()):
+                values[r].value = loss
+
+
+class _DeferredValue:
+    value = None
 
 
 _scopes = _ScopeState()
@@ -64,6 +136,50 @@ class Strategy:
 
     def __repr__(self):
         return f"<{type(self).__name__} devices={list(self._core.devices)}>"
+
+    # ---- custom training loops ------------------------------------------------------------
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """Yields each global batch of `dataset` cut into per-replica slices (PerReplica values)."""
+        return DistributedDataset(dataset, self)
+
+    def run(self, fn, args=(), kwargs=None):
+        """Calls fn once per replica with that replica's values of args (PerReplica unpacked).
+
+        Inside fn, ``model.train_step((x, y))`` contributes this replica's slice; the step runs
+        once for all replicas when every replica has called it, and the returned value becomes
+        that replica's loss (sum of its losses / global batch, as TF's compute_average_loss)."""
+        kwargs = kwargs or {}
+        n = self.num_replicas_in_sync
+        deferred = _DeferredStep()
+        results = []
+        with self.scope():
+            for r in range(n):
+                pick = lambda v, r=r: v.values[r] if isinstance(v, PerReplica) else v  # noqa: E731
+                _scopes.replica = (self, r)
+                _scopes.deferred = deferred
+                try:
+                    results.append(fn(*_map_structure(pick, tuple(args)), **_map_structure(pick, kwargs)))
+                finally:
+                    _scopes.replica = None
+                    _scopes.deferred = None
+            deferred.run(n)
+        resolve = lambda v: v.value if isinstance(v, _DeferredValue) else v  # noqa: E731
+        results = [_map_structure(resolve, r) for r in results]
+        return results[0] if n == 1 else PerReplica(results)
+
+    def reduce(self, reduce_op, value, axis=None):
+        """Sum or mean of a PerReplica value over replicas (axis: also reduce that axis of each)."""
+        import numpy as np
+
+        op = ReduceOp(reduce_op.value if isinstance(reduce_op, ReduceOp) else str(reduce_op).upper())
+        values = value.values if isinstance(value, PerReplica) else (value,)
+        arrays = [np.asarray(v, dtype=np.float64) for v in values]
+        if axis is not None:
+            total = sum(a.sum(axis=axis) for a in arrays)
+            count = sum(a.shape[axis] for a in arrays)
+            return total / count if op is ReduceOp.MEAN else total
+        total = sum(arrays)
+        return total / len(arrays) if op is ReduceOp.MEAN else total
 
 
 class OneDeviceStrategy(Strategy):
@@ -142,6 +258,27 @@ class MirroredStrategy(Strategy):
         communication = (cross_device_ops or CrossDeviceOps())._communication
         super().__init__(_core.MirroredStrategy(devices, communication))
         _log.info("Using MirroredStrategy with devices %s", tuple(self._core.devices))
+
+
+class DistributedDataset:
+    """A dataset whose global batches are split into per-replica slices, in replica order."""
+
+    def __init__(self, dataset, strategy):
+        self._dataset = dataset
+        self._strategy = strategy
+
+    def __iter__(self):
+        import numpy as np
+
+        n = self._strategy.num_replicas_in_sync
+        for element in self._dataset:
+            def split(array):
+                array = np.asarray(array)
+                sizes = [len(array) // n + (1 if r < len(array) % n else 0) for r in range(n)]
+                bounds = np.cumsum([0] + sizes)
+                return PerReplica([array[bounds[r]:bounds[r + 1]] for r in range(n)])
+
+            yield _map_structure(split, element)
 
 
 def get_strategy():

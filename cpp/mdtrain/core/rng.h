@@ -10,6 +10,10 @@
 
 namespace mdtrain {
 
+// Seeds are stored in model files as JSON numbers (doubles): they must stay below 2^53 to read
+// back exactly.
+constexpr std::uint64_t kMaxSeed = (1ull << 53) - 1;
+
 struct Philox4 {
   std::uint32_t v[4];
 };

@@ -36,8 +36,8 @@ struct SumOp {
 constexpr std::size_t kTileBytes = 8192;
 
 template <class T, class Op>
-void reduce_typed(T* out, const void* const* inputs, int n, std::size_t offset, std::size_t count,
-                  bool mean) {
+void reduce_typed(void* const* outputs, int n_outputs, const void* const* inputs, int n,
+                  std::size_t offset, std::size_t count, bool mean) {
   constexpr std::size_t tile = kTileBytes / sizeof(T);
   T acc[tile];
   for (std::size_t begin = 0; begin < count; begin += tile) {
@@ -52,37 +52,41 @@ void reduce_typed(T* out, const void* const* inputs, int n, std::size_t offset, 
       const T divisor = static_cast<T>(n);
       for (std::size_t i = 0; i < len; ++i) acc[i] = acc[i] / divisor;
     }
-    std::memcpy(out + begin, acc, len * sizeof(T));
+    for (int k = 0; k < n_outputs; ++k) {
+      std::memcpy(static_cast<T*>(outputs[k]) + begin, acc, len * sizeof(T));
+    }
   }
 }
 
 template <class T>
-void reduce_dispatch_op(void* out, const void* const* inputs, int n, std::size_t offset,
-                        std::size_t count, ReduceOp op) {
-  T* o = static_cast<T*>(out);
+void reduce_dispatch_op(void* const* o, int m, const void* const* inputs, int n,
+                        std::size_t offset, std::size_t count, ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return reduce_typed<T, SumOp<T>>(o, inputs, n, offset, count, false);
-    case ReduceOp::Mean: return reduce_typed<T, SumOp<T>>(o, inputs, n, offset, count, true);
-    case ReduceOp::Max: return reduce_typed<T, MaxOp<T>>(o, inputs, n, offset, count, false);
-    case ReduceOp::Min: return reduce_typed<T, MinOp<T>>(o, inputs, n, offset, count, false);
+    case ReduceOp::Sum: return reduce_typed<T, SumOp<T>>(o, m, inputs, n, offset, count, false);
+    case ReduceOp::Mean: return reduce_typed<T, SumOp<T>>(o, m, inputs, n, offset, count, true);
+    case ReduceOp::Max: return reduce_typed<T, MaxOp<T>>(o, m, inputs, n, offset, count, false);
+    case ReduceOp::Min: return reduce_typed<T, MinOp<T>>(o, m, inputs, n, offset, count, false);
   }
   fail<std::invalid_argument>("[distribute] unknown reduce op ", static_cast<int>(op));
 }
 
 }  // namespace
 
-void reduce_in_rank_order(void* out, const void* const* inputs, int n_inputs, std::size_t offset,
-                          std::size_t count, DType dtype, ReduceOp op) {
+void reduce_in_rank_order(void* const* outputs, int n_outputs, const void* const* inputs,
+                          int n_inputs, std::size_t offset, std::size_t count, DType dtype,
+                          ReduceOp op) {
   if (count == 0) return;
+  void* const* out = outputs;
+  const int m = n_outputs;
   switch (dtype) {
-    case DType::Float32: return reduce_dispatch_op<float>(out, inputs, n_inputs, offset, count, op);
-    case DType::Float64: return reduce_dispatch_op<double>(out, inputs, n_inputs, offset, count, op);
+    case DType::Float32: return reduce_dispatch_op<float>(out, m, inputs, n_inputs, offset, count, op);
+    case DType::Float64: return reduce_dispatch_op<double>(out, m, inputs, n_inputs, offset, count, op);
     case DType::Int32:
-      return reduce_dispatch_op<std::int32_t>(out, inputs, n_inputs, offset, count, op);
+      return reduce_dispatch_op<std::int32_t>(out, m, inputs, n_inputs, offset, count, op);
     case DType::Int64:
-      return reduce_dispatch_op<std::int64_t>(out, inputs, n_inputs, offset, count, op);
+      return reduce_dispatch_op<std::int64_t>(out, m, inputs, n_inputs, offset, count, op);
     case DType::UInt8:
-      return reduce_dispatch_op<std::uint8_t>(out, inputs, n_inputs, offset, count, op);
+      return reduce_dispatch_op<std::uint8_t>(out, m, inputs, n_inputs, offset, count, op);
   }
   fail<std::invalid_argument>("[distribute] unknown dtype ", static_cast<int>(dtype));
 }

@@ -231,22 +231,25 @@ Chunk chunk_of(int r, int n, std::size_t count, std::size_t elem) {
   return {begin, std::min(count, begin + per)};
 }
 
-// The peers' buffer addresses, without a heap allocation on the latency path for small groups.
-class InputPointers {
+// The ranks' buffer addresses, without a heap allocation on the latency path for small groups.
+template <class P>
+class PointerArray {
  public:
-  explicit InputPointers(int n) {
+  explicit PointerArray(int n) {
     if (n > kInline) heap_.resize(static_cast<std::size_t>(n));
     ptr_ = n > kInline ? heap_.data() : inline_;
   }
-  const void*& operator[](int r) { return ptr_[r]; }
-  const void* const* data() const { return ptr_; }
+  P& operator[](int r) { return ptr_[r]; }
+  const P* data() const { return ptr_; }
 
  private:
   static constexpr int kInline = 16;
-  const void* inline_[kInline];
-  std::vector<const void*> heap_;
-  const void** ptr_;
+  P inline_[kInline];
+  std::vector<P> heap_;
+  P* ptr_;
 };
+using InputPointers = PointerArray<const void*>;
+using OutputPointers = PointerArray<void*>;
 
 }  // namespace
 
@@ -260,24 +263,25 @@ void ThreadsCommunicator::do_all_reduce(void* data, std::size_t count, DType dty
   begin(call);
   const int n = group_->size;
   const std::size_t elem = size_of(dtype);
-  InputPointers inputs(n);
-  for (int r = 0; r < n; ++r) inputs[r] = call_of(r).recv;
+  OutputPointers buffers(n);
+  for (int r = 0; r < n; ++r) buffers[r] = call_of(r).recv;
 
+  // Rank r owns chunk r: it reads that chunk from every rank's buffer and writes the result
+  // back into every rank's buffer. No other rank touches chunk r during this phase, so the
+  // owner's push needs no second phase of copies (two barriers in all, and each rank moves
+  // about one buffer's worth of data in and out, like a memcpy).
   const Chunk mine = chunk_of(rank_, n, count, elem);
-  if (n > 1 || op == ReduceOp::Mean) {
-    detail::reduce_in_rank_order(static_cast<char*>(data) + mine.begin * elem, inputs.data(), n,
-                                 mine.begin, mine.end - mine.begin, dtype, op);
-  }
-  arrive_and_wait();  // every chunk is reduced in its owner's buffer
-  for (int i = 1; i < n; ++i) {
-    const int r = (rank_ + i) % n;  // staggered, so ranks read different buffers at once
-    const Chunk c = chunk_of(r, n, count, elem);
-    if (c.end > c.begin) {
-      std::memcpy(static_cast<char*>(data) + c.begin * elem,
-                  static_cast<const char*>(inputs[r]) + c.begin * elem, (c.end - c.begin) * elem);
+  if (mine.end > mine.begin && (n > 1 || op == ReduceOp::Mean)) {
+    OutputPointers outputs(n);
+    for (int i = 0; i < n; ++i) {
+      // Own buffer last: its lines stay hot for the caller.
+      const int r = (rank_ + 1 + i) % n;
+      outputs[i] = static_cast<char*>(buffers[r]) + mine.begin * elem;
     }
+    detail::reduce_in_rank_order(outputs.data(), n, buffers.data(), n, mine.begin,
+                                 mine.end - mine.begin, dtype, op);
   }
-  arrive_and_wait();  // nobody reads this rank's chunk any more
+  arrive_and_wait();  // every chunk is in every buffer; nobody touches this rank's buffer now
 }
 
 void ThreadsCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, int root) {
@@ -325,7 +329,8 @@ void ThreadsCommunicator::do_reduce_scatter(const void* send, void* recv,
   const int n = group_->size;
   InputPointers inputs(n);
   for (int r = 0; r < n; ++r) inputs[r] = call_of(r).send;
-  detail::reduce_in_rank_order(recv, inputs.data(), n,
+  void* out[1] = {recv};
+  detail::reduce_in_rank_order(out, 1, inputs.data(), n,
                                static_cast<std::size_t>(rank_) * count_per_rank, count_per_rank,
                                dtype, op);
   arrive_and_wait();

@@ -7,8 +7,8 @@
 //
 // Results are deterministic: every reduction adds the ranks' contributions in rank order
 // 0..N-1, so the result is bitwise identical on every rank and in every run, whatever the
-// thread timing. Large all-reduces split the work: rank r reduces the r-th chunk from every
-// rank's buffer into its own, then every rank copies the other chunks.
+// thread timing. All-reduces split the work: rank r reduces the r-th chunk of every rank's
+// buffer and writes the result into the r-th chunk of every rank's buffer.
 //
 // Every collective also checks that all ranks called the same operation with the same count,
 // dtype, op and root (else std::runtime_error naming both calls), and reports in a TimeoutError

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "mdtrain/core/rng.h"
 #include "mdtrain/model/model_file.h"
 #include "mdtrain/nn/layer_factory.h"
 #include "mdtrain/ops/ops.h"
@@ -10,7 +11,10 @@
 
 namespace mdtrain {
 
-Model::Model(std::string name, std::uint64_t seed) : name_(std::move(name)), seed_(seed) {}
+Model::Model(std::string name, std::uint64_t seed) : name_(std::move(name)), seed_(seed) {
+  MDTRAIN_CHECK(seed <= kMaxSeed, std::invalid_argument, "[sequential] model \"", name_,
+                "\": seed must be below 2^53 (it is saved as a JSON number), got ", seed);
+}
 
 void Model::add(std::shared_ptr<Layer> layer) {
   stack_.add(std::move(layer));
@@ -90,16 +94,36 @@ void Model::ensure_built_for(const Tensor& x) {
 Model::EpochResult Model::train_epoch(const Tensor& x, const Tensor& y, const std::int64_t* order,
                                       std::int64_t order_size, std::int64_t batch_size, std::int64_t steps,
                                       const BatchCallback& on_batch_end) {
-  check_data(x, &y, "fit");
   MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[fit] batch_size must be a positive integer, got ", batch_size);
   MDTRAIN_CHECK(order_size > 0, std::invalid_argument, "[fit] no training data: x has ", x.dim(0), " samples");
+  // steps may exceed one pass (steps_per_epoch): the order is then read cyclically, batch by
+  // batch, as the arrays' epochs succeed each other.
+  std::vector<std::int64_t> cyclic;
+  std::vector<std::int64_t> offsets{0};
+  const std::int64_t* rows = order;
+  const bool wraps = steps * batch_size > order_size;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    const std::int64_t begin = (s * batch_size) % order_size;
+    const std::int64_t count = std::min(batch_size, order_size - begin);
+    if (wraps) cyclic.insert(cyclic.end(), order + begin, order + begin + count);
+    offsets.push_back(offsets.back() + count);
+  }
+  if (wraps) rows = cyclic.data();
+  return train_batches(x, y, rows, offsets, on_batch_end);
+}
+
+Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const std::int64_t* order,
+                                        const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end) {
+  check_data(x, &y, "fit");
+  MDTRAIN_CHECK(offsets.size() >= 2, std::invalid_argument, "[fit] no training batches");
   ensure_built_for(x);
   TrainEngine& eng = engine(y.shape());
   eng.reset_metrics();
   EpochResult result;
+  const auto steps = static_cast<std::int64_t>(offsets.size()) - 1;
   for (std::int64_t s = 0; s < steps; ++s) {
-    const std::int64_t begin = (s * batch_size) % order_size;
-    const std::int64_t count = std::min(batch_size, order_size - begin);
+    const std::int64_t begin = offsets[static_cast<std::size_t>(s)];
+    const std::int64_t count = offsets[static_cast<std::size_t>(s) + 1] - begin;
     const double loss = eng.train_step(x, y, order + begin, count);
     if (!std::isfinite(loss) && result.first_nonfinite_step < 0) result.first_nonfinite_step = s;
     result.steps = s + 1;
@@ -163,6 +187,11 @@ Logs Model::train_on_batch(const Tensor& x, const Tensor& y) {
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
   eng.train_step(x, y, rows.data(), x.dim(0));
   return eng.logs();
+}
+
+std::vector<double> Model::replica_losses() const {
+  MDTRAIN_CHECK(engine_ != nullptr, std::logic_error, "[model] no step has run yet");
+  return engine_->replica_losses();
 }
 
 Logs Model::test_on_batch(const Tensor& x, const Tensor& y) { return evaluate(x, y, std::max<std::int64_t>(1, x.dim(0)), nullptr); }

@@ -54,9 +54,16 @@ class Model {
   // batch_size rows (the last one may be smaller). Metrics are reset first.
   EpochResult train_epoch(const Tensor& x, const Tensor& y, const std::int64_t* order, std::int64_t order_size,
                           std::int64_t batch_size, std::int64_t steps, const BatchCallback& on_batch_end);
+  // The same loop over explicit batches: batch s is rows order[offsets[s] .. offsets[s+1]) (an
+  // input pipeline's plan). Metrics are reset first.
+  EpochResult train_batches(const Tensor& x, const Tensor& y, const std::int64_t* order,
+                            const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end);
   Logs evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end);
   Tensor predict(const Tensor& x, std::int64_t batch_size);
   Logs train_on_batch(const Tensor& x, const Tensor& y);
+  // After a train step: each replica's sum of per-example losses divided by the global batch
+  // (TF's compute_average_loss per replica; they add up to the step's mean loss).
+  std::vector<double> replica_losses() const;
   Logs test_on_batch(const Tensor& x, const Tensor& y);
 
   std::vector<Tensor> get_weights();

@@ -1,5 +1,6 @@
 #include "mdtrain/model/train_engine.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "mdtrain/ops/ops.h"
@@ -16,7 +17,13 @@ struct TrainEngine::Replica {
   std::unique_ptr<GradientReducer> reducer;
   Tensor x_batch, y_batch, dpred;
   double loss_sum = 0;  // this step's sum of per-example losses on this replica's slice
+  Profile profile;
 };
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
 
 TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy, const Loss& loss,
                          const Optimizer& optimizer)
@@ -93,9 +100,11 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
   const double scale = 1.0 / static_cast<double>(count);
   // Keras adds the weight penalties of the weights the step starts from.
   const double regularization = primary_.regularization_loss();
+  const auto step_start = Clock::now();
   for_each_slice(count, [&](Replica& rep, std::int64_t first, std::int64_t rows) {
     LayerStack& stack = *rep.stack;
     rep.loss_sum = 0;
+    auto t = Clock::now();
     if (rows > 0) {
       gather_batch(rep, x, y, indices + first, rows);
       ForwardContext ctx;
@@ -110,13 +119,21 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     } else {
       stack.packed_grads().fill(0.0);
     }
+    rep.profile.compute += seconds_since(t);
+    t = Clock::now();
     rep.reducer->reduce(stack.packed_grads());
+    rep.profile.allreduce += seconds_since(t);
+    t = Clock::now();
     stack.add_regularization_gradients();
     rep.optimizer->apply(stack.parameters());
+    rep.profile.update += seconds_since(t);
+    rep.profile.steps += 1;
   });
+  wall_ += seconds_since(step_start);
   double loss_sum = 0;
   for (const auto& rep : replicas_) loss_sum += rep->loss_sum;  // replica order: deterministic
   const double step_loss = loss_sum * scale + regularization;
+  last_count_ = count;
   loss_total_ += step_loss * static_cast<double>(count);
   loss_count_ += static_cast<double>(count);
   return step_loss;
@@ -149,6 +166,27 @@ void TrainEngine::predict_step(const Tensor& x, std::int64_t begin, std::int64_t
     Tensor dst = out.rows(begin + first, begin + first + rows);
     dst.copy_from(pred);
   });
+}
+
+std::vector<double> TrainEngine::replica_losses() const {
+  std::vector<double> out;
+  for (const auto& rep : replicas_)
+    out.push_back(last_count_ > 0 ? rep->loss_sum / static_cast<double>(last_count_) : 0.0);
+  return out;
+}
+
+std::vector<TrainEngine::Profile> TrainEngine::profile() const {
+  std::vector<Profile> out;
+  for (const auto& rep : replicas_) {
+    out.push_back(rep->profile);
+    out.back().wall = wall_;
+  }
+  return out;
+}
+
+void TrainEngine::reset_profile() {
+  for (auto& rep : replicas_) rep->profile = Profile{};
+  wall_ = 0;
 }
 
 void TrainEngine::set_metrics(const std::vector<std::unique_ptr<Metric>>& metrics) {

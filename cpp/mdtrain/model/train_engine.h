@@ -24,6 +24,16 @@ namespace mdtrain {
 // weights, so the replicas stay bitwise identical and the loss is the exact mean over the batch.
 class TrainEngine {
  public:
+  // Where a replica's training-step time went, summed over steps since the last reset: the
+  // numbers behind bench/scaling.py's compute / communication / idle split.
+  struct Profile {
+    std::int64_t steps = 0;
+    double wall = 0;       // whole steps, as seen by the caller
+    double compute = 0;    // gather + forward + loss + backward
+    double allreduce = 0;  // in the gradient all-reduce (data movement and waiting for peers)
+    double update = 0;     // regularization gradients + optimizer
+  };
+
   TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy, const Loss& loss,
               const Optimizer& optimizer);
   ~TrainEngine();
@@ -39,6 +49,10 @@ class TrainEngine {
   // Gives every replica its own copy of these metrics (replacing earlier ones).
   void set_metrics(const std::vector<std::unique_ptr<Metric>>& metrics);
   void reset_metrics();
+  std::vector<Profile> profile() const;  // one per replica
+  void reset_profile();
+  // Each replica's loss sum of the last step divided by that step's global batch.
+  std::vector<double> replica_losses() const;
   // "loss" (running mean since the last reset) then each metric's result, aggregated exactly over
   // the replicas.
   Logs logs() const;
@@ -65,6 +79,8 @@ class TrainEngine {
   std::shared_ptr<Strategy> strategy_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   bool communicators_broken_ = false;
+  double wall_ = 0;
+  std::int64_t last_count_ = 0;  // global batch of the last train or test step
   double loss_total_ = 0;  // sum over steps of (step loss * rows)
   double loss_count_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "mdtrain/nn/dropout.h"
 
+#include "mdtrain/core/rng.h"
 #include "mdtrain/ops/ops.h"
 
 namespace mdtrain {
@@ -8,6 +9,8 @@ Dropout::Dropout(std::string name, double rate, std::uint64_t seed)
     : Layer(std::move(name)), rate_(rate), seed_(seed) {
   MDTRAIN_CHECK(rate >= 0.0 && rate < 1.0, std::invalid_argument, "[dropout] layer \"", name_,
                 "\": rate must be in [0, 1), got ", rate);
+  MDTRAIN_CHECK(seed <= kMaxSeed, std::invalid_argument, "[dropout] layer \"", name_, "\": seed must be below 2^53, got ",
+                seed);
 }
 
 Tensor Dropout::forward(const Tensor& x, const ForwardContext& ctx) {

@@ -41,6 +41,10 @@ void ReplicaPool::run(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
+  // BLAS threads are process-wide: single-threaded while the replicas run side by side. Set
+  // before any worker wakes, or a worker's GEMM could split across threads and round differently.
+  const int previous = ops::cpu_thread_count();
+  if (previous != 1) ops::set_cpu_threads(1);
   task_ = &fn;
   pending_.store(replicas_ - 1, std::memory_order_relaxed);
   {
@@ -48,9 +52,6 @@ void ReplicaPool::run(const std::function<void(int)>& fn) {
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   wake_.notify_all();
-  // BLAS threads are process-wide: single-threaded while the replicas run side by side.
-  const int previous = ops::cpu_thread_count();
-  if (previous != 1) ops::set_cpu_threads(1);
   try {
     fn(0);
   } catch (...) {

@@ -378,6 +378,18 @@ class Sequential:
         logs = dict(self._core.train_on_batch(x, y))
         return logs if return_dict else (list(logs.values())[0] if len(logs) == 1 else list(logs.values()))
 
+    def train_step(self, data):
+        """One optimizer step on data = (x, y) (Keras's train_step), returning the logs.
+
+        Inside strategy.run each replica passes its slice; the step then runs once for all
+        replicas and each replica gets its loss (its losses' sum / global batch)."""
+        if not isinstance(data, (tuple, list)) or len(data) < 2:
+            raise ValueError("train_step expects data = (x, y)")
+        replica, deferred = _distribute._scopes.replica, _distribute._scopes.deferred
+        if replica is not None and deferred is not None:
+            return deferred.add(self, replica[1], np.asarray(data[0]), np.asarray(data[1]))
+        return self.train_on_batch(data[0], data[1], return_dict=True)
+
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
         self._check_compiled("test_on_batch")
         x, y = self._prepare_xy(x, y, "test_on_batch")

@@ -301,6 +301,45 @@ TEST_P(MirroredVsOneDevice, SameSeedSameReplicaCountIsDeterministic) {
   for (std::size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(bitwise_equal(wa[i], wb[i])) << i;
 }
 
+// Layers big enough that OpenBLAS would split a GEMM over several threads: ReplicaPool::run must
+// make BLAS single-threaded before any worker starts, or the partitioning (and the float
+// rounding) would vary from run to run.
+TEST_P(MirroredVsOneDevice, DeterministicWithBlasSizedLayers) {
+  const int replicas = GetParam();
+  const std::int64_t n = 96, in = 784;
+  Tensor x({n, in});
+  Tensor y({n}, DType::Int32);
+  std::mt19937_64 rng(40);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+  for (std::int64_t i = 0; i < n; ++i) y.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
+  auto make = [&] {
+    auto m = std::make_unique<Model>("wide", 41);
+    Dense::Options h;
+    h.units = 128;
+    h.activation = "relu";
+    m->add(std::make_shared<Dense>("dense", h));
+    Dense::Options o;
+    o.units = 10;
+    m->add(std::make_shared<Dense>("dense_1", o));
+    m->build({in});
+    m->compile(std::make_shared<losses::SparseCategoricalCrossentropy>(true),
+               std::shared_ptr<Optimizer>(make_optimizer("adam")), {}, mirrored(replicas));
+    return m;
+  };
+  auto a = make(), b = make();
+  const Tensor pa = a->predict(x, 30), pa2 = a->predict(x, 30), pb = b->predict(x, 30);
+  EXPECT_TRUE(bitwise_equal(pa, pa2)) << "the same model predicted differently twice";
+  EXPECT_TRUE(bitwise_equal(pa, pb)) << "two same-seed models predicted differently";
+  const auto order = permutation(n, 0);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    a->train_epoch(x, y, order.data(), n, 32, 3, nullptr);
+    b->train_epoch(x, y, order.data(), n, 32, 3, nullptr);
+  }
+  const auto wa = a->get_weights(), wb = b->get_weights();
+  for (std::size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(bitwise_equal(wa[i], wb[i])) << "weight " << i;
+}
+
 TEST_P(MirroredVsOneDevice, TrainOnBatchWithFewerRowsThanReplicas) {
   const int replicas = GetParam();
   const Data d = blobs(1, 8);

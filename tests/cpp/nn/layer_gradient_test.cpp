@@ -177,13 +177,7 @@ INSTANTIATE_TEST_SUITE_P(AllActivations, DenseGradient,
                                            DenseCase{"sigmoid", true}, DenseCase{"sigmoid", false},
                                            DenseCase{"tanh", true}, DenseCase{"tanh", false},
                                            DenseCase{"softmax", true}, DenseCase{"softmax", false},
-                                           DenseCase{"gelu", false}),
-                         dense_case_name);
-
-// Disabled until Dense's GELU path is fixed: Dense::forward keeps z = x @ kernel WITHOUT the bias
-// for GELU's backward, so backward evaluates gelu'(x @ kernel) instead of gelu'(x @ kernel + bias)
-// and every gradient is wrong once the bias is non-zero. Re-enable by removing DISABLED_.
-INSTANTIATE_TEST_SUITE_P(DISABLED_GeluWithBias, DenseGradient, ::testing::Values(DenseCase{"gelu", true}),
+                                           DenseCase{"gelu", true}, DenseCase{"gelu", false}),
                          dense_case_name);
 
 struct RegularizerCase {
@@ -314,7 +308,6 @@ TEST(LayerStackGradient, MatchesFiniteDifferencesThroughEveryLayer) {
   Dense::Options b;
   b.units = 4;
   b.activation = "gelu";
-  b.use_bias = false;  // GELU with a bias: see DISABLED_GeluWithBias above
   b.kernel_regularizer = "l2";
   stack.add(std::make_shared<Dense>("d2", b));
   stack.add(std::make_shared<ActivationLayer>("softmax", "softmax"));
