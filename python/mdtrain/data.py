@@ -331,28 +331,33 @@ class Dataset:
     def _prefetched(self):
         src = self._source
         depth = _DEFAULT_DEPTH if self._depth is None else self._depth
+        element = src._element_from_gathered()
         prefetcher = _core.Prefetcher(list(src._gather_arrays), depth)
         try:
             groups = self._gather_groups()
+            added = returned = 0
             more = True
             while True:
-                # Keep the background thread fed one group ahead of the queue.
-                while more and prefetcher.unconsumed <= depth:
+                # Keep the background thread fed at least one group ahead of the queue.
+                while more and added - returned <= depth:
                     group = next(groups, None)
                     if group is None:
                         prefetcher.close()
                         more = False
                     else:
                         prefetcher.add(*group)
+                        added += len(group[1]) - 1
                 gathered = prefetcher.next()
                 if gathered is None:
                     return
-                leaves = src._restore(gathered)
+                returned += 1
                 if self._kind == _BATCHES:
-                    yield _pack(src._structure, leaves)
+                    yield element(gathered)
                 else:
+                    leaves = element(gathered, unpack=False)
+                    structure = src._structure
                     for i in range(len(leaves[0])):
-                        yield _pack(src._structure, [leaf[i] for leaf in leaves])
+                        yield _pack(structure, [leaf[i] for leaf in leaves])
         finally:
             prefetcher.cancel()
 
@@ -384,13 +389,23 @@ class _TensorSlices(Dataset):
         # Any other fixed-size dtype (bool, float16, int8, strings...) is gathered as raw row bytes.
         return a.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64))).view(np.uint8)
 
-    def _restore(self, gathered):
-        out = []
-        for a, g in zip(self._arrays, gathered):
-            if g.dtype != a.dtype:
-                g = g.view(a.dtype).reshape((len(g),) + a.shape[1:])
-            out.append(g)
-        return out
+    def _element_from_gathered(self):
+        """A function turning the prefetcher's tuple of gathered arrays into a batch element
+        (or, with unpack=False, into the list of leaves), undoing the raw-bytes view."""
+        views = [None if a.dtype in _NATIVE_DTYPES else (a.dtype, a.shape[1:]) for a in self._arrays]
+        structure = self._structure
+        plain_tuple = type(structure) is tuple and all(s is None for s in structure)
+
+        def element(gathered, unpack=True):
+            if any(views):
+                gathered = [g if v is None else g.view(v[0]).reshape((len(g),) + v[1]) for g, v in zip(gathered, views)]
+            if not unpack:
+                return gathered
+            if structure is None:
+                return gathered[0]
+            return tuple(gathered) if plain_tuple else _pack(structure, gathered)
+
+        return element
 
     def _chunks(self):
         n = len(self._arrays[0])

@@ -11,6 +11,7 @@ struct TrainEngine::Replica {
   LayerStack* stack = nullptr;
   std::unique_ptr<LayerStack> owned_stack;  // null for replica 0
   std::unique_ptr<Loss> loss;
+  std::unique_ptr<Loss> logits_loss;  // the loss on the output layer's logits, when Keras uses them
   std::unique_ptr<Optimizer> optimizer;
   std::vector<std::unique_ptr<Metric>> metrics;
   std::unique_ptr<Communicator> comm;
@@ -42,6 +43,7 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
       rep->stack = rep->owned_stack.get();
     }
     rep->loss = loss.clone();
+    rep->logits_loss = loss.on_logits_of(primary_.output_activation());
     rep->optimizer = optimizer.clone();
     rep->comm = std::move(comms[static_cast<std::size_t>(r)]);
     rep->reducer = std::make_unique<GradientReducer>(*rep->comm);
@@ -113,8 +115,13 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
       ctx.global_row_offset = first;
       Tensor pred = stack.forward(rep.x_batch, ctx);
       ensure_buffer(rep.dpred, pred.shape(), pred.dtype());
-      rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, scale, &rep.dpred);
-      stack.backward(rep.dpred);
+      if (rep.logits_loss) {
+        rep.loss_sum = rep.logits_loss->forward_backward(rep.y_batch, stack.logits(), scale, &rep.dpred);
+        stack.backward_from_logits(rep.dpred);
+      } else {
+        rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, scale, &rep.dpred);
+        stack.backward(rep.dpred);
+      }
       for (auto& m : rep.metrics) m->update(rep.y_batch, pred);
     } else {
       stack.packed_grads().fill(0.0);
@@ -148,7 +155,8 @@ void TrainEngine::test_step(const Tensor& x, const Tensor& y, const std::int64_t
     ForwardContext ctx;
     ctx.global_row_offset = first;
     Tensor pred = rep.stack->forward(rep.x_batch, ctx);
-    rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr);
+    rep.loss_sum = rep.logits_loss ? rep.logits_loss->forward_backward(rep.y_batch, rep.stack->logits(), 1.0, nullptr)
+                                   : rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr);
     for (auto& m : rep.metrics) m->update(rep.y_batch, pred);
   });
   double loss_sum = 0;

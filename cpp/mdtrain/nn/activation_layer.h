@@ -12,6 +12,11 @@ class ActivationLayer : public Layer {
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
+  Activation output_activation() const override { return activation_; }
+  Tensor logits() const override { return x_; }
+  Tensor backward_from_logits(const Tensor& dlogits, bool need_input_grad) override {
+    return need_input_grad ? dlogits : Tensor();
+  }
   std::unique_ptr<Layer> clone() const override;
   Json config() const override;
 

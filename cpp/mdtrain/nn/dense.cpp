@@ -43,9 +43,9 @@ Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
   ensure_buffer(y_, {rows, units}, dtype_);
   const Tensor no_bias;
   const Tensor& b = options_.use_bias ? bias_.value : no_bias;
-  if (activation_ == Activation::GELU) {
+  if (keeps_preactivation()) {
+    // z = x @ kernel + bias stays for GELU's gradient and as the logits of softmax/sigmoid.
     ensure_buffer(z_, {rows, units}, dtype_);
-    // GELU's gradient needs its input: keep z = x @ kernel + bias, then y = gelu(z).
     ops::gemm(x_, false, kernel_.value, false, z_);
     ops::bias_activation(z_, b, Activation::Linear, z_);
     ops::bias_activation(z_, Tensor(), activation_, y_);
@@ -58,15 +58,31 @@ Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
   return y_.reshape(out);
 }
 
+bool Dense::keeps_preactivation() const {
+  return activation_ == Activation::GELU || activation_ == Activation::Softmax || activation_ == Activation::Sigmoid;
+}
+
+Tensor Dense::logits() const {
+  MDTRAIN_CHECK(keeps_preactivation(), std::logic_error, "[dense] layer \"", name_, "\" keeps no logits for activation ",
+                name_of(activation_));
+  Shape out = last_input_shape_;
+  out.back() = options_.units;
+  return z_.reshape(out);
+}
+
 Tensor Dense::backward(const Tensor& dy, bool need_input_grad) {
-  const std::int64_t units = options_.units;
-  Tensor dy2 = dy.reshape({-1, units});
-  Tensor dz = dy2;
-  if (activation_ != Activation::Linear) {
-    ensure_buffer(dz_, dy2.shape(), dtype_);
-    ops::activation_backward(activation_, z_, y_, dy2, dz_);
-    dz = dz_;
-  }
+  Tensor dy2 = dy.reshape({-1, options_.units});
+  if (activation_ == Activation::Linear) return backward_preactivation(dy2, need_input_grad);
+  ensure_buffer(dz_, dy2.shape(), dtype_);
+  ops::activation_backward(activation_, z_, y_, dy2, dz_);
+  return backward_preactivation(dz_, need_input_grad);
+}
+
+Tensor Dense::backward_from_logits(const Tensor& dlogits, bool need_input_grad) {
+  return backward_preactivation(dlogits.reshape({-1, options_.units}), need_input_grad);
+}
+
+Tensor Dense::backward_preactivation(const Tensor& dz, bool need_input_grad) {
   ops::gemm(x_, true, dz, false, kernel_.grad);
   if (options_.use_bias) ops::sum_rows(dz, bias_.grad);
   if (!need_input_grad) return Tensor();

@@ -26,6 +26,9 @@ class Dense : public Layer {
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
+  Activation output_activation() const override { return activation_; }
+  Tensor logits() const override;
+  Tensor backward_from_logits(const Tensor& dlogits, bool need_input_grad) override;
   std::vector<Parameter*> parameters() override;
   double regularization_loss() const override;
   void add_regularization_gradients() override;
@@ -41,6 +44,11 @@ class Dense : public Layer {
 
  private:
   Options options_;
+  // Whether forward keeps the pre-activation: GELU's gradient needs it, and softmax/sigmoid
+  // outputs expose it as logits.
+  bool keeps_preactivation() const;
+  Tensor backward_preactivation(const Tensor& dz, bool need_input_grad);
+
   Activation activation_;
   std::shared_ptr<Regularizer> kernel_regularizer_, bias_regularizer_;
   Parameter kernel_, bias_;

@@ -35,6 +35,14 @@ void Layer::check_input(const Tensor& x) const {
                 name_of(dtype_), " input, got ", name_of(x.dtype()));
 }
 
+Tensor Layer::logits() const {
+  fail<std::logic_error>("[layer] layer \"", name_, "\" (", class_name(), ") has no logits");
+}
+
+Tensor Layer::backward_from_logits(const Tensor&, bool) {
+  fail<std::logic_error>("[layer] layer \"", name_, "\" (", class_name(), ") has no logits");
+}
+
 Json Layer::config() const {
   Json c = Json::object();
   c.set("name", name_);

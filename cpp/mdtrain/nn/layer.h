@@ -7,6 +7,7 @@
 #include "mdtrain/core/json.h"
 #include "mdtrain/core/parameter.h"
 #include "mdtrain/core/tensor.h"
+#include "mdtrain/ops/activation.h"
 
 namespace mdtrain {
 
@@ -46,6 +47,15 @@ class Layer {
   // Given dL/dy of the last forward: overwrites the parameters' .grad and returns dL/dx, or an
   // undefined Tensor when !need_input_grad (the first layer skips that GEMM).
   virtual Tensor backward(const Tensor& dy, bool need_input_grad) = 0;
+
+  // The activation this layer applies last (Linear when none). When it is softmax or sigmoid, the
+  // engine may compute a crossentropy from logits() and come back through backward_from_logits(),
+  // as Keras does (see Loss::on_logits_of).
+  virtual Activation output_activation() const { return Activation::Linear; }
+  // The pre-activation of the last forward (valid when output_activation() is not Linear).
+  virtual Tensor logits() const;
+  // backward() given dL/d(logits) instead of dL/d(output).
+  virtual Tensor backward_from_logits(const Tensor& dlogits, bool need_input_grad);
 
   virtual std::vector<Parameter*> parameters() { return {}; }
   virtual double regularization_loss() const { return 0.0; }

@@ -80,6 +80,18 @@ void LayerStack::backward(const Tensor& dy) {
   for (std::size_t i = layers_.size(); i-- > 0;) g = layers_[i]->backward(g, i > 0);
 }
 
+Activation LayerStack::output_activation() const {
+  return layers_.empty() ? Activation::Linear : layers_.back()->output_activation();
+}
+
+Tensor LayerStack::logits() const { return layers_.back()->logits(); }
+
+void LayerStack::backward_from_logits(const Tensor& dlogits) {
+  const std::size_t last = layers_.size() - 1;
+  Tensor g = layers_[last]->backward_from_logits(dlogits, last > 0);
+  for (std::size_t i = last; i-- > 0;) g = layers_[i]->backward(g, i > 0);
+}
+
 ParameterList LayerStack::parameters() {
   ParameterList all;
   for (auto& layer : layers_)

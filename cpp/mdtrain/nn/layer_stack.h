@@ -31,6 +31,12 @@ class LayerStack {
   // Backpropagates dL/d(output) of the last forward into every parameter's .grad.
   void backward(const Tensor& dy);
 
+  // The last layer's final activation, its logits, and backward from d(loss)/d(logits) (see
+  // Layer::output_activation).
+  Activation output_activation() const;
+  Tensor logits() const;
+  void backward_from_logits(const Tensor& dlogits);
+
   ParameterList parameters();
   std::int64_t parameter_count() const { return packed_values_.numel(); }
   Tensor& packed_values() { return packed_values_; }

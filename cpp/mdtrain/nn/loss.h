@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "mdtrain/core/json.h"
+#include "mdtrain/ops/activation.h"
 #include "mdtrain/core/shape.h"
 #include "mdtrain/core/tensor.h"
 
@@ -55,6 +56,13 @@ class Loss {
   // Keras's get_config(): {"name": ..., "reduction": "sum_over_batch_size", ...loss fields}.
   virtual Json config() const;
   virtual std::unique_ptr<Loss> clone() const = 0;
+
+  // Keras computes a crossentropy from the logits when the predictions come out of the matching
+  // activation (softmax for the categorical losses, sigmoid for binary), whatever from_logits
+  // says: exact gradients, no probability clipping, and a softmax output paired with
+  // from_logits=True still trains correctly (after a warning). Returns that logits form of this
+  // loss for `activation`, or nullptr when it does not apply.
+  virtual std::unique_ptr<Loss> on_logits_of(Activation /*activation*/) const { return nullptr; }
 
  protected:
   // "[loss] <name>: " — the prefix of every message.
@@ -99,6 +107,10 @@ class SparseCategoricalCrossentropy : public Loss {
 
   std::string name() const override { return "sparse_categorical_crossentropy"; }
   std::string class_name() const override { return "SparseCategoricalCrossentropy"; }
+  std::unique_ptr<Loss> on_logits_of(Activation activation) const override {
+    if (activation != Activation::Softmax) return nullptr;
+    return std::make_unique<SparseCategoricalCrossentropy>(true, ignore_class_);
+  }
   double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
                           Tensor* dpred) const override;
   void validate(const Tensor& y_true, const Tensor& y_pred) const override;
@@ -138,6 +150,10 @@ class CategoricalCrossentropy : public DenseTargetLoss {
 
   std::string name() const override { return "categorical_crossentropy"; }
   std::string class_name() const override { return "CategoricalCrossentropy"; }
+  std::unique_ptr<Loss> on_logits_of(Activation activation) const override {
+    if (activation != Activation::Softmax) return nullptr;
+    return std::make_unique<CategoricalCrossentropy>(true, label_smoothing_);
+  }
   double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
                           Tensor* dpred) const override;
   Json config() const override;
@@ -158,6 +174,10 @@ class BinaryCrossentropy : public DenseTargetLoss {
 
   std::string name() const override { return "binary_crossentropy"; }
   std::string class_name() const override { return "BinaryCrossentropy"; }
+  std::unique_ptr<Loss> on_logits_of(Activation activation) const override {
+    if (activation != Activation::Sigmoid) return nullptr;
+    return std::make_unique<BinaryCrossentropy>(true, label_smoothing_);
+  }
   double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
                           Tensor* dpred) const override;
   Json config() const override;
