@@ -33,6 +33,31 @@ def blas_peak_gflops(threads):
     return 2 * 2048**3 / seconds / 1e9
 
 
+def concurrent_gemm_gflops(workers, m=256, n=2048, k=2048):
+    """Total sgemm rate of `workers` threads each running single-threaded GEMMs at once: how much
+    compute the machine really has in parallel (2 vCPUs may share one core's FP units)."""
+    import threading
+
+    from mdtrain import _core
+
+    before = _core.cpu_thread_count()
+    _core.set_cpu_threads(1)
+    rates = [0.0] * workers
+
+    def work(i):
+        rates[i] = 2 * m * n * k / _core.time_gemm(m, n, k, 5) / 1e9
+
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        _core.set_cpu_threads(before)
+    return sum(rates)
+
+
 def machine():
     return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
             "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -87,8 +87,12 @@ def main():
     parser.add_argument("--skip-tf", action="store_true")
     args = parser.parse_args()
     x, y, _, _ = _common.fashion_mnist_flat()
-    print(f"BLAS peak (sgemm 2048^3): {_common.blas_peak_gflops(1):.0f} GFLOP/s on 1 thread, "
-          f"{_common.blas_peak_gflops(2):.0f} on 2; load average {os.getloadavg()[0]:.2f}")
+    one = _common.concurrent_gemm_gflops(1)
+    two = _common.concurrent_gemm_gflops(2)
+    capacity = two / one
+    print(f"sgemm 256x2048x2048, single-threaded: {one:.0f} GFLOP/s alone, {two:.0f} GFLOP/s in total for two "
+          f"at once -> this machine's parallel compute capacity is {capacity:.2f}x (the ceiling for any "
+          f"2-replica speedup of compute-bound work); load average {os.getloadavg()[0]:.2f}")
     rows = []
     results = {}
     for name, batch, steps in CASES:
@@ -126,6 +130,7 @@ def main():
                                "allreduce", "update", "idle", "tf_samples/s", "mdtrain/tf"])
     print("(per-step times in microseconds, replica 0; compute is the slowest replica's)")
     path = _common.write_json("scaling.json", {"machine": _common.machine(), "rows": rows,
+                                               "gemm_gflops_one_thread": one, "gemm_gflops_two_concurrent": two,
                                                "tensorflow": {str(k): v for k, v in tf_results.items()}})
     print(f"wrote {path}")
 

@@ -109,6 +109,50 @@ def get_visible_devices(device_type=None):
     return list_physical_devices(device_type)
 
 
+class _Threading:
+    """tf.config.threading: how many threads one replica's BLAS calls may use.
+
+    mdtrain defaults to 1 (override with MDTRAIN_CPU_THREADS): OpenBLAS's own threads cost more
+    than they give for the small GEMMs of a training step (measured by bench/scaling.py on our
+    2-vCPU VMs: 6 GFLOP/s on 2 threads against 100 on 1 for the seed MLP's 256x784x128), and
+    several cores are put to work by several replicas instead (MirroredStrategy). While replicas
+    run, BLAS is single-threaded whatever this says."""
+
+    @staticmethod
+    def set_intra_op_parallelism_threads(num_threads):
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 0:
+            raise ValueError(f"num_threads must be a non-negative integer, got {num_threads!r}")
+        _core.set_cpu_threads(num_threads or (os.cpu_count() or 1))
+
+    @staticmethod
+    def get_intra_op_parallelism_threads():
+        return _core.cpu_thread_count()
+
+    @staticmethod
+    def set_inter_op_parallelism_threads(num_threads):
+        """Accepted for compatibility; mdtrain runs one op at a time per replica."""
+
+    @staticmethod
+    def get_inter_op_parallelism_threads():
+        return 1
+
+
+threading = _Threading()
+
+
+def _init_threads():
+    env = os.environ.get("MDTRAIN_CPU_THREADS")
+    try:
+        n = int(env) if env else 1
+    except ValueError:
+        n = -1
+    if n < 1:
+        raise ValueError(f"MDTRAIN_CPU_THREADS must be a positive integer, got {env!r}")
+    _core.set_cpu_threads(n)
+
+
+_init_threads()
+
 # tf.config.experimental spells some of these differently.
 experimental = types.SimpleNamespace(
     list_physical_devices=list_physical_devices,

@@ -156,7 +156,8 @@ void Prefetcher::run() {
         }
       }
       // Gathered without the lock: the consumer pops and adds meanwhile.
-      std::vector<Tensor> batch = gather(work->indices.data() + work->offsets[b], work->offsets[b + 1] - work->offsets[b]);
+      const std::int64_t first = work->offsets[b];
+      std::vector<Tensor> batch = gather(work->indices.data() + first, work->offsets[b + 1] - first);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (cancelled_) break;

@@ -44,6 +44,7 @@ class Prefetcher {
   // Appends batches: batch b is rows indices[offsets[b] .. offsets[b+1]), so offsets has one
   // entry more than there are batches, starts at 0, never decreases and ends at indices.size().
   // Row numbers are checked when gathered (an out-of-range row fails that batch's next()).
+  // Ignored after cancel(); std::logic_error after close().
   void add(std::vector<std::int64_t> indices, std::vector<std::int64_t> offsets);
   // No more add(): next() returns std::nullopt once every added batch was returned.
   void close();

@@ -131,12 +131,17 @@ TEST(Prefetcher, NextWithNothingToComeThrowsInsteadOfHanging) {
 }
 
 TEST(Prefetcher, DestroyedWithFullQueueAndWaitingProducer) {
-  for (int depth : {1, 2, 4}) {
-    for (int consumed = 0; consumed < 3; ++consumed) {
+  for (int depth : {1, 2, 4, 7}) {
+    for (int refills = 0; refills < 3; ++refills) {
       Plan plan = random_plan(99, 200);
       auto p = std::make_unique<Prefetcher>(make_sources(), plan.indices, plan.offsets, depth);
-      for (int b = 0; b < consumed; ++b) ASSERT_TRUE(p->next().has_value());
+      std::size_t b = 0;
       ASSERT_TRUE(wait_until_full(*p)) << "the producer never filled a queue of " << depth;
+      for (int r = 0; r < refills; ++r) {
+        // Taking more than half the queue wakes the producer, which fills it again.
+        for (int k = 0; k < depth / 2 + 1; ++k, ++b) expect_batch(*p->next(), plan.batches[b], "refill");
+        ASSERT_TRUE(wait_until_full(*p)) << "the producer did not refill a queue of " << depth;
+      }
       p.reset();  // must join the producer blocked on the full queue
     }
   }
