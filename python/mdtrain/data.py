@@ -268,6 +268,8 @@ class Dataset:
         return self._batch_size is not None
 
     def _array_plan(self):
+        """None, or (source arrays, one int64 row-number array per batch for one epoch): see the
+        class docstring. Each call starts a new iteration."""
         if self._kind != _BATCHES or self._source is None:
             return None
         batches = (b for chunk in self._chunks() for b in chunk)

@@ -98,12 +98,8 @@ std::optional<std::vector<Tensor>> Prefetcher::next() {
     std::vector<Tensor> batch = std::move(queue_.front());
     queue_.pop_front();
     ++returned_;
-    // Waking the producer once the queue is half empty, rather than at every free slot, lets
-    // it gather several batches per wake-up: on a busy machine each wake-up costs a
-    // scheduling delay.
-    const bool wake = queue_.size() <= static_cast<std::size_t>(depth_) / 2;
     lock.unlock();
-    if (wake) work_ready_.notify_one();
+    work_ready_.notify_one();  // a slot is free
     return batch;
   }
   if (cancelled_) return std::nullopt;

@@ -21,8 +21,7 @@ namespace mdtrain::data {
 // order — component k of a batch is sources[k] gathered at that batch's rows, a fresh tensor of
 // shape (rows, sources[k].shape[1:]...) — then std::nullopt at the end.
 //
-// At most `depth` gathered batches wait in the queue; the producer sleeps while it is full and
-// resumes once it is half empty.
+// At most `depth` gathered batches wait in the queue; the producer sleeps while it is full.
 // An error in the producer (a row out of range, an allocation failure) is raised by the
 // next() that would have returned that batch, after the batches gathered before it.
 // cancel() and the destructor stop and join the thread promptly, whatever the queue holds.

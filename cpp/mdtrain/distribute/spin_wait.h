@@ -23,6 +23,10 @@ class SpinWait {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // Pure spinning only pays when the awaited thread can run meanwhile, i.e. when the threads
+  // that wait on each other fit on the cores; otherwise the waiter yields from the start.
+  explicit SpinWait(bool may_spin = true) : spins_(may_spin ? 0 : kSpins) {}
+
   // One waiting step. Returns false while still in the pure-spin phase (no clock read), true
   // once the caller should check its deadline and failure flags (each later step).
   bool step() {

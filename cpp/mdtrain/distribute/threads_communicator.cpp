@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "mdtrain/core/errors.h"
@@ -71,7 +72,10 @@ struct alignas(kCacheLine) RankSlot {
 };
 
 struct ThreadsCommunicator::Group {
-  explicit Group(int n) : size(n), slots(new RankSlot[static_cast<std::size_t>(n)]) {}
+  explicit Group(int n)
+      : size(n),
+        may_spin(static_cast<unsigned>(n) <= std::max(1u, std::thread::hardware_concurrency())),
+        slots(new RankSlot[static_cast<std::size_t>(n)]) {}
 
   // Records the first failure; later ones are consequences of it and are dropped.
   void set_failure(std::string reason, bool timeout) {
@@ -83,6 +87,7 @@ struct ThreadsCommunicator::Group {
   }
 
   const int size;
+  const bool may_spin;  // ranks fit on the cores
   std::unique_ptr<RankSlot[]> slots;
   std::atomic<bool> failed{false};
   std::mutex mutex;  // guards failure and failure_is_timeout (written once, before `failed`)
@@ -161,7 +166,7 @@ void ThreadsCommunicator::arrive_and_wait() {
   const int n = group_->size;
   const unsigned long long target = ++phase_;
   slots[rank_].phase.store(target, std::memory_order_release);
-  detail::SpinWait wait;
+  detail::SpinWait wait(group_->may_spin);
   int next = 0;  // ranks below `next` are known to have arrived
   for (;;) {
     while (next < n && slots[next].phase.load(std::memory_order_acquire) >= target) ++next;

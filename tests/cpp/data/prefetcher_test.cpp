@@ -138,9 +138,9 @@ TEST(Prefetcher, DestroyedWithFullQueueAndWaitingProducer) {
       std::size_t b = 0;
       ASSERT_TRUE(wait_until_full(*p)) << "the producer never filled a queue of " << depth;
       for (int r = 0; r < refills; ++r) {
-        // Taking more than half the queue wakes the producer, which fills it again.
-        for (int k = 0; k < depth / 2 + 1; ++k, ++b) expect_batch(*p->next(), plan.batches[b], "refill");
-        ASSERT_TRUE(wait_until_full(*p)) << "the producer did not refill a queue of " << depth;
+        // Every batch taken frees a slot the producer fills again.
+        for (int k = 0; k <= r; ++k, ++b) expect_batch(*p->next(), plan.batches[b], "refill");
+        ASSERT_TRUE(wait_until_full(*p)) << "the producer did not refill a queue of " << depth << ": " << p->ready() << " ready after " << b;
       }
       p.reset();  // must join the producer blocked on the full queue
     }
