@@ -67,7 +67,8 @@ void init_model(py::module_& m) {
            })
       .def("train_batches",
            [](Model& m, const py::array& x, const py::array& y, const py::array_t<std::int64_t, py::array::c_style>& order,
-              const std::vector<std::int64_t>& offsets, const py::object& callback) {
+              const std::vector<std::int64_t>& offsets, const py::object& callback, bool reset_metrics,
+              std::int64_t first_batch) {
              Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
              if (!offsets.empty() && offsets.back() > order.size())
                throw std::invalid_argument("[fit] batch offsets run past the row order");
@@ -75,10 +76,12 @@ void init_model(py::module_& m) {
              Model::EpochResult r;
              {
                py::gil_scoped_release release;
-               r = m.train_batches(tx, ty, order.data(), offsets, cb);
+               r = m.train_batches(tx, ty, order.data(), offsets, cb, reset_metrics, first_batch);
              }
              return epoch_result(r);
-           })
+           },
+           py::arg("x"), py::arg("y"), py::arg("order"), py::arg("offsets"), py::arg("callback"),
+           py::arg("reset_metrics") = true, py::arg("first_batch") = 0)
       .def("replica_losses", &Model::replica_losses)
       .def("profile", [](Model& m) {
         py::list out;

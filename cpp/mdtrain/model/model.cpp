@@ -113,12 +113,13 @@ Model::EpochResult Model::train_epoch(const Tensor& x, const Tensor& y, const st
 }
 
 Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const std::int64_t* order,
-                                        const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end) {
+                                        const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end,
+                                        bool reset_metrics, std::int64_t first_batch) {
   check_data(x, &y, "fit");
   MDTRAIN_CHECK(offsets.size() >= 2, std::invalid_argument, "[fit] no training batches");
   ensure_built_for(x);
   TrainEngine& eng = engine(y.shape());
-  eng.reset_metrics();
+  if (reset_metrics) eng.reset_metrics();
   EpochResult result;
   const auto steps = static_cast<std::int64_t>(offsets.size()) - 1;
   for (std::int64_t s = 0; s < steps; ++s) {
@@ -127,7 +128,7 @@ Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const 
     const double loss = eng.train_step(x, y, order + begin, count);
     if (!std::isfinite(loss) && result.first_nonfinite_step < 0) result.first_nonfinite_step = s;
     result.steps = s + 1;
-    if (on_batch_end && on_batch_end(s, eng.logs())) {
+    if (on_batch_end && on_batch_end(first_batch + s, eng.logs())) {
       result.stopped = true;
       break;
     }

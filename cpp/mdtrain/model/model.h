@@ -55,9 +55,11 @@ class Model {
   EpochResult train_epoch(const Tensor& x, const Tensor& y, const std::int64_t* order, std::int64_t order_size,
                           std::int64_t batch_size, std::int64_t steps, const BatchCallback& on_batch_end);
   // The same loop over explicit batches: batch s is rows order[offsets[s] .. offsets[s+1]) (an
-  // input pipeline's plan). Metrics are reset first.
+  // input pipeline's plan). Metrics are reset first unless `reset_metrics` is false (an epoch
+  // fed one batch at a time), and batch indices passed to the callback start at `first_batch`.
   EpochResult train_batches(const Tensor& x, const Tensor& y, const std::int64_t* order,
-                            const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end);
+                            const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end,
+                            bool reset_metrics = true, std::int64_t first_batch = 0);
   Logs evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end);
   Tensor predict(const Tensor& x, std::int64_t batch_size);
   Logs train_on_batch(const Tensor& x, const Tensor& y);

@@ -58,3 +58,129 @@ def train_validation_split(x, y, validation_split):
         raise ValueError(f"validation_split={validation_split} leaves no data for training or validation "
                          f"with {len(x)} samples")
     return x[:split], y[:split], (x[split:], y[split:])
+
+
+def is_dataset(x):
+    from mdtrain import data, distribute
+
+    return isinstance(x, (data.Dataset, distribute.DistributedDataset))
+
+
+def _unwrap(dataset):
+    from mdtrain import distribute
+
+    # A distributed dataset's global batches are what a compiled model's engine splits itself.
+    return dataset._dataset if isinstance(dataset, distribute.DistributedDataset) else dataset
+
+
+def _xy(element, where):
+    if not isinstance(element, (tuple, list)) or len(element) < 2:
+        raise ValueError(f"{where}: a dataset must yield (x, y) pairs, got {type(element).__name__}")
+    return element[0], element[1]
+
+
+def materialize(dataset, where, need_y=True):
+    """All of a finite dataset's (x, y) batches joined: for evaluate/predict, where the result does
+    not depend on how the rows were batched. Returns (x, y or None, batch size or None)."""
+    dataset = _unwrap(dataset)
+    if dataset.cardinality() < 0 and dataset.cardinality() != -2:
+        raise ValueError(f"{where}: the dataset is infinite (repeat()); take() a finite part of it")
+    xs, ys = [], []
+    for element in dataset:
+        if need_y:
+            x, y = _xy(element, where)
+            ys.append(np.asarray(y))
+        else:
+            x = element[0] if isinstance(element, (tuple, list)) else element
+        xs.append(np.asarray(x))
+    if not xs:
+        raise ValueError(f"{where}: the dataset is empty")
+    batch = getattr(dataset, "_batch_size", None)
+    return np.concatenate(xs), (np.concatenate(ys) if need_y else None), batch
+
+
+class DatasetEpochs:
+    """Feeds fit from a Dataset, one epoch at a time.
+
+    When the pipeline is plain row gathers of its source arrays (no map), an epoch is handed to
+    the C++ loop whole: the source arrays (converted once per fit, no per-epoch copy), the row
+    order and the batch boundaries ("plan"). Otherwise batches are fed one by one ("batch").
+    With steps_per_epoch the iteration carries on across epochs, as in Keras.
+    """
+
+    def __init__(self, dataset, steps_per_epoch, where="fit"):
+        from mdtrain import data
+
+        self.dataset = _unwrap(dataset)
+        self.steps = steps_per_epoch
+        self.where = where
+        if self.dataset.cardinality() == data.INFINITE_CARDINALITY and steps_per_epoch is None:
+            raise ValueError(f"{where}: the dataset is infinite (repeat()); pass steps_per_epoch")
+        self._converted = {}
+        self._plan_batches = None  # persistent batch iterator of the plan path
+        self._element_iter = None  # persistent element iterator of the batch path
+        plan = self.dataset._array_plan()
+        self.plan_arrays = None
+        self._first_batches = None  # the first iteration's batches, used by the first epoch
+        if plan is not None:
+            arrays, self._first_batches = plan
+            if len(arrays) < 2:
+                raise ValueError(f"{where}: a dataset must yield (x, y) pairs")
+            self.plan_arrays = (as_features(arrays[0]), as_labels(arrays[1]))
+
+    def epoch(self):
+        if self.plan_arrays is not None:
+            yield ("plan", self._plan_epoch())
+        else:
+            yield from (("batch", b) for b in self._batch_epoch())
+
+    def _next_plan_batches(self):
+        if self._first_batches is not None:
+            batches, self._first_batches = self._first_batches, None
+        else:
+            _, batches = self.dataset._array_plan()
+        return iter(batches)
+
+    def _plan_epoch(self):
+        if self.steps is None:
+            chosen = list(self._next_plan_batches())
+        else:
+            chosen = []
+            if self._plan_batches is None:
+                self._plan_batches = self._next_plan_batches()
+            while len(chosen) < self.steps:
+                b = next(self._plan_batches, None)
+                if b is None:  # a finite dataset ran out: start another pass
+                    self._plan_batches = self._next_plan_batches()
+                    b = next(self._plan_batches, None)
+                    if b is None:
+                        break
+                chosen.append(b)
+        chosen = [np.asarray(b, dtype=np.int64) for b in chosen if len(b)]
+        if not chosen:
+            raise ValueError(f"{self.where}: the dataset yielded no batches")
+        order = np.concatenate(chosen)
+        offsets = np.concatenate([[0], np.cumsum([len(b) for b in chosen])]).astype(np.int64).tolist()
+        return self.plan_arrays[0], self.plan_arrays[1], order, offsets
+
+    def _batch_epoch(self):
+        if self.steps is None:
+            source = iter(self.dataset)
+            limit = None
+        else:
+            if self._element_iter is None:
+                self._element_iter = iter(self.dataset)
+            source, limit = self._element_iter, self.steps
+        count = 0
+        while limit is None or count < limit:
+            element = next(source, None)
+            if element is None:
+                if limit is None:
+                    return
+                self._element_iter = source = iter(self.dataset)
+                element = next(source, None)
+                if element is None:
+                    return
+            x, y = _xy(element, self.where)
+            count += 1
+            yield as_features(x), as_labels(y)

@@ -14,8 +14,8 @@ from mdtrain.keras import callbacks as _callbacks
 from mdtrain.keras import losses as _losses
 from mdtrain.keras import metrics as _metrics
 from mdtrain.keras import optimizers as _optimizers
-from mdtrain.keras._data_adapter import (as_features, as_labels, check_batch_size, check_lengths,
-                                         train_validation_split)
+from mdtrain.keras._data_adapter import (DatasetEpochs, as_features, as_labels, check_batch_size, check_lengths,
+                                         is_dataset, materialize, train_validation_split)
 from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer
 
 
@@ -257,26 +257,53 @@ class Sequential:
         verbose = 1 if verbose == "auto" else verbose
         if verbose not in (0, 1, 2):
             raise ValueError(f"fit: verbose must be 0, 1, 2 or 'auto', got {verbose!r}")
-        x, y = self._prepare_xy(x, y, "fit")
-        x, y, val = train_validation_split(x, y, validation_split)
+        dataset = None
+        if is_dataset(x):
+            if y is not None:
+                raise ValueError("fit: when x is a dataset it yields (x, y); y must not be given")
+            if validation_split:
+                raise ValueError("fit: validation_split is not supported with a dataset; pass validation_data")
+            dataset = DatasetEpochs(x, steps_per_epoch)
+            steps = steps_per_epoch
+            if dataset.plan_arrays is not None:
+                x, y = dataset.plan_arrays
+                x = self._prepare_x(x, "fit")
+                self._check_labels(y)
+                if not self.built:
+                    self._input_shape = tuple(x.shape[1:])
+                    self._maybe_build()
+                    self._check_labels(y)
+            if steps is None:
+                card = dataset.dataset.cardinality()
+                steps = int(card) if card >= 0 else None
+            val = None
+        else:
+            x, y = self._prepare_xy(x, y, "fit")
+            x, y, val = train_validation_split(x, y, validation_split)
         if validation_data is not None:
-            if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
-                raise ValueError("validation_data must be a tuple (x_val, y_val)")
-            val = validation_data[:2]
-        if len(x) == 0:
-            raise ValueError("fit: the training data is empty (x has 0 samples)")
-        if not self.built:
-            self._input_shape = tuple(x.shape[1:])
-            self._maybe_build()
-            self._check_labels(y)
+            if is_dataset(validation_data):
+                vx, vy, _ = materialize(validation_data, "fit (validation_data)")
+                val = (vx, vy)
+            elif not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+                raise ValueError("validation_data must be a tuple (x_val, y_val) or a dataset")
+            else:
+                val = validation_data[:2]
+        if dataset is None:
+            if len(x) == 0:
+                raise ValueError("fit: the training data is empty (x has 0 samples)")
+            if not self.built:
+                self._input_shape = tuple(x.shape[1:])
+                self._maybe_build()
+                self._check_labels(y)
         if val is not None:
             val = self._prepare_xy(val[0], val[1], "fit (validation_data)")
-        n = len(x)
-        steps = math.ceil(n / batch_size)
-        if steps_per_epoch is not None:
-            if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, (int, np.integer)) or steps_per_epoch <= 0:
-                raise ValueError(f"fit: steps_per_epoch must be a positive integer, got {steps_per_epoch!r}")
-            steps = int(steps_per_epoch)
+        if dataset is None:
+            n = len(x)
+            steps = math.ceil(n / batch_size)
+            if steps_per_epoch is not None:
+                if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, (int, np.integer)) or steps_per_epoch <= 0:
+                    raise ValueError(f"fit: steps_per_epoch must be a positive integer, got {steps_per_epoch!r}")
+                steps = int(steps_per_epoch)
 
         cbs = _callbacks.CallbackList(callbacks, add_history=True, add_progbar=verbose != 0, model=self,
                                       verbose=verbose, epochs=epochs, steps=steps)
@@ -287,10 +314,13 @@ class Sequential:
         warned_nonfinite = False
         for epoch in range(initial_epoch, epochs):
             cbs.on_epoch_begin(epoch)
-            order = self._epoch_order(n, epoch, shuffle)
-            if batch_hook is not None:
-                cbs.on_train_batch_begin(0)
-            result = self._core.train_epoch(x, y, order, batch_size, steps, batch_hook)
+            if dataset is None:
+                order = self._epoch_order(n, epoch, shuffle)
+                if batch_hook is not None:
+                    cbs.on_train_batch_begin(0)
+                result = self._core.train_epoch(x, y, order, batch_size, steps, batch_hook)
+            else:
+                result = self._fit_dataset_epoch(dataset, cbs, batch_hook)
             logs = dict(result["logs"])
             bad_step = result["first_nonfinite_step"]
             if bad_step >= 0 and not warned_nonfinite:
@@ -307,6 +337,31 @@ class Sequential:
                 break
         cbs.on_train_end(logs)
         return self.history
+
+    def _fit_dataset_epoch(self, dataset, cbs, batch_hook):
+        result, done = None, 0
+        for kind, payload in dataset.epoch():
+            if batch_hook is not None and done == 0:
+                cbs.on_train_batch_begin(0)  # later begins come from the hook, after each end
+            if kind == "plan":
+                x, y, order, offsets = payload
+                result = self._core.train_batches(x, y, order, offsets, batch_hook)
+            else:
+                xb, yb = payload
+                xb = self._prepare_x(xb, "fit")
+                if not self.built:
+                    self._input_shape = tuple(xb.shape[1:])
+                    self._maybe_build()
+                self._check_labels(yb)
+                check_lengths(xb, yb, "fit")
+                result = self._core.train_batches(xb, yb, np.arange(len(xb), dtype=np.int64), [0, len(xb)],
+                                                  batch_hook, done == 0, done)
+            done += result["steps"]
+            if result["stopped"]:
+                break
+        if result is None:
+            raise ValueError("fit: the dataset yielded no batches")
+        return result
 
     def _epoch_order(self, n, epoch, shuffle):
         if shuffle == "batch":
@@ -336,6 +391,11 @@ class Sequential:
         if sample_weight is not None:
             raise NotImplementedError("evaluate: sample_weight is not supported yet")
         batch_size = check_batch_size(batch_size, "evaluate")
+        if is_dataset(x):
+            if y is not None:
+                raise ValueError("evaluate: when x is a dataset it yields (x, y); y must not be given")
+            x, y, dataset_batch = materialize(x, "evaluate")
+            batch_size = dataset_batch or batch_size
         x, y = self._prepare_xy(x, y, "evaluate")
         if len(x) == 0:
             raise ValueError("evaluate: the data is empty (x has 0 samples)")
@@ -356,6 +416,9 @@ class Sequential:
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         batch_size = check_batch_size(batch_size, "predict")
+        if is_dataset(x):
+            x, _, dataset_batch = materialize(x, "predict", need_y=False)
+            batch_size = dataset_batch or batch_size
         x = self._prepare_x(x, "predict")
         if not self.built:
             self._input_shape = tuple(x.shape[1:])
