@@ -25,10 +25,17 @@ void init_strategy(py::module_& m) {
       .def(py::init([](const std::string& device) { return std::make_shared<OneDeviceStrategy>(Device::parse(device)); }),
            py::arg("device"));
   py::class_<MirroredStrategy, Strategy, std::shared_ptr<MirroredStrategy>>(m, "MirroredStrategy")
-      .def(py::init([](const std::vector<std::string>& devices, const std::string& communication) {
-             return std::make_shared<MirroredStrategy>(parse_devices(devices), communication);
+      .def(py::init([](const std::vector<std::string>& devices, const std::string& communication,
+                       const std::string& reduction) {
+             if (reduction != "all_reduce" && reduction != "reduce_to_one")
+               throw std::invalid_argument("[mirrored] reduction must be 'all_reduce' or 'reduce_to_one', got '" +
+                                           reduction + "'");
+             return std::make_shared<MirroredStrategy>(parse_devices(devices), communication,
+                                                       reduction == "all_reduce"
+                                                           ? GradientReducer::Algorithm::AllReduce
+                                                           : GradientReducer::Algorithm::ReduceToOne);
            }),
-           py::arg("devices"), py::arg("communication") = "threads");
+           py::arg("devices"), py::arg("communication") = "threads", py::arg("reduction") = "all_reduce");
 }
 
 }  // namespace mdtrain::bindings

@@ -215,9 +215,13 @@ def _check_devices_exist(devices):
 
 
 class CrossDeviceOps:
-    """How gradients are combined across replicas (tf.distribute.CrossDeviceOps)."""
+    """How gradients are combined across replicas (tf.distribute.CrossDeviceOps).
+
+    All of them add the replicas' gradients in replica order, so they give bitwise the same
+    weights; they differ in who does the work."""
 
     _communication = "threads"
+    _reduction = "all_reduce"
 
 
 class NcclAllReduce(CrossDeviceOps):
@@ -231,7 +235,13 @@ class HierarchicalCopyAllReduce(CrossDeviceOps):
 
 
 class ReductionToOneDevice(CrossDeviceOps):
+    """Sums on the first replica's device, then copies the result to the others."""
+
+    _reduction = "reduce_to_one"
+
     def __init__(self, reduce_to_device=None, accumulation_fn=None):
+        if accumulation_fn is not None:
+            raise NotImplementedError("ReductionToOneDevice: accumulation_fn is not supported")
         self.reduce_to_device = reduce_to_device
 
 
@@ -255,8 +265,8 @@ class MirroredStrategy(Strategy):
             raise TypeError(
                 f"cross_device_ops must be a tf.distribute.CrossDeviceOps instance, got {cross_device_ops!r}")
         self._cross_device_ops = cross_device_ops
-        communication = (cross_device_ops or CrossDeviceOps())._communication
-        super().__init__(_core.MirroredStrategy(devices, communication))
+        ops = cross_device_ops or CrossDeviceOps()
+        super().__init__(_core.MirroredStrategy(devices, ops._communication, ops._reduction))
         _log.info("Using MirroredStrategy with devices %s", tuple(self._core.devices))
 
 

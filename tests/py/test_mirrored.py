@@ -156,3 +156,21 @@ def test_error_in_one_replica_does_not_hang(logical_cpus, blobs):
     with pytest.raises(ValueError, match="label"):
         model.train_on_batch(x[:8], bad)
     model.fit(x, y, epochs=1, verbose=0)
+
+
+def test_cross_device_ops_choose_the_reduction_with_identical_results(logical_cpus, blobs):
+    """ReductionToOneDevice sums on replica 0 then broadcasts; the sum order is the all-reduce's,
+    so the weights are bitwise the same."""
+    x, y = blobs
+    logical_cpus(2)
+    results = []
+    for ops in (None, tf.distribute.ReductionToOneDevice(), tf.distribute.HierarchicalCopyAllReduce()):
+        strategy = tf.distribute.MirroredStrategy(cross_device_ops=ops)
+        with strategy.scope():
+            model = compile_mlp(make_mlp(seed=8))
+        model.fit(x, y, epochs=1, batch_size=30, verbose=0)
+        results.append(model.get_weights())
+    for other in results[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(results[0], other))
+    with pytest.raises(TypeError, match="CrossDeviceOps"):
+        tf.distribute.MirroredStrategy(cross_device_ops="nccl")

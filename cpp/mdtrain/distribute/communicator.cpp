@@ -68,6 +68,14 @@ void Communicator::all_reduce(void* data, std::size_t count, DType dtype, Reduce
   do_all_reduce(data, count, dtype, op);
 }
 
+void Communicator::reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+  check_buffer("reduce", data, count, "data");
+  check_op("reduce", dtype, op);
+  MDTRAIN_CHECK(root >= 0 && root < size(), std::invalid_argument, "[", backend(),
+                "] reduce: root must be in [0, ", size(), ") (got ", root, ")");
+  do_reduce(data, count, dtype, op, root);
+}
+
 void Communicator::broadcast(void* data, std::size_t count, DType dtype, int root) {
   check_buffer("broadcast", data, count, "data");
   size_of(dtype);

@@ -48,6 +48,10 @@ class Communicator {
   // In place: data (count elements) becomes the reduction over all ranks, identical on every rank.
   // Mean needs a floating dtype; Max/Min propagate NaN.
   void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::Sum);
+  // root's data (count elements) becomes the reduction over all ranks (in rank order, so the
+  // bits equal all_reduce's); other ranks' data is left as it was. One rank does the work, as
+  // TF's ReductionToOneDevice.
+  void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
   // root's data (count elements) is copied into every other rank's data.
   void broadcast(void* data, std::size_t count, DType dtype, int root);
   // recv (size() * count_per_rank elements) gets rank r's send at offset r * count_per_rank.
@@ -72,6 +76,7 @@ class Communicator {
 
   // Called with validated arguments; count may be 0 (every rank still takes part).
   virtual void do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) = 0;
   virtual void do_broadcast(void* data, std::size_t count, DType dtype, int root) = 0;
   virtual void do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
                              DType dtype) = 0;

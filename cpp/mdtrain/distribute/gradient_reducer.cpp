@@ -6,8 +6,8 @@
 
 namespace mdtrain {
 
-GradientReducer::GradientReducer(Communicator& comm, std::size_t bucket_bytes)
-    : comm_(comm), bucket_bytes_(bucket_bytes) {
+GradientReducer::GradientReducer(Communicator& comm, std::size_t bucket_bytes, Algorithm algorithm)
+    : comm_(comm), bucket_bytes_(bucket_bytes), algorithm_(algorithm) {
   MDTRAIN_CHECK(bucket_bytes > 0, std::invalid_argument, "[reducer] bucket_bytes must be positive");
 }
 
@@ -20,7 +20,13 @@ void GradientReducer::reduce(Tensor& packed_grads) {
   // Every replica walks the same bucket boundaries, so the collectives line up.
   for (std::size_t begin = 0; begin < total || (total == 0 && begin == 0); begin += per_bucket) {
     const std::size_t count = std::min(per_bucket, total - begin);
-    comm_.all_reduce(base + begin * elem, count, packed_grads.dtype(), ReduceOp::Sum);
+    void* bucket = base + begin * elem;
+    if (algorithm_ == Algorithm::AllReduce) {
+      comm_.all_reduce(bucket, count, packed_grads.dtype(), ReduceOp::Sum);
+    } else {
+      comm_.reduce(bucket, count, packed_grads.dtype(), ReduceOp::Sum, 0);
+      comm_.broadcast(bucket, count, packed_grads.dtype(), 0);
+    }
     if (total == 0) break;
   }
 }

@@ -15,7 +15,13 @@ class GradientReducer {
  public:
   static constexpr std::size_t kDefaultBucketBytes = 25u << 20;  // DDP's default
 
-  explicit GradientReducer(Communicator& comm, std::size_t bucket_bytes = kDefaultBucketBytes);
+  // How a bucket is summed: one all-reduce (every rank shares the work), or a reduction on rank 0
+  // followed by a broadcast (TF's ReductionToOneDevice). Both add ranks in the same order, so
+  // the weights come out bitwise the same either way.
+  enum class Algorithm { AllReduce, ReduceToOne };
+
+  explicit GradientReducer(Communicator& comm, std::size_t bucket_bytes = kDefaultBucketBytes,
+                           Algorithm algorithm = Algorithm::AllReduce);
   // Sums `packed_grads` over all replicas in place (identical result on every replica).
   void reduce(Tensor& packed_grads);
   std::size_t bucket_bytes() const { return bucket_bytes_; }
@@ -23,6 +29,7 @@ class GradientReducer {
  private:
   Communicator& comm_;
   std::size_t bucket_bytes_;
+  Algorithm algorithm_;
 };
 
 }  // namespace mdtrain

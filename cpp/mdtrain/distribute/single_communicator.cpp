@@ -26,6 +26,10 @@ void SingleCommunicator::do_all_reduce(void*, std::size_t, DType, ReduceOp) {
   check_not_aborted("all_reduce");
 }
 
+void SingleCommunicator::do_reduce(void*, std::size_t, DType, ReduceOp, int) {
+  check_not_aborted("reduce");
+}
+
 void SingleCommunicator::do_broadcast(void*, std::size_t, DType, int) {
   check_not_aborted("broadcast");
 }

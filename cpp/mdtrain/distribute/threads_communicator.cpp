@@ -17,11 +17,12 @@ namespace mdtrain {
 
 namespace {
 
-enum Kind : int { kNone = 0, kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+enum Kind : int { kNone = 0, kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
 
 const char* kind_name(int kind) {
   switch (kind) {
     case kAllReduce: return "all_reduce";
+    case kReduce: return "reduce";
     case kBroadcast: return "broadcast";
     case kAllGather: return "all_gather";
     case kReduceScatter: return "reduce_scatter";
@@ -53,8 +54,8 @@ std::string describe(int kind, unsigned long long seq,
   std::string s = cat(kind_name(kind), " #", seq);
   if (kind == kBarrier) return s;
   s += cat("(count ", count, ", ", name_of(dtype));
-  if (kind == kAllReduce || kind == kReduceScatter) s += cat(", ", name_of(op));
-  if (kind == kBroadcast) s += cat(", root ", root);
+  if (kind == kAllReduce || kind == kReduce || kind == kReduceScatter) s += cat(", ", name_of(op));
+  if (kind == kBroadcast || kind == kReduce) s += cat(", root ", root);
   return s + ")";
 }
 
@@ -287,6 +288,25 @@ void ThreadsCommunicator::do_all_reduce(void* data, std::size_t count, DType dty
                                  mine.end - mine.begin, dtype, op);
   }
   arrive_and_wait();  // every chunk is in every buffer; nobody touches this rank's buffer now
+}
+
+void ThreadsCommunicator::do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+  Call call;
+  call.kind = kReduce;
+  call.count = count;
+  call.dtype = dtype;
+  call.op = op;
+  call.root = root;
+  call.recv = data;
+  begin(call);
+  const int n = group_->size;
+  if (rank_ == root && count > 0 && (n > 1 || op == ReduceOp::Mean)) {
+    OutputPointers buffers(n);
+    for (int r = 0; r < n; ++r) buffers[r] = call_of(r).recv;
+    void* out[1] = {data};
+    detail::reduce_in_rank_order(out, 1, buffers.data(), n, 0, count, dtype, op);
+  }
+  arrive_and_wait();  // the root has read every buffer; they may change again
 }
 
 void ThreadsCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, int root) {

@@ -41,6 +41,7 @@ class ThreadsCommunicator final : public Communicator {
 
  protected:
   void do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override;
+  void do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override;
   void do_broadcast(void* data, std::size_t count, DType dtype, int root) override;
   void do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
                      DType dtype) override;

@@ -46,7 +46,8 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
     rep->logits_loss = loss.on_logits_of(primary_.output_activation());
     rep->optimizer = optimizer.clone();
     rep->comm = std::move(comms[static_cast<std::size_t>(r)]);
-    rep->reducer = std::make_unique<GradientReducer>(*rep->comm);
+    rep->reducer = std::make_unique<GradientReducer>(*rep->comm, GradientReducer::kDefaultBucketBytes,
+                                                     strategy_->gradient_reduction());
     replicas_.push_back(std::move(rep));
   }
 }
@@ -81,7 +82,8 @@ void TrainEngine::remake_communicators() {
   auto comms = strategy_->make_replica_communicators();
   for (std::size_t r = 0; r < replicas_.size(); ++r) {
     replicas_[r]->comm = std::move(comms[r]);
-    replicas_[r]->reducer = std::make_unique<GradientReducer>(*replicas_[r]->comm);
+    replicas_[r]->reducer = std::make_unique<GradientReducer>(*replicas_[r]->comm, GradientReducer::kDefaultBucketBytes,
+                                                              strategy_->gradient_reduction());
   }
   communicators_broken_ = false;
 }

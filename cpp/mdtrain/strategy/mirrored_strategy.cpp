@@ -5,8 +5,9 @@
 
 namespace mdtrain {
 
-MirroredStrategy::MirroredStrategy(std::vector<Device> devices, std::string communication)
-    : Strategy(std::move(devices)), communication_(std::move(communication)) {
+MirroredStrategy::MirroredStrategy(std::vector<Device> devices, std::string communication,
+                                   GradientReducer::Algorithm reduction)
+    : Strategy(std::move(devices)), communication_(std::move(communication)), reduction_(reduction) {
   for (const auto& d : this->devices())
     MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[mirrored] ", d.to_string(),
                   ": GPU replicas need the CUDA backend, which this build does not have");

@@ -5,6 +5,7 @@
 
 #include "mdtrain/core/device.h"
 #include "mdtrain/distribute/communicator.h"
+#include "mdtrain/distribute/gradient_reducer.h"
 #include "mdtrain/strategy/replica_pool.h"
 
 namespace mdtrain {
@@ -25,6 +26,8 @@ class Strategy {
 
   // One communicator per replica (rank r serves replica r), made fresh for each compiled model.
   virtual std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const = 0;
+  // How gradients are combined (TF's cross_device_ops).
+  virtual GradientReducer::Algorithm gradient_reduction() const { return GradientReducer::Algorithm::AllReduce; }
 
   // Runs fn(r) for every replica concurrently (see ReplicaPool).
   void run_replicas(const std::function<void(int)>& fn) { pool_->run(fn); }

@@ -483,4 +483,37 @@ TEST_P(CommunicatorSuite, MismatchedCollectivesFailOnEveryRank) {
 }
 
 }  // namespace
+// reduce: the root ends with the all-reduce's bits (same rank order); other ranks keep their data.
+TEST_P(CommunicatorSuite, ReduceToEveryRootMatchesAllReduce) {
+  const auto& c = GetParam();
+  Comms comms = c.make();
+  for (int root = 0; root < c.ranks; ++root) {
+    std::vector<std::vector<float>> reduced(comms.size()), all(comms.size()), own(comms.size());
+    run_on_ranks(comms, [&](Communicator& comm, std::size_t local) {
+      for (auto count : kCounts) {
+        auto r = make_input<float>(500 + root, comm.rank(), count);
+        const auto before = r;
+        comm.reduce(r.data(), count, DType::Float32, ReduceOp::Sum, root);
+        auto a = make_input<float>(500 + root, comm.rank(), count);
+        comm.all_reduce(a.data(), count, DType::Float32, ReduceOp::Sum);
+        if (comm.rank() == root) {
+          reduced[local].insert(reduced[local].end(), r.begin(), r.end());
+          all[local].insert(all[local].end(), a.begin(), a.end());
+        } else {
+          own[local].insert(own[local].end(), r.begin(), r.end());
+          all[local].insert(all[local].end(), before.begin(), before.end());
+        }
+      }
+    });
+    for (std::size_t local = 0; local < comms.size(); ++local) {
+      if (!reduced[local].empty()) EXPECT_EQ(compare(reduced[local], all[local], true, 1), "") << "root " << root;
+      if (!own[local].empty()) EXPECT_EQ(compare(own[local], all[local], true, 1), "") << "non-root changed";
+    }
+  }
+  run_on_ranks(comms, [&](Communicator& comm, std::size_t) {
+    float x = 1;
+    EXPECT_THROW(comm.reduce(&x, 1, DType::Float32, ReduceOp::Sum, c.ranks), std::invalid_argument);
+  });
+}
+
 }  // namespace mdtrain::testing
