@@ -102,6 +102,8 @@ def main():
           f"thread(s) for one replica. The floor below uses the best of these.")
     flops = FLOPS_PER_SAMPLE * len(x)
     batches = [32, 256]
+    # The example's peak RSS first: RUSAGE_CHILDREN keeps the largest child seen, TF's included.
+    rss = None if args.skip_rss else example_peak_rss()
     tf_python = None if args.skip_tf else _common.find_python_with("tensorflow")
     tf_result = time_tf(tf_python, x, y, batches, args.epochs) if tf_python else None
 
@@ -123,7 +125,6 @@ def main():
         print(f"(Keras on TensorFlow {tf_result['tf_version']}, best epoch after the first)")
     else:
         print("(TensorFlow not found: pip install tensorflow-cpu, or set MDTRAIN_BENCH_PYTHON)")
-    rss = None if args.skip_rss else example_peak_rss()
     if rss:
         budget = 2 * x.nbytes / 2**20 + 150
         print(f"examples/fashion_mnist_mlp.py peak RSS: {rss:.0f} MiB (budget: 2 x float32 train set + 150 = "

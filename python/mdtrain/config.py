@@ -112,14 +112,14 @@ def get_visible_devices(device_type=None):
 class _Threading:
     """tf.config.threading: how many threads one replica's BLAS calls may use.
 
-    mdtrain defaults to 1 (override with MDTRAIN_CPU_THREADS): OpenBLAS's own threads cost more
-    than they give for the small GEMMs of a training step (measured by bench/scaling.py on our
-    2-vCPU VMs: 6 GFLOP/s on 2 threads against 100 on 1 for the seed MLP's 256x784x128), and
-    several cores are put to work by several replicas instead (MirroredStrategy). While replicas
-    run, BLAS is single-threaded whatever this says."""
+    By default one replica alone uses every core (OpenBLAS's default; MDTRAIN_CPU_THREADS
+    overrides it). While several replicas run (MirroredStrategy) BLAS is single-threaded whatever
+    this says: N replicas on N cores beat one BLAS call on N threads. On a machine shared with
+    other busy processes, 1 is safer: OpenBLAS's threads wait for each other by spinning."""
 
     @staticmethod
     def set_intra_op_parallelism_threads(num_threads):
+        """0 means every core, as in TF."""
         if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 0:
             raise ValueError(f"num_threads must be a non-negative integer, got {num_threads!r}")
         _core.set_cpu_threads(num_threads or (os.cpu_count() or 1))
@@ -142,8 +142,10 @@ threading = _Threading()
 
 def _init_threads():
     env = os.environ.get("MDTRAIN_CPU_THREADS")
+    if not env:
+        return
     try:
-        n = int(env) if env else 1
+        n = int(env)
     except ValueError:
         n = -1
     if n < 1:
