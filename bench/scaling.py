@@ -45,9 +45,20 @@ print(json.dumps(out))
 """
 
 
-def run_mdtrain(replicas, hidden, batch, steps, x, y, repeats):
+def run_mdtrain(replicas, hidden, batch, steps, x, y, repeats, blas_threads=None):
     import mdtrain as tf
+    from mdtrain import _core
 
+    default_threads = _core.cpu_thread_count()
+    if blas_threads:
+        _core.set_cpu_threads(blas_threads)
+    try:
+        return _run_mdtrain(tf, replicas, hidden, batch, steps, x, y, repeats)
+    finally:
+        _core.set_cpu_threads(default_threads)
+
+
+def _run_mdtrain(tf, replicas, hidden, batch, steps, x, y, repeats):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
     strategy = tf.distribute.MirroredStrategy() if replicas > 1 else tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -82,7 +93,8 @@ def run_mdtrain(replicas, hidden, batch, steps, x, y, repeats):
 
 def main():
     parser = argparse.ArgumentParser(description="1 vs N replica scaling with a per-step breakdown")
-    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2],
+                        help="replica counts; 1 replica is also run with single-threaded BLAS")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-tf", action="store_true")
     args = parser.parse_args()
@@ -95,17 +107,26 @@ def main():
           f"2-replica speedup of compute-bound work); load average {os.getloadavg()[0]:.2f}")
     rows = []
     results = {}
+    # One replica runs twice: on every core through BLAS threads (mdtrain's default), and on one
+    # core (the baseline data parallelism is meant to multiply). Speedups are against the latter.
+    configs = [(n, None) for n in args.replicas]
+    if 1 in args.replicas:
+        configs.insert(configs.index((1, None)) + 1, (1, 1))
     for name, batch, steps in CASES:
-        for n in args.replicas:
-            r = run_mdtrain(n, MODELS[name], batch, steps, x, y, args.repeats)
-            results[(name, batch, n)] = r
-            base = results.get((name, batch, args.replicas[0]))
-            rows.append({"model": name, "batch": batch, "replicas": n, "samples/s": f"{r['samples_per_s']:.0f}",
+        for n, threads in configs:
+            r = run_mdtrain(n, MODELS[name], batch, steps, x, y, args.repeats, threads)
+            results[(name, batch, n, threads)] = r
+            label = f"{n}" + (" (1 BLAS thread)" if threads == 1 else " (all cores)" if n == 1 else "")
+            rows.append({"model": name, "batch": batch, "replicas": label, "samples/s": f"{r['samples_per_s']:.0f}",
                          "epoch_s": f"{r['epoch_s']:.3f}" if not steps else f"({steps} steps)",
-                         "speedup": f"{r['samples_per_s'] / base['samples_per_s']:.2f}",
+                         "rate": r["samples_per_s"], "key": (name, batch),
                          "step_us": f"{r['us_per_step']:.0f}", "compute": f"{r['compute_us']:.0f}",
                          "allreduce": f"{r['allreduce_us']:.0f}", "update": f"{r['update_us']:.0f}",
                          "idle": f"{r['idle_us']:.0f}"})
+    for row in rows:  # against 1 replica on 1 BLAS thread (or the first configuration run)
+        base = results.get((*row["key"], 1, 1)) or results[(*row["key"], *configs[0])]
+        row["speedup"] = f"{row.pop('rate') / base['samples_per_s']:.2f}"
+        row.pop("key")
     tf_python = None if args.skip_tf else _common.find_python_with("tensorflow")
     tf_results = {}
     if tf_python:
@@ -121,14 +142,17 @@ def main():
                 else:
                     print("TF run failed:", proc.stderr[-1500:], file=sys.stderr)
         for row in rows:
-            tf_rate = tf_results.get(row["replicas"], {}).get(f"{MODELS[row['model']]}-{row['batch']}")
+            if "1 BLAS thread" in row["replicas"]:
+                continue
+            tf_rate = tf_results.get(int(row["replicas"].split()[0]), {}).get(f"{MODELS[row['model']]}-{row['batch']}")
             if tf_rate:
                 row["tf_samples/s"] = f"{tf_rate:.0f}"
                 row["mdtrain/tf"] = f"{float(row['samples/s']) / tf_rate:.2f}"
     print()
     _common.print_table(rows, ["model", "batch", "replicas", "samples/s", "epoch_s", "speedup", "step_us", "compute",
                                "allreduce", "update", "idle", "tf_samples/s", "mdtrain/tf"])
-    print("(per-step times in microseconds, replica 0; compute is the slowest replica's)")
+    print("(speedup: against 1 replica on 1 BLAS thread; per-step times in microseconds, replica 0; compute is "
+          "the slowest replica's)")
     path = _common.write_json("scaling.json", {"machine": _common.machine(), "rows": rows,
                                                "gemm_gflops_one_thread": one, "gemm_gflops_two_concurrent": two,
                                                "tensorflow": {str(k): v for k, v in tf_results.items()}})
