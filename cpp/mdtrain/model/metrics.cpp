@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "mdtrain/nn/target_checks.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/model/metric.h"
 #include "mdtrain/nn/loss.h"
@@ -10,30 +11,9 @@ namespace mdtrain {
 
 namespace {
 
-bool is_label_dtype(DType d) {
-  return d == DType::Float32 || d == DType::Float64 || d == DType::Int32 || d == DType::Int64 ||
-         d == DType::UInt8;
-}
-
-std::string shapes(const Tensor& y_true, const Tensor& y_pred) {
-  return cat("y_true shape ", to_string(y_true.shape()), ", y_pred shape ", to_string(y_pred.shape()));
-}
-
-// `prefix` is a callable so messages are only built on failure (updates run every step).
-template <class Prefix>
-void check_common(const Prefix& prefix, const Tensor& y_true, const Tensor& y_pred) {
-  MDTRAIN_CHECK(y_true.defined() && y_pred.defined(), std::invalid_argument, prefix(),
-                y_true.defined() ? "y_pred" : "y_true", " is an undefined tensor");
-  MDTRAIN_CHECK(is_floating(y_pred.dtype()), std::invalid_argument, prefix(),
-                "y_pred must be float32 or float64, got ", name_of(y_pred.dtype()), " (", shapes(y_true, y_pred),
-                ")");
-  MDTRAIN_CHECK(is_label_dtype(y_true.dtype()), std::invalid_argument, prefix(), "y_true has unsupported dtype ",
-                name_of(y_true.dtype()), " (", shapes(y_true, y_pred), ")");
-  MDTRAIN_CHECK(y_pred.ndim() >= 1 && y_true.ndim() >= 1, std::invalid_argument, prefix(),
-                "y_true and y_pred need a batch axis (", shapes(y_true, y_pred), ")");
-  MDTRAIN_CHECK(y_true.dim(0) == y_pred.dim(0), std::invalid_argument, prefix(), "y_true has batch size ",
-                y_true.dim(0), " but y_pred has ", y_pred.dim(0), " (", shapes(y_true, y_pred), ")");
-}
+using targets::check_common;
+using targets::is_label_dtype;
+using targets::shapes;
 
 // For metrics whose y_true holds one class id per position of y_pred without its class axis.
 // Returns (rows, classes).
