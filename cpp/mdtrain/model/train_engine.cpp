@@ -238,10 +238,6 @@ void TrainEngine::broadcast_weights_from_primary() {
 
 Optimizer& TrainEngine::optimizer() { return *replicas_.front()->optimizer; }
 
-void TrainEngine::broadcast_optimizer_state_from_primary() {
-  for (std::size_t r = 1; r < replicas_.size(); ++r) replicas_[r]->optimizer = replicas_[0]->optimizer->clone();
-}
-
 LayerStack& TrainEngine::replica_stack(int r) {
   MDTRAIN_CHECK(r >= 0 && r < num_replicas(), std::out_of_range, "[engine] replica ", r, " out of range for ",
                 num_replicas(), " replicas");

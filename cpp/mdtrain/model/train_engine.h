@@ -60,8 +60,6 @@ class TrainEngine {
   // After the primary's weights were set from outside: copy them to every replica.
   void broadcast_weights_from_primary();
   Optimizer& optimizer();  // replica 0's; all replicas' states are identical
-  // After replica 0's optimizer state was set from outside (a loaded checkpoint).
-  void broadcast_optimizer_state_from_primary();
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
   LayerStack& replica_stack(int r);
   const Strategy& strategy() const { return *strategy_; }
