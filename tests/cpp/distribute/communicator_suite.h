@@ -37,6 +37,9 @@ struct BackendCase {
 inline std::ostream& operator<<(std::ostream& os, const BackendCase& c) { return os << c.name; }
 
 class CommunicatorSuite : public ::testing::TestWithParam<BackendCase> {};
+// Tests about peers (a missing rank, an abort, mismatched calls): instantiate with groups of two
+// or more ranks that support timeouts.
+class CommunicatorPeerSuite : public CommunicatorSuite {};
 
 using Comms = std::vector<std::unique_ptr<Communicator>>;
 

@@ -22,6 +22,17 @@ INSTANTIATE_TEST_SUITE_P(Threads, CommunicatorSuite, ::testing::ValuesIn(threads
                            return info.param.name;
                          });
 
+std::vector<BackendCase> threads_peer_cases() {
+  auto cases = threads_cases();
+  cases.erase(cases.begin());  // a single rank has no peer to miss
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CommunicatorPeerSuite, ::testing::ValuesIn(threads_peer_cases()),
+                         [](const ::testing::TestParamInfo<BackendCase>& info) {
+                           return info.param.name;
+                         });
+
 TEST(ThreadsCommunicator, CreateGroupNeedsAtLeastOneRank) {
   EXPECT_THROW(ThreadsCommunicator::create_group(0), std::invalid_argument);
   auto comms = ThreadsCommunicator::create_group(3);
