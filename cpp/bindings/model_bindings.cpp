@@ -50,6 +50,12 @@ void init_model(py::module_& m) {
       .def("compile", &Model::compile, py::arg("loss"), py::arg("optimizer"), py::arg("metrics"), py::arg("strategy"))
       .def_property_readonly("compiled", &Model::compiled)
       .def_property_readonly("strategy", &Model::strategy)
+      .def("set_learning_rate", &Model::set_learning_rate, py::arg("learning_rate"))
+      .def("optimizer_state", [](Model& m) {
+        py::list out;
+        for (const auto& [name, t] : m.optimizer_state()) out.append(py::make_tuple(name, numpy_from_tensor(t)));
+        return out;
+      })
       .def("loss_config_json", [](const Model& m) { return m.loss().config().dump(); })
       .def_property_readonly("metric_names", &Model::metric_names)
       .def("optimizer", [](Model& m) -> Optimizer& { return m.optimizer(); }, py::return_value_policy::reference_internal)

@@ -57,6 +57,16 @@ Optimizer& Model::optimizer() {
   return engine_ ? engine_->optimizer() : *optimizer_;
 }
 
+void Model::set_learning_rate(double lr) {
+  optimizer();  // throws if not compiled
+  optimizer_->set_learning_rate(lr);
+  if (engine_) engine_->set_learning_rate(lr);
+}
+
+Optimizer::State Model::optimizer_state() {
+  return engine_ ? engine_->optimizer_state() : optimizer().state();
+}
+
 TrainEngine& Model::engine(const Shape& y_shape) {
   loss();  // throws if not compiled
   MDTRAIN_CHECK(stack_.built(), std::logic_error, "[model] model \"", name_,
@@ -245,7 +255,7 @@ void Model::save(const std::string& path, const Json& metadata) {
     for (const auto& m : metric_names_) metrics.push_back(m);
     compile.set("metrics", metrics);
     file.compile = compile;
-    for (auto& [name, t] : optimizer().state()) file.optimizer_state.push_back({name, t});
+    for (auto& [name, t] : optimizer_state()) file.optimizer_state.push_back({name, t});
   }
   save_model_file(path, file);
 }

@@ -44,6 +44,10 @@ class Model {
   bool compiled() const { return loss_ != nullptr; }
   const Loss& loss() const;
   Optimizer& optimizer();
+  // Changes the learning rate of the optimizer on every replica.
+  void set_learning_rate(double lr);
+  // The optimizer's whole state (with several replicas, stitched from their shards).
+  Optimizer::State optimizer_state();
   const std::vector<std::string>& metric_names() const { return metric_names_; }
   std::shared_ptr<Strategy> strategy() const { return strategy_; }
   // Creates the engine (and the replicas) on first use; `y_shape` (labels, batch axis included)

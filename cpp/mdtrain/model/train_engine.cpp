@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "mdtrain/ops/ops.h"
 
@@ -134,7 +135,26 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     rep.profile.allreduce += seconds_since(t);
     t = Clock::now();
     stack.add_regularization_gradients();
-    rep.optimizer->apply(stack.parameters());
+    if (replicas_.size() == 1) {
+      rep.optimizer->apply(stack.parameters());
+    } else {
+      const int r = rep.comm->rank();
+      const auto [begin, end] = shard_of(r);
+      rep.optimizer->apply(stack.parameters(), begin, end);
+      rep.profile.update += seconds_since(t);
+      t = Clock::now();
+      // Every replica receives every other replica's updated range.
+      Tensor& values = stack.packed_values();
+      char* base = static_cast<char*>(values.raw());
+      const std::size_t elem = size_of(values.dtype());
+      for (int owner = 0; owner < static_cast<int>(replicas_.size()); ++owner) {
+        const auto [b, e] = shard_of(owner);
+        rep.comm->broadcast(base + static_cast<std::size_t>(b) * elem, static_cast<std::size_t>(e - b), values.dtype(),
+                            owner);
+      }
+      rep.profile.allreduce += seconds_since(t);
+      t = Clock::now();
+    }
     rep.profile.update += seconds_since(t);
     rep.profile.steps += 1;
   });
@@ -176,6 +196,53 @@ void TrainEngine::predict_step(const Tensor& x, std::int64_t begin, std::int64_t
     Tensor dst = out.rows(begin + first, begin + first + rows);
     dst.copy_from(pred);
   });
+}
+
+void TrainEngine::set_learning_rate(double lr) {
+  for (auto& rep : replicas_) rep->optimizer->set_learning_rate(lr);
+}
+
+std::pair<std::int64_t, std::int64_t> TrainEngine::shard_of(int replica) const {
+  // Contiguous ranges of (nearly) equal size, rounded to 16 elements (64 bytes of float32) so
+  // no cache line is written by two replicas.
+  const std::int64_t total = primary_.parameter_count();
+  const std::int64_t n = num_replicas();
+  const std::int64_t per = ((total + n - 1) / n + 15) / 16 * 16;
+  const std::int64_t begin = std::min(total, per * replica);
+  return {begin, std::min(total, begin + per)};
+}
+
+Optimizer::State TrainEngine::optimizer_state() const {
+  Optimizer::State merged = replicas_.front()->optimizer->state();
+  if (replicas_.size() == 1) return merged;
+  // Where each parameter starts in the packed order (the optimizer's element order).
+  std::vector<std::pair<std::string, std::int64_t>> offsets;
+  std::int64_t offset = 0;
+  for (auto* p : const_cast<LayerStack&>(primary_).parameters()) {
+    offsets.emplace_back(p->name, offset);
+    offset += p->value.numel();
+  }
+  auto offset_of = [&](const std::string& slot_name) -> std::int64_t {
+    const std::string param = slot_name.substr(0, slot_name.rfind('/'));
+    for (const auto& [name, o] : offsets)
+      if (name == param) return o;
+    return -1;
+  };
+  for (std::size_t r = 1; r < replicas_.size(); ++r) {
+    const Optimizer::State theirs = replicas_[r]->optimizer->state();
+    const auto [b, e] = shard_of(static_cast<int>(r));
+    for (std::size_t k = 0; k < merged.size(); ++k) {
+      const std::int64_t o = offset_of(merged[k].first);
+      if (o < 0) continue;  // "iterations": the same on every replica
+      const std::int64_t n = merged[k].second.numel();
+      const std::int64_t lo = std::max(b, o), hi = std::min(e, o + n);
+      if (lo >= hi) continue;
+      const std::size_t elem = size_of(merged[k].second.dtype());
+      std::memcpy(static_cast<char*>(merged[k].second.raw()) + (lo - o) * elem,
+                  static_cast<const char*>(theirs[k].second.raw()) + (lo - o) * elem, (hi - lo) * elem);
+    }
+  }
+  return merged;
 }
 
 std::vector<double> TrainEngine::replica_losses() const {

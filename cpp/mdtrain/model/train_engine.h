@@ -22,6 +22,13 @@ namespace mdtrain {
 // last batch never hangs. Each replica computes d(sum of its losses / B)/dw, the packed gradients
 // are summed in a fixed order, and every replica applies the same optimizer update to the same
 // weights, so the replicas stay bitwise identical and the loss is the exact mean over the batch.
+//
+// With several replicas the optimizer update is sharded (ZeRO stage 1): replica r updates only
+// its contiguous range of the packed parameters, then each range is broadcast from its owner.
+// The range update is exactly the whole update restricted to those elements (clipping norms are
+// still taken over the full reduced gradients), so the weights are bitwise those of an unsharded
+// step, and each replica's optimizer slots are current only on its own range:
+// optimizer_state() stitches the ranges together for checkpoints.
 class TrainEngine {
  public:
   // Where a replica's training-step time went, summed over steps since the last reset: the
@@ -59,7 +66,13 @@ class TrainEngine {
 
   // After the primary's weights were set from outside: copy them to every replica.
   void broadcast_weights_from_primary();
-  Optimizer& optimizer();  // replica 0's; all replicas' states are identical
+  // Replica 0's optimizer: hyperparameters, learning rate and iterations are those of every
+  // replica; its slots are current only on replica 0's shard (use optimizer_state()).
+  Optimizer& optimizer();
+  // Sets every replica's learning rate (a constant replaces a schedule, as in Keras).
+  void set_learning_rate(double lr);
+  // The whole optimizer state, each parameter range taken from the replica that updates it.
+  Optimizer::State optimizer_state() const;
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
   LayerStack& replica_stack(int r);
   const Strategy& strategy() const { return *strategy_; }
@@ -70,6 +83,8 @@ class TrainEngine {
   template <class F>
   void for_each_slice(std::int64_t count, F&& fn);
   void remake_communicators();
+  // [begin, end) of the packed parameters that replica r updates.
+  std::pair<std::int64_t, std::int64_t> shard_of(int replica) const;
   void gather_batch(Replica& rep, const Tensor& x, const Tensor& y, const std::int64_t* indices,
                     std::int64_t rows);
 

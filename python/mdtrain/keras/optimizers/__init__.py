@@ -53,7 +53,10 @@ class Optimizer:
 
     @learning_rate.setter
     def learning_rate(self, value):
-        self._live().learning_rate = float(value)
+        if self._model_core is not None:
+            self._model_core.set_learning_rate(float(value))  # every replica's optimizer
+        else:
+            self._standalone.learning_rate = float(value)
         self._learning_rate = float(value)
 
     lr = learning_rate
@@ -79,7 +82,8 @@ class Optimizer:
 
     @property
     def variables(self):
-        return [v for _, v in self._live().state()]
+        state = self._model_core.optimizer_state() if self._model_core is not None else self._standalone.state()
+        return [v for _, v in state]
 
     def __repr__(self):
         return f"<{type(self).__name__} learning_rate={self.learning_rate}>"
