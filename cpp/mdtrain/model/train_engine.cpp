@@ -35,6 +35,13 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
   const int n = strategy_->num_replicas_in_sync();
   MDTRAIN_CHECK(static_cast<int>(comms.size()) == n, std::logic_error, "[engine] strategy made ", comms.size(),
                 " communicators for ", n, " replicas");
+  MDTRAIN_CHECK(static_cast<std::int64_t>(n) * 16 < LayerStack::kPackedPadding, std::invalid_argument,
+                "[engine] at most ", LayerStack::kPackedPadding / 16 - 1, " replicas are supported, got ", n);
+  // Gradient clipping by norm needs every replica to hold the whole summed gradient; a reduction
+  // to one device is what the user asked for. Otherwise the gradients are reduce-scattered.
+  const auto& opts = optimizer.options();
+  sharded_update_ = n > 1 && !opts.clipnorm && !opts.global_clipnorm &&
+                    strategy_->gradient_reduction() == GradientReducer::Algorithm::AllReduce;
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_unique<Replica>();
     if (r == 0) {
@@ -131,27 +138,40 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     }
     rep.profile.compute += seconds_since(t);
     t = Clock::now();
-    rep.reducer->reduce(stack.packed_grads());
-    rep.profile.allreduce += seconds_since(t);
-    t = Clock::now();
-    stack.add_regularization_gradients();
-    if (replicas_.size() == 1) {
-      rep.optimizer->apply(stack.parameters());
+    if (replicas_.size() == 1 || !sharded_update_) {
+      rep.reducer->reduce(stack.packed_grads());
+      rep.profile.allreduce += seconds_since(t);
+      t = Clock::now();
+      stack.add_regularization_gradients();
+      if (replicas_.size() == 1) {
+        rep.optimizer->apply(stack.parameters());
+      } else {
+        const auto [begin, end] = shard_of(rep.comm->rank());
+        rep.optimizer->apply(stack.parameters(), begin, end);
+        rep.profile.update += seconds_since(t);
+        t = Clock::now();
+        gather_shards(rep);
+        rep.profile.allreduce += seconds_since(t);
+        t = Clock::now();
+      }
     } else {
+      // ZeRO-1: each replica receives only its shard of the summed gradients, updates it, and
+      // the updated shards are gathered: the data moved equals one all-reduce, the update work
+      // is split. (Sums are added in rank order, as in the all-reduce.)
+      const std::int64_t per = shard_size();
       const int r = rep.comm->rank();
+      char* grads = static_cast<char*>(stack.padded_grads().raw());
+      const std::size_t elem = size_of(stack.padded_grads().dtype());
+      rep.comm->reduce_scatter(grads, grads + static_cast<std::size_t>(r * per) * elem, static_cast<std::size_t>(per),
+                               stack.padded_grads().dtype(), ReduceOp::Sum);
+      rep.profile.allreduce += seconds_since(t);
+      t = Clock::now();
+      stack.add_regularization_gradients();  // only this replica's shard of it is used
       const auto [begin, end] = shard_of(r);
       rep.optimizer->apply(stack.parameters(), begin, end);
       rep.profile.update += seconds_since(t);
       t = Clock::now();
-      // Every replica receives every other replica's updated range.
-      Tensor& values = stack.packed_values();
-      char* base = static_cast<char*>(values.raw());
-      const std::size_t elem = size_of(values.dtype());
-      for (int owner = 0; owner < static_cast<int>(replicas_.size()); ++owner) {
-        const auto [b, e] = shard_of(owner);
-        rep.comm->broadcast(base + static_cast<std::size_t>(b) * elem, static_cast<std::size_t>(e - b), values.dtype(),
-                            owner);
-      }
+      gather_shards(rep);
       rep.profile.allreduce += seconds_since(t);
       t = Clock::now();
     }
@@ -202,14 +222,27 @@ void TrainEngine::set_learning_rate(double lr) {
   for (auto& rep : replicas_) rep->optimizer->set_learning_rate(lr);
 }
 
-std::pair<std::int64_t, std::int64_t> TrainEngine::shard_of(int replica) const {
-  // Contiguous ranges of (nearly) equal size, rounded to 16 elements (64 bytes of float32) so
-  // no cache line is written by two replicas.
+std::int64_t TrainEngine::shard_size() const {
+  // Equal ranges rounded to 16 elements (64 bytes of float32), so no cache line is written by two
+  // replicas; the last range may run into the packed buffers' zero padding.
   const std::int64_t total = primary_.parameter_count();
   const std::int64_t n = num_replicas();
-  const std::int64_t per = ((total + n - 1) / n + 15) / 16 * 16;
-  const std::int64_t begin = std::min(total, per * replica);
-  return {begin, std::min(total, begin + per)};
+  return ((total + n - 1) / n + 15) / 16 * 16;
+}
+
+std::pair<std::int64_t, std::int64_t> TrainEngine::shard_of(int replica) const {
+  const std::int64_t total = primary_.parameter_count();
+  const std::int64_t begin = std::min(total, shard_size() * replica);
+  return {begin, std::min(total, begin + shard_size())};
+}
+
+void TrainEngine::gather_shards(Replica& rep) {
+  Tensor& values = rep.stack->padded_values();
+  const std::int64_t per = shard_size();
+  char* base = static_cast<char*>(values.raw());
+  const std::size_t elem = size_of(values.dtype());
+  rep.comm->all_gather(base + static_cast<std::size_t>(rep.comm->rank() * per) * elem, base,
+                       static_cast<std::size_t>(per), values.dtype());
 }
 
 Optimizer::State TrainEngine::optimizer_state() const {

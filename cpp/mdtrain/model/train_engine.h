@@ -23,8 +23,10 @@ namespace mdtrain {
 // are summed in a fixed order, and every replica applies the same optimizer update to the same
 // weights, so the replicas stay bitwise identical and the loss is the exact mean over the batch.
 //
-// With several replicas the optimizer update is sharded (ZeRO stage 1): replica r updates only
-// its contiguous range of the packed parameters, then each range is broadcast from its owner.
+// With several replicas the optimizer update is sharded (ZeRO stage 1): the summed gradients are
+// reduce-scattered, replica r updates only its contiguous range of the packed parameters, and the
+// ranges are all-gathered (with clipping by norm, or a reduction to one device, the gradients are
+// all-reduced first instead).
 // The range update is exactly the whole update restricted to those elements (clipping norms are
 // still taken over the full reduced gradients), so the weights are bitwise those of an unsharded
 // step, and each replica's optimizer slots are current only on its own range:
@@ -83,8 +85,12 @@ class TrainEngine {
   template <class F>
   void for_each_slice(std::int64_t count, F&& fn);
   void remake_communicators();
-  // [begin, end) of the packed parameters that replica r updates.
+  // [begin, end) of the packed parameters that replica r updates; all ranges but the last have
+  // shard_size() elements.
   std::pair<std::int64_t, std::int64_t> shard_of(int replica) const;
+  std::int64_t shard_size() const;
+  // All-gathers the replicas' updated parameter ranges into every replica's weights.
+  void gather_shards(Replica& rep);
   void gather_batch(Replica& rep, const Tensor& x, const Tensor& y, const std::int64_t* indices,
                     std::int64_t rows);
 
@@ -92,6 +98,7 @@ class TrainEngine {
   std::shared_ptr<Strategy> strategy_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   bool communicators_broken_ = false;
+  bool sharded_update_ = false;  // gradients reduce-scattered rather than all-reduced
   double wall_ = 0;
   std::int64_t last_count_ = 0;  // global batch of the last train or test step
   double loss_total_ = 0;  // sum over steps of (step loss * rows)

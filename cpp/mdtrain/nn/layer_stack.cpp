@@ -55,8 +55,10 @@ void LayerStack::pack_parameters() {
   ParameterList params = parameters();
   std::int64_t total = 0;
   for (auto* p : params) total += p->value.numel();
-  packed_values_ = Tensor({total}, dtype_);
-  packed_grads_ = Tensor::zeros({total}, dtype_);
+  padded_values_ = Tensor::zeros({total + kPackedPadding}, dtype_);
+  padded_grads_ = Tensor::zeros({total + kPackedPadding}, dtype_);
+  packed_values_ = padded_values_.rows(0, total);
+  packed_grads_ = padded_grads_.rows(0, total);
   std::int64_t offset = 0;
   for (auto* p : params) {
     const std::int64_t n = p->value.numel();

@@ -41,6 +41,11 @@ class LayerStack {
   std::int64_t parameter_count() const { return packed_values_.numel(); }
   Tensor& packed_values() { return packed_values_; }
   Tensor& packed_grads() { return packed_grads_; }
+  // The same buffers followed by kPackedPadding zero elements, so that equal per-replica shards
+  // (reduce-scatter, all-gather) may run past the last parameter.
+  static constexpr std::int64_t kPackedPadding = 2048;
+  Tensor& padded_values() { return padded_values_; }
+  Tensor& padded_grads() { return padded_grads_; }
 
   double regularization_loss() const;
   void add_regularization_gradients();
@@ -58,6 +63,7 @@ class LayerStack {
   Shape input_shape_;
   DType dtype_ = DType::Float32;
   Tensor packed_values_, packed_grads_;
+  Tensor padded_values_, padded_grads_;
 };
 
 }  // namespace mdtrain
