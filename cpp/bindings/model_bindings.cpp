@@ -1,3 +1,6 @@
+#include <chrono>
+#include <memory>
+
 #include "bindings.h"
 #include "mdtrain/model/model.h"
 
@@ -19,6 +22,29 @@ Model::BatchCallback wrap_callback(const py::object& fn) {
     return fn(batch, logs_to_dict(logs)).cast<bool>();
   };
 }
+
+// While a loop runs with the GIL released, it comes back every ~100 ms to let Python handle
+// signals, so Ctrl-C stops a long epoch at a step boundary (replicas consistent) instead of at
+// its end. Installed for the duration of one call.
+class SignalCheck {
+ public:
+  explicit SignalCheck(Model& m) : model_(m) {
+    using Clock = std::chrono::steady_clock;
+    auto last = std::make_shared<Clock::time_point>(Clock::now());
+    model_.set_step_hook([last] {
+      if (Clock::now() - *last < std::chrono::milliseconds(100)) return;
+      *last = Clock::now();
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    });
+  }
+  ~SignalCheck() { model_.set_step_hook(nullptr); }
+  SignalCheck(const SignalCheck&) = delete;
+  SignalCheck& operator=(const SignalCheck&) = delete;
+
+ private:
+  Model& model_;
+};
 
 py::dict epoch_result(const Model::EpochResult& r) {
   py::dict out;
@@ -65,6 +91,7 @@ void init_model(py::module_& m) {
              Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
              auto cb = wrap_callback(callback);
              Model::EpochResult r;
+             SignalCheck signals(m);
              {
                py::gil_scoped_release release;
                r = m.train_epoch(tx, ty, order.data(), order.size(), batch_size, steps, cb);
@@ -80,6 +107,7 @@ void init_model(py::module_& m) {
                throw std::invalid_argument("[fit] batch offsets run past the row order");
              auto cb = wrap_callback(callback);
              Model::EpochResult r;
+             SignalCheck signals(m);
              {
                py::gil_scoped_release release;
                r = m.train_batches(tx, ty, order.data(), offsets, cb, reset_metrics, first_batch);
@@ -108,6 +136,7 @@ void init_model(py::module_& m) {
              Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
              auto cb = wrap_callback(callback);
              Logs logs;
+             SignalCheck signals(m);
              {
                py::gil_scoped_release release;
                logs = m.evaluate(tx, ty, batch_size, cb);

@@ -138,6 +138,7 @@ Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const 
     const double loss = eng.train_step(x, y, order + begin, count);
     if (!std::isfinite(loss) && result.first_nonfinite_step < 0) result.first_nonfinite_step = s;
     result.steps = s + 1;
+    if (step_hook_) step_hook_();
     if (on_batch_end && on_batch_end(first_batch + s, eng.logs())) {
       result.stopped = true;
       break;
@@ -160,6 +161,7 @@ Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, 
   for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = i;
   for (std::int64_t begin = 0, step = 0; begin < n; begin += batch_size, ++step) {
     eng.test_step(x, y, rows.data() + begin, std::min(batch_size, n - begin));
+    if (step_hook_) step_hook_();
     if (on_batch_end && on_batch_end(step, eng.logs())) break;
   }
   return eng.logs();

@@ -30,6 +30,10 @@ class Model {
 
   explicit Model(std::string name = "sequential", std::uint64_t seed = 0);
 
+  // Called between any two steps of the training and evaluation loops, on the calling thread; it
+  // may throw to abandon the loop (the Python bindings use it to honour Ctrl-C). Empty: none.
+  void set_step_hook(std::function<void()> hook) { step_hook_ = std::move(hook); }
+
   const std::string& name() const { return name_; }
   std::uint64_t seed() const { return seed_; }
   LayerStack& stack() { return stack_; }
@@ -98,6 +102,7 @@ class Model {
   std::vector<std::unique_ptr<Metric>> metrics_;
   std::shared_ptr<Strategy> strategy_;
   std::unique_ptr<TrainEngine> engine_;
+  std::function<void()> step_hook_;
 };
 
 }  // namespace mdtrain
