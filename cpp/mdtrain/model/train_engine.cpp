@@ -53,9 +53,7 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
     rep->loss = loss.clone();
     rep->logits_loss = loss.on_logits_of(primary_.output_activation());
     rep->optimizer = optimizer.clone();
-    rep->comm = std::move(comms[static_cast<std::size_t>(r)]);
-    rep->reducer = std::make_unique<GradientReducer>(*rep->comm, GradientReducer::kDefaultBucketBytes,
-                                                     strategy_->gradient_reduction());
+    attach_communicator(*rep, std::move(comms[static_cast<std::size_t>(r)]));
     replicas_.push_back(std::move(rep));
   }
 }
@@ -88,12 +86,14 @@ void TrainEngine::for_each_slice(std::int64_t count, F&& fn) {
 
 void TrainEngine::remake_communicators() {
   auto comms = strategy_->make_replica_communicators();
-  for (std::size_t r = 0; r < replicas_.size(); ++r) {
-    replicas_[r]->comm = std::move(comms[r]);
-    replicas_[r]->reducer = std::make_unique<GradientReducer>(*replicas_[r]->comm, GradientReducer::kDefaultBucketBytes,
-                                                              strategy_->gradient_reduction());
-  }
+  for (std::size_t r = 0; r < replicas_.size(); ++r) attach_communicator(*replicas_[r], std::move(comms[r]));
   communicators_broken_ = false;
+}
+
+void TrainEngine::attach_communicator(Replica& rep, std::unique_ptr<Communicator> comm) {
+  rep.comm = std::move(comm);
+  rep.reducer = std::make_unique<GradientReducer>(*rep.comm, GradientReducer::kDefaultBucketBytes,
+                                                  strategy_->gradient_reduction());
 }
 
 void TrainEngine::gather_batch(Replica& rep, const Tensor& x, const Tensor& y, const std::int64_t* indices,
@@ -138,36 +138,21 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     }
     rep.profile.compute += seconds_since(t);
     t = Clock::now();
-    if (replicas_.size() == 1 || !sharded_update_) {
-      rep.reducer->reduce(stack.packed_grads());
-      rep.profile.allreduce += seconds_since(t);
-      t = Clock::now();
-      stack.add_regularization_gradients();
-      if (replicas_.size() == 1) {
-        rep.optimizer->apply(stack.parameters());
-      } else {
-        const auto [begin, end] = shard_of(rep.comm->rank());
-        rep.optimizer->apply(stack.parameters(), begin, end);
-        rep.profile.update += seconds_since(t);
-        t = Clock::now();
-        gather_shards(rep);
-        rep.profile.allreduce += seconds_since(t);
-        t = Clock::now();
-      }
+    // Sum the gradients over the replicas: all of them, or (ZeRO-1) only this replica's shard,
+    // which is all its update reads. Either way ranks are added in rank order.
+    if (sharded_update_) {
+      reduce_scatter_own_shard(rep);
     } else {
-      // ZeRO-1: each replica receives only its shard of the summed gradients, updates it, and
-      // the updated shards are gathered: the data moved equals one all-reduce, the update work
-      // is split. (Sums are added in rank order, as in the all-reduce.)
-      const std::int64_t per = shard_size();
-      const int r = rep.comm->rank();
-      char* grads = static_cast<char*>(stack.padded_grads().raw());
-      const std::size_t elem = size_of(stack.padded_grads().dtype());
-      rep.comm->reduce_scatter(grads, grads + static_cast<std::size_t>(r * per) * elem, static_cast<std::size_t>(per),
-                               stack.padded_grads().dtype(), ReduceOp::Sum);
-      rep.profile.allreduce += seconds_since(t);
-      t = Clock::now();
-      stack.add_regularization_gradients();  // only this replica's shard of it is used
-      const auto [begin, end] = shard_of(r);
+      rep.reducer->reduce(stack.packed_grads());
+    }
+    rep.profile.allreduce += seconds_since(t);
+    t = Clock::now();
+    stack.add_regularization_gradients();
+    if (replicas_.size() == 1) {
+      rep.optimizer->apply(stack.parameters());
+    } else {
+      // Each replica updates its shard; the updated shards are then gathered everywhere.
+      const auto [begin, end] = shard_of(rep.comm->rank());
       rep.optimizer->apply(stack.parameters(), begin, end);
       rep.profile.update += seconds_since(t);
       t = Clock::now();
@@ -234,6 +219,15 @@ std::pair<std::int64_t, std::int64_t> TrainEngine::shard_of(int replica) const {
   const std::int64_t total = primary_.parameter_count();
   const std::int64_t begin = std::min(total, shard_size() * replica);
   return {begin, std::min(total, begin + shard_size())};
+}
+
+void TrainEngine::reduce_scatter_own_shard(Replica& rep) {
+  Tensor& grads = rep.stack->padded_grads();
+  const std::int64_t per = shard_size();
+  char* base = static_cast<char*>(grads.raw());
+  const std::size_t elem = size_of(grads.dtype());
+  rep.comm->reduce_scatter(base, base + static_cast<std::size_t>(rep.comm->rank() * per) * elem,
+                           static_cast<std::size_t>(per), grads.dtype(), ReduceOp::Sum);
 }
 
 void TrainEngine::gather_shards(Replica& rep) {

@@ -85,6 +85,9 @@ class TrainEngine {
   template <class F>
   void for_each_slice(std::int64_t count, F&& fn);
   void remake_communicators();
+  void attach_communicator(Replica& rep, std::unique_ptr<Communicator> comm);
+  // Sums this replica's shard of the gradients over all replicas, into that shard.
+  void reduce_scatter_own_shard(Replica& rep);
   // [begin, end) of the packed parameters that replica r updates; all ranges but the last have
   // shard_size() elements.
   std::pair<std::int64_t, std::int64_t> shard_of(int replica) const;
