@@ -204,20 +204,24 @@ class Sequential:
 
     # ---- data checks -----------------------------------------------------------------------
     def _prepare_x(self, x, where):
+        """x as float32; an unbuilt model is built for it here, as Keras builds on the first data."""
         x = as_features(x)
-        if self.built:
-            expected = tuple(self._core.input_shape)
-            if tuple(x.shape[1:]) != expected:
-                first = self._layers[0].name
-                if len(x.shape) - 1 == len(expected):
-                    axis = next(i for i, (a, b) in enumerate(zip(x.shape[1:], expected)) if a != b) + 1 - len(x.shape)
-                    raise ValueError(f'Input 0 of layer "{first}" is incompatible with the layer: expected axis {axis} '
-                                     f"of input shape to have value {expected[axis]}, but received input with shape "
-                                     f"{x.shape}")
-                raise ValueError(f'Input 0 of layer "{first}" is incompatible with the layer: expected shape='
-                                 f"{(None, *expected)}, found shape={x.shape}")
-        elif not self._layers:
+        if not self._layers:
             raise ValueError(f"{where}: the model has no layers")
+        if not self.built:
+            self._input_shape = tuple(x.shape[1:])
+            self._maybe_build()
+            return x
+        expected = tuple(self._core.input_shape)
+        if tuple(x.shape[1:]) != expected:
+            first = self._layers[0].name
+            if len(x.shape) - 1 == len(expected):
+                axis = next(i for i, (a, b) in enumerate(zip(x.shape[1:], expected)) if a != b) + 1 - len(x.shape)
+                raise ValueError(f'Input 0 of layer "{first}" is incompatible with the layer: expected axis {axis} '
+                                 f"of input shape to have value {expected[axis]}, but received input with shape "
+                                 f"{x.shape}")
+            raise ValueError(f'Input 0 of layer "{first}" is incompatible with the layer: expected shape='
+                             f"{(None, *expected)}, found shape={x.shape}")
         return x
 
     def _prepare_xy(self, x, y, where):
@@ -269,10 +273,6 @@ class Sequential:
                 x, y = dataset.plan_arrays
                 x = self._prepare_x(x, "fit")
                 self._check_labels(y)
-                if not self.built:
-                    self._input_shape = tuple(x.shape[1:])
-                    self._maybe_build()
-                    self._check_labels(y)
             if steps is None:
                 card = dataset.dataset.cardinality()
                 steps = int(card) if card >= 0 else None
@@ -291,10 +291,6 @@ class Sequential:
         if dataset is None:
             if len(x) == 0:
                 raise ValueError("fit: the training data is empty (x has 0 samples)")
-            if not self.built:
-                self._input_shape = tuple(x.shape[1:])
-                self._maybe_build()
-                self._check_labels(y)
         if val is not None:
             val = self._prepare_xy(val[0], val[1], "fit (validation_data)")
         if dataset is None:
@@ -349,9 +345,6 @@ class Sequential:
             else:
                 xb, yb = payload
                 xb = self._prepare_x(xb, "fit")
-                if not self.built:
-                    self._input_shape = tuple(xb.shape[1:])
-                    self._maybe_build()
                 self._check_labels(yb)
                 check_lengths(xb, yb, "fit")
                 result = self._core.train_batches(xb, yb, np.arange(len(xb), dtype=np.int64), [0, len(xb)],
@@ -420,9 +413,6 @@ class Sequential:
             x, _, dataset_batch = materialize(x, "predict", need_y=False)
             batch_size = dataset_batch or batch_size
         x = self._prepare_x(x, "predict")
-        if not self.built:
-            self._input_shape = tuple(x.shape[1:])
-            self._maybe_build()
         if len(x) == 0:
             return np.zeros((0, *self._core.output_shape), dtype=np.float32)
         return self._core.predict(x, batch_size)
@@ -434,10 +424,6 @@ class Sequential:
         self._check_compiled("train_on_batch")
         self._check_strategy("train_on_batch")
         x, y = self._prepare_xy(x, y, "train_on_batch")
-        if not self.built:
-            self._input_shape = tuple(x.shape[1:])
-            self._maybe_build()
-            self._check_labels(y)
         logs = dict(self._core.train_on_batch(x, y))
         return logs if return_dict else (list(logs.values())[0] if len(logs) == 1 else list(logs.values()))
 
