@@ -11,16 +11,103 @@ foreach(opt MDTRAIN_CUDA MDTRAIN_NCCL MDTRAIN_MPI)
   endif()
 endforeach()
 
-# CUDA: the kernels land with the CUDA issue; until then only the stub exists, and ON says so.
-if(MDTRAIN_CUDA STREQUAL "ON")
-  message(FATAL_ERROR "MDTRAIN_CUDA=ON: the CUDA backend is not implemented yet (see docs/backends.md)")
-endif()
-list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/ops/cuda/no_cuda.cpp")
+# ---- CUDA ------------------------------------------------------------------------------------
+# AUTO builds the backend when nvcc and the CUDA toolkit (cudart, cuBLAS) are found; ON requires
+# them; OFF (and AUTO without them) compiles ops/cuda/no_cuda.cpp, which reports no GPU. Device
+# code is built for CMAKE_CUDA_ARCHITECTURES, "80;90" (A100, H100) unless given: pass e.g.
+# -DCMAKE_CUDA_ARCHITECTURES=native on a GPU machine, or one architecture to halve compile time.
 set(MDTRAIN_HAVE_CUDA OFF)
-
-# NCCL and MPI communicators: stubs until their issues land.
-if(MDTRAIN_NCCL STREQUAL "ON" OR MDTRAIN_MPI STREQUAL "ON")
-  message(FATAL_ERROR "MDTRAIN_NCCL/MDTRAIN_MPI=ON: these communicators are not implemented yet (see docs/backends.md)")
+if(NOT MDTRAIN_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)  # the toolkit's default place, often off PATH
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures of the device code")
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+  endif()
+  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND TARGET CUDA::cublas)
+    set(MDTRAIN_HAVE_CUDA ON)
+  elseif(MDTRAIN_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "MDTRAIN_CUDA=ON but nvcc and the CUDA toolkit (cudart, cuBLAS) were not found: "
+                        "install the toolkit, put nvcc on PATH or set CUDACXX, or use -DMDTRAIN_CUDA=OFF")
+  endif()
 endif()
-list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/distribute/no_nccl.cpp" "${_src}/distribute/no_mpi.cpp")
-message(STATUS "mdtrain backends: CUDA=OFF NCCL=OFF MPI=OFF (CPU + threads communicator)")
+if(MDTRAIN_HAVE_CUDA)
+  file(GLOB _cuda_src CONFIGURE_DEPENDS "${_src}/ops/cuda/*.cpp" "${_src}/ops/cuda/*.cu")
+  list(FILTER _cuda_src EXCLUDE REGEX "/no_[a-z]+\\.cpp$")
+  list(APPEND MDTRAIN_BACKEND_SOURCES ${_cuda_src})
+  list(APPEND MDTRAIN_BACKEND_LIBRARIES CUDA::cudart CUDA::cublas)
+else()
+  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/ops/cuda/no_cuda.cpp")
+endif()
+
+# ---- NCCL ------------------------------------------------------------------------------------
+# AUTO: on when CUDA is and nccl.h / libnccl are found (in the CUDA toolkit or NCCL_ROOT).
+set(MDTRAIN_HAVE_NCCL OFF)
+if(MDTRAIN_HAVE_CUDA AND NOT MDTRAIN_NCCL STREQUAL "OFF")
+  find_path(MDTRAIN_NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_ROOT} ${NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(MDTRAIN_NCCL_LIBRARY nccl HINTS $ENV{NCCL_ROOT} ${NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+               "${CUDAToolkit_LIBRARY_ROOT}/lib" PATH_SUFFIXES lib lib64)
+  if(MDTRAIN_NCCL_INCLUDE_DIR AND MDTRAIN_NCCL_LIBRARY)
+    set(MDTRAIN_HAVE_NCCL ON)
+  endif()
+endif()
+if(MDTRAIN_NCCL STREQUAL "ON" AND NOT MDTRAIN_HAVE_NCCL)
+  message(FATAL_ERROR "MDTRAIN_NCCL=ON needs the CUDA backend and NCCL (nccl.h, libnccl; set NCCL_ROOT), "
+                      "found CUDA=${MDTRAIN_HAVE_CUDA} nccl.h='${MDTRAIN_NCCL_INCLUDE_DIR}' libnccl='${MDTRAIN_NCCL_LIBRARY}'")
+endif()
+file(GLOB _nccl_src CONFIGURE_DEPENDS "${_src}/distribute/nccl_*.cpp" "${_src}/distribute/nccl_*.cu")
+if(MDTRAIN_HAVE_NCCL)
+  list(APPEND MDTRAIN_BACKEND_SOURCES ${_nccl_src})  # the .cpp is also matched by the distribute/ glob
+  list(APPEND MDTRAIN_BACKEND_LIBRARIES "${MDTRAIN_NCCL_LIBRARY}")
+  set(MDTRAIN_BACKEND_INCLUDE_DIRS "${MDTRAIN_NCCL_INCLUDE_DIR}")
+else()
+  # Keep the real backend, which the distribute/ glob picks up, out of a build without NCCL.
+  if(_nccl_src)
+    set_source_files_properties(${_nccl_src} PROPERTIES HEADER_FILE_ONLY ON)
+  endif()
+  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/distribute/no_nccl.cpp")
+endif()
+
+# ---- MPI -------------------------------------------------------------------------------------
+# AUTO builds the MPI communicator when an MPI C library is found (Debian: libopenmpi-dev); ON
+# requires it; OFF (and AUTO without it) compiles distribute/no_mpi.cpp. Only
+# mpi_communicator.cpp sees mpi.h: the include path and flags are set on that one file, and the
+# library is a link-only dependency ($<LINK_ONLY:...>, what PRIVATE means for a static library),
+# so code using mdtrain never needs MPI's headers; mdtrainConfig.cmake finds MPI again for the
+# link (MDTRAIN_HAVE_MPI).
+set(MDTRAIN_HAVE_MPI OFF)
+set(_mpi_src "${_src}/distribute/mpi_communicator.cpp")
+if(NOT MDTRAIN_MPI STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(C)  # FindMPI's C component needs the C language (the project itself is C++)
+  if(CMAKE_C_COMPILER)
+    enable_language(C)
+    find_package(MPI COMPONENTS C)
+  endif()
+  if(MPI_C_FOUND)
+    set(MDTRAIN_HAVE_MPI ON)
+  elseif(MDTRAIN_MPI STREQUAL "ON")
+    message(FATAL_ERROR "MDTRAIN_MPI=ON but no MPI C library was found: install one (Debian: "
+                        "openmpi-bin libopenmpi-dev), point MPI_HOME at it, or use -DMDTRAIN_MPI=OFF")
+  endif()
+endif()
+if(MDTRAIN_HAVE_MPI)
+  set_source_files_properties("${_mpi_src}" PROPERTIES
+    INCLUDE_DIRECTORIES "${MPI_C_INCLUDE_DIRS}"
+    COMPILE_DEFINITIONS "${MPI_C_COMPILE_DEFINITIONS}"
+    COMPILE_OPTIONS "${MPI_C_COMPILE_OPTIONS}")
+  list(APPEND MDTRAIN_BACKEND_SOURCES "${_mpi_src}")  # also matched by the distribute/ glob: listed once
+  list(APPEND MDTRAIN_BACKEND_LIBRARIES "$<LINK_ONLY:MPI::MPI_C>")
+else()
+  # The distribute/ glob picks the real backend up too: keep it out of a build without MPI.
+  set_source_files_properties("${_mpi_src}" PROPERTIES HEADER_FILE_ONLY ON)
+  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/distribute/no_mpi.cpp")
+endif()
+message(STATUS "mdtrain backends: CUDA=${MDTRAIN_HAVE_CUDA} NCCL=${MDTRAIN_HAVE_NCCL} MPI=${MDTRAIN_HAVE_MPI}")

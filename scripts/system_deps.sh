@@ -4,6 +4,8 @@
 #   - dataset-fashion-mnist: the data set, so nothing is downloaded at run time
 #   - cmake, g++, ninja-build: the C++ build (pip also gets cmake/ninja from PyPI if absent)
 #   - googletest: the C++ test suite
+#   - openmpi-bin, libopenmpi-dev, gcc: the MPI communicator (mpirun, mpi.h, libmpi; CMake's
+#     FindMPI checks the C compiler too) and its tests
 set -euo pipefail
 want=()
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || want+=(dataset-fashion-mnist)
@@ -11,6 +13,9 @@ command -v cmake >/dev/null || want+=(cmake)
 command -v g++ >/dev/null || want+=(g++)
 command -v ninja >/dev/null || want+=(ninja-build)
 [ -f /usr/include/gtest/gtest.h ] || want+=(googletest libgtest-dev)
+command -v mpirun >/dev/null || want+=(openmpi-bin)
+command -v mpicc >/dev/null || want+=(libopenmpi-dev)
+command -v gcc >/dev/null || want+=(gcc)
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; else
   echo "system_deps: please install: ${want[*]}" >&2; exit 0; fi

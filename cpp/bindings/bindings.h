@@ -14,11 +14,14 @@ namespace py = pybind11;
 
 void init_core(py::module_& m);
 void init_nn(py::module_& m);
+void init_conv_layers(py::module_& m);  // Conv2D, pooling, Reshape (after init_nn: they derive from Layer)
+void init_normalization_layers(py::module_& m);  // BatchNormalization, LayerNormalization (after init_nn)
 void init_optim(py::module_& m);
 void init_losses_and_metrics(py::module_& m);
 void init_strategy(py::module_& m);
 void init_model(py::module_& m);
 void init_data(py::module_& m);
+void init_distribute(py::module_& m);  // communicators, MPI world info
 
 // A Tensor viewing a C-contiguous NumPy array without copying; the array stays alive as long as
 // the Tensor (released under the GIL). The Python side converts dtypes and layout first.

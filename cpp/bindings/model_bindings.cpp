@@ -82,6 +82,11 @@ void init_model(py::module_& m) {
         for (const auto& [name, t] : m.optimizer_state()) out.append(py::make_tuple(name, numpy_from_tensor(t)));
         return out;
       })
+      .def("set_optimizer_state", [](Model& m, const std::vector<std::pair<std::string, py::array>>& state) {
+        Optimizer::State st;
+        for (const auto& [name, array] : state) st.emplace_back(name, tensor_from_numpy(array).clone());
+        m.set_optimizer_state(st);
+      }, py::arg("state"))
       .def("loss_config_json", [](const Model& m) { return m.loss().config().dump(); })
       .def_property_readonly("metric_names", &Model::metric_names)
       .def("optimizer", [](Model& m) -> Optimizer& { return m.optimizer(); }, py::return_value_policy::reference_internal)

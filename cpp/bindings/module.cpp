@@ -37,9 +37,12 @@ PYBIND11_MODULE(_core, m) {
   register_exceptions();
   init_core(m);
   init_nn(m);
+  init_conv_layers(m);
+  init_normalization_layers(m);
   init_optim(m);
   init_losses_and_metrics(m);
   init_strategy(m);
   init_model(m);
   init_data(m);
+  init_distribute(m);
 }

@@ -47,6 +47,11 @@ void init_nn(py::module_& m) {
         for (auto* p : l.parameters()) names.push_back(p->name);
         return names;
       })
+      .def("weight_trainable", [](Layer& l) {
+        std::vector<bool> flags;
+        for (auto* p : l.parameters()) flags.push_back(p->trainable);
+        return flags;
+      }, "Per weight, in get_weights order: trained by the optimizer (False: e.g. moving statistics).")
       .def("count_params", [](Layer& l) {
         std::int64_t n = 0;
         for (auto* p : l.parameters()) n += p->value.numel();

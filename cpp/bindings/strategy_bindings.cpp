@@ -1,6 +1,8 @@
 #include "bindings.h"
 #include "mdtrain/strategy/mirrored_strategy.h"
+#include "mdtrain/strategy/multi_worker_mirrored_strategy.h"
 #include "mdtrain/strategy/one_device_strategy.h"
+#include "mdtrain/distribute/optional_backends.h"
 
 namespace mdtrain::bindings {
 
@@ -16,6 +18,8 @@ void init_strategy(py::module_& m) {
   py::class_<Strategy, std::shared_ptr<Strategy>>(m, "Strategy")
       .def_property_readonly("name", &Strategy::name)
       .def_property_readonly("num_replicas_in_sync", &Strategy::num_replicas_in_sync)
+      .def_property_readonly("num_workers", &Strategy::num_workers)
+      .def_property_readonly("worker_index", &Strategy::worker_index)
       .def_property_readonly("devices", [](const Strategy& s) {
         std::vector<std::string> out;
         for (const auto& d : s.devices()) out.push_back(d.to_string());
@@ -36,6 +40,31 @@ void init_strategy(py::module_& m) {
                                                            : GradientReducer::Algorithm::ReduceToOne);
            }),
            py::arg("devices"), py::arg("communication") = "threads", py::arg("reduction") = "all_reduce");
+  py::class_<MultiWorkerMirroredStrategy, Strategy, std::shared_ptr<MultiWorkerMirroredStrategy>>(
+      m, "MultiWorkerMirroredStrategy")
+      .def(py::init([](const std::vector<std::string>& devices, const std::string& local_communication,
+                       bool use_mpi) {
+             py::gil_scoped_release release;  // joining the MPI job waits for the other workers
+             return std::make_shared<MultiWorkerMirroredStrategy>(parse_devices(devices), local_communication,
+                                                                  use_mpi);
+           }),
+           py::arg("devices"), py::arg("local_communication") = "threads", py::arg("use_mpi") = true)
+      .def("set_timeout", &MultiWorkerMirroredStrategy::set_timeout, py::arg("seconds"))
+      .def_property_readonly("timeout", &MultiWorkerMirroredStrategy::timeout)
+      .def("broadcast_from_chief",
+           [](MultiWorkerMirroredStrategy& s, py::array_t<std::uint8_t, py::array::c_style> data) {
+             auto buf = data.mutable_unchecked<1>();
+             void* ptr = buf.shape(0) ? buf.mutable_data(0) : nullptr;
+             const std::size_t n = static_cast<std::size_t>(buf.shape(0));
+             py::gil_scoped_release release;
+             s.broadcast_from_chief(ptr, n);
+           },
+           py::arg("data"))
+      .def("barrier", [](MultiWorkerMirroredStrategy& s) {
+        py::gil_scoped_release release;
+        s.barrier();
+      });
+  m.def("mpi_available", &mpi_available);
 }
 
 }  // namespace mdtrain::bindings

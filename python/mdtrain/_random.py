@@ -26,3 +26,22 @@ def set_random_seed(seed):
 def draw_seed():
     """A fresh 53-bit seed (exactly representable in the JSON of a saved model)."""
     return int(_generator.integers(0, 2**53))
+
+
+def _get_state():
+    """The seed source's state, JSON-safe (large integers as strings), for BackupAndRestore."""
+    state = _generator.bit_generator.state
+    return {"bit_generator": state["bit_generator"], "state": {k: str(v) for k, v in state["state"].items()},
+            "has_uint32": int(state["has_uint32"]), "uinteger": str(state["uinteger"])}
+
+
+def _set_state(saved):
+    global _generator
+    generator = np.random.default_rng()
+    if saved["bit_generator"] != generator.bit_generator.state["bit_generator"]:
+        raise ValueError(f"the saved seed source is a {saved['bit_generator']}, this one a "
+                         f"{generator.bit_generator.state['bit_generator']}")
+    generator.bit_generator.state = {"bit_generator": saved["bit_generator"],
+                                     "state": {k: int(v) for k, v in saved["state"].items()},
+                                     "has_uint32": int(saved["has_uint32"]), "uinteger": int(saved["uinteger"])}
+    _generator = generator

@@ -117,12 +117,15 @@ class _Threading:
     this says: N replicas on N cores beat one BLAS call on N threads. On a machine shared with
     other busy processes, 1 is safer: OpenBLAS's threads wait for each other by spinning."""
 
+    _user_set = False  # set_intra_op_parallelism_threads was called
+
     @staticmethod
     def set_intra_op_parallelism_threads(num_threads):
         """0 means every core, as in TF."""
         if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 0:
             raise ValueError(f"num_threads must be a non-negative integer, got {num_threads!r}")
         _core.set_cpu_threads(num_threads or (os.cpu_count() or 1))
+        _Threading._user_set = True
 
     @staticmethod
     def get_intra_op_parallelism_threads():

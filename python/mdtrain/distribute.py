@@ -7,7 +7,9 @@ under a scope of another strategy than the one it was compiled for is a ValueErr
 """
 import contextlib
 import enum
+import json
 import logging
+import os
 import threading
 
 from mdtrain import _core
@@ -120,6 +122,27 @@ class Strategy:
     def worker_devices(self):
         return tuple(self._core.devices)
 
+    # Who writes checkpoints, logs and progress bars (TF's extended.should_checkpoint): the
+    # chief, worker 0, when the strategy spans processes; otherwise this process.
+    @property
+    def should_checkpoint(self):
+        return self._core.worker_index == 0
+
+    should_save_summary = should_checkpoint
+
+    @property
+    def _num_workers(self):
+        return self._core.num_workers
+
+    def _sync_workers(self, arrays):
+        """Overwrites each NumPy array (in place) with worker 0's: no-op with one worker."""
+        return arrays
+
+    def _check_single_worker(self, what):
+        if self._core.num_workers > 1:
+            raise NotImplementedError(f"{what} with several workers is not supported yet: use model.fit, which "
+                                      "shards each global batch across all workers' replicas")
+
     @contextlib.contextmanager
     def scope(self):
         current = _scopes.stack[-1] if _scopes.stack else None
@@ -140,6 +163,7 @@ class Strategy:
     # ---- custom training loops ------------------------------------------------------------
     def experimental_distribute_dataset(self, dataset, options=None):
         """Yields each global batch of `dataset` cut into per-replica slices (PerReplica values)."""
+        self._check_single_worker("experimental_distribute_dataset")
         return DistributedDataset(dataset, self)
 
     def run(self, fn, args=(), kwargs=None):
@@ -149,6 +173,7 @@ class Strategy:
         once for all replicas when every replica has called it, and the returned value becomes
         that replica's loss (sum of its losses / global batch, as TF's compute_average_loss)."""
         kwargs = kwargs or {}
+        self._check_single_worker("strategy.run")
         n = self.num_replicas_in_sync
         deferred = _DeferredStep()
         results = []
@@ -268,6 +293,170 @@ class MirroredStrategy(Strategy):
         ops = cross_device_ops or CrossDeviceOps()
         super().__init__(_core.MirroredStrategy(devices, ops._communication, ops._reduction))
         _log.info("Using MirroredStrategy with devices %s", tuple(self._core.devices))
+
+
+class CommunicationImplementation(enum.Enum):
+    """tf.distribute.experimental.CommunicationImplementation."""
+    AUTO = "AUTO"
+    RING = "RING"
+    NCCL = "NCCL"
+
+
+class CommunicationOptions:
+    """tf.distribute.experimental.CommunicationOptions: how MultiWorkerMirroredStrategy talks.
+
+    timeout_seconds: how long a collective waits for the other workers before it fails, naming
+    the ranks that did not arrive (None: 300 s). implementation: AUTO and RING use MPI between
+    workers; NCCL needs GPUs. bytes_per_pack is accepted for compatibility (gradients are always
+    packed into one buffer)."""
+
+    def __init__(self, bytes_per_pack=0, timeout_seconds=None, implementation=CommunicationImplementation.AUTO):
+        if not isinstance(bytes_per_pack, int) or bytes_per_pack < 0:
+            raise ValueError(f"CommunicationOptions: bytes_per_pack must be a non-negative integer, got "
+                             f"{bytes_per_pack!r}")
+        if timeout_seconds is not None and (isinstance(timeout_seconds, bool) or
+                                            not isinstance(timeout_seconds, (int, float)) or
+                                            not timeout_seconds > 0):
+            raise ValueError(f"CommunicationOptions: timeout_seconds must be a positive number or None, got "
+                             f"{timeout_seconds!r}")
+        if isinstance(implementation, str):
+            implementation = CommunicationImplementation(implementation.upper())
+        if not isinstance(implementation, CommunicationImplementation):
+            raise TypeError(f"CommunicationOptions: implementation must be a CommunicationImplementation, got "
+                            f"{implementation!r}")
+        self.bytes_per_pack = bytes_per_pack
+        self.timeout_seconds = timeout_seconds
+        self.implementation = implementation
+
+
+class experimental:  # noqa: N801 - tf.distribute.experimental namespace
+    CommunicationImplementation = CommunicationImplementation
+    CommunicationOptions = CommunicationOptions
+
+
+_MPI_LAUNCHER_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_NTASKS")
+
+
+def _launched_by_mpi():
+    return any(v in os.environ for v in _MPI_LAUNCHER_ENV[:4])
+
+
+def _local_worker_count():
+    for name in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"):
+        try:
+            return max(1, int(os.environ[name].split("(")[0]))
+        except (KeyError, ValueError):
+            continue
+    return 1
+
+
+def _share_cores_with_local_workers():
+    """Workers on one host split its cores between their BLAS threads, unless the user chose a
+    count (MDTRAIN_CPU_THREADS or tf.config.threading): two workers each running BLAS on every
+    core would fight over them (OpenBLAS's threads spin while they wait)."""
+    if "MDTRAIN_CPU_THREADS" in os.environ or _config.threading._user_set:
+        return
+    _core.set_cpu_threads(max(1, (os.cpu_count() or 1) // _local_worker_count()))
+
+
+class ClusterResolver:
+    """Where this worker sits in the job (a small tf.distribute.cluster_resolver.ClusterResolver)."""
+
+    def __init__(self, num_workers, task_id):
+        self.task_type = "worker"
+        self.task_id = task_id
+        self.num_workers = num_workers
+
+    def cluster_spec(self):
+        return {"worker": [f"mpi-rank-{i}" for i in range(self.num_workers)]}
+
+
+def _check_tf_config(num_workers, rank):
+    """TF_CONFIG is accepted when it agrees with the MPI job; alone it cannot start one (see docs)."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return
+    try:
+        cfg = json.loads(raw)
+        cluster = cfg.get("cluster", {})
+        task = cfg.get("task", {})
+        tasks = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+        index = int(task.get("index", 0)) + (1 if task.get("type") == "worker" and cluster.get("chief") else 0)
+    except (ValueError, AttributeError, TypeError) as e:
+        raise ValueError(f"TF_CONFIG is not valid JSON of the form {{'cluster': {{'worker': [...]}}, 'task': "
+                         f"{{'type': 'worker', 'index': i}}}}: {e}") from None
+    if not _launched_by_mpi():
+        if tasks > 1:
+            raise ValueError(
+                f"TF_CONFIG describes {tasks} workers, but mdtrain's workers talk over MPI, not gRPC: start the job "
+                f"with `python -m mdtrain.launch -n {tasks} script.py` (or mpirun/srun) instead of setting TF_CONFIG "
+                "on each host.")
+        return
+    if tasks != num_workers or index != rank:
+        raise ValueError(f"TF_CONFIG (worker {index} of {tasks}) disagrees with the MPI launcher (rank {rank} of "
+                         f"{num_workers}); unset TF_CONFIG or make them agree")
+
+
+class MultiWorkerMirroredStrategy(Strategy):
+    """Synchronous data parallelism across processes (tf.distribute.MultiWorkerMirroredStrategy).
+
+    Start one process per worker with ``python -m mdtrain.launch -n N script.py`` (mpirun/srun
+    work too); each process drives a replica per local device (its logical CPU devices), every
+    global batch is cut across all replicas of all workers, and gradients are summed inside each
+    worker, then across workers over MPI. A process not started by an MPI launcher is a job of
+    one worker. Only the chief (worker 0) writes checkpoints and logs and shows progress bars.
+    """
+
+    def __init__(self, cluster_resolver=None, communication_options=None):
+        if communication_options is None:
+            communication_options = CommunicationOptions()
+        if not isinstance(communication_options, CommunicationOptions):
+            raise TypeError(f"communication_options must be a tf.distribute.experimental.CommunicationOptions, got "
+                            f"{communication_options!r}")
+        if communication_options.implementation is CommunicationImplementation.NCCL and \
+                not _config.list_logical_devices("GPU"):
+            raise ValueError("MultiWorkerMirroredStrategy: CommunicationImplementation.NCCL needs GPUs, and this "
+                             f"process has none ({_core.cuda_unavailable_reason() or 'no GPU found'}); use AUTO or "
+                             "RING (MPI)")
+        use_mpi = _launched_by_mpi()
+        if use_mpi and not _core.mpi_available():
+            raise ValueError("MultiWorkerMirroredStrategy: this process was started by an MPI launcher, but mdtrain "
+                             "was built without MPI (install libopenmpi-dev and reinstall mdtrain)")
+        devices = [d.name for d in (_config.list_logical_devices("GPU") or _config.list_logical_devices("CPU"))]
+        if use_mpi:
+            _share_cores_with_local_workers()
+        core = _core.MultiWorkerMirroredStrategy(devices, "threads", use_mpi)
+        if communication_options.timeout_seconds is not None:
+            core.set_timeout(float(communication_options.timeout_seconds))
+        super().__init__(core)
+        self.communication_options = communication_options
+        _check_tf_config(core.num_workers, core.worker_index)
+        self.cluster_resolver = cluster_resolver or ClusterResolver(core.num_workers, core.worker_index)
+        if core.num_workers > 1:
+            # Every worker continues worker 0's seed source, so the models and layers created from
+            # now on get the same seeds everywhere even without keras.utils.set_random_seed (and
+            # worker 0 the seeds it would get in a single-process run).
+            import numpy as np
+
+            from mdtrain import _random
+
+            # worker 0's seed-source state, as JSON in a fixed-size buffer
+            state = np.zeros(1024, dtype=np.uint8)
+            encoded = json.dumps(_random._get_state()).encode()
+            state[:len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+            self._sync_workers([state])
+            _random._set_state(json.loads(state.tobytes().rstrip(b"\0").decode()))
+        _log.info("Using MultiWorkerMirroredStrategy: worker %d of %d, local devices %s", core.worker_index,
+                  core.num_workers, tuple(core.devices))
+
+    def _sync_workers(self, arrays):
+        for a in arrays:
+            self._core.broadcast_from_chief(a.reshape(-1).view("uint8"))
+        return arrays
+
+    def __repr__(self):
+        return (f"<MultiWorkerMirroredStrategy worker {self._core.worker_index} of {self._core.num_workers}, "
+                f"devices={list(self._core.devices)}>")
 
 
 class DistributedDataset:

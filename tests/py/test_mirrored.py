@@ -208,3 +208,19 @@ def test_learning_rate_change_reaches_every_replica(logical_cpus, blobs):
     model.fit(x, y, epochs=1, verbose=0)
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
     assert all(np.array_equal(a, b) for a, b in zip(model._core.replica_weights(0), model._core.replica_weights(1)))
+
+
+def test_layer_set_weights_reaches_every_replica(logical_cpus, blobs):
+    """Setting one layer's weights on a mirrored model updates every replica, not only the first."""
+    x, y = blobs
+    strategy = _mirrored(logical_cpus, 2)
+    with strategy.scope():
+        model = compile_mlp(make_mlp())
+    model.fit(x, y, epochs=1, verbose=0)
+    layer = model.layers[0]
+    new = [np.full_like(w, 0.25) for w in layer.get_weights()]
+    layer.set_weights(new)
+    for r in range(2):
+        np.testing.assert_array_equal(model._core.replica_weights(r)[0], new[0])
+    model.fit(x, y, epochs=1, verbose=0)
+    np.testing.assert_array_equal(model._core.replica_weights(0)[0], model._core.replica_weights(1)[0])

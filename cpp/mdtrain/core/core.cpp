@@ -6,6 +6,7 @@
 
 #include "mdtrain/core/allocator.h"
 #include "mdtrain/core/device.h"
+#include "mdtrain/core/device_memory.h"
 #include "mdtrain/core/dtype.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/shape.h"
@@ -81,8 +82,7 @@ Device Device::parse(const std::string& text) {
 }
 
 std::shared_ptr<void> allocate(const Device& device, std::size_t bytes) {
-  MDTRAIN_CHECK(device.is_cpu(), std::invalid_argument, "[allocator] ", device.to_string(),
-                " memory is allocated by the CUDA backend");
+  if (!device.is_cpu()) return cuda::allocate(device, bytes);  // the device's caching allocator
   constexpr std::size_t kAlign = 64;
   std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
   if (rounded < bytes) fail<AllocationError>("[allocator] size overflow for ", bytes, " bytes");

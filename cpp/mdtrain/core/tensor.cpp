@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "mdtrain/core/allocator.h"
+#include "mdtrain/core/device_memory.h"
 
 namespace mdtrain {
 
@@ -31,7 +32,8 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
 
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
   Tensor t(std::move(shape), dtype, device);
-  std::memset(t.raw(), 0, t.nbytes());
+  if (device.is_cpu()) std::memset(t.raw(), 0, t.nbytes());
+  else cuda::zero(t.raw(), device, t.nbytes());
   return t;
 }
 
@@ -91,7 +93,7 @@ Tensor Tensor::reshape(Shape shape) const {
 
 Tensor Tensor::clone() const {
   Tensor t(shape_, dtype_, device_);
-  if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  t.copy_from(*this);
   return t;
 }
 
@@ -99,10 +101,18 @@ void Tensor::copy_from(const Tensor& src) {
   MDTRAIN_CHECK(src.numel() == numel_ && src.dtype() == dtype_, std::invalid_argument,
                 "[tensor] copy_from: source ", to_string(src.shape()), " ", name_of(src.dtype()),
                 " does not match destination ", to_string(shape_), " ", name_of(dtype_));
-  if (nbytes() && !same_storage(src)) std::memcpy(raw(), src.raw(), nbytes());
+  const bool both_host = device_.is_cpu() && src.device().is_cpu();  // logical CPUs share memory
+  if (!nbytes() || (same_storage(src) && (both_host || device_ == src.device()))) return;
+  // Host and GPU tensors copy into each other (ordered on the GPU's compute stream).
+  if (both_host) std::memcpy(raw(), src.raw(), nbytes());
+  else cuda::copy(raw(), device_, src.raw(), src.device(), nbytes());
 }
 
 void Tensor::fill(double value) {
+  if (!device_.is_cpu()) {
+    cuda::fill(raw(), device_, dtype_, numel_, value);
+    return;
+  }
   switch (dtype_) {
     case DType::Float32: { auto* p = data<float>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<float>(value); break; }
     case DType::Float64: { auto* p = data<double>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = value; break; }

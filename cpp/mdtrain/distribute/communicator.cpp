@@ -33,6 +33,7 @@ void Communicator::set_timeout(double seconds) {
   MDTRAIN_CHECK(seconds > 0 && !std::isnan(seconds), std::invalid_argument, "[", backend(),
                 "] set_timeout: seconds must be > 0 (got ", seconds, ")");
   timeout_ = seconds;
+  on_timeout_changed(seconds);
 }
 
 void Communicator::check_buffer(const char* op, const void* ptr, std::size_t count,

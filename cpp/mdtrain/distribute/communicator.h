@@ -85,6 +85,8 @@ class Communicator {
   virtual void do_barrier() = 0;
   // Throws std::invalid_argument when this backend cannot reach memory of `device`.
   virtual void check_device(const Device& device) const;
+  // Called by set_timeout after the new value is stored (composite backends pass it on).
+  virtual void on_timeout_changed(double /*seconds*/) {}
 
  private:
   void check_buffer(const char* op, const void* ptr, std::size_t count, const char* what) const;

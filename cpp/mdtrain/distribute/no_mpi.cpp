@@ -10,4 +10,10 @@ std::unique_ptr<Communicator> make_mpi_communicator() {
   fail<std::runtime_error>("[mpi] mdtrain was built without MPI; rebuild with -DMDTRAIN_MPI=ON");
 }
 
+MpiWorldInfo mpi_world_info() {
+  fail<std::runtime_error>("[mpi] mdtrain was built without MPI; rebuild with -DMDTRAIN_MPI=ON");
+}
+
+void mpi_finalize() {}
+
 }  // namespace mdtrain

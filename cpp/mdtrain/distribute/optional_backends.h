@@ -11,8 +11,23 @@ namespace mdtrain {
 
 // True when this build has MPI (the process may still not have been started under mpirun).
 bool mpi_available();
-// This process's rank of MPI_COMM_WORLD.
+// This process's rank of MPI_COMM_WORLD, on a communicator of its own (mpi_communicator.h).
+// Collective: every process of the job makes its MPI communicators in the same order. The first
+// call initializes MPI (MPI_THREAD_SERIALIZED); mpi_finalize() runs at exit.
 std::unique_ptr<Communicator> make_mpi_communicator();
+
+// Where this process sits in the MPI job.
+struct MpiWorldInfo {
+  int rank = 0;        // in MPI_COMM_WORLD
+  int size = 1;        // of MPI_COMM_WORLD
+  int local_rank = 0;  // among the job's processes on this host (MPI_COMM_TYPE_SHARED)
+  int local_size = 1;
+};
+// Initializes MPI like make_mpi_communicator (a process not started by mpirun is a job of one).
+MpiWorldInfo mpi_world_info();
+// Finalizes MPI if mdtrain initialized it and did not finalize it yet; later calls do nothing.
+// Also runs at process exit. MPI communicators still alive throw std::runtime_error afterwards.
+void mpi_finalize();
 
 // True when this build has NCCL.
 bool nccl_available();

@@ -5,30 +5,23 @@
 #include <type_traits>
 
 #include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/reduce_math.h"
 
 namespace mdtrain::detail {
 namespace {
 
-// Max/Min return NaN when either side is NaN, so a diverged replica is never hidden.
+// The folds themselves are shared with the NCCL backend's kernels (reduce_math.h).
 template <class T>
 struct MaxOp {
-  static T apply(T acc, T x) { return (x > acc || x != x) ? x : acc; }
+  static T apply(T acc, T x) { return math::fold_max(acc, x); }
 };
 template <class T>
 struct MinOp {
-  static T apply(T acc, T x) { return (x < acc || x != x) ? x : acc; }
+  static T apply(T acc, T x) { return math::fold_min(acc, x); }
 };
-// Integer sums wrap (two's complement) instead of overflowing into undefined behaviour.
 template <class T>
 struct SumOp {
-  static T apply(T acc, T x) {
-    if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      return static_cast<T>(static_cast<U>(static_cast<U>(acc) + static_cast<U>(x)));
-    } else {
-      return acc + x;
-    }
-  }
+  static T apply(T acc, T x) { return math::fold_sum(acc, x); }
 };
 
 // A tile small enough to stay in L1 while every rank's contribution is folded into it: one

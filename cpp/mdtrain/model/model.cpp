@@ -67,6 +67,15 @@ Optimizer::State Model::optimizer_state() {
   return engine_ ? engine_->optimizer_state() : optimizer().state();
 }
 
+void Model::set_optimizer_state(const Optimizer::State& state) {
+  MDTRAIN_CHECK(optimizer_ != nullptr, std::logic_error, "[model] model \"", name_,
+                "\" must be compiled before its optimizer state is set");
+  optimizer_->set_state(state);
+  // The replicas' optimizers are clones made with the engine: make them again from this state
+  // (and the current weights) on next use.
+  engine_.reset();
+}
+
 TrainEngine& Model::engine(const Shape& y_shape) {
   loss();  // throws if not compiled
   MDTRAIN_CHECK(stack_.built(), std::logic_error, "[model] model \"", name_,
@@ -144,7 +153,7 @@ Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const 
       break;
     }
   }
-  result.logs = eng.logs();
+  result.logs = eng.logs(/*all_workers=*/true);
   return result;
 }
 
@@ -164,7 +173,7 @@ Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, 
     if (step_hook_) step_hook_();
     if (on_batch_end && on_batch_end(step, eng.logs())) break;
   }
-  return eng.logs();
+  return eng.logs(/*all_workers=*/true);
 }
 
 Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
@@ -199,7 +208,7 @@ Logs Model::train_on_batch(const Tensor& x, const Tensor& y) {
   std::vector<std::int64_t> rows(static_cast<std::size_t>(x.dim(0)));
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
   eng.train_step(x, y, rows.data(), x.dim(0));
-  return eng.logs();
+  return eng.logs(/*all_workers=*/true);
 }
 
 std::vector<double> Model::replica_losses() const {

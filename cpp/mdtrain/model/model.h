@@ -52,6 +52,9 @@ class Model {
   void set_learning_rate(double lr);
   // The optimizer's whole state (with several replicas, stitched from their shards).
   Optimizer::State optimizer_state();
+  // Replaces the optimizer's state (slots and iterations) on every replica, e.g. from a backup;
+  // names and shapes must be those optimizer_state() gives (std::invalid_argument otherwise).
+  void set_optimizer_state(const Optimizer::State& state);
   const std::vector<std::string>& metric_names() const { return metric_names_; }
   std::shared_ptr<Strategy> strategy() const { return strategy_; }
   // Creates the engine (and the replicas) on first use; `y_shape` (labels, batch axis included)

@@ -3,10 +3,28 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <mutex>
 
 #include "mdtrain/ops/ops.h"
 
 namespace mdtrain {
+
+namespace {
+// A replica's CrossReplicaContext for its layers: sums over the replica's communicator. It reads
+// the communicator at each call because the engine replaces communicators after a failed step.
+class CommunicatorSums final : public CrossReplicaContext {
+ public:
+  explicit CommunicatorSums(const std::unique_ptr<Communicator>& comm) : comm_(comm) {}
+  int num_replicas() const override { return comm_->size(); }
+  void sum(double* data, std::size_t count) override {
+    comm_->all_reduce(data, count, DType::Float64, ReduceOp::Sum);
+  }
+
+ private:
+  const std::unique_ptr<Communicator>& comm_;
+};
+}  // namespace
 
 struct TrainEngine::Replica {
   LayerStack* stack = nullptr;
@@ -17,8 +35,10 @@ struct TrainEngine::Replica {
   std::vector<std::unique_ptr<Metric>> metrics;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<GradientReducer> reducer;
+  CommunicatorSums sums{comm};  // what the layers see of the other replicas (ForwardContext)
   Tensor x_batch, y_batch, dpred;
   double loss_sum = 0;  // this step's sum of per-example losses on this replica's slice
+  double all_workers_loss_sum = 0;  // loss_sum summed over every replica of every worker
   Profile profile;
 };
 
@@ -32,15 +52,18 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
     : primary_(primary), strategy_(std::move(strategy)) {
   MDTRAIN_CHECK(primary.built(), std::logic_error, "[engine] the model must be built before training");
   auto comms = strategy_->make_replica_communicators();
-  const int n = strategy_->num_replicas_in_sync();
+  const int n = strategy_->num_local_replicas();
   MDTRAIN_CHECK(static_cast<int>(comms.size()) == n, std::logic_error, "[engine] strategy made ", comms.size(),
                 " communicators for ", n, " replicas");
   MDTRAIN_CHECK(static_cast<std::int64_t>(n) * 16 < LayerStack::kPackedPadding, std::invalid_argument,
                 "[engine] at most ", LayerStack::kPackedPadding / 16 - 1, " replicas are supported, got ", n);
   // Gradient clipping by norm needs every replica to hold the whole summed gradient; a reduction
-  // to one device is what the user asked for. Otherwise the gradients are reduce-scattered.
+  // to one device is what the user asked for. Otherwise the gradients are reduce-scattered. Across
+  // workers the update is not sharded: each worker keeps the whole optimizer state, so any worker
+  // can write a checkpoint and a checkpoint loads under any strategy.
   const auto& opts = optimizer.options();
-  sharded_update_ = n > 1 && !opts.clipnorm && !opts.global_clipnorm &&
+  sharded_optimizer_ = n > 1 && strategy_->num_workers() == 1;
+  sharded_update_ = sharded_optimizer_ && !opts.clipnorm && !opts.global_clipnorm &&
                     strategy_->gradient_reduction() == GradientReducer::Algorithm::AllReduce;
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_unique<Replica>();
@@ -61,18 +84,29 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
 TrainEngine::~TrainEngine() = default;
 
 template <class F>
-void TrainEngine::for_each_slice(std::int64_t count, F&& fn) {
-  const std::int64_t n = num_replicas();
+void TrainEngine::for_each_slice(std::int64_t count, F&& fn, bool across_workers) {
+  // Global replica g (of all workers) takes rows [g*base + min(g, extra), +base (+1 if g < extra)).
+  const std::int64_t n = across_workers ? strategy_->num_replicas_in_sync() : num_replicas();
+  const std::int64_t offset = across_workers ? strategy_->first_local_replica() : 0;
   const std::int64_t base = count / n, extra = count % n;
   if (communicators_broken_) remake_communicators();
+  // The first replica to fail is the one to report: it records its error before aborting the
+  // group, so the peers' "group failed" errors that follow never hide it.
+  std::exception_ptr first_failure;
+  std::mutex failure_mutex;
   try {
-    strategy_->run_replicas([&](int r) {
+    strategy_->run_replicas([&](int local) {
+      const std::int64_t r = offset + local;
       const std::int64_t first = r * base + std::min<std::int64_t>(r, extra);
       const std::int64_t rows = base + (r < extra ? 1 : 0);
-      Replica& rep = *replicas_[static_cast<std::size_t>(r)];
+      Replica& rep = *replicas_[static_cast<std::size_t>(local)];
       try {
         fn(rep, first, rows);
       } catch (const std::exception& e) {
+        {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          if (!first_failure) first_failure = std::current_exception();
+        }
         // Peers may be waiting in a collective for this replica: release them now.
         rep.comm->abort(e.what());
         throw;
@@ -80,6 +114,7 @@ void TrainEngine::for_each_slice(std::int64_t count, F&& fn) {
     });
   } catch (...) {
     communicators_broken_ = true;  // an aborted group cannot be reused
+    if (first_failure) std::rethrow_exception(first_failure);
     throw;
   }
 }
@@ -117,12 +152,13 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     LayerStack& stack = *rep.stack;
     rep.loss_sum = 0;
     auto t = Clock::now();
+    ForwardContext ctx;
+    ctx.training = true;
+    ctx.step = static_cast<std::uint64_t>(rep.optimizer->iterations());
+    ctx.global_row_offset = first;
+    ctx.replicas = &rep.sums;
     if (rows > 0) {
       gather_batch(rep, x, y, indices + first, rows);
-      ForwardContext ctx;
-      ctx.training = true;
-      ctx.step = static_cast<std::uint64_t>(rep.optimizer->iterations());
-      ctx.global_row_offset = first;
       Tensor pred = stack.forward(rep.x_batch, ctx);
       ensure_buffer(rep.dpred, pred.shape(), pred.dtype());
       if (rep.logits_loss) {
@@ -134,7 +170,10 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
       }
       for (auto& m : rep.metrics) m->update(rep.y_batch, pred);
     } else {
+      // No rows: zero gradients, but still every collective the layers run in training
+      // (synchronized BatchNormalization's statistics), in the order the other replicas run them.
       stack.packed_grads().fill(0.0);
+      stack.step_without_rows(ctx);
     }
     rep.profile.compute += seconds_since(t);
     t = Clock::now();
@@ -148,12 +187,12 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     rep.profile.allreduce += seconds_since(t);
     t = Clock::now();
     stack.add_regularization_gradients();
-    if (replicas_.size() == 1) {
-      rep.optimizer->apply(stack.parameters());
+    if (!sharded_optimizer_) {
+      rep.optimizer->apply(stack.trainable_parameters());
     } else {
       // Each replica updates its shard; the updated shards are then gathered everywhere.
       const auto [begin, end] = shard_of(rep.comm->rank());
-      rep.optimizer->apply(stack.parameters(), begin, end);
+      rep.optimizer->apply(stack.trainable_parameters(), begin, end);
       rep.profile.update += seconds_since(t);
       t = Clock::now();
       gather_shards(rep);
@@ -164,9 +203,7 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     rep.profile.steps += 1;
   });
   wall_ += seconds_since(step_start);
-  double loss_sum = 0;
-  for (const auto& rep : replicas_) loss_sum += rep->loss_sum;  // replica order: deterministic
-  const double step_loss = loss_sum * scale + regularization;
+  const double step_loss = sum_of_replica_losses(count) * scale + regularization;
   last_count_ = count;
   loss_total_ += step_loss * static_cast<double>(count);
   loss_count_ += static_cast<double>(count);
@@ -186,13 +223,28 @@ void TrainEngine::test_step(const Tensor& x, const Tensor& y, const std::int64_t
                                    : rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr);
     for (auto& m : rep.metrics) m->update(rep.y_batch, pred);
   });
-  double loss_sum = 0;
-  for (const auto& rep : replicas_) loss_sum += rep->loss_sum;
-  loss_total_ += loss_sum + primary_.regularization_loss() * static_cast<double>(count);
+  loss_total_ += sum_of_replica_losses(count) + primary_.regularization_loss() * static_cast<double>(count);
   loss_count_ += static_cast<double>(count);
 }
 
+double TrainEngine::sum_of_replica_losses(std::int64_t count) {
+  if (strategy_->num_workers() == 1) {
+    double sum = 0;
+    for (const auto& rep : replicas_) sum += rep->loss_sum;  // replica order: deterministic
+    return sum;
+  }
+  // Every worker must see the same loss (callbacks such as TerminateOnNaN or EarlyStopping decide
+  // on it, and all workers must decide alike): sum it over all replicas, in rank order.
+  for_each_slice(count, [&](Replica& rep, std::int64_t, std::int64_t) {
+    rep.all_workers_loss_sum = rep.loss_sum;
+    rep.comm->all_reduce(&rep.all_workers_loss_sum, 1, DType::Float64, ReduceOp::Sum);
+  });
+  return replicas_.front()->all_workers_loss_sum;
+}
+
 void TrainEngine::predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
+  // Every worker predicts every row (the result is returned by each process), split among its
+  // own replicas only.
   for_each_slice(count, [&](Replica& rep, std::int64_t first, std::int64_t rows) {
     if (rows == 0) return;
     ForwardContext ctx;
@@ -200,7 +252,7 @@ void TrainEngine::predict_step(const Tensor& x, std::int64_t begin, std::int64_t
     Tensor pred = rep.stack->forward(x.rows(begin + first, begin + first + rows), ctx);
     Tensor dst = out.rows(begin + first, begin + first + rows);
     dst.copy_from(pred);
-  });
+  }, /*across_workers=*/false);
 }
 
 void TrainEngine::set_learning_rate(double lr) {
@@ -210,13 +262,13 @@ void TrainEngine::set_learning_rate(double lr) {
 std::int64_t TrainEngine::shard_size() const {
   // Equal ranges rounded to 16 elements (64 bytes of float32), so no cache line is written by two
   // replicas; the last range may run into the packed buffers' zero padding.
-  const std::int64_t total = primary_.parameter_count();
+  const std::int64_t total = primary_.trainable_count();
   const std::int64_t n = num_replicas();
   return ((total + n - 1) / n + 15) / 16 * 16;
 }
 
 std::pair<std::int64_t, std::int64_t> TrainEngine::shard_of(int replica) const {
-  const std::int64_t total = primary_.parameter_count();
+  const std::int64_t total = primary_.trainable_count();
   const std::int64_t begin = std::min(total, shard_size() * replica);
   return {begin, std::min(total, begin + shard_size())};
 }
@@ -241,11 +293,11 @@ void TrainEngine::gather_shards(Replica& rep) {
 
 Optimizer::State TrainEngine::optimizer_state() const {
   Optimizer::State merged = replicas_.front()->optimizer->state();
-  if (replicas_.size() == 1) return merged;
+  if (!sharded_optimizer_) return merged;
   // Where each parameter starts in the packed order (the optimizer's element order).
   std::vector<std::pair<std::string, std::int64_t>> offsets;
   std::int64_t offset = 0;
-  for (auto* p : const_cast<LayerStack&>(primary_).parameters()) {
+  for (auto* p : const_cast<LayerStack&>(primary_).trainable_parameters()) {
     offsets.emplace_back(p->name, offset);
     offset += p->value.numel();
   }
@@ -307,7 +359,7 @@ void TrainEngine::reset_metrics() {
     for (auto& m : rep->metrics) m->reset();
 }
 
-Logs TrainEngine::logs() const {
+Logs TrainEngine::logs(bool all_workers) const {
   Logs out;
   out.emplace_back("loss", loss_count_ > 0 ? loss_total_ / loss_count_ : 0.0);
   const auto& first = replicas_.front()->metrics;
@@ -318,6 +370,7 @@ Logs TrainEngine::logs() const {
       auto t = replicas_[r]->metrics[i]->totals();
       for (std::size_t k = 0; k < totals.size(); ++k) totals[k] += t[k];
     }
+    if (all_workers) strategy_->sum_across_workers(totals);
     auto merged = first[i]->clone();
     merged->set_totals(totals);
     out.emplace_back(merged->name(), merged->result());
@@ -326,8 +379,10 @@ Logs TrainEngine::logs() const {
 }
 
 void TrainEngine::broadcast_weights_from_primary() {
-  for (std::size_t r = 1; r < replicas_.size(); ++r)
+  for (std::size_t r = 1; r < replicas_.size(); ++r) {
     replicas_[r]->stack->packed_values().copy_from(primary_.packed_values());
+    replicas_[r]->stack->non_trainable_values().copy_from(primary_.non_trainable_values());
+  }
 }
 
 Optimizer& TrainEngine::optimizer() { return *replicas_.front()->optimizer; }

@@ -18,15 +18,22 @@ namespace mdtrain {
 //
 // Replica 0 is the model's own LayerStack (what get_weights reads); the others are clones. A
 // global batch of B rows is cut into contiguous slices, replica r taking B/N rows (+1 for the
-// first B%N), possibly zero when B < N: every replica still joins the all-reduce, so an uneven
-// last batch never hangs. Each replica computes d(sum of its losses / B)/dw, the packed gradients
-// are summed in a fixed order, and every replica applies the same optimizer update to the same
-// weights, so the replicas stay bitwise identical and the loss is the exact mean over the batch.
+// first B%N), possibly zero when B < N: every replica still joins the all-reduce (and the
+// collectives its layers run, see LayerStack::step_without_rows), so an uneven last batch never
+// hangs. Layers reach the other replicas only through ForwardContext::replicas, a
+// CrossReplicaContext the engine implements on each replica's communicator (float64 sums).
+// Each replica computes d(sum of its losses / B)/dw, the packed gradients are summed in a fixed
+// order, and every replica applies the same optimizer update to the same weights, so the
+// replicas stay bitwise identical and the loss is the exact mean over the batch.
+// Non-trainable weights (moving statistics) are outside the packed gradients and the optimizer's
+// ranges; their layers keep them identical by updating them from cross-replica sums.
 //
-// With several replicas the optimizer update is sharded (ZeRO stage 1): the summed gradients are
-// reduce-scattered, replica r updates only its contiguous range of the packed parameters, and the
-// ranges are all-gathered (with clipping by norm, or a reduction to one device, the gradients are
-// all-reduced first instead).
+// With several replicas in one process the optimizer update is sharded (ZeRO stage 1): the summed
+// gradients are reduce-scattered, replica r updates only its contiguous range of the packed
+// parameters, and the ranges are all-gathered (with clipping by norm, or a reduction to one
+// device, the gradients are all-reduced first instead). Across workers (MultiWorkerMirrored) the
+// gradients are all-reduced and every replica applies the whole update, so each worker holds the
+// whole optimizer state for checkpoints.
 // The range update is exactly the whole update restricted to those elements (clipping norms are
 // still taken over the full reduced gradients), so the weights are bitwise those of an unsharded
 // step, and each replica's optimizer slots are current only on its own range:
@@ -64,9 +71,13 @@ class TrainEngine {
   std::vector<double> replica_losses() const;
   // "loss" (running mean since the last reset) then each metric's result, aggregated exactly over
   // the replicas.
-  Logs logs() const;
+  // The loss is always over all workers' replicas; metrics are this worker's replicas' unless
+  // `all_workers` (a collective between workers: every worker must ask at the same point, as the
+  // training loop does at the end of an epoch).
+  Logs logs(bool all_workers = false) const;
 
-  // After the primary's weights were set from outside: copy them to every replica.
+  // After the primary's weights were set from outside: copy them (trainable and not) to every
+  // replica.
   void broadcast_weights_from_primary();
   // Replica 0's optimizer: hyperparameters, learning rate and iterations are those of every
   // replica; its slots are current only on replica 0's shard (use optimizer_state()).
@@ -82,8 +93,11 @@ class TrainEngine {
  private:
   struct Replica;
   // Cuts the global batch and runs fn(replica, first_row, rows) on every replica.
+  // Cut among all workers' replicas, or (predict) among this worker's only.
   template <class F>
-  void for_each_slice(std::int64_t count, F&& fn);
+  void for_each_slice(std::int64_t count, F&& fn, bool across_workers = true);
+  // The sum over all replicas (of all workers) of the last step's loss_sum.
+  double sum_of_replica_losses(std::int64_t count);
   void remake_communicators();
   void attach_communicator(Replica& rep, std::unique_ptr<Communicator> comm);
   // Sums this replica's shard of the gradients over all replicas, into that shard.
@@ -101,7 +115,8 @@ class TrainEngine {
   std::shared_ptr<Strategy> strategy_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   bool communicators_broken_ = false;
-  bool sharded_update_ = false;  // gradients reduce-scattered rather than all-reduced
+  bool sharded_optimizer_ = false;  // each replica updates its range of the weights, then all-gather
+  bool sharded_update_ = false;     // ... and gradients are reduce-scattered rather than all-reduced
   double wall_ = 0;
   std::int64_t last_count_ = 0;  // global batch of the last train or test step
   double loss_total_ = 0;  // sum over steps of (step loss * rows)

@@ -7,6 +7,7 @@
 #include "mdtrain/core/json.h"
 #include "mdtrain/core/parameter.h"
 #include "mdtrain/core/tensor.h"
+#include "mdtrain/nn/cross_replica.h"
 #include "mdtrain/ops/activation.h"
 
 namespace mdtrain {
@@ -18,6 +19,10 @@ struct ForwardContext {
   bool training = false;
   std::uint64_t step = 0;               // the optimizer step (training) — keys dropout masks
   std::int64_t global_row_offset = 0;   // first row of this slice within the global batch
+  // The other replicas of this training step, for layers whose training statistics span the
+  // global batch (BatchNormalization). Null: this replica is alone. Set only for training steps;
+  // evaluation and prediction never run a collective.
+  CrossReplicaContext* replicas = nullptr;
 };
 
 // A Keras layer: built once for an input shape (batch axis excluded), then run forward on batches
@@ -48,6 +53,14 @@ class Layer {
   // undefined Tensor when !need_input_grad (the first layer skips that GEMM).
   virtual Tensor backward(const Tensor& dy, bool need_input_grad) = 0;
 
+  // A replica whose slice of a training batch is empty runs no forward or backward; it calls these
+  // instead, in the same order (forward layer by layer, then backward in reverse with the same
+  // need_input_grad), so that a layer that runs collectives through ctx.replicas in training
+  // still joins every one of them (with empty contributions) and no peer waits for it. Layers
+  // with nothing to join keep the defaults, which do nothing.
+  virtual void forward_without_rows(const ForwardContext& /*ctx*/) {}
+  virtual void backward_without_rows(bool /*need_input_grad*/) {}
+
   // The activation this layer applies last (Linear when none). When it is softmax or sigmoid, the
   // engine may compute a crossentropy from logits() and come back through backward_from_logits(),
   // as Keras does (see Loss::on_logits_of).
@@ -57,6 +70,8 @@ class Layer {
   // backward() given dL/d(logits) instead of dL/d(output).
   virtual Tensor backward_from_logits(const Tensor& dlogits, bool need_input_grad);
 
+  // Every weight, in Keras's get_weights() order; non-trainable ones (BatchNormalization's moving
+  // statistics) have Parameter::trainable == false and get no gradient.
   virtual std::vector<Parameter*> parameters() { return {}; }
   virtual double regularization_loss() const { return 0.0; }
   // Adds d(regularization_loss)/dw to each parameter's .grad.

@@ -52,20 +52,31 @@ Shape LayerStack::output_shape() const {
 }
 
 void LayerStack::pack_parameters() {
-  ParameterList params = parameters();
-  std::int64_t total = 0;
-  for (auto* p : params) total += p->value.numel();
+  ParameterList trainable = trainable_parameters(), fixed = non_trainable_parameters();
+  std::int64_t total = 0, fixed_total = 0;
+  for (auto* p : trainable) total += p->value.numel();
+  for (auto* p : fixed) fixed_total += p->value.numel();
   padded_values_ = Tensor::zeros({total + kPackedPadding}, dtype_);
   padded_grads_ = Tensor::zeros({total + kPackedPadding}, dtype_);
   packed_values_ = padded_values_.rows(0, total);
   packed_grads_ = padded_grads_.rows(0, total);
+  non_trainable_values_ = Tensor::zeros({fixed_total}, dtype_);
   std::int64_t offset = 0;
-  for (auto* p : params) {
+  for (auto* p : trainable) {
     const std::int64_t n = p->value.numel();
     Tensor value = packed_values_.rows(offset, offset + n).reshape(p->value.shape());
     value.copy_from(p->value);
     p->value = value;
     p->grad = packed_grads_.rows(offset, offset + n).reshape(p->value.shape());
+    offset += n;
+  }
+  offset = 0;
+  for (auto* p : fixed) {
+    const std::int64_t n = p->value.numel();
+    Tensor value = non_trainable_values_.rows(offset, offset + n).reshape(p->value.shape());
+    value.copy_from(p->value);
+    p->value = value;
+    p->grad = Tensor();  // nothing may write a gradient the optimizer would never read
     offset += n;
   }
 }
@@ -80,6 +91,12 @@ Tensor LayerStack::forward(const Tensor& x, const ForwardContext& ctx) {
 void LayerStack::backward(const Tensor& dy) {
   Tensor g = dy;
   for (std::size_t i = layers_.size(); i-- > 0;) g = layers_[i]->backward(g, i > 0);
+}
+
+void LayerStack::step_without_rows(const ForwardContext& ctx) {
+  MDTRAIN_CHECK(built_, std::logic_error, "[sequential] the model is not built yet");
+  for (auto& layer : layers_) layer->forward_without_rows(ctx);
+  for (std::size_t i = layers_.size(); i-- > 0;) layers_[i]->backward_without_rows(i > 0);
 }
 
 Activation LayerStack::output_activation() const {
@@ -99,6 +116,20 @@ ParameterList LayerStack::parameters() {
   for (auto& layer : layers_)
     for (auto* p : layer->parameters()) all.push_back(p);
   return all;
+}
+
+ParameterList LayerStack::trainable_parameters() {
+  ParameterList out;
+  for (auto* p : parameters())
+    if (p->trainable) out.push_back(p);
+  return out;
+}
+
+ParameterList LayerStack::non_trainable_parameters() {
+  ParameterList out;
+  for (auto* p : parameters())
+    if (!p->trainable) out.push_back(p);
+  return out;
 }
 
 double LayerStack::regularization_loss() const {

@@ -6,10 +6,13 @@
 
 namespace mdtrain {
 
-// Layers run one after another (the body of a Keras Sequential). Once built, all parameter
-// values live in one contiguous buffer and all gradients in another (each Parameter's tensors
-// are views into them), so a gradient all-reduce or an optimizer sweep is one pass over memory,
-// and a range of it can be handed to one replica (sharded updates).
+// Layers run one after another (the body of a Keras Sequential). Once built, all trainable
+// parameter values live in one contiguous buffer and all their gradients in another (each
+// Parameter's tensors are views into them), so a gradient all-reduce or an optimizer sweep is one
+// pass over memory, and a range of it can be handed to one replica (sharded updates).
+// Non-trainable weights (BatchNormalization's moving statistics) have no gradient and are no
+// optimizer's business: their values live in a third buffer, outside those ranges, updated by
+// their layers in training forwards.
 class LayerStack {
  public:
   LayerStack() = default;
@@ -28,8 +31,12 @@ class LayerStack {
   DType dtype() const { return dtype_; }
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx);
-  // Backpropagates dL/d(output) of the last forward into every parameter's .grad.
+  // Backpropagates dL/d(output) of the last forward into every trainable parameter's .grad.
   void backward(const Tensor& dy);
+  // A training step's forward and backward for a replica whose slice is empty: every layer's
+  // forward_without_rows, then backward_without_rows in reverse, so the replica joins the
+  // collectives its layers run (see Layer::forward_without_rows). Gradients are not touched.
+  void step_without_rows(const ForwardContext& ctx);
 
   // The last layer's final activation, its logits, and backward from d(loss)/d(logits) (see
   // Layer::output_activation).
@@ -37,10 +44,18 @@ class LayerStack {
   Tensor logits() const;
   void backward_from_logits(const Tensor& dlogits);
 
+  // Every weight in get_weights() order (layer by layer, each layer's Keras order).
   ParameterList parameters();
-  std::int64_t parameter_count() const { return packed_values_.numel(); }
+  // The trainable ones, in packed order (the optimizer's element order), and the others.
+  ParameterList trainable_parameters();
+  ParameterList non_trainable_parameters();
+  // Elements of all weights (Keras's count_params), of the trainable ones (the packed buffers).
+  std::int64_t parameter_count() const { return packed_values_.numel() + non_trainable_values_.numel(); }
+  std::int64_t trainable_count() const { return packed_values_.numel(); }
   Tensor& packed_values() { return packed_values_; }
   Tensor& packed_grads() { return packed_grads_; }
+  // The non-trainable weights' values, packed in parameters() order.
+  Tensor& non_trainable_values() { return non_trainable_values_; }
   // The same buffers followed by kPackedPadding zero elements, so that equal per-replica shards
   // (reduce-scatter, all-gather) may run past the last parameter.
   static constexpr std::int64_t kPackedPadding = 2048;
@@ -64,6 +79,7 @@ class LayerStack {
   DType dtype_ = DType::Float32;
   Tensor packed_values_, packed_grads_;
   Tensor padded_values_, padded_grads_;
+  Tensor non_trainable_values_;
 };
 
 }  // namespace mdtrain

@@ -3,8 +3,10 @@
 // Gradients are written in terms of the forward output y where that is cheaper and exact
 // (relu, sigmoid, tanh); GELU needs its input x.
 #include <cmath>
+#include <cstdint>
 
 #include "mdtrain/core/hd.h"
+#include "mdtrain/core/rng.h"
 
 namespace mdtrain::math {
 
@@ -31,5 +33,45 @@ template <class T> MDTRAIN_HD T gelu_grad(T x) {
   T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
   return cdf + x * pdf;
 }
+
+// ReLU's backward from its output: dy passes where y > 0 (a NaN dy passes too, where it came from).
+template <class T> MDTRAIN_HD T relu_backward(T dy, T y) { return y > T(0) ? dy : T(0); }
+
+// Softmax of one row of z + bias (bias may be null): exp(v - max) / sum, one exp per element.
+// The max is taken as std::max(m, v) takes it, so a NaN entry does not become the max.
+template <class T> MDTRAIN_HD void softmax_row(const T* z, const T* bias, std::int64_t n, T* y) {
+  T m = T(-INFINITY);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const T v = z[j] + (bias ? bias[j] : T(0));
+    m = m < v ? v : m;
+  }
+  T s = T(0);
+  for (std::int64_t j = 0; j < n; ++j) {
+    y[j] = std::exp(z[j] + (bias ? bias[j] : T(0)) - m);
+    s += y[j];
+  }
+  const T inv = T(1) / s;
+  for (std::int64_t j = 0; j < n; ++j) y[j] *= inv;
+}
+
+// Softmax's backward for one row: dz = y * (dy - <dy, y>) (the Jacobian-vector product).
+template <class T> MDTRAIN_HD void softmax_backward_row(const T* y, const T* dy, std::int64_t n, T* dz) {
+  T dot = T(0);
+  for (std::int64_t j = 0; j < n; ++j) dot += dy[j] * y[j];
+  for (std::int64_t j = 0; j < n; ++j) dz[j] = y[j] * (dy[j] - dot);
+}
+
+// Inverted dropout's multiplier for the element at global position e: `scale` (1 / (1 - rate))
+// where it is kept, 0 where dropped. One Philox block gives four uniforms; recomputing it per
+// element keeps the mask a pure function of the element's position.
+template <class T>
+MDTRAIN_HD T dropout_mask(std::uint64_t seed, std::uint64_t stream, std::uint64_t e, float threshold, T scale) {
+  const Philox4 block = philox4x32(seed, stream, e >> 2);
+  return uniform_from_bits(block.v[e & 3]) >= threshold ? scale : T(0);
+}
+
+// x * 0: zero for a finite x, NaN for a NaN or infinite one. all_finite adds these up (a loop
+// without branches) or tests them one by one.
+template <class T> MDTRAIN_HD T nonfinite_probe(T x) { return x * T(0); }
 
 }  // namespace mdtrain::math

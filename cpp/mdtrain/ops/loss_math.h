@@ -190,4 +190,15 @@ template <class T> MDTRAIN_HD bool in_top_k(const T* x, std::int64_t n, std::int
   return higher < k;
 }
 
+// A label as the class id Keras's int32 cast gives it before in_top_k; -1 (in no top k) for a NaN,
+// infinite or huge label.
+MDTRAIN_HD std::int64_t class_id_or_none(double v) {
+  return std::isfinite(v) && std::fabs(v) < 9e18 ? static_cast<std::int64_t>(v) : -1;
+}
+
+// Binary accuracy of one element: the target equals the prediction thresholded to 0 or 1.
+template <class T, class L> MDTRAIN_HD bool binary_match(L target, T p, T threshold) {
+  return static_cast<double>(target) == (p > threshold ? 1.0 : 0.0);
+}
+
 }  // namespace mdtrain::math

@@ -2,15 +2,37 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/loss_kernels.h"
+#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/ops/cuda/loss_kernels.h"
 
 namespace mdtrain::ops {
 
 namespace {
 
-void require_cpu(const char* op, const char* what, const Tensor& t) {
-  if (!t.device().is_cpu())
-    fail<std::invalid_argument>("[ops] ", op, ": ", what, " is on ", t.device().to_string(),
-                                "; CUDA tensors are not supported yet");
+// A GPU tensor needs a GPU this process can use (a CPU-only build has none).
+void require_usable(const char* op, const char* what, const Tensor& t) {
+  const Device& d = t.device();
+  if (d.is_cpu() || d.index < cuda::device_count()) return;
+  fail<std::invalid_argument>("[ops] ", op, ": ", what, " is on ", d.to_string(), ", which is not available: ",
+                              cuda::device_count() == 0 ? cuda::unavailable_reason()
+                                                        : cat("this process sees ", cuda::device_count(), " GPU(s)"));
+}
+
+// The tensors of one call live in one memory: the host (logical CPUs share it) or one GPU; the
+// op then runs there (cpu:: or cuda:: kernels).
+void require_with(const char* op, const char* what, const Tensor& t, const Tensor& pred) {
+  require_usable(op, what, t);
+  const bool same = t.device() == pred.device() || (t.device().is_cpu() && pred.device().is_cpu());
+  MDTRAIN_CHECK(same, std::invalid_argument, "[ops] ", op, ": ", what, " is on ", t.device().to_string(),
+                " but y_pred is on ", pred.device().to_string());
+}
+
+// Labels are validated on the host: a GPU tensor's copy (labels are one value per row: small).
+Tensor on_host(const Tensor& t) {
+  if (t.device().is_cpu()) return t;
+  Tensor h(t.shape(), t.dtype());
+  h.copy_from(t);
+  return h;
 }
 
 bool is_label_dtype(DType d) {
@@ -39,8 +61,8 @@ std::pair<std::int64_t, std::int64_t> check(const char* op, const Tensor& y, con
                                             std::int64_t expected_per_row, const Tensor& pred,
                                             const Tensor* dpred) {
   MDTRAIN_CHECK(pred.defined() && y.defined(), std::invalid_argument, "[ops] ", op, ": undefined tensor");
-  require_cpu(op, "y_pred", pred);
-  require_cpu(op, y_name, y);
+  require_usable(op, "y_pred", pred);
+  require_with(op, y_name, y, pred);
   MDTRAIN_CHECK(is_floating(pred.dtype()), std::invalid_argument, "[ops] ", op,
                 ": y_pred must be float32 or float64, got ", name_of(pred.dtype()));
   MDTRAIN_CHECK(is_label_dtype(y.dtype()), std::invalid_argument, "[ops] ", op, ": ", y_name,
@@ -55,7 +77,7 @@ std::pair<std::int64_t, std::int64_t> check(const char* op, const Tensor& y, con
                   std::invalid_argument, "[ops] ", op, ": dpred must be ", name_of(pred.dtype()), " ",
                   to_string(pred.shape()), ", got ",
                   dpred->defined() ? cat(name_of(dpred->dtype()), " ", to_string(dpred->shape())) : "undefined");
-    require_cpu(op, "dpred", *dpred);
+    require_with(op, "dpred", *dpred, pred);
     MDTRAIN_CHECK(rows == 0 || !dpred->same_storage(pred), std::invalid_argument, "[ops] ", op,
                   ": dpred must not alias y_pred");
   }
@@ -78,38 +100,41 @@ void dispatch(const Tensor& y, const Tensor& pred, Tensor* dpred, K&& kernel) {
 
 std::int64_t first_invalid_label(const Tensor& labels, std::int64_t classes,
                                  std::optional<std::int64_t> ignore_class) {
-  require_cpu("first_invalid_label", "labels", labels);
+  require_usable("first_invalid_label", "labels", labels);
   MDTRAIN_CHECK(is_label_dtype(labels.dtype()), std::invalid_argument,
                 "[ops] first_invalid_label: unsupported label dtype ", name_of(labels.dtype()));
+  const Tensor host = on_host(labels);
   std::int64_t bad = -1;
-  by_label(labels.dtype(), [&](auto tag) {
+  by_label(host.dtype(), [&](auto tag) {
     using L = decltype(tag);
-    bad = cpu::first_invalid_label(labels.data<L>(), labels.numel(), classes, ignore_class.has_value(),
+    bad = cpu::first_invalid_label(host.data<L>(), host.numel(), classes, ignore_class.has_value(),
                                    ignore_class.value_or(0));
   });
   return bad;
 }
 
 double element_as_double(const Tensor& t, std::int64_t index) {
-  require_cpu("element_as_double", "tensor", t);
+  require_usable("element_as_double", "tensor", t);
   MDTRAIN_CHECK(index >= 0 && index < t.numel(), std::out_of_range, "[ops] element_as_double: index ", index,
                 " out of range for shape ", to_string(t.shape()));
+  const Tensor host = on_host(t.reshape({-1}).rows(index, index + 1));
   double v = 0;
-  by_label(t.dtype(), [&](auto tag) {
+  by_label(host.dtype(), [&](auto tag) {
     using L = decltype(tag);
-    v = static_cast<double>(t.data<L>()[index]);
+    v = static_cast<double>(host.data<L>()[0]);
   });
   return v;
 }
 
 std::int64_t count_equal(const Tensor& labels, double value) {
-  require_cpu("count_equal", "labels", labels);
+  require_usable("count_equal", "labels", labels);
   MDTRAIN_CHECK(is_label_dtype(labels.dtype()), std::invalid_argument,
                 "[ops] count_equal: unsupported label dtype ", name_of(labels.dtype()));
+  const Tensor host = on_host(labels);
   std::int64_t n = 0;
-  by_label(labels.dtype(), [&](auto tag) {
+  by_label(host.dtype(), [&](auto tag) {
     using L = decltype(tag);
-    n = cpu::count_equal(labels.data<L>(), labels.numel(), value);
+    n = cpu::count_equal(host.data<L>(), host.numel(), value);
   });
   return n;
 }
@@ -124,6 +149,9 @@ double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred,
     fail<std::invalid_argument>("[ops] ", op, ": label ", element_as_double(labels, bad), " at index ", bad,
                                 " is out of range for ", cols, " classes (y_pred shape ", to_string(pred.shape()),
                                 ")");
+  if (!pred.device().is_cpu())
+    return cuda::sparse_categorical_crossentropy(labels, pred, from_logits, ignore_class.has_value(),
+                                                 ignore_class.value_or(0), grad_scale, dpred);
   double sum = 0.0;
   dispatch(labels, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
@@ -137,6 +165,8 @@ double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool f
                                 double label_smoothing, double grad_scale, Tensor* dpred) {
   auto [rows, cols] = check("categorical_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0,
                             pred, dpred);
+  if (!pred.device().is_cpu())
+    return cuda::categorical_crossentropy(target, pred, from_logits, label_smoothing, grad_scale, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
@@ -150,6 +180,8 @@ double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_l
                            double grad_scale, Tensor* dpred) {
   auto [rows, cols] = check("binary_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
                             dpred);
+  if (!pred.device().is_cpu())
+    return cuda::binary_crossentropy(target, pred, from_logits, label_smoothing, grad_scale, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
@@ -162,6 +194,7 @@ double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_l
 double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
   auto [rows, cols] = check("mean_squared_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
                             dpred);
+  if (!pred.device().is_cpu()) return cuda::mean_squared_error(target, pred, grad_scale, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
@@ -173,6 +206,7 @@ double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_
 double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
   auto [rows, cols] = check("mean_absolute_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
                             dpred);
+  if (!pred.device().is_cpu()) return cuda::mean_absolute_error(target, pred, grad_scale, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
@@ -183,6 +217,7 @@ double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad
 
 double sparse_categorical_matches(const Tensor& labels, const Tensor& pred) {
   auto [rows, cols] = check("sparse_categorical_matches", labels, "y_true", 1, pred, nullptr);
+  if (!pred.device().is_cpu()) return cuda::sparse_categorical_matches(labels, pred);
   double n = 0.0;
   dispatch(labels, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
     n = cpu::sparse_argmax_matches(y, p, rows, cols);
@@ -193,6 +228,7 @@ double sparse_categorical_matches(const Tensor& labels, const Tensor& pred) {
 double categorical_matches(const Tensor& target, const Tensor& pred) {
   auto [rows, cols] = check("categorical_matches", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
                             nullptr);
+  if (!pred.device().is_cpu()) return cuda::categorical_matches(target, pred);
   double n = 0.0;
   dispatch(target, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
     n = cpu::argmax_matches(y, p, rows, cols);
@@ -203,6 +239,7 @@ double categorical_matches(const Tensor& target, const Tensor& pred) {
 double sparse_top_k_matches(const Tensor& labels, const Tensor& pred, std::int64_t k) {
   auto [rows, cols] = check("sparse_top_k_matches", labels, "y_true", 1, pred, nullptr);
   MDTRAIN_CHECK(k >= 1, std::invalid_argument, "[ops] sparse_top_k_matches: k must be >= 1, got ", k);
+  if (!pred.device().is_cpu()) return cuda::sparse_top_k_matches(labels, pred, k);
   double n = 0.0;
   dispatch(labels, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
     n = cpu::top_k_matches(y, p, rows, cols, k);
@@ -213,6 +250,7 @@ double sparse_top_k_matches(const Tensor& labels, const Tensor& pred, std::int64
 double binary_matches(const Tensor& target, const Tensor& pred, double threshold) {
   auto [rows, cols] = check("binary_matches", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
                             nullptr);
+  if (!pred.device().is_cpu()) return cuda::binary_matches(target, pred, threshold);
   double n = 0.0;
   dispatch(target, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
     n = cpu::threshold_matches(y, p, rows * cols, threshold);

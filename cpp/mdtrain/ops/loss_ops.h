@@ -6,8 +6,9 @@
 // gradient of Keras's sum_over_batch_size mean however the batch is split across replicas.
 //
 // pred is float32 or float64. Labels and targets may be float32, float64, int32, int64 or uint8
-// (Keras accepts integer-valued floats as class ids). All tensors must be on the CPU for now;
-// CUDA tensors are rejected with std::invalid_argument. Per-row formulas: ops/loss_math.h.
+// (Keras accepts integer-valued floats as class ids). The tensors of one call are all on the host
+// or all on one GPU (then the cuda:: kernels of ops/cuda/loss_kernels.h run; labels are still
+// validated on the host). Per-row formulas: ops/loss_math.h.
 #include <cstdint>
 #include <optional>
 

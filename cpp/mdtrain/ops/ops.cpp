@@ -7,15 +7,29 @@
 #include "mdtrain/ops/cpu/blas.h"
 #include "mdtrain/ops/cpu/kernels.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/ops/cuda/kernels.h"
 
 namespace mdtrain::ops {
 
 namespace {
 
-void require_cpu(const char* op, const Tensor& t) {
-  if (!t.device().is_cpu())
-    fail<std::invalid_argument>("[", op, "] tensor on ", t.device().to_string(), ": ",
-                                cuda::unavailable_reason());
+// The tensors of one call live in one memory: the host (logical CPUs share it) or one GPU. The op
+// then runs there: cpu:: kernels or cuda:: kernels (ops/cuda/kernels.h).
+bool same_memory(const Device& a, const Device& b) { return a == b || (a.is_cpu() && b.is_cpu()); }
+
+// A GPU tensor needs a GPU this process can use (a CPU-only build has none).
+void require_usable(const char* op, const Tensor& t) {
+  const Device& d = t.device();
+  if (d.is_cpu() || d.index < cuda::device_count()) return;
+  fail<std::invalid_argument>("[", op, "] tensor on ", d.to_string(), ": ",
+                              cuda::device_count() == 0 ? cuda::unavailable_reason()
+                                                        : cat("this process sees ", cuda::device_count(), " GPU(s)"));
+}
+
+void require_same_device(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {
+  require_usable(op, a);
+  MDTRAIN_CHECK(same_memory(a.device(), b.device()), std::invalid_argument, "[", op, "] ", what_b, " is on ",
+                b.device().to_string(), " but the other tensors are on ", a.device().to_string());
 }
 
 void require_same(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {
@@ -23,8 +37,7 @@ void require_same(const char* op, const Tensor& a, const Tensor& b, const char* 
                 name_of(a.dtype()));
   MDTRAIN_CHECK(a.dtype() == b.dtype(), std::invalid_argument, "[", op, "] dtype mismatch: ",
                 name_of(a.dtype()), " vs ", what_b, " ", name_of(b.dtype()));
-  require_cpu(op, a);
-  require_cpu(op, b);
+  require_same_device(op, a, b, what_b);
 }
 
 // (rows, cols) view of a tensor whose last axis is the feature axis.
@@ -52,6 +65,7 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   MDTRAIN_CHECK(m < INT_MAX && n < INT_MAX && k < INT_MAX, std::invalid_argument,
                 "[gemm] dimensions exceed the BLAS's 32-bit range");
   if (m == 0 || n == 0) return;
+  if (!c.device().is_cpu()) return cuda::gemm(a, ta, b, tb, c, alpha, beta);
   if (k == 0) {  // an empty sum: c = beta * c, which BLAS implementations disagree on
     if (beta == 0.0) std::memset(c.raw(), 0, c.nbytes());
     else by_dtype(c.dtype(), [&](auto tag) {
@@ -79,6 +93,7 @@ void bias_activation(const Tensor& z, const Tensor& bias, Activation act, Tensor
     MDTRAIN_CHECK(bias.numel() == cols, std::invalid_argument, "[bias_activation] bias ",
                   to_string(bias.shape()), " does not match the last axis of ", to_string(z.shape()));
   }
+  if (!z.device().is_cpu()) return cuda::bias_activation(z, bias, act, y);
   by_dtype(z.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::bias_activation<T>(z.data<T>(), bias.defined() ? bias.data<T>() : nullptr, rows, cols, act, y.data<T>());
@@ -94,6 +109,8 @@ void activation_backward(Activation act, const Tensor& z, const Tensor& y, const
   if (act == Activation::GELU)
     MDTRAIN_CHECK(z.defined() && z.numel() == y.numel(), std::invalid_argument,
                   "[activation_backward] gelu needs the forward input");
+  if (z.defined()) require_same_device("activation_backward", y, z, "z");
+  if (!y.device().is_cpu()) return cuda::activation_backward(act, z, y, dy, dz);
   std::int64_t cols = cols_of(y), rows = cols ? y.numel() / cols : 0;
   by_dtype(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -107,6 +124,7 @@ void sum_rows(const Tensor& x, Tensor& out, double beta) {
   std::int64_t cols = cols_of(x), rows = cols ? x.numel() / cols : 0;
   MDTRAIN_CHECK(out.numel() == cols, std::invalid_argument, "[sum_rows] out ", to_string(out.shape()),
                 " does not match the last axis of ", to_string(x.shape()));
+  if (!x.device().is_cpu()) return cuda::sum_rows(x, out, beta);
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::sum_rows<T>(x.data<T>(), rows, cols, static_cast<T>(beta), out.data<T>());
@@ -120,6 +138,7 @@ void dropout(const Tensor& x, double rate, std::uint64_t seed, std::uint64_t str
   MDTRAIN_CHECK(rate >= 0.0 && rate < 1.0, std::invalid_argument, "[dropout] rate must be in [0, 1), got ", rate);
   MDTRAIN_CHECK(x.numel() == y.numel() && x.numel() == mask.numel(), std::invalid_argument,
                 "[dropout] sizes differ");
+  if (!x.device().is_cpu()) return cuda::dropout(x, rate, seed, stream, first_element, mask, y);
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::dropout<T>(x.data<T>(), x.numel(), rate, seed, stream, first_element, mask.data<T>(), y.data<T>());
@@ -131,6 +150,7 @@ void multiply(const Tensor& a, const Tensor& b, Tensor& y) {
   require_same("multiply", a, y, "y");
   MDTRAIN_CHECK(a.numel() == b.numel() && a.numel() == y.numel(), std::invalid_argument,
                 "[multiply] sizes differ: ", to_string(a.shape()), ", ", to_string(b.shape()));
+  if (!a.device().is_cpu()) return cuda::multiply(a, b, y);
   by_dtype(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::multiply<T>(a.data<T>(), b.data<T>(), a.numel(), y.data<T>());
@@ -138,16 +158,26 @@ void multiply(const Tensor& a, const Tensor& b, Tensor& y) {
 }
 
 void gather_rows(const Tensor& x, const std::int64_t* indices, std::int64_t count, Tensor& out) {
-  require_cpu("gather_rows", x);
-  require_cpu("gather_rows", out);
+  // Host to host, host to GPU (the input batch, through pinned staging) or within one GPU.
+  require_usable("gather_rows", x);
+  require_usable("gather_rows", out);
+  MDTRAIN_CHECK(same_memory(x.device(), out.device()) || x.device().is_cpu(), std::invalid_argument,
+                "[gather_rows] cannot gather rows of a tensor on ", x.device().to_string(), " into one on ",
+                out.device().to_string());
   MDTRAIN_CHECK(x.dtype() == out.dtype() && x.ndim() >= 1 && out.ndim() >= 1 && out.dim(0) == count &&
                     x.row_size() == out.row_size(),
                 std::invalid_argument, "[gather_rows] cannot gather ", count, " rows of ", to_string(x.shape()),
                 " into ", to_string(out.shape()));
+  const std::int64_t n = x.dim(0);
+  if (!out.device().is_cpu()) {
+    for (std::int64_t i = 0; i < count; ++i)
+      MDTRAIN_CHECK(indices[i] >= 0 && indices[i] < n, std::out_of_range, "[gather_rows] row ", indices[i],
+                    " out of range for ", n, " rows");
+    return cuda::gather_rows(x, indices, count, out);
+  }
   const std::size_t row_bytes = static_cast<std::size_t>(x.row_size()) * size_of(x.dtype());
   const char* src = static_cast<const char*>(x.raw());
   char* dst = static_cast<char*>(out.raw());
-  const std::int64_t n = x.dim(0);
   for (std::int64_t i = 0; i < count; ++i) {
     MDTRAIN_CHECK(indices[i] >= 0 && indices[i] < n, std::out_of_range, "[gather_rows] row ", indices[i],
                   " out of range for ", n, " rows");
@@ -156,8 +186,9 @@ void gather_rows(const Tensor& x, const std::int64_t* indices, std::int64_t coun
 }
 
 bool all_finite(const Tensor& x) {
-  require_cpu("all_finite", x);
+  require_usable("all_finite", x);
   if (!is_floating(x.dtype())) return true;
+  if (!x.device().is_cpu()) return cuda::all_finite(x);
   bool ok = true;
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -21,10 +21,23 @@ class Strategy {
 
   // TensorFlow's class name: "OneDeviceStrategy", "MirroredStrategy", ...
   virtual std::string name() const = 0;
+  // This process's devices: one replica each.
   const std::vector<Device>& devices() const { return devices_; }
-  int num_replicas_in_sync() const { return static_cast<int>(devices_.size()); }
+  int num_local_replicas() const { return static_cast<int>(devices_.size()); }
+  // Processes (workers) that train together, and this one's index; every worker has as many
+  // devices as this one. 1 and 0 unless the strategy spans processes.
+  virtual int num_workers() const { return 1; }
+  virtual int worker_index() const { return 0; }
+  // All replicas of all workers (TF's num_replicas_in_sync). Replica r of this worker is global
+  // replica worker_index() * num_local_replicas() + r, and that is its communicator's rank.
+  int num_replicas_in_sync() const { return num_local_replicas() * num_workers(); }
+  int first_local_replica() const { return worker_index() * num_local_replicas(); }
+  // Sums `values` element-wise over the workers (rank order), from the thread driving training,
+  // while no replica runs; every worker must call it at the same point. One worker: no-op.
+  virtual void sum_across_workers(std::vector<double>& /*values*/) {}
 
-  // One communicator per replica (rank r serves replica r), made fresh for each compiled model.
+  // One communicator per local replica (rank first_local_replica() + r serves local replica r),
+  // made fresh for each compiled model.
   virtual std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const = 0;
   // How gradients are combined (TF's cross_device_ops).
   virtual GradientReducer::Algorithm gradient_reduction() const { return GradientReducer::Algorithm::AllReduce; }

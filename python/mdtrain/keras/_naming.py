@@ -7,7 +7,7 @@ _counts = collections.Counter()
 
 def to_snake_case(name):
     s = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s).lower()
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", s).lower()  # Keras: Conv2D -> conv2d
 
 
 def unique_name(prefix):

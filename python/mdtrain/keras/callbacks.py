@@ -9,6 +9,7 @@ bar next to it), so it works without the compiled core.
 
 import csv
 import inspect
+import json
 import math
 import os
 import sys
@@ -866,6 +867,8 @@ class ModelCheckpoint(_MonitorCallback):
                 "ModelCheckpoint: filepath must name a file, but it is an "
                 f"existing directory: {filepath}"
             )
+        if not _is_chief(self.model):
+            return  # in a multi-worker job only worker 0 writes
         dirname = os.path.dirname(filepath)
         if dirname:
             os.makedirs(dirname, exist_ok=True)
@@ -971,6 +974,9 @@ class CSVLogger(Callback):
 
     def on_train_begin(self, logs=None):
         self.append_header = True
+        if not _is_chief(self.model):
+            self.csv_file = None  # in a multi-worker job only worker 0 writes
+            return
         if self.append:
             if os.path.exists(self.filename):
                 with open(self.filename, "r") as f:
@@ -986,6 +992,8 @@ class CSVLogger(Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
+        if self.csv_file is None:
+            return
         if self.keys is None:
             self.keys = sorted(logs.keys())
             # A model that will validate later gets its val_ columns now, so
@@ -1174,3 +1182,128 @@ class LearningRateScheduler(Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             logs["learning_rate"] = _get_learning_rate(self.model.optimizer)
+
+
+def _is_chief(model):
+    """True where files are written: worker 0 of a multi-worker job, or any single process."""
+    strategy = getattr(model, "distribute_strategy", None)
+    return True if strategy is None else bool(getattr(strategy, "should_checkpoint", True))
+
+
+class BackupAndRestore(Callback):
+    """Fault tolerance: backs up the training state so that a job killed at any point and started
+    again resumes where it stopped (keras.callbacks.BackupAndRestore).
+
+    The backup is one model file, written atomically (a kill during a save leaves the previous
+    backup intact), holding the weights (trainable and not), the optimizer state, the epoch and
+    step reached, the model's shuffling seed and mdtrain's seed source. When ``fit`` starts and a
+    backup exists, the model is restored from it and training continues at that epoch and step:
+    the same batches follow, in the same order, so the final weights are bitwise those of an
+    uninterrupted run (given the same script; layers that draw random numbers, such as Dropout,
+    take their seeds when created: use keras.utils.set_random_seed, as for any reproducible run).
+    A backup written under one strategy restores under any other. In a multi-worker job only the
+    chief (worker 0) writes, and every worker restores from the same file, so ``backup_dir`` must
+    be visible to all workers (a shared file system, as in TF).
+
+    Args:
+        backup_dir: directory for the backup (created if needed).
+        save_freq: "epoch" (at each epoch end) or an integer N: also every N training steps.
+        double_checkpoint: also keep the previous backup, used when the latest cannot be read.
+        delete_checkpoint: remove the backup when training finishes.
+
+    Epoch logs of a resumed epoch cover the steps run after the restart.
+    """
+
+    _FILE = "latest.mdtrain"
+    _PREVIOUS = "previous.mdtrain"
+
+    def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=False, delete_checkpoint=True):
+        super().__init__()
+        if not backup_dir:
+            raise ValueError("BackupAndRestore: backup_dir must be a non-empty path")
+        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
+            raise ValueError(f"BackupAndRestore: save_freq must be 'epoch' or a positive integer number of steps; "
+                             f"received save_freq={save_freq!r}")
+        self.backup_dir = os.fspath(backup_dir)
+        self.save_freq = save_freq
+        self.double_checkpoint = double_checkpoint
+        self.delete_checkpoint = delete_checkpoint
+        self._epoch = 0
+        self._step = 0
+        self._steps_since_save = 0
+
+    @property
+    def _latest(self):
+        return os.path.join(self.backup_dir, self._FILE)
+
+    @property
+    def _previous(self):
+        return os.path.join(self.backup_dir, self._PREVIOUS)
+
+    def _implements_train_batch_hooks(self):
+        return self.save_freq != "epoch"
+
+    def on_train_begin(self, logs=None):
+        self._epoch, self._step, self._steps_since_save = 0, 0, 0
+        for path in (self._latest, self._previous) if self.double_checkpoint else (self._latest,):
+            if not os.path.exists(path):
+                continue
+            try:
+                self._restore(path)
+                return
+            except (ValueError, OSError) as e:
+                if not self.double_checkpoint or path == self._previous:
+                    raise ValueError(f"BackupAndRestore: cannot restore from {path}: {e}") from e
+                warnings.warn(f"BackupAndRestore: {path} is unreadable ({e}); using the previous backup",
+                              RuntimeWarning, stacklevel=2)
+
+    def _restore(self, path):
+        from mdtrain import _core, _random
+
+        core, metadata = _core.load_model(path)
+        state = json.loads(metadata).get("backup")
+        if state is None:
+            raise ValueError("the file holds no backup state (was it written by BackupAndRestore?)")
+        model = self.model
+        mine = [np.shape(w) for w in model.get_weights()]
+        theirs = [np.shape(w) for w in core.get_weights()]
+        if mine != theirs:
+            raise ValueError(f"the backed-up weights have shapes {theirs}, the model has {mine}")
+        model.set_weights(core.get_weights())
+        model._core.set_optimizer_state(core.optimizer_state())
+        model._shuffle_seed = int(state["seed"])
+        _random._set_state(state["rng"])
+        self._epoch, self._step = int(state["epoch"]), int(state["step"])
+        model._resume_at = (self._epoch, self._step)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch != self._epoch:
+            self._epoch, self._step = epoch, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        self._steps_since_save += 1
+        if self.save_freq != "epoch" and self._steps_since_save >= self.save_freq:
+            self._save(self._epoch, self._step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._epoch, self._step = epoch + 1, 0
+        self._save(epoch + 1, 0)
+
+    def _save(self, epoch, step):
+        self._steps_since_save = 0
+        if not _is_chief(self.model):
+            return
+        from mdtrain import _random
+
+        os.makedirs(self.backup_dir, exist_ok=True)
+        if self.double_checkpoint and os.path.exists(self._latest):
+            os.replace(self._latest, self._previous)
+        state = {"epoch": epoch, "step": step, "seed": str(self.model._epoch_seed()), "rng": _random._get_state()}
+        self.model._core.save(self._latest, json.dumps({"backup": state}))
+
+    def on_train_end(self, logs=None):
+        if self.delete_checkpoint and _is_chief(self.model):
+            for path in (self._latest, self._previous):
+                if os.path.exists(path):
+                    os.remove(path)

@@ -69,6 +69,11 @@ class Layer:
 
     def set_weights(self, weights):
         self._core.set_weights([np.ascontiguousarray(w, dtype=np.float32) for w in weights])
+        # The layer object is replica 0's; a model training on several replicas copies the new
+        # values to the others, or they would diverge.
+        model = self._model() if getattr(self, "_model", None) is not None else None
+        if model is not None:
+            model._core.set_weights(model._core.get_weights())
 
     @property
     def weights(self):
@@ -76,11 +81,17 @@ class Layer:
 
     @property
     def trainable_weights(self):
-        return self.get_weights() if self.trainable else []
+        if not self.trainable:
+            return []
+        return [w for w, t in zip(self.get_weights(), self._core.weight_trainable()) if t]
 
     @property
     def non_trainable_weights(self):
-        return [] if self.trainable else self.get_weights()
+        """Weights the optimizer never updates (BatchNormalization's moving statistics), or all of
+        them when the layer is not trainable."""
+        if not self.trainable:
+            return self.get_weights()
+        return [w for w, t in zip(self.get_weights(), self._core.weight_trainable()) if not t]
 
     def count_params(self):
         if not self.built:
@@ -212,3 +223,304 @@ def _wrap_core_layer(core_layer):
     if cls is None:
         raise ValueError(f"no Python class for layer type {core_layer.class_name}")
     return cls._wrap(core_layer)
+
+
+# ---- convolutional layers (C++: nn/conv2d, nn/pooling2d, nn/global_average_pooling2d, nn/reshape) ----
+# The C++ layers check every argument (counts, signs, padding, data_format) with messages naming the
+# layer; Python only turns Keras's argument forms (an int for a pair, None for defaults) into lists.
+
+def _keras_default_name(kwargs, prefix):
+    """Keras names these conv2d, max_pooling2d, ... (its snake case keeps "2d" in one piece)."""
+    if kwargs.get("name") is None:
+        kwargs["name"] = _naming.unique_name(prefix)
+
+
+def _int_pair(value, argname, layer_name):
+    """Keras's standardize_tuple: an int n is (n, n); anything else must be a sequence of ints."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return [int(value)] * 2
+    message = f'layer "{layer_name}": The `{argname}` argument must be a tuple of 2 integers. Received {argname}={value!r}'
+    if isinstance(value, str):
+        raise ValueError(message)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ValueError(message) from None
+    for v in items:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise ValueError(f"{message} including element {v!r} of type {type(v)}")
+    return [int(v) for v in items]
+
+
+def _string_arg(value, argname, layer_name, default=None):
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str):
+        raise ValueError(f'layer "{layer_name}": The `{argname}` argument must be a string. Received {argname}={value!r}')
+    return value
+
+
+def _set_attributes_from_config(layer, names):
+    config = json.loads(layer._core.config_json())
+    for name in names:
+        value = config[name]
+        setattr(layer, name, tuple(value) if isinstance(value, list) else value)
+
+
+class Conv2D(Layer):
+    """keras.layers.Conv2D on channels_last images; kernel (kh, kw, in_channels, filters)."""
+    _CONFIG_ATTRIBUTES = ("filters", "kernel_size", "strides", "padding", "data_format", "dilation_rate", "use_bias")
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid", data_format=None, dilation_rate=(1, 1),
+                 groups=1, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
+                 kernel_constraint=None, bias_constraint=None, **kwargs):
+        _keras_default_name(kwargs, "conv2d")
+        super().__init__(**kwargs)
+        name = self._name
+        if isinstance(filters, bool) or not isinstance(filters, (int, np.integer)):
+            raise ValueError(f'layer "{name}": Invalid value for argument `filters`. Expected a strictly positive '
+                             f"value. Received filters={filters!r}.")
+        if groups != 1:
+            raise NotImplementedError(f'Conv2D "{name}": groups other than 1 are not supported yet')
+        for arg, value in (("activity_regularizer", activity_regularizer), ("kernel_constraint", kernel_constraint),
+                           ("bias_constraint", bias_constraint)):
+            if value is not None:
+                raise NotImplementedError(f'Conv2D "{name}": {arg} is not supported yet')
+        self._core = _core.Conv2D(
+            name, int(filters), _int_pair(kernel_size, "kernel_size", name), _int_pair(strides, "strides", name),
+            _string_arg(padding, "padding", name), _string_arg(data_format, "data_format", name, "channels_last"),
+            _int_pair(dilation_rate, "dilation_rate", name), _activation_name(activation, f'Conv2D "{name}"'),
+            bool(use_bias), dumps(to_config(kernel_initializer, "initializer")),
+            dumps(to_config(bias_initializer, "initializer")), dumps(to_config(kernel_regularizer, "regularizer")),
+            dumps(to_config(bias_regularizer, "regularizer")))
+        _set_attributes_from_config(self, self._CONFIG_ATTRIBUTES)
+
+    @property
+    def kernel(self):
+        return self.get_weights()[0]
+
+    @property
+    def bias(self):
+        w = self.get_weights()
+        return w[1] if len(w) > 1 else None
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        _set_attributes_from_config(layer, cls._CONFIG_ATTRIBUTES)
+        return layer
+
+
+class _Pooling2D(Layer):
+    _CORE_CLASS = None
+    _DEFAULT_NAME = None
+    _CONFIG_ATTRIBUTES = ("pool_size", "strides", "padding", "data_format")
+
+    def __init__(self, pool_size=(2, 2), strides=None, padding="valid", data_format=None, **kwargs):
+        _keras_default_name(kwargs, self._DEFAULT_NAME)
+        super().__init__(**kwargs)
+        name = self._name
+        self._core = getattr(_core, self._CORE_CLASS)(
+            name, _int_pair(pool_size, "pool_size", name), [] if strides is None else _int_pair(strides, "strides", name),
+            _string_arg(padding, "padding", name), _string_arg(data_format, "data_format", name, "channels_last"))
+        _set_attributes_from_config(self, self._CONFIG_ATTRIBUTES)
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        _set_attributes_from_config(layer, cls._CONFIG_ATTRIBUTES)
+        return layer
+
+
+class MaxPooling2D(_Pooling2D):
+    """keras.layers.MaxPooling2D (strides=None means pool_size)."""
+    _CORE_CLASS = "MaxPooling2D"
+    _DEFAULT_NAME = "max_pooling2d"
+
+
+class AveragePooling2D(_Pooling2D):
+    """keras.layers.AveragePooling2D; with padding="same" the padding is not counted, as in TF."""
+    _CORE_CLASS = "AveragePooling2D"
+    _DEFAULT_NAME = "average_pooling2d"
+
+
+class GlobalAveragePooling2D(Layer):
+    def __init__(self, data_format=None, keepdims=False, **kwargs):
+        _keras_default_name(kwargs, "global_average_pooling2d")
+        super().__init__(**kwargs)
+        self._core = _core.GlobalAveragePooling2D(
+            self._name, bool(keepdims), _string_arg(data_format, "data_format", self._name, "channels_last"))
+        _set_attributes_from_config(self, ("data_format", "keepdims"))
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        _set_attributes_from_config(layer, ("data_format", "keepdims"))
+        return layer
+
+
+class Reshape(Layer):
+    """keras.layers.Reshape: target_shape excludes the batch axis; one entry may be -1."""
+
+    def __init__(self, target_shape, **kwargs):
+        super().__init__(**kwargs)
+        try:
+            target = tuple(target_shape)
+        except TypeError:
+            raise ValueError(f'layer "{self._name}": target_shape must be a tuple of integers, '
+                             f"got {target_shape!r}") from None
+        if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in target):
+            raise ValueError(f'layer "{self._name}": target_shape must be a tuple of integers, got {target_shape!r}')
+        self._core = _core.Reshape(self._name, [int(d) for d in target])
+        self.target_shape = tuple(int(d) for d in target)
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        layer.target_shape = tuple(json.loads(core_layer.config_json())["target_shape"])
+        return layer
+
+
+Convolution2D = Conv2D
+MaxPool2D = MaxPooling2D
+AvgPool2D = AveragePooling2D
+GlobalAvgPool2D = GlobalAveragePooling2D
+
+_CLASSES.update({"Conv2D": Conv2D, "MaxPooling2D": MaxPooling2D, "AveragePooling2D": AveragePooling2D,
+                 "GlobalAveragePooling2D": GlobalAveragePooling2D, "Reshape": Reshape})
+
+
+# ---- normalization layers (C++: nn/batch_normalization, nn/layer_normalization) ------------------
+# The C++ layers check values (axis, momentum, epsilon, initializer names) with messages naming the
+# layer; Python checks the argument types and turns Keras's forms (an axis list of one) into them.
+
+def _normalization_axis(axis, layer_name, cls_name):
+    """Keras accepts an int or a list of ints; only the last axis is supported here."""
+    if isinstance(axis, (list, tuple)):
+        if len(axis) != 1:
+            raise ValueError(f'{cls_name} "{layer_name}": only axis=-1 (the last axis) is supported, got axis={axis!r}')
+        axis = axis[0]
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f'{cls_name} "{layer_name}": axis must be an integer, got {axis!r}')
+    return int(axis)
+
+
+def _number_arg(value, argname, layer_name, cls_name):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f'{cls_name} "{layer_name}": {argname} must be a number, got {value!r}')
+    return float(value)
+
+
+def _copy_config_attributes(layer, names):
+    """Sets layer.<name> from the C++ layer's config (so a loaded layer reports its settings)."""
+    config = json.loads(layer._core.config_json())
+    for name in names:
+        setattr(layer, name, config[name])
+
+
+def _no_constraints(layer_name, cls_name, **constraints):
+    for arg, value in constraints.items():
+        if value is not None:
+            raise NotImplementedError(f'{cls_name} "{layer_name}": {arg} is not supported yet')
+
+
+class BatchNormalization(Layer):
+    """keras.layers.BatchNormalization over the last (channels) axis.
+
+    Training normalizes with the batch's mean and variance and updates moving_mean and
+    moving_variance (non-trainable weights) by `momentum`; inference uses the moving statistics.
+    Under MirroredStrategy each replica normalizes with its own slice's statistics (Keras's default)
+    unless synchronized=True, which uses the global batch's; see docs/strategies.md."""
+    _CONFIG_ATTRIBUTES = ("axis", "momentum", "epsilon", "center", "scale", "synchronized")
+
+    def __init__(self, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True, beta_initializer="zeros",
+                 gamma_initializer="ones", moving_mean_initializer="zeros", moving_variance_initializer="ones",
+                 beta_regularizer=None, gamma_regularizer=None, beta_constraint=None, gamma_constraint=None,
+                 synchronized=False, **kwargs):
+        super().__init__(**kwargs)
+        name, cls_name = self._name, "BatchNormalization"
+        _no_constraints(name, cls_name, beta_constraint=beta_constraint, gamma_constraint=gamma_constraint)
+        for arg, value in (("center", center), ("scale", scale), ("synchronized", synchronized)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f'{cls_name} "{name}": {arg} must be True or False, got {value!r}')
+        self._core = _core.BatchNormalization(
+            name, _normalization_axis(axis, name, cls_name), _number_arg(momentum, "momentum", name, cls_name),
+            _number_arg(epsilon, "epsilon", name, cls_name), bool(center), bool(scale),
+            dumps(to_config(beta_initializer, "initializer")), dumps(to_config(gamma_initializer, "initializer")),
+            dumps(to_config(moving_mean_initializer, "initializer")),
+            dumps(to_config(moving_variance_initializer, "initializer")),
+            dumps(to_config(beta_regularizer, "regularizer")), dumps(to_config(gamma_regularizer, "regularizer")),
+            bool(synchronized))
+        _copy_config_attributes(self, self._CONFIG_ATTRIBUTES)
+
+    def _weight(self, name):
+        for w, n in zip(self.get_weights(), self._core.weight_names()):
+            if n.endswith("/" + name):
+                return w
+        return None
+
+    @property
+    def gamma(self):
+        return self._weight("gamma")
+
+    @property
+    def beta(self):
+        return self._weight("beta")
+
+    @property
+    def moving_mean(self):
+        return self._weight("moving_mean")
+
+    @property
+    def moving_variance(self):
+        return self._weight("moving_variance")
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        _copy_config_attributes(layer, cls._CONFIG_ATTRIBUTES)
+        return layer
+
+
+class LayerNormalization(Layer):
+    """keras.layers.LayerNormalization over the last axis: each sample (and position) normalized
+    by its own mean and variance, then scaled by gamma and shifted by beta (shape (last_dim,))."""
+    _CONFIG_ATTRIBUTES = ("axis", "epsilon", "center", "scale")
+
+    def __init__(self, axis=-1, epsilon=1e-3, center=True, scale=True, rms_scaling=False, beta_initializer="zeros",
+                 gamma_initializer="ones", beta_regularizer=None, gamma_regularizer=None, beta_constraint=None,
+                 gamma_constraint=None, **kwargs):
+        super().__init__(**kwargs)
+        name, cls_name = self._name, "LayerNormalization"
+        _no_constraints(name, cls_name, beta_constraint=beta_constraint, gamma_constraint=gamma_constraint)
+        if rms_scaling:
+            raise NotImplementedError(f'{cls_name} "{name}": rms_scaling=True is not supported yet')
+        for arg, value in (("center", center), ("scale", scale)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f'{cls_name} "{name}": {arg} must be True or False, got {value!r}')
+        self._core = _core.LayerNormalization(
+            name, _normalization_axis(axis, name, cls_name), _number_arg(epsilon, "epsilon", name, cls_name),
+            bool(center), bool(scale), dumps(to_config(beta_initializer, "initializer")),
+            dumps(to_config(gamma_initializer, "initializer")), dumps(to_config(beta_regularizer, "regularizer")),
+            dumps(to_config(gamma_regularizer, "regularizer")))
+        _copy_config_attributes(self, self._CONFIG_ATTRIBUTES)
+
+    @property
+    def gamma(self):
+        w = self.get_weights()
+        return w[0] if self.scale else None
+
+    @property
+    def beta(self):
+        w = self.get_weights()
+        return w[-1] if self.center else None
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        _copy_config_attributes(layer, cls._CONFIG_ATTRIBUTES)
+        return layer
+
+
+_CLASSES.update({"BatchNormalization": BatchNormalization, "LayerNormalization": LayerNormalization})

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import warnings
+import weakref
 
 import numpy as np
 
@@ -35,6 +36,9 @@ class Sequential:
         self._metric_identifiers = []
         self.stop_training = False
         self.history = None
+        self._shuffle_seed = None  # set from a backup or worker 0 (None: the model's own seed)
+        self._resume_at = None  # (epoch, step) to continue from, set by BackupAndRestore
+        self._workers_synced = False
         for layer in layers or []:
             self.add(layer)
 
@@ -54,6 +58,7 @@ class Sequential:
         if not self._layers and self._input_shape is None and layer._declared_input_shape is not None:
             self._input_shape = layer._declared_input_shape
         self._core.add(layer._core)
+        layer._model = weakref.ref(self)
         self._layers.append(layer)
         if self._input_shape is not None:
             self._maybe_build()
@@ -108,7 +113,14 @@ class Sequential:
     def weights(self):
         return self.get_weights()
 
-    trainable_weights = weights
+    @property
+    def trainable_weights(self):
+        return [w for layer in self._layers for w in layer.trainable_weights]
+
+    @property
+    def non_trainable_weights(self):
+        """Weights no optimizer updates (BatchNormalization's moving statistics)."""
+        return [w for layer in self._layers for w in layer.non_trainable_weights]
 
     def summary(self, line_length=None, print_fn=None, **kwargs):
         print_fn = print_fn or print
@@ -131,13 +143,15 @@ class Sequential:
                 lines.append("├" + "┼".join("─" * x for x in w) + "┤")
         lines.append("└" + "┴".join("─" * x for x in w) + "┘")
         total = self.count_params() if self.built else 0
+        fixed = sum(int(w.size) for w in self.non_trainable_weights) if self.built else 0
 
         def size(n):
             b = 4 * n
             return f"{b / 1024:.2f} KB" if b >= 1024 else f"{b:.2f} B"
 
-        lines += [f" Total params: {total:,} ({size(total)})", f" Trainable params: {total:,} ({size(total)})",
-                  f" Non-trainable params: 0 ({size(0)})"]
+        lines += [f" Total params: {total:,} ({size(total)})",
+                  f" Trainable params: {total - fixed:,} ({size(total - fixed)})",
+                  f" Non-trainable params: {fixed:,} ({size(fixed)})"]
         for line in lines:
             print_fn(line)
 
@@ -164,6 +178,7 @@ class Sequential:
         optimizer._attach(self._core)
         self.optimizer, self.loss, self._metric_identifiers = optimizer, loss, identifiers
         self._strategy = strategy
+        self._workers_synced = False
 
     def _compile_strategy(self):
         scope = _distribute._current_scope()
@@ -301,22 +316,35 @@ class Sequential:
                     raise ValueError(f"fit: steps_per_epoch must be a positive integer, got {steps_per_epoch!r}")
                 steps = int(steps_per_epoch)
 
-        cbs = _callbacks.CallbackList(callbacks, add_history=True, add_progbar=verbose != 0, model=self,
-                                      verbose=verbose, epochs=epochs, steps=steps)
+        self._sync_workers()
+        cbs = _callbacks.CallbackList(callbacks, add_history=True, add_progbar=verbose != 0 and self._is_chief(),
+                                      model=self, verbose=verbose, epochs=epochs, steps=steps)
         self.stop_training = False
+        self._resume_at = None
         cbs.on_train_begin()
+        # A backup restored in on_train_begin says where the interrupted run stopped.
+        resume_epoch, resume_step = self._resume_at or (initial_epoch, 0)
+        self._resume_at = None
+        if resume_epoch < initial_epoch:
+            resume_epoch, resume_step = initial_epoch, 0
         logs = {}
         batch_hook = self._batch_hook(cbs, "train") if cbs.needs_batch_hooks("train") else None
         warned_nonfinite = False
-        for epoch in range(initial_epoch, epochs):
+        for epoch in range(resume_epoch, epochs):
+            skip = resume_step if epoch == resume_epoch else 0
             cbs.on_epoch_begin(epoch)
             if dataset is None:
                 order = self._epoch_order(n, epoch, shuffle)
                 if batch_hook is not None:
-                    cbs.on_train_batch_begin(0)
-                result = self._core.train_epoch(x, y, order, batch_size, steps, batch_hook)
+                    cbs.on_train_batch_begin(skip)
+                if skip:
+                    # The rest of an interrupted epoch: the same batches it would have run.
+                    offsets = [min(s * batch_size, n) for s in range(skip, steps + 1)]
+                    result = self._core.train_batches(x, y, order, offsets, batch_hook, True, skip)
+                else:
+                    result = self._core.train_epoch(x, y, order, batch_size, steps, batch_hook)
             else:
-                result = self._fit_dataset_epoch(dataset, cbs, batch_hook)
+                result = self._fit_dataset_epoch(dataset, cbs, batch_hook, skip)
             logs = dict(result["logs"])
             bad_step = result["first_nonfinite_step"]
             if bad_step >= 0 and not warned_nonfinite:
@@ -334,21 +362,28 @@ class Sequential:
         cbs.on_train_end(logs)
         return self.history
 
-    def _fit_dataset_epoch(self, dataset, cbs, batch_hook):
-        result, done = None, 0
+    def _fit_dataset_epoch(self, dataset, cbs, batch_hook, skip=0):
+        """One epoch over a dataset; the first `skip` batches are drawn but not trained on (resume)."""
+        result, done = None, skip
         for kind, payload in dataset.epoch():
-            if batch_hook is not None and done == 0:
-                cbs.on_train_batch_begin(0)  # later begins come from the hook, after each end
             if kind == "plan":
                 x, y, order, offsets = payload
-                result = self._core.train_batches(x, y, order, offsets, batch_hook)
+                if skip >= len(offsets) - 1:
+                    skip -= len(offsets) - 1
+                    continue
+                offsets, skip = offsets[skip:], 0
             else:
-                xb, yb = payload
-                xb = self._prepare_x(xb, "fit")
-                self._check_labels(yb)
-                check_lengths(xb, yb, "fit")
-                result = self._core.train_batches(xb, yb, np.arange(len(xb), dtype=np.int64), [0, len(xb)],
-                                                  batch_hook, done == 0, done)
+                if skip > 0:
+                    skip -= 1
+                    continue
+                x, y = payload
+                x = self._prepare_x(x, "fit")
+                self._check_labels(y)
+                check_lengths(x, y, "fit")
+                order, offsets = np.arange(len(x), dtype=np.int64), [0, len(x)]
+            if batch_hook is not None and result is None:
+                cbs.on_train_batch_begin(done)  # later begins come from the hook, after each end
+            result = self._core.train_batches(x, y, order, offsets, batch_hook, result is None, done)
             done += result["steps"]
             if result["stopped"]:
                 break
@@ -362,7 +397,26 @@ class Sequential:
         if not shuffle:
             return np.arange(n, dtype=np.int64)
         # A pure function of (model seed, epoch): two runs with one seed see the same batches.
-        return np.random.default_rng([self._core.seed, epoch]).permutation(n).astype(np.int64)
+        return np.random.default_rng([self._epoch_seed(), epoch]).permutation(n).astype(np.int64)
+
+    def _epoch_seed(self):
+        return self._core.seed if self._shuffle_seed is None else self._shuffle_seed
+
+    def _is_chief(self):
+        return self.distribute_strategy.should_checkpoint
+
+    def _sync_workers(self):
+        """In a multi-worker job, start every worker from worker 0's weights and shuffling seed
+        (TF broadcasts the initial variables the same way)."""
+        strategy = self._strategy
+        if self._workers_synced or strategy is None or strategy._num_workers == 1:
+            return
+        weights = [np.ascontiguousarray(w) for w in self.get_weights()]
+        seed = np.array([self._epoch_seed()], dtype=np.uint64)
+        strategy._sync_workers(weights + [seed])
+        self.set_weights(weights)
+        self._shuffle_seed = int(seed[0])
+        self._workers_synced = True
 
     def _batch_hook(self, cbs, mode):
         end = getattr(cbs, f"on_{mode}_batch_end")
@@ -394,8 +448,8 @@ class Sequential:
             raise ValueError("evaluate: the data is empty (x has 0 samples)")
         verbose = 1 if verbose == "auto" else verbose
         nsteps = math.ceil(len(x) / batch_size)
-        cbs = _callbacks.CallbackList(callbacks, add_progbar=verbose != 0, model=self, verbose=verbose, epochs=1,
-                                      steps=nsteps)
+        cbs = _callbacks.CallbackList(callbacks, add_progbar=verbose != 0 and self._is_chief(), model=self,
+                                      verbose=verbose, epochs=1, steps=nsteps)
         cbs.on_test_begin()
         hook = self._batch_hook(cbs, "test") if cbs.needs_batch_hooks("test") else None
         if hook is not None:
@@ -445,6 +499,30 @@ class Sequential:
         logs = dict(self._core.test_on_batch(x, y))
         return logs if return_dict else (list(logs.values())[0] if len(logs) == 1 else list(logs.values()))
 
+    # ---- profiling (an mdtrain extension) ---------------------------------------------------
+    def step_time_breakdown(self, reset=False):
+        """Where the training steps since the last reset spent their time, in seconds per step.
+
+        Returns {"steps", "step", "compute", "communication", "update", "idle"}: "step" is the
+        wall time of a whole step; "compute" the slowest replica's gather + forward + loss +
+        backward; "communication" the gradient exchange (moving data and waiting for the other
+        replicas); "update" the optimizer; "idle" what is left (thread hand-offs, the Python loop).
+        reset=True starts a new measurement after reading this one."""
+        if self.loss is None or not self.built:
+            raise RuntimeError("step_time_breakdown: compile and train the model first")
+        profile = self._core.profile()
+        if reset:
+            self._core.reset_profile()
+        first = profile[0]
+        steps = first["steps"]
+        if steps == 0:
+            return {"steps": 0, "step": 0.0, "compute": 0.0, "communication": 0.0, "update": 0.0, "idle": 0.0}
+        out = {"steps": steps, "step": first["wall"] / steps,
+               "compute": max(p["compute"] for p in profile) / steps,
+               "communication": first["allreduce"] / steps, "update": first["update"] / steps}
+        out["idle"] = max(0.0, out["step"] - out["compute"] - out["communication"] - out["update"])
+        return out
+
     # ---- saving ----------------------------------------------------------------------------
     def save(self, filepath, overwrite=True, **kwargs):
         """Architecture, weights, compile settings and optimizer state in one file, written atomically."""
@@ -485,6 +563,8 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
     model.name = core.name
     model._core = core
     model._layers = [_wrap_core_layer(l) for l in core.layers]
+    for layer in model._layers:
+        layer._model = weakref.ref(model)
     model._input_shape = tuple(core.input_shape) if core.built else None
     model._creation_strategy = _distribute._current_scope()
     model._strategy = None
@@ -492,6 +572,9 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
     model._metric_identifiers = []
     model.stop_training = False
     model.history = None
+    model._shuffle_seed = None
+    model._resume_at = None
+    model._workers_synced = False
     if core.compiled:
         config = json.loads(core.optimizer().config_json())
         cls = getattr(_optimizers, config["class_name"])

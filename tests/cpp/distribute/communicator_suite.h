@@ -32,11 +32,18 @@ struct BackendCase {
   bool rank_order_reduction = true;
   // A rank can be made to skip a collective (the timeout test needs the others to wait).
   bool supports_timeout = true;
+  // Non-empty: every test of this case is skipped with this reason (e.g. no GPU for "nccl").
+  std::string skip_reason = {};
 };
 
 inline std::ostream& operator<<(std::ostream& os, const BackendCase& c) { return os << c.name; }
 
-class CommunicatorSuite : public ::testing::TestWithParam<BackendCase> {};
+class CommunicatorSuite : public ::testing::TestWithParam<BackendCase> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().skip_reason.empty()) GTEST_SKIP() << GetParam().skip_reason;
+  }
+};
 // Tests about peers (a missing rank, an abort, mismatched calls): instantiate with groups of two
 // or more ranks that support timeouts.
 class CommunicatorPeerSuite : public CommunicatorSuite {};

@@ -270,10 +270,10 @@ TEST(LayerConfig, RebuiltDropoutDropsTheSameElements) {
 }
 
 TEST(LayerConfig, UnknownClassIsRejected) {
-  Json spec = Json::parse(R"({"class_name": "Conv2D", "config": {"name": "c"}})");
+  Json spec = Json::parse(R"({"class_name": "Conv3D", "config": {"name": "c"}})");
   const std::string msg = message_of([&] { layer_from_config(spec); });
   EXPECT_EQ(msg.rfind("[layers]", 0), 0u) << msg;
-  EXPECT_TRUE(contains(msg, "Conv2D")) << msg;
+  EXPECT_TRUE(contains(msg, "Conv3D")) << msg;
   EXPECT_THROW(layer_from_config(spec), std::invalid_argument);
 }
 

@@ -9,19 +9,6 @@
 namespace mdtrain::cpu {
 
 namespace {
-template <class T>
-void softmax_row(const T* z, const T* bias, std::int64_t cols, T* y) {
-  T m = -INFINITY;
-  for (std::int64_t j = 0; j < cols; ++j) m = std::max(m, z[j] + (bias ? bias[j] : T(0)));
-  T s = 0;
-  for (std::int64_t j = 0; j < cols; ++j) {
-    y[j] = std::exp(z[j] + (bias ? bias[j] : T(0)) - m);
-    s += y[j];
-  }
-  T inv = T(1) / s;
-  for (std::int64_t j = 0; j < cols; ++j) y[j] *= inv;
-}
-
 // Applies f(z + b) over a row; the loop body stays free of branches on the activation kind.
 template <class T, class F>
 void map_row(const T* z, const T* bias, std::int64_t cols, T* y, F f) {
@@ -44,7 +31,7 @@ void bias_activation(const T* z, const T* bias, std::int64_t rows, std::int64_t 
       case Activation::Sigmoid: map_row(zr, bias, cols, yr, [](T v) { return math::sigmoid(v); }); break;
       case Activation::Tanh: map_row(zr, bias, cols, yr, [](T v) { return math::tanh_act(v); }); break;
       case Activation::GELU: map_row(zr, bias, cols, yr, [](T v) { return math::gelu(v); }); break;
-      case Activation::Softmax: softmax_row(zr, bias, cols, yr); break;
+      case Activation::Softmax: math::softmax_row(zr, bias, cols, yr); break;
     }
   }
 }
@@ -58,7 +45,7 @@ void activation_backward(Activation act, const T* z, const T* y, const T* dy, st
       if (dz != dy) std::copy(dy, dy + n, dz);
       break;
     case Activation::ReLU:
-      for (std::int64_t i = 0; i < n; ++i) dz[i] = y[i] > T(0) ? dy[i] : T(0);
+      for (std::int64_t i = 0; i < n; ++i) dz[i] = math::relu_backward(dy[i], y[i]);
       break;
     case Activation::Sigmoid:
       for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * math::sigmoid_grad_from_output(y[i]);
@@ -70,15 +57,8 @@ void activation_backward(Activation act, const T* z, const T* y, const T* dy, st
       for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * math::gelu_grad(z[i]);
       break;
     case Activation::Softmax:
-      // dz = y * (dy - <dy, y>) per row: the Jacobian-vector product of softmax.
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const T* yr = y + r * cols;
-        const T* dyr = dy + r * cols;
-        T* dzr = dz + r * cols;
-        T dot = 0;
-        for (std::int64_t j = 0; j < cols; ++j) dot += dyr[j] * yr[j];
-        for (std::int64_t j = 0; j < cols; ++j) dzr[j] = yr[j] * (dyr[j] - dot);
-      }
+      for (std::int64_t r = 0; r < rows; ++r)
+        math::softmax_backward_row(y + r * cols, dy + r * cols, cols, dz + r * cols);
       break;
   }
 }
@@ -99,12 +79,8 @@ void dropout(const T* x, std::int64_t n, double rate, std::uint64_t seed, std::u
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   const float threshold = static_cast<float>(rate);
   for (std::int64_t i = 0; i < n; ++i) {
-    std::uint64_t e = first_element + static_cast<std::uint64_t>(i);
-    // One Philox block gives four uniforms; recomputing per element keeps the mask a pure function
-    // of the element's position (cheap next to the GEMMs around it).
-    Philox4 block = philox4x32(seed, stream, e >> 2);
-    float u = uniform_from_bits(block.v[e & 3]);
-    mask[i] = u >= threshold ? scale : T(0);
+    // Recomputing the Philox block per element is cheap next to the GEMMs around dropout.
+    mask[i] = math::dropout_mask(seed, stream, first_element + static_cast<std::uint64_t>(i), threshold, scale);
     y[i] = x[i] * mask[i];
   }
 }
@@ -118,7 +94,7 @@ template <class T>
 bool all_finite(const T* x, std::int64_t n) {
   // Accumulating x*0 keeps the loop branch-free: it is NaN iff some x is NaN or infinite.
   T acc = 0;
-  for (std::int64_t i = 0; i < n; ++i) acc += x[i] * T(0);
+  for (std::int64_t i = 0; i < n; ++i) acc += math::nonfinite_probe(x[i]);
   return acc == T(0);
 }
 

@@ -143,8 +143,7 @@ double top_k_matches(const L* labels, const T* pred, std::int64_t rows, std::int
   double matches = 0.0;
   for (std::int64_t i = 0; i < rows; ++i) {
     // Keras casts the label to int32 before in_top_k; a NaN or huge float label is simply not in.
-    const double v = static_cast<double>(labels[i]);
-    const std::int64_t label = std::isfinite(v) && std::fabs(v) < 9e18 ? static_cast<std::int64_t>(v) : -1;
+    const std::int64_t label = math::class_id_or_none(static_cast<double>(labels[i]));
     matches += math::in_top_k(pred + i * cols, cols, label, k);
   }
   return matches;
@@ -154,8 +153,7 @@ template <class T, class L>
 double threshold_matches(const L* target, const T* pred, std::int64_t n, double threshold) {
   const T thr = static_cast<T>(threshold);
   double matches = 0.0;
-  for (std::int64_t i = 0; i < n; ++i)
-    matches += static_cast<double>(target[i]) == (pred[i] > thr ? 1.0 : 0.0);
+  for (std::int64_t i = 0; i < n; ++i) matches += math::binary_match(target[i], pred[i], thr);
   return matches;
 }
 

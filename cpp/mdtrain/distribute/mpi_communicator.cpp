@@ -1,0 +1,1190 @@
+// The MPI communicator (see mpi_communicator.h for what it guarantees). The only file that
+// includes mpi.h; CMake compiles it instead of no_mpi.cpp when MPI is found.
+#include "mdtrain/distribute/mpi_communicator.h"
+
+// Only MPI's C API: the deprecated C++ bindings that mpi.h would add in a C++ file do not build
+// warning-free.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/reduce_kernels.h"
+#include "mdtrain/distribute/spin_wait.h"
+
+namespace mdtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum Kind : int { kNone = 0, kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+
+const char* kind_name(std::int64_t kind) {
+  switch (kind) {
+    case kAllReduce: return "all_reduce";
+    case kReduce: return "reduce";
+    case kBroadcast: return "broadcast";
+    case kAllGather: return "all_gather";
+    case kReduceScatter: return "reduce_scatter";
+    case kBarrier: return "barrier";
+    default: return "nothing";
+  }
+}
+
+// A collective first waits for every rank's header (kHeaderPhase: this is where a missing rank
+// makes it wait), then, when the data did not fit in the header block, moves it (kDataPhase).
+enum Phase : int { kHeaderPhase = 0, kDataPhase = 1 };
+
+// Messages on a communicator's control duplicate.
+enum Tag : int { kTagQuery = 1, kTagReply = 2, kTagFailure = 3 };
+
+// What a rank called, as exchanged before every collective. Fields a kind does not use are 0.
+struct Header {
+  std::int64_t seq, kind, count, dtype, op, root, payload_bytes, unused;
+};
+constexpr std::size_t kHeaderBytes = sizeof(Header);
+static_assert(kHeaderBytes == 64, "the header is one cache line");
+constexpr int kTagHeader = 1;  // header messages on the data communicator (libnbc's tags are < 0)
+// A rank that made no MPI call for this long may have notices waiting (see service()).
+constexpr auto kAway = std::chrono::milliseconds(1);
+
+bool same_call(const Header& a, const Header& b) {
+  return a.seq == b.seq && a.kind == b.kind && a.count == b.count && a.dtype == b.dtype &&
+         a.op == b.op && a.root == b.root;
+}
+
+std::string describe(const Header& h) {
+  std::string s = cat(kind_name(h.kind), " #", h.seq);
+  if (h.kind == kBarrier) return s;
+  s += cat("(count ", h.count, ", ", name_of(static_cast<DType>(h.dtype)));
+  if (h.kind == kAllReduce || h.kind == kReduce || h.kind == kReduceScatter) {
+    s += cat(", ", name_of(static_cast<ReduceOp>(h.op)));
+  }
+  if (h.kind == kBroadcast || h.kind == kReduce) s += cat(", root ", h.root);
+  return s + ")";
+}
+
+// A status answer: what the answering rank is doing on the asked communicator, and on another
+// of its MPI communicators when it is waiting there instead.
+struct Reply {
+  std::int64_t query, seq, kind, phase, last_kind, other_id, other_seq, other_kind;
+};
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::UInt8: return MPI_UINT8_T;
+  }
+  fail<std::invalid_argument>("[mpi] unsupported dtype ", static_cast<int>(dtype));
+}
+
+std::string mpi_error_text(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
+  return cat(std::string(text, static_cast<std::size_t>(len)), " (error ", rc, ")");
+}
+
+void check_mpi(int rc, const char* call) {
+  if (rc != MPI_SUCCESS) fail<std::runtime_error>("[mpi] ", call, " failed: ", mpi_error_text(rc));
+}
+
+int to_int(std::size_t n) { return static_cast<int>(n); }  // callers keep n <= INT_MAX
+
+// Memory an abandoned collective's MPI requests may still use. MPI cannot cancel a collective,
+// so it stays allocated until the requests complete (reap_graveyard), possibly forever.
+struct Scratch {
+  std::vector<unsigned char> mine;                  // this rank's header block
+  std::vector<unsigned char> blocks;                // every rank's header block
+  std::vector<std::vector<unsigned char>> staging;  // per pipeline slot
+  std::vector<std::vector<int>> counts;             // per slot: 4 x size ints for v-collectives
+  std::vector<std::vector<char>> sends;             // bodies of control messages in flight
+  MPI_Comm comms[1] = {MPI_COMM_NULL};  // where MPI_Comm_idup writes the new communicator
+};
+
+struct Abandoned {
+  std::vector<MPI_Request> requests;
+  std::unique_ptr<Scratch> scratch;
+};
+
+}  // namespace
+
+struct MpiCommunicator::State {
+  MpiCommunicator* owner = nullptr;
+  MpiOptions options;
+  int id = 0;
+  int rank = 0;
+  int size = 1;
+  bool may_spin = true;
+  std::size_t fused = 0;  // MpiCommunicator::fused_bytes(size)
+  MPI_Comm data = MPI_COMM_NULL;     // header exchanges, single-stage collectives, first stages
+  MPI_Comm data2 = MPI_COMM_NULL;    // second stages of pipelined collectives (see run)
+  MPI_Comm control = MPI_COMM_NULL;  // status queries, replies, failure notices
+
+  // Progress, read by other threads answering status queries: guarded by the runtime mutex.
+  unsigned long long seq = 0;  // collectives entered
+  int kind = kNone;            // the collective in progress
+  int last_kind = kNone;       // kind of collective #seq once it ended
+  int phase = kHeaderPhase;
+
+  bool failed = false;
+  bool failure_is_timeout = false;
+  std::string failure;
+
+  Clock::time_point last_active{};  // when the last collective ended
+  std::vector<bool> arrived;         // whose header of the current collective came in
+
+  std::int64_t query = 0;  // id of this rank's last status query
+  std::vector<bool> answered;
+  std::vector<Reply> replies;
+  std::vector<MPI_Request> send_requests;  // control messages in flight (bodies in scratch)
+  bool tainted = false;  // requests were abandoned: the communicators must never be freed
+
+  std::unique_ptr<Scratch> scratch = std::make_unique<Scratch>();
+
+  // ---- everything below runs with the runtime mutex held, unless said otherwise ----
+
+  void record_failure(std::string reason, bool timeout) {
+    if (failed) return;  // later failures are consequences of the first
+    failed = true;
+    failure = std::move(reason);
+    failure_is_timeout = timeout;
+  }
+
+  [[noreturn]] void throw_group_failure(bool entering) const {
+    const std::string msg =
+        cat("[mpi] ", kind_name(kind), " #", seq, " on rank ", rank,
+            entering ? " cannot run, the group failed earlier: " : " gave up, the group failed: ",
+            failure);
+    if (failure_is_timeout) throw TimeoutError(msg);
+    throw std::runtime_error(msg);
+  }
+
+  // An MPI error leaves the communicator unusable.
+  void check(int rc, const char* call) {
+    if (rc == MPI_SUCCESS) return;
+    const std::string reason = cat(call, " failed on rank ", rank, ": ", mpi_error_text(rc));
+    record_failure(reason, false);
+    throw std::runtime_error("[mpi] " + reason);
+  }
+
+  void post(int to, int tag, const void* body, std::size_t bytes) {
+    auto& buffer = scratch->sends.emplace_back(static_cast<const char*>(body),
+                                               static_cast<const char*>(body) + bytes);
+    MPI_Request request;
+    check(MPI_Isend(buffer.data(), to_int(bytes), MPI_BYTE, to, tag, control, &request),
+          "MPI_Isend");
+    send_requests.push_back(request);
+  }
+
+  void reap_sends() {
+    if (send_requests.empty()) return;
+    int done = 0;
+    check(MPI_Testall(to_int(send_requests.size()), send_requests.data(), &done,
+                      MPI_STATUSES_IGNORE),
+          "MPI_Testall");
+    if (done) {
+      send_requests.clear();
+      scratch->sends.clear();
+    }
+  }
+
+  void notify_peers(const std::string& reason, bool timeout) {
+    std::string body = (timeout ? "T" : "A") + reason;
+    for (int p = 0; p < size; ++p) {
+      if (p != rank) post(p, kTagFailure, body.data(), body.size());
+    }
+  }
+
+  // Answers queries and records replies and notices that reached this communicator. `current`
+  // is the communicator whose collective is polling, if any: its state goes into the answers.
+  void service(const State* current) {
+    // Open MPI's MPI_Improbe looks at the matched messages before it makes progress, so a message
+    // that arrived while this process made no MPI call shows at the second probe, not the first.
+    for (int misses = 0; misses < 2;) {
+      int flag = 0;
+      MPI_Message message;
+      MPI_Status status;
+      check(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, control, &flag, &message, &status),
+            "MPI_Improbe");
+      if (!flag) {
+        ++misses;
+        continue;
+      }
+      misses = 0;
+      int bytes = 0;
+      check(MPI_Get_count(&status, MPI_BYTE, &bytes), "MPI_Get_count");
+      std::vector<char> body(static_cast<std::size_t>(std::max(bytes, 1)));
+      check(MPI_Mrecv(body.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+      const int from = status.MPI_SOURCE;
+      if (status.MPI_TAG == kTagQuery && bytes == sizeof(std::int64_t)) {
+        Reply reply{};
+        std::memcpy(&reply.query, body.data(), sizeof(std::int64_t));
+        reply.seq = static_cast<std::int64_t>(seq);
+        reply.kind = kind;
+        reply.phase = phase;
+        reply.last_kind = kind == kNone ? last_kind : kind;
+        if (current != nullptr && current != this && current->kind != kNone) {
+          reply.other_id = current->id;
+          reply.other_seq = static_cast<std::int64_t>(current->seq);
+          reply.other_kind = current->kind;
+        }
+        post(from, kTagReply, &reply, sizeof reply);
+      } else if (status.MPI_TAG == kTagReply && bytes == sizeof(Reply)) {
+        Reply reply;
+        std::memcpy(&reply, body.data(), sizeof reply);
+        if (reply.query == query && static_cast<std::size_t>(from) < answered.size()) {
+          answered[static_cast<std::size_t>(from)] = true;
+          replies[static_cast<std::size_t>(from)] = reply;
+        }
+      } else if (status.MPI_TAG == kTagFailure && bytes >= 1) {
+        record_failure(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)),
+                       body[0] == 'T');
+      }
+    }
+    reap_sends();
+  }
+
+  void abandon(std::vector<MPI_Request>& requests);
+  void service_all();
+  void begin(int k);
+  void end();
+  void ensure_usable() const;
+
+  // ---- these take the runtime mutex themselves ----
+
+  struct Engine {
+    int chunks = 1;
+    int stages = 1;
+    int slots = 1;
+    // Starts step `stage` of `chunk` in `slot` (any local work included); leaves *request null
+    // when the step issued no MPI request.
+    std::function<void(int chunk, int stage, int slot, MPI_Request* request)> step;
+    std::function<void(int chunk, int stage)> on_complete;  // optional
+  };
+  void run(const Engine& engine);
+  void ask_peers();
+  std::string timeout_report() const;
+  void exchange(const Header& header, const void* payload, std::size_t payload_bytes);
+  void enter_data_phase();
+  void finish_data_phase();
+  std::size_t block_bytes() const { return kHeaderBytes + fused; }
+  const unsigned char* payload_of(int r) const {
+    return scratch->blocks.data() + static_cast<std::size_t>(r) * block_bytes() + kHeaderBytes;
+  }
+  Header header_of(int r) const {
+    Header h;
+    std::memcpy(&h, scratch->blocks.data() + static_cast<std::size_t>(r) * block_bytes(), sizeof h);
+    return h;
+  }
+  Header make_header(int k, std::size_t count, DType dtype, ReduceOp op, int root,
+                     std::size_t payload_bytes) const {
+    Header h{};
+    h.seq = static_cast<std::int64_t>(seq);
+    h.kind = k;
+    h.count = static_cast<std::int64_t>(count);
+    h.dtype = static_cast<std::int64_t>(dtype);
+    h.op = static_cast<std::int64_t>(op);
+    h.root = root;
+    h.payload_bytes = static_cast<std::int64_t>(payload_bytes);
+    return h;
+  }
+  // Folds payloads (every rank's, in rank order) at element `offset` into `out`.
+  void reduce_payloads(void* out, std::size_t offset, std::size_t count, DType dtype,
+                       ReduceOp op) const {
+    std::vector<const void*> inputs(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) inputs[static_cast<std::size_t>(r)] = payload_of(r);
+    void* outputs[1] = {out};
+    detail::reduce_in_rank_order(outputs, 1, inputs.data(), size, offset, count, dtype, op);
+  }
+  void reduce_chunks(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
+  void bytes_per_slot(std::size_t staging_bytes, std::size_t count_ints);
+};
+
+namespace {
+
+struct Runtime {
+  std::mutex mutex;  // every MPI call mdtrain makes holds it (MPI_THREAD_SERIALIZED)
+  bool initialized_by_us = false;
+  bool ready = false;      // initialized, not finalized by mpi_finalize
+  bool finalized = false;  // by mpi_finalize: MPI cannot be initialized again
+  MpiWorldInfo world;
+  int made = 0;  // MPI communicators made in this process
+  std::vector<MpiCommunicator::State*> live;
+  std::vector<std::unique_ptr<Abandoned>> graveyard;
+};
+
+// Never destroyed: the atexit finalizer and communicators outliving static destruction use it.
+Runtime& runtime() {
+  static Runtime* rt = new Runtime();
+  return *rt;
+}
+
+void finalize_at_exit() {
+  try {
+    mpi_finalize();
+  } catch (...) {
+    // Nothing useful can be done about a failing MPI_Finalize during exit.
+  }
+}
+
+void initialize_locked(Runtime& rt) {
+  if (rt.ready) return;
+  MDTRAIN_CHECK(!rt.finalized, std::runtime_error,
+                "[mpi] MPI was finalized (mpi_finalize() or process exit) and cannot be "
+                "initialized again in this process");
+  int finalized = 0;
+  check_mpi(MPI_Finalized(&finalized), "MPI_Finalized");
+  MDTRAIN_CHECK(!finalized, std::runtime_error,
+                "[mpi] MPI was finalized by other code in this process and cannot be used again");
+  int initialized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    // Collectives run on replica threads but never two at once per process (mdtrain's own mutex
+    // serializes its MPI calls), which is exactly MPI_THREAD_SERIALIZED: cheaper than MULTIPLE.
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+              "MPI_Init_thread");
+    rt.initialized_by_us = true;
+    std::atexit(finalize_at_exit);
+  } else {
+    check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");
+  }
+  MDTRAIN_CHECK(provided >= MPI_THREAD_SERIALIZED, std::runtime_error,
+                "[mpi] MPI provides thread level ", provided, " but mdtrain calls MPI from replica "
+                "threads and needs MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED, ") or more",
+                initialized ? ": initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)"
+                            : "");
+  MpiWorldInfo world;
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world.size), "MPI_Comm_size");
+  // Collective, but every process runs it right after MPI_Init, whatever made it initialize.
+  MPI_Comm host = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host),
+            "MPI_Comm_split_type");
+  check_mpi(MPI_Comm_rank(host, &world.local_rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(host, &world.local_size), "MPI_Comm_size");
+  check_mpi(MPI_Comm_free(&host), "MPI_Comm_free");
+  rt.world = world;
+  rt.ready = true;
+}
+
+// Frees abandoned memory whose requests completed after all (a late peer arrived).
+void reap_graveyard(Runtime& rt) {
+  auto& g = rt.graveyard;
+  g.erase(std::remove_if(g.begin(), g.end(),
+                         [](const std::unique_ptr<Abandoned>& a) {
+                           int done = 0;
+                           if (MPI_Testall(to_int(a->requests.size()), a->requests.data(), &done,
+                                           MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+                             return false;
+                           }
+                           return done != 0;
+                         }),
+          g.end());
+}
+
+// Elements per pipeline piece: `wanted`, or more when count would need over INT_MAX pieces.
+std::size_t piece_size(std::size_t count, std::size_t wanted) {
+  return std::max({wanted, std::size_t{1}, (count + INT_MAX - 1) / INT_MAX});
+}
+
+Clock::time_point deadline_after(Clock::time_point t, double limit) {
+  if (limit > 1e9) return Clock::time_point::max();
+  return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+}
+
+}  // namespace
+
+// ---- State: bookkeeping with the mutex held ------------------------------------------------------
+
+void MpiCommunicator::State::ensure_usable() const {
+  MDTRAIN_CHECK(runtime().ready, std::runtime_error, "[mpi] ", kind_name(kind), " #", seq,
+                " on rank ", rank, ": MPI was finalized (mpi_finalize() or process exit)");
+}
+
+void MpiCommunicator::State::service_all() {
+  for (State* s : runtime().live) s->service(this);
+}
+
+void MpiCommunicator::State::abandon(std::vector<MPI_Request>& requests) {
+  auto a = std::make_unique<Abandoned>();
+  for (MPI_Request r : requests) {
+    if (r != MPI_REQUEST_NULL) a->requests.push_back(r);
+  }
+  std::fill(requests.begin(), requests.end(), MPI_REQUEST_NULL);
+  if (a->requests.empty()) return;
+  tainted = true;
+  // The control messages in flight keep their bodies in the fresh scratch.
+  auto fresh = std::make_unique<Scratch>();
+  fresh->sends = std::move(scratch->sends);
+  a->scratch = std::move(scratch);
+  scratch = std::move(fresh);
+  Runtime& rt = runtime();
+  rt.graveyard.push_back(std::move(a));
+  reap_graveyard(rt);
+}
+
+void MpiCommunicator::State::begin(int k) {
+  ++seq;
+  kind = k;
+  phase = kHeaderPhase;
+  ensure_usable();
+  // Back-to-back collectives skip this: a peer's failure notice then shows while waiting.
+  if (Clock::now() - last_active > kAway) service_all();
+  if (failed) throw_group_failure(true);
+}
+
+void MpiCommunicator::State::end() {
+  last_active = Clock::now();
+  last_kind = kind;
+  kind = kNone;
+  phase = kHeaderPhase;
+}
+
+// ---- State: waiting ------------------------------------------------------------------------------
+
+void MpiCommunicator::State::run(const Engine& e) {
+  Runtime& rt = runtime();
+  // Chunk c lives in slot c % slots. Every rank must issue the collectives of a communicator in
+  // the same order, but completions come in any order: so stage s of chunk c is issued only
+  // after stage s of chunk c-1 (and stage 0 of chunk c only once chunk c-slots left its slot),
+  // and each stage has its own communicator (data_comm(s)). Per communicator the order is then
+  // ascending chunks on every rank.
+  const int slots = std::max(1, std::min(e.slots, e.chunks));
+  const int stages = e.stages;
+  std::vector<MPI_Request> requests(static_cast<std::size_t>(slots * stages), MPI_REQUEST_NULL);
+  std::vector<int> chunk_in(static_cast<std::size_t>(slots), -1);
+  std::vector<int> stages_done(static_cast<std::size_t>(slots), 0);
+  std::vector<int> issued(static_cast<std::size_t>(stages), 0);
+  std::vector<int> completed(requests.size(), 0);
+  int finished = 0;
+  auto complete = [&](int slot, int stage) {
+    const auto i = static_cast<std::size_t>(slot);
+    if (e.on_complete) e.on_complete(chunk_in[i], stage);
+    stages_done[i] = stage + 1;
+    if (stage + 1 == stages) {
+      chunk_in[i] = -1;
+      ++finished;
+    }
+  };
+  auto issue = [&] {
+    for (bool any = true; any;) {
+      any = false;
+      for (int stage = 0; stage < stages; ++stage) {
+        auto& next = issued[static_cast<std::size_t>(stage)];
+        while (next < e.chunks) {
+          const int c = next, slot = c % slots;
+          const auto i = static_cast<std::size_t>(slot);
+          if (stage == 0) {
+            if (chunk_in[i] != -1) break;
+            chunk_in[i] = c;
+            stages_done[i] = 0;
+          } else if (chunk_in[i] != c || stages_done[i] < stage) {
+            break;
+          }
+          MPI_Request& request = requests[i * static_cast<std::size_t>(stages) +
+                                          static_cast<std::size_t>(stage)];
+          e.step(c, stage, slot, &request);
+          ++next;
+          any = true;
+          if (request == MPI_REQUEST_NULL) complete(slot, stage);
+        }
+      }
+    }
+  };
+  // Tests the requests in flight; true when some completed.
+  auto test = [&] {
+    int n_done = 0;
+    check(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &n_done,
+                       completed.data(), MPI_STATUSES_IGNORE),
+          "MPI_Testsome");
+    if (n_done == MPI_UNDEFINED || n_done == 0) return false;
+    for (int k = 0; k < n_done; ++k) {
+      const int index = completed[static_cast<std::size_t>(k)];
+      complete(index / stages, index % stages);
+    }
+    issue();
+    return true;
+  };
+  // A step that throws (an MPI error) leaves the other slots' requests to the graveyard.
+  auto guarded = [&](auto&& fn) {
+    try {
+      fn();
+    } catch (...) {
+      abandon(requests);
+      throw;
+    }
+  };
+
+  const double limit = owner->timeout();
+  const Clock::time_point started = Clock::now();
+  Clock::time_point deadline = deadline_after(started, limit);
+  detail::SpinWait wait(may_spin);
+  bool first = true;
+  for (;;) {
+    bool progressed = false;
+    {
+      std::lock_guard<std::mutex> lock(rt.mutex);
+      ensure_usable();
+      guarded([&] {
+        if (first) issue();
+        first = false;
+        if (finished < e.chunks) progressed = test();
+      });
+      if (finished == e.chunks) return;
+    }
+    if (progressed) {
+      wait = detail::SpinWait(may_spin);
+      // The data phase times out on a lack of progress, not on its length.
+      if (phase == kDataPhase) deadline = deadline_after(Clock::now(), limit);
+      continue;
+    }
+    if (!wait.step()) continue;  // still spinning: no clock read, no control traffic
+
+    {
+      std::lock_guard<std::mutex> lock(rt.mutex);
+      guarded([&] { service_all(); });
+      // While data moves, every peer is in this collective and needs this rank: an abort
+      // noticed now is thrown after the transfer (finish_data_phase).
+      if (failed && phase == kHeaderPhase) {
+        abandon(requests);
+        throw_group_failure(false);
+      }
+    }
+    if (Clock::now() < deadline) continue;
+
+    ask_peers();
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    // A late peer may have arrived while we asked: then this was no timeout after all.
+    bool progressed_meanwhile = false;
+    guarded([&] { progressed_meanwhile = test(); });
+    if (finished == e.chunks) return;
+    if (progressed_meanwhile) {
+      deadline = deadline_after(Clock::now(), limit);
+      continue;
+    }
+    if (failed) {  // a peer's notice came first: report its diagnosis
+      abandon(requests);
+      throw_group_failure(false);
+    }
+    const std::string reason = timeout_report();
+    record_failure(reason, true);
+    guarded([&] { notify_peers(reason, true); });
+    abandon(requests);
+    throw TimeoutError("[mpi] " + reason);
+  }
+}
+
+// Asks every peer what it is doing; waits until all answered or a short bounded time passed.
+void MpiCommunicator::State::ask_peers() {
+  Runtime& rt = runtime();
+  {
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    ++query;
+    answered.assign(static_cast<std::size_t>(size), false);
+    replies.assign(static_cast<std::size_t>(size), Reply{});
+    for (int p = 0; p < size; ++p) {
+      if (p != rank) post(p, kTagQuery, &query, sizeof query);
+    }
+  }
+  const double window = std::clamp(owner->timeout() / 4, 0.05, 1.0);
+  const Clock::time_point until = deadline_after(Clock::now(), window);
+  while (Clock::now() < until) {
+    {
+      std::lock_guard<std::mutex> lock(rt.mutex);
+      service_all();
+      int missing = 0;
+      for (int p = 0; p < size; ++p) missing += p != rank && !answered[static_cast<std::size_t>(p)];
+      if (missing == 0) return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+std::string MpiCommunicator::State::timeout_report() const {
+  const double window = std::clamp(owner->timeout() / 4, 0.05, 1.0);
+  std::vector<int> missing;
+  std::string details;
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    const auto i = static_cast<std::size_t>(p);
+    const bool answer = answered[i];
+    const Reply& r = replies[i];
+    // Waiting for headers, a rank whose header came in is here; moving data, one that answered
+    // from inside this collective is.
+    if (phase == kHeaderPhase ? arrived[i]
+                              : answer && r.kind == kind && r.seq == static_cast<std::int64_t>(seq)) {
+      continue;
+    }
+    std::string d;
+    if (answer && r.kind != kNone) {
+      d = cat("rank ", p, " is in ", kind_name(r.kind), " #", r.seq,
+              r.phase == kDataPhase ? " (moving data)" : " (waiting for its peers)");
+    } else if (answer) {
+      d = r.seq == 0 ? cat("rank ", p, " has entered no collective")
+                     : cat("rank ", p, " last entered ", kind_name(r.last_kind), " #", r.seq);
+      d += cat(" and is inside no collective of MPI communicator ", id);
+      if (r.other_id != 0) {
+        d += cat("; it waits in ", kind_name(r.other_kind), " #", r.other_seq,
+                 " of MPI communicator ", r.other_id);
+      }
+    } else if (phase == kDataPhase) {
+      d = cat("rank ", p, " entered ", kind_name(kind), " #", seq, " but did not answer within ",
+              window, " s: it stopped calling MPI (stuck, or dead)");
+    } else {
+      // Every rank entered collective #seq-1, or this rank would not have left it.
+      d = seq <= 1 ? cat("rank ", p, " has entered no collective")
+                   : cat("rank ", p, " last entered ", kind_name(last_kind), " #", seq - 1);
+      d += cat(" and did not answer within ", window,
+               " s: it is in no MPI collective of mdtrain (computing, blocked elsewhere, or dead)");
+    }
+    missing.push_back(p);
+    details += (details.empty() ? "" : "; ") + d;
+  }
+  std::string who;
+  for (std::size_t i = 0; i < missing.size(); ++i) who += cat(i ? ", " : "", missing[i]);
+  const std::string head = cat(kind_name(kind), " #", seq, " on rank ", rank, " timed out after ",
+                               owner->timeout(), " s");
+  if (missing.empty()) {
+    return head + ": every rank is inside this collective, but MPI did not complete it";
+  }
+  const char* ranks = missing.size() == 1 ? "rank " : "ranks ";
+  if (phase == kDataPhase) {
+    return cat(head, " without progress while moving data: ", ranks, who, " stopped (", details,
+               ")");
+  }
+  return cat(head, ": ", ranks, who, " did not arrive (", details, ")");
+}
+
+// ---- State: the collectives' building blocks -----------------------------------------------------
+
+void MpiCommunicator::State::exchange(const Header& header, const void* payload,
+                                      std::size_t payload_bytes) {
+  // Point to point rather than MPI_Iallgather: half the latency (Open MPI 4.1, 2 ranks), a
+  // message only as long as its payload, and it shows exactly whose header came in.
+  Scratch& sc = *scratch;
+  const std::size_t block = block_bytes();
+  const std::size_t bytes = kHeaderBytes + payload_bytes;
+  sc.mine.resize(block);
+  sc.blocks.resize(static_cast<std::size_t>(size) * block);
+  std::memcpy(sc.mine.data(), &header, sizeof header);
+  if (payload_bytes > 0) std::memcpy(sc.mine.data() + kHeaderBytes, payload, payload_bytes);
+  std::memcpy(sc.blocks.data() + static_cast<std::size_t>(rank) * block, sc.mine.data(), bytes);
+  arrived.assign(static_cast<std::size_t>(size), false);
+  arrived[static_cast<std::size_t>(rank)] = true;
+  const int peers = size - 1;
+  auto peer = [&](int c) { return (rank + 1 + c % peers) % size; };
+  Engine e;
+  e.chunks = 2 * peers;  // receives from every peer first, then sends
+  e.slots = 2 * peers;
+  e.step = [&](int c, int, int, MPI_Request* request) {
+    const int p = peer(c);
+    if (c < peers) {
+      check(MPI_Irecv(sc.blocks.data() + static_cast<std::size_t>(p) * block, to_int(block),
+                      MPI_BYTE, p, kTagHeader, data, request),
+            "MPI_Irecv");
+    } else {
+      check(MPI_Isend(sc.mine.data(), to_int(bytes), MPI_BYTE, p, kTagHeader, data, request),
+            "MPI_Isend");
+    }
+  };
+  e.on_complete = [&](int c, int) {
+    if (c < peers) arrived[static_cast<std::size_t>(peer(c))] = true;
+  };
+  run(e);
+  {
+    // abort() from another thread of this process while the exchange completed.
+    std::lock_guard<std::mutex> lock(runtime().mutex);
+    if (failed) throw_group_failure(false);
+  }
+  for (int r = 0; r < size; ++r) {
+    const Header other = header_of(r);
+    if (same_call(other, header)) continue;
+    // Every rank sees the same headers, so all of them fail here, at the same collective.
+    const std::string reason = cat("collective mismatch: rank ", r, " called ", describe(other),
+                                   " but rank ", rank, " called ", describe(header));
+    std::lock_guard<std::mutex> lock(runtime().mutex);
+    service_all();
+    if (failed) throw_group_failure(false);  // a peer gave up first: its reason explains more
+    record_failure(reason, false);
+    throw std::runtime_error("[mpi] " + reason);
+  }
+}
+
+void MpiCommunicator::State::enter_data_phase() {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  phase = kDataPhase;
+}
+
+void MpiCommunicator::State::finish_data_phase() {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  service_all();
+  if (failed) throw_group_failure(false);
+}
+
+void MpiCommunicator::State::bytes_per_slot(std::size_t staging_bytes, std::size_t count_ints) {
+  const auto slots = static_cast<std::size_t>(options.chunks_in_flight);
+  scratch->staging.resize(slots);
+  scratch->counts.resize(slots);
+  for (auto& s : scratch->staging) {
+    if (s.size() < staging_bytes) s.resize(staging_bytes);
+  }
+  for (auto& c : scratch->counts) c.resize(count_ints);
+}
+
+// all_reduce (root < 0) or reduce to `root`, chunk by chunk: rank r receives slice r of every
+// rank's chunk (MPI_Ialltoallv), folds them in rank order, and sends the result to every rank
+// (MPI_Iallgatherv, in place) or to the root (MPI_Igatherv). Each element is reduced by one
+// rank, in rank order, so every rank (and reduce's root) ends with the same bits.
+void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DType dtype,
+                                           ReduceOp op, int root) {
+  const std::size_t elem = size_of(dtype);
+  const auto n = static_cast<std::size_t>(size);
+  const std::size_t chunk = piece_size(count, std::max(options.chunk_bytes / elem, n));
+  const std::size_t chunks = (count + chunk - 1) / chunk;
+  const std::size_t slice_max = (chunk + n - 1) / n;
+  // Staging: n received slices (this rank's place unused), then (reduce, non-root) the reduced
+  // slice. Counts: the exchange's, then the gather's.
+  bytes_per_slot((n + 1) * slice_max * elem, 6 * n);
+  const MPI_Datatype type = mpi_type(dtype);
+  char* base = static_cast<char*>(data_ptr);
+  Engine e;
+  e.chunks = static_cast<int>(chunks);
+  e.stages = 2;
+  e.slots = options.chunks_in_flight;
+  e.step = [&](int c, int stage, int slot, MPI_Request* request) {
+    const std::size_t off = static_cast<std::size_t>(c) * chunk;
+    const std::size_t len = std::min(chunk, count - off);
+    const std::size_t slice = (len + n - 1) / n;
+    const std::size_t my_begin = std::min(len, static_cast<std::size_t>(rank) * slice);
+    const std::size_t my_len = std::min(len, my_begin + slice) - my_begin;
+    int* send_counts = scratch->counts[static_cast<std::size_t>(slot)].data();
+    int* send_displs = send_counts + n;
+    int* recv_counts = send_counts + 2 * n;
+    int* recv_displs = send_counts + 3 * n;
+    int* counts = send_counts + 4 * n;  // every rank's slice, for the gather
+    int* displs = send_counts + 5 * n;
+    unsigned char* staging = scratch->staging[static_cast<std::size_t>(slot)].data();
+    unsigned char* reduced = staging + n * slice_max * elem;
+    char* chunk_ptr = base + off * elem;
+    if (stage == 0) {
+      for (std::size_t q = 0; q < n; ++q) {
+        const std::size_t b = std::min(len, q * slice);
+        counts[q] = to_int(std::min(len, b + slice) - b);
+        displs[q] = to_int(b);
+        // This rank's own slice stays where it is: no copy to itself.
+        const bool self = q == static_cast<std::size_t>(rank);
+        send_counts[q] = self ? 0 : counts[q];
+        send_displs[q] = displs[q];
+        recv_counts[q] = self ? 0 : to_int(my_len);
+        recv_displs[q] = to_int(q * my_len);
+      }
+      check(MPI_Ialltoallv(chunk_ptr, send_counts, send_displs, type, staging, recv_counts,
+                           recv_displs, type, data, request),
+            "MPI_Ialltoallv");
+      return;
+    }
+    const bool keep = root < 0 || rank == root;
+    void* out = keep ? static_cast<void*>(chunk_ptr + my_begin * elem) : reduced;
+    if (my_len > 0) {
+      std::vector<const void*> inputs(n);
+      for (std::size_t q = 0; q < n; ++q) inputs[q] = staging + q * my_len * elem;
+      // The output may alias this input: the kernel reads each tile from every input first.
+      inputs[static_cast<std::size_t>(rank)] = chunk_ptr + my_begin * elem;
+      void* outputs[1] = {out};
+      detail::reduce_in_rank_order(outputs, 1, inputs.data(), size, 0, my_len, dtype, op);
+    }
+    if (root < 0) {
+      check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, chunk_ptr, counts, displs, type, data2, request),
+            "MPI_Iallgatherv");
+    } else {
+      check(MPI_Igatherv(rank == root ? MPI_IN_PLACE : out, to_int(my_len), type, chunk_ptr, counts,
+                         displs, type, root, data2, request),
+            "MPI_Igatherv");
+    }
+  };
+  run(e);
+}
+
+// The collective in progress, from entry (sequence number, status answers) to its end.
+class MpiCollective {
+ public:
+  MpiCollective(MpiCommunicator::State& s, int kind) : s_(s) {
+    std::lock_guard<std::mutex> lock(runtime().mutex);
+    try {
+      s_.begin(kind);
+    } catch (...) {
+      s_.end();
+      throw;
+    }
+  }
+  ~MpiCollective() {
+    std::lock_guard<std::mutex> lock(runtime().mutex);
+    s_.end();
+  }
+  MpiCollective(const MpiCollective&) = delete;
+  MpiCollective& operator=(const MpiCollective&) = delete;
+
+ private:
+  MpiCommunicator::State& s_;
+};
+
+// ---- MpiCommunicator -----------------------------------------------------------------------------
+
+MpiCommunicator::MpiCommunicator(const MpiOptions& options) : state_(std::make_unique<State>()) {
+  MDTRAIN_CHECK(options.chunk_bytes >= 64 && options.chunk_bytes <= (std::size_t{1} << 30),
+                std::invalid_argument, "[mpi] MpiOptions: chunk_bytes must be in [64, 2^30] (got ",
+                options.chunk_bytes, ")");
+  MDTRAIN_CHECK(options.chunks_in_flight >= 1, std::invalid_argument,
+                "[mpi] MpiOptions: chunks_in_flight must be >= 1 (got ", options.chunks_in_flight,
+                ")");
+  State& s = *state_;
+  s.owner = this;
+  s.options = options;
+  Runtime& rt = runtime();
+  auto handles = std::make_unique<Scratch>();  // where MPI_Comm_idup writes the new handle
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    initialize_locked(rt);
+    s.id = ++rt.made;
+    s.may_spin = static_cast<unsigned>(rt.world.local_size) <=
+                 std::max(1u, std::thread::hardware_concurrency());
+    // Nonblocking, so that a process that never makes its communicator is reported instead of
+    // hanging this one. One at a time: Open MPI 4.1 can hang with several MPI_Comm_idup of one
+    // communicator outstanding.
+    check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, &handles->comms[0], &request), "MPI_Comm_idup");
+  }
+  const Clock::time_point deadline = deadline_after(Clock::now(), timeout());
+  detail::SpinWait wait(s.may_spin);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(rt.mutex);
+      int done = 0;
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) break;
+      if (Clock::now() >= deadline) {
+        auto a = std::make_unique<Abandoned>();
+        a->requests.push_back(request);
+        a->scratch = std::move(handles);
+        rt.graveyard.push_back(std::move(a));
+        fail<TimeoutError>("[mpi] making MPI communicator ", s.id, " on rank ", rt.world.rank,
+                           " timed out after ", timeout(), " s: not every process of the job "
+                           "made it (making MPI communicators is collective: every process makes "
+                           "them in the same order)");
+      }
+    }
+    if (wait.step()) {
+      std::lock_guard<std::mutex> lock(rt.mutex);
+      for (State* other : rt.live) other->service(nullptr);
+    }
+  }
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  s.data = handles->comms[0];
+  // Every process is past the MPI_Comm_idup, so these blocking duplicates of it cannot wait for
+  // a process that is elsewhere.
+  check_mpi(MPI_Comm_dup(s.data, &s.data2), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(s.data, &s.control), "MPI_Comm_dup");
+  // Errors become exceptions (State::check) instead of MPI's default of ending the job.
+  for (MPI_Comm c : {s.data, s.data2, s.control}) {
+    check_mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  }
+  check_mpi(MPI_Comm_rank(s.data, &s.rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(s.data, &s.size), "MPI_Comm_size");
+  s.fused = std::min(fused_bytes(s.size), options.max_fused_bytes);
+  rt.live.push_back(&s);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  State& s = *state_;
+  rt.live.erase(std::remove(rt.live.begin(), rt.live.end(), &s), rt.live.end());
+  int finalized = 0;
+  if (!rt.ready || MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  try {
+    s.reap_sends();
+  } catch (...) {
+    // An MPI error while tidying up: the sends go to the graveyard below.
+  }
+  if (!s.send_requests.empty()) {
+    // MPI_Request_free would do for sends, but their bodies must outlive them all the same.
+    auto a = std::make_unique<Abandoned>();
+    a->requests = std::move(s.send_requests);
+    a->scratch = std::move(s.scratch);
+    rt.graveyard.push_back(std::move(a));
+    s.tainted = true;
+  }
+  if (s.tainted) {
+    // Never freed: Open MPI 4.1's pending nonblocking collectives do not keep their
+    // communicator alive, so once it is freed, its context id goes to a new communicator whose
+    // messages the abandoned requests then take (observed: the next MPI_Comm_dup hung). Kept,
+    // the id stays taken on this process and no new communicator of the job can get it.
+    return;
+  }
+  MPI_Comm_free(&s.data);
+  MPI_Comm_free(&s.data2);
+  MPI_Comm_free(&s.control);
+  reap_graveyard(rt);
+}
+
+std::size_t MpiCommunicator::fused_bytes(int size) {
+  // Every rank receives everyone's payload and reduces all of it: cheap while it stays small,
+  // and one message each way beats the three collectives of the pipelined path.
+  const auto peers = static_cast<std::size_t>(std::max(1, size - 1));
+  return std::clamp<std::size_t>((std::size_t{256} << 10) / peers, std::size_t{4} << 10,
+                                 std::size_t{64} << 10);
+}
+
+int MpiCommunicator::rank() const { return state_->rank; }
+int MpiCommunicator::size() const { return state_->size; }
+int MpiCommunicator::id() const { return state_->id; }
+const MpiOptions& MpiCommunicator::options() const { return state_->options; }
+
+void MpiCommunicator::abort(const std::string& reason) {
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  State& s = *state_;
+  if (s.failed) return;
+  const std::string why = cat("rank ", s.rank, " aborted the group: ", reason);
+  s.record_failure(why, false);
+  if (rt.ready) s.notify_peers(why, false);
+}
+
+void MpiCommunicator::do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  State& s = *state_;
+  MpiCollective collective(s, kAllReduce);
+  const std::size_t bytes = count * size_of(dtype);
+  const bool fused = bytes <= s.fused;
+  s.exchange(s.make_header(kAllReduce, count, dtype, op, 0, fused ? bytes : 0), data,
+             fused ? bytes : 0);
+  if (fused) {
+    if (count > 0) s.reduce_payloads(data, 0, count, dtype, op);
+    return;
+  }
+  if (s.size == 1) return;  // a fold over one rank (Mean divides by 1) leaves the data as it is
+  s.enter_data_phase();
+  s.reduce_chunks(data, count, dtype, op, -1);
+  s.finish_data_phase();
+}
+
+void MpiCommunicator::do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                int root) {
+  State& s = *state_;
+  MpiCollective collective(s, kReduce);
+  const std::size_t bytes = count * size_of(dtype);
+  const bool fused = bytes <= s.fused;
+  s.exchange(s.make_header(kReduce, count, dtype, op, root, fused ? bytes : 0), data,
+             fused ? bytes : 0);
+  if (fused) {
+    if (count > 0 && s.rank == root) s.reduce_payloads(data, 0, count, dtype, op);
+    return;
+  }
+  if (s.size == 1) return;
+  s.enter_data_phase();
+  s.reduce_chunks(data, count, dtype, op, root);
+  s.finish_data_phase();
+}
+
+void MpiCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, int root) {
+  State& s = *state_;
+  MpiCollective collective(s, kBroadcast);
+  const std::size_t elem = size_of(dtype);
+  const std::size_t bytes = count * elem;
+  const bool fused = bytes <= s.fused;
+  const std::size_t payload = fused && s.rank == root ? bytes : 0;
+  s.exchange(s.make_header(kBroadcast, count, dtype, ReduceOp::Sum, root, 0), data, payload);
+  if (fused) {
+    if (s.rank != root && bytes > 0) std::memcpy(data, s.payload_of(root), bytes);
+    return;
+  }
+  if (s.size == 1) return;
+  s.enter_data_phase();
+  const std::size_t chunk = piece_size(count, s.options.chunk_bytes / elem);
+  const MPI_Datatype type = mpi_type(dtype);
+  State::Engine e;
+  e.chunks = static_cast<int>((count + chunk - 1) / chunk);
+  e.slots = s.options.chunks_in_flight;
+  e.step = [&](int c, int, int, MPI_Request* request) {
+    const std::size_t off = static_cast<std::size_t>(c) * chunk;
+    s.check(MPI_Ibcast(static_cast<char*>(data) + off * elem, to_int(std::min(chunk, count - off)),
+                       type, root, s.data, request),
+            "MPI_Ibcast");
+  };
+  s.run(e);
+  s.finish_data_phase();
+}
+
+namespace {
+
+// all_gather and reduce_scatter address rank q's block at q * count_per_rank elements through
+// MPI's int displacements.
+void check_displacements(const char* op, int size, std::size_t count_per_rank) {
+  MDTRAIN_CHECK(count_per_rank <= static_cast<std::size_t>(INT_MAX) / std::max(1, size - 1),
+                std::invalid_argument, "[mpi] ", op, ": (size() - 1) * count_per_rank = ",
+                static_cast<std::size_t>(size - 1), " * ", count_per_rank,
+                " elements exceeds MPI's int displacements (", INT_MAX, "); split the call");
+}
+
+}  // namespace
+
+void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
+                                   DType dtype) {
+  State& s = *state_;
+  const std::size_t elem = size_of(dtype);
+  const std::size_t bytes = count_per_rank * elem;
+  const bool fused = bytes <= s.fused;
+  if (!fused) check_displacements("all_gather", s.size, count_per_rank);
+  MpiCollective collective(s, kAllGather);
+  const bool in_place = send == static_cast<const char*>(recv) + static_cast<std::size_t>(s.rank) * bytes;
+  s.exchange(s.make_header(kAllGather, count_per_rank, dtype, ReduceOp::Sum, 0, fused ? bytes : 0),
+             send, fused ? bytes : 0);
+  char* out = static_cast<char*>(recv);
+  if (fused) {
+    if (bytes == 0) return;
+    for (int r = 0; r < s.size; ++r) {
+      std::memcpy(out + static_cast<std::size_t>(r) * bytes, s.payload_of(r), bytes);
+    }
+    return;
+  }
+  if (s.size == 1) {
+    if (!in_place) std::memcpy(recv, send, bytes);
+    return;
+  }
+  s.enter_data_phase();
+  const auto n = static_cast<std::size_t>(s.size);
+  const std::size_t piece = piece_size(count_per_rank, s.options.chunk_bytes / elem / n);
+  const MPI_Datatype type = mpi_type(dtype);
+  s.bytes_per_slot(0, 2 * n);
+  State::Engine e;
+  e.chunks = static_cast<int>((count_per_rank + piece - 1) / piece);
+  e.slots = s.options.chunks_in_flight;
+  e.step = [&](int c, int, int slot, MPI_Request* request) {
+    const std::size_t off = static_cast<std::size_t>(c) * piece;
+    const std::size_t len = std::min(piece, count_per_rank - off);
+    int* counts = s.scratch->counts[static_cast<std::size_t>(slot)].data();
+    int* displs = counts + n;
+    for (std::size_t q = 0; q < n; ++q) {
+      counts[q] = to_int(len);
+      displs[q] = to_int(q * count_per_rank);
+    }
+    const void* src = in_place ? MPI_IN_PLACE : static_cast<const char*>(send) + off * elem;
+    s.check(MPI_Iallgatherv(src, to_int(len), type, out + off * elem, counts, displs, type, s.data,
+                            request),
+            "MPI_Iallgatherv");
+  };
+  s.run(e);
+  s.finish_data_phase();
+}
+
+void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
+                                       DType dtype, ReduceOp op) {
+  State& s = *state_;
+  const std::size_t elem = size_of(dtype);
+  const auto n = static_cast<std::size_t>(s.size);
+  const std::size_t total = n * count_per_rank * elem;
+  const bool fused = total <= s.fused;
+  if (!fused) check_displacements("reduce_scatter", s.size, count_per_rank);
+  MpiCollective collective(s, kReduceScatter);
+  s.exchange(s.make_header(kReduceScatter, count_per_rank, dtype, op, 0, fused ? total : 0), send,
+             fused ? total : 0);
+  const std::size_t mine = static_cast<std::size_t>(s.rank) * count_per_rank;
+  if (fused) {
+    if (count_per_rank > 0) s.reduce_payloads(recv, mine, count_per_rank, dtype, op);
+    return;
+  }
+  if (s.size == 1) {
+    if (recv != send) std::memcpy(recv, send, count_per_rank * elem);
+    return;
+  }
+  s.enter_data_phase();
+  const std::size_t piece = piece_size(count_per_rank, s.options.chunk_bytes / elem / n);
+  const MPI_Datatype type = mpi_type(dtype);
+  s.bytes_per_slot(n * piece * elem, 4 * n);
+  State::Engine e;
+  e.chunks = static_cast<int>((count_per_rank + piece - 1) / piece);
+  e.stages = 2;
+  e.slots = s.options.chunks_in_flight;
+  e.step = [&](int c, int stage, int slot, MPI_Request* request) {
+    const std::size_t off = static_cast<std::size_t>(c) * piece;
+    const std::size_t len = std::min(piece, count_per_rank - off);
+    unsigned char* staging = s.scratch->staging[static_cast<std::size_t>(slot)].data();
+    if (stage == 0) {
+      int* counts = s.scratch->counts[static_cast<std::size_t>(slot)].data();
+      int* displs = counts + n;
+      int* recv_counts = counts + 2 * n;
+      int* recv_displs = counts + 3 * n;
+      for (std::size_t q = 0; q < n; ++q) {
+        const bool self = q == static_cast<std::size_t>(s.rank);  // read in place below
+        counts[q] = self ? 0 : to_int(len);
+        displs[q] = to_int(q * count_per_rank);
+        recv_counts[q] = self ? 0 : to_int(len);
+        recv_displs[q] = to_int(q * len);
+      }
+      s.check(MPI_Ialltoallv(static_cast<const char*>(send) + off * elem, counts, displs, type,
+                             staging, recv_counts, recv_displs, type, s.data, request),
+              "MPI_Ialltoallv");
+      return;
+    }
+    // In place, recv is this rank's block of send, which the output may alias (the kernel reads
+    // each tile from every input first); no other piece in flight touches piece c.
+    std::vector<const void*> inputs(n);
+    for (std::size_t q = 0; q < n; ++q) inputs[q] = staging + q * len * elem;
+    inputs[static_cast<std::size_t>(s.rank)] =
+        static_cast<const char*>(send) + (static_cast<std::size_t>(s.rank) * count_per_rank + off) * elem;
+    void* outputs[1] = {static_cast<char*>(recv) + off * elem};
+    detail::reduce_in_rank_order(outputs, 1, inputs.data(), s.size, 0, len, dtype, op);
+  };
+  s.run(e);
+  s.finish_data_phase();
+}
+
+void MpiCommunicator::do_barrier() {
+  State& s = *state_;
+  MpiCollective collective(s, kBarrier);
+  // Nobody leaves an all-gather before everybody entered it: the header exchange is a barrier.
+  s.exchange(s.make_header(kBarrier, 0, DType::Float32, ReduceOp::Sum, 0, 0), nullptr, 0);
+}
+
+// ---- optional_backends.h -------------------------------------------------------------------------
+
+bool mpi_available() { return true; }
+
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return std::make_unique<MpiCommunicator>();
+}
+
+MpiWorldInfo mpi_world_info() {
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  initialize_locked(rt);
+  return rt.world;
+}
+
+void mpi_finalize() {
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  if (!rt.initialized_by_us || rt.finalized) return;
+  rt.finalized = true;
+  rt.ready = false;
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
+}
+
+}  // namespace mdtrain

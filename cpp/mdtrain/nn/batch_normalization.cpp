@@ -1,0 +1,325 @@
+#include "mdtrain/nn/batch_normalization.h"
+
+#include <cmath>
+
+#include "mdtrain/nn/initializer.h"
+#include "mdtrain/ops/normalization.h"
+#include "mdtrain/ops/normalization_math.h"
+
+namespace mdtrain {
+
+namespace {
+
+// dst (float32 or float64, n elements) = src (n doubles).
+void store(const double* src, Tensor& dst) {
+  if (dst.dtype() == DType::Float32) {
+    float* d = dst.data<float>();
+    for (std::int64_t i = 0; i < dst.numel(); ++i) d[i] = static_cast<float>(src[i]);
+  } else {
+    double* d = dst.data<double>();
+    for (std::int64_t i = 0; i < dst.numel(); ++i) d[i] = src[i];
+  }
+}
+
+double element(const Tensor& t, std::int64_t i) {
+  return t.dtype() == DType::Float32 ? static_cast<double>(t.data<float>()[i]) : t.data<double>()[i];
+}
+
+}  // namespace
+
+BatchNormalization::BatchNormalization(std::string name, Options options)
+    : Layer(std::move(name)), options_(std::move(options)) {
+  MDTRAIN_CHECK(options_.axis == -1 || options_.axis >= 1, std::invalid_argument, "[batch_normalization] layer \"",
+                name_, "\": only axis=-1 (the last, channels axis, or its index) is supported, got axis=",
+                options_.axis);
+  MDTRAIN_CHECK(options_.momentum >= 0.0 && options_.momentum <= 1.0, std::invalid_argument,
+                "[batch_normalization] layer \"", name_, "\": momentum must be in [0, 1], got ", options_.momentum);
+  MDTRAIN_CHECK(options_.epsilon >= 0.0 && std::isfinite(options_.epsilon), std::invalid_argument,
+                "[batch_normalization] layer \"", name_, "\": epsilon must be a finite number >= 0, got ",
+                options_.epsilon);
+  // Validate names now, not at build time.
+  make_initializer(options_.beta_initializer);
+  make_initializer(options_.gamma_initializer);
+  make_initializer(options_.moving_mean_initializer);
+  make_initializer(options_.moving_variance_initializer);
+  beta_regularizer_ = make_regularizer(options_.beta_regularizer);
+  gamma_regularizer_ = make_regularizer(options_.gamma_regularizer);
+}
+
+Shape BatchNormalization::compute_output_shape(const Shape& input_shape) const {
+  MDTRAIN_CHECK(!input_shape.empty(), std::invalid_argument, "[batch_normalization] layer \"", name_,
+                "\" needs inputs of rank >= 2 (batch, ..., channels), got input shape (None,)");
+  const auto last = static_cast<std::int64_t>(input_shape.size());  // index of the last axis with the batch
+  if (options_.axis != -1 && options_.axis != last) {
+    Shape full{-1};
+    full.insert(full.end(), input_shape.begin(), input_shape.end());
+    fail<std::invalid_argument>("[batch_normalization] layer \"", name_,
+                                "\": only axis=-1 (the last, channels axis: axis=", last, " for inputs of shape ",
+                                to_string(full), ") is supported, got axis=", options_.axis);
+  }
+  return input_shape;
+}
+
+void BatchNormalization::build_weights(const Shape& input_shape, std::uint64_t seed) {
+  channels_ = input_shape.back();
+  const std::int64_t c = channels_;
+  auto make = [&](const char* suffix, const Json& init, std::uint64_t stream, bool trainable) {
+    Parameter p(name_ + "/" + suffix, Tensor({c}, dtype_));
+    Rng rng(seed, stream);
+    make_initializer(init)->fill(p.value, c, c, rng);  // Keras's fans of a 1-D shape: (c, c)
+    p.trainable = trainable;
+    return p;
+  };
+  if (options_.scale) gamma_ = make("gamma", options_.gamma_initializer, 0, true);
+  if (options_.center) beta_ = make("beta", options_.beta_initializer, 1, true);
+  moving_mean_ = make("moving_mean", options_.moving_mean_initializer, 2, false);
+  moving_variance_ = make("moving_variance", options_.moving_variance_initializer, 3, false);
+  allocate_statistics();
+}
+
+void BatchNormalization::allocate_statistics() {
+  for (Tensor* t : {&mean_, &var_, &inv_std_, &shift_, &sum_, &sum_squares_, &sum_dy_, &sum_dy_xhat_, &mean_dy_,
+                    &mean_dy_xhat_, &scale_})
+    *t = Tensor::zeros({channels_}, DType::Float64);
+}
+
+Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& ctx) {
+  check_input(x);
+  last_input_shape_ = x.shape();
+  const Tensor x2d = x.reshape({-1, channels_});
+  const std::int64_t rows = x2d.dim(0);
+  last_training_ = ctx.training;
+  if (ctx.training) {
+    replicas_ = ctx.replicas;
+    training_statistics(x2d, rows);
+  } else {
+    replicas_ = nullptr;  // inference never runs a collective
+    for (std::int64_t c = 0; c < channels_; ++c) {
+      mean_.data<double>()[c] = element(moving_mean_.value, c);
+      var_.data<double>()[c] = element(moving_variance_.value, c);
+    }
+  }
+  for (std::int64_t c = 0; c < channels_; ++c)
+    inv_std_.data<double>()[c] = math::inverse_std(var_.data<double>()[c], options_.epsilon);
+  ensure_buffer(xhat_, x2d.shape(), dtype_);
+  ensure_buffer(y_, x2d.shape(), dtype_);
+  ops::channel_normalize(x2d, mean_, inv_std_, options_.scale ? gamma_.value : Tensor(),
+                         options_.center ? beta_.value : Tensor(), &xhat_, y_);
+  return y_.reshape(last_input_shape_);
+}
+
+void BatchNormalization::forward_without_rows(const ForwardContext& ctx) {
+  last_training_ = ctx.training;
+  if (!ctx.training) return;
+  replicas_ = ctx.replicas;
+  training_statistics(Tensor(), 0);
+}
+
+void BatchNormalization::training_statistics(const Tensor& x2d, std::int64_t rows) {
+  const std::int64_t c = channels_;
+  const auto cs = static_cast<std::size_t>(c);
+  const bool several = replica_count(replicas_) > 1;
+  double* mean = mean_.data<double>();
+  double* var = var_.data<double>();
+  // exchange_ = [count, per-channel a (c values), per-channel b (c values)], summed over replicas.
+  exchange_.assign(1 + 2 * cs, 0.0);
+  exchange_[0] = static_cast<double>(rows);
+  if (options_.synchronized) {
+    // Sums of x - moving_mean: the shift is the same on every replica (the moving statistics are
+    // identical) and, once they have warmed up, close to the mean, so E[d^2] - E[d]^2 cancels
+    // little even in float64.
+    for (std::int64_t i = 0; i < c; ++i) shift_.data<double>()[i] = element(moving_mean_.value, i);
+    if (rows > 0) {
+      ops::channel_sums(x2d, shift_, sum_, sum_squares_);
+      for (std::size_t i = 0; i < cs; ++i) {
+        exchange_[1 + i] = sum_.data<double>()[i];
+        exchange_[1 + cs + i] = sum_squares_.data<double>()[i];
+      }
+    }
+    if (several) replicas_->sum(exchange_.data(), exchange_.size());
+    count_ = exchange_[0];
+    if (count_ == 0) return;  // no rows anywhere: nothing to normalize or to learn from
+    for (std::size_t i = 0; i < cs; ++i) {
+      mean[i] = shift_.data<double>()[i] + exchange_[1 + i] / count_;
+      var[i] = math::variance_from_sums(count_, exchange_[1 + i], exchange_[1 + cs + i]);
+    }
+    update_moving_statistics(mean, var);
+    return;
+  }
+  // Per replica: normalize with this slice's statistics. The moving statistics take the replicas'
+  // statistics averaged with weights = their row counts, so that an uneven last batch counts each
+  // row once, a replica with no rows counts for nothing, and every replica computes the same
+  // average from the same sums: the moving statistics stay bitwise identical. (TF's moving
+  // variables aggregate with MEAN across replicas for the same reason.)
+  count_ = static_cast<double>(rows);
+  if (rows > 0) {
+    ops::channel_moments(x2d, mean_, var_);
+    for (std::size_t i = 0; i < cs; ++i) {
+      exchange_[1 + i] = count_ * mean[i];
+      exchange_[1 + cs + i] = count_ * var[i];
+    }
+  }
+  if (!several) {
+    if (rows > 0) update_moving_statistics(mean, var);
+    return;
+  }
+  replicas_->sum(exchange_.data(), exchange_.size());
+  const double total = exchange_[0];
+  if (total == 0) return;
+  std::vector<double> avg_mean(cs), avg_var(cs);
+  for (std::size_t i = 0; i < cs; ++i) {
+    avg_mean[i] = exchange_[1 + i] / total;
+    avg_var[i] = exchange_[1 + cs + i] / total;
+  }
+  update_moving_statistics(avg_mean.data(), avg_var.data());
+}
+
+void BatchNormalization::update_moving_statistics(const double* mean, const double* var) {
+  std::vector<double> m(static_cast<std::size_t>(channels_)), v(static_cast<std::size_t>(channels_));
+  for (std::int64_t i = 0; i < channels_; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    m[k] = math::moving_average(element(moving_mean_.value, i), mean[i], options_.momentum);
+    v[k] = math::moving_average(element(moving_variance_.value, i), var[i], options_.momentum);
+  }
+  store(m.data(), moving_mean_.value);
+  store(v.data(), moving_variance_.value);
+}
+
+Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_grad) {
+  const Tensor dy2 = dy.reshape({-1, channels_});
+  MDTRAIN_CHECK(dy2.shape() == xhat_.shape(), std::logic_error, "[batch_normalization] layer \"", name_,
+                "\": backward got dy of shape ", to_string(dy.shape()), " for a forward on ",
+                to_string(last_input_shape_));
+  ops::channel_grad_sums(dy2, xhat_, sum_dy_, sum_dy_xhat_);
+  // Parameter gradients are this replica's sums; the engine's gradient all-reduce adds them up.
+  if (options_.scale) store(sum_dy_xhat_.data<double>(), gamma_.grad);
+  if (options_.center) store(sum_dy_.data<double>(), beta_.grad);
+  if (!need_input_grad) return Tensor();
+  const std::int64_t c = channels_;
+  double* mdy = mean_dy_.data<double>();
+  double* mdyx = mean_dy_xhat_.data<double>();
+  if (last_training_) {
+    // The statistics depend on every row they were taken over: dx needs the means of dy and
+    // dy * xhat over those rows, the global batch's when synchronized.
+    if (options_.synchronized && replica_count(replicas_) > 1) {
+      exchange_.resize(2 * static_cast<std::size_t>(c));
+      for (std::int64_t i = 0; i < c; ++i) {
+        exchange_[static_cast<std::size_t>(i)] = sum_dy_.data<double>()[i];
+        exchange_[static_cast<std::size_t>(c + i)] = sum_dy_xhat_.data<double>()[i];
+      }
+      replicas_->sum(exchange_.data(), exchange_.size());
+      for (std::int64_t i = 0; i < c; ++i) {
+        mdy[i] = exchange_[static_cast<std::size_t>(i)] / count_;
+        mdyx[i] = exchange_[static_cast<std::size_t>(c + i)] / count_;
+      }
+    } else {
+      for (std::int64_t i = 0; i < c; ++i) {
+        mdy[i] = sum_dy_.data<double>()[i] / count_;
+        mdyx[i] = sum_dy_xhat_.data<double>()[i] / count_;
+      }
+    }
+  } else {
+    // Fixed (moving) statistics: y is affine in x.
+    for (std::int64_t i = 0; i < c; ++i) mdy[i] = mdyx[i] = 0.0;
+  }
+  for (std::int64_t i = 0; i < c; ++i)
+    scale_.data<double>()[i] = (options_.scale ? element(gamma_.value, i) : 1.0) * inv_std_.data<double>()[i];
+  ensure_buffer(dx_, dy2.shape(), dtype_);
+  ops::channel_normalize_backward(dy2, xhat_, scale_, mean_dy_, mean_dy_xhat_, dx_);
+  return dx_.reshape(last_input_shape_);
+}
+
+void BatchNormalization::backward_without_rows(bool need_input_grad) {
+  // Mirrors backward(): the one collective there is the synchronized dx means.
+  if (!last_training_ || !need_input_grad || !options_.synchronized || replica_count(replicas_) <= 1) return;
+  exchange_.assign(2 * static_cast<std::size_t>(channels_), 0.0);
+  replicas_->sum(exchange_.data(), exchange_.size());
+}
+
+std::vector<Parameter*> BatchNormalization::parameters() {
+  if (!built_) return {};
+  std::vector<Parameter*> out;
+  if (options_.scale) out.push_back(&gamma_);
+  if (options_.center) out.push_back(&beta_);
+  out.push_back(&moving_mean_);
+  out.push_back(&moving_variance_);
+  return out;
+}
+
+double BatchNormalization::regularization_loss() const {
+  double l = 0;
+  if (gamma_regularizer_ && built_ && options_.scale) l += gamma_regularizer_->loss(gamma_.value);
+  if (beta_regularizer_ && built_ && options_.center) l += beta_regularizer_->loss(beta_.value);
+  return l;
+}
+
+void BatchNormalization::add_regularization_gradients() {
+  if (gamma_regularizer_ && options_.scale) gamma_regularizer_->add_gradient(gamma_.value, gamma_.grad);
+  if (beta_regularizer_ && options_.center) beta_regularizer_->add_gradient(beta_.value, beta_.grad);
+}
+
+std::unique_ptr<Layer> BatchNormalization::clone() const {
+  auto copy = std::make_unique<BatchNormalization>(name_, options_);
+  copy->copy_build_state(*this);
+  if (built_) {
+    copy->channels_ = channels_;
+    auto dup = [](const Parameter& p) {
+      Parameter q(p.name, p.value.clone());
+      q.trainable = p.trainable;
+      return q;
+    };
+    if (options_.scale) copy->gamma_ = dup(gamma_);
+    if (options_.center) copy->beta_ = dup(beta_);
+    copy->moving_mean_ = dup(moving_mean_);
+    copy->moving_variance_ = dup(moving_variance_);
+    copy->allocate_statistics();
+  }
+  return copy;
+}
+
+Json BatchNormalization::config() const {
+  Json c = Layer::config();
+  c.set("axis", options_.axis);
+  c.set("momentum", options_.momentum);
+  c.set("epsilon", options_.epsilon);
+  c.set("center", options_.center);
+  c.set("scale", options_.scale);
+  c.set("beta_initializer", make_initializer(options_.beta_initializer)->config());
+  c.set("gamma_initializer", make_initializer(options_.gamma_initializer)->config());
+  c.set("moving_mean_initializer", make_initializer(options_.moving_mean_initializer)->config());
+  c.set("moving_variance_initializer", make_initializer(options_.moving_variance_initializer)->config());
+  c.set("beta_regularizer", beta_regularizer_ ? beta_regularizer_->config() : Json());
+  c.set("gamma_regularizer", gamma_regularizer_ ? gamma_regularizer_->config() : Json());
+  c.set("beta_constraint", Json());
+  c.set("gamma_constraint", Json());
+  c.set("synchronized", options_.synchronized);
+  return c;
+}
+
+std::int64_t normalization_axis_from_json(const std::string& layer, const Json& axis) {
+  if (axis.is_array()) {
+    MDTRAIN_CHECK(axis.as_array().size() == 1, std::invalid_argument, "[layers] layer \"", layer,
+                  "\": only one normalization axis (the last, axis=-1) is supported, got axis=", axis.dump());
+    return axis.as_array()[0].as_int();
+  }
+  return axis.as_int();
+}
+
+std::unique_ptr<Layer> batch_normalization_from_config(const std::string& name, const Json& c) {
+  BatchNormalization::Options o;
+  o.axis = normalization_axis_from_json(name, c.get("axis", Json(-1)));
+  o.momentum = c.get("momentum", 0.99).as_number();
+  o.epsilon = c.get("epsilon", 1e-3).as_number();
+  o.center = c.get("center", true).as_bool();
+  o.scale = c.get("scale", true).as_bool();
+  o.beta_initializer = c.get("beta_initializer", "zeros");
+  o.gamma_initializer = c.get("gamma_initializer", "ones");
+  o.moving_mean_initializer = c.get("moving_mean_initializer", "zeros");
+  o.moving_variance_initializer = c.get("moving_variance_initializer", "ones");
+  o.beta_regularizer = c.get("beta_regularizer", Json());
+  o.gamma_regularizer = c.get("gamma_regularizer", Json());
+  o.synchronized = c.get("synchronized", false).as_bool();
+  return std::make_unique<BatchNormalization>(name, o);
+}
+
+}  // namespace mdtrain

@@ -1,0 +1,100 @@
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "mdtrain/nn/layer.h"
+#include "mdtrain/nn/regularizer.h"
+
+namespace mdtrain {
+
+// keras.layers.BatchNormalization on the last (channels) axis of inputs of any rank >= 2:
+// statistics per channel over every other axis (the batch, and the positions of a (B, H, W, C)
+// feature map).
+//
+// Training (ForwardContext::training): y = gamma * (x - mean) / sqrt(var + epsilon) + beta with the
+// batch mean and biased variance (Keras 3's ops.moments), and
+//   moving_mean = moving_mean * momentum + mean * (1 - momentum)   (the same for moving_variance),
+// gradients flowing through the batch statistics. Inference: the moving statistics instead.
+// Weights in Keras's order: gamma (if scale), beta (if center), moving_mean, moving_variance; the
+// last two are non-trainable (no gradient, not the optimizer's).
+//
+// Under several replicas (ForwardContext::replicas):
+//  - synchronized: the statistics are those of the global batch: one float64 all-reduce of
+//    (count, sum, sum of squares) per channel in forward, one of (sum dy, sum dy * xhat) in
+//    backward. N replicas give the outputs, gradients and moving statistics of one replica on the
+//    whole batch (up to rounding).
+//  - not synchronized (Keras's default): each replica normalizes with its own slice's statistics,
+//    as Keras on tf.distribute; the moving statistics are updated with the replicas' statistics
+//    averaged (one float64 all-reduce in forward), so they stay bitwise identical everywhere.
+// A replica with no rows in a step still joins those all-reduces (forward_without_rows).
+class BatchNormalization : public Layer {
+ public:
+  struct Options {
+    std::int64_t axis = -1;  // only the last axis (-1 or its index) is supported
+    double momentum = 0.99;
+    double epsilon = 1e-3;
+    bool center = true;  // beta
+    bool scale = true;   // gamma
+    Json beta_initializer = "zeros";
+    Json gamma_initializer = "ones";
+    Json moving_mean_initializer = "zeros";
+    Json moving_variance_initializer = "ones";
+    Json beta_regularizer;  // null: none
+    Json gamma_regularizer;
+    bool synchronized = false;
+  };
+  BatchNormalization(std::string name, Options options);
+
+  std::string class_name() const override { return "BatchNormalization"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_input_grad) override;
+  void forward_without_rows(const ForwardContext& ctx) override;
+  void backward_without_rows(bool need_input_grad) override;
+  std::vector<Parameter*> parameters() override;
+  double regularization_loss() const override;
+  void add_regularization_gradients() override;
+  std::unique_ptr<Layer> clone() const override;
+  Json config() const override;
+
+  const Options& options() const { return options_; }
+  Parameter& gamma() { return gamma_; }
+  Parameter& beta() { return beta_; }
+  Parameter& moving_mean() { return moving_mean_; }
+  Parameter& moving_variance() { return moving_variance_; }
+
+ protected:
+  void build_weights(const Shape& input_shape, std::uint64_t seed) override;
+
+ private:
+  void allocate_statistics();
+  // Sets mean_, var_ and count_ from this replica's x (rows may be 0) and the other replicas', and
+  // updates the moving statistics.
+  void training_statistics(const Tensor& x2d, std::int64_t rows);
+  void update_moving_statistics(const double* mean, const double* var);
+
+  Options options_;
+  std::shared_ptr<Regularizer> beta_regularizer_, gamma_regularizer_;
+  Parameter gamma_, beta_, moving_mean_, moving_variance_;
+  std::int64_t channels_ = 0;
+
+  // Per-call state. The statistics of the last forward (float64, per channel), the number of
+  // values they were taken over (global when synchronized), whether that forward was a training
+  // one and with which replicas (backward's all-reduce goes to the same ones).
+  Tensor mean_, var_, inv_std_, shift_, sum_, sum_squares_;
+  Tensor sum_dy_, sum_dy_xhat_, mean_dy_, mean_dy_xhat_, scale_;
+  std::vector<double> exchange_;  // the buffer all-reduced across replicas
+  double count_ = 0;
+  bool last_training_ = false;
+  CrossReplicaContext* replicas_ = nullptr;
+  Tensor xhat_, y_, dx_;
+  Shape last_input_shape_;
+};
+
+// The layer of a Keras config ({"axis", "momentum", ...}; missing keys take Keras's defaults).
+std::unique_ptr<Layer> batch_normalization_from_config(const std::string& name, const Json& config);
+
+// A Keras "axis" config value: an integer or a list of one integer.
+std::int64_t normalization_axis_from_json(const std::string& layer, const Json& axis);
+
+}  // namespace mdtrain

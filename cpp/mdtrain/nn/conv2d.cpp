@@ -1,0 +1,296 @@
+#include "mdtrain/nn/conv2d.h"
+
+#include <algorithm>
+
+#include "mdtrain/nn/window_args.h"
+#include "mdtrain/ops/conv_ops.h"
+#include "mdtrain/ops/ops.h"
+
+namespace mdtrain {
+
+Conv2D::Conv2D(std::string name, Options options)
+    : Layer(std::move(name)), options_(std::move(options)), activation_(parse_activation(options_.activation)) {
+  MDTRAIN_CHECK(options_.filters > 0, std::invalid_argument, "[conv2d] layer \"", name_,
+                "\": Invalid value for argument `filters`. Expected a strictly positive value. Received filters=",
+                options_.filters, ".");
+  check_pair_arg("conv2d", name_, "kernel_size", options_.kernel_size);
+  check_pair_arg("conv2d", name_, "strides", options_.strides);
+  check_pair_arg("conv2d", name_, "dilation_rate", options_.dilation_rate);
+  options_.padding = check_padding_arg("conv2d", name_, options_.padding);
+  same_padding_ = options_.padding == "same";
+  check_data_format_arg("conv2d", name_, options_.data_format);
+  const auto max_of = [](const std::vector<std::int64_t>& v) { return *std::max_element(v.begin(), v.end()); };
+  MDTRAIN_CHECK(max_of(options_.strides) == 1 || max_of(options_.dilation_rate) == 1, std::invalid_argument,
+                "[conv2d] layer \"", name_,
+                "\": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=",
+                tuple_string(options_.strides), " and dilation_rate=", tuple_string(options_.dilation_rate));
+  make_initializer(options_.kernel_initializer);  // validate names now, not at build time
+  make_initializer(options_.bias_initializer);
+  kernel_regularizer_ = make_regularizer(options_.kernel_regularizer);
+  bias_regularizer_ = make_regularizer(options_.bias_regularizer);
+}
+
+Window2D Conv2D::window_for(const Shape& input_shape) const {
+  check_image_input_shape("conv2d", name_, input_shape);
+  const auto& k = options_.kernel_size;
+  const auto& s = options_.strides;
+  const auto& d = options_.dilation_rate;
+  Window2D g = ops::make_window2d(input_shape[0], input_shape[1], input_shape[2], k[0], k[1], s[0], s[1], d[0], d[1],
+                                  same_padding_);
+  if (g.out_h == 0 || g.out_w == 0) {
+    const std::vector<std::int64_t> extent{math::dilated_extent(k[0], d[0]), math::dilated_extent(k[1], d[1])};
+    const std::string dilated =
+        extent == k ? std::string()
+                    : cat(" (dilated by dilation_rate ", tuple_string(d), " to ", tuple_string(extent), ")");
+    Shape full{-1};
+    full.insert(full.end(), input_shape.begin(), input_shape.end());
+    fail<std::invalid_argument>("[conv2d] layer \"", name_, "\": kernel_size ", tuple_string(k), dilated,
+                                " is larger than the input's spatial size (", input_shape[0], ", ", input_shape[1],
+                                ") with padding=\"valid\". Received input shape ", to_string(full),
+                                ", which would produce an output shape with a zero or negative value in a dimension");
+  }
+  return g;
+}
+
+Shape Conv2D::compute_output_shape(const Shape& input_shape) const {
+  const Window2D g = window_for(input_shape);
+  return {g.out_h, g.out_w, options_.filters};
+}
+
+void Conv2D::build_weights(const Shape& input_shape, std::uint64_t seed) {
+  window_ = window_for(input_shape);
+  const std::int64_t kh = options_.kernel_size[0], kw = options_.kernel_size[1], cin = input_shape[2],
+                     filters = options_.filters;
+  Rng rng(seed, 0);
+  kernel_ = Parameter(name_ + "/kernel", Tensor({kh, kw, cin, filters}, dtype_));
+  // Keras's fans for a conv kernel: the receptive field times the input / output channels.
+  make_initializer(options_.kernel_initializer)->fill(kernel_.value, kh * kw * cin, kh * kw * filters, rng);
+  if (options_.use_bias) {
+    bias_ = Parameter(name_ + "/bias", Tensor({filters}, dtype_));
+    Rng bias_rng(seed, 1);
+    make_initializer(options_.bias_initializer)->fill(bias_.value, filters, filters, bias_rng);
+  }
+}
+
+bool Conv2D::keeps_preactivation() const {
+  return activation_ == Activation::GELU || activation_ == Activation::Softmax || activation_ == Activation::Sigmoid;
+}
+
+bool Conv2D::pointwise() const {
+  return window_.k_h == 1 && window_.k_w == 1 && window_.stride_h == 1 && window_.stride_w == 1;
+}
+
+std::int64_t Conv2D::output_rows_per_chunk() const {
+  // A chunk's columns and its rows of output (and of the output gradient in backward) together
+  // stay within the budget, so each pass over a chunk (im2col, GEMM, bias and activation; or
+  // activation gradient, bias gradient, kernel-gradient GEMM, input-gradient GEMM, col2im) finds
+  // the chunk still in cache instead of streaming the whole batch through memory once per pass.
+  // The unit is one output row of one image, so the bound holds for large images too.
+  const std::int64_t depth = window_.k_h * window_.k_w * window_.channels;
+  const std::int64_t per_row =
+      window_.out_w * (depth + 2 * options_.filters) * static_cast<std::int64_t>(size_of(dtype_));
+  return std::max<std::int64_t>(1, column_budget_bytes_ / std::max<std::int64_t>(1, per_row));
+}
+
+void Conv2D::set_column_budget_bytes(std::int64_t bytes) {
+  MDTRAIN_CHECK(bytes > 0, std::invalid_argument, "[conv2d] layer \"", name_,
+                "\": the column budget must be positive, got ", bytes);
+  column_budget_bytes_ = bytes;
+}
+
+namespace {
+// A (rows, cols) view of `buffer`, which grows to the largest request and is then viewed, so an
+// epoch's smaller last batch does not reallocate it (twice).
+Tensor grown_rows(Tensor& buffer, std::int64_t rows, std::int64_t cols, DType dtype) {
+  if (!buffer.defined() || buffer.dtype() != dtype || buffer.dim(1) != cols || buffer.dim(0) < rows)
+    buffer = Tensor({rows, cols}, dtype);
+  return buffer.rows(0, rows);
+}
+}  // namespace
+
+Tensor Conv2D::column_rows(std::int64_t rows) {
+  return grown_rows(col_, rows, window_.k_h * window_.k_w * window_.channels, dtype_);
+}
+
+void Conv2D::check_conv_input(const Tensor& x) const {
+  MDTRAIN_CHECK(built_, std::logic_error, "[layer] layer \"", name_, "\" was called before it was built");
+  MDTRAIN_CHECK(x.ndim() == 4, std::invalid_argument, "[conv2d] Input 0 of layer \"", name_,
+                "\" is incompatible with the layer: expected ndim=4, found ndim=", x.ndim(),
+                ". Full shape received: ", to_string(x.shape()));
+  MDTRAIN_CHECK(x.dim(3) == input_shape_[2], std::invalid_argument, "[conv2d] Input 0 of layer \"", name_,
+                "\" is incompatible with the layer: expected axis -1 of input shape to have value ", input_shape_[2],
+                ", but received input with shape ", to_string(x.shape()));
+  check_input(x);  // the spatial size the layer was built for, and the dtype
+}
+
+Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
+  check_conv_input(x);
+  x_ = x;
+  const std::int64_t images = x.dim(0), positions = window_.out_h * window_.out_w, rows = images * positions,
+                     depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
+  ensure_buffer(y_, {rows, filters}, dtype_);
+  const bool keep = keeps_preactivation();
+  if (keep) ensure_buffer(z_, {rows, filters}, dtype_);
+  const Tensor w = kernel_.value.reshape({depth, filters});
+  const Tensor no_bias;
+  const Tensor& bias = options_.use_bias ? bias_.value : no_bias;
+  const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk();
+  // Backward needs the columns again. They are kept for it when the whole batch is one chunk, or
+  // when they are no larger than the output (kh*kw*cin <= filters: the first layer of an image
+  // model): there, rebuilding short kernel rows costs more than storing them. Otherwise backward
+  // rebuilds each chunk's columns, which is cheaper than streaming them through memory twice.
+  columns_kept_ = !pointwise() && (out_rows <= chunk || depth <= filters);
+  if (columns_kept_) column_rows(rows);
+  const Tensor x2 = pointwise() ? x.reshape({rows, depth}) : Tensor();  // a 1x1 conv's own columns
+  for (std::int64_t r0 = 0; r0 < out_rows; r0 += chunk) {
+    const std::int64_t r1 = std::min(out_rows, r0 + chunk), p0 = r0 * window_.out_w, p1 = r1 * window_.out_w;
+    Tensor y = y_.rows(p0, p1);
+    Tensor z = keep ? z_.rows(p0, p1) : y;
+    if (pointwise()) {
+      ops::gemm(x2.rows(p0, p1), false, w, false, z);
+    } else {
+      Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(p1 - p0);
+      ops::im2col(x, window_, r0, col);
+      ops::gemm(col, false, w, false, z);
+    }
+    if (keep) {
+      // z = x * kernel + bias stays for GELU's gradient and as the logits of softmax/sigmoid.
+      ops::bias_activation(z, bias, Activation::Linear, z);
+      ops::bias_activation(z, no_bias, activation_, y);
+    } else {
+      ops::bias_activation(z, bias, activation_, y);
+    }
+  }
+  return y_.reshape({images, window_.out_h, window_.out_w, filters});
+}
+
+Tensor Conv2D::logits() const {
+  MDTRAIN_CHECK(keeps_preactivation(), std::logic_error, "[conv2d] layer \"", name_,
+                "\" keeps no logits for activation ", name_of(activation_));
+  return z_.reshape({x_.dim(0), window_.out_h, window_.out_w, options_.filters});
+}
+
+Tensor Conv2D::backward(const Tensor& dy, bool need_input_grad) {
+  return backward_chunks(dy.reshape({-1, options_.filters}), activation_ != Activation::Linear, need_input_grad);
+}
+
+Tensor Conv2D::backward_from_logits(const Tensor& dlogits, bool need_input_grad) {
+  return backward_chunks(dlogits.reshape({-1, options_.filters}), false, need_input_grad);
+}
+
+Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool need_input_grad) {
+  const std::int64_t images = x_.dim(0), positions = window_.out_h * window_.out_w, rows = images * positions,
+                     depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
+  MDTRAIN_CHECK(grad.dim(0) == rows, std::invalid_argument, "[conv2d] layer \"", name_, "\": the output gradient has ",
+                grad.dim(0), " rows, the last forward produced ", rows);
+  Tensor dw = kernel_.grad.reshape({depth, filters});
+  const Tensor w = kernel_.value.reshape({depth, filters});
+  if (need_input_grad) ensure_buffer(dx_, x_.shape(), dtype_);
+  if (rows == 0) {
+    kernel_.grad.fill(0.0);
+    if (options_.use_bias) bias_.grad.fill(0.0);
+    return need_input_grad ? dx_ : Tensor();
+  }
+  const bool keep = keeps_preactivation();
+  const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk();
+  const Tensor x2 = pointwise() ? x_.reshape({rows, depth}) : Tensor();
+  Tensor dx2 = need_input_grad && pointwise() ? dx_.reshape({rows, depth}) : Tensor();
+  // col2im adds each chunk onto dx, and neighbouring chunks may share input rows: input rows are
+  // zeroed just before the first chunk that reaches them (chunks reach them in order), so the
+  // zeroing stays in cache with the chunk.
+  Tensor dx_lines = need_input_grad ? dx_.reshape({images * window_.in_h, -1}) : Tensor();
+  std::int64_t zeroed_lines = 0;
+  for (std::int64_t r0 = 0; r0 < out_rows; r0 += chunk) {
+    const std::int64_t r1 = std::min(out_rows, r0 + chunk), p0 = r0 * window_.out_w, p1 = r1 * window_.out_w;
+    const double beta = r0 == 0 ? 0.0 : 1.0;  // the first chunk overwrites the gradients, the others add
+    Tensor dz = grad.rows(p0, p1);
+    if (through_activation) {
+      Tensor scratch = grown_rows(dz_, p1 - p0, filters, dtype_);
+      ops::activation_backward(activation_, keep ? z_.rows(p0, p1) : Tensor(), y_.rows(p0, p1), dz, scratch);
+      dz = scratch;
+    }
+    if (options_.use_bias) ops::sum_rows(dz, bias_.grad, beta);
+    if (pointwise()) {
+      ops::gemm(x2.rows(p0, p1), true, dz, false, dw, 1.0, beta);
+      if (need_input_grad) {
+        Tensor dx = dx2.rows(p0, p1);
+        ops::gemm(dz, false, w, true, dx);
+      }
+      continue;
+    }
+    Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(p1 - p0);
+    if (!columns_kept_) ops::im2col(x_, window_, r0, col);
+    ops::gemm(col, true, dz, false, dw, 1.0, beta);
+    if (need_input_grad) {
+      // The columns are spent once the kernel gradient has them: their buffer takes d(columns).
+      ops::gemm(dz, false, w, true, col);
+      // The last input row this chunk's windows reach, + 1 (the last output row reaches furthest).
+      const std::int64_t b = (r1 - 1) / window_.out_h, oh = (r1 - 1) - b * window_.out_h;
+      const std::int64_t reach = std::min(window_.in_h, math::window_start(oh, window_.stride_h, window_.pad_top) +
+                                                            math::dilated_extent(window_.k_h, window_.dilation_h));
+      const std::int64_t lines = b * window_.in_h + std::max<std::int64_t>(reach, 0);
+      if (lines > zeroed_lines) {
+        dx_lines.rows(zeroed_lines, lines).fill(0.0);
+        zeroed_lines = lines;
+      }
+      ops::col2im_accumulate(col, window_, r0, dx_);
+    }
+  }
+  if (need_input_grad && !pointwise() && zeroed_lines < dx_lines.dim(0))
+    dx_lines.rows(zeroed_lines, dx_lines.dim(0)).fill(0.0);  // rows no window reads
+  if (need_input_grad) columns_kept_ = false;                // overwritten by the input-gradient columns
+  return need_input_grad ? dx_ : Tensor();
+}
+
+std::vector<Parameter*> Conv2D::parameters() {
+  if (!built_) return {};
+  if (options_.use_bias) return {&kernel_, &bias_};
+  return {&kernel_};
+}
+
+double Conv2D::regularization_loss() const {
+  double l = 0;
+  if (kernel_regularizer_ && built_) l += kernel_regularizer_->loss(kernel_.value);
+  if (bias_regularizer_ && built_ && options_.use_bias) l += bias_regularizer_->loss(bias_.value);
+  return l;
+}
+
+void Conv2D::add_regularization_gradients() {
+  if (kernel_regularizer_) kernel_regularizer_->add_gradient(kernel_.value, kernel_.grad);
+  if (bias_regularizer_ && options_.use_bias) bias_regularizer_->add_gradient(bias_.value, bias_.grad);
+}
+
+std::unique_ptr<Layer> Conv2D::clone() const {
+  auto copy = std::make_unique<Conv2D>(name_, options_);
+  copy->copy_build_state(*this);
+  copy->window_ = window_;
+  copy->column_budget_bytes_ = column_budget_bytes_;
+  if (built_) {
+    copy->kernel_ = Parameter(kernel_.name, kernel_.value.clone());
+    if (options_.use_bias) copy->bias_ = Parameter(bias_.name, bias_.value.clone());
+  }
+  return copy;
+}
+
+Json Conv2D::config() const {
+  Json c = Layer::config();
+  c.set("filters", options_.filters);
+  c.set("kernel_size", pair_to_json(options_.kernel_size));
+  c.set("strides", pair_to_json(options_.strides));
+  c.set("padding", options_.padding);
+  c.set("data_format", options_.data_format);
+  c.set("dilation_rate", pair_to_json(options_.dilation_rate));
+  c.set("groups", 1);
+  c.set("activation", name_of(activation_));
+  c.set("use_bias", options_.use_bias);
+  c.set("kernel_initializer", make_initializer(options_.kernel_initializer)->config());
+  c.set("bias_initializer", make_initializer(options_.bias_initializer)->config());
+  c.set("kernel_regularizer", kernel_regularizer_ ? kernel_regularizer_->config() : Json());
+  c.set("bias_regularizer", bias_regularizer_ ? bias_regularizer_->config() : Json());
+  c.set("activity_regularizer", Json());
+  c.set("kernel_constraint", Json());
+  c.set("bias_constraint", Json());
+  return c;
+}
+
+}  // namespace mdtrain

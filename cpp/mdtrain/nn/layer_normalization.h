@@ -1,0 +1,58 @@
+#pragma once
+#include <memory>
+
+#include "mdtrain/nn/layer.h"
+#include "mdtrain/nn/regularizer.h"
+
+namespace mdtrain {
+
+// keras.layers.LayerNormalization over the last axis: per sample (and per position of a
+// sequence or feature map), y = gamma * (x - mean) / sqrt(var + epsilon) + beta with the mean
+// and biased variance over the last axis; gamma and beta have shape (last_dim,). The same in
+// training and inference, and independent of how a batch is split across replicas.
+// Weights in Keras's order: gamma (if scale), beta (if center).
+class LayerNormalization : public Layer {
+ public:
+  struct Options {
+    std::int64_t axis = -1;  // only the last axis (-1 or its index) is supported
+    double epsilon = 1e-3;
+    bool center = true;  // beta
+    bool scale = true;   // gamma
+    Json beta_initializer = "zeros";
+    Json gamma_initializer = "ones";
+    Json beta_regularizer;  // null: none
+    Json gamma_regularizer;
+  };
+  LayerNormalization(std::string name, Options options);
+
+  std::string class_name() const override { return "LayerNormalization"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_input_grad) override;
+  std::vector<Parameter*> parameters() override;
+  double regularization_loss() const override;
+  void add_regularization_gradients() override;
+  std::unique_ptr<Layer> clone() const override;
+  Json config() const override;
+
+  const Options& options() const { return options_; }
+  Parameter& gamma() { return gamma_; }
+  Parameter& beta() { return beta_; }
+
+ protected:
+  void build_weights(const Shape& input_shape, std::uint64_t seed) override;
+
+ private:
+  Options options_;
+  std::shared_ptr<Regularizer> beta_regularizer_, gamma_regularizer_;
+  Parameter gamma_, beta_;
+  std::int64_t features_ = 0;
+  // Per-call state: the normalized input and per-row inverse deviations of the last forward.
+  Tensor xhat_, inv_std_, y_, dx_, sum_dy_, sum_dy_xhat_;
+  Shape last_input_shape_;
+};
+
+// The layer of a Keras config ({"axis", "epsilon", ...}; missing keys take Keras's defaults).
+std::unique_ptr<Layer> layer_normalization_from_config(const std::string& name, const Json& config);
+
+}  // namespace mdtrain

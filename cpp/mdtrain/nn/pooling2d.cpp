@@ -1,0 +1,100 @@
+#include "mdtrain/nn/pooling2d.h"
+
+#include "mdtrain/nn/window_args.h"
+#include "mdtrain/ops/conv_ops.h"
+
+namespace mdtrain {
+
+Pooling2D::Pooling2D(std::string name, Options options, const char* area)
+    : Layer(std::move(name)), options_(std::move(options)), area_(area) {
+  check_pair_arg(area_, name_, "pool_size", options_.pool_size);
+  if (options_.strides.empty()) options_.strides = options_.pool_size;
+  check_pair_arg(area_, name_, "strides", options_.strides);
+  options_.padding = check_padding_arg(area_, name_, options_.padding);
+  check_data_format_arg(area_, name_, options_.data_format);
+}
+
+Window2D Pooling2D::window_for(const Shape& input_shape) const {
+  check_image_input_shape(area_, name_, input_shape);
+  const auto& k = options_.pool_size;
+  const auto& s = options_.strides;
+  Window2D g = ops::make_window2d(input_shape[0], input_shape[1], input_shape[2], k[0], k[1], s[0], s[1], 1, 1,
+                                  options_.padding == "same");
+  if (g.out_h == 0 || g.out_w == 0) {
+    Shape full{-1};
+    full.insert(full.end(), input_shape.begin(), input_shape.end());
+    fail<std::invalid_argument>("[", area_, "] layer \"", name_, "\": pool_size ", tuple_string(k),
+                                " is larger than the input's spatial size (", input_shape[0], ", ", input_shape[1],
+                                ") with padding=\"valid\". Received input shape ", to_string(full),
+                                ", which would produce an output shape with a zero or negative value in a dimension");
+  }
+  return g;
+}
+
+Shape Pooling2D::compute_output_shape(const Shape& input_shape) const {
+  const Window2D g = window_for(input_shape);
+  return {g.out_h, g.out_w, g.channels};
+}
+
+void Pooling2D::build_weights(const Shape& input_shape, std::uint64_t) { window_ = window_for(input_shape); }
+
+void Pooling2D::check_pool_input(const Tensor& x) const {
+  MDTRAIN_CHECK(built_, std::logic_error, "[layer] layer \"", name_, "\" was called before it was built");
+  MDTRAIN_CHECK(x.ndim() == 4, std::invalid_argument, "[", area_, "] Input 0 of layer \"", name_,
+                "\" is incompatible with the layer: expected ndim=4, found ndim=", x.ndim(),
+                ". Full shape received: ", to_string(x.shape()));
+  check_input(x);
+}
+
+Json Pooling2D::config() const {
+  Json c = Layer::config();
+  c.set("pool_size", pair_to_json(options_.pool_size));
+  c.set("padding", options_.padding);
+  c.set("strides", pair_to_json(options_.strides));
+  c.set("data_format", options_.data_format);
+  return c;
+}
+
+Tensor MaxPooling2D::forward(const Tensor& x, const ForwardContext&) {
+  check_pool_input(x);
+  const Shape out{x.dim(0), window_.out_h, window_.out_w, window_.channels};
+  ensure_buffer(y_, out, dtype_);
+  ensure_buffer(argmax_, out, DType::Int32);
+  ops::max_pool2d(x, window_, y_, argmax_);
+  return y_;
+}
+
+Tensor MaxPooling2D::backward(const Tensor& dy, bool need_input_grad) {
+  if (!need_input_grad) return Tensor();
+  ensure_buffer(dx_, {argmax_.dim(0), window_.in_h, window_.in_w, window_.channels}, dtype_);
+  ops::max_pool2d_backward(dy.reshape(argmax_.shape()), argmax_, window_, dx_);
+  return dx_;
+}
+
+std::unique_ptr<Layer> MaxPooling2D::clone() const {
+  auto copy = std::make_unique<MaxPooling2D>(name_, options_);
+  copy->copy_pooling_state(*this);
+  return copy;
+}
+
+Tensor AveragePooling2D::forward(const Tensor& x, const ForwardContext&) {
+  check_pool_input(x);
+  ensure_buffer(y_, {x.dim(0), window_.out_h, window_.out_w, window_.channels}, dtype_);
+  ops::avg_pool2d(x, window_, y_);
+  return y_;
+}
+
+Tensor AveragePooling2D::backward(const Tensor& dy, bool need_input_grad) {
+  if (!need_input_grad) return Tensor();
+  ensure_buffer(dx_, {y_.dim(0), window_.in_h, window_.in_w, window_.channels}, dtype_);
+  ops::avg_pool2d_backward(dy.reshape(y_.shape()), window_, dx_);
+  return dx_;
+}
+
+std::unique_ptr<Layer> AveragePooling2D::clone() const {
+  auto copy = std::make_unique<AveragePooling2D>(name_, options_);
+  copy->copy_pooling_state(*this);
+  return copy;
+}
+
+}  // namespace mdtrain

@@ -1,0 +1,73 @@
+#include "mdtrain/nn/window_args.h"
+
+#include <cctype>
+#include <set>
+#include <stdexcept>
+
+#include "mdtrain/core/errors.h"
+
+namespace mdtrain {
+
+std::string tuple_string(const std::vector<std::int64_t>& value) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < value.size(); ++i) s += (i ? ", " : "") + std::to_string(value[i]);
+  if (value.size() == 1) s += ",";
+  return s + ")";
+}
+
+void check_pair_arg(const char* area, const std::string& layer, const char* arg,
+                    const std::vector<std::int64_t>& value) {
+  const std::string what = cat("[", area, "] layer \"", layer, "\": The `", arg,
+                               "` argument must be a tuple of 2 integers. Received ", arg, "=", tuple_string(value));
+  if (value.size() != 2) throw std::invalid_argument(what);
+  std::set<std::int64_t> bad;
+  for (auto v : value)
+    if (v <= 0) bad.insert(v);
+  if (!bad.empty()) {
+    std::string values = "{";
+    for (auto v : bad) values += (values.size() > 1 ? ", " : "") + std::to_string(v);
+    throw std::invalid_argument(cat(what, ", including values ", values, "} that do not satisfy `value > 0`"));
+  }
+}
+
+std::string check_padding_arg(const char* area, const std::string& layer, const std::string& padding) {
+  std::string p;
+  for (char c : padding) p += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  MDTRAIN_CHECK(p == "valid" || p == "same", std::invalid_argument, "[", area, "] layer \"", layer,
+                "\": The `padding` argument must be one of \"valid\", \"same\". Received: padding=", padding);
+  return p;
+}
+
+void check_data_format_arg(const char* area, const std::string& layer, const std::string& data_format) {
+  MDTRAIN_CHECK(data_format != "channels_first", std::invalid_argument, "[", area, "] layer \"", layer,
+                "\": data_format=\"channels_first\" is not supported: mdtrain's 2-D layers take channels_last "
+                "inputs (batch, height, width, channels)");
+  MDTRAIN_CHECK(data_format == "channels_last", std::invalid_argument, "[", area, "] layer \"", layer,
+                "\": The `data_format` argument must be one of {\"channels_first\", \"channels_last\"}. Received: "
+                "data_format=",
+                data_format);
+}
+
+void check_image_input_shape(const char* area, const std::string& layer, const Shape& input_shape) {
+  if (input_shape.size() == 3) return;
+  Shape full{-1};
+  full.insert(full.end(), input_shape.begin(), input_shape.end());
+  fail<std::invalid_argument>("[", area, "] Input 0 of layer \"", layer,
+                              "\" is incompatible with the layer: expected ndim=4, found ndim=", full.size(),
+                              ". Full shape received: ", to_string(full));
+}
+
+std::vector<std::int64_t> pair_from_json(const Json& value) {
+  if (value.is_number()) return {value.as_int(), value.as_int()};
+  std::vector<std::int64_t> out;
+  for (const auto& v : value.as_array()) out.push_back(v.as_int());
+  return out;
+}
+
+Json pair_to_json(const std::vector<std::int64_t>& value) {
+  Json a = Json::array();
+  for (auto v : value) a.push_back(Json(v));
+  return a;
+}
+
+}  // namespace mdtrain

@@ -1,0 +1,31 @@
+#pragma once
+// Arguments shared by the 2-D window layers (Conv2D, the pooling layers): Keras's checks of
+// 2-tuples, padding and data_format, and its rank error for non-image inputs. Every message
+// names the layer and the argument.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mdtrain/core/json.h"
+#include "mdtrain/core/shape.h"
+
+namespace mdtrain {
+
+// Keras's standardize_tuple: `value` must hold exactly two integers > 0. `area` is the message
+// prefix ("conv2d"); throws std::invalid_argument naming the layer, the argument and the value.
+void check_pair_arg(const char* area, const std::string& layer, const char* arg,
+                    const std::vector<std::int64_t>& value);
+// "valid" or "same", in any case (Keras lowercases it); returns the lowercase form.
+std::string check_padding_arg(const char* area, const std::string& layer, const std::string& padding);
+// Only "channels_last" is supported: "channels_first" is a clear error, anything else too.
+void check_data_format_arg(const char* area, const std::string& layer, const std::string& data_format);
+// Keras's rank error when `input_shape` (batch excluded) is not an image (height, width, channels).
+void check_image_input_shape(const char* area, const std::string& layer, const Shape& input_shape);
+
+// "(3, 3)": a pair as Python prints a tuple (negative values stay numbers, unlike to_string(Shape)).
+std::string tuple_string(const std::vector<std::int64_t>& value);
+// Config values: an integer n reads as (n, n), an array as itself.
+std::vector<std::int64_t> pair_from_json(const Json& value);
+Json pair_to_json(const std::vector<std::int64_t>& value);
+
+}  // namespace mdtrain

@@ -1,0 +1,79 @@
+#pragma once
+// Index math of 2-D sliding windows (convolution and pooling) over NHWC images, shared by the CPU
+// kernels and the future CUDA kernels. Sizes and padding follow TensorFlow exactly:
+//   valid: out = floor((in - ((k - 1) * d + 1)) / s) + 1
+//   same:  out = ceil(in / s), pad_total = max((out - 1) * s + (k - 1) * d + 1 - in, 0),
+//          pad_before = pad_total / 2 (the odd element of padding goes after: bottom/right).
+#include <cstdint>
+
+#include "mdtrain/core/hd.h"
+
+namespace mdtrain {
+
+// The geometry of one 2-D window operation on an image of in_h x in_w x channels (batch excluded).
+// Output position (oh, ow) with kernel tap (kh, kw) reads input row oh*stride_h - pad_top + kh*dilation_h
+// (and likewise for columns); positions outside [0, in) are the padding.
+struct Window2D {
+  std::int64_t in_h = 0, in_w = 0, channels = 0;
+  std::int64_t k_h = 1, k_w = 1;
+  std::int64_t stride_h = 1, stride_w = 1;
+  std::int64_t dilation_h = 1, dilation_w = 1;
+  std::int64_t pad_top = 0, pad_left = 0;
+  std::int64_t out_h = 0, out_w = 0;
+};
+
+namespace math {
+
+// The extent of a dilated kernel: (k - 1) * d + 1.
+MDTRAIN_HD std::int64_t dilated_extent(std::int64_t k, std::int64_t d) { return (k - 1) * d + 1; }
+
+// Output length along one axis; 0 when a "valid" window does not fit.
+MDTRAIN_HD std::int64_t window_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t d, bool same) {
+  if (same) return (in + s - 1) / s;
+  const std::int64_t e = dilated_extent(k, d);
+  return in >= e ? (in - e) / s + 1 : 0;
+}
+
+// Padding before the first element along one axis (0 for "valid").
+MDTRAIN_HD std::int64_t window_pad_before(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t d, bool same) {
+  if (!same) return 0;
+  const std::int64_t out = (in + s - 1) / s;
+  const std::int64_t total = (out - 1) * s + dilated_extent(k, d) - in;
+  return total > 0 ? total / 2 : 0;
+}
+
+// Input coordinate of the window starting at output o (tap 0), possibly negative.
+MDTRAIN_HD std::int64_t window_start(std::int64_t o, std::int64_t s, std::int64_t pad) { return o * s - pad; }
+
+// The taps [lo, hi) of a window starting at `start` whose input coordinate start + t*d lies in [0, in).
+// hi <= lo means none (a window entirely in the padding).
+// Runs once per output position, so the usual d == 1 avoids the two integer divisions (which
+// would cost more than copying a 3x3 patch).
+MDTRAIN_HD void taps_in_bounds(std::int64_t start, std::int64_t k, std::int64_t d, std::int64_t in, std::int64_t& lo,
+                               std::int64_t& hi) {
+  if (d == 1) {
+    lo = start < 0 ? -start : 0;
+    hi = in - start;
+  } else {
+    lo = start < 0 ? (-start + d - 1) / d : 0;
+    hi = start < in ? (in - start + d - 1) / d : 0;
+  }
+  if (hi > k) hi = k;
+  if (hi < lo) hi = lo;
+}
+
+// Max pooling's comparison: a larger value wins, and a NaN wins over any number so that it
+// reaches the loss instead of vanishing (as a NaN does through TF's max pool).
+template <class T>
+MDTRAIN_HD bool max_pool_takes(T candidate, T best) {
+  return candidate > best || (candidate != candidate && best == best);
+}
+
+// Average pooling divides by the number of in-bounds elements of the window (TF's "same"
+// padding does not count the padding).
+MDTRAIN_HD std::int64_t window_count(std::int64_t h_lo, std::int64_t h_hi, std::int64_t w_lo, std::int64_t w_hi) {
+  return (h_hi - h_lo) * (w_hi - w_lo);
+}
+
+}  // namespace math
+}  // namespace mdtrain

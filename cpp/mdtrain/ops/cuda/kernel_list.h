@@ -1,0 +1,78 @@
+#pragma once
+// Every CUDA kernel of mdtrain (each __global__ function in cpp/mdtrain/**/*.cu), the shared
+// MDTRAIN_HD functions it computes with, and the GPU test that compares it with the CPU.
+//
+// tests/cpp/ops/cuda_kernel_list_test.cpp reads the sources and fails, on any machine, when a
+// __global__ kernel is missing here, when a listed functor is not an MDTRAIN_HD function that both
+// the kernel's file and some CPU source call, or when the named GPU test does not exist in
+// tests/cpp/gpu/. A kernel with no per-element math of its own (data movement, a plain sum) says
+// why instead of naming functors. Adding a kernel therefore means: share its math, write its GPU
+// test, list it here.
+
+namespace mdtrain::cuda {
+
+struct KernelEntry {
+  const char* kernel;     // the __global__ function's name
+  const char* source;     // its file, relative to cpp/mdtrain/
+  const char* functors;   // space-separated "math::name" of the shared functions it calls
+  const char* no_functor; // why there are none (only when functors is empty)
+  const char* gpu_test;   // "Suite.Name" of its test in tests/cpp/gpu/
+};
+
+inline constexpr KernelEntry kKernels[] = {
+    // ops/ops.h
+    {"bias_activation_kernel", "ops/cuda/elementwise_kernels.cu", "math::relu math::sigmoid math::tanh_act math::gelu",
+     "", "CudaKernels.BiasActivationMatchesCpu"},
+    {"softmax_rows_kernel", "ops/cuda/elementwise_kernels.cu", "math::softmax_row", "",
+     "CudaKernels.BiasActivationMatchesCpu"},
+    {"activation_backward_kernel", "ops/cuda/elementwise_kernels.cu",
+     "math::relu_backward math::sigmoid_grad_from_output math::tanh_grad_from_output math::gelu_grad", "",
+     "CudaKernels.ActivationBackwardMatchesCpu"},
+    {"softmax_backward_rows_kernel", "ops/cuda/elementwise_kernels.cu", "math::softmax_backward_row", "",
+     "CudaKernels.ActivationBackwardMatchesCpu"},
+    {"sum_rows_kernel", "ops/cuda/elementwise_kernels.cu", "",
+     "a column sum in row order, as the CPU loop adds", "CudaKernels.SumRowsMatchesCpu"},
+    {"dropout_kernel", "ops/cuda/elementwise_kernels.cu", "math::dropout_mask", "", "CudaKernels.DropoutMatchesCpuBitwise"},
+    {"multiply_kernel", "ops/cuda/elementwise_kernels.cu", "", "one multiplication per element",
+     "CudaKernels.MultiplyMatchesCpu"},
+    {"gather_rows_kernel", "ops/cuda/elementwise_kernels.cu", "", "data movement", "CudaKernels.GatherRowsMatchesCpu"},
+    {"all_finite_kernel", "ops/cuda/elementwise_kernels.cu", "math::nonfinite_probe", "",
+     "CudaKernels.AllFiniteMatchesCpu"},
+    {"sum_of_squares_kernel", "ops/cuda/elementwise_kernels.cu", "",
+     "a sum of x*x in double (clipnorm), block partials added on the host in block order",
+     "CudaKernels.SumOfSquaresMatchesCpu"},
+    {"fill_kernel", "ops/cuda/elementwise_kernels.cu", "", "data movement (Tensor::fill)",
+     "CudaKernels.TensorFillZerosAndCopiesMatchTheHost"},
+    // ops/loss_ops.h
+    {"sparse_xent_kernel", "ops/cuda/loss_kernels.cu", "math::sparse_xent_logits_row math::sparse_xent_probs_row", "",
+     "CudaLossKernels.SparseCategoricalCrossentropyMatchesCpu"},
+    {"dense_xent_kernel", "ops/cuda/loss_kernels.cu", "math::xent_logits_row math::xent_probs_row", "",
+     "CudaLossKernels.CategoricalCrossentropyMatchesCpu"},
+    {"binary_xent_kernel", "ops/cuda/loss_kernels.cu", "math::smooth_label math::bce_logits math::bce_probs", "",
+     "CudaLossKernels.BinaryCrossentropyMatchesCpu"},
+    {"regression_loss_kernel", "ops/cuda/loss_kernels.cu", "math::squared_error math::absolute_error", "",
+     "CudaLossKernels.RegressionLossesMatchCpu"},
+    {"sparse_argmax_matches_kernel", "ops/cuda/loss_kernels.cu", "math::argmax_first", "",
+     "CudaLossKernels.MetricCountsMatchCpu"},
+    {"argmax_matches_kernel", "ops/cuda/loss_kernels.cu", "math::argmax_first", "", "CudaLossKernels.MetricCountsMatchCpu"},
+    {"top_k_matches_kernel", "ops/cuda/loss_kernels.cu", "math::class_id_or_none math::in_top_k", "",
+     "CudaLossKernels.MetricCountsMatchCpu"},
+    {"binary_matches_kernel", "ops/cuda/loss_kernels.cu", "math::binary_match", "", "CudaLossKernels.MetricCountsMatchCpu"},
+    // optim/ (fused per bucket)
+    {"sgd_kernel", "ops/cuda/optimizer_kernels.cu",
+     "math::clip_gradient math::decay_weight math::sgd_update math::sgd_momentum_update", "",
+     "CudaOptimizerKernels.SgdMatchesCpu"},
+    {"adam_kernel", "ops/cuda/optimizer_kernels.cu",
+     "math::clip_gradient math::decay_weight math::adam_update math::adam_amsgrad_update", "",
+     "CudaOptimizerKernels.AdamMatchesCpu"},
+    {"rmsprop_kernel", "ops/cuda/optimizer_kernels.cu",
+     "math::rmsprop_increment math::rmsprop_centered_increment math::rmsprop_apply math::rmsprop_momentum_apply", "",
+     "CudaOptimizerKernels.RmspropMatchesCpu"},
+    {"adagrad_kernel", "ops/cuda/optimizer_kernels.cu", "math::adagrad_update", "",
+     "CudaOptimizerKernels.AdagradMatchesCpu"},
+    // distribute/nccl_communicator (Max/Min of floats, NaN-propagating)
+    {"fold_ranks_kernel", "distribute/nccl_kernels.cu", "math::fold_max math::fold_min", "",
+     "NcclCommunicator.MaxAndMinOfDeviceBuffersPropagateNaN"},
+};
+
+}  // namespace mdtrain::cuda

@@ -1,0 +1,40 @@
+#pragma once
+// Launch helpers shared by the backend's .cu files (CUDA build only).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+
+#include "mdtrain/core/cuda_stream.h"
+#include "mdtrain/core/tensor.h"
+
+namespace mdtrain::cuda::detail {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n items: enough to fill any current GPU, never more than the
+// items need. Kernels loop, so any n fits.
+inline unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 4096)));
+}
+
+// The compute stream of a tensor's GPU, with that GPU made current (kernels launch on the current
+// device).
+struct OnDevice {
+  explicit OnDevice(const Tensor& t) : guard(t.device().index), stream(compute_stream(t.device().index).handle()) {}
+  explicit OnDevice(int device) : guard(device), stream(compute_stream(device).handle()) {}
+  DeviceGuard guard;
+  cudaStream_t stream;
+};
+
+// Copies `bytes` to `dst` on `device` through pinned staging memory: fill(staging) writes them on
+// the host, then an asynchronous copy on the compute stream moves them. Two staging buffers per
+// device alternate, so filling the next batch overlaps the copy of this one. (runtime.cpp)
+void stage_to_device(int device, void* dst, std::size_t bytes, const std::function<void(void*)>& fill);
+
+// `bytes` of device memory copied to the host after the work already on `stream` (waits for it).
+void copy_to_host(void* host, const void* device_ptr, std::size_t bytes, cudaStream_t stream);
+
+}  // namespace mdtrain::cuda::detail

@@ -1,0 +1,22 @@
+"""The examples users start from do what their docstrings say."""
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_example(name, *args):
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "examples", name), *args], capture_output=True,
+                          text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    match = re.search(r"test accuracy: ([0-9.]+)", proc.stdout)
+    assert match, proc.stdout[-3000:]
+    return float(match.group(1)), proc.stdout
+
+
+def test_cnn_example_reaches_091_within_10_epochs_on_two_replicas():
+    accuracy, out = run_example("fashion_mnist_cnn.py", "--epochs", "10", "--devices", "2")
+    assert "Number of devices: 2" in out
+    assert accuracy >= 0.91, out[-2000:]
