@@ -86,8 +86,10 @@ int main(int argc, char** argv) {
     } else if (a == "--rounds" && has_value) {
       rounds = std::max(1, std::stoi(argv[++i]));
     } else if (a == "-h" || a == "--help") {
-      std::printf("usage: mpirun -np 2 %s [out.json] [--min-bytes N] [--max-bytes N] "
-                  "[--chunk-bytes N] [--in-flight K] [--rounds R]\n", argv[0]);
+      std::printf(
+          "usage: mpirun -np 2 %s [out.json] [--min-bytes N] [--max-bytes N] "
+          "[--chunk-bytes N] [--in-flight K] [--rounds R]\n",
+          argv[0]);
       return 0;
     } else {
       out_path = a;
@@ -108,14 +110,17 @@ int main(int argc, char** argv) {
   std::vector<float> buf(sizes.back() / sizeof(float), 0.0f);
 
   std::ostringstream json;
-  json << "{\n  \"benchmark\": \"allreduce_mpi\",\n  \"ranks\": " << n << ",\n  \"hosts\": "
-       << (world.local_size == n ? 1 : 0) << ",\n  \"dtype\": \"float32\",\n  \"op\": \"sum\","
-       << "\n  \"chunk_bytes\": " << options.chunk_bytes << ",\n  \"chunks_in_flight\": "
-       << options.chunks_in_flight << ",\n  \"rounds\": " << rounds << ",\n  \"results\": [";
+  json << "{\n  \"benchmark\": \"allreduce_mpi\",\n  \"ranks\": " << n
+       << ",\n  \"hosts\": " << (world.local_size == n ? 1 : 0)
+       << ",\n  \"dtype\": \"float32\",\n  \"op\": \"sum\","
+       << "\n  \"chunk_bytes\": " << options.chunk_bytes
+       << ",\n  \"chunks_in_flight\": " << options.chunks_in_flight << ",\n  \"rounds\": " << rounds
+       << ",\n  \"results\": [";
   if (root) {
-    std::printf("all-reduce float32 sum, %d ranks: mdtrain MPI communicator (chunks of %zu bytes, "
-                "%d in flight) vs MPI_Allreduce; busbw = bytes/time * 2(n-1)/n\n",
-                n, options.chunk_bytes, options.chunks_in_flight);
+    std::printf(
+        "all-reduce float32 sum, %d ranks: mdtrain MPI communicator (chunks of %zu bytes, "
+        "%d in flight) vs MPI_Allreduce; busbw = bytes/time * 2(n-1)/n\n",
+        n, options.chunk_bytes, options.chunks_in_flight);
     std::printf("%9s %8s %12s %12s %12s %12s %7s\n", "size", "iters", "mdtrain_us", "mpi_us",
                 "mdtrain_GB/s", "mpi_GB/s", "ratio");
   }
@@ -123,7 +128,9 @@ int main(int argc, char** argv) {
     const std::size_t count = sizes[s] / sizeof(float);
     const int iters = iterations_for(sizes[s]);
     auto ours = [&] { comm.all_reduce(buf.data(), count, mdtrain::DType::Float32); };
-    auto theirs = [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, plain); };
+    auto theirs = [&] {
+      MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, plain);
+    };
     ours();  // warm-up: first touch, connections, scratch buffers
     theirs();
     std::vector<double> a, b;
@@ -154,7 +161,8 @@ int main(int argc, char** argv) {
   auto per_tensor = [&] {
     std::size_t off = 0;
     for (auto t : tensors) {
-      MPI_Allreduce(MPI_IN_PLACE, grads.data() + off, static_cast<int>(t), MPI_FLOAT, MPI_SUM, plain);
+      MPI_Allreduce(MPI_IN_PLACE, grads.data() + off, static_cast<int>(t), MPI_FLOAT, MPI_SUM,
+                    plain);
       off += t;
     }
   };
@@ -178,7 +186,8 @@ int main(int argc, char** argv) {
     std::printf("  mdtrain, one fused all_reduce:     %9.1f us\n", tf * 1e6);
     std::printf("  MPI_Allreduce per tensor (%zu calls): %9.1f us  (mdtrain is %.2fx faster)\n",
                 tensors.size(), tp * 1e6, tp / tf);
-    std::printf("  MPI_Allreduce of the packed buffer: %9.1f us  (ratio %.2f)\n", tm * 1e6, tm / tf);
+    std::printf("  MPI_Allreduce of the packed buffer: %9.1f us  (ratio %.2f)\n", tm * 1e6,
+                tm / tf);
   }
   json << "  \"gradient_sync\": {\"floats\": " << packed << ", \"tensors\": " << tensors.size()
        << ", \"mdtrain_fused_us\": " << tf * 1e6 << ", \"mpi_per_tensor_us\": " << tp * 1e6

@@ -43,80 +43,86 @@ void init_distribute(py::module_& m) {
       .def("set_timeout", &Communicator::set_timeout, py::arg("seconds"))
       .def("abort", &Communicator::abort, py::arg("reason"),
            "Makes every pending and later collective of the group raise.")
-      .def("barrier", [](Communicator& c) {
-        py::gil_scoped_release release;
-        c.barrier();
-      })
-      .def("all_reduce",
-           [](Communicator& c, py::array array, const std::string& op) {
-             Tensor t = view(array, "all_reduce", true);
-             const ReduceOp r = parse_op(op);
-             {
-               py::gil_scoped_release release;
-               c.all_reduce(t, r);
-             }
-             return array;
-           },
-           py::arg("array"), py::arg("op") = "sum", "In place; returns the array.")
-      .def("reduce",
-           [](Communicator& c, py::array array, int root, const std::string& op) {
-             Tensor t = view(array, "reduce", true);
-             const ReduceOp r = parse_op(op);
-             {
-               py::gil_scoped_release release;
-               c.reduce(t.raw(), static_cast<std::size_t>(t.numel()), t.dtype(), r, root);
-             }
-             return array;
-           },
-           py::arg("array"), py::arg("root"), py::arg("op") = "sum",
-           "In place on the root (other ranks keep their data); returns the array.")
-      .def("broadcast",
-           [](Communicator& c, py::array array, int root) {
-             Tensor t = view(array, "broadcast", true);
-             {
-               py::gil_scoped_release release;
-               c.broadcast(t, root);
-             }
-             return array;
-           },
-           py::arg("array"), py::arg("root"), "In place; returns the array.")
-      .def("all_gather",
-           [](Communicator& c, py::array array) {
-             Tensor send = view(array, "all_gather", false);
-             std::vector<py::ssize_t> shape = shape_of(array);
-             if (shape.empty()) shape.push_back(1);
-             shape[0] *= c.size();
-             py::array out(array.dtype(), shape);
-             Tensor recv = view(out, "all_gather", true);
-             {
-               py::gil_scoped_release release;
-               c.all_gather(send, recv);
-             }
-             return out;
-           },
-           py::arg("array"), "Every rank's array, concatenated along the first axis in rank order.")
-      .def("reduce_scatter",
-           [](Communicator& c, py::array array, const std::string& op) {
-             Tensor send = view(array, "reduce_scatter", false);
-             std::vector<py::ssize_t> shape = shape_of(array);
-             if (shape.empty() || shape[0] % c.size() != 0) {
-               throw std::invalid_argument(
-                   "[distribute] reduce_scatter: the first dimension (" +
-                   std::string(shape.empty() ? "none" : std::to_string(shape[0])) +
-                   ") must be a multiple of size() (" + std::to_string(c.size()) + ")");
-             }
-             shape[0] /= c.size();
-             py::array out(array.dtype(), shape);
-             Tensor recv = view(out, "reduce_scatter", true);
-             const ReduceOp r = parse_op(op);
-             {
-               py::gil_scoped_release release;
-               c.reduce_scatter(send, recv, r);
-             }
-             return out;
-           },
-           py::arg("array"), py::arg("op") = "sum",
-           "Block rank() (along the first axis) of the reduction over ranks.");
+      .def("barrier",
+           [](Communicator& c) {
+             py::gil_scoped_release release;
+             c.barrier();
+           })
+      .def(
+          "all_reduce",
+          [](Communicator& c, py::array array, const std::string& op) {
+            Tensor t = view(array, "all_reduce", true);
+            const ReduceOp r = parse_op(op);
+            {
+              py::gil_scoped_release release;
+              c.all_reduce(t, r);
+            }
+            return array;
+          },
+          py::arg("array"), py::arg("op") = "sum", "In place; returns the array.")
+      .def(
+          "reduce",
+          [](Communicator& c, py::array array, int root, const std::string& op) {
+            Tensor t = view(array, "reduce", true);
+            const ReduceOp r = parse_op(op);
+            {
+              py::gil_scoped_release release;
+              c.reduce(t.raw(), static_cast<std::size_t>(t.numel()), t.dtype(), r, root);
+            }
+            return array;
+          },
+          py::arg("array"), py::arg("root"), py::arg("op") = "sum",
+          "In place on the root (other ranks keep their data); returns the array.")
+      .def(
+          "broadcast",
+          [](Communicator& c, py::array array, int root) {
+            Tensor t = view(array, "broadcast", true);
+            {
+              py::gil_scoped_release release;
+              c.broadcast(t, root);
+            }
+            return array;
+          },
+          py::arg("array"), py::arg("root"), "In place; returns the array.")
+      .def(
+          "all_gather",
+          [](Communicator& c, py::array array) {
+            Tensor send = view(array, "all_gather", false);
+            std::vector<py::ssize_t> shape = shape_of(array);
+            if (shape.empty()) shape.push_back(1);
+            shape[0] *= c.size();
+            py::array out(array.dtype(), shape);
+            Tensor recv = view(out, "all_gather", true);
+            {
+              py::gil_scoped_release release;
+              c.all_gather(send, recv);
+            }
+            return out;
+          },
+          py::arg("array"), "Every rank's array, concatenated along the first axis in rank order.")
+      .def(
+          "reduce_scatter",
+          [](Communicator& c, py::array array, const std::string& op) {
+            Tensor send = view(array, "reduce_scatter", false);
+            std::vector<py::ssize_t> shape = shape_of(array);
+            if (shape.empty() || shape[0] % c.size() != 0) {
+              throw std::invalid_argument(
+                  "[distribute] reduce_scatter: the first dimension (" +
+                  std::string(shape.empty() ? "none" : std::to_string(shape[0])) +
+                  ") must be a multiple of size() (" + std::to_string(c.size()) + ")");
+            }
+            shape[0] /= c.size();
+            py::array out(array.dtype(), shape);
+            Tensor recv = view(out, "reduce_scatter", true);
+            const ReduceOp r = parse_op(op);
+            {
+              py::gil_scoped_release release;
+              c.reduce_scatter(send, recv, r);
+            }
+            return out;
+          },
+          py::arg("array"), py::arg("op") = "sum",
+          "Block rank() (along the first axis) of the reduction over ranks.");
 
   m.def(
       "make_communicators",

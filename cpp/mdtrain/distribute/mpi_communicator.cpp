@@ -9,7 +9,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -29,17 +28,32 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Kind : int { kNone = 0, kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+enum Kind : int {
+  kNone = 0,
+  kAllReduce,
+  kReduce,
+  kBroadcast,
+  kAllGather,
+  kReduceScatter,
+  kBarrier
+};
 
 const char* kind_name(std::int64_t kind) {
   switch (kind) {
-    case kAllReduce: return "all_reduce";
-    case kReduce: return "reduce";
-    case kBroadcast: return "broadcast";
-    case kAllGather: return "all_gather";
-    case kReduceScatter: return "reduce_scatter";
-    case kBarrier: return "barrier";
-    default: return "nothing";
+    case kAllReduce:
+      return "all_reduce";
+    case kReduce:
+      return "reduce";
+    case kBroadcast:
+      return "broadcast";
+    case kAllGather:
+      return "all_gather";
+    case kReduceScatter:
+      return "reduce_scatter";
+    case kBarrier:
+      return "barrier";
+    default:
+      return "nothing";
   }
 }
 
@@ -48,7 +62,9 @@ const char* kind_name(std::int64_t kind) {
 enum Phase : int { kHeaderPhase = 0, kDataPhase = 1 };
 
 // Messages on a communicator's control duplicate.
-enum Tag : int { kTagQuery = 1, kTagReply = 2, kTagFailure = 3 };
+// A failure notice carries the reason; an abandon notice says that the sender gave up its part
+// of collective #seq, so peers moving that collective's data must stop waiting for it.
+enum Tag : int { kTagQuery = 1, kTagReply = 2, kTagFailure = 3, kTagAbandoned = 4 };
 
 // What a rank called, as exchanged before every collective. Fields a kind does not use are 0.
 struct Header {
@@ -84,11 +100,16 @@ struct Reply {
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
-    case DType::Float32: return MPI_FLOAT;
-    case DType::Float64: return MPI_DOUBLE;
-    case DType::Int32: return MPI_INT32_T;
-    case DType::Int64: return MPI_INT64_T;
-    case DType::UInt8: return MPI_UINT8_T;
+    case DType::Float32:
+      return MPI_FLOAT;
+    case DType::Float64:
+      return MPI_DOUBLE;
+    case DType::Int32:
+      return MPI_INT32_T;
+    case DType::Int64:
+      return MPI_INT64_T;
+    case DType::UInt8:
+      return MPI_UINT8_T;
   }
   fail<std::invalid_argument>("[mpi] unsupported dtype ", static_cast<int>(dtype));
 }
@@ -131,7 +152,7 @@ struct MpiCommunicator::State {
   int rank = 0;
   int size = 1;
   bool may_spin = true;
-  std::size_t fused = 0;  // MpiCommunicator::fused_bytes(size)
+  std::size_t fused = 0;             // MpiCommunicator::fused_bytes(size)
   MPI_Comm data = MPI_COMM_NULL;     // header exchanges, single-stage collectives, first stages
   MPI_Comm data2 = MPI_COMM_NULL;    // second stages of pipelined collectives (see run)
   MPI_Comm control = MPI_COMM_NULL;  // status queries, replies, failure notices
@@ -147,13 +168,14 @@ struct MpiCommunicator::State {
   std::string failure;
 
   Clock::time_point last_active{};  // when the last collective ended
-  std::vector<bool> arrived;         // whose header of the current collective came in
+  std::vector<bool> arrived;        // whose header of the current collective came in
 
   std::int64_t query = 0;  // id of this rank's last status query
   std::vector<bool> answered;
   std::vector<Reply> replies;
   std::vector<MPI_Request> send_requests;  // control messages in flight (bodies in scratch)
   bool tainted = false;  // requests were abandoned: the communicators must never be freed
+  std::int64_t abandoned_by_peer = 0;  // highest collective a peer gave up (kTagAbandoned)
 
   std::unique_ptr<Scratch> scratch = std::make_unique<Scratch>();
 
@@ -195,9 +217,9 @@ struct MpiCommunicator::State {
   void reap_sends() {
     if (send_requests.empty()) return;
     int done = 0;
-    check(MPI_Testall(to_int(send_requests.size()), send_requests.data(), &done,
-                      MPI_STATUSES_IGNORE),
-          "MPI_Testall");
+    check(
+        MPI_Testall(to_int(send_requests.size()), send_requests.data(), &done, MPI_STATUSES_IGNORE),
+        "MPI_Testall");
     if (done) {
       send_requests.clear();
       scratch->sends.clear();
@@ -208,6 +230,16 @@ struct MpiCommunicator::State {
     std::string body = (timeout ? "T" : "A") + reason;
     for (int p = 0; p < size; ++p) {
       if (p != rank) post(p, kTagFailure, body.data(), body.size());
+    }
+  }
+
+  void notify_abandoned() {
+    std::string body(sizeof(std::int64_t), '\0');
+    const auto s = static_cast<std::int64_t>(seq);
+    std::memcpy(body.data(), &s, sizeof s);
+    body += (failure_is_timeout ? "T" : "A") + failure;
+    for (int p = 0; p < size; ++p) {
+      if (p != rank) post(p, kTagAbandoned, body.data(), body.size());
     }
   }
 
@@ -255,12 +287,21 @@ struct MpiCommunicator::State {
       } else if (status.MPI_TAG == kTagFailure && bytes >= 1) {
         record_failure(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)),
                        body[0] == 'T');
+      } else if (status.MPI_TAG == kTagAbandoned &&
+                 bytes > static_cast<int>(sizeof(std::int64_t))) {
+        std::int64_t s = 0;
+        std::memcpy(&s, body.data(), sizeof s);
+        abandoned_by_peer = std::max(abandoned_by_peer, s);
+        const std::size_t at = sizeof s + 1;
+        record_failure(std::string(body.data() + at, static_cast<std::size_t>(bytes) - at),
+                       body[sizeof s] == 'T');
       }
     }
     reap_sends();
   }
 
   void abandon(std::vector<MPI_Request>& requests);
+  void give_up(std::vector<MPI_Request>& requests);
   void service_all();
   void begin(int k);
   void end();
@@ -283,6 +324,7 @@ struct MpiCommunicator::State {
   void exchange(const Header& header, const void* payload, std::size_t payload_bytes);
   void enter_data_phase();
   void finish_data_phase();
+  void finish_fused();
   std::size_t block_bytes() const { return kHeaderBytes + fused; }
   const unsigned char* payload_of(int r) const {
     return scratch->blocks.data() + static_cast<std::size_t>(r) * block_bytes() + kHeaderBytes;
@@ -365,11 +407,13 @@ void initialize_locked(Runtime& rt) {
   } else {
     check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");
   }
-  MDTRAIN_CHECK(provided >= MPI_THREAD_SERIALIZED, std::runtime_error,
-                "[mpi] MPI provides thread level ", provided, " but mdtrain calls MPI from replica "
-                "threads and needs MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED, ") or more",
-                initialized ? ": initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)"
-                            : "");
+  MDTRAIN_CHECK(
+      provided >= MPI_THREAD_SERIALIZED, std::runtime_error, "[mpi] MPI provides thread level ",
+      provided,
+      " but mdtrain calls MPI from replica "
+      "threads and needs MPI_THREAD_SERIALIZED (",
+      MPI_THREAD_SERIALIZED, ") or more",
+      initialized ? ": initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)" : "");
   MpiWorldInfo world;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world.size), "MPI_Comm_size");
@@ -411,7 +455,8 @@ Clock::time_point deadline_after(Clock::time_point t, double limit) {
 
 }  // namespace
 
-// ---- State: bookkeeping with the mutex held ------------------------------------------------------
+// ---- State: bookkeeping with the mutex held
+// ------------------------------------------------------
 
 void MpiCommunicator::State::ensure_usable() const {
   MDTRAIN_CHECK(runtime().ready, std::runtime_error, "[mpi] ", kind_name(kind), " #", seq,
@@ -440,6 +485,17 @@ void MpiCommunicator::State::abandon(std::vector<MPI_Request>& requests) {
   reap_graveyard(rt);
 }
 
+// Leaves the collective in progress (failed is set): its requests to the graveyard, and every
+// peer told, so that peers already moving its data stop waiting for this rank.
+void MpiCommunicator::State::give_up(std::vector<MPI_Request>& requests) {
+  abandon(requests);
+  try {
+    notify_abandoned();
+  } catch (const std::exception&) {
+    // An MPI error while telling the peers: they time out instead.
+  }
+}
+
 void MpiCommunicator::State::begin(int k) {
   ++seq;
   kind = k;
@@ -457,7 +513,8 @@ void MpiCommunicator::State::end() {
   phase = kHeaderPhase;
 }
 
-// ---- State: waiting ------------------------------------------------------------------------------
+// ---- State: waiting
+// ------------------------------------------------------------------------------
 
 void MpiCommunicator::State::run(const Engine& e) {
   Runtime& rt = runtime();
@@ -498,8 +555,8 @@ void MpiCommunicator::State::run(const Engine& e) {
           } else if (chunk_in[i] != c || stages_done[i] < stage) {
             break;
           }
-          MPI_Request& request = requests[i * static_cast<std::size_t>(stages) +
-                                          static_cast<std::size_t>(stage)];
+          MPI_Request& request =
+              requests[i * static_cast<std::size_t>(stages) + static_cast<std::size_t>(stage)];
           e.step(c, stage, slot, &request);
           ++next;
           any = true;
@@ -522,12 +579,13 @@ void MpiCommunicator::State::run(const Engine& e) {
     issue();
     return true;
   };
-  // A step that throws (an MPI error) leaves the other slots' requests to the graveyard.
+  // A step that throws (an MPI error, which marks the group failed) gives the collective up.
   auto guarded = [&](auto&& fn) {
     try {
       fn();
-    } catch (...) {
-      abandon(requests);
+    } catch (const std::exception& e) {
+      record_failure(e.what(), false);
+      give_up(requests);
       throw;
     }
   };
@@ -560,10 +618,12 @@ void MpiCommunicator::State::run(const Engine& e) {
     {
       std::lock_guard<std::mutex> lock(rt.mutex);
       guarded([&] { service_all(); });
-      // While data moves, every peer is in this collective and needs this rank: an abort
-      // noticed now is thrown after the transfer (finish_data_phase).
-      if (failed && phase == kHeaderPhase) {
-        abandon(requests);
+      // While data moves, every peer is in this collective and needs this rank: a failure
+      // noticed now is thrown after the transfer (finish_data_phase), unless a peer gave this
+      // collective up, which it cannot finish then.
+      if (failed &&
+          (phase == kHeaderPhase || abandoned_by_peer >= static_cast<std::int64_t>(seq))) {
+        give_up(requests);
         throw_group_failure(false);
       }
     }
@@ -580,13 +640,12 @@ void MpiCommunicator::State::run(const Engine& e) {
       continue;
     }
     if (failed) {  // a peer's notice came first: report its diagnosis
-      abandon(requests);
+      give_up(requests);
       throw_group_failure(false);
     }
     const std::string reason = timeout_report();
     record_failure(reason, true);
-    guarded([&] { notify_peers(reason, true); });
-    abandon(requests);
+    give_up(requests);  // tells the peers why, too
     throw TimeoutError("[mpi] " + reason);
   }
 }
@@ -628,8 +687,9 @@ std::string MpiCommunicator::State::timeout_report() const {
     const Reply& r = replies[i];
     // Waiting for headers, a rank whose header came in is here; moving data, one that answered
     // from inside this collective is.
-    if (phase == kHeaderPhase ? arrived[i]
-                              : answer && r.kind == kind && r.seq == static_cast<std::int64_t>(seq)) {
+    if (phase == kHeaderPhase
+            ? arrived[i]
+            : answer && r.kind == kind && r.seq == static_cast<std::int64_t>(seq)) {
       continue;
     }
     std::string d;
@@ -672,7 +732,8 @@ std::string MpiCommunicator::State::timeout_report() const {
   return cat(head, ": ", ranks, who, " did not arrive (", details, ")");
 }
 
-// ---- State: the collectives' building blocks -----------------------------------------------------
+// ---- State: the collectives' building blocks
+// -----------------------------------------------------
 
 void MpiCommunicator::State::exchange(const Header& header, const void* payload,
                                       std::size_t payload_bytes) {
@@ -707,12 +768,9 @@ void MpiCommunicator::State::exchange(const Header& header, const void* payload,
   e.on_complete = [&](int c, int) {
     if (c < peers) arrived[static_cast<std::size_t>(peer(c))] = true;
   };
+  // Completed: every rank sent its header, so every rank goes on to the data phase (if any), and
+  // this one must too, even if abort() was called meanwhile (finish() throws afterwards).
   run(e);
-  {
-    // abort() from another thread of this process while the exchange completed.
-    std::lock_guard<std::mutex> lock(runtime().mutex);
-    if (failed) throw_group_failure(false);
-  }
   for (int r = 0; r < size; ++r) {
     const Header other = header_of(r);
     if (same_call(other, header)) continue;
@@ -735,6 +793,12 @@ void MpiCommunicator::State::enter_data_phase() {
 void MpiCommunicator::State::finish_data_phase() {
   std::lock_guard<std::mutex> lock(runtime().mutex);
   service_all();
+  if (failed) throw_group_failure(false);
+}
+
+void MpiCommunicator::State::finish_fused() {
+  // abort() from another thread while the exchange completed; peers' notices show when waiting.
+  std::lock_guard<std::mutex> lock(runtime().mutex);
   if (failed) throw_group_failure(false);
 }
 
@@ -845,7 +909,8 @@ class MpiCollective {
   MpiCommunicator::State& s_;
 };
 
-// ---- MpiCommunicator -----------------------------------------------------------------------------
+// ---- MpiCommunicator
+// -----------------------------------------------------------------------------
 
 MpiCommunicator::MpiCommunicator(const MpiOptions& options) : state_(std::make_unique<State>()) {
   MDTRAIN_CHECK(options.chunk_bytes >= 64 && options.chunk_bytes <= (std::size_t{1} << 30),
@@ -885,7 +950,8 @@ MpiCommunicator::MpiCommunicator(const MpiOptions& options) : state_(std::make_u
         a->scratch = std::move(handles);
         rt.graveyard.push_back(std::move(a));
         fail<TimeoutError>("[mpi] making MPI communicator ", s.id, " on rank ", rt.world.rank,
-                           " timed out after ", timeout(), " s: not every process of the job "
+                           " timed out after ", timeout(),
+                           " s: not every process of the job "
                            "made it (making MPI communicators is collective: every process makes "
                            "them in the same order)");
       }
@@ -976,16 +1042,16 @@ void MpiCommunicator::do_all_reduce(void* data, std::size_t count, DType dtype, 
              fused ? bytes : 0);
   if (fused) {
     if (count > 0) s.reduce_payloads(data, 0, count, dtype, op);
-    return;
+    return s.finish_fused();
   }
-  if (s.size == 1) return;  // a fold over one rank (Mean divides by 1) leaves the data as it is
+  // A fold over one rank (Mean divides by 1) leaves the data as it is.
+  if (s.size == 1) return s.finish_fused();
   s.enter_data_phase();
   s.reduce_chunks(data, count, dtype, op, -1);
   s.finish_data_phase();
 }
 
-void MpiCommunicator::do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,
-                                int root) {
+void MpiCommunicator::do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
   State& s = *state_;
   MpiCollective collective(s, kReduce);
   const std::size_t bytes = count * size_of(dtype);
@@ -994,9 +1060,9 @@ void MpiCommunicator::do_reduce(void* data, std::size_t count, DType dtype, Redu
              fused ? bytes : 0);
   if (fused) {
     if (count > 0 && s.rank == root) s.reduce_payloads(data, 0, count, dtype, op);
-    return;
+    return s.finish_fused();
   }
-  if (s.size == 1) return;
+  if (s.size == 1) return s.finish_fused();
   s.enter_data_phase();
   s.reduce_chunks(data, count, dtype, op, root);
   s.finish_data_phase();
@@ -1012,9 +1078,9 @@ void MpiCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, i
   s.exchange(s.make_header(kBroadcast, count, dtype, ReduceOp::Sum, root, 0), data, payload);
   if (fused) {
     if (s.rank != root && bytes > 0) std::memcpy(data, s.payload_of(root), bytes);
-    return;
+    return s.finish_fused();
   }
-  if (s.size == 1) return;
+  if (s.size == 1) return s.finish_fused();
   s.enter_data_phase();
   const std::size_t chunk = piece_size(count, s.options.chunk_bytes / elem);
   const MPI_Datatype type = mpi_type(dtype);
@@ -1037,35 +1103,37 @@ namespace {
 // MPI's int displacements.
 void check_displacements(const char* op, int size, std::size_t count_per_rank) {
   MDTRAIN_CHECK(count_per_rank <= static_cast<std::size_t>(INT_MAX) / std::max(1, size - 1),
-                std::invalid_argument, "[mpi] ", op, ": (size() - 1) * count_per_rank = ",
-                static_cast<std::size_t>(size - 1), " * ", count_per_rank,
-                " elements exceeds MPI's int displacements (", INT_MAX, "); split the call");
+                std::invalid_argument, "[mpi] ", op,
+                ": (size() - 1) * count_per_rank = ", static_cast<std::size_t>(size - 1), " * ",
+                count_per_rank, " elements exceeds MPI's int displacements (", INT_MAX,
+                "); split the call");
 }
 
 }  // namespace
 
 void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                                   DType dtype) {
+                                    DType dtype) {
   State& s = *state_;
   const std::size_t elem = size_of(dtype);
   const std::size_t bytes = count_per_rank * elem;
   const bool fused = bytes <= s.fused;
   if (!fused) check_displacements("all_gather", s.size, count_per_rank);
   MpiCollective collective(s, kAllGather);
-  const bool in_place = send == static_cast<const char*>(recv) + static_cast<std::size_t>(s.rank) * bytes;
+  const bool in_place =
+      send == static_cast<const char*>(recv) + static_cast<std::size_t>(s.rank) * bytes;
   s.exchange(s.make_header(kAllGather, count_per_rank, dtype, ReduceOp::Sum, 0, fused ? bytes : 0),
              send, fused ? bytes : 0);
   char* out = static_cast<char*>(recv);
   if (fused) {
-    if (bytes == 0) return;
+    if (bytes == 0) return s.finish_fused();
     for (int r = 0; r < s.size; ++r) {
       std::memcpy(out + static_cast<std::size_t>(r) * bytes, s.payload_of(r), bytes);
     }
-    return;
+    return s.finish_fused();
   }
   if (s.size == 1) {
     if (!in_place) std::memcpy(recv, send, bytes);
-    return;
+    return s.finish_fused();
   }
   s.enter_data_phase();
   const auto n = static_cast<std::size_t>(s.size);
@@ -1094,7 +1162,7 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t co
 }
 
 void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
-                                       DType dtype, ReduceOp op) {
+                                        DType dtype, ReduceOp op) {
   State& s = *state_;
   const std::size_t elem = size_of(dtype);
   const auto n = static_cast<std::size_t>(s.size);
@@ -1107,11 +1175,11 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
   const std::size_t mine = static_cast<std::size_t>(s.rank) * count_per_rank;
   if (fused) {
     if (count_per_rank > 0) s.reduce_payloads(recv, mine, count_per_rank, dtype, op);
-    return;
+    return s.finish_fused();
   }
   if (s.size == 1) {
     if (recv != send) std::memcpy(recv, send, count_per_rank * elem);
-    return;
+    return s.finish_fused();
   }
   s.enter_data_phase();
   const std::size_t piece = piece_size(count_per_rank, s.options.chunk_bytes / elem / n);
@@ -1147,7 +1215,8 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
     std::vector<const void*> inputs(n);
     for (std::size_t q = 0; q < n; ++q) inputs[q] = staging + q * len * elem;
     inputs[static_cast<std::size_t>(s.rank)] =
-        static_cast<const char*>(send) + (static_cast<std::size_t>(s.rank) * count_per_rank + off) * elem;
+        static_cast<const char*>(send) +
+        (static_cast<std::size_t>(s.rank) * count_per_rank + off) * elem;
     void* outputs[1] = {static_cast<char*>(recv) + off * elem};
     detail::reduce_in_rank_order(outputs, 1, inputs.data(), s.size, 0, len, dtype, op);
   };
@@ -1160,9 +1229,11 @@ void MpiCommunicator::do_barrier() {
   MpiCollective collective(s, kBarrier);
   // Nobody leaves an all-gather before everybody entered it: the header exchange is a barrier.
   s.exchange(s.make_header(kBarrier, 0, DType::Float32, ReduceOp::Sum, 0, 0), nullptr, 0);
+  s.finish_fused();
 }
 
-// ---- optional_backends.h -------------------------------------------------------------------------
+// ---- optional_backends.h
+// -------------------------------------------------------------------------
 
 bool mpi_available() { return true; }
 

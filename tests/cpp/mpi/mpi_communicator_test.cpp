@@ -3,6 +3,8 @@
 // pipelined in 4 KB pieces. Then what only MPI has: world info, communicator ids, barriers seen
 // through the file system, 64 MB buffers, and the diagnosis of a rank that sleeps, waits on
 // another communicator, calls the wrong collective or aborts.
+#include "mdtrain/distribute/mpi_communicator.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -11,7 +13,6 @@
 
 #include "distribute/communicator_suite.h"
 #include "mdtrain/core/errors.h"
-#include "mdtrain/distribute/mpi_communicator.h"
 #include "mdtrain/distribute/registry.h"
 
 namespace mdtrain::testing {
@@ -95,10 +96,14 @@ TEST(MpiCommunicator, IdsCountUpInCreationOrderTheSameOnEveryRank) {
 
 TEST(MpiCommunicator, BadOptionsAreRejectedBeforeAnyCollective) {
   // Checked before the collective MPI_Comm_idup, so one rank alone may try them.
-  EXPECT_TRUE(Contains(message_of([] { MpiCommunicator c(MpiOptions{32, 1}); }),
-              "[mpi] MpiOptions: chunk_bytes must be in [64, 2^30] (got 32)"));
-  EXPECT_TRUE(Contains(message_of([] { MpiCommunicator c(MpiOptions{4096, 0}); }),
-              "[mpi] MpiOptions: chunks_in_flight must be >= 1 (got 0)"));
+  EXPECT_TRUE(Contains(message_of([] {
+                         MpiCommunicator c(MpiOptions{32, 1});
+                       }),
+                       "[mpi] MpiOptions: chunk_bytes must be in [64, 2^30] (got 32)"));
+  EXPECT_TRUE(Contains(message_of([] {
+                         MpiCommunicator c(MpiOptions{4096, 0});
+                       }),
+                       "[mpi] MpiOptions: chunks_in_flight must be >= 1 (got 0)"));
   EXPECT_THROW(MpiCommunicator(MpiOptions{4096, 0}), std::invalid_argument);
 }
 
@@ -128,7 +133,9 @@ TEST(MpiBarrier, FilesWrittenBeforeABarrierAreSeenByEveryRankAfterIt) {
   int missing = 0;
   for (int round = 0; round < 20; ++round) {
     if (round % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20 * comm->rank()));
-    const auto name = [&](int r) { return root / (std::to_string(round) + "_" + std::to_string(r)); };
+    const auto name = [&](int r) {
+      return root / (std::to_string(round) + "_" + std::to_string(r));
+    };
     std::ofstream(name(comm->rank())) << round;
     comm->barrier();
     for (int r = 0; r < comm->size(); ++r) missing += fs::exists(name(r)) ? 0 : 1;
@@ -138,7 +145,7 @@ TEST(MpiBarrier, FilesWrittenBeforeABarrierAreSeenByEveryRankAfterIt) {
   if (comm->rank() == 0) fs::remove_all(root);
 }
 
-// 64 MB + 3 floats: 17 pipeline chunks of 4 MB, the last one uneven, slices uneven for 3 ranks.
+// 64 MB + 3 floats: 33 pipeline chunks of 2 MB, the last one uneven, slices uneven for 3 ranks.
 TEST(MpiLarge, AllReduceOf64MBIsBitwiseTheSerialReferenceOnEveryRank) {
   constexpr std::size_t kCount = (64u << 20) / sizeof(float) + 3;
   auto comm = make_mpi_communicator();
@@ -179,8 +186,9 @@ TEST(MpiLarge, BroadcastAndAllGatherOf64MB) {
   const auto send = make_input<float>(6, comm->rank(), per_rank);
   comm->all_gather(send.data(), gathered.data(), per_rank, DType::Float32);
   for (int r = 0; r < n; ++r) {
-    const std::vector<float> got(gathered.begin() + static_cast<std::ptrdiff_t>(r * per_rank),
-                                 gathered.begin() + static_cast<std::ptrdiff_t>((r + 1) * per_rank));
+    const std::vector<float> got(
+        gathered.begin() + static_cast<std::ptrdiff_t>(r * per_rank),
+        gathered.begin() + static_cast<std::ptrdiff_t>((r + 1) * per_rank));
     EXPECT_EQ(compare(got, make_input<float>(6, r, per_rank), true, 1), "") << "block " << r;
   }
 }
@@ -203,8 +211,9 @@ TEST(MpiTimeout, ARankThatSleepsThroughACollectiveIsNamedWithWhatItLastEntered) 
       ADD_FAILURE() << "barrier after the others timed out did not throw";
     } catch (const TimeoutError& e) {
       const std::string msg = e.what();
-      EXPECT_TRUE(Contains(msg, "[mpi] barrier #2 on " + who + " cannot run, the group failed "
-                                 "earlier: all_reduce #2 on rank "));
+      EXPECT_TRUE(Contains(msg, "[mpi] barrier #2 on " + who +
+                                    " cannot run, the group failed "
+                                    "earlier: all_reduce #2 on rank "));
       EXPECT_TRUE(Contains(msg, who + " did not arrive"));
     }
   } else {
@@ -217,7 +226,7 @@ TEST(MpiTimeout, ARankThatSleepsThroughACollectiveIsNamedWithWhatItLastEntered) 
       const std::string msg = e.what();
       EXPECT_TRUE(Contains(msg, "[mpi] all_reduce #2 on rank " + std::to_string(comm->rank())));
       EXPECT_TRUE(Contains(msg, "timed out after 0.5 s: " + who + " did not arrive (" + who +
-                                 " last entered barrier #1 and did not answer within "));
+                                    " last entered barrier #1 and did not answer within "));
     }
     EXPECT_THROW(comm->barrier(), TimeoutError);  // at once: the group failed
   }
@@ -247,18 +256,18 @@ TEST(MpiTimeout, ARankWaitingOnAnotherCommunicatorIsReportedWhereItWaits) {
     } catch (const TimeoutError& e) {
       ADD_FAILURE() << "TimeoutError instead of the abort: " << e.what();
     } catch (const std::runtime_error& e) {
-      EXPECT_TRUE(Contains(std::string(e.what()),
-                  "[mpi] barrier #1 on " + who + " gave up, the group failed: rank 0 "
-                            "aborted the group: the test is over"));
+      EXPECT_TRUE(Contains(std::string(e.what()), "[mpi] barrier #1 on " + who +
+                                                      " gave up, the group failed: rank 0 "
+                                                      "aborted the group: the test is over"));
     }
     return;
   }
   float v = 1.0f;
   const std::string msg = message_of([&] { a->all_reduce(&v, 1, DType::Float32); });
-  EXPECT_TRUE(Contains(msg, who + " did not arrive (" + who + " last entered barrier #1 and is " +
-                             "inside no collective of MPI communicator " + std::to_string(a->id()) +
-                             "; it waits in barrier #1 of MPI communicator " +
-                             std::to_string(b->id()) + ")"));
+  EXPECT_TRUE(Contains(
+      msg, who + " did not arrive (" + who + " last entered barrier #1 and is " +
+               "inside no collective of MPI communicator " + std::to_string(a->id()) +
+               "; it waits in barrier #1 of MPI communicator " + std::to_string(b->id()) + ")"));
   if (a->rank() == 0) b->abort("the test is over");
 }
 
@@ -304,9 +313,56 @@ TEST(MpiAbort, PeersThatArriveLaterFailWithTheReason) {
   const std::string msg = message_of([&] { comm->barrier(); });
   EXPECT_TRUE(Contains(msg, "[mpi] barrier #1 on rank " + std::to_string(comm->rank())));
   EXPECT_TRUE(Contains(msg, "rank 0 aborted the group: bad batch"));
-  EXPECT_TRUE(Contains(message_of([&] { comm->abort("again"); comm->barrier(); }),
-              "rank 0 aborted the group: bad batch"));
+  EXPECT_TRUE(Contains(message_of([&] {
+                         comm->abort("again");
+                         comm->barrier();
+                       }),
+                       "rank 0 aborted the group: bad batch"));
 }
+
+// Another thread of rank 0 aborts while rank 0's main thread is in a 64 MB all_reduce: waiting
+// for late peers (the others start 300 ms later) or already moving data (all start together).
+// Either way every rank ends with the abort's reason, none waits for its timeout.
+class MpiAbortFromAnotherThread : public ::testing::TestWithParam<int> {};
+
+TEST_P(MpiAbortFromAnotherThread, EveryRankFailsWithTheReasonAndNoneTimesOut) {
+  const int peer_delay_ms = GetParam();
+  constexpr std::size_t kCount = (64u << 20) / sizeof(float);
+  auto comm = make_mpi_communicator();
+  if (comm->size() < 2) GTEST_SKIP() << "needs two or more processes";
+  comm->set_timeout(60);  // a lost abort fails the test by timing out, not by hanging it
+  comm->barrier();
+  std::vector<float> data(kCount, 1.0f);
+  std::thread aborter;
+  if (comm->rank() == 0) {
+    aborter = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      comm->abort("stop");
+    });
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(peer_delay_ms));
+  }
+  std::string msg;
+  bool timed_out = false;
+  try {
+    comm->all_reduce(data.data(), kCount, DType::Float32);
+    msg = "(no exception)";
+  } catch (const TimeoutError& e) {
+    timed_out = true;
+    msg = e.what();
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  if (aborter.joinable()) aborter.join();
+  EXPECT_FALSE(timed_out) << msg;
+  EXPECT_TRUE(Contains(msg, "[mpi] all_reduce #2 on rank " + std::to_string(comm->rank())));
+  EXPECT_TRUE(Contains(msg, "rank 0 aborted the group: stop"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Mpi, MpiAbortFromAnotherThread, ::testing::Values(300, 0),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param ? "WhilePeersAreLate" : "WhileDataMoves";
+                         });
 
 }  // namespace
 }  // namespace mdtrain::testing

@@ -64,7 +64,8 @@ class ResultGatherer : public ::testing::EmptyTestEventListener {
     if (g_rank != 0) return;
     std::string ranks;
     for (int r = 1; r < n; ++r) {
-      if (all[static_cast<std::size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      if (all[static_cast<std::size_t>(r)])
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
     }
     if (ranks.empty()) return;
     g_failed_elsewhere.push_back(test_name(info) + " (rank " + ranks + ")");
@@ -85,8 +86,9 @@ int main(int argc, char** argv) {
   // plain writes to shared memory. mpi_communicator_test.cpp has MPI versions of both.
   std::string filter = GTEST_FLAG_GET(filter);
   filter += filter.find('-') == std::string::npos ? "-" : ":";
-  filter += "*CommunicatorPeerSuite.SkippedCollectiveTimesOutNamingTheMissingRank*:"
-            "*CommunicatorSuite.BarrierOrdersWritesBeforeReads*";
+  filter +=
+      "*CommunicatorPeerSuite.SkippedCollectiveTimesOutNamingTheMissingRank*:"
+      "*CommunicatorSuite.BarrierOrdersWritesBeforeReads*";
   GTEST_FLAG_SET(filter, filter);
 
   g_results = mdtrain::make_mpi_communicator();
@@ -100,8 +102,8 @@ int main(int argc, char** argv) {
   std::int32_t failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   g_results->all_reduce(&failed, 1, mdtrain::DType::Int32, mdtrain::ReduceOp::Max);
   if (g_rank == 0 && !g_failed_elsewhere.empty()) {
-    std::string summary = std::to_string(g_failed_elsewhere.size()) +
-                          " test(s) failed on other ranks:\n";
+    std::string summary =
+        std::to_string(g_failed_elsewhere.size()) + " test(s) failed on other ranks:\n";
     for (const auto& t : g_failed_elsewhere) summary += "[  FAILED  ] " + t + "\n";
     print(summary);
   }
