@@ -10,17 +10,6 @@ namespace mdtrain {
 
 namespace {
 
-// dst (float32 or float64, n elements) = src (n doubles).
-void store(const double* src, Tensor& dst) {
-  if (dst.dtype() == DType::Float32) {
-    float* d = dst.data<float>();
-    for (std::int64_t i = 0; i < dst.numel(); ++i) d[i] = static_cast<float>(src[i]);
-  } else {
-    double* d = dst.data<double>();
-    for (std::int64_t i = 0; i < dst.numel(); ++i) d[i] = src[i];
-  }
-}
-
 double element(const Tensor& t, std::int64_t i) {
   return t.dtype() == DType::Float32 ? static_cast<double>(t.data<float>()[i]) : t.data<double>()[i];
 }
@@ -42,38 +31,30 @@ BatchNormalization::BatchNormalization(std::string name, Options options)
   make_initializer(options_.gamma_initializer);
   make_initializer(options_.moving_mean_initializer);
   make_initializer(options_.moving_variance_initializer);
-  beta_regularizer_ = make_regularizer(options_.beta_regularizer);
-  gamma_regularizer_ = make_regularizer(options_.gamma_regularizer);
+  gamma_beta_.beta_regularizer = make_regularizer(options_.beta_regularizer);
+  gamma_beta_.gamma_regularizer = make_regularizer(options_.gamma_regularizer);
 }
 
 Shape BatchNormalization::compute_output_shape(const Shape& input_shape) const {
-  MDTRAIN_CHECK(!input_shape.empty(), std::invalid_argument, "[batch_normalization] layer \"", name_,
-                "\" needs inputs of rank >= 2 (batch, ..., channels), got input shape (None,)");
-  const auto last = static_cast<std::int64_t>(input_shape.size());  // index of the last axis with the batch
-  if (options_.axis != -1 && options_.axis != last) {
-    Shape full{-1};
-    full.insert(full.end(), input_shape.begin(), input_shape.end());
-    fail<std::invalid_argument>("[batch_normalization] layer \"", name_,
-                                "\": only axis=-1 (the last, channels axis: axis=", last, " for inputs of shape ",
-                                to_string(full), ") is supported, got axis=", options_.axis);
-  }
+  check_last_axis_input("batch_normalization", name_, options_.axis, input_shape, "channels",
+                        "the last, channels axis");
   return input_shape;
 }
 
 void BatchNormalization::build_weights(const Shape& input_shape, std::uint64_t seed) {
   channels_ = input_shape.back();
   const std::int64_t c = channels_;
-  auto make = [&](const char* suffix, const Json& init, std::uint64_t stream, bool trainable) {
+  gamma_beta_.build(name_, c, dtype_, seed, options_.scale, options_.center, options_.gamma_initializer,
+                    options_.beta_initializer);
+  auto make = [&](const char* suffix, const Json& init, std::uint64_t stream) {
     Parameter p(name_ + "/" + suffix, Tensor({c}, dtype_));
     Rng rng(seed, stream);
     make_initializer(init)->fill(p.value, c, c, rng);  // Keras's fans of a 1-D shape: (c, c)
-    p.trainable = trainable;
+    p.trainable = false;
     return p;
   };
-  if (options_.scale) gamma_ = make("gamma", options_.gamma_initializer, 0, true);
-  if (options_.center) beta_ = make("beta", options_.beta_initializer, 1, true);
-  moving_mean_ = make("moving_mean", options_.moving_mean_initializer, 2, false);
-  moving_variance_ = make("moving_variance", options_.moving_variance_initializer, 3, false);
+  moving_mean_ = make("moving_mean", options_.moving_mean_initializer, 2);
+  moving_variance_ = make("moving_variance", options_.moving_variance_initializer, 3);
   allocate_statistics();
 }
 
@@ -103,8 +84,8 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& ctx) {
     inv_std_.data<double>()[c] = math::inverse_std(var_.data<double>()[c], options_.epsilon);
   ensure_buffer(xhat_, x2d.shape(), dtype_);
   ensure_buffer(y_, x2d.shape(), dtype_);
-  ops::channel_normalize(x2d, mean_, inv_std_, options_.scale ? gamma_.value : Tensor(),
-                         options_.center ? beta_.value : Tensor(), &xhat_, y_);
+  ops::channel_normalize(x2d, mean_, inv_std_, gamma_beta_.gamma_or_none(options_.scale),
+                         gamma_beta_.beta_or_none(options_.center), &xhat_, y_);
   return y_.reshape(last_input_shape_);
 }
 
@@ -181,8 +162,8 @@ void BatchNormalization::update_moving_statistics(const double* mean, const doub
     m[k] = math::moving_average(element(moving_mean_.value, i), mean[i], options_.momentum);
     v[k] = math::moving_average(element(moving_variance_.value, i), var[i], options_.momentum);
   }
-  store(m.data(), moving_mean_.value);
-  store(v.data(), moving_variance_.value);
+  store_float64(m.data(), moving_mean_.value);
+  store_float64(v.data(), moving_variance_.value);
 }
 
 Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_grad) {
@@ -192,8 +173,7 @@ Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_grad) {
                 to_string(last_input_shape_));
   ops::channel_grad_sums(dy2, xhat_, sum_dy_, sum_dy_xhat_);
   // Parameter gradients are this replica's sums; the engine's gradient all-reduce adds them up.
-  if (options_.scale) store(sum_dy_xhat_.data<double>(), gamma_.grad);
-  if (options_.center) store(sum_dy_.data<double>(), beta_.grad);
+  gamma_beta_.store_gradients(sum_dy_, sum_dy_xhat_, options_.scale, options_.center);
   if (!need_input_grad) return Tensor();
   const std::int64_t c = channels_;
   double* mdy = mean_dy_.data<double>();
@@ -223,7 +203,7 @@ Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_grad) {
     for (std::int64_t i = 0; i < c; ++i) mdy[i] = mdyx[i] = 0.0;
   }
   for (std::int64_t i = 0; i < c; ++i)
-    scale_.data<double>()[i] = (options_.scale ? element(gamma_.value, i) : 1.0) * inv_std_.data<double>()[i];
+    scale_.data<double>()[i] = (options_.scale ? element(gamma_beta_.gamma.value, i) : 1.0) * inv_std_.data<double>()[i];
   ensure_buffer(dx_, dy2.shape(), dtype_);
   ops::channel_normalize_backward(dy2, xhat_, scale_, mean_dy_, mean_dy_xhat_, dx_);
   return dx_.reshape(last_input_shape_);
@@ -238,29 +218,24 @@ void BatchNormalization::backward_without_rows(bool need_input_grad) {
 
 std::vector<Parameter*> BatchNormalization::parameters() {
   if (!built_) return {};
-  std::vector<Parameter*> out;
-  if (options_.scale) out.push_back(&gamma_);
-  if (options_.center) out.push_back(&beta_);
+  std::vector<Parameter*> out = gamma_beta_.parameters(built_, options_.scale, options_.center);
   out.push_back(&moving_mean_);
   out.push_back(&moving_variance_);
   return out;
 }
 
 double BatchNormalization::regularization_loss() const {
-  double l = 0;
-  if (gamma_regularizer_ && built_ && options_.scale) l += gamma_regularizer_->loss(gamma_.value);
-  if (beta_regularizer_ && built_ && options_.center) l += beta_regularizer_->loss(beta_.value);
-  return l;
+  return gamma_beta_.regularization_loss(built_, options_.scale, options_.center);
 }
 
 void BatchNormalization::add_regularization_gradients() {
-  if (gamma_regularizer_ && options_.scale) gamma_regularizer_->add_gradient(gamma_.value, gamma_.grad);
-  if (beta_regularizer_ && options_.center) beta_regularizer_->add_gradient(beta_.value, beta_.grad);
+  gamma_beta_.add_regularization_gradients(options_.scale, options_.center);
 }
 
 std::unique_ptr<Layer> BatchNormalization::clone() const {
   auto copy = std::make_unique<BatchNormalization>(name_, options_);
   copy->copy_build_state(*this);
+  copy->gamma_beta_.copy_values_from(gamma_beta_, built_, options_.scale, options_.center);
   if (built_) {
     copy->channels_ = channels_;
     auto dup = [](const Parameter& p) {
@@ -268,8 +243,6 @@ std::unique_ptr<Layer> BatchNormalization::clone() const {
       q.trainable = p.trainable;
       return q;
     };
-    if (options_.scale) copy->gamma_ = dup(gamma_);
-    if (options_.center) copy->beta_ = dup(beta_);
     copy->moving_mean_ = dup(moving_mean_);
     copy->moving_variance_ = dup(moving_variance_);
     copy->allocate_statistics();
@@ -288,8 +261,8 @@ Json BatchNormalization::config() const {
   c.set("gamma_initializer", make_initializer(options_.gamma_initializer)->config());
   c.set("moving_mean_initializer", make_initializer(options_.moving_mean_initializer)->config());
   c.set("moving_variance_initializer", make_initializer(options_.moving_variance_initializer)->config());
-  c.set("beta_regularizer", beta_regularizer_ ? beta_regularizer_->config() : Json());
-  c.set("gamma_regularizer", gamma_regularizer_ ? gamma_regularizer_->config() : Json());
+  c.set("beta_regularizer", gamma_beta_.beta_regularizer ? gamma_beta_.beta_regularizer->config() : Json());
+  c.set("gamma_regularizer", gamma_beta_.gamma_regularizer ? gamma_beta_.gamma_regularizer->config() : Json());
   c.set("beta_constraint", Json());
   c.set("gamma_constraint", Json());
   c.set("synchronized", options_.synchronized);
@@ -305,19 +278,27 @@ std::int64_t normalization_axis_from_json(const std::string& layer, const Json& 
   return axis.as_int();
 }
 
+void check_last_axis_input(const char* area, const std::string& layer, std::int64_t axis, const Shape& input_shape,
+                           const char* features, const char* last_axis) {
+  MDTRAIN_CHECK(!input_shape.empty(), std::invalid_argument, "[", area, "] layer \"", layer,
+                "\" needs inputs of rank >= 2 (batch, ..., ", features, "), got input shape (None,)");
+  const auto last = static_cast<std::int64_t>(input_shape.size());  // index of the last axis with the batch
+  if (axis != -1 && axis != last) {
+    Shape full{-1};
+    full.insert(full.end(), input_shape.begin(), input_shape.end());
+    fail<std::invalid_argument>("[", area, "] layer \"", layer, "\": only axis=-1 (", last_axis, ": axis=", last,
+                                " for inputs of shape ", to_string(full), ") is supported, got axis=", axis);
+  }
+}
+
 std::unique_ptr<Layer> batch_normalization_from_config(const std::string& name, const Json& c) {
   BatchNormalization::Options o;
   o.axis = normalization_axis_from_json(name, c.get("axis", Json(-1)));
   o.momentum = c.get("momentum", 0.99).as_number();
   o.epsilon = c.get("epsilon", 1e-3).as_number();
-  o.center = c.get("center", true).as_bool();
-  o.scale = c.get("scale", true).as_bool();
-  o.beta_initializer = c.get("beta_initializer", "zeros");
-  o.gamma_initializer = c.get("gamma_initializer", "ones");
+  read_gamma_beta_config(c, o);
   o.moving_mean_initializer = c.get("moving_mean_initializer", "zeros");
   o.moving_variance_initializer = c.get("moving_variance_initializer", "ones");
-  o.beta_regularizer = c.get("beta_regularizer", Json());
-  o.gamma_regularizer = c.get("gamma_regularizer", Json());
   o.synchronized = c.get("synchronized", false).as_bool();
   return std::make_unique<BatchNormalization>(name, o);
 }

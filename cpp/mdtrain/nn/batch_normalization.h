@@ -2,6 +2,7 @@
 #include <memory>
 #include <vector>
 
+#include "mdtrain/nn/gamma_beta.h"
 #include "mdtrain/nn/layer.h"
 #include "mdtrain/nn/regularizer.h"
 
@@ -58,8 +59,8 @@ class BatchNormalization : public Layer {
   Json config() const override;
 
   const Options& options() const { return options_; }
-  Parameter& gamma() { return gamma_; }
-  Parameter& beta() { return beta_; }
+  Parameter& gamma() { return gamma_beta_.gamma; }
+  Parameter& beta() { return gamma_beta_.beta; }
   Parameter& moving_mean() { return moving_mean_; }
   Parameter& moving_variance() { return moving_variance_; }
 
@@ -74,8 +75,8 @@ class BatchNormalization : public Layer {
   void update_moving_statistics(const double* mean, const double* var);
 
   Options options_;
-  std::shared_ptr<Regularizer> beta_regularizer_, gamma_regularizer_;
-  Parameter gamma_, beta_, moving_mean_, moving_variance_;
+  GammaBeta gamma_beta_;  // gamma (with scale), beta (with center) and their regularizers
+  Parameter moving_mean_, moving_variance_;
   std::int64_t channels_ = 0;
 
   // Per-call state. The statistics of the last forward (float64, per channel), the number of
@@ -96,5 +97,13 @@ std::unique_ptr<Layer> batch_normalization_from_config(const std::string& name, 
 
 // A Keras "axis" config value: an integer or a list of one integer.
 std::int64_t normalization_axis_from_json(const std::string& layer, const Json& axis);
+
+// compute_output_shape's check for a layer that normalizes over the last axis only
+// (BatchNormalization, LayerNormalization): an input_shape (without the batch) of rank >= 1 and
+// `axis` -1 or the last axis's index. Throws std::invalid_argument prefixed "[area]", naming the
+// layer, its input shape and `last_axis` (how the layer calls that axis, e.g. "the last axis");
+// `features` names what the last axis holds.
+void check_last_axis_input(const char* area, const std::string& layer, std::int64_t axis, const Shape& input_shape,
+                           const char* features, const char* last_axis);
 
 }  // namespace mdtrain

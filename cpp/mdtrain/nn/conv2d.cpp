@@ -26,8 +26,8 @@ Conv2D::Conv2D(std::string name, Options options)
                 tuple_string(options_.strides), " and dilation_rate=", tuple_string(options_.dilation_rate));
   make_initializer(options_.kernel_initializer);  // validate names now, not at build time
   make_initializer(options_.bias_initializer);
-  kernel_regularizer_ = make_regularizer(options_.kernel_regularizer);
-  bias_regularizer_ = make_regularizer(options_.bias_regularizer);
+  weights_.kernel_regularizer = make_regularizer(options_.kernel_regularizer);
+  weights_.bias_regularizer = make_regularizer(options_.bias_regularizer);
 }
 
 Window2D Conv2D::window_for(const Shape& input_shape) const {
@@ -42,12 +42,7 @@ Window2D Conv2D::window_for(const Shape& input_shape) const {
     const std::string dilated =
         extent == k ? std::string()
                     : cat(" (dilated by dilation_rate ", tuple_string(d), " to ", tuple_string(extent), ")");
-    Shape full{-1};
-    full.insert(full.end(), input_shape.begin(), input_shape.end());
-    fail<std::invalid_argument>("[conv2d] layer \"", name_, "\": kernel_size ", tuple_string(k), dilated,
-                                " is larger than the input's spatial size (", input_shape[0], ", ", input_shape[1],
-                                ") with padding=\"valid\". Received input shape ", to_string(full),
-                                ", which would produce an output shape with a zero or negative value in a dimension");
+    fail_window_larger_than_input("conv2d", name_, "kernel_size " + tuple_string(k) + dilated, input_shape);
   }
   return g;
 }
@@ -62,18 +57,14 @@ void Conv2D::build_weights(const Shape& input_shape, std::uint64_t seed) {
   const std::int64_t kh = options_.kernel_size[0], kw = options_.kernel_size[1], cin = input_shape[2],
                      filters = options_.filters;
   Rng rng(seed, 0);
-  kernel_ = Parameter(name_ + "/kernel", Tensor({kh, kw, cin, filters}, dtype_));
+  weights_.kernel = Parameter(name_ + "/kernel", Tensor({kh, kw, cin, filters}, dtype_));
   // Keras's fans for a conv kernel: the receptive field times the input / output channels.
-  make_initializer(options_.kernel_initializer)->fill(kernel_.value, kh * kw * cin, kh * kw * filters, rng);
+  make_initializer(options_.kernel_initializer)->fill(weights_.kernel.value, kh * kw * cin, kh * kw * filters, rng);
   if (options_.use_bias) {
-    bias_ = Parameter(name_ + "/bias", Tensor({filters}, dtype_));
+    weights_.bias = Parameter(name_ + "/bias", Tensor({filters}, dtype_));
     Rng bias_rng(seed, 1);
-    make_initializer(options_.bias_initializer)->fill(bias_.value, filters, filters, bias_rng);
+    make_initializer(options_.bias_initializer)->fill(weights_.bias.value, filters, filters, bias_rng);
   }
-}
-
-bool Conv2D::keeps_preactivation() const {
-  return activation_ == Activation::GELU || activation_ == Activation::Softmax || activation_ == Activation::Sigmoid;
 }
 
 bool Conv2D::pointwise() const {
@@ -129,11 +120,9 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   const std::int64_t images = x.dim(0), positions = window_.out_h * window_.out_w, rows = images * positions,
                      depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
   ensure_buffer(y_, {rows, filters}, dtype_);
-  const bool keep = keeps_preactivation();
+  const bool keep = keeps_preactivation(activation_);
   if (keep) ensure_buffer(z_, {rows, filters}, dtype_);
-  const Tensor w = kernel_.value.reshape({depth, filters});
-  const Tensor no_bias;
-  const Tensor& bias = options_.use_bias ? bias_.value : no_bias;
+  const Tensor w = weights_.kernel.value.reshape({depth, filters});
   const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk();
   // Backward needs the columns again. They are kept for it when the whole batch is one chunk, or
   // when they are no larger than the output (kh*kw*cin <= filters: the first layer of an image
@@ -153,19 +142,14 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
       ops::im2col(x, window_, r0, col);
       ops::gemm(col, false, w, false, z);
     }
-    if (keep) {
-      // z = x * kernel + bias stays for GELU's gradient and as the logits of softmax/sigmoid.
-      ops::bias_activation(z, bias, Activation::Linear, z);
-      ops::bias_activation(z, no_bias, activation_, y);
-    } else {
-      ops::bias_activation(z, bias, activation_, y);
-    }
+    // z = x * kernel + bias stays (when kept) for GELU's gradient and as the logits of softmax/sigmoid.
+    weights_.add_bias_and_activate(z, options_.use_bias, activation_, keep, y);
   }
   return y_.reshape({images, window_.out_h, window_.out_w, filters});
 }
 
 Tensor Conv2D::logits() const {
-  MDTRAIN_CHECK(keeps_preactivation(), std::logic_error, "[conv2d] layer \"", name_,
+  MDTRAIN_CHECK(keeps_preactivation(activation_), std::logic_error, "[conv2d] layer \"", name_,
                 "\" keeps no logits for activation ", name_of(activation_));
   return z_.reshape({x_.dim(0), window_.out_h, window_.out_w, options_.filters});
 }
@@ -183,15 +167,15 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
                      depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
   MDTRAIN_CHECK(grad.dim(0) == rows, std::invalid_argument, "[conv2d] layer \"", name_, "\": the output gradient has ",
                 grad.dim(0), " rows, the last forward produced ", rows);
-  Tensor dw = kernel_.grad.reshape({depth, filters});
-  const Tensor w = kernel_.value.reshape({depth, filters});
+  Tensor dw = weights_.kernel.grad.reshape({depth, filters});
+  const Tensor w = weights_.kernel.value.reshape({depth, filters});
   if (need_input_grad) ensure_buffer(dx_, x_.shape(), dtype_);
   if (rows == 0) {
-    kernel_.grad.fill(0.0);
-    if (options_.use_bias) bias_.grad.fill(0.0);
+    weights_.kernel.grad.fill(0.0);
+    if (options_.use_bias) weights_.bias.grad.fill(0.0);
     return need_input_grad ? dx_ : Tensor();
   }
-  const bool keep = keeps_preactivation();
+  const bool keep = keeps_preactivation(activation_);
   const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk();
   const Tensor x2 = pointwise() ? x_.reshape({rows, depth}) : Tensor();
   Tensor dx2 = need_input_grad && pointwise() ? dx_.reshape({rows, depth}) : Tensor();
@@ -209,7 +193,7 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
       ops::activation_backward(activation_, keep ? z_.rows(p0, p1) : Tensor(), y_.rows(p0, p1), dz, scratch);
       dz = scratch;
     }
-    if (options_.use_bias) ops::sum_rows(dz, bias_.grad, beta);
+    if (options_.use_bias) ops::sum_rows(dz, weights_.bias.grad, beta);
     if (pointwise()) {
       ops::gemm(x2.rows(p0, p1), true, dz, false, dw, 1.0, beta);
       if (need_input_grad) {
@@ -242,33 +226,18 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
   return need_input_grad ? dx_ : Tensor();
 }
 
-std::vector<Parameter*> Conv2D::parameters() {
-  if (!built_) return {};
-  if (options_.use_bias) return {&kernel_, &bias_};
-  return {&kernel_};
-}
+std::vector<Parameter*> Conv2D::parameters() { return weights_.parameters(built_, options_.use_bias); }
 
-double Conv2D::regularization_loss() const {
-  double l = 0;
-  if (kernel_regularizer_ && built_) l += kernel_regularizer_->loss(kernel_.value);
-  if (bias_regularizer_ && built_ && options_.use_bias) l += bias_regularizer_->loss(bias_.value);
-  return l;
-}
+double Conv2D::regularization_loss() const { return weights_.regularization_loss(built_, options_.use_bias); }
 
-void Conv2D::add_regularization_gradients() {
-  if (kernel_regularizer_) kernel_regularizer_->add_gradient(kernel_.value, kernel_.grad);
-  if (bias_regularizer_ && options_.use_bias) bias_regularizer_->add_gradient(bias_.value, bias_.grad);
-}
+void Conv2D::add_regularization_gradients() { weights_.add_regularization_gradients(options_.use_bias); }
 
 std::unique_ptr<Layer> Conv2D::clone() const {
   auto copy = std::make_unique<Conv2D>(name_, options_);
   copy->copy_build_state(*this);
   copy->window_ = window_;
   copy->column_budget_bytes_ = column_budget_bytes_;
-  if (built_) {
-    copy->kernel_ = Parameter(kernel_.name, kernel_.value.clone());
-    if (options_.use_bias) copy->bias_ = Parameter(bias_.name, bias_.value.clone());
-  }
+  copy->weights_.copy_values_from(weights_, built_, options_.use_bias);
   return copy;
 }
 
@@ -281,12 +250,7 @@ Json Conv2D::config() const {
   c.set("data_format", options_.data_format);
   c.set("dilation_rate", pair_to_json(options_.dilation_rate));
   c.set("groups", 1);
-  c.set("activation", name_of(activation_));
-  c.set("use_bias", options_.use_bias);
-  c.set("kernel_initializer", make_initializer(options_.kernel_initializer)->config());
-  c.set("bias_initializer", make_initializer(options_.bias_initializer)->config());
-  c.set("kernel_regularizer", kernel_regularizer_ ? kernel_regularizer_->config() : Json());
-  c.set("bias_regularizer", bias_regularizer_ ? bias_regularizer_->config() : Json());
+  weights_.write_config(c, activation_, options_);
   c.set("activity_regularizer", Json());
   c.set("kernel_constraint", Json());
   c.set("bias_constraint", Json());

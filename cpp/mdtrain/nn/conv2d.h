@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "mdtrain/nn/initializer.h"
+#include "mdtrain/nn/kernel_bias.h"
 #include "mdtrain/nn/layer.h"
 #include "mdtrain/nn/regularizer.h"
 #include "mdtrain/ops/activation.h"
@@ -57,8 +58,8 @@ class Conv2D : public Layer {
   std::unique_ptr<Layer> clone() const override;
   Json config() const override;
 
-  Parameter& kernel() { return kernel_; }
-  Parameter& bias() { return bias_; }
+  Parameter& kernel() { return weights_.kernel; }
+  Parameter& bias() { return weights_.bias; }
   const Options& options() const { return options_; }
   // Output rows (of one image each) per chunk: at least 1, so the budget holds unless a single
   // output row's columns exceed it.
@@ -72,7 +73,6 @@ class Conv2D : public Layer {
  private:
   Window2D window_for(const Shape& input_shape) const;  // validated; throws naming the layer
   void check_conv_input(const Tensor& x) const;
-  bool keeps_preactivation() const;
   bool pointwise() const;                 // 1x1 kernel, stride 1: no columns needed
   Tensor column_rows(std::int64_t rows);  // a (rows, kh*kw*cin) view of col_, grown as needed
   // Backward chunk by chunk from dL/dy (through_activation) or dL/dz.
@@ -81,8 +81,7 @@ class Conv2D : public Layer {
   Options options_;
   bool same_padding_ = false;
   Activation activation_;
-  std::shared_ptr<Regularizer> kernel_regularizer_, bias_regularizer_;
-  Parameter kernel_, bias_;
+  KernelBias weights_;  // the kernel, the bias (with use_bias) and their regularizers
   Window2D window_;  // for the built input shape
   // Per-call state: the last input; the columns (the whole batch's when columns_kept_, else one
   // chunk's; also reused for the input-gradient columns); the pre-activation when kept; the

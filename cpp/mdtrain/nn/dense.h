@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "mdtrain/nn/initializer.h"
+#include "mdtrain/nn/kernel_bias.h"
 #include "mdtrain/nn/layer.h"
 #include "mdtrain/nn/regularizer.h"
 #include "mdtrain/ops/activation.h"
@@ -35,8 +36,8 @@ class Dense : public Layer {
   std::unique_ptr<Layer> clone() const override;
   Json config() const override;
 
-  Parameter& kernel() { return kernel_; }
-  Parameter& bias() { return bias_; }
+  Parameter& kernel() { return weights_.kernel; }
+  Parameter& bias() { return weights_.bias; }
   Activation activation() const { return activation_; }
 
  protected:
@@ -44,14 +45,10 @@ class Dense : public Layer {
 
  private:
   Options options_;
-  // Whether forward keeps the pre-activation: GELU's gradient needs it, and softmax/sigmoid
-  // outputs expose it as logits.
-  bool keeps_preactivation() const;
   Tensor backward_preactivation(const Tensor& dz, bool need_input_grad);
 
   Activation activation_;
-  std::shared_ptr<Regularizer> kernel_regularizer_, bias_regularizer_;
-  Parameter kernel_, bias_;
+  KernelBias weights_;  // the kernel, the bias (with use_bias) and their regularizers
   // Per-call state: the input of the last forward (as 2-D), the pre-activation when the
   // activation's gradient needs it, the output, and scratch for backward.
   Tensor x_, z_, y_, dz_, dx_;

@@ -21,12 +21,7 @@ std::unique_ptr<Layer> layer_from_config(const Json& spec) {
   if (cls == "Dense") {
     Dense::Options o;
     o.units = c.at("units").as_int();
-    o.activation = c.get("activation", "linear").as_string();
-    o.use_bias = c.get("use_bias", true).as_bool();
-    o.kernel_initializer = c.get("kernel_initializer", "glorot_uniform");
-    o.bias_initializer = c.get("bias_initializer", "zeros");
-    o.kernel_regularizer = c.get("kernel_regularizer", Json());
-    o.bias_regularizer = c.get("bias_regularizer", Json());
+    read_kernel_bias_config(c, o);
     return std::make_unique<Dense>(name, o);
   }
   if (cls == "Activation") return std::make_unique<ActivationLayer>(name, c.at("activation").as_string());
@@ -44,12 +39,7 @@ std::unique_ptr<Layer> layer_from_config(const Json& spec) {
     o.dilation_rate = pair_from_json(c.get("dilation_rate", Json(1)));
     MDTRAIN_CHECK(c.get("groups", 1).as_int() == 1, std::invalid_argument, "[layers] Conv2D \"", name,
                   "\": groups other than 1 are not supported");
-    o.activation = c.get("activation", "linear").as_string();
-    o.use_bias = c.get("use_bias", true).as_bool();
-    o.kernel_initializer = c.get("kernel_initializer", "glorot_uniform");
-    o.bias_initializer = c.get("bias_initializer", "zeros");
-    o.kernel_regularizer = c.get("kernel_regularizer", Json());
-    o.bias_regularizer = c.get("bias_regularizer", Json());
+    read_kernel_bias_config(c, o);
     return std::make_unique<Conv2D>(name, o);
   }
   if (cls == "MaxPooling2D" || cls == "AveragePooling2D") {

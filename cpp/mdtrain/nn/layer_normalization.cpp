@@ -2,25 +2,11 @@
 
 #include <cmath>
 
-#include "mdtrain/nn/batch_normalization.h"  // normalization_axis_from_json
+#include "mdtrain/nn/batch_normalization.h"  // normalization_axis_from_json, check_last_axis_input
 #include "mdtrain/nn/initializer.h"
 #include "mdtrain/ops/normalization.h"
 
 namespace mdtrain {
-
-namespace {
-// dst (float32 or float64) = src (float64), element for element.
-void store(const Tensor& src, Tensor& dst) {
-  const double* s = src.data<double>();
-  if (dst.dtype() == DType::Float32) {
-    float* d = dst.data<float>();
-    for (std::int64_t i = 0; i < dst.numel(); ++i) d[i] = static_cast<float>(s[i]);
-  } else {
-    double* d = dst.data<double>();
-    for (std::int64_t i = 0; i < dst.numel(); ++i) d[i] = s[i];
-  }
-}
-}  // namespace
 
 LayerNormalization::LayerNormalization(std::string name, Options options)
     : Layer(std::move(name)), options_(std::move(options)) {
@@ -31,37 +17,19 @@ LayerNormalization::LayerNormalization(std::string name, Options options)
                 options_.epsilon);
   make_initializer(options_.beta_initializer);
   make_initializer(options_.gamma_initializer);
-  beta_regularizer_ = make_regularizer(options_.beta_regularizer);
-  gamma_regularizer_ = make_regularizer(options_.gamma_regularizer);
+  gamma_beta_.beta_regularizer = make_regularizer(options_.beta_regularizer);
+  gamma_beta_.gamma_regularizer = make_regularizer(options_.gamma_regularizer);
 }
 
 Shape LayerNormalization::compute_output_shape(const Shape& input_shape) const {
-  MDTRAIN_CHECK(!input_shape.empty(), std::invalid_argument, "[layer_normalization] layer \"", name_,
-                "\" needs inputs of rank >= 2 (batch, ..., features), got input shape (None,)");
-  const auto last = static_cast<std::int64_t>(input_shape.size());
-  if (options_.axis != -1 && options_.axis != last) {
-    Shape full{-1};
-    full.insert(full.end(), input_shape.begin(), input_shape.end());
-    fail<std::invalid_argument>("[layer_normalization] layer \"", name_,
-                                "\": only axis=-1 (the last axis: axis=", last, " for inputs of shape ",
-                                to_string(full), ") is supported, got axis=", options_.axis);
-  }
+  check_last_axis_input("layer_normalization", name_, options_.axis, input_shape, "features", "the last axis");
   return input_shape;
 }
 
 void LayerNormalization::build_weights(const Shape& input_shape, std::uint64_t seed) {
   features_ = input_shape.back();
-  const std::int64_t d = features_;
-  if (options_.scale) {
-    gamma_ = Parameter(name_ + "/gamma", Tensor({d}, dtype_));
-    Rng rng(seed, 0);
-    make_initializer(options_.gamma_initializer)->fill(gamma_.value, d, d, rng);
-  }
-  if (options_.center) {
-    beta_ = Parameter(name_ + "/beta", Tensor({d}, dtype_));
-    Rng rng(seed, 1);
-    make_initializer(options_.beta_initializer)->fill(beta_.value, d, d, rng);
-  }
+  gamma_beta_.build(name_, features_, dtype_, seed, options_.scale, options_.center, options_.gamma_initializer,
+                    options_.beta_initializer);
 }
 
 Tensor LayerNormalization::forward(const Tensor& x, const ForwardContext&) {
@@ -72,8 +40,8 @@ Tensor LayerNormalization::forward(const Tensor& x, const ForwardContext&) {
   ensure_buffer(xhat_, x2d.shape(), dtype_);
   ensure_buffer(y_, x2d.shape(), dtype_);
   ensure_buffer(inv_std_, {rows}, DType::Float64);
-  ops::row_normalize(x2d, options_.epsilon, options_.scale ? gamma_.value : Tensor(),
-                     options_.center ? beta_.value : Tensor(), xhat_, inv_std_, y_);
+  ops::row_normalize(x2d, options_.epsilon, gamma_beta_.gamma_or_none(options_.scale),
+                     gamma_beta_.beta_or_none(options_.center), xhat_, inv_std_, y_);
   return y_.reshape(last_input_shape_);
 }
 
@@ -86,43 +54,31 @@ Tensor LayerNormalization::backward(const Tensor& dy, bool need_input_grad) {
     ensure_buffer(sum_dy_, {features_}, DType::Float64);
     ensure_buffer(sum_dy_xhat_, {features_}, DType::Float64);
     ops::channel_grad_sums(dy2, xhat_, sum_dy_, sum_dy_xhat_);
-    if (options_.scale) store(sum_dy_xhat_, gamma_.grad);
-    if (options_.center) store(sum_dy_, beta_.grad);
+    gamma_beta_.store_gradients(sum_dy_, sum_dy_xhat_, options_.scale, options_.center);
   }
   if (!need_input_grad) return Tensor();
   ensure_buffer(dx_, dy2.shape(), dtype_);
-  ops::row_normalize_backward(dy2, xhat_, inv_std_, options_.scale ? gamma_.value : Tensor(), dx_);
+  ops::row_normalize_backward(dy2, xhat_, inv_std_, gamma_beta_.gamma_or_none(options_.scale), dx_);
   return dx_.reshape(last_input_shape_);
 }
 
 std::vector<Parameter*> LayerNormalization::parameters() {
-  if (!built_) return {};
-  std::vector<Parameter*> out;
-  if (options_.scale) out.push_back(&gamma_);
-  if (options_.center) out.push_back(&beta_);
-  return out;
+  return gamma_beta_.parameters(built_, options_.scale, options_.center);
 }
 
 double LayerNormalization::regularization_loss() const {
-  double l = 0;
-  if (gamma_regularizer_ && built_ && options_.scale) l += gamma_regularizer_->loss(gamma_.value);
-  if (beta_regularizer_ && built_ && options_.center) l += beta_regularizer_->loss(beta_.value);
-  return l;
+  return gamma_beta_.regularization_loss(built_, options_.scale, options_.center);
 }
 
 void LayerNormalization::add_regularization_gradients() {
-  if (gamma_regularizer_ && options_.scale) gamma_regularizer_->add_gradient(gamma_.value, gamma_.grad);
-  if (beta_regularizer_ && options_.center) beta_regularizer_->add_gradient(beta_.value, beta_.grad);
+  gamma_beta_.add_regularization_gradients(options_.scale, options_.center);
 }
 
 std::unique_ptr<Layer> LayerNormalization::clone() const {
   auto copy = std::make_unique<LayerNormalization>(name_, options_);
   copy->copy_build_state(*this);
-  if (built_) {
-    copy->features_ = features_;
-    if (options_.scale) copy->gamma_ = Parameter(gamma_.name, gamma_.value.clone());
-    if (options_.center) copy->beta_ = Parameter(beta_.name, beta_.value.clone());
-  }
+  if (built_) copy->features_ = features_;
+  copy->gamma_beta_.copy_values_from(gamma_beta_, built_, options_.scale, options_.center);
   return copy;
 }
 
@@ -135,8 +91,8 @@ Json LayerNormalization::config() const {
   c.set("rms_scaling", false);
   c.set("beta_initializer", make_initializer(options_.beta_initializer)->config());
   c.set("gamma_initializer", make_initializer(options_.gamma_initializer)->config());
-  c.set("beta_regularizer", beta_regularizer_ ? beta_regularizer_->config() : Json());
-  c.set("gamma_regularizer", gamma_regularizer_ ? gamma_regularizer_->config() : Json());
+  c.set("beta_regularizer", gamma_beta_.beta_regularizer ? gamma_beta_.beta_regularizer->config() : Json());
+  c.set("gamma_regularizer", gamma_beta_.gamma_regularizer ? gamma_beta_.gamma_regularizer->config() : Json());
   c.set("beta_constraint", Json());
   c.set("gamma_constraint", Json());
   return c;
@@ -148,12 +104,7 @@ std::unique_ptr<Layer> layer_normalization_from_config(const std::string& name, 
   LayerNormalization::Options o;
   o.axis = normalization_axis_from_json(name, c.get("axis", Json(-1)));
   o.epsilon = c.get("epsilon", 1e-3).as_number();
-  o.center = c.get("center", true).as_bool();
-  o.scale = c.get("scale", true).as_bool();
-  o.beta_initializer = c.get("beta_initializer", "zeros");
-  o.gamma_initializer = c.get("gamma_initializer", "ones");
-  o.beta_regularizer = c.get("beta_regularizer", Json());
-  o.gamma_regularizer = c.get("gamma_regularizer", Json());
+  read_gamma_beta_config(c, o);
   return std::make_unique<LayerNormalization>(name, o);
 }
 

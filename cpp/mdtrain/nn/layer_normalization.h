@@ -1,6 +1,7 @@
 #pragma once
 #include <memory>
 
+#include "mdtrain/nn/gamma_beta.h"
 #include "mdtrain/nn/layer.h"
 #include "mdtrain/nn/regularizer.h"
 
@@ -36,16 +37,15 @@ class LayerNormalization : public Layer {
   Json config() const override;
 
   const Options& options() const { return options_; }
-  Parameter& gamma() { return gamma_; }
-  Parameter& beta() { return beta_; }
+  Parameter& gamma() { return gamma_beta_.gamma; }
+  Parameter& beta() { return gamma_beta_.beta; }
 
  protected:
   void build_weights(const Shape& input_shape, std::uint64_t seed) override;
 
  private:
   Options options_;
-  std::shared_ptr<Regularizer> beta_regularizer_, gamma_regularizer_;
-  Parameter gamma_, beta_;
+  GammaBeta gamma_beta_;  // gamma (with scale), beta (with center) and their regularizers
   std::int64_t features_ = 0;
   // Per-call state: the normalized input and per-row inverse deviations of the last forward.
   Tensor xhat_, inv_std_, y_, dx_, sum_dy_, sum_dy_xhat_;

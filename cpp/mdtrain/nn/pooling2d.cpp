@@ -20,14 +20,8 @@ Window2D Pooling2D::window_for(const Shape& input_shape) const {
   const auto& s = options_.strides;
   Window2D g = ops::make_window2d(input_shape[0], input_shape[1], input_shape[2], k[0], k[1], s[0], s[1], 1, 1,
                                   options_.padding == "same");
-  if (g.out_h == 0 || g.out_w == 0) {
-    Shape full{-1};
-    full.insert(full.end(), input_shape.begin(), input_shape.end());
-    fail<std::invalid_argument>("[", area_, "] layer \"", name_, "\": pool_size ", tuple_string(k),
-                                " is larger than the input's spatial size (", input_shape[0], ", ", input_shape[1],
-                                ") with padding=\"valid\". Received input shape ", to_string(full),
-                                ", which would produce an output shape with a zero or negative value in a dimension");
-  }
+  if (g.out_h == 0 || g.out_w == 0)
+    fail_window_larger_than_input(area_, name_, "pool_size " + tuple_string(k), input_shape);
   return g;
 }
 

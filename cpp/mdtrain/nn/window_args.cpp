@@ -8,6 +8,16 @@
 
 namespace mdtrain {
 
+void fail_window_larger_than_input(const char* area, const std::string& layer, const std::string& window,
+                                   const Shape& input_shape) {
+  Shape full{-1};
+  full.insert(full.end(), input_shape.begin(), input_shape.end());
+  fail<std::invalid_argument>("[", area, "] layer \"", layer, "\": ", window,
+                              " is larger than the input's spatial size (", input_shape[0], ", ", input_shape[1],
+                              ") with padding=\"valid\". Received input shape ", to_string(full),
+                              ", which would produce an output shape with a zero or negative value in a dimension");
+}
+
 std::string tuple_string(const std::vector<std::int64_t>& value) {
   std::string s = "(";
   for (std::size_t i = 0; i < value.size(); ++i) s += (i ? ", " : "") + std::to_string(value[i]);

@@ -21,6 +21,11 @@ std::string check_padding_arg(const char* area, const std::string& layer, const 
 void check_data_format_arg(const char* area, const std::string& layer, const std::string& data_format);
 // Keras's rank error when `input_shape` (batch excluded) is not an image (height, width, channels).
 void check_image_input_shape(const char* area, const std::string& layer, const Shape& input_shape);
+// Keras's error for a window that does not fit in the image with padding="valid" (no output
+// row or column): `window` is the argument and its value, e.g. "pool_size (3, 3)"; `input_shape`
+// is without the batch. Throws std::invalid_argument naming the layer and the full input shape.
+[[noreturn]] void fail_window_larger_than_input(const char* area, const std::string& layer, const std::string& window,
+                                                const Shape& input_shape);
 
 // "(3, 3)": a pair as Python prints a tuple (negative values stay numbers, unlike to_string(Shape)).
 std::string tuple_string(const std::vector<std::int64_t>& value);

@@ -22,88 +22,14 @@
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
+#include "gradient_check.h"
 
 namespace mdtrain {
 namespace {
 
-// Same budget as layer_gradient_test.cpp: eps 1e-6, rtol 1e-6, atol 1e-8.
-constexpr double kEps = 1e-6;
-constexpr double kRtol = 1e-6;
-constexpr double kAtol = 1e-8;
-
-Tensor random_tensor(const Shape& shape, std::mt19937_64& rng, double lo = -1.0, double hi = 1.0,
-                     DType dtype = DType::Float64) {
-  Tensor t(shape, dtype);
-  std::uniform_real_distribution<double> d(lo, hi);
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == DType::Float64)
-      t.data<double>()[i] = d(rng);
-    else
-      t.data<float>()[i] = static_cast<float>(d(rng));
-  }
-  return t;
-}
-
-double dot(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.numel(), b.numel());
-  double s = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) s += a.data<double>()[i] * b.data<double>()[i];
-  return s;
-}
-
-void expect_close(const Tensor& analytic, const std::vector<double>& numeric, const std::string& what) {
-  ASSERT_EQ(analytic.numel(), static_cast<std::int64_t>(numeric.size())) << what;
-  for (std::size_t i = 0; i < numeric.size(); ++i) {
-    const double a = analytic.data<double>()[i], n = numeric[i];
-    ASSERT_LE(std::fabs(a - n), kRtol * std::max(std::fabs(a), std::fabs(n)) + kAtol)
-        << what << "[" << i << "]: backward " << a << " vs finite difference " << n;
-  }
-}
-
-template <class F>
-std::vector<double> numeric_gradient(Tensor& t, F&& f) {
-  std::vector<double> g(static_cast<std::size_t>(t.numel()));
-  double* p = t.data<double>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    const double orig = p[i];
-    p[i] = orig + kEps;
-    const double up = f();
-    p[i] = orig - kEps;
-    const double down = f();
-    p[i] = orig;
-    g[static_cast<std::size_t>(i)] = (up - down) / (2 * kEps);
-  }
-  return g;
-}
-
-// backward()'s input and parameter gradients of L = <G, forward(x)> (+ the penalty) against
-// central differences, on a built float64 layer.
-void check_layer(Layer& layer, Tensor x, bool with_regularization, std::uint64_t seed) {
-  ASSERT_EQ(layer.dtype(), DType::Float64);
-  std::mt19937_64 rng(seed);
-  const ForwardContext ctx;
-  Tensor y = layer.forward(x, ctx);
-  Shape expected{x.dim(0)};
-  for (auto d : layer.output_shape()) expected.push_back(d);
-  ASSERT_EQ(y.shape(), expected) << layer.name();
-  const Tensor G = random_tensor(y.shape(), rng);
-  Tensor dx = layer.backward(G, true);
-  ASSERT_TRUE(dx.defined());
-  ASSERT_EQ(dx.shape(), x.shape());
-  dx = dx.clone();
-  if (with_regularization) layer.add_regularization_gradients();
-  std::vector<Tensor> grads;
-  for (auto* p : layer.parameters()) grads.push_back(p->grad.clone());
-  auto loss = [&] {
-    double l = dot(G, layer.forward(x, ctx));
-    if (with_regularization) l += layer.regularization_loss();
-    return l;
-  };
-  expect_close(dx, numeric_gradient(x, loss), layer.name() + " dL/dx");
-  auto params = layer.parameters();
-  for (std::size_t k = 0; k < params.size(); ++k)
-    expect_close(grads[k], numeric_gradient(params[k]->value, loss), params[k]->name);
-}
+// check_layer_gradients, random_tensor, dot, expect_close, numeric_gradient (eps 1e-6, rtol 1e-6,
+// atol 1e-8): the float64 gradient check shared by the layer tests.
+using namespace testing;
 
 template <class F>
 std::string invalid_argument_of(F&& f) {
@@ -237,7 +163,7 @@ TEST_P(Conv2DGradient, MatchesFiniteDifferences) {
   o.activation = p.activation;
   Tensor x;
   auto conv = make_conv(o, {p.h, p.w, p.channels}, 2, x, rng);
-  check_layer(*conv, x, false, 99);
+  check_layer_gradients(*conv, x, ForwardContext{}, 99);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllGeometries, Conv2DGradient, ::testing::ValuesIn(conv_cases(true)), conv_case_name);
@@ -287,7 +213,7 @@ TEST_P(Conv2DActivationGradient, MatchesFiniteDifferences) {
   Tensor x;
   auto conv = make_conv(o, {5, 4, 2}, 2, x, rng);
   EXPECT_EQ(conv->parameters().size(), 1u);
-  check_layer(*conv, x, false, 100);
+  check_layer_gradients(*conv, x, ForwardContext{}, 100);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllActivations, Conv2DActivationGradient,
@@ -304,7 +230,7 @@ TEST(Conv2DGradientExtra, PointwiseKernelNeedsNoColumns) {
     Tensor x;
     auto conv = make_conv(o, {3, 4, 5}, 2, x, rng);
     EXPECT_EQ(conv->output_shape(), (Shape{3, 4, 3}));
-    check_layer(*conv, x, false, 101);
+    check_layer_gradients(*conv, x, ForwardContext{}, 101);
     Tensor y = conv->forward(x, ForwardContext{});
     const auto want = direct_conv(*conv, x);
     for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y.data<double>()[i], std::tanh(want[i]), 1e-14);
@@ -320,7 +246,7 @@ TEST(Conv2DGradientExtra, ChunkedColumnsGiveTheSameResults) {
     std::int64_t channels, filters, rows_per_chunk;
   };
   for (const Case c : {Case{3, 4, 1}, Case{3, 4, 3}, Case{1, 12, 1}, Case{1, 12, 3}}) {
-    SCOPED_TRACE(testing::Message() << c.channels << " channels, " << c.rows_per_chunk << " rows per chunk");
+    SCOPED_TRACE(::testing::Message() << c.channels << " channels, " << c.rows_per_chunk << " rows per chunk");
     std::mt19937_64 rng(11);
     Conv2D::Options o;
     o.filters = c.filters;
@@ -345,7 +271,7 @@ TEST(Conv2DGradientExtra, ChunkedColumnsGiveTheSameResults) {
       ASSERT_NEAR(whole->kernel().grad.data<double>()[i], chunked.kernel().grad.data<double>()[i], 1e-13);
     for (std::int64_t i = 0; i < whole->bias().grad.numel(); ++i)
       ASSERT_NEAR(whole->bias().grad.data<double>()[i], chunked.bias().grad.data<double>()[i], 1e-13);
-    check_layer(chunked, x, false, 102);
+    check_layer_gradients(chunked, x, ForwardContext{}, 102);
     // The first layer's backward (no input gradient) leaves kept columns intact for a repeat.
     chunked.forward(x, ForwardContext{});
     chunked.backward(G, false);
@@ -383,7 +309,7 @@ TEST(Conv2DGradientExtra, ChunkedInputGradientClearsRowsNoWindowReads) {
           const bool read = h % 3 == 0 && h <= 6 && w % 3 != 2 && w <= 4;  // out 3x2, taps 1x2
           if (!read) ASSERT_EQ(v, 0.0) << b << "," << h << "," << w;
         }
-  check_layer(*conv, x, false, 108);
+  check_layer_gradients(*conv, x, ForwardContext{}, 108);
 }
 
 TEST(Conv2DGradientExtra, RegularizersAddTheirGradients) {
@@ -402,7 +328,7 @@ TEST(Conv2DGradientExtra, RegularizersAddTheirGradients) {
       if (std::fabs(w) < 0.05) w = w < 0 ? -0.05 - std::fabs(w) : 0.05 + std::fabs(w);
     }
   EXPECT_GT(conv->regularization_loss(), 0.0);
-  check_layer(*conv, x, true, 103);
+  check_layer_gradients(*conv, x, ForwardContext{}, 103, /*with_regularization=*/true);
 }
 
 TEST(Conv2DGradientExtra, LogitsAndBackwardFromLogits) {
@@ -495,7 +421,7 @@ TEST_P(PoolingGradient, MaxMatchesFiniteDifferences) {
   MaxPooling2D pool("max_pooling2d", o);
   pool.build({p.h, p.w, 3}, 0, DType::Float64);
   EXPECT_TRUE(pool.parameters().empty());
-  check_layer(pool, distinct_values({2, p.h, p.w, 3}, rng), false, 104);
+  check_layer_gradients(pool, distinct_values({2, p.h, p.w, 3}, rng), ForwardContext{}, 104);
 }
 
 TEST_P(PoolingGradient, AverageMatchesFiniteDifferences) {
@@ -507,7 +433,7 @@ TEST_P(PoolingGradient, AverageMatchesFiniteDifferences) {
   o.padding = p.padding;
   AveragePooling2D pool("average_pooling2d", o);
   pool.build({p.h, p.w, 3}, 0, DType::Float64);
-  check_layer(pool, random_tensor({2, p.h, p.w, 3}, rng), false, 105);
+  check_layer_gradients(pool, random_tensor({2, p.h, p.w, 3}, rng), ForwardContext{}, 105);
 }
 
 INSTANTIATE_TEST_SUITE_P(Geometries, PoolingGradient,
@@ -523,7 +449,7 @@ TEST(GlobalAveragePooling2DGradient, MatchesFiniteDifferences) {
     GlobalAveragePooling2D gap("global_average_pooling2d", keepdims);
     gap.build({5, 4, 3}, 0, DType::Float64);
     EXPECT_EQ(gap.output_shape(), keepdims ? (Shape{1, 1, 3}) : (Shape{3}));
-    check_layer(gap, random_tensor({2, 5, 4, 3}, rng), false, 106);
+    check_layer_gradients(gap, random_tensor({2, 5, 4, 3}, rng), ForwardContext{}, 106);
   }
 }
 
@@ -532,7 +458,7 @@ TEST(ReshapeGradient, MatchesFiniteDifferences) {
   Reshape reshape("reshape", {-1, 4});
   reshape.build({3, 4, 2}, 0, DType::Float64);
   EXPECT_EQ(reshape.output_shape(), (Shape{6, 4}));
-  check_layer(reshape, random_tensor({2, 3, 4, 2}, rng), false, 107);
+  check_layer_gradients(reshape, random_tensor({2, 3, 4, 2}, rng), ForwardContext{}, 107);
 }
 
 TEST(ConvStackGradient, MatchesFiniteDifferencesThroughEveryLayer) {

@@ -15,85 +15,14 @@
 #include "mdtrain/nn/dropout.h"
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/layer_stack.h"
+#include "gradient_check.h"
 
 namespace mdtrain {
 namespace {
 
-// eps = 1e-6 keeps the central difference's truncation error (~eps^2 * f''') far below its
-// rounding error (~1e-16 * |L| / eps ~ 1e-10 for the L here); a gradient must match to 1e-6
-// relative, with an absolute floor of 1e-8 for components that are (nearly) zero.
-constexpr double kEps = 1e-6;
-constexpr double kRtol = 1e-6;
-constexpr double kAtol = 1e-8;
-
-Tensor random_tensor(const Shape& shape, std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
-  Tensor t(shape, DType::Float64);
-  std::uniform_real_distribution<double> d(lo, hi);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = d(rng);
-  return t;
-}
-
-double dot(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.numel(), b.numel());
-  double s = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) s += a.data<double>()[i] * b.data<double>()[i];
-  return s;
-}
-
-void expect_close(const Tensor& analytic, const std::vector<double>& numeric, const std::string& what) {
-  ASSERT_EQ(analytic.numel(), static_cast<std::int64_t>(numeric.size())) << what;
-  for (std::size_t i = 0; i < numeric.size(); ++i) {
-    const double a = analytic.data<double>()[i], n = numeric[i];
-    ASSERT_LE(std::fabs(a - n), kRtol * std::max(std::fabs(a), std::fabs(n)) + kAtol)
-        << what << "[" << i << "]: backward " << a << " vs finite difference " << n;
-  }
-}
-
-// Central differences of f with respect to every element of t (perturbed in place, restored).
-template <class F>
-std::vector<double> numeric_gradient(Tensor& t, F&& f) {
-  std::vector<double> g(static_cast<std::size_t>(t.numel()));
-  double* p = t.data<double>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    const double orig = p[i];
-    p[i] = orig + kEps;
-    const double up = f();
-    p[i] = orig - kEps;
-    const double down = f();
-    p[i] = orig;
-    g[static_cast<std::size_t>(i)] = (up - down) / (2 * kEps);
-  }
-  return g;
-}
-
-// Runs the whole check on a built float64 layer.
-void check_layer(Layer& layer, Tensor x, const ForwardContext& ctx, bool with_regularization, std::uint64_t seed) {
-  ASSERT_EQ(layer.dtype(), DType::Float64);
-  std::mt19937_64 rng(seed);
-  Tensor y = layer.forward(x, ctx);
-  Shape expected_shape{x.dim(0)};
-  for (auto d : layer.output_shape()) expected_shape.push_back(d);
-  ASSERT_EQ(y.numel(), numel(expected_shape)) << layer.name();
-  const Tensor G = random_tensor(y.shape(), rng);
-
-  Tensor dx = layer.backward(G, true);
-  ASSERT_TRUE(dx.defined()) << layer.name();
-  ASSERT_EQ(dx.shape(), x.shape()) << layer.name();
-  dx = dx.clone();
-  if (with_regularization) layer.add_regularization_gradients();
-  std::vector<Tensor> grads;
-  for (auto* p : layer.parameters()) grads.push_back(p->grad.clone());
-
-  auto loss = [&] {
-    double l = dot(G, layer.forward(x, ctx));
-    if (with_regularization) l += layer.regularization_loss();
-    return l;
-  };
-  expect_close(dx, numeric_gradient(x, loss), layer.name() + " dL/dx");
-  auto params = layer.parameters();
-  for (std::size_t k = 0; k < params.size(); ++k)
-    expect_close(grads[k], numeric_gradient(params[k]->value, loss), params[k]->name);
-}
+// check_layer_gradients, random_tensor, dot, expect_close, numeric_gradient (eps 1e-6, rtol 1e-6,
+// atol 1e-8): the float64 gradient check shared by the layer tests.
+using namespace testing;
 
 // Pre-activations of a Dense layer, computed here by a plain loop.
 std::vector<double> dense_preactivations(Dense& d, const Tensor& x) {
@@ -151,7 +80,7 @@ TEST_P(DenseGradient, MatchesFiniteDifferences) {
   Tensor x;
   auto d = make_dense(o, {4}, 3, x, rng);
   EXPECT_EQ(d->parameters().size(), p.use_bias ? 2u : 1u);
-  check_layer(*d, x, ForwardContext{}, false, 99);
+  check_layer_gradients(*d, x, ForwardContext{}, 99);
 }
 
 TEST_P(DenseGradient, MatchesFiniteDifferencesOnRank3Input) {
@@ -164,7 +93,7 @@ TEST_P(DenseGradient, MatchesFiniteDifferencesOnRank3Input) {
   o.use_bias = p.use_bias;
   Tensor x;
   auto d = make_dense(o, {2, 4}, 2, x, rng);
-  check_layer(*d, x, ForwardContext{true, 3, 0}, false, 100);
+  check_layer_gradients(*d, x, ForwardContext{true, 3, 0}, 100);
 }
 
 std::string dense_case_name(const ::testing::TestParamInfo<DenseCase>& info) {
@@ -217,7 +146,7 @@ TEST_P(DenseRegularizedGradient, MatchesFiniteDifferencesIncludingPenalty) {
       if (std::fabs(w) < 0.05) w = w < 0 ? -0.05 - std::fabs(w) : 0.05 + std::fabs(w);
     }
   EXPECT_GT(d->regularization_loss(), 0.0);
-  check_layer(*d, x, ForwardContext{}, true, 101);
+  check_layer_gradients(*d, x, ForwardContext{}, 101, /*with_regularization=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Regularizers, DenseRegularizedGradient, ::testing::Range(0, 4));
@@ -254,7 +183,7 @@ TEST_P(ActivationLayerGradient, MatchesFiniteDifferences) {
     v += v >= 0 ? 0.05 : -0.05;
   }
   EXPECT_TRUE(layer.parameters().empty());
-  check_layer(layer, x, ForwardContext{}, false, 102);
+  check_layer_gradients(layer, x, ForwardContext{}, 102);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllActivations, ActivationLayerGradient,
@@ -265,7 +194,7 @@ TEST(FlattenGradient, MatchesFiniteDifferences) {
   Flatten layer("flatten");
   layer.build({2, 3, 2}, 0, DType::Float64);
   EXPECT_EQ(layer.output_shape(), Shape{12});
-  check_layer(layer, random_tensor({3, 2, 3, 2}, rng), ForwardContext{}, false, 103);
+  check_layer_gradients(layer, random_tensor({3, 2, 3, 2}, rng), ForwardContext{}, 103);
 }
 
 TEST(DropoutGradient, MatchesFiniteDifferencesInTraining) {
@@ -283,7 +212,7 @@ TEST(DropoutGradient, MatchesFiniteDifferencesInTraining) {
   for (std::int64_t i = 0; i < y.numel(); ++i) dropped += y.data<double>()[i] == 0.0;
   ASSERT_GT(dropped, 0);  // the check must see both kinds of element
   ASSERT_LT(dropped, y.numel());
-  check_layer(layer, x, ctx, false, 104);
+  check_layer_gradients(layer, x, ctx, 104);
 }
 
 TEST(DropoutGradient, InferenceAndRateZeroAreTheIdentity) {
@@ -293,7 +222,7 @@ TEST(DropoutGradient, InferenceAndRateZeroAreTheIdentity) {
     layer.build({4}, 0, DType::Float64);
     ForwardContext ctx;
     ctx.training = rate == 0.0;
-    check_layer(layer, random_tensor({3, 4}, rng), ctx, false, 105);
+    check_layer_gradients(layer, random_tensor({3, 4}, rng), ctx, 105);
   }
 }
 

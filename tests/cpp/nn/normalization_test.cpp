@@ -19,26 +19,14 @@
 #include "mdtrain/nn/layer_factory.h"
 #include "mdtrain/nn/layer_normalization.h"
 #include "mdtrain/nn/layer_stack.h"
+#include "gradient_check.h"
 
 namespace mdtrain {
 namespace {
 
-// As layer_gradient_test.cpp: eps = 1e-6 keeps truncation error far below rounding error; a
-// gradient must match to 1e-6 relative with an absolute floor of 1e-8.
-constexpr double kEps = 1e-6;
-constexpr double kRtol = 1e-6;
-constexpr double kAtol = 1e-8;
-
-Tensor random_tensor(const Shape& shape, std::mt19937_64& rng, DType dtype = DType::Float64, double lo = -1.0,
-                     double hi = 1.0) {
-  Tensor t(shape, dtype);
-  std::uniform_real_distribution<double> d(lo, hi);
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == DType::Float64) t.data<double>()[i] = d(rng);
-    else t.data<float>()[i] = static_cast<float>(d(rng));
-  }
-  return t;
-}
+// check_layer_gradients, random_tensor, dot, expect_close, numeric_gradient (eps 1e-6, rtol 1e-6,
+// atol 1e-8): the float64 gradient check shared by the layer tests.
+using namespace testing;
 
 Tensor from_values(const Shape& shape, const std::vector<double>& v, DType dtype = DType::Float32) {
   Tensor t(shape, dtype);
@@ -52,68 +40,6 @@ Tensor from_values(const Shape& shape, const std::vector<double>& v, DType dtype
 
 double at(const Tensor& t, std::int64_t i) {
   return t.dtype() == DType::Float32 ? static_cast<double>(t.data<float>()[i]) : t.data<double>()[i];
-}
-
-double dot(const Tensor& a, const Tensor& b) {
-  double s = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) s += a.data<double>()[i] * b.data<double>()[i];
-  return s;
-}
-
-void expect_close(const Tensor& analytic, const std::vector<double>& numeric, const std::string& what) {
-  ASSERT_EQ(analytic.numel(), static_cast<std::int64_t>(numeric.size())) << what;
-  for (std::size_t i = 0; i < numeric.size(); ++i) {
-    const double a = analytic.data<double>()[i], n = numeric[i];
-    ASSERT_LE(std::fabs(a - n), kRtol * std::max(std::fabs(a), std::fabs(n)) + kAtol)
-        << what << "[" << i << "]: backward " << a << " vs finite difference " << n;
-  }
-}
-
-template <class F>
-std::vector<double> numeric_gradient(Tensor& t, F&& f) {
-  std::vector<double> g(static_cast<std::size_t>(t.numel()));
-  double* p = t.data<double>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    const double orig = p[i];
-    p[i] = orig + kEps;
-    const double up = f();
-    p[i] = orig - kEps;
-    const double down = f();
-    p[i] = orig;
-    g[static_cast<std::size_t>(i)] = (up - down) / (2 * kEps);
-  }
-  return g;
-}
-
-// L = sum(G * forward(x)) (+ regularization): backward's dL/dx and trainable parameter gradients
-// against finite differences. Returns the number of trainable parameters checked.
-std::size_t check_gradients(Layer& layer, Tensor x, const ForwardContext& ctx, std::uint64_t seed,
-                            bool with_regularization = false) {
-  std::mt19937_64 rng(seed);
-  Tensor y = layer.forward(x, ctx);
-  EXPECT_EQ(y.shape(), x.shape());
-  const Tensor G = random_tensor(y.shape(), rng);
-  Tensor dx = layer.backward(G, true);
-  EXPECT_TRUE(dx.defined());
-  EXPECT_EQ(dx.shape(), x.shape());
-  dx = dx.clone();
-  if (with_regularization) layer.add_regularization_gradients();
-  std::vector<Parameter*> trainable;
-  std::vector<Tensor> grads;
-  for (auto* p : layer.parameters())
-    if (p->trainable) {
-      trainable.push_back(p);
-      grads.push_back(p->grad.clone());
-    }
-  auto loss = [&] {
-    double l = dot(G, layer.forward(x, ctx));
-    if (with_regularization) l += layer.regularization_loss();
-    return l;
-  };
-  expect_close(dx, numeric_gradient(x, loss), layer.name() + " dL/dx");
-  for (std::size_t k = 0; k < trainable.size(); ++k)
-    expect_close(grads[k], numeric_gradient(trainable[k]->value, loss), trainable[k]->name);
-  return trainable.size();
 }
 
 // Random gamma and beta (not the 1 and 0 they start at), so their gradients are exercised.
@@ -164,8 +90,8 @@ TEST_P(BatchNormGradient, TrainingModeMatchesFiniteDifferences) {
   Shape xs{c.batch};
   xs.insert(xs.end(), c.input_shape.begin(), c.input_shape.end());
   // An offset and uneven spread per channel, as real activations have.
-  Tensor x = random_tensor(xs, rng, DType::Float64, -1.0, 3.0);
-  const std::size_t checked = check_gradients(bn, x, training(), 21, /*with_regularization=*/c.scale);
+  Tensor x = random_tensor(xs, rng, -1.0, 3.0);
+  const std::size_t checked = check_layer_gradients(bn, x, training(), 21, /*with_regularization=*/c.scale);
   EXPECT_EQ(checked, (c.center ? 1u : 0u) + (c.scale ? 1u : 0u));
 }
 
@@ -177,7 +103,7 @@ TEST(BatchNormGradient, InferenceModeMatchesFiniteDifferences) {
   randomize(bn.beta(), rng, -0.5, 0.5);
   randomize(bn.moving_mean(), rng, -0.5, 0.5);
   randomize(bn.moving_variance(), rng, 0.5, 2.0);
-  check_gradients(bn, random_tensor({5, 3}, rng), ForwardContext{}, 22);
+  check_layer_gradients(bn, random_tensor({5, 3}, rng), ForwardContext{}, 22);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -203,8 +129,8 @@ TEST_P(LayerNormGradient, MatchesFiniteDifferences) {
   if (c.center) randomize(ln.beta(), rng, -0.5, 0.5);
   Shape xs{c.batch};
   xs.insert(xs.end(), c.input_shape.begin(), c.input_shape.end());
-  Tensor x = random_tensor(xs, rng, DType::Float64, -1.0, 3.0);
-  const std::size_t checked = check_gradients(ln, x, training(), 23, /*with_regularization=*/c.center);
+  Tensor x = random_tensor(xs, rng, -1.0, 3.0);
+  const std::size_t checked = check_layer_gradients(ln, x, training(), 23, /*with_regularization=*/c.center);
   EXPECT_EQ(checked, (c.center ? 1u : 0u) + (c.scale ? 1u : 0u));
 }
 
