@@ -40,12 +40,12 @@ Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
   last_input_shape_ = x.shape();
   x_ = x.reshape({-1, in});
   const std::int64_t rows = x_.dim(0);
-  ensure_buffer(y_, {rows, units}, dtype_);
+  ensure_buffer(y_, {rows, units}, dtype_, x.device());
   const Tensor no_bias;
   const Tensor& b = options_.use_bias ? bias_.value : no_bias;
   if (keeps_preactivation()) {
     // z = x @ kernel + bias stays for GELU's gradient and as the logits of softmax/sigmoid.
-    ensure_buffer(z_, {rows, units}, dtype_);
+    ensure_buffer(z_, {rows, units}, dtype_, x.device());
     ops::gemm(x_, false, kernel_.value, false, z_);
     ops::bias_activation(z_, b, Activation::Linear, z_);
     ops::bias_activation(z_, Tensor(), activation_, y_);
@@ -73,7 +73,7 @@ Tensor Dense::logits() const {
 Tensor Dense::backward(const Tensor& dy, bool need_input_grad) {
   Tensor dy2 = dy.reshape({-1, options_.units});
   if (activation_ == Activation::Linear) return backward_preactivation(dy2, need_input_grad);
-  ensure_buffer(dz_, dy2.shape(), dtype_);
+  ensure_buffer(dz_, dy2.shape(), dtype_, dy2.device());
   ops::activation_backward(activation_, z_, y_, dy2, dz_);
   return backward_preactivation(dz_, need_input_grad);
 }
@@ -86,7 +86,7 @@ Tensor Dense::backward_preactivation(const Tensor& dz, bool need_input_grad) {
   ops::gemm(x_, true, dz, false, kernel_.grad);
   if (options_.use_bias) ops::sum_rows(dz, bias_.grad);
   if (!need_input_grad) return Tensor();
-  ensure_buffer(dx_, x_.shape(), dtype_);
+  ensure_buffer(dx_, x_.shape(), dtype_, x_.device());
   ops::gemm(dz, false, kernel_.value, true, dx_);
   return dx_.reshape(last_input_shape_);
 }
