@@ -43,7 +43,13 @@ Tensor tensor_from_numpy(const py::array& array) {
   return Tensor::wrap(const_cast<void*>(array.data()), shape, dtype_of_array(array), owner);
 }
 
-py::array numpy_from_tensor(const Tensor& tensor) {
+py::array numpy_from_tensor(const Tensor& tensor_any) {
+  // NumPy reads host memory: a GPU tensor is copied to the host first.
+  Tensor tensor = tensor_any;
+  if (!tensor_any.device().is_cpu()) {
+    tensor = Tensor(tensor_any.shape(), tensor_any.dtype());
+    tensor.copy_from(tensor_any);
+  }
   auto* keep = new Tensor(tensor);
   py::capsule base(keep, [](void* p) { delete static_cast<Tensor*>(p); });
   std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());

@@ -39,7 +39,7 @@ void init_strategy(py::module_& m) {
                                                            ? GradientReducer::Algorithm::AllReduce
                                                            : GradientReducer::Algorithm::ReduceToOne);
            }),
-           py::arg("devices"), py::arg("communication") = "threads", py::arg("reduction") = "all_reduce");
+           py::arg("devices"), py::arg("communication") = "auto", py::arg("reduction") = "all_reduce");
   py::class_<MultiWorkerMirroredStrategy, Strategy, std::shared_ptr<MultiWorkerMirroredStrategy>>(
       m, "MultiWorkerMirroredStrategy")
       .def(py::init([](const std::vector<std::string>& devices, const std::string& local_communication,

@@ -245,7 +245,9 @@ class CrossDeviceOps:
     All of them add the replicas' gradients in replica order, so they give bitwise the same
     weights; they differ in who does the work."""
 
-    _communication = "threads"
+    # "auto": NCCL when the replicas are GPUs, the in-process "threads" backend on CPU devices
+    # (NcclAllReduce and HierarchicalCopyAllReduce therefore also map to NCCL on GPUs).
+    _communication = "auto"
     _reduction = "all_reduce"
 
 

@@ -1,6 +1,7 @@
 """GPUs as the Python API sees them. The tests marked ``gpu`` need a CUDA device and skip, printing
 why, when this process sees none (a CPU-only build, no driver or no GPU); the others check what a
 machine without a GPU promises."""
+import numpy as np
 import pytest
 
 import mdtrain as tf
@@ -36,3 +37,48 @@ def test_no_gpu_is_an_empty_list_and_a_reason_not_an_error():
 def test_every_visible_gpu_is_listed_once():
     names = [d.name for d in tf.config.list_physical_devices("GPU")]
     assert len(set(names)) == len(names) == _GPUS >= 1
+
+
+def test_mirrored_strategy_refuses_gpus_it_cannot_see():
+    if _GPUS:
+        pytest.skip("a GPU is present")
+    with pytest.raises(ValueError, match=r"/device:GPU:0 is not a visible GPU \(this process sees 0\)"):
+        _core.MirroredStrategy(["/gpu:0"], "auto", "all_reduce")
+
+
+def test_nccl_cross_device_ops_on_cpu_devices_still_train_with_threads(logical_cpus, blobs):
+    """NcclAllReduce means "auto": NCCL on GPUs, the threads backend on logical CPU devices."""
+    if _GPUS:
+        pytest.skip("MirroredStrategy() takes the GPUs here")
+    from conftest import compile_mlp, make_mlp
+    x, y = blobs
+    logical_cpus(2)
+    strategy = tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.NcclAllReduce())
+    assert strategy.num_replicas_in_sync == 2
+    with strategy.scope():
+        model = compile_mlp(make_mlp())
+    history = model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw", "rmsprop", "adagrad"])
+def test_mirrored_strategy_trains_the_seed_model_on_every_gpu(blobs, optimizer):
+    """MirroredStrategy() picks every GPU and NCCL; one epoch equals the CPU's to float32 tolerance."""
+    from conftest import compile_mlp, make_mlp
+    x, y = blobs
+    strategy = tf.distribute.MirroredStrategy()
+    assert strategy.num_replicas_in_sync == _GPUS
+    with strategy.scope():
+        on_gpus = compile_mlp(make_mlp(seed=5, hidden=128, classes=10), optimizer=optimizer)
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        on_cpu = compile_mlp(make_mlp(seed=5, hidden=128, classes=10), optimizer=optimizer)
+    h_gpu = on_gpus.fit(x, y, epochs=1, batch_size=64, shuffle=False, verbose=0)
+    h_cpu = on_cpu.fit(x, y, epochs=1, batch_size=64, shuffle=False, verbose=0)
+    np.testing.assert_allclose(h_gpu.history["loss"], h_cpu.history["loss"], rtol=1e-3, atol=1e-4)
+    for a, b in zip(on_gpus.get_weights(), on_cpu.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+    for r in range(1, _GPUS):  # replicas bitwise identical
+        for a, b in zip(on_gpus._core.replica_weights(0), on_gpus._core.replica_weights(r)):
+            assert np.array_equal(a, b)

@@ -37,6 +37,7 @@ struct TrainEngine::Replica {
   std::unique_ptr<GradientReducer> reducer;
   CommunicatorSums sums{comm};  // what the layers see of the other replicas (ForwardContext)
   Tensor x_batch, y_batch, dpred;
+  Tensor y_host, pred_host;  // host copies for the metrics of a GPU replica
   double loss_sum = 0;  // this step's sum of per-example losses on this replica's slice
   double all_workers_loss_sum = 0;  // loss_sum summed over every replica of every worker
   Profile profile;
@@ -51,6 +52,11 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
                          const Optimizer& optimizer)
     : primary_(primary), strategy_(std::move(strategy)) {
   MDTRAIN_CHECK(primary.built(), std::logic_error, "[engine] the model must be built before training");
+  // Placement comes from the strategy's devices: a replica on a CPU device trains a host copy (the
+  // primary itself for replica 0), a replica on a GPU a copy whose weights live on that GPU. Layers
+  // without CUDA kernels are refused here, before any communicator or GPU memory exists.
+  for (const Device& d : strategy_->devices()) primary.check_device_support(d);
+  primary_is_replica0_ = strategy_->devices().front().is_cpu();
   auto comms = strategy_->make_replica_communicators();
   const int n = strategy_->num_local_replicas();
   MDTRAIN_CHECK(static_cast<int>(comms.size()) == n, std::logic_error, "[engine] strategy made ", comms.size(),
@@ -67,10 +73,11 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
                     strategy_->gradient_reduction() == GradientReducer::Algorithm::AllReduce;
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_unique<Replica>();
-    if (r == 0) {
+    const Device& device = strategy_->devices()[static_cast<std::size_t>(r)];
+    if (r == 0 && primary_is_replica0_) {
       rep->stack = &primary_;
     } else {
-      rep->owned_stack = primary_.clone();
+      rep->owned_stack = device.is_cpu() ? primary_.clone() : primary_.clone_to(device);
       rep->stack = rep->owned_stack.get();
     }
     rep->loss = loss.clone();
@@ -136,8 +143,9 @@ void TrainEngine::gather_batch(Replica& rep, const Tensor& x, const Tensor& y, c
   Shape xs = x.shape(), ys = y.shape();
   xs[0] = rows;
   ys[0] = rows;
-  ensure_buffer(rep.x_batch, xs, x.dtype());
-  ensure_buffer(rep.y_batch, ys, y.dtype());
+  const Device& device = rep.stack->device();
+  ensure_buffer(rep.x_batch, xs, x.dtype(), device);
+  ensure_buffer(rep.y_batch, ys, y.dtype(), device);
   ops::gather_rows(x, indices, rows, rep.x_batch);
   ops::gather_rows(y, indices, rows, rep.y_batch);
 }
@@ -160,7 +168,7 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     if (rows > 0) {
       gather_batch(rep, x, y, indices + first, rows);
       Tensor pred = stack.forward(rep.x_batch, ctx);
-      ensure_buffer(rep.dpred, pred.shape(), pred.dtype());
+      ensure_buffer(rep.dpred, pred.shape(), pred.dtype(), pred.device());
       if (rep.logits_loss) {
         rep.loss_sum = rep.logits_loss->forward_backward(rep.y_batch, stack.logits(), scale, &rep.dpred);
         stack.backward_from_logits(rep.dpred);
@@ -168,7 +176,7 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
         rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, scale, &rep.dpred);
         stack.backward(rep.dpred);
       }
-      for (auto& m : rep.metrics) m->update(rep.y_batch, pred);
+      update_metrics(rep, rep.y_batch, pred);
     } else {
       // No rows: zero gradients, but still every collective the layers run in training
       // (synchronized BatchNormalization's statistics), in the order the other replicas run them.
@@ -203,6 +211,7 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     rep.profile.steps += 1;
   });
   wall_ += seconds_since(step_start);
+  if (!primary_is_replica0_) sync_primary_from_replica0();
   const double step_loss = sum_of_replica_losses(count) * scale + regularization;
   last_count_ = count;
   loss_total_ += step_loss * static_cast<double>(count);
@@ -221,7 +230,7 @@ void TrainEngine::test_step(const Tensor& x, const Tensor& y, const std::int64_t
     Tensor pred = rep.stack->forward(rep.x_batch, ctx);
     rep.loss_sum = rep.logits_loss ? rep.logits_loss->forward_backward(rep.y_batch, rep.stack->logits(), 1.0, nullptr)
                                    : rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr);
-    for (auto& m : rep.metrics) m->update(rep.y_batch, pred);
+    update_metrics(rep, rep.y_batch, pred);
   });
   loss_total_ += sum_of_replica_losses(count) + primary_.regularization_loss() * static_cast<double>(count);
   loss_count_ += static_cast<double>(count);
@@ -249,7 +258,13 @@ void TrainEngine::predict_step(const Tensor& x, std::int64_t begin, std::int64_t
     if (rows == 0) return;
     ForwardContext ctx;
     ctx.global_row_offset = first;
-    Tensor pred = rep.stack->forward(x.rows(begin + first, begin + first + rows), ctx);
+    Tensor in = x.rows(begin + first, begin + first + rows);
+    if (in.device() != rep.stack->device()) {
+      ensure_buffer(rep.x_batch, in.shape(), in.dtype(), rep.stack->device());
+      rep.x_batch.copy_from(in);
+      in = rep.x_batch;
+    }
+    Tensor pred = rep.stack->forward(in, ctx);
     Tensor dst = out.rows(begin + first, begin + first + rows);
     dst.copy_from(pred);
   }, /*across_workers=*/false);
@@ -378,8 +393,27 @@ Logs TrainEngine::logs(bool all_workers) const {
   return out;
 }
 
+void TrainEngine::update_metrics(Replica& rep, const Tensor& y, const Tensor& pred) {
+  if (rep.metrics.empty()) return;
+  if (y.device().is_cpu() && pred.device().is_cpu()) {
+    for (auto& m : rep.metrics) m->update(y, pred);
+    return;
+  }
+  ensure_buffer(rep.y_host, y.shape(), y.dtype());
+  ensure_buffer(rep.pred_host, pred.shape(), pred.dtype());
+  rep.y_host.copy_from(y);
+  rep.pred_host.copy_from(pred);
+  for (auto& m : rep.metrics) m->update(rep.y_host, rep.pred_host);
+}
+
+void TrainEngine::sync_primary_from_replica0() {
+  LayerStack& r0 = *replicas_.front()->stack;
+  primary_.packed_values().copy_from(r0.packed_values());
+  primary_.non_trainable_values().copy_from(r0.non_trainable_values());
+}
+
 void TrainEngine::broadcast_weights_from_primary() {
-  for (std::size_t r = 1; r < replicas_.size(); ++r) {
+  for (std::size_t r = primary_is_replica0_ ? 1 : 0; r < replicas_.size(); ++r) {
     replicas_[r]->stack->packed_values().copy_from(primary_.packed_values());
     replicas_[r]->stack->non_trainable_values().copy_from(primary_.non_trainable_values());
   }

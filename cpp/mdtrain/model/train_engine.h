@@ -110,11 +110,18 @@ class TrainEngine {
   void gather_shards(Replica& rep);
   void gather_batch(Replica& rep, const Tensor& x, const Tensor& y, const std::int64_t* indices,
                     std::int64_t rows);
+  // Metrics accumulate on the host: labels and predictions of a GPU replica are copied back first.
+  static void update_metrics(Replica& rep, const Tensor& y, const Tensor& pred);
+  // When replica 0 runs on a GPU, the primary (the model's host weights: get_weights, save,
+  // callbacks) is a separate copy, refreshed from replica 0 after every training step.
+  void sync_primary_from_replica0();
 
   LayerStack& primary_;
   std::shared_ptr<Strategy> strategy_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   bool communicators_broken_ = false;
+  // Replica 0 trains the primary itself (CPU devices), or its own copy on a GPU.
+  bool primary_is_replica0_ = true;
   bool sharded_optimizer_ = false;  // each replica updates its range of the weights, then all-gather
   bool sharded_update_ = false;     // ... and gradients are reduce-scattered rather than all-reduced
   double wall_ = 0;

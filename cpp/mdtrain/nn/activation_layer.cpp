@@ -10,14 +10,14 @@ ActivationLayer::ActivationLayer(std::string name, const std::string& activation
 Tensor ActivationLayer::forward(const Tensor& x, const ForwardContext&) {
   check_input(x);
   x_ = x;
-  ensure_buffer(y_, x.shape(), dtype_);
+  ensure_buffer(y_, x.shape(), dtype_, x.device());
   ops::bias_activation(x, Tensor(), activation_, y_);
   return y_;
 }
 
 Tensor ActivationLayer::backward(const Tensor& dy, bool need_input_grad) {
   if (!need_input_grad) return Tensor();
-  ensure_buffer(dx_, y_.shape(), dtype_);
+  ensure_buffer(dx_, y_.shape(), dtype_, y_.device());
   ops::activation_backward(activation_, x_, y_, dy.reshape(y_.shape()), dx_);
   return dx_;
 }

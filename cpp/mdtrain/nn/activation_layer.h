@@ -9,6 +9,7 @@ class ActivationLayer : public Layer {
  public:
   ActivationLayer(std::string name, const std::string& activation);
   std::string class_name() const override { return "Activation"; }
+  bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;

@@ -40,11 +40,11 @@ Tensor Dense::forward(const Tensor& x, const ForwardContext&) {
   last_input_shape_ = x.shape();
   x_ = x.reshape({-1, in});
   const std::int64_t rows = x_.dim(0);
-  ensure_buffer(y_, {rows, units}, dtype_);
+  ensure_buffer(y_, {rows, units}, dtype_, x.device());
   // z = x @ kernel + bias stays for GELU's gradient and as the logits of softmax/sigmoid;
   // otherwise the output buffer holds it on its way to y.
   const bool keep = keeps_preactivation(activation_);
-  if (keep) ensure_buffer(z_, {rows, units}, dtype_);
+  if (keep) ensure_buffer(z_, {rows, units}, dtype_, x.device());
   Tensor& z = keep ? z_ : y_;
   ops::gemm(x_, false, weights_.kernel.value, false, z);
   weights_.add_bias_and_activate(z, options_.use_bias, activation_, keep, y_);
@@ -64,7 +64,7 @@ Tensor Dense::logits() const {
 Tensor Dense::backward(const Tensor& dy, bool need_input_grad) {
   Tensor dy2 = dy.reshape({-1, options_.units});
   if (activation_ == Activation::Linear) return backward_preactivation(dy2, need_input_grad);
-  ensure_buffer(dz_, dy2.shape(), dtype_);
+  ensure_buffer(dz_, dy2.shape(), dtype_, dy2.device());
   ops::activation_backward(activation_, z_, y_, dy2, dz_);
   return backward_preactivation(dz_, need_input_grad);
 }
@@ -77,7 +77,7 @@ Tensor Dense::backward_preactivation(const Tensor& dz, bool need_input_grad) {
   ops::gemm(x_, true, dz, false, weights_.kernel.grad);
   if (options_.use_bias) ops::sum_rows(dz, weights_.bias.grad);
   if (!need_input_grad) return Tensor();
-  ensure_buffer(dx_, x_.shape(), dtype_);
+  ensure_buffer(dx_, x_.shape(), dtype_, x_.device());
   ops::gemm(dz, false, weights_.kernel.value, true, dx_);
   return dx_.reshape(last_input_shape_);
 }

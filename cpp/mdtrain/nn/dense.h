@@ -24,6 +24,7 @@ class Dense : public Layer {
   Dense(std::string name, Options options);
 
   std::string class_name() const override { return "Dense"; }
+  bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;

@@ -17,8 +17,8 @@ Tensor Dropout::forward(const Tensor& x, const ForwardContext& ctx) {
   check_input(x);
   applied_ = ctx.training && rate_ > 0.0;
   if (!applied_) return x;
-  ensure_buffer(mask_, x.shape(), dtype_);
-  ensure_buffer(y_, x.shape(), dtype_);
+  ensure_buffer(mask_, x.shape(), dtype_, x.device());
+  ensure_buffer(y_, x.shape(), dtype_, x.device());
   const auto first = static_cast<std::uint64_t>(ctx.global_row_offset * x.row_size());
   ops::dropout(x, rate_, seed_, ctx.step, first, mask_, y_);
   return y_;
@@ -27,7 +27,7 @@ Tensor Dropout::forward(const Tensor& x, const ForwardContext& ctx) {
 Tensor Dropout::backward(const Tensor& dy, bool need_input_grad) {
   if (!need_input_grad) return Tensor();
   if (!applied_) return dy;
-  ensure_buffer(dx_, mask_.shape(), dtype_);
+  ensure_buffer(dx_, mask_.shape(), dtype_, mask_.device());
   ops::multiply(dy.reshape(mask_.shape()), mask_, dx_);
   return dx_;
 }

@@ -10,6 +10,7 @@ class Dropout : public Layer {
  public:
   Dropout(std::string name, double rate, std::uint64_t seed);
   std::string class_name() const override { return "Dropout"; }
+  bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;

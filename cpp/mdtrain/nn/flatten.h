@@ -8,6 +8,7 @@ class Flatten : public Layer {
  public:
   explicit Flatten(std::string name) : Layer(std::move(name)) {}
   std::string class_name() const override { return "Flatten"; }
+  bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override { return {numel(input_shape)}; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;

@@ -79,6 +79,10 @@ class Layer {
 
   // A deep copy: same configuration, same weights, independent buffers.
   virtual std::unique_ptr<Layer> clone() const = 0;
+  // True when forward and backward run on CUDA devices (the layer's buffers follow its input's
+  // device and it calls only ops with CUDA kernels). Layers that keep the default cannot be
+  // placed on a GPU: LayerStack::check_device_support names them.
+  virtual bool has_cuda_kernels() const { return false; }
   // Keras's get_config(): {"name": ..., "trainable": true, ...layer fields}.
   virtual Json config() const;
 

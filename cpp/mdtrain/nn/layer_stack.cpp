@@ -56,11 +56,11 @@ void LayerStack::pack_parameters() {
   std::int64_t total = 0, fixed_total = 0;
   for (auto* p : trainable) total += p->value.numel();
   for (auto* p : fixed) fixed_total += p->value.numel();
-  padded_values_ = Tensor::zeros({total + kPackedPadding}, dtype_);
-  padded_grads_ = Tensor::zeros({total + kPackedPadding}, dtype_);
+  padded_values_ = Tensor::zeros({total + kPackedPadding}, dtype_, device_);
+  padded_grads_ = Tensor::zeros({total + kPackedPadding}, dtype_, device_);
   packed_values_ = padded_values_.rows(0, total);
   packed_grads_ = padded_grads_.rows(0, total);
-  non_trainable_values_ = Tensor::zeros({fixed_total}, dtype_);
+  non_trainable_values_ = Tensor::zeros({fixed_total}, dtype_, device_);
   std::int64_t offset = 0;
   for (auto* p : trainable) {
     const std::int64_t n = p->value.numel();
@@ -142,8 +142,19 @@ void LayerStack::add_regularization_gradients() {
   for (auto& layer : layers_) layer->add_regularization_gradients();
 }
 
-std::unique_ptr<LayerStack> LayerStack::clone() const {
+std::unique_ptr<LayerStack> LayerStack::clone() const { return clone_to(device_); }
+
+void LayerStack::check_device_support(const Device& device) const {
+  if (device.is_cpu()) return;
+  for (const auto& layer : layers_)
+    MDTRAIN_CHECK(layer->has_cuda_kernels(), std::invalid_argument, "[layers] ", layer->class_name(), " (layer \"",
+                  layer->name(), "\") has no CUDA kernels yet; train it on CPU devices, not ", device.to_string());
+}
+
+std::unique_ptr<LayerStack> LayerStack::clone_to(const Device& device) const {
+  check_device_support(device);
   auto copy = std::make_unique<LayerStack>();
+  copy->device_ = device;
   for (const auto& layer : layers_) copy->layers_.push_back(std::shared_ptr<Layer>(layer->clone()));
   copy->built_ = built_;
   copy->seed_ = seed_;

@@ -65,8 +65,17 @@ class LayerStack {
   double regularization_loss() const;
   void add_regularization_gradients();
 
-  // A deep copy (layers, weights), built and packed.
+  // A deep copy (layers, weights), built and packed on the same device as this stack.
   std::unique_ptr<LayerStack> clone() const;
+  // The same deep copy with its packed parameters (values, gradients, non-trainable weights) on
+  // `device`: a replica's copy of the model. Layers build and initialize on the host; this is where
+  // their weights move. Throws like check_device_support before allocating anything.
+  std::unique_ptr<LayerStack> clone_to(const Device& device) const;
+  // Where the packed parameters live (the host unless clone_to placed them elsewhere).
+  const Device& device() const { return device_; }
+  // Throws std::invalid_argument("[layers] Conv2D has no CUDA kernels yet; train it on CPU
+  // devices") naming the first layer that cannot run on `device`. Any layer runs on a CPU device.
+  void check_device_support(const Device& device) const;
 
  private:
   void pack_parameters();
@@ -77,6 +86,7 @@ class LayerStack {
   std::uint64_t seed_ = 0;
   Shape input_shape_;
   DType dtype_ = DType::Float32;
+  Device device_;
   Tensor packed_values_, packed_grads_;
   Tensor padded_values_, padded_grads_;
   Tensor non_trainable_values_;

@@ -24,16 +24,29 @@ void penalty_grad(const T* w, std::int64_t n, double l1, double l2, T* g) {
     g[i] += static_cast<T>(l1) * sign + static_cast<T>(2.0 * l2) * w[i];
   }
 }
+
+// Weights on a GPU are penalized on a host copy (a few small tensors a step; the penalty and its
+// gradient are the host's, so a GPU replica adds exactly what a CPU replica adds).
+Tensor host_copy(const Tensor& t) {
+  Tensor h(t.shape(), t.dtype());
+  h.copy_from(t);
+  return h;
+}
 }  // namespace
 
-double Regularizer::loss(const Tensor& w) const {
+double Regularizer::loss(const Tensor& w_any) const {
+  const Tensor w = w_any.device().is_cpu() ? w_any : host_copy(w_any);
   return w.dtype() == DType::Float32 ? penalty(w.data<float>(), w.numel(), l1_, l2_)
                                      : penalty(w.data<double>(), w.numel(), l1_, l2_);
 }
 
-void Regularizer::add_gradient(const Tensor& w, Tensor& grad) const {
+void Regularizer::add_gradient(const Tensor& w_any, Tensor& grad_any) const {
+  const bool on_host = w_any.device().is_cpu() && grad_any.device().is_cpu();
+  const Tensor w = on_host ? w_any : host_copy(w_any);
+  Tensor grad = on_host ? grad_any : host_copy(grad_any);
   if (w.dtype() == DType::Float32) penalty_grad(w.data<float>(), w.numel(), l1_, l2_, grad.data<float>());
   else penalty_grad(w.data<double>(), w.numel(), l1_, l2_, grad.data<double>());
+  if (!on_host) grad_any.copy_from(grad);
 }
 
 Json Regularizer::config() const {

@@ -12,6 +12,7 @@ class Reshape : public Layer {
  public:
   Reshape(std::string name, Shape target_shape);
   std::string class_name() const override { return "Reshape"; }
+  bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;

@@ -72,6 +72,11 @@ void Adam::update(const VariableUpdate& u) {
   const double t = static_cast<double>(u.iterations + 1);
   const double alpha =
       u.learning_rate * std::sqrt(1 - std::pow(beta_2_, t)) / (1 - std::pow(beta_1_, t));
+  if (on_gpu(u)) {
+    cuda::adam_update(u.value->device().index, u.value->dtype(), gpu_segment(u, amsgrad_ ? 3 : 2), alpha, beta_1_,
+                      beta_2_, epsilon_, amsgrad_, u.clip_value);
+    return;
+  }
   dispatch_float(u.value->dtype(), [&](auto tag) {
     using T = decltype(tag);
     math::AdamScalars<T> s{static_cast<T>(alpha), static_cast<T>(1 - beta_1_),

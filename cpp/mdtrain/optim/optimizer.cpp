@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "mdtrain/core/errors.h"
+#include "mdtrain/ops/cuda/kernels.h"
 
 namespace mdtrain {
 
@@ -33,8 +34,17 @@ template <class T> double sum_of_squares(const T* g, std::int64_t n) {
 }
 
 double squared_norm(const Tensor& g) {
+  if (!g.device().is_cpu()) return cuda::sum_of_squares(g);
   if (g.dtype() == DType::Float32) return sum_of_squares(g.data<float>(), g.numel());
   return sum_of_squares(g.data<double>(), g.numel());
+}
+
+// state() hands out host tensors whatever device the slots live on (checkpoints, get_weights).
+Tensor host_copy(const Tensor& t) {
+  if (t.device().is_cpu()) return t.clone();
+  Tensor h(t.shape(), t.dtype());
+  h.copy_from(t);
+  return h;
 }
 
 Json optional_json(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
@@ -118,8 +128,9 @@ std::vector<Parameter*> Optimizer::trainable(const ParameterList& params) const 
     if (!p->trainable) continue;
     MDTRAIN_CHECK(p->value.defined() && is_floating(p->value.dtype()), std::invalid_argument,
                   "[optim] parameter '", p->name, "' must be a defined float32 or float64 tensor");
-    MDTRAIN_CHECK(p->value.device().is_cpu(), std::invalid_argument, "[optim] parameter '", p->name,
-                  "' is on ", p->value.device().to_string(), "; only CPU parameters are supported yet");
+    MDTRAIN_CHECK(p->grad.defined() == false || p->grad.device() == p->value.device(), std::invalid_argument,
+                  "[optim] parameter '", p->name, "' is on ", p->value.device().to_string(),
+                  " but its gradient is on ", p->grad.device().to_string());
     out.push_back(p);
   }
   return out;
@@ -157,6 +168,16 @@ void Optimizer::build(const ParameterList& params) { build_from(trainable(params
 void Optimizer::build_from(const std::vector<Parameter*>& params) {
   if (built_) {
     check_matches(params);
+    // Slots live with their parameters: an optimizer built on the host and then given a GPU
+    // replica's parameters (or the other way round) moves its slots once.
+    for (std::size_t p = 0; p < params.size(); ++p)
+      for (auto& slot : slots_[p])
+        if (slot.device() != params[p]->value.device() &&
+            !(slot.device().is_cpu() && params[p]->value.device().is_cpu())) {
+          Tensor moved(slot.shape(), slot.dtype(), params[p]->value.device());
+          moved.copy_from(slot);
+          slot = std::move(moved);
+        }
     return;
   }
   std::vector<std::string> names;
@@ -174,7 +195,15 @@ void Optimizer::build_from(const std::vector<Parameter*>& params) {
   for (std::size_t s = 0; s < specs.size(); ++s) {
     for (std::size_t p = 0; p < params.size(); ++p) {
       if (has_pending_) {
-        slots[p].push_back(pending_[1 + s * params.size() + p].second);
+        // Restored state arrives on the host; the slot lives with its parameter.
+        const Tensor& restored = pending_[1 + s * params.size() + p].second;
+        if (restored.device() == params[p]->value.device()) {
+          slots[p].push_back(restored);
+        } else {
+          Tensor t(shapes[p], dtypes[p], params[p]->value.device());
+          t.copy_from(restored);
+          slots[p].push_back(std::move(t));
+        }
       } else {
         Tensor t = Tensor::zeros(shapes[p], dtypes[p], params[p]->value.device());
         if (specs[s].initial_value != 0.0) t.fill(specs[s].initial_value);
@@ -296,8 +325,20 @@ Optimizer::State Optimizer::state() const {
   auto specs = slot_specs();
   for (std::size_t s = 0; s < specs.size(); ++s)
     for (std::size_t p = 0; p < slots_.size(); ++p)
-      out.emplace_back(param_names_[p] + "/" + specs[s].name, slots_[p][s].clone());
+      out.emplace_back(param_names_[p] + "/" + specs[s].name, host_copy(slots_[p][s]));
   return out;
+}
+
+std::vector<cuda::UpdateSegment> Optimizer::gpu_segment(const VariableUpdate& u, int slot_count) {
+  const std::size_t offset = static_cast<std::size_t>(u.begin) * size_of(u.value->dtype());
+  cuda::UpdateSegment seg;
+  seg.value = static_cast<char*>(u.value->raw()) + offset;
+  seg.grad = static_cast<const char*>(u.grad->raw()) + offset;
+  for (int s = 0; s < slot_count && s < 3; ++s) seg.slots[s] = static_cast<char*>(u.slots[s].raw()) + offset;
+  seg.size = u.end - u.begin;
+  seg.grad_scale = u.grad_scale;
+  seg.decay = u.decay;
+  return {seg};
 }
 
 void Optimizer::set_state(const State& state) {

@@ -22,6 +22,7 @@
 #include "mdtrain/core/json.h"
 #include "mdtrain/core/parameter.h"
 #include "mdtrain/core/tensor.h"
+#include "mdtrain/ops/cuda/optimizer_kernels.h"
 #include "mdtrain/optim/learning_rate_schedule.h"
 
 namespace mdtrain {
@@ -118,6 +119,11 @@ class Optimizer {
     bool decays() const { return decay != 0.0; }
   };
   virtual void update(const VariableUpdate& u) = 0;
+  // Parameters on a GPU are updated by the fused kernels of ops/cuda/optimizer_kernels.h (same
+  // per-element math and per-step scalars as the host loops); update() takes that branch when
+  // on_gpu(u). gpu_segment describes u's range (value, grad and its `slot_count` slots).
+  static bool on_gpu(const VariableUpdate& u) { return !u.value->device().is_cpu(); }
+  static std::vector<cuda::UpdateSegment> gpu_segment(const VariableUpdate& u, int slot_count);
 
   // Calls f(T{}) with T = float or double for the parameter's dtype.
   template <class F> static void dispatch_float(DType dtype, F&& f);

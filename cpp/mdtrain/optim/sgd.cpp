@@ -64,6 +64,11 @@ std::vector<Optimizer::SlotSpec> SGD::slot_specs() const {
 }
 
 void SGD::update(const VariableUpdate& u) {
+  if (on_gpu(u)) {
+    cuda::sgd_update(u.value->device().index, u.value->dtype(), gpu_segment(u, momentum_ == 0.0 ? 0 : 1),
+                     u.learning_rate, momentum_, nesterov_, u.clip_value);
+    return;
+  }
   dispatch_float(u.value->dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = u.value->data<T>() + u.begin;

@@ -2,6 +2,7 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/hierarchical_communicator.h"
+#include "mdtrain/distribute/nccl_backend.h"
 #include "mdtrain/distribute/optional_backends.h"
 #include "mdtrain/distribute/registry.h"
 
@@ -11,8 +12,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(std::vector<Device> loc
                                                          std::string local_communication, bool use_mpi)
     : Strategy(std::move(local_devices)), local_communication_(std::move(local_communication)) {
   for (const auto& d : devices())
-    MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[multi_worker] ", d.to_string(),
-                  ": GPU replicas need the CUDA backend, which this build does not have");
+    MDTRAIN_CHECK(d.is_cpu() == devices().front().is_cpu(), std::invalid_argument, "[multi_worker] ",
+                  d.to_string(), ": a worker's replicas must all be on CPU devices or all on GPUs");
   if (!use_mpi) return;
   control_ = make_mpi_communicator();
   num_workers_ = control_->size();
@@ -29,16 +30,29 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(std::vector<Device> loc
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
 
+std::unique_ptr<Communicator> MultiWorkerMirroredStrategy::make_cross_worker_communicator() const {
+  if (devices().front().is_cpu()) return make_mpi_communicator();
+  // GPUs: NCCL between the workers' first GPUs. Worker 0 names the group (ncclGetUniqueId) and MPI
+  // carries the name to the others, which then join it (ncclCommInitRank).
+  constexpr std::size_t kNcclIdBytes = 128;
+  std::string id = worker_index_ == 0 ? nccl_unique_id() : std::string(kNcclIdBytes, '\0');
+  MDTRAIN_CHECK(id.size() == kNcclIdBytes, std::logic_error, "[multi_worker] NCCL id of ", id.size(), " bytes");
+  control_->broadcast(id.data(), id.size(), DType::UInt8, 0);
+  return make_nccl_rank_communicator(id, worker_index_, num_workers_, devices().front().index);
+}
+
 std::vector<std::unique_ptr<Communicator>> MultiWorkerMirroredStrategy::make_replica_communicators() const {
   const int local = num_local_replicas();
+  // Inside a worker: threads between logical CPU devices, NCCL between GPUs.
+  const std::string local_backend = devices().front().is_cpu() ? local_communication_ : "nccl";
   std::vector<std::unique_ptr<Communicator>> out;
   if (num_workers_ == 1) {
-    out = create_communicators(local_communication_, local);
+    out = create_communicators(local_backend, local);
   } else if (local == 1) {
-    out.push_back(make_mpi_communicator());  // one replica per worker: no local level
+    out.push_back(make_cross_worker_communicator());  // one replica per worker: no local level
   } else {
-    auto locals = create_communicators(local_communication_, local);
-    auto cross = make_mpi_communicator();
+    auto locals = create_communicators(local_backend, local);
+    auto cross = make_cross_worker_communicator();
     for (int r = 0; r < local; ++r)
       out.push_back(std::make_unique<HierarchicalCommunicator>(std::move(locals[static_cast<std::size_t>(r)]),
                                                                r == 0 ? std::move(cross) : nullptr, num_workers_,

@@ -10,7 +10,9 @@ namespace mdtrain {
 // worker, started by mpirun/srun or `python -m mdtrain.launch`) drives a replica per local device;
 // every replica of every worker takes its slice of each global batch, and gradients are summed
 // over all of them: inside the worker first, then between workers over MPI (see
-// HierarchicalCommunicator), so replicas on all workers stay bitwise identical.
+// HierarchicalCommunicator), so replicas on all workers stay bitwise identical. On GPUs the
+// workers' first GPUs form an NCCL group whose id travels over MPI (nothing home-made on the
+// wire), and the GPUs of one worker an in-process NCCL group.
 //
 // The worker count and index come from MPI (MPI_COMM_WORLD). A process not started by an MPI
 // launcher, or a build without MPI, is a job of one worker: the strategy is then a
@@ -38,6 +40,9 @@ class MultiWorkerMirroredStrategy : public Strategy {
   double timeout() const { return timeout_; }
 
  private:
+  // MPI between workers on CPU devices; on GPUs, NCCL bootstrapped over MPI.
+  std::unique_ptr<Communicator> make_cross_worker_communicator() const;
+
   std::string local_communication_;
   int num_workers_ = 1;
   int worker_index_ = 0;
