@@ -122,3 +122,31 @@ def test_backup_of_another_architecture_is_refused(tmp_path):
     with pytest.raises(ValueError, match="shapes"):
         other.fit(x, np.zeros((20, 2), "float32"), epochs=1, verbose=0,
                   callbacks=[tf.keras.callbacks.BackupAndRestore(tmp_path)])
+
+
+@pytest.mark.parametrize("steps_per_epoch", [None, 7])  # 7 steps of 10 rows wrap around 50 rows
+def test_interrupted_and_resumed_in_process_equals_straight(tmp_path, steps_per_epoch):
+    x = np.random.default_rng(1).normal(size=(50, 3)).astype("float32")
+    y = (x[:, 1] > 0).astype("int64")
+
+    def train(callbacks):
+        tf.keras.utils.set_random_seed(5)
+        model = small_model()
+        model.fit(x, y, batch_size=10, epochs=3, steps_per_epoch=steps_per_epoch, verbose=0, callbacks=callbacks)
+        return model
+
+    straight = train([]).get_weights()
+
+    class Interrupt(tf.keras.callbacks.Callback):
+        seen = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            Interrupt.seen += 1
+            if Interrupt.seen == 9:  # epoch 1, step 4 (or 2)
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train([tf.keras.callbacks.BackupAndRestore(tmp_path, save_freq=1), Interrupt()])
+    resumed = train([tf.keras.callbacks.BackupAndRestore(tmp_path, save_freq=1)]).get_weights()
+    for a, b in zip(resumed, straight):
+        np.testing.assert_array_equal(a, b)

@@ -338,9 +338,12 @@ class Sequential:
                 if batch_hook is not None:
                     cbs.on_train_batch_begin(skip)
                 if skip:
-                    # The rest of an interrupted epoch: the same batches it would have run.
-                    offsets = [min(s * batch_size, n) for s in range(skip, steps + 1)]
-                    result = self._core.train_batches(x, y, order, offsets, batch_hook, True, skip)
+                    # The rest of an interrupted epoch: the batches train_epoch would have run
+                    # (batch s starts at row s * batch_size of the order, wrapping around).
+                    begins = [(s * batch_size) % n for s in range(skip, steps)]
+                    chunks = [order[b:b + min(batch_size, n - b)] for b in begins]
+                    offsets = np.cumsum([0] + [len(c) for c in chunks]).tolist()
+                    result = self._core.train_batches(x, y, np.concatenate(chunks), offsets, batch_hook, True, skip)
                 else:
                     result = self._core.train_epoch(x, y, order, batch_size, steps, batch_hook)
             else:
