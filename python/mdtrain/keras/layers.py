@@ -140,7 +140,20 @@ def _activation_name(activation, owner):
         raise ValueError(f"{owner}: {e}") from None
 
 
-class Dense(Layer):
+class _KernelBias:
+    """The kernel and (when use_bias) bias of Dense and Conv2D: their first two weights."""
+
+    @property
+    def kernel(self):
+        return self.get_weights()[0]
+
+    @property
+    def bias(self):
+        w = self.get_weights()
+        return w[1] if len(w) > 1 else None
+
+
+class Dense(_KernelBias, Layer):
     def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
                  bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
                  kernel_constraint=None, bias_constraint=None, **kwargs):
@@ -156,15 +169,6 @@ class Dense(Layer):
             dumps(to_config(kernel_initializer, "initializer")), dumps(to_config(bias_initializer, "initializer")),
             dumps(to_config(kernel_regularizer, "regularizer")), dumps(to_config(bias_regularizer, "regularizer")))
         self.units = int(units)
-
-    @property
-    def kernel(self):
-        return self.get_weights()[0]
-
-    @property
-    def bias(self):
-        w = self.get_weights()
-        return w[1] if len(w) > 1 else None
 
     @classmethod
     def _wrap(cls, core_layer):
@@ -267,7 +271,7 @@ def _set_attributes_from_config(layer, names):
         setattr(layer, name, tuple(value) if isinstance(value, list) else value)
 
 
-class Conv2D(Layer):
+class Conv2D(_KernelBias, Layer):
     """keras.layers.Conv2D on channels_last images; kernel (kh, kw, in_channels, filters)."""
     _CONFIG_ATTRIBUTES = ("filters", "kernel_size", "strides", "padding", "data_format", "dilation_rate", "use_bias")
 
@@ -295,15 +299,6 @@ class Conv2D(Layer):
             dumps(to_config(bias_initializer, "initializer")), dumps(to_config(kernel_regularizer, "regularizer")),
             dumps(to_config(bias_regularizer, "regularizer")))
         _set_attributes_from_config(self, self._CONFIG_ATTRIBUTES)
-
-    @property
-    def kernel(self):
-        return self.get_weights()[0]
-
-    @property
-    def bias(self):
-        w = self.get_weights()
-        return w[1] if len(w) > 1 else None
 
     @classmethod
     def _wrap(cls, core_layer):
