@@ -354,9 +354,23 @@ TEST_P(MpiAbortFromAnotherThread, EveryRankFailsWithTheReasonAndNoneTimesOut) {
     msg = e.what();
   }
   if (aborter.joinable()) aborter.join();
+  if (msg == "(no exception)") {
+    // On a fast, idle machine the transfer can finish before the abort lands: then the next
+    // collective must carry it, still without waiting for the timeout.
+    try {
+      comm->all_reduce(data.data(), 1, DType::Float32);
+      msg = "(no exception from the next collective either)";
+    } catch (const TimeoutError& e) {
+      timed_out = true;
+      msg = e.what();
+    } catch (const std::runtime_error& e) {
+      msg = e.what();
+    }
+  }
   EXPECT_FALSE(timed_out) << msg;
-  EXPECT_TRUE(Contains(msg, "[mpi] all_reduce #2 on rank " + std::to_string(comm->rank())));
-  EXPECT_TRUE(Contains(msg, "rank 0 aborted the group: stop"));
+  EXPECT_TRUE(Contains(msg, "[mpi] all_reduce #")) << msg;
+  EXPECT_TRUE(Contains(msg, " on rank " + std::to_string(comm->rank()))) << msg;
+  EXPECT_TRUE(Contains(msg, "rank 0 aborted the group: stop")) << msg;
 }
 
 INSTANTIATE_TEST_SUITE_P(Mpi, MpiAbortFromAnotherThread, ::testing::Values(300, 0),
