@@ -30,6 +30,9 @@ def main():
     parser.add_argument("--mirrored", action="store_true", help="MirroredStrategy in one process instead")
     parser.add_argument("--devices", type=int, default=2, help="logical devices for --mirrored")
     parser.add_argument("--limit", type=int, default=None, help="train on the first N examples only")
+    parser.add_argument("--bytes-per-pack", type=int, default=0,
+                        help="gradient bucket size in bytes, each all-reduced as soon as backward finishes it "
+                             "(0: 25 MB)")
     args = parser.parse_args()
     tf.keras.utils.set_random_seed(args.seed)
 
@@ -39,7 +42,8 @@ def main():
         strategy = tf.distribute.MirroredStrategy()
         chief = True
     else:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        options = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=args.bytes_per_pack)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         chief = strategy.cluster_resolver.task_id == 0
         print(f"worker {strategy.cluster_resolver.task_id} of {strategy.cluster_resolver.num_workers}, "
               f"{len(strategy.worker_devices)} local device(s)")

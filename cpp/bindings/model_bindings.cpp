@@ -176,6 +176,7 @@ void init_model(py::module_& m) {
         return logs_to_dict(logs);
       })
       .def("get_weights", [](Model& m) { return weights_list(m.get_weights()); })
+      .def("refresh_weights", &Model::refresh_weights, py::call_guard<py::gil_scoped_release>())
       .def("set_weights", [](Model& m, const std::vector<py::array>& arrays) {
         std::vector<Tensor> ts;
         for (const auto& a : arrays) ts.push_back(tensor_from_numpy(a));

@@ -20,6 +20,7 @@ void init_strategy(py::module_& m) {
       .def_property_readonly("num_replicas_in_sync", &Strategy::num_replicas_in_sync)
       .def_property_readonly("num_workers", &Strategy::num_workers)
       .def_property_readonly("worker_index", &Strategy::worker_index)
+      .def_property("gradient_bucket_bytes", &Strategy::gradient_bucket_bytes, &Strategy::set_gradient_bucket_bytes)
       .def_property_readonly("devices", [](const Strategy& s) {
         std::vector<std::string> out;
         for (const auto& d : s.devices()) out.push_back(d.to_string());

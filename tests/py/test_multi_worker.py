@@ -92,6 +92,15 @@ def test_without_a_launcher_it_is_a_job_of_one_worker(logical_cpus):
     model.fit(x, x[:, :2], epochs=1, verbose=0)
 
 
+def test_bytes_per_pack_sets_the_gradient_bucket_size(logical_cpus):
+    logical_cpus(2)
+    options = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=1 << 16)
+    assert tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)._core.gradient_bucket_bytes == 65536
+    assert tf.distribute.MultiWorkerMirroredStrategy()._core.gradient_bucket_bytes == 25 << 20
+    with pytest.raises(ValueError, match="bytes_per_pack"):
+        tf.distribute.experimental.CommunicationOptions(bytes_per_pack=-1)
+
+
 def test_communication_options_are_checked():
     with pytest.raises(ValueError, match="timeout_seconds"):
         tf.distribute.experimental.CommunicationOptions(timeout_seconds=0)
@@ -111,6 +120,10 @@ def test_two_workers_train_the_weights_of_mirrored_on_two_devices(tmp_path):
     b = tf.keras.models.load_model(tmp_path / "mirrored.mdtrain").get_weights()
     # Both sum the two replicas' gradients in rank order in float32: the same bits.
     assert_bitwise_equal(a, b)
+    # 4 KB gradient buckets (about 100 of them), each all-reduced from inside backward as soon as
+    # its layer is done: the sums, hence the weights, are the same.
+    launch_job(2, [EXAMPLE, *common, "--bytes-per-pack", "4096", "--save", str(tmp_path / "packs.mdtrain")])
+    assert_bitwise_equal(tf.keras.models.load_model(tmp_path / "packs.mdtrain").get_weights(), a)
 
 
 @needs_mpi

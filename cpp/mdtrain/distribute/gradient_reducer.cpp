@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/nccl_backend.h"
 
 namespace mdtrain {
 
@@ -11,24 +12,72 @@ GradientReducer::GradientReducer(Communicator& comm, std::size_t bucket_bytes, A
   MDTRAIN_CHECK(bucket_bytes > 0, std::invalid_argument, "[reducer] bucket_bytes must be positive");
 }
 
+std::size_t GradientReducer::elements_per_bucket(const Tensor& packed_grads) const {
+  return std::max<std::size_t>(1, bucket_bytes_ / size_of(packed_grads.dtype()));
+}
+
+std::size_t GradientReducer::bucket_count(const Tensor& packed_grads) const {
+  const std::size_t total = static_cast<std::size_t>(packed_grads.numel());
+  const std::size_t per = elements_per_bucket(packed_grads);
+  return std::max<std::size_t>(1, (total + per - 1) / per);
+}
+
+bool GradientReducer::enqueues(const Tensor& packed_grads) const {
+  return comm_.size() > 1 && algorithm_ == Algorithm::AllReduce && comm_.backend() == "nccl" &&
+         !packed_grads.device().is_cpu();
+}
+
+void GradientReducer::start_bucket(std::size_t bucket) {
+  Tensor& grads = *grads_;
+  const std::size_t elem = size_of(grads.dtype());
+  const std::size_t total = static_cast<std::size_t>(grads.numel());
+  const std::size_t per = elements_per_bucket(grads);
+  const std::size_t begin = std::min(total, bucket * per);
+  const std::size_t count = std::min(per, total - begin);
+  void* data = static_cast<char*>(grads.raw()) + begin * elem;
+  if (enqueue_) {
+    nccl_enqueue_all_reduce(comm_, data, count, grads.dtype(), ReduceOp::Sum);
+  } else if (algorithm_ == Algorithm::AllReduce) {
+    comm_.all_reduce(data, count, grads.dtype(), ReduceOp::Sum);
+  } else {
+    comm_.reduce(data, count, grads.dtype(), ReduceOp::Sum, 0);
+    comm_.broadcast(data, count, grads.dtype(), 0);
+  }
+}
+
 void GradientReducer::reduce(Tensor& packed_grads) {
   if (comm_.size() == 1) return;
-  const std::size_t elem = size_of(packed_grads.dtype());
-  const std::size_t total = static_cast<std::size_t>(packed_grads.numel());
-  const std::size_t per_bucket = std::max<std::size_t>(1, bucket_bytes_ / elem);
-  char* base = static_cast<char*>(packed_grads.raw());
-  // Every replica walks the same bucket boundaries, so the collectives line up.
-  for (std::size_t begin = 0; begin < total || (total == 0 && begin == 0); begin += per_bucket) {
-    const std::size_t count = std::min(per_bucket, total - begin);
-    void* bucket = base + begin * elem;
-    if (algorithm_ == Algorithm::AllReduce) {
-      comm_.all_reduce(bucket, count, packed_grads.dtype(), ReduceOp::Sum);
-    } else {
-      comm_.reduce(bucket, count, packed_grads.dtype(), ReduceOp::Sum, 0);
-      comm_.broadcast(bucket, count, packed_grads.dtype(), 0);
-    }
-    if (total == 0) break;
-  }
+  begin(packed_grads);
+  finish();
+}
+
+void GradientReducer::begin(Tensor& packed_grads) {
+  MDTRAIN_CHECK(grads_ == nullptr, std::logic_error, "[reducer] begin() called twice without finish()");
+  grads_ = &packed_grads;
+  enqueue_ = enqueues(packed_grads);
+  next_ = bucket_count(packed_grads);
+}
+
+void GradientReducer::gradients_final_from(std::int64_t first_final_element) {
+  MDTRAIN_CHECK(grads_ != nullptr, std::logic_error, "[reducer] gradients_final_from() outside begin()/finish()");
+  if (comm_.size() == 1) return;
+  const std::size_t per = elements_per_bucket(*grads_);
+  const std::size_t first = static_cast<std::size_t>(std::max<std::int64_t>(0, first_final_element));
+  // Bucket b covers [b * per, (b + 1) * per): it is final once b * per >= first.
+  while (next_ > 0 && (next_ - 1) * per >= first) start_bucket(--next_);
+}
+
+void GradientReducer::finish() {
+  MDTRAIN_CHECK(grads_ != nullptr, std::logic_error, "[reducer] finish() without begin()");
+  // Whatever happens, the next step starts afresh (a failed collective leaves the group aborted;
+  // the engine replaces the communicators and their reducers).
+  struct Reset {
+    GradientReducer& r;
+    ~Reset() { r.grads_ = nullptr; }
+  } reset{*this};
+  if (comm_.size() == 1) return;
+  gradients_final_from(0);
+  if (enqueue_) nccl_wait(comm_);
 }
 
 }  // namespace mdtrain

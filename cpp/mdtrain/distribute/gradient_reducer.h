@@ -1,5 +1,6 @@
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "mdtrain/core/tensor.h"
 #include "mdtrain/distribute/communicator.h"
@@ -11,6 +12,19 @@ namespace mdtrain {
 // at most bucket_bytes, one collective per bucket. With the threads backend one bucket is best
 // (a single pass over memory); NCCL and MPI use several so reduction can start early and large
 // messages are pipelined.
+//
+// Two ways to drive it:
+// - reduce(grads) after backward: every bucket, blocking.
+// - Overlapped with backward (DDP, llm.c): begin(grads) before it, gradients_final_from(e) each
+//   time a layer has written its gradients (every element from e on is final), finish() after
+//   it. A bucket is started as soon as all of it is final, last bucket first. On NCCL with the
+//   gradients in GPU memory it is enqueued on the communication stream and backward goes on
+//   while it runs; finish() waits for them all and orders the compute stream after them. Other
+//   communicators run each bucket's collective when it is started (they have no stream to put it
+//   on), which gives the same sums. Every replica calls these at the same points of the same
+//   model, so the buckets' collectives line up across ranks, also with the collectives layers
+//   run during backward (synchronized BatchNormalization).
+// Either way every bucket is summed over the ranks, so the result does not depend on which.
 class GradientReducer {
  public:
   static constexpr std::size_t kDefaultBucketBytes = 25u << 20;  // DDP's default
@@ -24,12 +38,32 @@ class GradientReducer {
                            Algorithm algorithm = Algorithm::AllReduce);
   // Sums `packed_grads` over all replicas in place (identical result on every replica).
   void reduce(Tensor& packed_grads);
+
+  // The overlapped form (see above). `packed_grads` must stay alive and in place until finish().
+  void begin(Tensor& packed_grads);
+  void gradients_final_from(std::int64_t first_final_element);
+  void finish();
+  // True when the buckets of `packed_grads` would be enqueued on a communication stream (NCCL, GPU
+  // memory, all-reduce) rather than run at once.
+  bool enqueues(const Tensor& packed_grads) const;
+
   std::size_t bucket_bytes() const { return bucket_bytes_; }
+  // How many buckets `packed_grads` is cut into (at least 1: an empty buffer still joins one
+  // collective, so replicas of a model without trainable weights stay in step).
+  std::size_t bucket_count(const Tensor& packed_grads) const;
 
  private:
+  void start_bucket(std::size_t bucket);
+  std::size_t elements_per_bucket(const Tensor& packed_grads) const;
+
   Communicator& comm_;
   std::size_t bucket_bytes_;
   Algorithm algorithm_;
+  // Overlapped state: the buffer, whether its buckets are enqueued, and the lowest bucket started
+  // so far (buckets [next_, count) are started).
+  Tensor* grads_ = nullptr;
+  bool enqueue_ = false;
+  std::size_t next_ = 0;
 };
 
 }  // namespace mdtrain

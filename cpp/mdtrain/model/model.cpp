@@ -17,8 +17,8 @@ Model::Model(std::string name, std::uint64_t seed) : name_(std::move(name)), see
 }
 
 void Model::add(std::shared_ptr<Layer> layer) {
+  release_engine();
   stack_.add(std::move(layer));
-  engine_.reset();
 }
 
 void Model::build(const Shape& input_shape) {
@@ -28,8 +28,8 @@ void Model::build(const Shape& input_shape) {
                   to_string(input_shape));
     return;
   }
+  release_engine();
   stack_.build(input_shape, seed_);
-  engine_.reset();
 }
 
 void Model::compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer,
@@ -42,7 +42,7 @@ void Model::compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optim
   metric_names_ = std::move(metrics);
   metrics_.clear();
   strategy_ = strategy ? std::move(strategy) : std::make_shared<OneDeviceStrategy>();
-  engine_.reset();
+  release_engine();
 }
 
 const Loss& Model::loss() const {
@@ -73,7 +73,21 @@ void Model::set_optimizer_state(const Optimizer::State& state) {
   optimizer_->set_state(state);
   // The replicas' optimizers are clones made with the engine: make them again from this state
   // (and the current weights) on next use.
+  release_engine();
+}
+
+void Model::release_engine() {
+  if (engine_) engine_->refresh_primary();
   engine_.reset();
+}
+
+void Model::refresh_weights() {
+  if (engine_) engine_->refresh_primary();
+}
+
+LayerStack& Model::stack() {
+  refresh_weights();
+  return stack_;
 }
 
 TrainEngine& Model::engine(const Shape& y_shape) {
@@ -219,12 +233,14 @@ std::vector<double> Model::replica_losses() const {
 Logs Model::test_on_batch(const Tensor& x, const Tensor& y) { return evaluate(x, y, std::max<std::int64_t>(1, x.dim(0)), nullptr); }
 
 std::vector<Tensor> Model::get_weights() {
+  refresh_weights();
   std::vector<Tensor> out;
   for (auto* p : stack_.parameters()) out.push_back(p->value.clone());
   return out;
 }
 
 void Model::set_weights(const std::vector<Tensor>& weights) {
+  refresh_weights();  // the primary must be current before it is broadcast
   auto params = stack_.parameters();
   MDTRAIN_CHECK(weights.size() == params.size(), std::invalid_argument, "[set_weights] model \"", name_,
                 "\" expects a list of ", params.size(), " arrays, got ", weights.size());
@@ -257,6 +273,7 @@ void Model::save(const std::string& path, const Json& metadata) {
   ModelFile file;
   file.model = config();
   file.metadata = metadata;
+  refresh_weights();
   for (auto* p : stack_.parameters()) file.weights.push_back({p->name, p->value.clone()});
   if (compiled()) {
     Json compile = Json::object();

@@ -36,7 +36,13 @@ class Model {
 
   const std::string& name() const { return name_; }
   std::uint64_t seed() const { return seed_; }
-  LayerStack& stack() { return stack_; }
+  // The model's layers and host weights. After training on GPUs this refreshes the host weights
+  // from the replicas first (TrainEngine::refresh_primary); call it again after more training
+  // rather than keeping the reference across steps.
+  LayerStack& stack();
+  // Brings the host weights up to date with the replicas (a copy from GPU replica 0 when training
+  // ran since the last one; nothing on CPU devices). Every accessor of the weights calls it.
+  void refresh_weights();
   void add(std::shared_ptr<Layer> layer);
   void build(const Shape& input_shape);
   bool built() const { return stack_.built(); }
@@ -95,6 +101,8 @@ class Model {
  private:
   void check_data(const Tensor& x, const Tensor* y, const char* where) const;
   void ensure_built_for(const Tensor& x);
+  // Drops the engine (a new one is made on next use) without losing weights it trained.
+  void release_engine();
 
   std::string name_;
   std::uint64_t seed_;

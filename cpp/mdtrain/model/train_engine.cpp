@@ -67,8 +67,11 @@ TrainEngine::TrainEngine(LayerStack& primary, std::shared_ptr<Strategy> strategy
   // to one device is what the user asked for. Otherwise the gradients are reduce-scattered. Across
   // workers the update is not sharded: each worker keeps the whole optimizer state, so any worker
   // can write a checkpoint and a checkpoint loads under any strategy.
+  // On GPUs every replica applies the whole update instead: there it is one fused, memory-bound
+  // launch that costs little next to the GEMMs, while the all-reduce of each gradient bucket
+  // overlaps the rest of backward (a reduce-scatter would have to wait for all of it).
   const auto& opts = optimizer.options();
-  sharded_optimizer_ = n > 1 && strategy_->num_workers() == 1;
+  sharded_optimizer_ = n > 1 && strategy_->num_workers() == 1 && primary_is_replica0_;
   sharded_update_ = sharded_optimizer_ && !opts.clipnorm && !opts.global_clipnorm &&
                     strategy_->gradient_reduction() == GradientReducer::Algorithm::AllReduce;
   for (int r = 0; r < n; ++r) {
@@ -134,7 +137,7 @@ void TrainEngine::remake_communicators() {
 
 void TrainEngine::attach_communicator(Replica& rep, std::unique_ptr<Communicator> comm) {
   rep.comm = std::move(comm);
-  rep.reducer = std::make_unique<GradientReducer>(*rep.comm, GradientReducer::kDefaultBucketBytes,
+  rep.reducer = std::make_unique<GradientReducer>(*rep.comm, strategy_->gradient_bucket_bytes(),
                                                   strategy_->gradient_reduction());
 }
 
@@ -154,7 +157,7 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
   MDTRAIN_CHECK(count > 0, std::invalid_argument, "[engine] a training batch needs at least one example");
   const double scale = 1.0 / static_cast<double>(count);
   // Keras adds the weight penalties of the weights the step starts from.
-  const double regularization = primary_.regularization_loss();
+  const double regularization = replicas_.front()->stack->regularization_loss();
   const auto step_start = Clock::now();
   for_each_slice(count, [&](Replica& rep, std::int64_t first, std::int64_t rows) {
     LayerStack& stack = *rep.stack;
@@ -165,32 +168,45 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     ctx.step = static_cast<std::uint64_t>(rep.optimizer->iterations());
     ctx.global_row_offset = first;
     ctx.replicas = &rep.sums;
+    // Sum the gradients over the replicas: all of them, bucket by bucket as backward finishes
+    // them, or (ZeRO-1) after backward only this replica's shard, which is all its update reads.
+    // Either way ranks are added in rank order.
+    LayerStack::GradientsFinal on_final;
+    double in_reducer = 0;  // time backward spent starting buckets: communication, not compute
+    if (!sharded_update_) {
+      rep.reducer->begin(stack.packed_grads());
+      on_final = [&](std::int64_t first_final) {
+        const auto r0 = Clock::now();
+        rep.reducer->gradients_final_from(first_final);
+        in_reducer += seconds_since(r0);
+      };
+    }
     if (rows > 0) {
       gather_batch(rep, x, y, indices + first, rows);
       Tensor pred = stack.forward(rep.x_batch, ctx);
       ensure_buffer(rep.dpred, pred.shape(), pred.dtype(), pred.device());
       if (rep.logits_loss) {
         rep.loss_sum = rep.logits_loss->forward_backward(rep.y_batch, stack.logits(), scale, &rep.dpred);
-        stack.backward_from_logits(rep.dpred);
+        stack.backward_from_logits(rep.dpred, on_final);
       } else {
         rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, scale, &rep.dpred);
-        stack.backward(rep.dpred);
+        stack.backward(rep.dpred, on_final);
       }
       update_metrics(rep, rep.y_batch, pred);
     } else {
       // No rows: zero gradients, but still every collective the layers run in training
-      // (synchronized BatchNormalization's statistics), in the order the other replicas run them.
+      // (synchronized BatchNormalization's statistics) and every bucket's, in the order the
+      // other replicas run them.
       stack.packed_grads().fill(0.0);
-      stack.step_without_rows(ctx);
+      stack.step_without_rows(ctx, on_final);
     }
-    rep.profile.compute += seconds_since(t);
+    rep.profile.compute += seconds_since(t) - in_reducer;
+    rep.profile.allreduce += in_reducer;
     t = Clock::now();
-    // Sum the gradients over the replicas: all of them, or (ZeRO-1) only this replica's shard,
-    // which is all its update reads. Either way ranks are added in rank order.
     if (sharded_update_) {
       reduce_scatter_own_shard(rep);
     } else {
-      rep.reducer->reduce(stack.packed_grads());
+      rep.reducer->finish();
     }
     rep.profile.allreduce += seconds_since(t);
     t = Clock::now();
@@ -211,7 +227,8 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
     rep.profile.steps += 1;
   });
   wall_ += seconds_since(step_start);
-  if (!primary_is_replica0_) sync_primary_from_replica0();
+  // The host copy of the weights is refreshed when something reads it, not every step.
+  if (!primary_is_replica0_) primary_stale_ = true;
   const double step_loss = sum_of_replica_losses(count) * scale + regularization;
   last_count_ = count;
   loss_total_ += step_loss * static_cast<double>(count);
@@ -232,7 +249,8 @@ void TrainEngine::test_step(const Tensor& x, const Tensor& y, const std::int64_t
                                    : rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr);
     update_metrics(rep, rep.y_batch, pred);
   });
-  loss_total_ += sum_of_replica_losses(count) + primary_.regularization_loss() * static_cast<double>(count);
+  loss_total_ += sum_of_replica_losses(count) +
+                 replicas_.front()->stack->regularization_loss() * static_cast<double>(count);
   loss_count_ += static_cast<double>(count);
 }
 
@@ -406,13 +424,17 @@ void TrainEngine::update_metrics(Replica& rep, const Tensor& y, const Tensor& pr
   for (auto& m : rep.metrics) m->update(rep.y_host, rep.pred_host);
 }
 
-void TrainEngine::sync_primary_from_replica0() {
+void TrainEngine::refresh_primary() {
+  if (!primary_stale_) return;
   LayerStack& r0 = *replicas_.front()->stack;
   primary_.packed_values().copy_from(r0.packed_values());
   primary_.non_trainable_values().copy_from(r0.non_trainable_values());
+  primary_stale_ = false;
 }
 
 void TrainEngine::broadcast_weights_from_primary() {
+  MDTRAIN_CHECK(!primary_stale_, std::logic_error,
+                "[engine] the host weights are older than the replicas': refresh_primary() before changing them");
   for (std::size_t r = primary_is_replica0_ ? 1 : 0; r < replicas_.size(); ++r) {
     replicas_[r]->stack->packed_values().copy_from(primary_.packed_values());
     replicas_[r]->stack->non_trainable_values().copy_from(primary_.non_trainable_values());

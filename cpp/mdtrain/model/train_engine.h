@@ -28,12 +28,15 @@ namespace mdtrain {
 // Non-trainable weights (moving statistics) are outside the packed gradients and the optimizer's
 // ranges; their layers keep them identical by updating them from cross-replica sums.
 //
-// With several replicas in one process the optimizer update is sharded (ZeRO stage 1): the summed
-// gradients are reduce-scattered, replica r updates only its contiguous range of the packed
-// parameters, and the ranges are all-gathered (with clipping by norm, or a reduction to one
-// device, the gradients are all-reduced first instead). Across workers (MultiWorkerMirrored) the
-// gradients are all-reduced and every replica applies the whole update, so each worker holds the
-// whole optimizer state for checkpoints.
+// With several replicas on the CPU devices of one process the optimizer update is sharded (ZeRO
+// stage 1): the summed gradients are reduce-scattered, replica r updates only its contiguous
+// range of the packed parameters, and the ranges are all-gathered (with clipping by norm, or a
+// reduction to one device, the gradients are all-reduced first instead). Otherwise (GPUs, or
+// across workers) the gradients are all-reduced in buckets started during backward as soon as a
+// bucket's layers are done (GradientReducer's overlapped form: on NCCL they run on the
+// communication stream while backward continues), and every replica applies the whole update,
+// fused into one launch on a GPU; across workers each worker so holds the whole optimizer state
+// for checkpoints.
 // The range update is exactly the whole update restricted to those elements (clipping norms are
 // still taken over the full reduced gradients), so the weights are bitwise those of an unsharded
 // step, and each replica's optimizer slots are current only on its own range:
@@ -77,8 +80,15 @@ class TrainEngine {
   Logs logs(bool all_workers = false) const;
 
   // After the primary's weights were set from outside: copy them (trainable and not) to every
-  // replica.
+  // replica. The primary must be current (refresh_primary() first when it may be stale).
   void broadcast_weights_from_primary();
+  // When replica 0 trains on a GPU, the primary (the model's host weights: get_weights, save,
+  // the layers' weights seen from Python) is a separate copy that training leaves behind; this
+  // copies replica 0's weights into it if a training step ran since the last refresh. Everything
+  // that reads or writes the primary's weights calls it first (Model does); it costs nothing
+  // when the replicas train the primary itself (CPU devices) or nothing changed.
+  void refresh_primary();
+  bool primary_stale() const { return primary_stale_; }
   // Replica 0's optimizer: hyperparameters, learning rate and iterations are those of every
   // replica; its slots are current only on replica 0's shard (use optimizer_state()).
   Optimizer& optimizer();
@@ -112,9 +122,6 @@ class TrainEngine {
                     std::int64_t rows);
   // Metrics accumulate on the host: labels and predictions of a GPU replica are copied back first.
   static void update_metrics(Replica& rep, const Tensor& y, const Tensor& pred);
-  // When replica 0 runs on a GPU, the primary (the model's host weights: get_weights, save,
-  // callbacks) is a separate copy, refreshed from replica 0 after every training step.
-  void sync_primary_from_replica0();
 
   LayerStack& primary_;
   std::shared_ptr<Strategy> strategy_;
@@ -122,6 +129,7 @@ class TrainEngine {
   bool communicators_broken_ = false;
   // Replica 0 trains the primary itself (CPU devices), or its own copy on a GPU.
   bool primary_is_replica0_ = true;
+  bool primary_stale_ = false;  // replica 0 (on a GPU) trained since the primary was refreshed
   bool sharded_optimizer_ = false;  // each replica updates its range of the weights, then all-gather
   bool sharded_update_ = false;     // ... and gradients are reduce-scattered rather than all-reduced
   double wall_ = 0;

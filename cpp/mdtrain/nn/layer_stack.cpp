@@ -61,6 +61,13 @@ void LayerStack::pack_parameters() {
   packed_values_ = padded_values_.rows(0, total);
   packed_grads_ = padded_grads_.rows(0, total);
   non_trainable_values_ = Tensor::zeros({fixed_total}, dtype_, device_);
+  first_grad_element_.clear();
+  std::int64_t first = 0;
+  for (auto& layer : layers_) {
+    first_grad_element_.push_back(first);
+    for (auto* p : layer->parameters())
+      if (p->trainable) first += p->value.numel();
+  }
   std::int64_t offset = 0;
   for (auto* p : trainable) {
     const std::int64_t n = p->value.numel();
@@ -88,15 +95,25 @@ Tensor LayerStack::forward(const Tensor& x, const ForwardContext& ctx) {
   return h;
 }
 
-void LayerStack::backward(const Tensor& dy) {
-  Tensor g = dy;
-  for (std::size_t i = layers_.size(); i-- > 0;) g = layers_[i]->backward(g, i > 0);
+void LayerStack::layer_done(std::size_t i, const GradientsFinal& on_final) const {
+  if (on_final) on_final(first_grad_element_[i]);
 }
 
-void LayerStack::step_without_rows(const ForwardContext& ctx) {
+void LayerStack::backward(const Tensor& dy, const GradientsFinal& on_final) {
+  Tensor g = dy;
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    g = layers_[i]->backward(g, i > 0);
+    layer_done(i, on_final);
+  }
+}
+
+void LayerStack::step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) {
   MDTRAIN_CHECK(built_, std::logic_error, "[sequential] the model is not built yet");
   for (auto& layer : layers_) layer->forward_without_rows(ctx);
-  for (std::size_t i = layers_.size(); i-- > 0;) layers_[i]->backward_without_rows(i > 0);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    layers_[i]->backward_without_rows(i > 0);
+    layer_done(i, on_final);
+  }
 }
 
 Activation LayerStack::output_activation() const {
@@ -105,10 +122,14 @@ Activation LayerStack::output_activation() const {
 
 Tensor LayerStack::logits() const { return layers_.back()->logits(); }
 
-void LayerStack::backward_from_logits(const Tensor& dlogits) {
+void LayerStack::backward_from_logits(const Tensor& dlogits, const GradientsFinal& on_final) {
   const std::size_t last = layers_.size() - 1;
   Tensor g = layers_[last]->backward_from_logits(dlogits, last > 0);
-  for (std::size_t i = last; i-- > 0;) g = layers_[i]->backward(g, i > 0);
+  layer_done(last, on_final);
+  for (std::size_t i = last; i-- > 0;) {
+    g = layers_[i]->backward(g, i > 0);
+    layer_done(i, on_final);
+  }
 }
 
 ParameterList LayerStack::parameters() {

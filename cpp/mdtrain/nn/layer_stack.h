@@ -1,4 +1,6 @@
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,18 +33,25 @@ class LayerStack {
   DType dtype() const { return dtype_; }
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx);
+  // Called during a backward pass each time a layer has written its gradients, with the first
+  // element of packed_grads() from which every gradient is final (layers are packed in order and
+  // backward runs last to first, so that point only moves down, reaching 0 at the end). The
+  // engine starts the all-reduce of the gradient buckets behind it while backward goes on.
+  using GradientsFinal = std::function<void(std::int64_t first_final_element)>;
   // Backpropagates dL/d(output) of the last forward into every trainable parameter's .grad.
-  void backward(const Tensor& dy);
+  void backward(const Tensor& dy, const GradientsFinal& on_final = {});
   // A training step's forward and backward for a replica whose slice is empty: every layer's
   // forward_without_rows, then backward_without_rows in reverse, so the replica joins the
-  // collectives its layers run (see Layer::forward_without_rows). Gradients are not touched.
-  void step_without_rows(const ForwardContext& ctx);
+  // collectives its layers run (see Layer::forward_without_rows). Gradients are not touched, but
+  // on_final is called at the same points as backward() calls it, so the collectives the caller
+  // runs from it interleave with the layers' in the same order on every replica.
+  void step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final = {});
 
   // The last layer's final activation, its logits, and backward from d(loss)/d(logits) (see
   // Layer::output_activation).
   Activation output_activation() const;
   Tensor logits() const;
-  void backward_from_logits(const Tensor& dlogits);
+  void backward_from_logits(const Tensor& dlogits, const GradientsFinal& on_final = {});
 
   // Every weight in get_weights() order (layer by layer, each layer's Keras order).
   ParameterList parameters();
@@ -79,6 +88,8 @@ class LayerStack {
 
  private:
   void pack_parameters();
+  // Tells on_final (if any) that layer i's gradients, and all after them, are written.
+  void layer_done(std::size_t i, const GradientsFinal& on_final) const;
   static std::uint64_t layer_seed(std::uint64_t seed, std::size_t index);
 
   std::vector<std::shared_ptr<Layer>> layers_;
@@ -90,6 +101,9 @@ class LayerStack {
   Tensor packed_values_, packed_grads_;
   Tensor padded_values_, padded_grads_;
   Tensor non_trainable_values_;
+  // Per layer, the element of packed_grads() where its trainable parameters begin (where the
+  // next layer's begin when it has none).
+  std::vector<std::int64_t> first_grad_element_;
 };
 
 }  // namespace mdtrain

@@ -52,12 +52,13 @@ std::vector<Optimizer::SlotSpec> Adagrad::slot_specs() const {
   return {{"accumulator", initial_accumulator_value_}};
 }
 
+void Adagrad::update_on_gpu(const std::vector<VariableUpdate>& updates) {
+  const VariableUpdate& u = updates.front();
+  cuda::adagrad_update(u.value->device().index, u.value->dtype(), gpu_segments(updates, 1), u.learning_rate,
+                       epsilon_, u.clip_value);
+}
+
 void Adagrad::update(const VariableUpdate& u) {
-  if (on_gpu(u)) {
-    cuda::adagrad_update(u.value->device().index, u.value->dtype(), gpu_segment(u, 1), u.learning_rate, epsilon_,
-                         u.clip_value);
-    return;
-  }
   dispatch_float(u.value->dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = u.value->data<T>() + u.begin;

@@ -68,15 +68,19 @@ std::vector<Optimizer::SlotSpec> Adam::slot_specs() const {
   return {{"momentum", 0.0}, {"velocity", 0.0}};
 }
 
-void Adam::update(const VariableUpdate& u) {
+double Adam::step_size(const VariableUpdate& u) const {
   const double t = static_cast<double>(u.iterations + 1);
-  const double alpha =
-      u.learning_rate * std::sqrt(1 - std::pow(beta_2_, t)) / (1 - std::pow(beta_1_, t));
-  if (on_gpu(u)) {
-    cuda::adam_update(u.value->device().index, u.value->dtype(), gpu_segment(u, amsgrad_ ? 3 : 2), alpha, beta_1_,
-                      beta_2_, epsilon_, amsgrad_, u.clip_value);
-    return;
-  }
+  return u.learning_rate * std::sqrt(1 - std::pow(beta_2_, t)) / (1 - std::pow(beta_1_, t));
+}
+
+void Adam::update_on_gpu(const std::vector<VariableUpdate>& updates) {
+  const VariableUpdate& u = updates.front();
+  cuda::adam_update(u.value->device().index, u.value->dtype(), gpu_segments(updates, amsgrad_ ? 3 : 2), step_size(u),
+                    beta_1_, beta_2_, epsilon_, amsgrad_, u.clip_value);
+}
+
+void Adam::update(const VariableUpdate& u) {
+  const double alpha = step_size(u);
   dispatch_float(u.value->dtype(), [&](auto tag) {
     using T = decltype(tag);
     math::AdamScalars<T> s{static_cast<T>(alpha), static_cast<T>(1 - beta_1_),

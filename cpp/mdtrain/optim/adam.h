@@ -29,8 +29,12 @@ class Adam : public Optimizer {
        OptimizerOptions options, const char* default_name);
   std::vector<SlotSpec> slot_specs() const override;
   void update(const VariableUpdate& u) override;
+  void update_on_gpu(const std::vector<VariableUpdate>& updates) override;
 
  private:
+  // alpha of the step u belongs to (the same for every parameter of a step).
+  double step_size(const VariableUpdate& u) const;
+
   double beta_1_, beta_2_, epsilon_;
   bool amsgrad_;
 };

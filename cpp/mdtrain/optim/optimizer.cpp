@@ -289,6 +289,16 @@ void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std
   const double clip_value = options_.clipvalue ? *options_.clipvalue : inf;
   const double wd = options_.weight_decay ? *options_.weight_decay : 0.0;
 
+  // GPU parameters are gathered per (device, dtype) and updated by one fused launch each.
+  std::vector<std::vector<VariableUpdate>> on_gpu;
+  auto defer_to_gpu = [&](const VariableUpdate& u) {
+    for (auto& group : on_gpu)
+      if (group.front().value->device() == u.value->device() && group.front().value->dtype() == u.value->dtype()) {
+        group.push_back(u);
+        return;
+      }
+    on_gpu.push_back({u});
+  };
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const std::int64_t n = vars[i]->value.numel();
@@ -305,10 +315,14 @@ void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std
       u.grad_scale = scale[i];
       u.clip_value = clip_value;
       u.decay = (wd != 0.0 && uses_weight_decay(vars[i]->name)) ? wd * lr : 0.0;
-      update(u);
+      if (u.value->device().is_cpu())
+        update(u);
+      else
+        defer_to_gpu(u);
     }
     offset += n;
   }
+  for (const auto& group : on_gpu) update_on_gpu(group);
   ++iterations_;
 }
 
@@ -329,16 +343,22 @@ Optimizer::State Optimizer::state() const {
   return out;
 }
 
-std::vector<cuda::UpdateSegment> Optimizer::gpu_segment(const VariableUpdate& u, int slot_count) {
-  const std::size_t offset = static_cast<std::size_t>(u.begin) * size_of(u.value->dtype());
-  cuda::UpdateSegment seg;
-  seg.value = static_cast<char*>(u.value->raw()) + offset;
-  seg.grad = static_cast<const char*>(u.grad->raw()) + offset;
-  for (int s = 0; s < slot_count && s < 3; ++s) seg.slots[s] = static_cast<char*>(u.slots[s].raw()) + offset;
-  seg.size = u.end - u.begin;
-  seg.grad_scale = u.grad_scale;
-  seg.decay = u.decay;
-  return {seg};
+std::vector<cuda::UpdateSegment> Optimizer::gpu_segments(const std::vector<VariableUpdate>& updates,
+                                                         int slot_count) {
+  std::vector<cuda::UpdateSegment> segments;
+  segments.reserve(updates.size());
+  for (const VariableUpdate& u : updates) {
+    const std::size_t offset = static_cast<std::size_t>(u.begin) * size_of(u.value->dtype());
+    cuda::UpdateSegment seg;
+    seg.value = static_cast<char*>(u.value->raw()) + offset;
+    seg.grad = static_cast<const char*>(u.grad->raw()) + offset;
+    for (int s = 0; s < slot_count && s < 3; ++s) seg.slots[s] = static_cast<char*>(u.slots[s].raw()) + offset;
+    seg.size = u.end - u.begin;
+    seg.grad_scale = u.grad_scale;
+    seg.decay = u.decay;
+    segments.push_back(seg);
+  }
+  return segments;
 }
 
 void Optimizer::set_state(const State& state) {

@@ -118,12 +118,14 @@ class Optimizer {
     bool clip() const;
     bool decays() const { return decay != 0.0; }
   };
+  // One host parameter's update (a loop over its range).
   virtual void update(const VariableUpdate& u) = 0;
-  // Parameters on a GPU are updated by the fused kernels of ops/cuda/optimizer_kernels.h (same
-  // per-element math and per-step scalars as the host loops); update() takes that branch when
-  // on_gpu(u). gpu_segment describes u's range (value, grad and its `slot_count` slots).
-  static bool on_gpu(const VariableUpdate& u) { return !u.value->device().is_cpu(); }
-  static std::vector<cuda::UpdateSegment> gpu_segment(const VariableUpdate& u, int slot_count);
+  // The step's updates of every parameter on one GPU (one dtype), fused: one launch of the kernel
+  // of ops/cuda/optimizer_kernels.h covers all of them (a model's whole gradient bucket), with
+  // the same per-element math and per-step scalars as update(). The updates share learning_rate
+  // and iterations. gpu_segments describes their ranges (value, grad and `slot_count` slots).
+  virtual void update_on_gpu(const std::vector<VariableUpdate>& updates) = 0;
+  static std::vector<cuda::UpdateSegment> gpu_segments(const std::vector<VariableUpdate>& updates, int slot_count);
 
   // Calls f(T{}) with T = float or double for the parameter's dtype.
   template <class F> static void dispatch_float(DType dtype, F&& f);

@@ -69,13 +69,14 @@ std::vector<Optimizer::SlotSpec> RMSprop::slot_specs() const {
   return specs;
 }
 
+void RMSprop::update_on_gpu(const std::vector<VariableUpdate>& updates) {
+  const VariableUpdate& u = updates.front();
+  const int slot_count = 1 + (momentum_ > 0 ? 1 : 0) + (centered_ ? 1 : 0);
+  cuda::rmsprop_update(u.value->device().index, u.value->dtype(), gpu_segments(updates, slot_count),
+                       u.learning_rate, rho_, momentum_, epsilon_, centered_, u.clip_value);
+}
+
 void RMSprop::update(const VariableUpdate& u) {
-  if (on_gpu(u)) {
-    const int slot_count = 1 + (momentum_ > 0 ? 1 : 0) + (centered_ ? 1 : 0);
-    cuda::rmsprop_update(u.value->device().index, u.value->dtype(), gpu_segment(u, slot_count), u.learning_rate,
-                         rho_, momentum_, epsilon_, centered_, u.clip_value);
-    return;
-  }
   dispatch_float(u.value->dtype(), [&](auto tag) {
     using T = decltype(tag);
     math::RmspropScalars<T> s{static_cast<T>(u.learning_rate), static_cast<T>(rho_),

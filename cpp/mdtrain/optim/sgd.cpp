@@ -63,12 +63,13 @@ std::vector<Optimizer::SlotSpec> SGD::slot_specs() const {
   return {{"momentum", 0.0}};
 }
 
+void SGD::update_on_gpu(const std::vector<VariableUpdate>& updates) {
+  const VariableUpdate& u = updates.front();
+  cuda::sgd_update(u.value->device().index, u.value->dtype(), gpu_segments(updates, momentum_ == 0.0 ? 0 : 1),
+                   u.learning_rate, momentum_, nesterov_, u.clip_value);
+}
+
 void SGD::update(const VariableUpdate& u) {
-  if (on_gpu(u)) {
-    cuda::sgd_update(u.value->device().index, u.value->dtype(), gpu_segment(u, momentum_ == 0.0 ? 0 : 1),
-                     u.learning_rate, momentum_, nesterov_, u.clip_value);
-    return;
-  }
   dispatch_float(u.value->dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = u.value->data<T>() + u.begin;

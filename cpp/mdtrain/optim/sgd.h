@@ -23,6 +23,7 @@ class SGD : public Optimizer {
  protected:
   std::vector<SlotSpec> slot_specs() const override;
   void update(const VariableUpdate& u) override;
+  void update_on_gpu(const std::vector<VariableUpdate>& updates) override;
 
  private:
   double momentum_;

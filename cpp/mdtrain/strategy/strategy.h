@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,14 @@ class Strategy {
   virtual std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const = 0;
   // How gradients are combined (TF's cross_device_ops).
   virtual GradientReducer::Algorithm gradient_reduction() const { return GradientReducer::Algorithm::AllReduce; }
+  // The size of the gradient buckets, each summed by one collective as soon as backward has
+  // finished it (TF's CommunicationOptions.bytes_per_pack). Smaller buckets start communicating
+  // earlier, larger ones make fewer calls. Default GradientReducer::kDefaultBucketBytes; 0 restores
+  // it. Read when a model is compiled under the strategy.
+  std::size_t gradient_bucket_bytes() const { return bucket_bytes_; }
+  void set_gradient_bucket_bytes(std::size_t bytes) {
+    bucket_bytes_ = bytes == 0 ? GradientReducer::kDefaultBucketBytes : bytes;
+  }
 
   // Runs fn(r) for every replica concurrently (see ReplicaPool).
   void run_replicas(const std::function<void(int)>& fn) { pool_->run(fn); }
@@ -51,6 +60,7 @@ class Strategy {
  private:
   std::vector<Device> devices_;
   std::unique_ptr<ReplicaPool> pool_;
+  std::size_t bucket_bytes_ = GradientReducer::kDefaultBucketBytes;
 };
 
 }  // namespace mdtrain

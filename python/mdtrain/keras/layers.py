@@ -64,14 +64,25 @@ class Layer:
     def compute_output_shape(self, input_shape):
         return (input_shape[0], *self._core.compute_output_shape(list(input_shape[1:])))
 
+    def _owner(self):
+        """The model this layer belongs to (None when it is on its own)."""
+        return self._model() if getattr(self, "_model", None) is not None else None
+
     def get_weights(self):
+        # The layer holds the model's host weights: after training on GPUs they are refreshed
+        # from the replicas when read, not after every step.
+        model = self._owner()
+        if model is not None:
+            model._core.refresh_weights()
         return list(self._core.get_weights())
 
     def set_weights(self, weights):
+        model = self._owner()
+        if model is not None:
+            model._core.refresh_weights()
         self._core.set_weights([np.ascontiguousarray(w, dtype=np.float32) for w in weights])
         # The layer object is replica 0's; a model training on several replicas copies the new
         # values to the others, or they would diverge.
-        model = self._model() if getattr(self, "_model", None) is not None else None
         if model is not None:
             model._core.set_weights(model._core.get_weights())
 

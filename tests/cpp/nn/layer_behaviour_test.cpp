@@ -403,6 +403,44 @@ TEST(LayerStackBehaviour, SeedsLayersApartAndPacksParameters) {
   EXPECT_EQ(p[3]->grad.data<float>()[0], 0.5f);
 }
 
+TEST(LayerStackBehaviour, BackwardReportsWhereTheGradientsAreFinalAfterEachLayer) {
+  // Dense(4) [3*4 + 4], Activation (no weights), Dropout (no weights), Dense(2, softmax) [4*2 + 2].
+  LayerStack s;
+  Dense::Options o;
+  o.units = 4;
+  s.add(std::make_shared<Dense>("a", o));
+  s.add(std::make_shared<ActivationLayer>("act", "relu"));
+  s.add(std::make_shared<Dropout>("drop", 0.5, 0));
+  o.units = 2;
+  o.activation = "softmax";
+  s.add(std::make_shared<Dense>("b", o));
+  s.build({3}, 7);
+  // Layer i's gradients start at element 0, 16, 16, 16 of the packed buffer; backward reports
+  // each layer when it is done, last first. Each report is checked against the gradients
+  // actually written by then: poisoned values behind the reported point must be gone.
+  const std::vector<std::int64_t> expected{16, 16, 16, 0};
+  const Tensor x = random_tensor({5, 3}, DType::Float32, 1);
+  for (bool from_logits : {false, true}) {
+    s.packed_grads().fill(1e30);
+    std::vector<std::int64_t> reported;
+    auto on_final = [&](std::int64_t first) {
+      reported.push_back(first);
+      for (std::int64_t i = first; i < s.trainable_count(); ++i)
+        ASSERT_NE(s.packed_grads().data<float>()[i], 1e30f) << "element " << i << " reported final too early";
+    };
+    const Tensor y = s.forward(x, ForwardContext{true, 0, 0});
+    const Tensor dy = random_tensor(y.shape(), DType::Float32, 2);
+    if (from_logits)
+      s.backward_from_logits(dy, on_final);
+    else
+      s.backward(dy, on_final);
+    EXPECT_EQ(reported, expected);
+  }
+  std::vector<std::int64_t> reported;
+  s.step_without_rows(ForwardContext{true, 0, 0}, [&](std::int64_t first) { reported.push_back(first); });
+  EXPECT_EQ(reported, expected);
+}
+
 // ---- Dropout determinism ------------------------------------------------------------------------
 
 TEST(DropoutBehaviour, InferenceIsTheIdentity) {
