@@ -82,3 +82,25 @@ def test_mirrored_strategy_trains_the_seed_model_on_every_gpu(blobs, optimizer):
     for r in range(1, _GPUS):  # replicas bitwise identical
         for a, b in zip(on_gpus._core.replica_weights(0), on_gpus._core.replica_weights(r)):
             assert np.array_equal(a, b)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_layer_weights_read_after_gpu_training_are_the_trained_ones(blobs):
+    """Training on a GPU does not copy weights back every step; reading them (layer or model,
+    during fit in a callback or after it) gets replica 0's current values."""
+    from conftest import compile_mlp, make_mlp
+    x, y = blobs
+    with tf.distribute.OneDeviceStrategy("/gpu:0").scope():
+        model = compile_mlp(make_mlp(seed=5, hidden=64, classes=10))
+    first = model.layers[0]
+    seen = []
+    reader = tf.keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(first.get_weights()[0]))
+    before = first.get_weights()[0]
+    model.fit(x, y, epochs=2, batch_size=64, verbose=0, callbacks=[reader])
+    assert not np.array_equal(seen[0], before) and not np.array_equal(seen[1], seen[0])
+    np.testing.assert_array_equal(first.get_weights()[0], model._core.replica_weights(0)[0])
+    np.testing.assert_array_equal(model.get_weights()[0], seen[1])
+    # A layer's set_weights reaches the replica, and training continues from it.
+    first.set_weights([np.zeros_like(w) for w in first.get_weights()])
+    assert not model._core.replica_weights(0)[0].any()
