@@ -3,10 +3,13 @@
 //   gemm      cuBLAS's peak here (sgemm 8192^3, best of 5) and ops::gemm at the seed MLP's shapes,
 //             as a fraction of that peak (the anchor measured in the same run);
 //   epoch     one epoch of the seed MLP (784 -> 128 relu -> 10, Adam, sparse crossentropy from
-//             logits, 60000 rows) on 1..N GPUs: a training loop written with mdtrain's ops on GPU
-//             tensors, the input batch through pinned staging, NCCL all-reduce of the packed
-//             gradients and the fused Adam kernel. These are the pieces the TrainEngine will use
-//             on GPUs; the engine itself does not run on GPUs yet;
+//             logits, 60000 rows) on 1..N GPUs: a bare training loop written with mdtrain's ops
+//             on GPU tensors (pinned staging, NCCL all-reduce, fused Adam): the floor the engine's
+//             overhead is measured against;
+//   fit       Model::train_epoch under MirroredStrategy on 1..N GPUs (what fit runs): the seed MLP
+//             and the Fashion-MNIST CNN of examples/fashion_mnist_cnn.py, epoch time, speed-up,
+//             and per step the engine's split (compute; communication left exposed after backward,
+//             i.e. not hidden behind it; update), with 25 MB and 1 MB gradient buckets;
 //   allreduce NCCL all-reduce bus bandwidth on N GPUs, 4 B .. 256 MB (busbw = bytes / t * 2 (n - 1) / n,
 //             nccl-tests' definition).
 //
@@ -25,6 +28,16 @@
 #include <vector>
 
 #include "mdtrain/core/device_memory.h"
+#include "mdtrain/model/model.h"
+#include "mdtrain/nn/activation_layer.h"
+#include "mdtrain/nn/conv2d.h"
+#include "mdtrain/nn/dense.h"
+#include "mdtrain/nn/dropout.h"
+#include "mdtrain/nn/flatten.h"
+#include "mdtrain/nn/loss.h"
+#include "mdtrain/nn/pooling2d.h"
+#include "mdtrain/optim/registry.h"
+#include "mdtrain/strategy/mirrored_strategy.h"
 #include "mdtrain/core/tensor.h"
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
@@ -204,6 +217,93 @@ void bench_epoch(int gpus) {
   }
 }
 
+// ---- fit: the engine on GPUs ----------------------------------------------------------------
+
+std::unique_ptr<Model> fit_model(bool cnn, int n_gpus, std::size_t bucket_bytes) {
+  std::vector<Device> devices;
+  for (int d = 0; d < n_gpus; ++d) devices.push_back(gpu(d));
+  auto strategy = std::make_shared<MirroredStrategy>(devices);  // "auto": NCCL
+  strategy->set_gradient_bucket_bytes(bucket_bytes);
+  auto m = std::make_unique<Model>(cnn ? "cnn" : "mlp", 1);
+  Dense::Options dense;
+  if (cnn) {
+    Conv2D::Options conv;
+    conv.filters = 32;
+    conv.kernel_size = {3, 3};
+    conv.activation = "relu";
+    m->add(std::make_shared<Conv2D>("conv2d", conv));
+    m->add(std::make_shared<MaxPooling2D>("max_pooling2d", Pooling2D::Options{}));
+    conv.filters = 64;
+    m->add(std::make_shared<Conv2D>("conv2d_1", conv));
+    m->add(std::make_shared<MaxPooling2D>("max_pooling2d_1", Pooling2D::Options{}));
+    m->add(std::make_shared<Flatten>("flatten"));
+    m->add(std::make_shared<Dropout>("dropout", 0.3, 2));
+  } else {
+    m->add(std::make_shared<Flatten>("flatten"));
+  }
+  dense.units = 128;
+  dense.activation = "relu";
+  m->add(std::make_shared<Dense>("dense", dense));
+  if (!cnn) m->add(std::make_shared<Dropout>("dropout", 0.2, 2));
+  dense.units = 10;
+  dense.activation = "linear";
+  m->add(std::make_shared<Dense>("dense_1", dense));
+  m->build({28, 28, 1});
+  m->compile(std::shared_ptr<Loss>(loss_from_config(Json::parse(
+                 R"({"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": true}})"))),
+             std::shared_ptr<Optimizer>(make_optimizer(Json("adam"))), {"accuracy"}, std::move(strategy));
+  return m;
+}
+
+void bench_fit(int gpus) {
+  const std::int64_t rows = 60000;
+  Tensor x({rows, 28, 28, 1}, DType::Float32), y({rows}, DType::Int32);
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(gen);
+  for (std::int64_t i = 0; i < rows; ++i) y.data<std::int32_t>()[i] = static_cast<std::int32_t>(gen() % 10);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) order[static_cast<std::size_t>(i)] = i;
+  std::printf("\nfit: Model::train_epoch under MirroredStrategy (NCCL), 60000 rows, Adam; ms per step:\n");
+  std::printf("%5s %6s %6s %7s %9s %8s %9s %10s %9s\n", "model", "batch", "GPUs", "bucket", "epoch_s", "speedup",
+              "compute", "exposed", "update");
+  for (bool cnn : {false, true}) {
+    const std::int64_t batch = cnn ? 128 : 256;
+    double one = 0;
+    for (int n = 1; n <= gpus; ++n) {
+      for (std::size_t bucket : {std::size_t{25} << 20, std::size_t{1} << 20}) {
+        if (n == 1 && bucket != (std::size_t{25} << 20)) continue;  // one GPU: nothing to reduce
+        auto m = fit_model(cnn, n, bucket);
+        const std::int64_t steps = rows / batch;
+        m->train_epoch(x, y, order.data(), rows, batch, 5, nullptr);  // warm-up: allocations, cuBLAS, NCCL
+        for (int d = 0; d < n; ++d) cuda::synchronize(d);
+        m->engine().reset_profile();
+        const auto t0 = clock_type::now();
+        m->train_epoch(x, y, order.data(), rows, batch, steps, nullptr);
+        for (int d = 0; d < n; ++d) cuda::synchronize(d);
+        const double epoch_s = seconds_since(t0);
+        if (n == 1) one = epoch_s;
+        // The slowest replica's split, per step (host-side: kernels are asynchronous, so compute
+        // is the time to enqueue and whatever the host waits for; exposed communication is the
+        // wait for the all-reduces after backward).
+        double compute = 0, exposed = 0, update = 0;
+        for (const auto& p : m->engine().profile()) {
+          const double k = 1e3 / static_cast<double>(std::max<std::int64_t>(1, p.steps));
+          compute = std::max(compute, p.compute * k);
+          exposed = std::max(exposed, p.allreduce * k);
+          update = std::max(update, p.update * k);
+        }
+        std::printf("%5s %6lld %6d %6zuM %9.3f %8.2f %9.3f %10.3f %9.3f\n", cnn ? "cnn" : "mlp",
+                    static_cast<long long>(batch), n, bucket >> 20, epoch_s, one / epoch_s, compute, exposed, update);
+        std::printf("json: {\"bench\": \"fit\", \"model\": \"%s\", \"batch\": %lld, \"gpus\": %d, "
+                    "\"bucket_bytes\": %zu, \"epoch_s\": %.4f, \"compute_ms\": %.4f, \"exposed_comm_ms\": %.4f, "
+                    "\"update_ms\": %.4f}\n",
+                    cnn ? "cnn" : "mlp", static_cast<long long>(batch), n, bucket, epoch_s, compute, exposed, update);
+      }
+    }
+  }
+}
+
 // ---- NCCL all-reduce -------------------------------------------------------------------------
 
 void bench_allreduce(int gpus) {
@@ -251,6 +351,7 @@ int main(int argc, char** argv) {
   try {
     if (only == "all" || only == "gemm") bench_gemm();
     if (only == "all" || only == "epoch") bench_epoch(gpus);
+    if (only == "all" || only == "fit") bench_fit(gpus);
     if (only == "all" || only == "allreduce") bench_allreduce(gpus);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_bench: %s\n", e.what());

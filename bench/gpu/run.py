@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """GPU benchmarks of the CUDA backend, in one command on a machine with NVIDIA GPUs:
 
-    python bench/gpu/run.py [gemm|epoch|allreduce|all] [--arch native] [--build-dir DIR]
+    python bench/gpu/run.py [gemm|epoch|fit|allreduce|all] [--arch native] [--build-dir DIR]
 
 Builds bench/gpu/gpu_bench (cmake -DMDTRAIN_CUDA=ON -DMDTRAIN_BENCH=ON in build-bench-gpu/, device
 code for this machine's GPUs), runs it, prints its tables and writes bench/results/gpu.json:
 cuBLAS GEMM at the seed MLP's shapes against the sgemm peak measured in the same run, the epoch
-time of the seed MLP on 1..N GPUs (the backend's ops, NCCL and fused Adam in a plain loop), and
+time of the seed MLP on 1..N GPUs (the backend's ops, NCCL and fused Adam in a plain loop), fit
+(Model::train_epoch under MirroredStrategy on 1..N GPUs: the seed MLP and the Fashion-MNIST CNN,
+with the communication left exposed after backward for 25 MB and 1 MB gradient buckets), and
 NCCL all-reduce bus bandwidth. Without nvcc or without a GPU it says so and exits with status 2.
 """
 import argparse
@@ -21,7 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", nargs="?", default="all", choices=["all", "gemm", "epoch", "allreduce"])
+    parser.add_argument("what", nargs="?", default="all", choices=["all", "gemm", "epoch", "fit", "allreduce"])
     parser.add_argument("--build-dir", default=str(ROOT / "build-bench-gpu"))
     parser.add_argument("--arch", default="native", help="CMAKE_CUDA_ARCHITECTURES (default: this machine's GPUs)")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "gpu.json"))
