@@ -1,5 +1,6 @@
 #include "mdtrain/nn/batch_normalization.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "mdtrain/nn/initializer.h"
@@ -7,14 +8,6 @@
 #include "mdtrain/ops/normalization_math.h"
 
 namespace mdtrain {
-
-namespace {
-
-double element(const Tensor& t, std::int64_t i) {
-  return t.dtype() == DType::Float32 ? static_cast<double>(t.data<float>()[i]) : t.data<double>()[i];
-}
-
-}  // namespace
 
 BatchNormalization::BatchNormalization(std::string name, Options options)
     : Layer(std::move(name)), options_(std::move(options)) {
@@ -59,9 +52,30 @@ void BatchNormalization::build_weights(const Shape& input_shape, std::uint64_t s
 }
 
 void BatchNormalization::allocate_statistics() {
-  for (Tensor* t : {&mean_, &var_, &inv_std_, &shift_, &sum_, &sum_squares_, &sum_dy_, &sum_dy_xhat_, &mean_dy_,
-                    &mean_dy_xhat_, &scale_})
-    *t = Tensor::zeros({channels_}, DType::Float64);
+  host_stats_ = Tensor::zeros({kStatRows, channels_}, DType::Float64);
+  stats_ = host_stats_;
+  var_.assign(static_cast<std::size_t>(channels_), 0.0);
+}
+
+void BatchNormalization::place_statistics(const Device& device) {
+  if (device.is_cpu()) stats_ = host_stats_;
+  else if (stats_.device() != device) stats_ = Tensor({kStatRows, channels_}, DType::Float64, device);
+}
+
+Tensor BatchNormalization::stat(StatRow row) const { return stats_.rows(row, row + 1).reshape({channels_}); }
+
+double* BatchNormalization::host_stat(StatRow row) { return host_stats_.data<double>() + row * channels_; }
+
+void BatchNormalization::upload(StatRow first, StatRow last) {
+  if (stats_.device().is_cpu()) return;  // stats_ is host_stats_
+  Tensor dst = stats_.rows(first, last + 1);
+  dst.copy_from(host_stats_.rows(first, last + 1));
+}
+
+void BatchNormalization::download(StatRow first, StatRow last) {
+  if (stats_.device().is_cpu()) return;
+  Tensor dst = host_stats_.rows(first, last + 1);
+  dst.copy_from(stats_.rows(first, last + 1));  // returns once the values are on the host
 }
 
 Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& ctx) {
@@ -69,22 +83,25 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& ctx) {
   last_input_shape_ = x.shape();
   const Tensor x2d = x.reshape({-1, channels_});
   const std::int64_t rows = x2d.dim(0);
+  place_statistics(x.device());
   last_training_ = ctx.training;
+  double* mean = host_stat(kMean);
   if (ctx.training) {
     replicas_ = ctx.replicas;
     training_statistics(x2d, rows);
   } else {
     replicas_ = nullptr;  // inference never runs a collective
-    for (std::int64_t c = 0; c < channels_; ++c) {
-      mean_.data<double>()[c] = element(moving_mean_.value, c);
-      var_.data<double>()[c] = element(moving_variance_.value, c);
-    }
+    const std::vector<double> m = load_float64(moving_mean_.value);
+    std::copy(m.begin(), m.end(), mean);
+    var_ = load_float64(moving_variance_.value);
   }
+  double* inv_std = host_stat(kInvStd);
   for (std::int64_t c = 0; c < channels_; ++c)
-    inv_std_.data<double>()[c] = math::inverse_std(var_.data<double>()[c], options_.epsilon);
-  ensure_buffer(xhat_, x2d.shape(), dtype_);
-  ensure_buffer(y_, x2d.shape(), dtype_);
-  ops::channel_normalize(x2d, mean_, inv_std_, gamma_beta_.gamma_or_none(options_.scale),
+    inv_std[c] = math::inverse_std(var_[static_cast<std::size_t>(c)], options_.epsilon);
+  upload(kMean, kInvStd);
+  ensure_buffer(xhat_, x2d.shape(), dtype_, x.device());
+  ensure_buffer(y_, x2d.shape(), dtype_, x.device());
+  ops::channel_normalize(x2d, stat(kMean), stat(kInvStd), gamma_beta_.gamma_or_none(options_.scale),
                          gamma_beta_.beta_or_none(options_.center), &xhat_, y_);
   return y_.reshape(last_input_shape_);
 }
@@ -96,12 +113,19 @@ void BatchNormalization::forward_without_rows(const ForwardContext& ctx) {
   training_statistics(Tensor(), 0);
 }
 
+// The cross-replica sums take host memory although the NCCL communicator would take device
+// memory in place: CrossReplicaContext promises host memory to every backend (threads, MPI and
+// hierarchical communicators reach no GPU memory), the per-channel arithmetic around the sums
+// (counts, variance_from_sums, the moving averages) runs on the host anyway, and the values are a
+// few KB per layer, so the copies cost little next to the all-reduce's own latency.
 void BatchNormalization::training_statistics(const Tensor& x2d, std::int64_t rows) {
   const std::int64_t c = channels_;
   const auto cs = static_cast<std::size_t>(c);
   const bool several = replica_count(replicas_) > 1;
-  double* mean = mean_.data<double>();
-  double* var = var_.data<double>();
+  double* mean = host_stat(kMean);
+  double* var = var_.data();
+  const double* a = host_stat(kSumA);
+  const double* b = host_stat(kSumB);
   // exchange_ = [count, per-channel a (c values), per-channel b (c values)], summed over replicas.
   exchange_.assign(1 + 2 * cs, 0.0);
   exchange_[0] = static_cast<double>(rows);
@@ -109,19 +133,23 @@ void BatchNormalization::training_statistics(const Tensor& x2d, std::int64_t row
     // Sums of x - moving_mean: the shift is the same on every replica (the moving statistics are
     // identical) and, once they have warmed up, close to the mean, so E[d^2] - E[d]^2 cancels
     // little even in float64.
-    for (std::int64_t i = 0; i < c; ++i) shift_.data<double>()[i] = element(moving_mean_.value, i);
+    const std::vector<double> shift = load_float64(moving_mean_.value);
+    std::copy(shift.begin(), shift.end(), host_stat(kShift));
     if (rows > 0) {
-      ops::channel_sums(x2d, shift_, sum_, sum_squares_);
+      upload(kShift, kShift);
+      Tensor sum = stat(kSumA), sum_squares = stat(kSumB);
+      ops::channel_sums(x2d, stat(kShift), sum, sum_squares);
+      download(kSumA, kSumB);
       for (std::size_t i = 0; i < cs; ++i) {
-        exchange_[1 + i] = sum_.data<double>()[i];
-        exchange_[1 + cs + i] = sum_squares_.data<double>()[i];
+        exchange_[1 + i] = a[i];
+        exchange_[1 + cs + i] = b[i];
       }
     }
     if (several) replicas_->sum(exchange_.data(), exchange_.size());
     count_ = exchange_[0];
     if (count_ == 0) return;  // no rows anywhere: nothing to normalize or to learn from
     for (std::size_t i = 0; i < cs; ++i) {
-      mean[i] = shift_.data<double>()[i] + exchange_[1 + i] / count_;
+      mean[i] = shift[i] + exchange_[1 + i] / count_;
       var[i] = math::variance_from_sums(count_, exchange_[1 + i], exchange_[1 + cs + i]);
     }
     update_moving_statistics(mean, var);
@@ -134,7 +162,11 @@ void BatchNormalization::training_statistics(const Tensor& x2d, std::int64_t row
   // variables aggregate with MEAN across replicas for the same reason.)
   count_ = static_cast<double>(rows);
   if (rows > 0) {
-    ops::channel_moments(x2d, mean_, var_);
+    Tensor moment_mean = stat(kSumA), moment_var = stat(kSumB);
+    ops::channel_moments(x2d, moment_mean, moment_var);
+    download(kSumA, kSumB);
+    std::copy(a, a + c, mean);
+    std::copy(b, b + c, var);
     for (std::size_t i = 0; i < cs; ++i) {
       exchange_[1 + i] = count_ * mean[i];
       exchange_[1 + cs + i] = count_ * var[i];
@@ -156,11 +188,10 @@ void BatchNormalization::training_statistics(const Tensor& x2d, std::int64_t row
 }
 
 void BatchNormalization::update_moving_statistics(const double* mean, const double* var) {
-  std::vector<double> m(static_cast<std::size_t>(channels_)), v(static_cast<std::size_t>(channels_));
-  for (std::int64_t i = 0; i < channels_; ++i) {
-    const auto k = static_cast<std::size_t>(i);
-    m[k] = math::moving_average(element(moving_mean_.value, i), mean[i], options_.momentum);
-    v[k] = math::moving_average(element(moving_variance_.value, i), var[i], options_.momentum);
+  std::vector<double> m = load_float64(moving_mean_.value), v = load_float64(moving_variance_.value);
+  for (std::size_t k = 0; k < m.size(); ++k) {
+    m[k] = math::moving_average(m[k], mean[k], options_.momentum);
+    v[k] = math::moving_average(v[k], var[k], options_.momentum);
   }
   store_float64(m.data(), moving_mean_.value);
   store_float64(v.data(), moving_variance_.value);
@@ -171,21 +202,26 @@ Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_grad) {
   MDTRAIN_CHECK(dy2.shape() == xhat_.shape(), std::logic_error, "[batch_normalization] layer \"", name_,
                 "\": backward got dy of shape ", to_string(dy.shape()), " for a forward on ",
                 to_string(last_input_shape_));
-  ops::channel_grad_sums(dy2, xhat_, sum_dy_, sum_dy_xhat_);
+  Tensor sums_dy = stat(kSumA), sums_dy_xhat = stat(kSumB);
+  ops::channel_grad_sums(dy2, xhat_, sums_dy, sums_dy_xhat);
+  download(kSumA, kSumB);
+  const double* sum_dy = host_stat(kSumA);
+  const double* sum_dy_xhat = host_stat(kSumB);
   // Parameter gradients are this replica's sums; the engine's gradient all-reduce adds them up.
-  gamma_beta_.store_gradients(sum_dy_, sum_dy_xhat_, options_.scale, options_.center);
+  gamma_beta_.store_gradients(host_stats_.rows(kSumA, kSumA + 1), host_stats_.rows(kSumB, kSumB + 1),
+                              options_.scale, options_.center);
   if (!need_input_grad) return Tensor();
   const std::int64_t c = channels_;
-  double* mdy = mean_dy_.data<double>();
-  double* mdyx = mean_dy_xhat_.data<double>();
+  double* mdy = host_stat(kMeanDy);
+  double* mdyx = host_stat(kMeanDyXhat);
   if (last_training_) {
     // The statistics depend on every row they were taken over: dx needs the means of dy and
     // dy * xhat over those rows, the global batch's when synchronized.
     if (options_.synchronized && replica_count(replicas_) > 1) {
       exchange_.resize(2 * static_cast<std::size_t>(c));
       for (std::int64_t i = 0; i < c; ++i) {
-        exchange_[static_cast<std::size_t>(i)] = sum_dy_.data<double>()[i];
-        exchange_[static_cast<std::size_t>(c + i)] = sum_dy_xhat_.data<double>()[i];
+        exchange_[static_cast<std::size_t>(i)] = sum_dy[i];
+        exchange_[static_cast<std::size_t>(c + i)] = sum_dy_xhat[i];
       }
       replicas_->sum(exchange_.data(), exchange_.size());
       for (std::int64_t i = 0; i < c; ++i) {
@@ -194,18 +230,22 @@ Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_grad) {
       }
     } else {
       for (std::int64_t i = 0; i < c; ++i) {
-        mdy[i] = sum_dy_.data<double>()[i] / count_;
-        mdyx[i] = sum_dy_xhat_.data<double>()[i] / count_;
+        mdy[i] = sum_dy[i] / count_;
+        mdyx[i] = sum_dy_xhat[i] / count_;
       }
     }
   } else {
     // Fixed (moving) statistics: y is affine in x.
     for (std::int64_t i = 0; i < c; ++i) mdy[i] = mdyx[i] = 0.0;
   }
-  for (std::int64_t i = 0; i < c; ++i)
-    scale_.data<double>()[i] = (options_.scale ? element(gamma_beta_.gamma.value, i) : 1.0) * inv_std_.data<double>()[i];
-  ensure_buffer(dx_, dy2.shape(), dtype_);
-  ops::channel_normalize_backward(dy2, xhat_, scale_, mean_dy_, mean_dy_xhat_, dx_);
+  const std::vector<double> gamma =
+      options_.scale ? load_float64(gamma_beta_.gamma.value) : std::vector<double>(static_cast<std::size_t>(c), 1.0);
+  double* scale = host_stat(kScale);
+  const double* inv_std = host_stat(kInvStd);
+  for (std::int64_t i = 0; i < c; ++i) scale[i] = gamma[static_cast<std::size_t>(i)] * inv_std[i];
+  upload(kScale, kMeanDyXhat);
+  ensure_buffer(dx_, dy2.shape(), dtype_, dy.device());
+  ops::channel_normalize_backward(dy2, xhat_, stat(kScale), stat(kMeanDy), stat(kMeanDyXhat), dx_);
   return dx_.reshape(last_input_shape_);
 }
 

@@ -28,6 +28,10 @@ namespace mdtrain {
 //    as Keras on tf.distribute; the moving statistics are updated with the replicas' statistics
 //    averaged (one float64 all-reduce in forward), so they stay bitwise identical everywhere.
 // A replica with no rows in a step still joins those all-reduces (forward_without_rows).
+//
+// On a GPU, x, y, xhat and dx stay on the device and the ops run there; the per-channel
+// statistics (a few KB of float64) come to the host, where the per-channel arithmetic (counts,
+// variances, moving averages) and the cross-replica sums run, and go back for the next op.
 class BatchNormalization : public Layer {
  public:
   struct Options {
@@ -56,6 +60,7 @@ class BatchNormalization : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  bool has_cuda_kernels() const override { return true; }
   Json config() const override;
 
   const Options& options() const { return options_; }
@@ -68,9 +73,21 @@ class BatchNormalization : public Layer {
   void build_weights(const Shape& input_shape, std::uint64_t seed) override;
 
  private:
+  // Rows of the per-channel float64 tables: what one op reads or writes together is adjacent, so
+  // one copy moves it between the host and a GPU. kSumA/kSumB receive the ops' per-channel
+  // results (moments, sums, gradient sums).
+  enum StatRow { kMean, kInvStd, kSumA, kSumB, kScale, kMeanDy, kMeanDyXhat, kShift, kStatRows };
+
   void allocate_statistics();
-  // Sets mean_, var_ and count_ from this replica's x (rows may be 0) and the other replicas', and
-  // updates the moving statistics.
+  // stats_ on `device`: host_stats_ itself for a CPU device, else a table on that GPU.
+  void place_statistics(const Device& device);
+  Tensor stat(StatRow row) const;      // a row of stats_, (channels,), for the ops
+  double* host_stat(StatRow row);      // the same row of host_stats_
+  // host_stats_ rows [first, last] to stats_, or back; nothing to do when both are the host's.
+  void upload(StatRow first, StatRow last);
+  void download(StatRow first, StatRow last);
+  // Sets the mean row, var_ and count_ from this replica's x (rows may be 0) and the other
+  // replicas', and updates the moving statistics.
   void training_statistics(const Tensor& x2d, std::int64_t rows);
   void update_moving_statistics(const double* mean, const double* var);
 
@@ -79,11 +96,12 @@ class BatchNormalization : public Layer {
   Parameter moving_mean_, moving_variance_;
   std::int64_t channels_ = 0;
 
-  // Per-call state. The statistics of the last forward (float64, per channel), the number of
-  // values they were taken over (global when synchronized), whether that forward was a training
-  // one and with which replicas (backward's all-reduce goes to the same ones).
-  Tensor mean_, var_, inv_std_, shift_, sum_, sum_squares_;
-  Tensor sum_dy_, sum_dy_xhat_, mean_dy_, mean_dy_xhat_, scale_;
+  // Per-call state. The statistics of the last forward (float64, per channel) on the host and on
+  // the input's device, the variances behind them, the number of values they were taken over
+  // (global when synchronized), whether that forward was a training one and with which replicas
+  // (backward's all-reduce goes to the same ones).
+  Tensor host_stats_, stats_;     // (kStatRows, channels)
+  std::vector<double> var_;
   std::vector<double> exchange_;  // the buffer all-reduced across replicas
   double count_ = 0;
   bool last_training_ = false;

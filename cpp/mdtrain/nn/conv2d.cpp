@@ -71,16 +71,19 @@ bool Conv2D::pointwise() const {
   return window_.k_h == 1 && window_.k_w == 1 && window_.stride_h == 1 && window_.stride_w == 1;
 }
 
-std::int64_t Conv2D::output_rows_per_chunk() const {
+std::int64_t Conv2D::output_rows_per_chunk(const Device& device) const {
   // A chunk's columns and its rows of output (and of the output gradient in backward) together
   // stay within the budget, so each pass over a chunk (im2col, GEMM, bias and activation; or
   // activation gradient, bias gradient, kernel-gradient GEMM, input-gradient GEMM, col2im) finds
   // the chunk still in cache instead of streaming the whole batch through memory once per pass.
-  // The unit is one output row of one image, so the bound holds for large images too.
+  // The unit is one output row of one image, so the bound holds for large images too. On a GPU
+  // the (much larger) budget only bounds memory: see kGpuColumnBudgetBytes.
+  const std::int64_t budget =
+      column_budget_bytes_ > 0 ? column_budget_bytes_ : (device.is_cpu() ? kColumnBudgetBytes : kGpuColumnBudgetBytes);
   const std::int64_t depth = window_.k_h * window_.k_w * window_.channels;
   const std::int64_t per_row =
       window_.out_w * (depth + 2 * options_.filters) * static_cast<std::int64_t>(size_of(dtype_));
-  return std::max<std::int64_t>(1, column_budget_bytes_ / std::max<std::int64_t>(1, per_row));
+  return std::max<std::int64_t>(1, budget / std::max<std::int64_t>(1, per_row));
 }
 
 void Conv2D::set_column_budget_bytes(std::int64_t bytes) {
@@ -90,17 +93,18 @@ void Conv2D::set_column_budget_bytes(std::int64_t bytes) {
 }
 
 namespace {
-// A (rows, cols) view of `buffer`, which grows to the largest request and is then viewed, so an
-// epoch's smaller last batch does not reallocate it (twice).
-Tensor grown_rows(Tensor& buffer, std::int64_t rows, std::int64_t cols, DType dtype) {
-  if (!buffer.defined() || buffer.dtype() != dtype || buffer.dim(1) != cols || buffer.dim(0) < rows)
-    buffer = Tensor({rows, cols}, dtype);
+// A (rows, cols) view of `buffer` on `device`, which grows to the largest request and is then
+// viewed, so an epoch's smaller last batch does not reallocate it (twice).
+Tensor grown_rows(Tensor& buffer, std::int64_t rows, std::int64_t cols, DType dtype, const Device& device) {
+  if (!buffer.defined() || buffer.dtype() != dtype || buffer.device() != device || buffer.dim(1) != cols ||
+      buffer.dim(0) < rows)
+    buffer = Tensor({rows, cols}, dtype, device);
   return buffer.rows(0, rows);
 }
 }  // namespace
 
-Tensor Conv2D::column_rows(std::int64_t rows) {
-  return grown_rows(col_, rows, window_.k_h * window_.k_w * window_.channels, dtype_);
+Tensor Conv2D::column_rows(std::int64_t rows, const Device& device) {
+  return grown_rows(col_, rows, window_.k_h * window_.k_w * window_.channels, dtype_, device);
 }
 
 void Conv2D::check_conv_input(const Tensor& x) const {
@@ -119,17 +123,19 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   x_ = x;
   const std::int64_t images = x.dim(0), positions = window_.out_h * window_.out_w, rows = images * positions,
                      depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
-  ensure_buffer(y_, {rows, filters}, dtype_);
+  const Device& device = x.device();
+  ensure_buffer(y_, {rows, filters}, dtype_, device);
   const bool keep = keeps_preactivation(activation_);
-  if (keep) ensure_buffer(z_, {rows, filters}, dtype_);
+  if (keep) ensure_buffer(z_, {rows, filters}, dtype_, device);
   const Tensor w = weights_.kernel.value.reshape({depth, filters});
-  const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk();
-  // Backward needs the columns again. They are kept for it when the whole batch is one chunk, or
-  // when they are no larger than the output (kh*kw*cin <= filters: the first layer of an image
-  // model): there, rebuilding short kernel rows costs more than storing them. Otherwise backward
-  // rebuilds each chunk's columns, which is cheaper than streaming them through memory twice.
-  columns_kept_ = !pointwise() && (out_rows <= chunk || depth <= filters);
-  if (columns_kept_) column_rows(rows);
+  const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk(device);
+  // Backward needs the columns again. They are kept for it when the whole batch is one chunk, or,
+  // on a CPU, when they are no larger than the output (kh*kw*cin <= filters: the first layer of an
+  // image model): there, rebuilding short kernel rows costs more than storing them. Otherwise
+  // backward rebuilds each chunk's columns, which is cheaper than streaming them through memory
+  // twice (and on a GPU keeps the columns within the budget).
+  columns_kept_ = !pointwise() && (out_rows <= chunk || (device.is_cpu() && depth <= filters));
+  if (columns_kept_) column_rows(rows, device);
   const Tensor x2 = pointwise() ? x.reshape({rows, depth}) : Tensor();  // a 1x1 conv's own columns
   for (std::int64_t r0 = 0; r0 < out_rows; r0 += chunk) {
     const std::int64_t r1 = std::min(out_rows, r0 + chunk), p0 = r0 * window_.out_w, p1 = r1 * window_.out_w;
@@ -138,7 +144,7 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
     if (pointwise()) {
       ops::gemm(x2.rows(p0, p1), false, w, false, z);
     } else {
-      Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(p1 - p0);
+      Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(p1 - p0, device);
       ops::im2col(x, window_, r0, col);
       ops::gemm(col, false, w, false, z);
     }
@@ -167,16 +173,17 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
                      depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
   MDTRAIN_CHECK(grad.dim(0) == rows, std::invalid_argument, "[conv2d] layer \"", name_, "\": the output gradient has ",
                 grad.dim(0), " rows, the last forward produced ", rows);
+  const Device& device = x_.device();
   Tensor dw = weights_.kernel.grad.reshape({depth, filters});
   const Tensor w = weights_.kernel.value.reshape({depth, filters});
-  if (need_input_grad) ensure_buffer(dx_, x_.shape(), dtype_);
+  if (need_input_grad) ensure_buffer(dx_, x_.shape(), dtype_, device);
   if (rows == 0) {
     weights_.kernel.grad.fill(0.0);
     if (options_.use_bias) weights_.bias.grad.fill(0.0);
     return need_input_grad ? dx_ : Tensor();
   }
   const bool keep = keeps_preactivation(activation_);
-  const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk();
+  const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk(device);
   const Tensor x2 = pointwise() ? x_.reshape({rows, depth}) : Tensor();
   Tensor dx2 = need_input_grad && pointwise() ? dx_.reshape({rows, depth}) : Tensor();
   // col2im adds each chunk onto dx, and neighbouring chunks may share input rows: input rows are
@@ -189,7 +196,7 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
     const double beta = r0 == 0 ? 0.0 : 1.0;  // the first chunk overwrites the gradients, the others add
     Tensor dz = grad.rows(p0, p1);
     if (through_activation) {
-      Tensor scratch = grown_rows(dz_, p1 - p0, filters, dtype_);
+      Tensor scratch = grown_rows(dz_, p1 - p0, filters, dtype_, device);
       ops::activation_backward(activation_, keep ? z_.rows(p0, p1) : Tensor(), y_.rows(p0, p1), dz, scratch);
       dz = scratch;
     }
@@ -202,12 +209,17 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
       }
       continue;
     }
-    Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(p1 - p0);
+    Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(p1 - p0, device);
     if (!columns_kept_) ops::im2col(x_, window_, r0, col);
     ops::gemm(col, true, dz, false, dw, 1.0, beta);
     if (need_input_grad) {
       // The columns are spent once the kernel gradient has them: their buffer takes d(columns).
       ops::gemm(dz, false, w, true, col);
+      if (r0 == 0 && r1 == out_rows) {  // one chunk (always, on a GPU within its budget): dx whole
+        ops::col2im(col, window_, dx_);
+        zeroed_lines = dx_lines.dim(0);
+        continue;
+      }
       // The last input row this chunk's windows reach, + 1 (the last output row reaches furthest).
       const std::int64_t b = (r1 - 1) / window_.out_h, oh = (r1 - 1) - b * window_.out_h;
       const std::int64_t reach = std::min(window_.in_h, math::window_start(oh, window_.stride_h, window_.pad_top) +

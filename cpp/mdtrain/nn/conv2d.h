@@ -22,6 +22,11 @@ namespace mdtrain {
 // and output rows within the column budget. Backward rebuilds a chunk's columns unless forward
 // kept the whole batch's (see forward). A 1x1 kernel with stride 1 needs no columns at all (the
 // input is its own column matrix).
+//
+// On a GPU the layer runs the same passes on the CUDA kernels (its buffers live on its input's
+// device; the GEMMs are cuBLAS through ops::gemm). There is no cache to fit, and every chunk costs
+// kernel launches and a smaller GEMM, so a chunk is the whole batch; the GPU budget only bounds
+// the memory of the columns (kGpuColumnBudgetBytes).
 class Conv2D : public Layer {
  public:
   struct Options {
@@ -42,10 +47,15 @@ class Conv2D : public Layer {
   // cache, and still large enough GEMMs for BLAS threads to share. (Measured single-threaded on
   // a small MNIST CNN, batch 128: 2 MB chunks ran the training step ~20% faster than 32 MB ones.)
   static constexpr std::int64_t kColumnBudgetBytes = 2 << 20;
+  // The same bound on a GPU, where it only limits memory: 256 MB holds a usual batch whole (128
+  // 28x28 images through a 3x3 kernel from 32 channels to 64 filters: ~170 MB in float32) and is
+  // a small share of a GPU's memory; larger batches run in a few chunks.
+  static constexpr std::int64_t kGpuColumnBudgetBytes = std::int64_t{256} << 20;
 
   Conv2D(std::string name, Options options);
 
   std::string class_name() const override { return "Conv2D"; }
+  bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
@@ -61,10 +71,11 @@ class Conv2D : public Layer {
   Parameter& kernel() { return weights_.kernel; }
   Parameter& bias() { return weights_.bias; }
   const Options& options() const { return options_; }
-  // Output rows (of one image each) per chunk: at least 1, so the budget holds unless a single
-  // output row's columns exceed it.
-  std::int64_t output_rows_per_chunk() const;
-  // Changes the column budget (tests use a small one to exercise chunking). Not part of the config.
+  // Output rows (of one image each) per chunk on `device`: at least 1, so the budget holds unless
+  // a single output row's columns exceed it.
+  std::int64_t output_rows_per_chunk(const Device& device = {}) const;
+  // Sets the column budget of every device (tests use a small one to exercise chunking), in place
+  // of kColumnBudgetBytes / kGpuColumnBudgetBytes. Not part of the config.
   void set_column_budget_bytes(std::int64_t bytes);
 
  protected:
@@ -74,7 +85,8 @@ class Conv2D : public Layer {
   Window2D window_for(const Shape& input_shape) const;  // validated; throws naming the layer
   void check_conv_input(const Tensor& x) const;
   bool pointwise() const;                 // 1x1 kernel, stride 1: no columns needed
-  Tensor column_rows(std::int64_t rows);  // a (rows, kh*kw*cin) view of col_, grown as needed
+  // A (rows, kh*kw*cin) view of col_ on `device`, grown as needed.
+  Tensor column_rows(std::int64_t rows, const Device& device);
   // Backward chunk by chunk from dL/dy (through_activation) or dL/dz.
   Tensor backward_chunks(const Tensor& grad, bool through_activation, bool need_input_grad);
 
@@ -89,7 +101,7 @@ class Conv2D : public Layer {
   // largest size needed and are viewed.
   Tensor x_, col_, z_, y_, dz_, dx_;
   bool columns_kept_ = false;
-  std::int64_t column_budget_bytes_ = kColumnBudgetBytes;
+  std::int64_t column_budget_bytes_ = 0;  // 0: the device's default
 };
 
 }  // namespace mdtrain

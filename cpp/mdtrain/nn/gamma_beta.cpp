@@ -46,11 +46,18 @@ void GammaBeta::copy_values_from(const GammaBeta& other, bool built, bool scale,
 }
 
 void GammaBeta::store_gradients(const Tensor& sum_dy, const Tensor& sum_dy_xhat, bool scale, bool center) {
-  if (scale) store_float64(sum_dy_xhat.data<double>(), gamma.grad);
-  if (center) store_float64(sum_dy.data<double>(), beta.grad);
+  if (scale) store_float64(load_float64(sum_dy_xhat).data(), gamma.grad);
+  if (center) store_float64(load_float64(sum_dy).data(), beta.grad);
 }
 
 void store_float64(const double* src, Tensor& dst) {
+  if (!dst.device().is_cpu()) {
+    // Rounded on the host, then one copy (a few KB of per-feature values).
+    Tensor host(dst.shape(), dst.dtype());
+    store_float64(src, host);
+    dst.copy_from(host);
+    return;
+  }
   if (dst.dtype() == DType::Float32) {
     float* d = dst.data<float>();
     for (std::int64_t i = 0; i < dst.numel(); ++i) d[i] = static_cast<float>(src[i]);
@@ -58,6 +65,19 @@ void store_float64(const double* src, Tensor& dst) {
     double* d = dst.data<double>();
     for (std::int64_t i = 0; i < dst.numel(); ++i) d[i] = src[i];
   }
+}
+
+std::vector<double> load_float64(const Tensor& src) {
+  Tensor host = src;
+  if (!src.device().is_cpu()) {
+    host = Tensor(src.shape(), src.dtype());
+    host.copy_from(src);  // returns once the data is on the host
+  }
+  std::vector<double> out(static_cast<std::size_t>(host.numel()));
+  for (std::int64_t i = 0; i < host.numel(); ++i)
+    out[static_cast<std::size_t>(i)] =
+        host.dtype() == DType::Float32 ? static_cast<double>(host.data<float>()[i]) : host.data<double>()[i];
+  return out;
 }
 
 }  // namespace mdtrain

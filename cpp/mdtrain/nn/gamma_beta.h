@@ -38,7 +38,8 @@ struct GammaBeta {
   Tensor gamma_or_none(bool scale) const { return scale ? gamma.value : Tensor(); }
   Tensor beta_or_none(bool center) const { return center ? beta.value : Tensor(); }
   // backward's weight gradients from the float64 per-feature sums over the rows:
-  // dgamma = sum(dy * xhat), dbeta = sum(dy).
+  // dgamma = sum(dy * xhat), dbeta = sum(dy). The sums and the weights may be on any device (a GPU
+  // replica's sums come to the host to be rounded to the weights' dtype).
   void store_gradients(const Tensor& sum_dy, const Tensor& sum_dy_xhat, bool scale, bool center);
 };
 
@@ -55,8 +56,11 @@ void read_gamma_beta_config(const Json& c, Options& o) {
   o.gamma_regularizer = c.get("gamma_regularizer", Json());
 }
 
-// dst (float32 or float64, n elements) = src (n doubles): per-feature statistics and sums are
-// kept in float64 whatever the layer's dtype.
+// dst (float32 or float64, n elements, on any device) = src (n doubles in host memory):
+// per-feature statistics and sums are kept in float64 whatever the layer's dtype.
 void store_float64(const double* src, Tensor& dst);
+// The elements of src (float32 or float64, on any device) as doubles in host memory: what the
+// per-feature arithmetic on the host reads (a GPU tensor is copied to the host first).
+std::vector<double> load_float64(const Tensor& src);
 
 }  // namespace mdtrain

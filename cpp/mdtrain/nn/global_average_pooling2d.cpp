@@ -25,7 +25,7 @@ Tensor GlobalAveragePooling2D::forward(const Tensor& x, const ForwardContext&) {
   last_batch_ = x.dim(0);
   Shape out{last_batch_};
   out.insert(out.end(), output_shape_.begin(), output_shape_.end());
-  ensure_buffer(y_, out, dtype_);
+  ensure_buffer(y_, out, dtype_, x.device());
   ops::global_avg_pool2d(x, y_);
   return y_;
 }
@@ -34,7 +34,7 @@ Tensor GlobalAveragePooling2D::backward(const Tensor& dy, bool need_input_grad) 
   if (!need_input_grad) return Tensor();
   Shape in{last_batch_};
   in.insert(in.end(), input_shape_.begin(), input_shape_.end());
-  ensure_buffer(dx_, in, dtype_);
+  ensure_buffer(dx_, in, dtype_, dy.device());
   ops::global_avg_pool2d_backward(dy, dx_);
   return dx_;
 }

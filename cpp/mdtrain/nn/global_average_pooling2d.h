@@ -12,6 +12,7 @@ class GlobalAveragePooling2D : public Layer {
  public:
   GlobalAveragePooling2D(std::string name, bool keepdims = false, std::string data_format = "channels_last");
   std::string class_name() const override { return "GlobalAveragePooling2D"; }
+  bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;

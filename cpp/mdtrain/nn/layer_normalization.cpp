@@ -37,9 +37,10 @@ Tensor LayerNormalization::forward(const Tensor& x, const ForwardContext&) {
   last_input_shape_ = x.shape();
   const Tensor x2d = x.reshape({-1, features_});
   const std::int64_t rows = x2d.dim(0);
-  ensure_buffer(xhat_, x2d.shape(), dtype_);
-  ensure_buffer(y_, x2d.shape(), dtype_);
-  ensure_buffer(inv_std_, {rows}, DType::Float64);
+  // Every buffer on the input's device: a GPU replica's forward runs there entirely.
+  ensure_buffer(xhat_, x2d.shape(), dtype_, x.device());
+  ensure_buffer(y_, x2d.shape(), dtype_, x.device());
+  ensure_buffer(inv_std_, {rows}, DType::Float64, x.device());
   ops::row_normalize(x2d, options_.epsilon, gamma_beta_.gamma_or_none(options_.scale),
                      gamma_beta_.beta_or_none(options_.center), xhat_, inv_std_, y_);
   return y_.reshape(last_input_shape_);
@@ -51,13 +52,13 @@ Tensor LayerNormalization::backward(const Tensor& dy, bool need_input_grad) {
                 "\": backward got dy of shape ", to_string(dy.shape()), " for a forward on ",
                 to_string(last_input_shape_));
   if (options_.scale || options_.center) {
-    ensure_buffer(sum_dy_, {features_}, DType::Float64);
-    ensure_buffer(sum_dy_xhat_, {features_}, DType::Float64);
+    ensure_buffer(sum_dy_, {features_}, DType::Float64, dy.device());
+    ensure_buffer(sum_dy_xhat_, {features_}, DType::Float64, dy.device());
     ops::channel_grad_sums(dy2, xhat_, sum_dy_, sum_dy_xhat_);
     gamma_beta_.store_gradients(sum_dy_, sum_dy_xhat_, options_.scale, options_.center);
   }
   if (!need_input_grad) return Tensor();
-  ensure_buffer(dx_, dy2.shape(), dtype_);
+  ensure_buffer(dx_, dy2.shape(), dtype_, dy.device());
   ops::row_normalize_backward(dy2, xhat_, inv_std_, gamma_beta_.gamma_or_none(options_.scale), dx_);
   return dx_.reshape(last_input_shape_);
 }

@@ -12,6 +12,8 @@ namespace mdtrain {
 // and biased variance over the last axis; gamma and beta have shape (last_dim,). The same in
 // training and inference, and independent of how a batch is split across replicas.
 // Weights in Keras's order: gamma (if scale), beta (if center).
+// On a GPU everything runs on the device but the weight gradients: their float64 per-feature sums
+// are rounded to the weights' dtype on the host (a few KB).
 class LayerNormalization : public Layer {
  public:
   struct Options {
@@ -34,6 +36,7 @@ class LayerNormalization : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  bool has_cuda_kernels() const override { return true; }
   Json config() const override;
 
   const Options& options() const { return options_; }

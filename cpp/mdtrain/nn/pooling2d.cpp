@@ -52,15 +52,15 @@ Json Pooling2D::config() const {
 Tensor MaxPooling2D::forward(const Tensor& x, const ForwardContext&) {
   check_pool_input(x);
   const Shape out{x.dim(0), window_.out_h, window_.out_w, window_.channels};
-  ensure_buffer(y_, out, dtype_);
-  ensure_buffer(argmax_, out, DType::Int32);
+  ensure_buffer(y_, out, dtype_, x.device());
+  ensure_buffer(argmax_, out, DType::Int32, x.device());
   ops::max_pool2d(x, window_, y_, argmax_);
   return y_;
 }
 
 Tensor MaxPooling2D::backward(const Tensor& dy, bool need_input_grad) {
   if (!need_input_grad) return Tensor();
-  ensure_buffer(dx_, {argmax_.dim(0), window_.in_h, window_.in_w, window_.channels}, dtype_);
+  ensure_buffer(dx_, {argmax_.dim(0), window_.in_h, window_.in_w, window_.channels}, dtype_, argmax_.device());
   ops::max_pool2d_backward(dy.reshape(argmax_.shape()), argmax_, window_, dx_);
   return dx_;
 }
@@ -73,14 +73,14 @@ std::unique_ptr<Layer> MaxPooling2D::clone() const {
 
 Tensor AveragePooling2D::forward(const Tensor& x, const ForwardContext&) {
   check_pool_input(x);
-  ensure_buffer(y_, {x.dim(0), window_.out_h, window_.out_w, window_.channels}, dtype_);
+  ensure_buffer(y_, {x.dim(0), window_.out_h, window_.out_w, window_.channels}, dtype_, x.device());
   ops::avg_pool2d(x, window_, y_);
   return y_;
 }
 
 Tensor AveragePooling2D::backward(const Tensor& dy, bool need_input_grad) {
   if (!need_input_grad) return Tensor();
-  ensure_buffer(dx_, {y_.dim(0), window_.in_h, window_.in_w, window_.channels}, dtype_);
+  ensure_buffer(dx_, {y_.dim(0), window_.in_h, window_.in_w, window_.channels}, dtype_, y_.device());
   ops::avg_pool2d_backward(dy.reshape(y_.shape()), window_, dx_);
   return dx_;
 }

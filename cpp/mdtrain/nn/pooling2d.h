@@ -20,6 +20,8 @@ class Pooling2D : public Layer {
   };
 
   Shape compute_output_shape(const Shape& input_shape) const override;
+  // Both pools run on GPUs: their buffers follow the input's device.
+  bool has_cuda_kernels() const override { return true; }
   Json config() const override;
   const Options& options() const { return options_; }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Index math of 2-D sliding windows (convolution and pooling) over NHWC images, shared by the CPU
-// kernels and the future CUDA kernels. Sizes and padding follow TensorFlow exactly:
+// kernels (ops/cpu/conv_kernels.cpp) and the CUDA kernels (ops/cuda/conv_kernels.cu). Sizes and
+// padding follow TensorFlow exactly:
 //   valid: out = floor((in - ((k - 1) * d + 1)) / s) + 1
 //   same:  out = ceil(in / s), pad_total = max((out - 1) * s + (k - 1) * d + 1 - in, 0),
 //          pad_before = pad_total / 2 (the odd element of padding goes after: bottom/right).
@@ -60,6 +61,19 @@ MDTRAIN_HD void taps_in_bounds(std::int64_t start, std::int64_t k, std::int64_t 
   }
   if (hi > k) hi = k;
   if (hi < lo) hi = lo;
+}
+
+// The inverse of window_start + tap * d: the output o whose window reads input coordinate `in_pos`
+// with tap `tap` (o * s - pad + tap * d == in_pos), or -1 when none does (the stride skips in_pos
+// for this tap, or o falls outside [0, out)). The backward passes are gathers over it: each input
+// element visits the windows that read it, taps from last to first, which is increasing o, the
+// order in which a scatter over the outputs would have added their contributions.
+MDTRAIN_HD std::int64_t window_output_at(std::int64_t in_pos, std::int64_t tap, std::int64_t s, std::int64_t d,
+                                         std::int64_t pad, std::int64_t out) {
+  const std::int64_t t = in_pos + pad - tap * d;  // o * s
+  if (t < 0) return -1;
+  const std::int64_t o = s == 1 ? t : t / s;
+  return o * s == t && o < out ? o : -1;
 }
 
 // Max pooling's comparison: a larger value wins, and a NaN wins over any number so that it

@@ -4,24 +4,46 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/conv_kernels.h"
+#include "mdtrain/ops/cuda/conv_kernels.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
 
 namespace mdtrain::ops {
 
 namespace {
 
-void require_float_cpu(const char* op, const Tensor& t, const char* what) {
+// The tensors of one call live in one memory: the host (logical CPUs share it) or one GPU, where
+// the op then runs (cpu:: or cuda:: kernels).
+bool same_memory(const Device& a, const Device& b) { return a == b || (a.is_cpu() && b.is_cpu()); }
+
+void require_float(const char* op, const Tensor& t, const char* what) {
   MDTRAIN_CHECK(t.defined(), std::invalid_argument, "[", op, "] ", what, " is undefined");
-  if (!t.device().is_cpu())
-    fail<std::invalid_argument>("[", op, "] ", what, " on ", t.device().to_string(), ": ", cuda::unavailable_reason());
+  // A GPU tensor needs a GPU this process can use (a CPU-only build has none).
+  const Device& d = t.device();
+  if (!d.is_cpu() && d.index >= cuda::device_count())
+    fail<std::invalid_argument>("[", op, "] ", what, " on ", d.to_string(), ": ",
+                                cuda::device_count() == 0 ? cuda::unavailable_reason()
+                                                          : cat("this process sees ", cuda::device_count(), " GPU(s)"));
   MDTRAIN_CHECK(is_floating(t.dtype()), std::invalid_argument, "[", op, "] ", what, " must be a float tensor, got ",
                 name_of(t.dtype()));
 }
 
+void require_same_device(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {
+  MDTRAIN_CHECK(same_memory(a.device(), b.device()), std::invalid_argument, "[", op, "] ", what_b, " is on ",
+                b.device().to_string(), " but the other tensors are on ", a.device().to_string());
+}
+
 void require_same_dtype(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {
-  require_float_cpu(op, b, what_b);
+  require_float(op, b, what_b);
   MDTRAIN_CHECK(a.dtype() == b.dtype(), std::invalid_argument, "[", op, "] dtype mismatch: ", name_of(a.dtype()),
                 " vs ", what_b, " ", name_of(b.dtype()));
+  require_same_device(op, a, b, what_b);
+}
+
+// Max pooling's argmax: Int32, the output's shape, in the output's memory.
+void require_argmax(const char* op, const Tensor& argmax, const Tensor& y) {
+  MDTRAIN_CHECK(argmax.defined() && argmax.dtype() == DType::Int32 && argmax.shape() == y.shape(),
+                std::invalid_argument, "[", op, "] argmax must be an int32 tensor of shape ", to_string(y.shape()));
+  require_same_device(op, y, argmax, "argmax");
 }
 
 void check_window(const char* op, const Window2D& g) {
@@ -75,6 +97,20 @@ void by_dtype(DType dtype, F&& f) {
     f(double{});
 }
 
+// The checks of both col2im forms; returns the output rows col holds.
+std::int64_t check_col2im(const Tensor& col, const Window2D& g, std::int64_t first_row, const Tensor& dx) {
+  check_window("col2im", g);
+  require_float("col2im", col, "col");
+  require_same_dtype("col2im", col, dx, "dx");
+  const std::int64_t images = images_of_input("col2im", dx, g, "dx");
+  return require_row_columns("col2im", col, g, first_row, images);
+}
+
+template <class T>
+void col2im_cpu(const Tensor& col, const Window2D& g, std::int64_t first_row, std::int64_t rows, Tensor& dx) {
+  cpu::col2im_accumulate<T>(col.data<T>(), first_row, rows, g, dx.data<T>());
+}
+
 }  // namespace
 
 Window2D make_window2d(std::int64_t in_h, std::int64_t in_w, std::int64_t channels, std::int64_t k_h, std::int64_t k_w,
@@ -104,10 +140,11 @@ Window2D make_window2d(std::int64_t in_h, std::int64_t in_w, std::int64_t channe
 
 void im2col(const Tensor& x, const Window2D& g, std::int64_t first_row, Tensor& col) {
   check_window("im2col", g);
-  require_float_cpu("im2col", x, "x");
+  require_float("im2col", x, "x");
   require_same_dtype("im2col", x, col, "col");
   const std::int64_t images = images_of_input("im2col", x, g, "x");
   const std::int64_t rows = require_row_columns("im2col", col, g, first_row, images);
+  if (!x.device().is_cpu()) return cuda::im2col(x, g, first_row, col);
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::im2col<T>(x.data<T>(), first_row, rows, g, col.data<T>());
@@ -116,42 +153,38 @@ void im2col(const Tensor& x, const Window2D& g, std::int64_t first_row, Tensor& 
 
 void im2col(const Tensor& x, const Window2D& g, Tensor& col) {
   check_window("im2col", g);
-  require_float_cpu("im2col", col, "col");
+  require_float("im2col", col, "col");
   require_columns("im2col", col, x.ndim() > 0 ? x.dim(0) : 0, g);
   im2col(x, g, 0, col);
 }
 
 void col2im_accumulate(const Tensor& col, const Window2D& g, std::int64_t first_row, Tensor& dx) {
-  check_window("col2im", g);
-  require_float_cpu("col2im", col, "col");
-  require_same_dtype("col2im", col, dx, "dx");
-  const std::int64_t images = images_of_input("col2im", dx, g, "dx");
-  const std::int64_t rows = require_row_columns("col2im", col, g, first_row, images);
-  by_dtype(col.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    cpu::col2im_accumulate<T>(col.data<T>(), first_row, rows, g, dx.data<T>());
-  });
+  const std::int64_t rows = check_col2im(col, g, first_row, dx);
+  if (!dx.device().is_cpu()) return cuda::col2im(col, g, first_row, /*accumulate=*/true, dx);
+  by_dtype(col.dtype(), [&](auto tag) { col2im_cpu<decltype(tag)>(col, g, first_row, rows, dx); });
 }
 
 void col2im(const Tensor& col, const Window2D& g, Tensor& dx) {
   check_window("col2im", g);
-  require_float_cpu("col2im", dx, "dx");
+  require_float("col2im", dx, "dx");
   require_columns("col2im", col, dx.ndim() > 0 ? dx.dim(0) : 0, g);
+  const std::int64_t rows = check_col2im(col, g, 0, dx);
+  // The GPU's gather writes every element (0 where no window reads), so dx needs no clearing.
+  if (!dx.device().is_cpu()) return cuda::col2im(col, g, 0, /*accumulate=*/false, dx);
   dx.fill(0.0);
-  col2im_accumulate(col, g, 0, dx);
+  by_dtype(col.dtype(), [&](auto tag) { col2im_cpu<decltype(tag)>(col, g, 0, rows, dx); });
 }
 
 void max_pool2d(const Tensor& x, const Window2D& g, Tensor& y, Tensor& argmax) {
   check_window("max_pool2d", g);
-  require_float_cpu("max_pool2d", x, "x");
+  require_float("max_pool2d", x, "x");
   require_same_dtype("max_pool2d", x, y, "y");
   const std::int64_t images = images_of_input("max_pool2d", x, g, "x");
   require_output("max_pool2d", y, images, g, "y");
-  MDTRAIN_CHECK(
-      argmax.defined() && argmax.dtype() == DType::Int32 && argmax.device().is_cpu() && argmax.shape() == y.shape(),
-      std::invalid_argument, "[max_pool2d] argmax must be an int32 CPU tensor of shape ", to_string(y.shape()));
+  require_argmax("max_pool2d", argmax, y);
   MDTRAIN_CHECK(g.in_h * g.in_w <= INT32_MAX, std::invalid_argument, "[max_pool2d] an image of ", g.in_h, "x", g.in_w,
                 " pixels exceeds the 32-bit argmax index");
+  if (!x.device().is_cpu()) return cuda::max_pool2d(x, g, y, argmax);
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::max_pool2d<T>(x.data<T>(), images, g, y.data<T>(), argmax.data<std::int32_t>());
@@ -160,14 +193,12 @@ void max_pool2d(const Tensor& x, const Window2D& g, Tensor& y, Tensor& argmax) {
 
 void max_pool2d_backward(const Tensor& dy, const Tensor& argmax, const Window2D& g, Tensor& dx) {
   check_window("max_pool2d_backward", g);
-  require_float_cpu("max_pool2d_backward", dy, "dy");
+  require_float("max_pool2d_backward", dy, "dy");
   require_same_dtype("max_pool2d_backward", dy, dx, "dx");
   const std::int64_t images = images_of_input("max_pool2d_backward", dx, g, "dx");
   require_output("max_pool2d_backward", dy, images, g, "dy");
-  MDTRAIN_CHECK(
-      argmax.defined() && argmax.dtype() == DType::Int32 && argmax.device().is_cpu() && argmax.shape() == dy.shape(),
-      std::invalid_argument, "[max_pool2d_backward] argmax must be an int32 CPU tensor of shape ",
-      to_string(dy.shape()));
+  require_argmax("max_pool2d_backward", argmax, dy);
+  if (!dy.device().is_cpu()) return cuda::max_pool2d_backward(dy, argmax, g, dx);
   by_dtype(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::max_pool2d_backward<T>(dy.data<T>(), argmax.data<std::int32_t>(), images, g, dx.data<T>());
@@ -176,10 +207,11 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& argmax, const Window2D&
 
 void avg_pool2d(const Tensor& x, const Window2D& g, Tensor& y) {
   check_window("avg_pool2d", g);
-  require_float_cpu("avg_pool2d", x, "x");
+  require_float("avg_pool2d", x, "x");
   require_same_dtype("avg_pool2d", x, y, "y");
   const std::int64_t images = images_of_input("avg_pool2d", x, g, "x");
   require_output("avg_pool2d", y, images, g, "y");
+  if (!x.device().is_cpu()) return cuda::avg_pool2d(x, g, y);
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::avg_pool2d<T>(x.data<T>(), images, g, y.data<T>());
@@ -188,10 +220,11 @@ void avg_pool2d(const Tensor& x, const Window2D& g, Tensor& y) {
 
 void avg_pool2d_backward(const Tensor& dy, const Window2D& g, Tensor& dx) {
   check_window("avg_pool2d_backward", g);
-  require_float_cpu("avg_pool2d_backward", dy, "dy");
+  require_float("avg_pool2d_backward", dy, "dy");
   require_same_dtype("avg_pool2d_backward", dy, dx, "dx");
   const std::int64_t images = images_of_input("avg_pool2d_backward", dx, g, "dx");
   require_output("avg_pool2d_backward", dy, images, g, "dy");
+  if (!dy.device().is_cpu()) return cuda::avg_pool2d_backward(dy, g, dx);
   by_dtype(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::avg_pool2d_backward<T>(dy.data<T>(), images, g, dx.data<T>());
@@ -199,7 +232,7 @@ void avg_pool2d_backward(const Tensor& dy, const Window2D& g, Tensor& dx) {
 }
 
 void global_avg_pool2d(const Tensor& x, Tensor& y) {
-  require_float_cpu("global_avg_pool2d", x, "x");
+  require_float("global_avg_pool2d", x, "x");
   require_same_dtype("global_avg_pool2d", x, y, "y");
   MDTRAIN_CHECK(x.ndim() == 4 && x.dim(1) > 0 && x.dim(2) > 0, std::invalid_argument,
                 "[global_avg_pool2d] x must be (images, height, width, channels) with a non-empty image, got ",
@@ -207,6 +240,7 @@ void global_avg_pool2d(const Tensor& x, Tensor& y) {
   const std::int64_t images = x.dim(0), pixels = x.dim(1) * x.dim(2), channels = x.dim(3);
   MDTRAIN_CHECK(y.numel() == images * channels, std::invalid_argument, "[global_avg_pool2d] y ", to_string(y.shape()),
                 " does not hold ", images, " x ", channels, " means");
+  if (!x.device().is_cpu()) return cuda::global_avg_pool2d(x, images, pixels, channels, y);
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::global_avg_pool2d<T>(x.data<T>(), images, pixels, channels, y.data<T>());
@@ -214,7 +248,7 @@ void global_avg_pool2d(const Tensor& x, Tensor& y) {
 }
 
 void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) {
-  require_float_cpu("global_avg_pool2d_backward", dy, "dy");
+  require_float("global_avg_pool2d_backward", dy, "dy");
   require_same_dtype("global_avg_pool2d_backward", dy, dx, "dx");
   MDTRAIN_CHECK(dx.ndim() == 4 && dx.dim(1) > 0 && dx.dim(2) > 0, std::invalid_argument,
                 "[global_avg_pool2d_backward] dx must be (images, height, width, channels), got ",
@@ -222,6 +256,7 @@ void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) {
   const std::int64_t images = dx.dim(0), pixels = dx.dim(1) * dx.dim(2), channels = dx.dim(3);
   MDTRAIN_CHECK(dy.numel() == images * channels, std::invalid_argument, "[global_avg_pool2d_backward] dy ",
                 to_string(dy.shape()), " does not hold ", images, " x ", channels, " gradients");
+  if (!dy.device().is_cpu()) return cuda::global_avg_pool2d_backward(dy, images, pixels, channels, dx);
   by_dtype(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::global_avg_pool2d_backward<T>(dy.data<T>(), images, pixels, channels, dx.data<T>());

@@ -1,6 +1,8 @@
 #pragma once
 // The validated op API of 2-D convolution and pooling over NHWC images: each function checks
-// shapes, dtypes and devices against a Window2D and then dispatches to the device's kernels.
+// shapes, dtypes and devices against a Window2D and then dispatches to the device's kernels: the
+// tensors of a call live in one memory (the host, or one GPU: ops/cuda/conv_kernels.h), and a GPU
+// computes the same bits as the CPU.
 // Convolution itself is im2col + GEMM (ops::gemm): the layer owns the GEMMs, these ops own the
 // data movement around them.
 #include <cstdint>
@@ -36,7 +38,7 @@ void col2im(const Tensor& col, const Window2D& g, Tensor& dx);
 void col2im_accumulate(const Tensor& col, const Window2D& g, std::int64_t first_row, Tensor& dx);
 
 // Max pooling: y (images, out_h, out_w, channels) is the maximum over each window's in-bounds
-// elements (padding never wins); argmax (Int32, y's shape) records where it was, as in_h-major
+// elements (padding never wins); argmax (Int32, y's shape and device) records where it was, as in_h-major
 // spatial index ih * in_w + iw, for the backward pass. Ties go to the first element in
 // row-major window order; a NaN in a window is the result.
 void max_pool2d(const Tensor& x, const Window2D& g, Tensor& y, Tensor& argmax);

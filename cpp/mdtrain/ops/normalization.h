@@ -3,9 +3,10 @@
 // over the rows (BatchNormalization: rows = every position of every sample) or each row over its
 // channels (LayerNormalization). x, y, dy, dx and xhat are float32 or float64 of one dtype; gamma
 // and beta have that dtype and shape (channels,), or are undefined for "none" (1 and 0).
-// Statistics are float64 tensors, (channels,) per channel or (rows,) per row. All tensors must be
-// on the CPU for now (CUDA tensors: std::invalid_argument). Per-element math:
-// ops/normalization_math.h.
+// Statistics are float64 tensors, (channels,) per channel or (rows,) per row. All tensors of a call
+// live in one memory: the host (any CPU device) or one GPU, where the op then runs (CPU loops, or
+// the CUDA kernels of ops/cuda/normalization_kernels.h); a tensor elsewhere, or a GPU this process
+// cannot use, is std::invalid_argument. Per-element math: ops/normalization_math.h.
 #include "mdtrain/core/tensor.h"
 
 namespace mdtrain::ops {

@@ -22,6 +22,21 @@ MDTRAIN_HD double variance_from_sums(double n, double s, double q) {
   return v > 0.0 ? v : 0.0;
 }
 
+// x - center in double: the deviation whose squares the variances sum (channel_moments' second
+// pass, channel_sums, row_normalize), and the shifted value channel_sums adds.
+template <class T> MDTRAIN_HD double deviation(T x, double center) { return static_cast<double>(x) - center; }
+
+// g * xhat in double: the terms of sum(dy * xhat) (d(loss)/d(gamma)) and of mean(g * xhat) in the
+// input gradient. G, H: float, double.
+template <class G, class H> MDTRAIN_HD double grad_times_xhat(G g, H xhat) {
+  return static_cast<double>(g) * static_cast<double>(xhat);
+}
+
+// d(loss)/d(xhat) = gamma * dy of y = gamma * xhat + beta, in double (gamma = 1 without scale).
+template <class T> MDTRAIN_HD double scaled_grad(T dy, T gamma) {
+  return static_cast<double>(dy) * static_cast<double>(gamma);
+}
+
 template <class T> MDTRAIN_HD T normalize(T x, double mean, double inv_std) {
   return static_cast<T>((static_cast<double>(x) - mean) * inv_std);
 }

@@ -15,8 +15,10 @@
 #include "mdtrain/nn/dense.h"
 #include "mdtrain/nn/dropout.h"
 #include "mdtrain/nn/flatten.h"
+#include "mdtrain/nn/global_average_pooling2d.h"
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/nn/loss.h"
+#include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
 #include "mdtrain/optim/registry.h"
@@ -98,20 +100,35 @@ std::shared_ptr<Layer> conv(const char* name) {
   return std::make_shared<Conv2D>(name, o);
 }
 
+// A layer without CUDA kernels (every layer of mdtrain has them): what the placement check names.
+class HostOnlyLayer : public Flatten {
+ public:
+  using Flatten::Flatten;
+  std::string class_name() const override { return "HostOnlyLayer"; }
+  bool has_cuda_kernels() const override { return false; }
+  std::unique_ptr<Layer> clone() const override {
+    auto copy = std::make_unique<HostOnlyLayer>(name());
+    copy->copy_build_state(*this);
+    return copy;
+  }
+};
+
 TEST(GpuPlacement, LayersWithoutCudaKernelsAreNamedForAGpuDevice) {
   LayerStack stack;
   stack.add(conv("conv"));
-  stack.add(std::make_shared<Flatten>("flatten"));
+  stack.add(std::make_shared<HostOnlyLayer>("host_only"));
   stack.add(dense("dense", 3));
   stack.build({6, 6, 1}, 0);
   EXPECT_NO_THROW(stack.check_device_support(kCpu0));
   EXPECT_NO_THROW(stack.check_device_support(kCpu1));
   const std::string msg = invalid_argument_of([&] { stack.check_device_support(kGpu0); });
-  EXPECT_EQ(msg.rfind("[layers] Conv2D (layer \"conv\") has no CUDA kernels yet; train it on CPU devices", 0), 0u)
+  EXPECT_EQ(msg.rfind("[layers] HostOnlyLayer (layer \"host_only\") has no CUDA kernels yet; train it on CPU devices",
+                      0),
+            0u)
       << msg;
   // clone_to refuses before allocating anything on the device.
   const std::string clone = invalid_argument_of([&] { stack.clone_to(kGpu1); });
-  EXPECT_EQ(clone.rfind("[layers] Conv2D", 0), 0u) << clone;
+  EXPECT_EQ(clone.rfind("[layers] HostOnlyLayer", 0), 0u) << clone;
 }
 
 TEST(GpuPlacement, TheSeedModelsLayersAllHaveCudaKernels) {
@@ -127,12 +144,26 @@ TEST(GpuPlacement, TheSeedModelsLayersAllHaveCudaKernels) {
   for (const auto& l : stack.layers()) EXPECT_TRUE(l->has_cuda_kernels()) << l->class_name();
 }
 
-TEST(GpuPlacement, TrainingAConvModelOnAGpuIsAClearErrorBeforeAnythingRuns) {
-  auto m = compiled({conv("conv"), std::make_shared<Flatten>("flatten"), dense("dense", 2)}, {5, 5, 1},
+TEST(GpuPlacement, ConvolutionAndPoolingLayersHaveCudaKernels) {
+  LayerStack stack;
+  stack.add(conv("conv"));
+  Pooling2D::Options pool;
+  stack.add(std::make_shared<MaxPooling2D>("max_pooling2d", pool));
+  stack.add(std::make_shared<AveragePooling2D>("average_pooling2d", pool));
+  stack.add(std::make_shared<GlobalAveragePooling2D>("global_average_pooling2d"));
+  stack.build({12, 12, 1}, 0);
+  EXPECT_NO_THROW(stack.check_device_support(kGpu0));
+  for (const auto& l : stack.layers()) EXPECT_TRUE(l->has_cuda_kernels()) << l->class_name();
+}
+
+TEST(GpuPlacement, TrainingAHostOnlyLayerOnAGpuIsAClearErrorBeforeAnythingRuns) {
+  auto m = compiled({conv("conv"), std::make_shared<HostOnlyLayer>("host_only"), dense("dense", 2)}, {5, 5, 1},
                     std::make_shared<OneDeviceStrategy>(kGpu0));
   Tensor x = Tensor::zeros({4, 5, 5, 1}), y = Tensor::zeros({4, 2});
   const std::string msg = invalid_argument_of([&] { m->train_on_batch(x, y); });
-  EXPECT_EQ(msg.rfind("[layers] Conv2D (layer \"conv\") has no CUDA kernels yet; train it on CPU devices", 0), 0u)
+  EXPECT_EQ(msg.rfind("[layers] HostOnlyLayer (layer \"host_only\") has no CUDA kernels yet; train it on CPU devices",
+                      0),
+            0u)
       << msg;
 }
 

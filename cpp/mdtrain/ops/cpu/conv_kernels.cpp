@@ -151,6 +151,22 @@ void for_each_window(const Window2D& g, std::int64_t images, Visit&& visit) {
     }
 }
 
+// Calls visit(oh, ow) for every window that reads input pixel (ih, iw), in output order (oh, then
+// ow, increasing): the backward passes gather each input element's gradient in the order a
+// scatter over the outputs would add it, with the index math the CUDA kernels use (they cannot
+// scatter without races).
+template <class Visit>
+void for_each_window_reading(const Window2D& g, std::int64_t ih, std::int64_t iw, Visit&& visit) {
+  for (std::int64_t kh = g.k_h - 1; kh >= 0; --kh) {
+    const std::int64_t oh = math::window_output_at(ih, kh, g.stride_h, g.dilation_h, g.pad_top, g.out_h);
+    if (oh < 0) continue;
+    for (std::int64_t kw = g.k_w - 1; kw >= 0; --kw) {
+      const std::int64_t ow = math::window_output_at(iw, kw, g.stride_w, g.dilation_w, g.pad_left, g.out_w);
+      if (ow >= 0) visit(oh, ow);
+    }
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -219,17 +235,20 @@ void max_pool2d_backward(const T* dy, const std::int32_t* argmax, std::int64_t i
     }
     return;
   }
-  const std::int64_t per_image = g.out_h * g.out_w;
-  std::fill(dx, dx + images * image_len, T(0));
-  for (std::int64_t b = 0; b < images; ++b) {
-    T* img = dx + b * image_len;
-    for (std::int64_t o = b * per_image; o < (b + 1) * per_image; ++o) {
-      const T* dyp = dy + o * C;
-      const std::int32_t* ap = argmax + o * C;
-      for (std::int64_t c = 0; c < C; ++c)
-        if (ap[c] >= 0) img[static_cast<std::int64_t>(ap[c]) * C + c] += dyp[c];
-    }
-  }
+  // Overlapping windows: each input element sums the gradients of the windows it won, in output
+  // order (what a scatter through argmax would add, in the same order).
+  for (std::int64_t b = 0; b < images; ++b)
+    for (std::int64_t ih = 0; ih < g.in_h; ++ih)
+      for (std::int64_t iw = 0; iw < g.in_w; ++iw) {
+        T* dxp = dx + ((b * g.in_h + ih) * g.in_w + iw) * C;
+        const auto at = static_cast<std::int32_t>(ih * g.in_w + iw);
+        zero_run(C, dxp);
+        for_each_window_reading(g, ih, iw, [&](std::int64_t oh, std::int64_t ow) {
+          const std::int64_t out = ((b * g.out_h + oh) * g.out_w + ow) * C;
+          for (std::int64_t c = 0; c < C; ++c)
+            if (argmax[out + c] == at) dxp[c] += dy[out + c];
+        });
+      }
 }
 
 template <class T>
@@ -254,22 +273,25 @@ void avg_pool2d(const T* x, std::int64_t images, const Window2D& g, T* y) {
 
 template <class T>
 void avg_pool2d_backward(const T* dy, std::int64_t images, const Window2D& g, T* dx) {
-  const std::int64_t C = g.channels, image_len = g.in_h * g.in_w * C;
-  std::fill(dx, dx + images * image_len, T(0));
-  const auto visit = [&](std::int64_t out, std::int64_t b, std::int64_t hs, std::int64_t h_lo, std::int64_t h_hi,
-                         std::int64_t ws, std::int64_t w_lo, std::int64_t w_hi) {
-    const std::int64_t count = math::window_count(h_lo, h_hi, w_lo, w_hi);
-    if (count == 0) return;
-    const T* dyp = dy + out * C;
-    const T n = static_cast<T>(count);
-    T* img = dx + b * image_len;
-    for (std::int64_t kh = h_lo; kh < h_hi; ++kh)
-      for (std::int64_t kw = w_lo; kw < w_hi; ++kw) {
-        T* dxp = img + ((hs + kh * g.dilation_h) * g.in_w + ws + kw * g.dilation_w) * C;
-        for (std::int64_t c = 0; c < C; ++c) dxp[c] += dyp[c] / n;
+  // A gather: each input element adds dy / count of every window that reads it, in output order.
+  const std::int64_t C = g.channels;
+  for (std::int64_t b = 0; b < images; ++b)
+    for (std::int64_t ih = 0; ih < g.in_h; ++ih)
+      for (std::int64_t iw = 0; iw < g.in_w; ++iw) {
+        T* dxp = dx + ((b * g.in_h + ih) * g.in_w + iw) * C;
+        zero_run(C, dxp);
+        for_each_window_reading(g, ih, iw, [&](std::int64_t oh, std::int64_t ow) {
+          std::int64_t h_lo, h_hi, w_lo, w_hi;
+          math::taps_in_bounds(math::window_start(oh, g.stride_h, g.pad_top), g.k_h, g.dilation_h, g.in_h, h_lo,
+                               h_hi);
+          math::taps_in_bounds(math::window_start(ow, g.stride_w, g.pad_left), g.k_w, g.dilation_w, g.in_w, w_lo,
+                               w_hi);
+          // Not 0: this window reads (ih, iw).
+          const T n = static_cast<T>(math::window_count(h_lo, h_hi, w_lo, w_hi));
+          const T* dyp = dy + ((b * g.out_h + oh) * g.out_w + ow) * C;
+          for (std::int64_t c = 0; c < C; ++c) dxp[c] += dyp[c] / n;
+        });
       }
-  };
-  for_each_window(g, images, visit);
 }
 
 template <class T>

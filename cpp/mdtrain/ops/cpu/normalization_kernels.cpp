@@ -24,7 +24,7 @@ void channel_moments(const T* x, std::int64_t rows, std::int64_t channels, doubl
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* row = x + r * channels;
     for (std::int64_t c = 0; c < channels; ++c) {
-      const double d = static_cast<double>(row[c]) - mean[c];
+      const double d = math::deviation(row[c], mean[c]);
       var[c] += d * d;
     }
   }
@@ -39,7 +39,7 @@ void channel_sums(const T* x, std::int64_t rows, std::int64_t channels, const do
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* row = x + r * channels;
     for (std::int64_t c = 0; c < channels; ++c) {
-      const double d = static_cast<double>(row[c]) - shift[c];
+      const double d = math::deviation(row[c], shift[c]);
       sum[c] += d;
       sum_squares[c] += d * d;
     }
@@ -71,7 +71,7 @@ void channel_grad_sums(const T* dy, const T* xhat, std::int64_t rows, std::int64
     const T* h = xhat + r * channels;
     for (std::int64_t c = 0; c < channels; ++c) {
       sum_dy[c] += static_cast<double>(g[c]);
-      sum_dy_xhat[c] += static_cast<double>(g[c]) * static_cast<double>(h[c]);
+      sum_dy_xhat[c] += math::grad_times_xhat(g[c], h[c]);
     }
   }
 }
@@ -99,7 +99,7 @@ void row_normalize(const T* x, std::int64_t rows, std::int64_t channels, double 
     mean /= n;
     double var = 0;
     for (std::int64_t c = 0; c < channels; ++c) {
-      const double d = static_cast<double>(in[c]) - mean;
+      const double d = math::deviation(in[c], mean);
       var += d * d;
     }
     const double s = math::inverse_std(var / n, epsilon);
@@ -123,12 +123,12 @@ void row_normalize_backward(const T* dy, const T* xhat, std::int64_t rows, std::
     T* out = dx + r * channels;
     double sum_g = 0, sum_g_xhat = 0;
     for (std::int64_t c = 0; c < channels; ++c) {
-      const double g = static_cast<double>(g_row[c]) * (gamma ? static_cast<double>(gamma[c]) : 1.0);
+      const double g = math::scaled_grad(g_row[c], gamma ? gamma[c] : T(1));
       sum_g += g;
-      sum_g_xhat += g * static_cast<double>(h[c]);
+      sum_g_xhat += math::grad_times_xhat(g, h[c]);
     }
     for (std::int64_t c = 0; c < channels; ++c) {
-      const double g = static_cast<double>(g_row[c]) * (gamma ? static_cast<double>(gamma[c]) : 1.0);
+      const double g = math::scaled_grad(g_row[c], gamma ? gamma[c] : T(1));
       out[c] = static_cast<T>(
           math::normalize_input_grad(g, static_cast<double>(h[c]), inv_std[r], sum_g / n, sum_g_xhat / n));
     }

@@ -7,8 +7,10 @@
 #include "mdtrain/core/device_memory.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/ops/cuda/conv_kernels.h"
 #include "mdtrain/ops/cuda/kernels.h"
 #include "mdtrain/ops/cuda/loss_kernels.h"
+#include "mdtrain/ops/cuda/normalization_kernels.h"
 #include "mdtrain/ops/cuda/optimizer_kernels.h"
 
 namespace mdtrain::cuda {
@@ -127,6 +129,39 @@ void rmsprop_update(int, DType, const std::vector<UpdateSegment>&, double, doubl
 }
 void adagrad_update(int, DType, const std::vector<UpdateSegment>&, double, double, double) {
   unavailable("adagrad_update");
+}
+
+// ops/cuda/normalization_kernels.h
+void channel_moments(const Tensor&, Tensor&, Tensor&) { unavailable("channel_moments"); }
+void channel_sums(const Tensor&, const Tensor&, Tensor&, Tensor&) { unavailable("channel_sums"); }
+void channel_normalize(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor*, Tensor&) {
+  unavailable("channel_normalize");
+}
+void channel_grad_sums(const Tensor&, const Tensor&, Tensor&, Tensor&) { unavailable("channel_grad_sums"); }
+void channel_normalize_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&) {
+  unavailable("channel_normalize_backward");
+}
+void row_normalize(const Tensor&, double, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&) {
+  unavailable("row_normalize");
+}
+void row_normalize_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&) {
+  unavailable("row_normalize_backward");
+}
+
+// ops/cuda/conv_kernels.h
+void im2col(const Tensor&, const Window2D&, std::int64_t, Tensor&) { unavailable("im2col"); }
+void col2im(const Tensor&, const Window2D&, std::int64_t, bool, Tensor&) { unavailable("col2im"); }
+void max_pool2d(const Tensor&, const Window2D&, Tensor&, Tensor&) { unavailable("max_pool2d"); }
+void max_pool2d_backward(const Tensor&, const Tensor&, const Window2D&, Tensor&) {
+  unavailable("max_pool2d_backward");
+}
+void avg_pool2d(const Tensor&, const Window2D&, Tensor&) { unavailable("avg_pool2d"); }
+void avg_pool2d_backward(const Tensor&, const Window2D&, Tensor&) { unavailable("avg_pool2d_backward"); }
+void global_avg_pool2d(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
+  unavailable("global_avg_pool2d");
+}
+void global_avg_pool2d_backward(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
+  unavailable("global_avg_pool2d_backward");
 }
 
 }  // namespace mdtrain::cuda
