@@ -11,6 +11,9 @@ build=build/tests
 cmake -S . -B "$build" -G Ninja -DMDTRAIN_TESTS=ON -DMDTRAIN_WERROR=ON -DMDTRAIN_CUDA=OFF >/dev/null
 cmake --build "$build" -j2
 ctest --test-dir "$build" --output-on-failure -j2 --timeout 600
+# The GPU tests that go through the ops API, run with host tensors in place of GPU ones: a check of
+# the tests themselves (inputs, tolerances, bookkeeping) where there is no GPU, not of CUDA.
+MDTRAIN_GPU_TESTS_ON_CPU=1 "$build/tests/cpp/test_gpu" --gtest_brief=1
 
 # The CUDA build: every kernel, cuBLAS and NCCL compile and link, the whole suite runs against it,
 # and the GPU tests (label gpu) skip with the reason on a machine without a GPU (their lines are

@@ -6,30 +6,21 @@
 #include "mdtrain/ops/cpu/conv_kernels.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/ops/device_checks.h"
 
 namespace mdtrain::ops {
 
 namespace {
 
-// The tensors of one call live in one memory: the host (logical CPUs share it) or one GPU, where
-// the op then runs (cpu:: or cuda:: kernels).
-bool same_memory(const Device& a, const Device& b) { return a == b || (a.is_cpu() && b.is_cpu()); }
-
 void require_float(const char* op, const Tensor& t, const char* what) {
   MDTRAIN_CHECK(t.defined(), std::invalid_argument, "[", op, "] ", what, " is undefined");
-  // A GPU tensor needs a GPU this process can use (a CPU-only build has none).
-  const Device& d = t.device();
-  if (!d.is_cpu() && d.index >= cuda::device_count())
-    fail<std::invalid_argument>("[", op, "] ", what, " on ", d.to_string(), ": ",
-                                cuda::device_count() == 0 ? cuda::unavailable_reason()
-                                                          : cat("this process sees ", cuda::device_count(), " GPU(s)"));
+  detail::require_usable_device(op, nullptr, what, t);
   MDTRAIN_CHECK(is_floating(t.dtype()), std::invalid_argument, "[", op, "] ", what, " must be a float tensor, got ",
                 name_of(t.dtype()));
 }
 
 void require_same_device(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {
-  MDTRAIN_CHECK(same_memory(a.device(), b.device()), std::invalid_argument, "[", op, "] ", what_b, " is on ",
-                b.device().to_string(), " but the other tensors are on ", a.device().to_string());
+  detail::require_same_memory(op, nullptr, what_b, b, a);
 }
 
 void require_same_dtype(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {

@@ -3,28 +3,21 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/loss_kernels.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/ops/device_checks.h"
 #include "mdtrain/ops/cuda/loss_kernels.h"
 
 namespace mdtrain::ops {
 
 namespace {
 
-// A GPU tensor needs a GPU this process can use (a CPU-only build has none).
 void require_usable(const char* op, const char* what, const Tensor& t) {
-  const Device& d = t.device();
-  if (d.is_cpu() || d.index < cuda::device_count()) return;
-  fail<std::invalid_argument>("[ops] ", op, ": ", what, " is on ", d.to_string(), ", which is not available: ",
-                              cuda::device_count() == 0 ? cuda::unavailable_reason()
-                                                        : cat("this process sees ", cuda::device_count(), " GPU(s)"));
+  detail::require_usable_device("ops", op, what, t);
 }
 
-// The tensors of one call live in one memory: the host (logical CPUs share it) or one GPU; the
-// op then runs there (cpu:: or cuda:: kernels).
+// t lives in pred's memory, where the op runs.
 void require_with(const char* op, const char* what, const Tensor& t, const Tensor& pred) {
   require_usable(op, what, t);
-  const bool same = t.device() == pred.device() || (t.device().is_cpu() && pred.device().is_cpu());
-  MDTRAIN_CHECK(same, std::invalid_argument, "[ops] ", op, ": ", what, " is on ", t.device().to_string(),
-                " but y_pred is on ", pred.device().to_string());
+  detail::require_same_memory("ops", op, what, t, pred, "y_pred is");
 }
 
 // Labels are validated on the host: a GPU tensor's copy (labels are one value per row: small).

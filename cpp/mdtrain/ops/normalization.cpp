@@ -3,6 +3,7 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/normalization_kernels.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/ops/device_checks.h"
 #include "mdtrain/ops/cuda/normalization_kernels.h"
 
 namespace mdtrain::ops {
@@ -14,21 +15,13 @@ std::string describe(const Tensor& t) {
                      : std::string("undefined");
 }
 
-// The first data tensor of a call decides where it runs: the host (logical CPUs share it) or one
-// GPU, which this process must be able to use (a CPU-only build has none).
+// The first data tensor of a call decides where it runs; every other tensor lives there too.
 void require_usable(const char* op, const char* what, const Tensor& x) {
-  const Device& d = x.device();
-  if (d.is_cpu() || d.index < cuda::device_count()) return;
-  fail<std::invalid_argument>("[ops] ", op, ": ", what, " is on ", d.to_string(), ": ",
-                              cuda::device_count() == 0 ? cuda::unavailable_reason()
-                                                        : cat("this process sees ", cuda::device_count(), " GPU(s)"));
+  detail::require_usable_device("ops", op, what, x);
 }
 
-// Every other tensor of the call lives in the same memory as x.
 void require_same_memory(const char* op, const char* what, const Tensor& t, const Tensor& x) {
-  const Device &a = t.device(), &b = x.device();
-  MDTRAIN_CHECK(a == b || (a.is_cpu() && b.is_cpu()), std::invalid_argument, "[ops] ", op, ": ", what, " is on ",
-                a.to_string(), " but the other tensors are on ", b.to_string());
+  detail::require_same_memory("ops", op, what, t, x);
 }
 
 // x: a defined 2-D float32/float64 tensor on the host or a usable GPU.

@@ -7,29 +7,20 @@
 #include "mdtrain/ops/cpu/blas.h"
 #include "mdtrain/ops/cpu/kernels.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/ops/device_checks.h"
 #include "mdtrain/ops/cuda/kernels.h"
 
 namespace mdtrain::ops {
 
 namespace {
 
-// The tensors of one call live in one memory: the host (logical CPUs share it) or one GPU. The op
-// then runs there: cpu:: kernels or cuda:: kernels (ops/cuda/kernels.h).
-bool same_memory(const Device& a, const Device& b) { return a == b || (a.is_cpu() && b.is_cpu()); }
+using detail::same_memory;
 
-// A GPU tensor needs a GPU this process can use (a CPU-only build has none).
-void require_usable(const char* op, const Tensor& t) {
-  const Device& d = t.device();
-  if (d.is_cpu() || d.index < cuda::device_count()) return;
-  fail<std::invalid_argument>("[", op, "] tensor on ", d.to_string(), ": ",
-                              cuda::device_count() == 0 ? cuda::unavailable_reason()
-                                                        : cat("this process sees ", cuda::device_count(), " GPU(s)"));
-}
+void require_usable(const char* op, const Tensor& t) { detail::require_usable_device(op, nullptr, "tensor", t); }
 
 void require_same_device(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {
   require_usable(op, a);
-  MDTRAIN_CHECK(same_memory(a.device(), b.device()), std::invalid_argument, "[", op, "] ", what_b, " is on ",
-                b.device().to_string(), " but the other tensors are on ", a.device().to_string());
+  detail::require_same_memory(op, nullptr, what_b, b, a);
 }
 
 void require_same(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {

@@ -251,9 +251,9 @@ TEST(CudaConvKernels, AGpuTensorIsRefusedNamingTheDeviceWhenThereIsNoGpu) {
   Tensor x = Tensor::wrap(host->data(), input_shape(k), DType::Float32, host, Device{DeviceKind::CUDA, 0});
   Tensor y(output_shape(g));
   EXPECT_EQ(invalid_argument_of([&] { ops::avg_pool2d(x, g, y); }),
-            "[avg_pool2d] x on /device:GPU:0: " + cuda::unavailable_reason());
+            "[avg_pool2d] x is on /device:GPU:0: " + cuda::unavailable_reason());
   EXPECT_EQ(invalid_argument_of([&] { ops::global_avg_pool2d(y, x); }),
-            "[global_avg_pool2d] y on /device:GPU:0: " + cuda::unavailable_reason());
+            "[global_avg_pool2d] y is on /device:GPU:0: " + cuda::unavailable_reason());
 }
 
 TEST(CudaConvKernels, TensorsOfOneCallMustShareTheirDevice) {
