@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "gpu/training_util.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/conv2d.h"
 #include "mdtrain/nn/dense.h"
@@ -33,6 +34,11 @@ namespace {
 
 using gpu_testing::kGpu;
 using gpu_testing::to_host;
+using gpu_testing::cpu;
+using gpu_testing::expect_weights_close;
+using gpu_testing::log_of;
+using gpu_testing::one_gpu;
+using gpu_testing::two_gpus;
 
 constexpr std::int64_t kRows = 64, kSide = 12, kChannels = 2, kClasses = 3, kBatch = 16;
 
@@ -119,25 +125,6 @@ Model::EpochResult one_epoch(Model& m, const Data& d, const Model::BatchCallback
   return m.train_epoch(d.x, d.labels, order.data(), kRows, kBatch, kRows / kBatch, cb);
 }
 
-// Four float32 steps: cuBLAS associates the GEMMs' sums differently from OpenBLAS (the conv
-// kernels themselves give the CPU's bits), and the weights differ by that rounding, well inside this.
-constexpr double kRtol = 1e-3, kAtol = 1e-4;
-
-void expect_weights_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const std::string diff = gpu_testing::compare(got[i], want[i], kRtol, kAtol);
-    EXPECT_TRUE(diff.empty()) << what << ", weight " << i << ": " << diff;
-  }
-}
-
-double log_of(const Logs& logs, const std::string& name) {
-  for (const auto& [k, v] : logs)
-    if (k == name) return v;
-  ADD_FAILURE() << "no " << name << " in the logs";
-  return 0;
-}
-
 const char* head_name(Head head) { return head == Head::AveragePooling ? "AveragePooling" : "GlobalAveragePooling"; }
 void PrintTo(Head head, std::ostream* os) { *os << head_name(head); }  // for gtest's messages
 
@@ -167,12 +154,6 @@ TEST_P(SmallCnnOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
     const Logs e_cpu = on_cpu->evaluate(d.x, d.labels, kBatch, nullptr);
     EXPECT_NEAR(log_of(e_gpu, "loss"), log_of(e_cpu, "loss"), 1e-4) << what << " evaluate";
   }
-}
-
-std::shared_ptr<Strategy> two_gpus() {
-  if (gpu_testing::harness_on_cpu())
-    return std::make_shared<MirroredStrategy>(std::vector<Device>{{DeviceKind::CPU, 0}, {DeviceKind::CPU, 1}});
-  return std::make_shared<MirroredStrategy>(std::vector<Device>{{DeviceKind::CUDA, 0}, {DeviceKind::CUDA, 1}});
 }
 
 TEST_P(SmallCnnOnGpu, MirroredOnTwoGpusKeepsReplicasIdenticalAndMatchesOneGpu) {

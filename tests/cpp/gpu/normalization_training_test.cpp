@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "gpu/training_util.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/activation_layer.h"
 #include "mdtrain/nn/batch_normalization.h"
@@ -31,6 +32,11 @@ namespace {
 
 using gpu_testing::kGpu;
 using gpu_testing::to_host;
+using gpu_testing::cpu;
+using gpu_testing::expect_weights_close;
+using gpu_testing::log_of;
+using gpu_testing::one_gpu;
+using gpu_testing::two_gpus;
 
 constexpr std::int64_t kRows = 256, kPositions = 4, kChannels = 6, kClasses = 4, kBatch = 32;
 
@@ -89,34 +95,6 @@ Model::EpochResult one_epoch(Model& m, const Data& d, const Model::BatchCallback
   return m.train_epoch(d.x, d.labels, order.data(), kRows, kBatch, (kRows + kBatch - 1) / kBatch, cb);
 }
 
-// float32 steps whose sums are associated differently (cuBLAS vs OpenBLAS, the GPU's chunked
-// channel sums, NCCL's all-reduce), amplified over 8 steps: well inside this.
-constexpr double kRtol = 1e-3, kAtol = 1e-4;
-
-void expect_weights_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const std::string diff = gpu_testing::compare(got[i], want[i], kRtol, kAtol);
-    EXPECT_TRUE(diff.empty()) << what << ", weight " << i << ": " << diff;
-  }
-}
-
-double log_of(const Logs& logs, const std::string& name) {
-  for (const auto& [k, v] : logs)
-    if (k == name) return v;
-  ADD_FAILURE() << "no " << name << " in the logs";
-  return 0;
-}
-
-std::shared_ptr<Strategy> one_gpu() { return std::make_shared<OneDeviceStrategy>(kGpu); }
-std::shared_ptr<Strategy> cpu() { return std::make_shared<OneDeviceStrategy>(Device{}); }
-
-std::shared_ptr<Strategy> two_gpus() {
-  if (gpu_testing::harness_on_cpu())
-    return std::make_shared<MirroredStrategy>(std::vector<Device>{{DeviceKind::CPU, 0}, {DeviceKind::CPU, 1}});
-  return std::make_shared<MirroredStrategy>(
-      std::vector<Device>{{DeviceKind::CUDA, 0}, {DeviceKind::CUDA, 1}});  // "auto": NCCL
-}
 
 class NormalizationOnGpu : public ::testing::TestWithParam<const char*> {};
 
@@ -149,7 +127,7 @@ TEST_P(NormalizationOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
   EXPECT_NEAR(log_of(e_gpu, "loss"), log_of(e_cpu, "loss"), 1e-4);
   EXPECT_NEAR(log_of(e_gpu, "accuracy"), log_of(e_cpu, "accuracy"), 1.0 / kRows + 1e-12);
   const Tensor p_gpu = on_gpu->predict(d.x, kBatch), p_cpu = on_cpu->predict(d.x, kBatch);
-  EXPECT_EQ(gpu_testing::compare(p_gpu, p_cpu, kRtol, kAtol), "") << "predict";
+  EXPECT_EQ(gpu_testing::compare(p_gpu, p_cpu, gpu_testing::kTrainingRtol, gpu_testing::kTrainingAtol), "") << "predict";
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, NormalizationOnGpu, ::testing::Values("sgd", "adam"));

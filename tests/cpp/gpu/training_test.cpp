@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "gpu/gpu_test_util.h"
+#include "gpu/training_util.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/activation_layer.h"
 #include "mdtrain/nn/dense.h"
@@ -32,6 +33,11 @@ namespace {
 
 using gpu_testing::kGpu;
 using gpu_testing::to_host;
+using gpu_testing::cpu;
+using gpu_testing::expect_weights_close;
+using gpu_testing::log_of;
+using gpu_testing::one_gpu;
+using gpu_testing::two_gpus;
 
 constexpr std::int64_t kRows = 256, kFeatures = 20, kClasses = 10, kBatch = 32;
 
@@ -87,27 +93,6 @@ Model::EpochResult one_epoch(Model& m, const Tensor& x, const Tensor& y, const M
   return m.train_epoch(x, y, order.data(), kRows, kBatch, (kRows + kBatch - 1) / kBatch, cb);
 }
 
-// One epoch of float32 steps: the GPU's GEMMs (cuBLAS) associate sums differently from OpenBLAS, so
-// the weights differ by float32 rounding amplified over 8 steps, well inside this.
-constexpr double kRtol = 1e-3, kAtol = 1e-4;
-
-void expect_weights_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const std::string diff = gpu_testing::compare(got[i], want[i], kRtol, kAtol);
-    EXPECT_TRUE(diff.empty()) << what << ", weight " << i << ": " << diff;
-  }
-}
-
-double log_of(const Logs& logs, const std::string& name) {
-  for (const auto& [k, v] : logs)
-    if (k == name) return v;
-  ADD_FAILURE() << "no " << name << " in the logs";
-  return 0;
-}
-
-std::shared_ptr<Strategy> one_gpu() { return std::make_shared<OneDeviceStrategy>(kGpu); }
-std::shared_ptr<Strategy> cpu() { return std::make_shared<OneDeviceStrategy>(Device{}); }
 
 class SeedMlpOnGpu : public ::testing::TestWithParam<const char*> {};
 
@@ -125,7 +110,7 @@ TEST_P(SeedMlpOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
   ASSERT_EQ(s_gpu.size(), s_cpu.size());
   for (std::size_t i = 1; i < s_cpu.size(); ++i) {
     EXPECT_TRUE(s_gpu[i].second.device().is_cpu()) << s_gpu[i].first;
-    EXPECT_TRUE(gpu_testing::compare(s_gpu[i].second, s_cpu[i].second, kRtol, kAtol).empty()) << s_gpu[i].first;
+    EXPECT_TRUE(gpu_testing::compare(s_gpu[i].second, s_cpu[i].second, gpu_testing::kTrainingRtol, gpu_testing::kTrainingAtol).empty()) << s_gpu[i].first;
   }
 }
 
@@ -161,13 +146,6 @@ TEST(GpuTraining, EveryLossAndMetricMatchesTheCpu) {
     for (std::size_t i = 0; i < e_cpu.size(); ++i)
       EXPECT_NEAR(e_gpu[i].second, e_cpu[i].second, 1e-4 + 1.0 / kRows) << c.loss << " evaluate " << e_cpu[i].first;
   }
-}
-
-std::shared_ptr<Strategy> two_gpus() {
-  if (gpu_testing::harness_on_cpu())
-    return std::make_shared<MirroredStrategy>(std::vector<Device>{{DeviceKind::CPU, 0}, {DeviceKind::CPU, 1}});
-  return std::make_shared<MirroredStrategy>(
-      std::vector<Device>{{DeviceKind::CUDA, 0}, {DeviceKind::CUDA, 1}});  // "auto": NCCL
 }
 
 TEST(GpuTraining, MirroredOnTwoGpusKeepsReplicasIdenticalAndMatchesOneGpu) {

@@ -9,11 +9,14 @@
 #include "mdtrain/ops/conv_math.h"
 #include "mdtrain/ops/cuda/check.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
+#include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"
 
 namespace mdtrain::cuda {
 
 using detail::blocks_for;
+using detail::first_index;
+using detail::grid_stride;
 using detail::kThreads;
 using detail::OnDevice;
 
@@ -30,11 +33,6 @@ bool fits_int32(std::initializer_list<std::int64_t> sizes) {
     if (s > kInt32Limit) return false;
   return true;
 }
-
-template <class I> __device__ inline I first_index() {
-  return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-}
-template <class I> __device__ inline I grid_stride() { return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x); }
 
 // The geometry in the kernel's index type (Window2D holds int64).
 template <class I> struct Geometry {

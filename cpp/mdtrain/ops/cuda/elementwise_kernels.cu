@@ -10,22 +10,19 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cuda/check.h"
 #include "mdtrain/ops/cuda/kernels.h"
+#include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"
 #include "mdtrain/ops/elementwise_math.h"
 
 namespace mdtrain::cuda {
 
 using detail::blocks_for;
+using detail::first_index;
+using detail::grid_stride;
 using detail::kThreads;
 using detail::OnDevice;
 
 namespace {
-
-// Grid-stride loop index helpers (64-bit: tensors may exceed 2^31 elements).
-__device__ inline std::int64_t first_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
 template <class T> __global__ void fill_kernel(T* p, std::int64_t n, T value) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) p[i] = value;

@@ -8,6 +8,7 @@
 
 #include "mdtrain/core/device_memory.h"
 #include "mdtrain/ops/cuda/check.h"
+#include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"
 #include "mdtrain/ops/cuda/loss_kernels.h"
 #include "mdtrain/ops/loss_math.h"
@@ -15,15 +16,12 @@
 namespace mdtrain::cuda {
 
 using detail::blocks_for;
+using detail::first_index;
+using detail::grid_stride;
 using detail::kThreads;
 using detail::OnDevice;
 
 namespace {
-
-__device__ inline std::int64_t first_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
 template <class L> __device__ inline bool is_ignored(L v, bool has_ignore, std::int64_t ignore) {
   return has_ignore && static_cast<double>(v) == static_cast<double>(ignore);

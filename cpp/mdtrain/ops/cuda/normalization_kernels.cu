@@ -14,6 +14,7 @@
 
 #include "mdtrain/core/device_memory.h"
 #include "mdtrain/ops/cuda/check.h"
+#include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"
 #include "mdtrain/ops/cuda/normalization_kernels.h"
 #include "mdtrain/ops/normalization_math.h"
@@ -21,15 +22,12 @@
 namespace mdtrain::cuda {
 
 using detail::blocks_for;
+using detail::first_index;
+using detail::grid_stride;
 using detail::kThreads;
 using detail::OnDevice;
 
 namespace {
-
-__device__ inline std::int64_t first_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
 // channel_partials_kernel's blocks are kChannelTile x kRowLanes threads: a warp reads 32
 // consecutive channels of one row (coalesced), the 8 warps read 8 rows at a time.

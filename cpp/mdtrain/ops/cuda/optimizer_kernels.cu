@@ -9,6 +9,7 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cuda/check.h"
+#include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"
 #include "mdtrain/ops/cuda/optimizer_kernels.h"
 #include "mdtrain/ops/optimizer_math.h"
@@ -16,6 +17,8 @@
 namespace mdtrain::cuda {
 
 using detail::blocks_for;
+using detail::first_index;
+using detail::grid_stride;
 using detail::kThreads;
 
 namespace {
@@ -37,11 +40,6 @@ constexpr int kMaxSegments = 24;
 template <class T> struct Bucket {
   Segment<T> seg[kMaxSegments];
 };
-
-__device__ inline std::int64_t first_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
 // The clip-then-decay prologue every CPU loop starts with.
 template <class T, bool kClip, bool kDecay>
