@@ -20,7 +20,8 @@ def fashion_mnist_flat():
 
 
 def blas_peak_gflops(threads):
-    """Best float32 GEMM rate of mdtrain's BLAS at `threads` threads (2048^3, best of 5)."""
+    """Best float32 GEMM rate of mdtrain's GEMM at `threads` threads (2048^3, best of 5): blocks of
+    C on mdtrain's threads, each a single-threaded OpenBLAS call."""
     from mdtrain import _core
 
     before = _core.cpu_thread_count()

@@ -109,7 +109,7 @@ def main():
     peak1, peak2 = _common.blas_peak_gflops(1), _common.blas_peak_gflops(2)
     concurrent = _common.concurrent_gemm_gflops(2)
     peak = max(peak1, peak2, concurrent)
-    print(f"BLAS peak (sgemm 2048^3): {peak1:.0f} GFLOP/s on 1 thread, {peak2:.0f} GFLOP/s on 2 BLAS threads, "
+    print(f"BLAS peak (sgemm 2048^3): {peak1:.0f} GFLOP/s on 1 thread, {peak2:.0f} GFLOP/s on 2 threads, "
           f"{concurrent:.0f} GFLOP/s for two single-threaded GEMMs at once; load average {os.getloadavg()[0]:.2f}")
     flops = flops_per_sample() * len(x)
     rows = []

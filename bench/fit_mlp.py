@@ -97,7 +97,7 @@ def main():
     peak1, peak2 = _common.blas_peak_gflops(1), _common.blas_peak_gflops(2)
     concurrent = _common.concurrent_gemm_gflops(2)
     threads = _core.cpu_thread_count()
-    print(f"BLAS peak (sgemm 2048^3): {peak1:.0f} GFLOP/s on 1 thread, {peak2:.0f} GFLOP/s on 2 BLAS threads, "
+    print(f"BLAS peak (sgemm 2048^3): {peak1:.0f} GFLOP/s on 1 thread, {peak2:.0f} GFLOP/s on 2 threads, "
           f"{concurrent:.0f} GFLOP/s for two single-threaded GEMMs at once; mdtrain uses {threads} BLAS "
           f"thread(s) for one replica. The floor below uses the best of these.")
     flops = FLOPS_PER_SAMPLE * len(x)

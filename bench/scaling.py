@@ -107,7 +107,7 @@ def main():
           f"2-replica speedup of compute-bound work); load average {os.getloadavg()[0]:.2f}")
     rows = []
     results = {}
-    # One replica runs twice: on every core through BLAS threads (mdtrain's default), and on one
+    # One replica runs twice: on every core through its intra-op threads (the default), and on one
     # core (the baseline data parallelism is meant to multiply). Speedups are against the latter.
     configs = [(n, None) for n in args.replicas]
     if 1 in args.replicas:
@@ -116,14 +116,14 @@ def main():
         for n, threads in configs:
             r = run_mdtrain(n, MODELS[name], batch, steps, x, y, args.repeats, threads)
             results[(name, batch, n, threads)] = r
-            label = f"{n}" + (" (1 BLAS thread)" if threads == 1 else " (all cores)" if n == 1 else "")
+            label = f"{n}" + (" (1 thread)" if threads == 1 else " (all cores)" if n == 1 else "")
             rows.append({"model": name, "batch": batch, "replicas": label, "samples/s": f"{r['samples_per_s']:.0f}",
                          "epoch_s": f"{r['epoch_s']:.3f}" if not steps else f"({steps} steps)",
                          "rate": r["samples_per_s"], "key": (name, batch),
                          "step_us": f"{r['us_per_step']:.0f}", "compute": f"{r['compute_us']:.0f}",
                          "allreduce": f"{r['allreduce_us']:.0f}", "update": f"{r['update_us']:.0f}",
                          "idle": f"{r['idle_us']:.0f}"})
-    for row in rows:  # against 1 replica on 1 BLAS thread (or the first configuration run)
+    for row in rows:  # against 1 replica on 1 thread (or the first configuration run)
         base = results.get((*row["key"], 1, 1)) or results[(*row["key"], *configs[0])]
         row["speedup"] = f"{row.pop('rate') / base['samples_per_s']:.2f}"
         row.pop("key")
@@ -142,7 +142,7 @@ def main():
                 else:
                     print("TF run failed:", proc.stderr[-1500:], file=sys.stderr)
         for row in rows:
-            if "1 BLAS thread" in row["replicas"]:
+            if "1 thread" in row["replicas"]:
                 continue
             tf_rate = tf_results.get(int(row["replicas"].split()[0]), {}).get(f"{MODELS[row['model']]}-{row['batch']}")
             if tf_rate:
@@ -151,7 +151,7 @@ def main():
     print()
     _common.print_table(rows, ["model", "batch", "replicas", "samples/s", "epoch_s", "speedup", "step_us", "compute",
                                "allreduce", "update", "idle", "tf_samples/s", "mdtrain/tf"])
-    print("(speedup: against 1 replica on 1 BLAS thread; per-step times in microseconds, replica 0; compute is "
+    print("(speedup: against 1 replica on 1 thread; per-step times in microseconds, replica 0; compute is "
           "the slowest replica's)")
     path = _common.write_json("scaling.json", {"machine": _common.machine(), "rows": rows,
                                                "gemm_gflops_one_thread": one, "gemm_gflops_two_concurrent": two,

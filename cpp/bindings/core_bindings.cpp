@@ -59,7 +59,7 @@ py::array numpy_from_tensor(const Tensor& tensor_any) {
 void init_core(py::module_& m) {
   m.def("cuda_device_count", &cuda::device_count, "GPUs usable by this build (0 without CUDA).");
   m.def("cuda_unavailable_reason", &cuda::unavailable_reason);
-  m.def("cpu_thread_count", &ops::cpu_thread_count, "Threads each BLAS call may use.");
+  m.def("cpu_thread_count", &ops::cpu_thread_count, "Threads one CPU op may split its work over (the BLAS runs single-threaded).");
   m.def("set_cpu_threads", &ops::set_cpu_threads, py::arg("threads"));
   m.def("available_communicators", &available_backends);
   m.def("parse_device", [](const std::string& s) {

@@ -6,7 +6,7 @@ A physical CPU can be split into several logical CPU devices, as TensorFlow does
     mdtrain.config.set_logical_device_configuration(cpu, [mdtrain.config.LogicalDeviceConfiguration()] * 2)
 
 or, with no change to the script, ``MDTRAIN_NUM_CPU_DEVICES=2``. Each logical CPU device runs its
-replica on its own thread with single-threaded BLAS.
+replica on its own thread, one core each.
 """
 import os
 import types
@@ -110,12 +110,13 @@ def get_visible_devices(device_type=None):
 
 
 class _Threading:
-    """tf.config.threading: how many threads one replica's BLAS calls may use.
+    """tf.config.threading: how many threads one replica's ops may split their work over.
 
-    By default one replica alone uses every core (OpenBLAS's default; MDTRAIN_CPU_THREADS
-    overrides it). While several replicas run (MirroredStrategy) BLAS is single-threaded whatever
-    this says: N replicas on N cores beat one BLAS call on N threads. On a machine shared with
-    other busy processes, 1 is safer: OpenBLAS's threads wait for each other by spinning."""
+    By default one replica alone uses every core (MDTRAIN_CPU_THREADS overrides it): mdtrain cuts
+    its GEMMs and convolutions into blocks for its own threads and calls the BLAS single-threaded.
+    While several replicas run (MirroredStrategy) each uses one thread whatever this says: N
+    replicas on N cores beat one op on N threads. On a machine shared with other busy processes,
+    1 is safer: the threads wait for each other by spinning briefly."""
 
     _user_set = False  # set_intra_op_parallelism_threads was called
 

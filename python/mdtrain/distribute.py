@@ -354,9 +354,9 @@ def _local_worker_count():
 
 
 def _share_cores_with_local_workers():
-    """Workers on one host split its cores between their BLAS threads, unless the user chose a
-    count (MDTRAIN_CPU_THREADS or tf.config.threading): two workers each running BLAS on every
-    core would fight over them (OpenBLAS's threads spin while they wait)."""
+    """Workers on one host split its cores between their intra-op threads, unless the user chose a
+    count (MDTRAIN_CPU_THREADS or tf.config.threading): two workers each splitting ops over every
+    core would fight over them (the threads spin while they wait)."""
     if "MDTRAIN_CPU_THREADS" in os.environ or _config.threading._user_set:
         return
     _core.set_cpu_threads(max(1, (os.cpu_count() or 1) // _local_worker_count()))

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mdtrain/nn/window_args.h"
+#include "mdtrain/ops/cpu/thread_team.h"
 #include "mdtrain/ops/conv_ops.h"
 #include "mdtrain/ops/ops.h"
 
@@ -103,8 +104,8 @@ Tensor grown_rows(Tensor& buffer, std::int64_t rows, std::int64_t cols, DType dt
 }
 }  // namespace
 
-Tensor Conv2D::column_rows(std::int64_t rows, const Device& device) {
-  return grown_rows(col_, rows, window_.k_h * window_.k_w * window_.channels, dtype_, device);
+Tensor Conv2D::column_rows(Tensor& buffer, std::int64_t rows, const Device& device) {
+  return grown_rows(buffer, rows, window_.k_h * window_.k_w * window_.channels, dtype_, device);
 }
 
 void Conv2D::check_conv_input(const Tensor& x) const {
@@ -118,6 +119,25 @@ void Conv2D::check_conv_input(const Tensor& x) const {
   check_input(x);  // the spatial size the layer was built for, and the dtype
 }
 
+namespace {
+// Below this many multiply-adds a layer's pass is too short to share: waking the team's workers
+// and adding the partial gradients would cost more than the second core gives.
+constexpr std::int64_t kMinSplitMacs = std::int64_t{2} << 20;
+}  // namespace
+
+int Conv2D::runs_for(std::int64_t images, const Device& device) const {
+  if (!device.is_cpu() || images < 2) return 1;
+  const std::int64_t macs = images * window_.out_h * window_.out_w * window_.k_h * window_.k_w * window_.channels *
+                            options_.filters;
+  if (macs < kMinSplitMacs) return 1;
+  return static_cast<int>(std::min<std::int64_t>(images, ops::cpu_thread_count()));
+}
+
+std::pair<std::int64_t, std::int64_t> Conv2D::run_rows(int run, int runs, std::int64_t images) const {
+  const std::int64_t first_image = images * run / runs, last_image = images * (run + 1) / runs;
+  return {first_image * window_.out_h, last_image * window_.out_h};
+}
+
 Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   check_conv_input(x);
   x_ = x;
@@ -125,9 +145,7 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
                      depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
   const Device& device = x.device();
   ensure_buffer(y_, {rows, filters}, dtype_, device);
-  const bool keep = keeps_preactivation(activation_);
-  if (keep) ensure_buffer(z_, {rows, filters}, dtype_, device);
-  const Tensor w = weights_.kernel.value.reshape({depth, filters});
+  if (keeps_preactivation(activation_)) ensure_buffer(z_, {rows, filters}, dtype_, device);
   const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk(device);
   // Backward needs the columns again. They are kept for it when the whole batch is one chunk, or,
   // on a CPU, when they are no larger than the output (kh*kw*cin <= filters: the first layer of an
@@ -135,23 +153,44 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   // backward rebuilds each chunk's columns, which is cheaper than streaming them through memory
   // twice (and on a GPU keeps the columns within the budget).
   columns_kept_ = !pointwise() && (out_rows <= chunk || (device.is_cpu() && depth <= filters));
-  if (columns_kept_) column_rows(rows, device);
+  if (columns_kept_) column_rows(col_, rows, device);
+  const int wanted = runs_for(images, device);
+  cpu::IntraOpTeam team(wanted > 1);
+  const int runs = team.get() ? std::min(wanted, team.get()->size()) : 1;
+  last_runs_ = runs;
+  if (runs == 1) {
+    forward_rows(x, 0, out_rows, chunk, col_);
+  } else {
+    run_col_.resize(static_cast<std::size_t>(runs));
+    team.get()->run([&](int r) {
+      if (r >= runs) return;
+      const auto [first, last] = run_rows(r, runs, images);
+      forward_rows(x, first, last, chunk, r == 0 ? col_ : run_col_[static_cast<std::size_t>(r)]);
+    });
+  }
+  return y_.reshape({images, window_.out_h, window_.out_w, filters});
+}
+
+void Conv2D::forward_rows(const Tensor& x, std::int64_t first, std::int64_t last, std::int64_t chunk, Tensor& col_buffer) {
+  const std::int64_t rows = x.dim(0) * window_.out_h * window_.out_w,
+                     depth = window_.k_h * window_.k_w * window_.channels;
+  const bool keep = keeps_preactivation(activation_);
+  const Tensor w = weights_.kernel.value.reshape({depth, options_.filters});
   const Tensor x2 = pointwise() ? x.reshape({rows, depth}) : Tensor();  // a 1x1 conv's own columns
-  for (std::int64_t r0 = 0; r0 < out_rows; r0 += chunk) {
-    const std::int64_t r1 = std::min(out_rows, r0 + chunk), p0 = r0 * window_.out_w, p1 = r1 * window_.out_w;
+  for (std::int64_t r0 = first; r0 < last; r0 += chunk) {
+    const std::int64_t r1 = std::min(last, r0 + chunk), p0 = r0 * window_.out_w, p1 = r1 * window_.out_w;
     Tensor y = y_.rows(p0, p1);
     Tensor z = keep ? z_.rows(p0, p1) : y;
     if (pointwise()) {
       ops::gemm(x2.rows(p0, p1), false, w, false, z);
     } else {
-      Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(p1 - p0, device);
+      Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(col_buffer, p1 - p0, x.device());
       ops::im2col(x, window_, r0, col);
       ops::gemm(col, false, w, false, z);
     }
     // z = x * kernel + bias stays (when kept) for GELU's gradient and as the logits of softmax/sigmoid.
     weights_.add_bias_and_activate(z, options_.use_bias, activation_, keep, y);
   }
-  return y_.reshape({images, window_.out_h, window_.out_w, filters});
 }
 
 Tensor Conv2D::logits() const {
@@ -175,32 +214,69 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
                 grad.dim(0), " rows, the last forward produced ", rows);
   const Device& device = x_.device();
   Tensor dw = weights_.kernel.grad.reshape({depth, filters});
-  const Tensor w = weights_.kernel.value.reshape({depth, filters});
   if (need_input_grad) ensure_buffer(dx_, x_.shape(), dtype_, device);
   if (rows == 0) {
     weights_.kernel.grad.fill(0.0);
     if (options_.use_bias) weights_.bias.grad.fill(0.0);
     return need_input_grad ? dx_ : Tensor();
   }
-  const bool keep = keeps_preactivation(activation_);
   const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk(device);
+  const int wanted = runs_for(images, device);
+  cpu::IntraOpTeam team(wanted > 1);
+  const int runs = team.get() ? std::min(wanted, team.get()->size()) : 1;
+  last_runs_ = runs;
+  if (runs == 1) {
+    backward_rows(grad, through_activation, need_input_grad, 0, out_rows, chunk, dw, weights_.bias.grad, col_, dz_);
+  } else {
+    // Each run's gradients into its row of run_dw_ / run_db_, then added up in run order.
+    ensure_buffer(run_dw_, {runs, depth * filters}, dtype_, device);
+    ensure_buffer(run_db_, {runs, filters}, dtype_, device);
+    run_col_.resize(static_cast<std::size_t>(runs));
+    run_dz_.resize(static_cast<std::size_t>(runs));
+    team.get()->run([&](int r) {
+      if (r >= runs) return;
+      const auto [first, last] = run_rows(r, runs, images);
+      const auto k = static_cast<std::size_t>(r);
+      backward_rows(grad, through_activation, need_input_grad, first, last, chunk,
+                    run_dw_.rows(r, r + 1).reshape({depth, filters}), run_db_.rows(r, r + 1).reshape({filters}),
+                    r == 0 ? col_ : run_col_[k], r == 0 ? dz_ : run_dz_[k]);
+    });
+    Tensor dw_flat = dw.reshape({depth * filters});
+    ops::sum_rows(run_dw_, dw_flat);
+    if (options_.use_bias) ops::sum_rows(run_db_, weights_.bias.grad);
+  }
+  if (need_input_grad) columns_kept_ = false;  // overwritten by the input-gradient columns
+  return need_input_grad ? dx_ : Tensor();
+}
+
+void Conv2D::backward_rows(const Tensor& grad, bool through_activation, bool need_input_grad, std::int64_t first,
+                           std::int64_t last, std::int64_t chunk, Tensor dw, Tensor db, Tensor& col_buffer,
+                           Tensor& dz_buffer) {
+  const std::int64_t images = x_.dim(0), rows = images * window_.out_h * window_.out_w,
+                     depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
+  const Device& device = x_.device();
+  const Tensor w = weights_.kernel.value.reshape({depth, filters});
+  const bool keep = keeps_preactivation(activation_);
+  const std::int64_t out_rows = images * window_.out_h;
   const Tensor x2 = pointwise() ? x_.reshape({rows, depth}) : Tensor();
   Tensor dx2 = need_input_grad && pointwise() ? dx_.reshape({rows, depth}) : Tensor();
   // col2im adds each chunk onto dx, and neighbouring chunks may share input rows: input rows are
   // zeroed just before the first chunk that reaches them (chunks reach them in order), so the
-  // zeroing stays in cache with the chunk.
+  // zeroing stays in cache with the chunk. The rows start and end on whole images, whose input
+  // rows no other run touches.
   Tensor dx_lines = need_input_grad ? dx_.reshape({images * window_.in_h, -1}) : Tensor();
-  std::int64_t zeroed_lines = 0;
-  for (std::int64_t r0 = 0; r0 < out_rows; r0 += chunk) {
-    const std::int64_t r1 = std::min(out_rows, r0 + chunk), p0 = r0 * window_.out_w, p1 = r1 * window_.out_w;
-    const double beta = r0 == 0 ? 0.0 : 1.0;  // the first chunk overwrites the gradients, the others add
+  std::int64_t zeroed_lines = first / window_.out_h * window_.in_h;
+  const std::int64_t last_line = last / window_.out_h * window_.in_h;
+  for (std::int64_t r0 = first; r0 < last; r0 += chunk) {
+    const std::int64_t r1 = std::min(last, r0 + chunk), p0 = r0 * window_.out_w, p1 = r1 * window_.out_w;
+    const double beta = r0 == first ? 0.0 : 1.0;  // the first chunk overwrites the gradients, the others add
     Tensor dz = grad.rows(p0, p1);
     if (through_activation) {
-      Tensor scratch = grown_rows(dz_, p1 - p0, filters, dtype_, device);
+      Tensor scratch = grown_rows(dz_buffer, p1 - p0, filters, dtype_, device);
       ops::activation_backward(activation_, keep ? z_.rows(p0, p1) : Tensor(), y_.rows(p0, p1), dz, scratch);
       dz = scratch;
     }
-    if (options_.use_bias) ops::sum_rows(dz, weights_.bias.grad, beta);
+    if (options_.use_bias) ops::sum_rows(dz, db, beta);
     if (pointwise()) {
       ops::gemm(x2.rows(p0, p1), true, dz, false, dw, 1.0, beta);
       if (need_input_grad) {
@@ -209,7 +285,7 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
       }
       continue;
     }
-    Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(p1 - p0, device);
+    Tensor col = columns_kept_ ? col_.rows(p0, p1) : column_rows(col_buffer, p1 - p0, device);
     if (!columns_kept_) ops::im2col(x_, window_, r0, col);
     ops::gemm(col, true, dz, false, dw, 1.0, beta);
     if (need_input_grad) {
@@ -217,7 +293,7 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
       ops::gemm(dz, false, w, true, col);
       if (r0 == 0 && r1 == out_rows) {  // one chunk (always, on a GPU within its budget): dx whole
         ops::col2im(col, window_, dx_);
-        zeroed_lines = dx_lines.dim(0);
+        zeroed_lines = last_line;
         continue;
       }
       // The last input row this chunk's windows reach, + 1 (the last output row reaches furthest).
@@ -232,10 +308,8 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
       ops::col2im_accumulate(col, window_, r0, dx_);
     }
   }
-  if (need_input_grad && !pointwise() && zeroed_lines < dx_lines.dim(0))
-    dx_lines.rows(zeroed_lines, dx_lines.dim(0)).fill(0.0);  // rows no window reads
-  if (need_input_grad) columns_kept_ = false;                // overwritten by the input-gradient columns
-  return need_input_grad ? dx_ : Tensor();
+  if (need_input_grad && !pointwise() && zeroed_lines < last_line)
+    dx_lines.rows(zeroed_lines, last_line).fill(0.0);  // rows no window reads
 }
 
 std::vector<Parameter*> Conv2D::parameters() { return weights_.parameters(built_, options_.use_bias); }

@@ -1,5 +1,6 @@
 #pragma once
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "mdtrain/nn/initializer.h"
@@ -44,7 +45,7 @@ class Conv2D : public Layer {
     Json bias_regularizer;
   };
   // The default bound of a chunk's columns plus its output rows: of the order of a core's L2
-  // cache, and still large enough GEMMs for BLAS threads to share. (Measured single-threaded on
+  // cache, and still large enough GEMMs to run at speed. (Measured single-threaded on
   // a small MNIST CNN, batch 128: 2 MB chunks ran the training step ~20% faster than 32 MB ones.)
   static constexpr std::int64_t kColumnBudgetBytes = 2 << 20;
   // The same bound on a GPU, where it only limits memory: 256 MB holds a usual batch whole (128
@@ -77,6 +78,9 @@ class Conv2D : public Layer {
   // Sets the column budget of every device (tests use a small one to exercise chunking), in place
   // of kColumnBudgetBytes / kGpuColumnBudgetBytes. Not part of the config.
   void set_column_budget_bytes(std::int64_t bytes);
+  // Into how many runs of whole images the last forward or backward split its batch over the
+  // intra-op threads (1: not split).
+  int last_runs() const { return last_runs_; }
 
  protected:
   void build_weights(const Shape& input_shape, std::uint64_t seed) override;
@@ -85,10 +89,28 @@ class Conv2D : public Layer {
   Window2D window_for(const Shape& input_shape) const;  // validated; throws naming the layer
   void check_conv_input(const Tensor& x) const;
   bool pointwise() const;                 // 1x1 kernel, stride 1: no columns needed
-  // A (rows, kh*kw*cin) view of col_ on `device`, grown as needed.
-  Tensor column_rows(std::int64_t rows, const Device& device);
+  // A (rows, kh*kw*cin) view of `buffer` (col_ or a worker's) on `device`, grown as needed.
+  Tensor column_rows(Tensor& buffer, std::int64_t rows, const Device& device);
   // Backward chunk by chunk from dL/dy (through_activation) or dL/dz.
   Tensor backward_chunks(const Tensor& grad, bool through_activation, bool need_input_grad);
+
+  // On a CPU, a batch large enough is split into runs of whole images, one per member of the
+  // intra-op thread team (cpu::IntraOpTeam: the cores one replica may use), each run in its own
+  // chunks with its own scratch; the kernel and bias gradients are then the runs' partial sums
+  // added in run order. Images never share input rows, so the runs write disjoint rows of y, z,
+  // the kept columns and dx. The result is deterministic for a given thread count (with several
+  // threads the gradients are summed in a different order than in one run).
+  int runs_for(std::int64_t images, const Device& device) const;
+  // Output rows [first, last) of the run `run` of `runs` over `images` (numbered across the batch).
+  std::pair<std::int64_t, std::int64_t> run_rows(int run, int runs, std::int64_t images) const;
+  // Forward of output rows [first, last) in chunks; `col` is the run's column scratch (unused when
+  // the columns are kept).
+  void forward_rows(const Tensor& x, std::int64_t first, std::int64_t last, std::int64_t chunk, Tensor& col);
+  // Backward of output rows [first, last) in chunks: these rows' kernel and bias gradients into
+  // dw / db (overwritten), their images' input gradient into dx_; `col` and `dz` are the run's
+  // scratch.
+  void backward_rows(const Tensor& grad, bool through_activation, bool need_input_grad, std::int64_t first,
+                     std::int64_t last, std::int64_t chunk, Tensor dw, Tensor db, Tensor& col, Tensor& dz);
 
   Options options_;
   bool same_padding_ = false;
@@ -100,6 +122,11 @@ class Conv2D : public Layer {
   // output; one chunk's activation gradient; the input gradient. col_ and dz_ grow to the
   // largest size needed and are viewed.
   Tensor x_, col_, z_, y_, dz_, dx_;
+  // Scratch of runs 1.. of a split batch (column and activation-gradient buffers), and every
+  // run's kernel / bias gradient, (runs, kh*kw*cin*filters) and (runs, filters).
+  std::vector<Tensor> run_col_, run_dz_;
+  Tensor run_dw_, run_db_;
+  int last_runs_ = 1;
   bool columns_kept_ = false;
   std::int64_t column_budget_bytes_ = 0;  // 0: the device's default
 };

@@ -1,11 +1,13 @@
 #include "mdtrain/ops/ops.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/blas.h"
 #include "mdtrain/ops/cpu/kernels.h"
+#include "mdtrain/ops/cpu/thread_team.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
 #include "mdtrain/ops/device_checks.h"
 #include "mdtrain/ops/cuda/kernels.h"
@@ -29,6 +31,48 @@ void require_same(const char* op, const Tensor& a, const Tensor& b, const char* 
   MDTRAIN_CHECK(a.dtype() == b.dtype(), std::invalid_argument, "[", op, "] dtype mismatch: ",
                 name_of(a.dtype()), " vs ", what_b, " ", name_of(b.dtype()));
   require_same_device(op, a, b, what_b);
+}
+
+// Below this many multiply-adds a GEMM runs on the calling thread: waking the team would cost
+// more than the second core gives.
+constexpr std::int64_t kMinSplitMacs = std::int64_t{1} << 20;
+
+// C (m x n, row-major, ldc = n) = alpha op(A) op(B) + beta C on the CPU, split over the intra-op
+// team in blocks of whole rows or columns of C, each one single-threaded BLAS call. K is never
+// split, so every element is one dot product as in a single call; only the BLAS's choice of kernel
+// for a block's size (OpenBLAS has a separate small-matrix path) may round differently. The blocks
+// depend only on the shape and the thread count: the same inputs and thread count give the same
+// bits on every run. The split takes the dimension whose blocks share the smaller operand: blocks
+// of rows each pack their rows of op(A) and all of op(B) (k x n), blocks of columns all of op(A)
+// (m x k): so rows when m >= n.
+template <class T>
+void cpu_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
+              const T* b, std::int64_t ldb, T beta, T* c) {
+  const auto whole = [&](std::int64_t m0, std::int64_t m1, std::int64_t n0, std::int64_t n1) {
+    // Rows m0.. of op(A): rows of A, or columns of A^T's storage; columns n0.. of op(B) likewise.
+    const T* ab = ta ? a + m0 : a + m0 * lda;
+    const T* bb = tb ? b + n0 * ldb : b + n0;
+    cpu::gemm(ta, tb, static_cast<int>(m1 - m0), static_cast<int>(n1 - n0), static_cast<int>(k), alpha, ab,
+              static_cast<int>(lda), bb, static_cast<int>(ldb), beta, c + m0 * n + n0, static_cast<int>(n));
+  };
+  const bool split_rows = m >= n;
+  const std::int64_t extent = split_rows ? m : n;
+  const int wanted = m * n * k >= kMinSplitMacs ? static_cast<int>(std::min<std::int64_t>(cpu_thread_count(), extent / 8))
+                                                 : 1;
+  cpu::IntraOpTeam team(wanted > 1);
+  if (!team.get()) return whole(0, m, 0, n);
+  const int parts = std::min(wanted, team.get()->size());
+  team.get()->run([&](int p) {
+    if (p >= parts) return;
+    // Blocks rounded to 8 (a SIMD width of floats) except the last.
+    const std::int64_t step = (extent / parts + 7) / 8 * 8;
+    const std::int64_t lo = std::min(extent, step * p), hi = p == parts - 1 ? extent : std::min(extent, lo + step);
+    if (lo >= hi) return;
+    if (split_rows)
+      whole(lo, hi, 0, n);
+    else
+      whole(0, m, lo, hi);
+  });
 }
 
 // (rows, cols) view of a tensor whose last axis is the feature axis.
@@ -68,9 +112,8 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   }
   by_dtype(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::gemm(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), static_cast<T>(alpha),
-              a.data<T>(), static_cast<int>(a.dim(1)), b.data<T>(), static_cast<int>(b.dim(1)),
-              static_cast<T>(beta), c.data<T>(), static_cast<int>(n));
+    cpu_gemm<T>(ta, tb, m, n, k, static_cast<T>(alpha), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
+                static_cast<T>(beta), c.data<T>());
   });
 }
 
@@ -190,9 +233,9 @@ bool all_finite(const Tensor& x) {
 
 void set_cpu_threads(int threads) {
   MDTRAIN_CHECK(threads >= 1, std::invalid_argument, "[ops] thread count must be >= 1, got ", threads);
-  cpu::set_blas_threads(threads);
+  cpu::set_intra_op_threads(threads);
 }
 
-int cpu_thread_count() { return cpu::blas_max_threads(); }
+int cpu_thread_count() { return cpu::intra_op_threads(); }
 
 }  // namespace mdtrain::ops

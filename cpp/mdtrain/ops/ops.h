@@ -39,8 +39,9 @@ void gather_rows(const Tensor& x, const std::int64_t* indices, std::int64_t coun
 // True if every element is finite.
 bool all_finite(const Tensor& x);
 
-// Threads each BLAS call may use, process-wide. While several replicas run, each on its own
-// thread, this is 1 (see ReplicaPool); one replica alone may use every core.
+// Threads one CPU op may split its work over (GEMMs in blocks, Conv2D by images; the BLAS itself
+// runs single-threaded), process-wide: every core by default. While several replicas run, each
+// on its own thread, this is 1 (see cpu::ThreadTeam); one replica alone may use every core.
 void set_cpu_threads(int threads);
 int cpu_thread_count();
 

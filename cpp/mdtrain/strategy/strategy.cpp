@@ -10,7 +10,7 @@ Strategy::Strategy(std::vector<Device> devices) : devices_(std::move(devices)) {
     for (std::size_t j = 0; j < i; ++j)
       MDTRAIN_CHECK(devices_[i] != devices_[j], std::invalid_argument, "[strategy] device ",
                     devices_[i].to_string(), " is listed twice");
-  pool_ = std::make_unique<ReplicaPool>(static_cast<int>(devices_.size()));
+  pool_ = std::make_unique<cpu::ThreadTeam>(static_cast<int>(devices_.size()));
 }
 
 }  // namespace mdtrain

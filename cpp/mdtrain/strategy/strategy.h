@@ -7,7 +7,7 @@
 #include "mdtrain/core/device.h"
 #include "mdtrain/distribute/communicator.h"
 #include "mdtrain/distribute/gradient_reducer.h"
-#include "mdtrain/strategy/replica_pool.h"
+#include "mdtrain/ops/cpu/thread_team.h"
 
 namespace mdtrain {
 
@@ -51,7 +51,7 @@ class Strategy {
     bucket_bytes_ = bytes == 0 ? GradientReducer::kDefaultBucketBytes : bytes;
   }
 
-  // Runs fn(r) for every replica concurrently (see ReplicaPool).
+  // Runs fn(r) for every replica concurrently, one thread each (see cpu::ThreadTeam).
   void run_replicas(const std::function<void(int)>& fn) { pool_->run(fn); }
 
  protected:
@@ -59,7 +59,7 @@ class Strategy {
 
  private:
   std::vector<Device> devices_;
-  std::unique_ptr<ReplicaPool> pool_;
+  std::unique_ptr<cpu::ThreadTeam> pool_;
   std::size_t bucket_bytes_ = GradientReducer::kDefaultBucketBytes;
 };
 

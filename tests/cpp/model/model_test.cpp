@@ -301,8 +301,8 @@ TEST_P(MirroredVsOneDevice, SameSeedSameReplicaCountIsDeterministic) {
   for (std::size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(bitwise_equal(wa[i], wb[i])) << i;
 }
 
-// Layers big enough that OpenBLAS would split a GEMM over several threads: ReplicaPool::run must
-// make BLAS single-threaded before any worker starts, or the partitioning (and the float
+// Layers big enough that a GEMM would be split over the intra-op threads: ThreadTeam::run must
+// make each replica single-threaded before any worker starts, or the partitioning (and the float
 // rounding) would vary from run to run.
 TEST_P(MirroredVsOneDevice, DeterministicWithBlasSizedLayers) {
   const int replicas = GetParam();

@@ -22,6 +22,8 @@
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
+#include "mdtrain/ops/cpu/thread_team.h"
+#include "mdtrain/ops/ops.h"
 #include "gradient_check.h"
 
 namespace mdtrain {
@@ -280,6 +282,101 @@ TEST(Conv2DGradientExtra, ChunkedColumnsGiveTheSameResults) {
     for (std::int64_t i = 0; i < k1.numel(); ++i)
       ASSERT_EQ(chunked.kernel().grad.data<double>()[i], k1.data<double>()[i]);
   }
+}
+
+// On a CPU a batch big enough is split into runs of whole images over the intra-op threads (the
+// intra-op thread count): the same outputs, input gradient and (summed in another order) kernel and
+// bias gradients as one run, for kept and rebuilt columns, chunks inside and across images,
+// uneven runs, and input rows no window reads.
+TEST(Conv2DThreads, SplittingTheBatchOverThreadsGivesTheResultsOfOneRun) {
+  struct Case {
+    const char* name;
+    std::int64_t h, w, channels, filters, kernel, stride, images;
+    const char* padding;
+    std::int64_t budget;  // 0: the default column budget
+  };
+  const Case cases[] = {
+      // Each above the 2^21 multiply-adds a split needs; 7 images over 2 or 3 runs: uneven runs.
+      {"rebuilt columns, chunks across images", 16, 16, 8, 16, 3, 1, 8, "same", 0},
+      {"kept columns (first layer)", 28, 28, 1, 32, 3, 1, 12, "valid", 0},
+      {"one output row per chunk", 16, 16, 8, 16, 3, 1, 8, "same", 1},
+      {"uneven runs", 16, 16, 8, 20, 3, 1, 7, "same", 0},
+      {"rows no window reads", 30, 30, 16, 64, 2, 3, 6, "valid", 0},
+      {"pointwise", 12, 12, 32, 64, 1, 1, 8, "valid", 0}};
+  const int threads_before = ops::cpu_thread_count();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::mt19937_64 rng(21);
+    Conv2D::Options o;
+    o.filters = c.filters;
+    o.kernel_size = {c.kernel, c.kernel};
+    o.strides = {c.stride, c.stride};
+    o.padding = c.padding;
+    o.activation = "relu";
+    // Random inputs (no finite differences here, so no need to keep away from ReLU's kink).
+    auto serial = std::make_unique<Conv2D>("conv2d", o);
+    serial->build({c.h, c.w, c.channels}, 1234, DType::Float64);
+    const Tensor x = random_tensor({c.images, c.h, c.w, c.channels}, rng);
+    if (c.budget) serial->set_column_budget_bytes(c.budget);
+    const Shape out = {c.images, serial->output_shape()[0], serial->output_shape()[1], c.filters};
+    const Tensor g1 = random_tensor(out, rng), g2 = random_tensor(out, rng);
+    ops::set_cpu_threads(1);
+    const Tensor y = serial->forward(x, ForwardContext{}).clone();
+    serial->backward(g1, true);
+    const Tensor dx = serial->backward(g2, true).clone();  // the second pass reuses dx's buffer
+    const Tensor dw = serial->kernel().grad.clone(), db = serial->bias().grad.clone();
+    EXPECT_EQ(serial->last_runs(), 1);
+    for (int threads : {2, 3}) {
+      SCOPED_TRACE(::testing::Message() << threads << " threads");
+      auto split_layer = serial->clone();
+      auto& split = static_cast<Conv2D&>(*split_layer);
+      ops::set_cpu_threads(threads);
+      const Tensor ys = split.forward(x, ForwardContext{}).clone();
+      EXPECT_EQ(split.last_runs(), threads);
+      split.backward(g1, true);
+      const Tensor dxs = split.backward(g2, true).clone();
+      EXPECT_EQ(split.last_runs(), threads);
+      ops::set_cpu_threads(1);
+      for (std::int64_t i = 0; i < y.numel(); ++i) ASSERT_NEAR(ys.data<double>()[i], y.data<double>()[i], 1e-13) << i;
+      for (std::int64_t i = 0; i < dx.numel(); ++i)
+        ASSERT_NEAR(dxs.data<double>()[i], dx.data<double>()[i], 1e-13) << i;
+      for (std::int64_t i = 0; i < dw.numel(); ++i)
+        ASSERT_NEAR(split.kernel().grad.data<double>()[i], dw.data<double>()[i], 1e-11) << i;
+      for (std::int64_t i = 0; i < db.numel(); ++i)
+        ASSERT_NEAR(split.bias().grad.data<double>()[i], db.data<double>()[i], 1e-11) << i;
+    }
+  }
+  ops::set_cpu_threads(threads_before);
+}
+
+TEST(Conv2DThreads, SmallPassesAndReplicasRunningSideBySideDoNotSplit) {
+  std::mt19937_64 rng(22);
+  Conv2D::Options o;
+  o.filters = 4;
+  o.kernel_size = {3, 3};
+  auto small = std::make_unique<Conv2D>("small", o);
+  small->build({8, 8, 2}, 1, DType::Float64);
+  Tensor x = random_tensor({4, 8, 8, 2}, rng);  // 4 * 36 * 18 * 4 multiply-adds: too few to split
+  const int threads_before = ops::cpu_thread_count();
+  ops::set_cpu_threads(2);
+  small->forward(x, ForwardContext{});
+  EXPECT_EQ(small->last_runs(), 1);
+  ops::set_cpu_threads(threads_before);
+  // A replica among several runs with one thread (cpu::ThreadTeam::run), so it never splits.
+  o.filters = 64;
+  auto big = std::make_unique<Conv2D>("big", o);
+  big->build({28, 28, 8}, 1, DType::Float64);
+  x = random_tensor({6, 28, 28, 8}, rng);
+  cpu::ThreadTeam replicas(2);
+  std::vector<int> runs(2, 0);
+  ops::set_cpu_threads(2);
+  replicas.run([&](int r) {
+    auto mine = big->clone();
+    mine->forward(x, ForwardContext{});
+    runs[static_cast<std::size_t>(r)] = static_cast<Conv2D&>(*mine).last_runs();
+  });
+  EXPECT_EQ(runs, (std::vector<int>{1, 1}));
+  ops::set_cpu_threads(threads_before);
 }
 
 TEST(Conv2DGradientExtra, ChunkedInputGradientClearsRowsNoWindowReads) {
