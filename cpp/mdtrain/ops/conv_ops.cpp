@@ -1,9 +1,11 @@
 #include "mdtrain/ops/conv_ops.h"
 
+#include <algorithm>
 #include <climits>
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/conv_kernels.h"
+#include "mdtrain/ops/cpu/thread_team.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
 #include "mdtrain/ops/cuda/cuda_runtime.h"
 #include "mdtrain/ops/device_checks.h"
@@ -78,6 +80,22 @@ std::int64_t require_row_columns(const char* op, const Tensor& col, const Window
                 "] output rows [", first_row, ", ", first_row + rows, ") are outside the ", images * g.out_h,
                 " rows of ", images, " images");
   return rows;
+}
+
+// Runs fn(first_image, last_image) over the batch, cut into runs of whole images over the intra-op
+// team when the pass touches enough elements to pay for waking it (pooling is memory-bound: a run
+// per core). Images are independent, so the result is the same bits however the batch is cut.
+template <class F>
+void over_image_runs(std::int64_t images, std::int64_t elements, F&& fn) {
+  constexpr std::int64_t kMinSplitElements = std::int64_t{1} << 17;
+  const int wanted =
+      elements >= kMinSplitElements ? static_cast<int>(std::min<std::int64_t>(cpu::intra_op_threads(), images)) : 1;
+  cpu::IntraOpTeam team(wanted > 1);
+  if (!team.get()) return fn(std::int64_t{0}, images);
+  const int runs = std::min(wanted, team.get()->size());
+  team.get()->run([&](int r) {
+    if (r < runs) fn(images * r / runs, images * (r + 1) / runs);
+  });
 }
 
 template <class F>
@@ -178,7 +196,11 @@ void max_pool2d(const Tensor& x, const Window2D& g, Tensor& y, Tensor& argmax) {
   if (!x.device().is_cpu()) return cuda::max_pool2d(x, g, y, argmax);
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::max_pool2d<T>(x.data<T>(), images, g, y.data<T>(), argmax.data<std::int32_t>());
+    const std::int64_t in = g.in_h * g.in_w * g.channels, out = g.out_h * g.out_w * g.channels;
+    over_image_runs(images, x.numel(), [&](std::int64_t i0, std::int64_t i1) {
+      cpu::max_pool2d<T>(x.data<T>() + i0 * in, i1 - i0, g, y.data<T>() + i0 * out,
+                         argmax.data<std::int32_t>() + i0 * out);
+    });
   });
 }
 
@@ -192,7 +214,11 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& argmax, const Window2D&
   if (!dy.device().is_cpu()) return cuda::max_pool2d_backward(dy, argmax, g, dx);
   by_dtype(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::max_pool2d_backward<T>(dy.data<T>(), argmax.data<std::int32_t>(), images, g, dx.data<T>());
+    const std::int64_t in = g.in_h * g.in_w * g.channels, out = g.out_h * g.out_w * g.channels;
+    over_image_runs(images, dx.numel(), [&](std::int64_t i0, std::int64_t i1) {
+      cpu::max_pool2d_backward<T>(dy.data<T>() + i0 * out, argmax.data<std::int32_t>() + i0 * out, i1 - i0, g,
+                                  dx.data<T>() + i0 * in);
+    });
   });
 }
 
@@ -205,7 +231,10 @@ void avg_pool2d(const Tensor& x, const Window2D& g, Tensor& y) {
   if (!x.device().is_cpu()) return cuda::avg_pool2d(x, g, y);
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::avg_pool2d<T>(x.data<T>(), images, g, y.data<T>());
+    const std::int64_t in = g.in_h * g.in_w * g.channels, out = g.out_h * g.out_w * g.channels;
+    over_image_runs(images, x.numel(), [&](std::int64_t i0, std::int64_t i1) {
+      cpu::avg_pool2d<T>(x.data<T>() + i0 * in, i1 - i0, g, y.data<T>() + i0 * out);
+    });
   });
 }
 
@@ -218,7 +247,10 @@ void avg_pool2d_backward(const Tensor& dy, const Window2D& g, Tensor& dx) {
   if (!dy.device().is_cpu()) return cuda::avg_pool2d_backward(dy, g, dx);
   by_dtype(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::avg_pool2d_backward<T>(dy.data<T>(), images, g, dx.data<T>());
+    const std::int64_t in = g.in_h * g.in_w * g.channels, out = g.out_h * g.out_w * g.channels;
+    over_image_runs(images, dx.numel(), [&](std::int64_t i0, std::int64_t i1) {
+      cpu::avg_pool2d_backward<T>(dy.data<T>() + i0 * out, i1 - i0, g, dx.data<T>() + i0 * in);
+    });
   });
 }
 

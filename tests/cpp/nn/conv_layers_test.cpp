@@ -379,6 +379,42 @@ TEST(Conv2DThreads, SmallPassesAndReplicasRunningSideBySideDoNotSplit) {
   ops::set_cpu_threads(threads_before);
 }
 
+// Pooling passes big enough are cut into runs of whole images over the intra-op threads: the same
+// bits as one run (images are independent), overlapping windows and same padding included.
+TEST(PoolingThreads, SplittingTheBatchGivesTheBitsOfOneRun) {
+  const int threads_before = ops::cpu_thread_count();
+  for (const bool average : {false, true}) {
+    for (const std::int64_t stride : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << (average ? "average" : "max") << " pooling, stride " << stride);
+      Pooling2D::Options o;
+      o.pool_size = {3, 3};
+      o.strides = {stride, stride};
+      o.padding = "same";
+      std::unique_ptr<Layer> pool;
+      if (average)
+        pool = std::make_unique<AveragePooling2D>("pool", o);
+      else
+        pool = std::make_unique<MaxPooling2D>("pool", o);
+      pool->build({24, 20, 32}, 0, DType::Float64);
+      std::mt19937_64 rng(5);
+      const Tensor x = random_tensor({13, 24, 20, 32}, rng);  // 200k elements: above the 2^17 to split
+      const Shape out{13, pool->output_shape()[0], pool->output_shape()[1], 32};
+      const Tensor g = random_tensor(out, rng);
+      std::vector<Tensor> ys, dxs;
+      for (int threads : {1, 2, 3}) {
+        ops::set_cpu_threads(threads);
+        ys.push_back(pool->forward(x, ForwardContext{}).clone());
+        dxs.push_back(pool->backward(g, true).clone());
+      }
+      ops::set_cpu_threads(threads_before);
+      for (std::size_t t = 1; t < ys.size(); ++t) {
+        EXPECT_EQ(std::memcmp(ys[t].raw(), ys[0].raw(), ys[0].nbytes()), 0) << t;
+        EXPECT_EQ(std::memcmp(dxs[t].raw(), dxs[0].raw(), dxs[0].nbytes()), 0) << t;
+      }
+    }
+  }
+}
+
 TEST(Conv2DGradientExtra, ChunkedInputGradientClearsRowsNoWindowReads) {
   // Valid padding with strides larger than the kernel leaves input rows no window reads; their
   // gradient is 0 even though dx's buffer held something else before (a reused buffer).
