@@ -62,11 +62,11 @@ template <class T> MDTRAIN_HD void softmax_backward_row(const T* y, const T* dy,
 }
 
 // Inverted dropout's multiplier for the element at global position e: `scale` (1 / (1 - rate))
-// where it is kept, 0 where dropped. One Philox block gives four uniforms; recomputing it per
-// element keeps the mask a pure function of the element's position.
+// where it is kept, 0 where dropped, so the mask is a pure function of the element's position.
+// One Philox block, philox4x32(seed, stream, e >> 2), gives the uniforms of four consecutive
+// elements: the caller computes it once per four (the CPU loop) or once per element (a GPU thread).
 template <class T>
-MDTRAIN_HD T dropout_mask(std::uint64_t seed, std::uint64_t stream, std::uint64_t e, float threshold, T scale) {
-  const Philox4 block = philox4x32(seed, stream, e >> 2);
+MDTRAIN_HD T dropout_mask_from_block(const Philox4& block, std::uint64_t e, float threshold, T scale) {
   return uniform_from_bits(block.v[e & 3]) >= threshold ? scale : T(0);
 }
 

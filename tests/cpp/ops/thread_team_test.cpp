@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "mdtrain/ops/cpu/thread_team.h"
+#include "mdtrain/core/rng.h"
+#include "mdtrain/ops/elementwise_math.h"
 #include "mdtrain/ops/ops.h"
 
 namespace mdtrain {
@@ -134,6 +136,28 @@ TEST(SplitGemm, MatchesOneThreadAndRepeatsBitForBit) {
         for (std::int64_t p = 0; p < s.k; ++p)
           dot += at(a, ta ? p * s.m + i : i * s.k + p) * at(b, tb ? j * s.k + p : p * s.n + j);
         EXPECT_NEAR(at(results[0], i * s.n + j), 0.75 * dot + 0.5 * at(c0, i * s.n + j), f32 ? 1e-3 : 1e-10);
+      }
+    }
+  }
+}
+
+// Dropout over ranges on the intra-op threads, one Philox block per four elements: every element's
+// multiplier is still the pure function of its global position (checked one by one, from odd
+// starting positions), whatever the thread count.
+TEST(SplitDropout, MaskIsThePureFunctionOfEachPositionForAnyThreadCount) {
+  IntraOpThreads restore;
+  const std::int64_t n = 100003;  // above the split threshold, not a multiple of 4
+  const Tensor x = random<float>({n}, DType::Float32, 7);
+  for (const std::uint64_t first : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{6}, std::uint64_t{1} << 40}) {
+    for (int threads : {1, 2, 3}) {
+      ops::set_cpu_threads(threads);
+      Tensor mask({n}, DType::Float32), y({n}, DType::Float32);
+      ops::dropout(x, 0.3, 11, 5, first, mask, y);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::uint64_t e = first + static_cast<std::uint64_t>(i);
+        const float want = math::dropout_mask_from_block(philox4x32(11, 5, e >> 2), e, 0.3f, 1.0f / 0.7f);
+        ASSERT_EQ(mask.data<float>()[i], want) << "element " << i << " from " << first << ", " << threads << " threads";
+        ASSERT_EQ(y.data<float>()[i], x.data<float>()[i] * want);
       }
     }
   }

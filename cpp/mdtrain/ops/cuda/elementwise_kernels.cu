@@ -79,7 +79,8 @@ template <class T>
 __global__ void dropout_kernel(const T* x, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
                                std::uint64_t first_element, float threshold, T scale, T* mask, T* y) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    const T m = math::dropout_mask(seed, stream, first_element + static_cast<std::uint64_t>(i), threshold, scale);
+    const std::uint64_t e = first_element + static_cast<std::uint64_t>(i);
+    const T m = math::dropout_mask_from_block(philox4x32(seed, stream, e >> 2), e, threshold, scale);
     mask[i] = m;
     y[i] = x[i] * m;
   }

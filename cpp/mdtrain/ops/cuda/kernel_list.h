@@ -32,7 +32,7 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaKernels.ActivationBackwardMatchesCpu"},
     {"sum_rows_kernel", "ops/cuda/elementwise_kernels.cu", "",
      "a column sum in row order, as the CPU loop adds", "CudaKernels.SumRowsMatchesCpu"},
-    {"dropout_kernel", "ops/cuda/elementwise_kernels.cu", "math::dropout_mask", "", "CudaKernels.DropoutMatchesCpuBitwise"},
+    {"dropout_kernel", "ops/cuda/elementwise_kernels.cu", "math::dropout_mask_from_block", "", "CudaKernels.DropoutMatchesCpuBitwise"},
     {"multiply_kernel", "ops/cuda/elementwise_kernels.cu", "", "one multiplication per element",
      "CudaKernels.MultiplyMatchesCpu"},
     {"gather_rows_kernel", "ops/cuda/elementwise_kernels.cu", "", "data movement", "CudaKernels.GatherRowsMatchesCpu"},
