@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <utility>
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/conv_kernels.h"
@@ -82,20 +83,14 @@ std::int64_t require_row_columns(const char* op, const Tensor& col, const Window
   return rows;
 }
 
-// Runs fn(first_image, last_image) over the batch, cut into runs of whole images over the intra-op
-// team when the pass touches enough elements to pay for waking it (pooling is memory-bound: a run
-// per core). Images are independent, so the result is the same bits however the batch is cut.
+// Pooling is memory-bound: a pass over this many elements pays for waking the intra-op team.
+constexpr std::int64_t kMinSplitElements = std::int64_t{1} << 17;
+
+// Runs fn(first_image, last_image) over the batch, in runs of whole images on the intra-op team
+// when the pass is large enough. Images are independent: the same bits however it is cut.
 template <class F>
 void over_image_runs(std::int64_t images, std::int64_t elements, F&& fn) {
-  constexpr std::int64_t kMinSplitElements = std::int64_t{1} << 17;
-  const int wanted =
-      elements >= kMinSplitElements ? static_cast<int>(std::min<std::int64_t>(cpu::intra_op_threads(), images)) : 1;
-  cpu::IntraOpTeam team(wanted > 1);
-  if (!team.get()) return fn(std::int64_t{0}, images);
-  const int runs = std::min(wanted, team.get()->size());
-  team.get()->run([&](int r) {
-    if (r < runs) fn(images * r / runs, images * (r + 1) / runs);
-  });
+  cpu::run_in_ranges(images, elements >= kMinSplitElements, std::forward<F>(fn));
 }
 
 template <class F>

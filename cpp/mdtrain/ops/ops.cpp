@@ -33,20 +33,6 @@ void require_same(const char* op, const Tensor& a, const Tensor& b, const char* 
   require_same_device(op, a, b, what_b);
 }
 
-// Runs fn(begin, end) over [0, n) in contiguous ranges on the intra-op team when n is large
-// enough to pay for waking it (element-wise work that is not a few cycles per element).
-template <class F>
-void cpu_ranges(std::int64_t n, F&& fn) {
-  constexpr std::int64_t kMinSplitElements = std::int64_t{1} << 15;
-  const int wanted = n >= kMinSplitElements ? cpu_thread_count() : 1;
-  cpu::IntraOpTeam team(wanted > 1);
-  if (!team.get()) return fn(std::int64_t{0}, n);
-  const int parts = std::min(wanted, team.get()->size());
-  team.get()->run([&](int p) {
-    if (p < parts) fn(n * p / parts, n * (p + 1) / parts);
-  });
-}
-
 // Below this many multiply-adds a GEMM runs on the calling thread: waking the team would cost
 // more than the second core gives.
 constexpr std::int64_t kMinSplitMacs = std::int64_t{1} << 20;
@@ -190,8 +176,9 @@ void dropout(const Tensor& x, double rate, std::uint64_t seed, std::uint64_t str
   by_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     // The mask is a function of each element's position alone: ranges on the intra-op threads give
-    // the same bits.
-    cpu_ranges(x.numel(), [&](std::int64_t lo, std::int64_t hi) {
+    // the same bits. From 2^15 elements the split pays (a Philox block per four elements is not a
+    // few cycles per element).
+    cpu::run_in_ranges(x.numel(), x.numel() >= (std::int64_t{1} << 15), [&](std::int64_t lo, std::int64_t hi) {
       cpu::dropout<T>(x.data<T>() + lo, hi - lo, rate, seed, stream, first_element + static_cast<std::uint64_t>(lo),
                       mask.data<T>() + lo, y.data<T>() + lo);
     });

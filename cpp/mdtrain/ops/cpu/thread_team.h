@@ -1,6 +1,8 @@
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -57,6 +59,13 @@ void set_intra_op_threads(int threads);
 ThreadTeam* acquire_intra_op_team();
 void release_intra_op_team();
 
+// Runs fn(begin, end) over [0, n) in contiguous ranges, one per intra-op thread (at most n), on
+// the intra-op team when `worth_splitting` (the caller's judgement of the work) and the team is
+// free; otherwise fn(0, n) on the calling thread. For work whose result does not depend on how
+// [0, n) is cut (element-wise passes, independent images).
+template <class F>
+void run_in_ranges(std::int64_t n, bool worth_splitting, F&& fn);
+
 class IntraOpTeam {
  public:
   // Takes the team only when the caller wants to split (`wanted`); get() is null otherwise.
@@ -71,5 +80,16 @@ class IntraOpTeam {
  private:
   ThreadTeam* team_;
 };
+
+template <class F>
+void run_in_ranges(std::int64_t n, bool worth_splitting, F&& fn) {
+  const int wanted = worth_splitting ? static_cast<int>(std::min<std::int64_t>(intra_op_threads(), n)) : 1;
+  IntraOpTeam team(wanted > 1);
+  if (!team.get()) return fn(std::int64_t{0}, n);
+  const int parts = std::min(wanted, team.get()->size());
+  team.get()->run([&](int p) {
+    if (p < parts) fn(n * p / parts, n * (p + 1) / parts);
+  });
+}
 
 }  // namespace mdtrain::cpu
