@@ -1,5 +1,6 @@
 # Chooses the optional backends. A disabled backend is a stub source file chosen here
-# (cpp/mdtrain/ops/cuda/no_cuda.cpp, ...); core code never tests a build flag.
+# in the backend's own folder (core/cuda/no_cuda.cpp, distribute/mpi/no_mpi.cpp, ...); core code
+# never tests a build flag. The common sources' glob (CMakeLists.txt) does not enter these folders.
 # Sets MDTRAIN_BACKEND_SOURCES and MDTRAIN_BACKEND_LIBRARIES.
 set(MDTRAIN_BACKEND_SOURCES "")
 set(MDTRAIN_BACKEND_LIBRARIES "")
@@ -13,7 +14,8 @@ endforeach()
 
 # ---- CUDA ------------------------------------------------------------------------------------
 # AUTO builds the backend when nvcc and the CUDA toolkit (cudart, cuBLAS) are found; ON requires
-# them; OFF (and AUTO without them) compiles ops/cuda/no_cuda.cpp, which reports no GPU. Device
+# them; OFF (and AUTO without them) compiles core/cuda/no_cuda.cpp (reports no GPU) and
+# ops/cuda/no_cuda.cpp (kernels that say how to rebuild). Device
 # code is built for CMAKE_CUDA_ARCHITECTURES, "80;90" (A100, H100) unless given: pass e.g.
 # -DCMAKE_CUDA_ARCHITECTURES=native on a GPU machine, or one architecture to halve compile time.
 set(MDTRAIN_HAVE_CUDA OFF)
@@ -38,12 +40,12 @@ if(NOT MDTRAIN_CUDA STREQUAL "OFF")
   endif()
 endif()
 if(MDTRAIN_HAVE_CUDA)
-  file(GLOB _cuda_src CONFIGURE_DEPENDS "${_src}/ops/cuda/*.cpp" "${_src}/ops/cuda/*.cu")
+  file(GLOB _cuda_src CONFIGURE_DEPENDS "${_src}/core/cuda/*.cpp" "${_src}/ops/cuda/*.cpp" "${_src}/ops/cuda/*.cu")
   list(FILTER _cuda_src EXCLUDE REGEX "/no_[a-z]+\\.cpp$")
   list(APPEND MDTRAIN_BACKEND_SOURCES ${_cuda_src})
   list(APPEND MDTRAIN_BACKEND_LIBRARIES CUDA::cudart CUDA::cublas)
 else()
-  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/ops/cuda/no_cuda.cpp")
+  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/core/cuda/no_cuda.cpp" "${_src}/ops/cuda/no_cuda.cpp")
 endif()
 
 # ---- NCCL ------------------------------------------------------------------------------------
@@ -62,28 +64,24 @@ if(MDTRAIN_NCCL STREQUAL "ON" AND NOT MDTRAIN_HAVE_NCCL)
   message(FATAL_ERROR "MDTRAIN_NCCL=ON needs the CUDA backend and NCCL (nccl.h, libnccl; set NCCL_ROOT), "
                       "found CUDA=${MDTRAIN_HAVE_CUDA} nccl.h='${MDTRAIN_NCCL_INCLUDE_DIR}' libnccl='${MDTRAIN_NCCL_LIBRARY}'")
 endif()
-file(GLOB _nccl_src CONFIGURE_DEPENDS "${_src}/distribute/nccl_*.cpp" "${_src}/distribute/nccl_*.cu")
 if(MDTRAIN_HAVE_NCCL)
-  list(APPEND MDTRAIN_BACKEND_SOURCES ${_nccl_src})  # the .cpp is also matched by the distribute/ glob
+  file(GLOB _nccl_src CONFIGURE_DEPENDS "${_src}/distribute/nccl/nccl_*.cpp" "${_src}/distribute/nccl/nccl_*.cu")
+  list(APPEND MDTRAIN_BACKEND_SOURCES ${_nccl_src})
   list(APPEND MDTRAIN_BACKEND_LIBRARIES "${MDTRAIN_NCCL_LIBRARY}")
   set(MDTRAIN_BACKEND_INCLUDE_DIRS "${MDTRAIN_NCCL_INCLUDE_DIR}")
 else()
-  # Keep the real backend, which the distribute/ glob picks up, out of a build without NCCL.
-  if(_nccl_src)
-    set_source_files_properties(${_nccl_src} PROPERTIES HEADER_FILE_ONLY ON)
-  endif()
-  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/distribute/no_nccl.cpp")
+  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/distribute/nccl/no_nccl.cpp")
 endif()
 
 # ---- MPI -------------------------------------------------------------------------------------
 # AUTO builds the MPI communicator when an MPI C library is found (Debian: libopenmpi-dev); ON
-# requires it; OFF (and AUTO without it) compiles distribute/no_mpi.cpp. Only
+# requires it; OFF (and AUTO without it) compiles distribute/mpi/no_mpi.cpp. Only
 # mpi_communicator.cpp sees mpi.h: the include path and flags are set on that one file, and the
 # library is a link-only dependency ($<LINK_ONLY:...>, what PRIVATE means for a static library),
 # so code using mdtrain never needs MPI's headers; mdtrainConfig.cmake finds MPI again for the
 # link (MDTRAIN_HAVE_MPI).
 set(MDTRAIN_HAVE_MPI OFF)
-set(_mpi_src "${_src}/distribute/mpi_communicator.cpp")
+set(_mpi_src "${_src}/distribute/mpi/mpi_communicator.cpp")
 if(NOT MDTRAIN_MPI STREQUAL "OFF")
   include(CheckLanguage)
   check_language(C)  # FindMPI's C component needs the C language (the project itself is C++)
@@ -103,11 +101,9 @@ if(MDTRAIN_HAVE_MPI)
     INCLUDE_DIRECTORIES "${MPI_C_INCLUDE_DIRS}"
     COMPILE_DEFINITIONS "${MPI_C_COMPILE_DEFINITIONS}"
     COMPILE_OPTIONS "${MPI_C_COMPILE_OPTIONS}")
-  list(APPEND MDTRAIN_BACKEND_SOURCES "${_mpi_src}")  # also matched by the distribute/ glob: listed once
+  list(APPEND MDTRAIN_BACKEND_SOURCES "${_mpi_src}")
   list(APPEND MDTRAIN_BACKEND_LIBRARIES "$<LINK_ONLY:MPI::MPI_C>")
 else()
-  # The distribute/ glob picks the real backend up too: keep it out of a build without MPI.
-  set_source_files_properties("${_mpi_src}" PROPERTIES HEADER_FILE_ONLY ON)
-  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/distribute/no_mpi.cpp")
+  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/distribute/mpi/no_mpi.cpp")
 endif()
 message(STATUS "mdtrain backends: CUDA=${MDTRAIN_HAVE_CUDA} NCCL=${MDTRAIN_HAVE_NCCL} MPI=${MDTRAIN_HAVE_MPI}")

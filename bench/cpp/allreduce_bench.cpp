@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "mdtrain/distribute/threads_communicator.h"
+#include "mdtrain/distribute/threads/threads_communicator.h"
 
 namespace {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "mdtrain/distribute/mpi_communicator.h"
+#include "mdtrain/distribute/mpi/mpi_communicator.h"
 
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1

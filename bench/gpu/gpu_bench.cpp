@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "mdtrain/core/device_memory.h"
+#include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/activation_layer.h"
 #include "mdtrain/nn/conv2d.h"
@@ -40,7 +40,7 @@
 #include "mdtrain/strategy/mirrored_strategy.h"
 #include "mdtrain/core/tensor.h"
 #include "mdtrain/distribute/registry.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/cuda/optimizer_kernels.h"
 #include "mdtrain/ops/loss_ops.h"
 #include "mdtrain/ops/ops.h"

@@ -2,7 +2,7 @@
 
 #include "bindings.h"
 #include "mdtrain/distribute/registry.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/ops.h"
 
 namespace mdtrain::bindings {

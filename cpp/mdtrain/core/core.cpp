@@ -6,7 +6,7 @@
 
 #include "mdtrain/core/allocator.h"
 #include "mdtrain/core/device.h"
-#include "mdtrain/core/device_memory.h"
+#include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/dtype.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/shape.h"

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "mdtrain/core/allocator.h"
-#include "mdtrain/core/device_memory.h"
+#include "mdtrain/core/cuda/device_memory.h"
 
 namespace mdtrain {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "mdtrain/core/errors.h"
-#include "mdtrain/distribute/nccl_backend.h"
+#include "mdtrain/distribute/nccl/nccl_backend.h"
 
 namespace mdtrain {
 

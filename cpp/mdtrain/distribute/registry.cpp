@@ -6,7 +6,7 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/optional_backends.h"
 #include "mdtrain/distribute/single_communicator.h"
-#include "mdtrain/distribute/threads_communicator.h"
+#include "mdtrain/distribute/threads/threads_communicator.h"
 
 namespace mdtrain {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "mdtrain/nn/window_args.h"
-#include "mdtrain/ops/cpu/thread_team.h"
+#include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/ops/conv_ops.h"
 #include "mdtrain/ops/ops.h"
 

@@ -6,9 +6,9 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/conv_kernels.h"
-#include "mdtrain/ops/cpu/thread_team.h"
+#include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/device_checks.h"
 
 namespace mdtrain::ops {

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "mdtrain/core/errors.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 
 namespace mdtrain::ops::detail {
 

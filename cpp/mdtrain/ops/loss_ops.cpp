@@ -2,7 +2,7 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/loss_kernels.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/device_checks.h"
 #include "mdtrain/ops/cuda/loss_kernels.h"
 

@@ -7,8 +7,8 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/blas.h"
 #include "mdtrain/ops/cpu/kernels.h"
-#include "mdtrain/ops/cpu/thread_team.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/threading/thread_team.h"
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/device_checks.h"
 #include "mdtrain/ops/cuda/kernels.h"
 

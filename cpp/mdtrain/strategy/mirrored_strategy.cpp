@@ -2,7 +2,7 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/registry.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 
 namespace mdtrain {
 

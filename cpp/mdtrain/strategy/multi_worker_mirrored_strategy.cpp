@@ -2,7 +2,7 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/hierarchical_communicator.h"
-#include "mdtrain/distribute/nccl_backend.h"
+#include "mdtrain/distribute/nccl/nccl_backend.h"
 #include "mdtrain/distribute/optional_backends.h"
 #include "mdtrain/distribute/registry.h"
 

@@ -7,7 +7,7 @@
 #include "mdtrain/core/device.h"
 #include "mdtrain/distribute/communicator.h"
 #include "mdtrain/distribute/gradient_reducer.h"
-#include "mdtrain/ops/cpu/thread_team.h"
+#include "mdtrain/core/threading/thread_team.h"
 
 namespace mdtrain {
 

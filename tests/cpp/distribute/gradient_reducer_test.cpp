@@ -7,7 +7,7 @@
 
 #include "mdtrain/core/tensor.h"
 #include "mdtrain/distribute/gradient_reducer.h"
-#include "mdtrain/distribute/threads_communicator.h"
+#include "mdtrain/distribute/threads/threads_communicator.h"
 
 namespace mdtrain {
 namespace {

@@ -3,7 +3,7 @@
 // can check cheaply: 64 MB buffers (for 2 and 3 ranks only, to keep the suite short).
 #include "communicator_suite.h"
 
-#include "mdtrain/distribute/threads_communicator.h"
+#include "mdtrain/distribute/threads/threads_communicator.h"
 
 namespace mdtrain::testing {
 namespace {

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "mdtrain/core/cuda_stream.h"
-#include "mdtrain/core/device_memory.h"
-#include "mdtrain/distribute/nccl_backend.h"
+#include "mdtrain/core/cuda/stream.h"
+#include "mdtrain/core/cuda/device_memory.h"
+#include "mdtrain/distribute/nccl/nccl_backend.h"
 #include "mdtrain/distribute/optional_backends.h"
 #include "mdtrain/ops/ops.h"
 

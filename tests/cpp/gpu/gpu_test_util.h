@@ -13,7 +13,7 @@
 #include <string>
 
 #include "mdtrain/core/tensor.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 
 #define MDTRAIN_REQUIRE_GPU()                                                                   \
   do {                                                                                          \

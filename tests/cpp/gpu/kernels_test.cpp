@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "mdtrain/core/device_memory.h"
+#include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/ops/cuda/kernels.h"
 #include "mdtrain/ops/ops.h"
 

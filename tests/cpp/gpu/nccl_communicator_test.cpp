@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "gpu_test_util.h"
-#include "mdtrain/distribute/nccl_backend.h"
+#include "mdtrain/distribute/nccl/nccl_backend.h"
 #include "mdtrain/distribute/optional_backends.h"
 #include "mdtrain/distribute/registry.h"
 

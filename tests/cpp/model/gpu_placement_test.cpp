@@ -20,7 +20,7 @@
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/optim/registry.h"
 #include "mdtrain/strategy/mirrored_strategy.h"
 #include "mdtrain/strategy/one_device_strategy.h"

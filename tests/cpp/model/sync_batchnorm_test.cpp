@@ -25,7 +25,7 @@
 
 #include <unistd.h>
 
-#include "mdtrain/distribute/threads_communicator.h"
+#include "mdtrain/distribute/threads/threads_communicator.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/activation_layer.h"
 #include "mdtrain/nn/batch_normalization.h"

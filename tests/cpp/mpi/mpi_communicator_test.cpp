@@ -3,7 +3,7 @@
 // pipelined in 4 KB pieces. Then what only MPI has: world info, communicator ids, barriers seen
 // through the file system, 64 MB buffers, and the diagnosis of a rank that sleeps, waits on
 // another communicator, calls the wrong collective or aborts.
-#include "mdtrain/distribute/mpi_communicator.h"
+#include "mdtrain/distribute/mpi/mpi_communicator.h"
 
 #include <chrono>
 #include <cstdlib>

@@ -22,7 +22,7 @@
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
-#include "mdtrain/ops/cpu/thread_team.h"
+#include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/ops/ops.h"
 #include "gradient_check.h"
 

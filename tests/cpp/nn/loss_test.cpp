@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mdtrain/nn/loss.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/loss_ops.h"
 
 namespace mdtrain {

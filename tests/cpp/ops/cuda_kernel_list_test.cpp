@@ -19,12 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The repository, found from this file's own path (CMake compiles it by absolute path).
-fs::path repo_root() {
-  const std::string self = __FILE__;
-  const auto pos = self.rfind("/tests/cpp/");
-  return pos == std::string::npos ? fs::path() : fs::path(self.substr(0, pos));
-}
+// The repository, as CMake knows it (__FILE__ may be relative, e.g. under ccache's base_dir).
+fs::path repo_root() { return fs::path(MDTRAIN_SOURCE_DIR); }
 
 std::string read(const fs::path& p) {
   std::ifstream in(p);
@@ -60,12 +56,14 @@ class CudaKernelList : public ::testing::Test {
  protected:
   void SetUp() override {
     root = repo_root();
-    ASSERT_TRUE(fs::exists(root / "cpp/mdtrain/ops/cuda")) << "cannot find the sources from " << __FILE__;
+    ASSERT_TRUE(fs::exists(root / "cpp/mdtrain/ops/cuda")) << "cannot find the sources under " << root;
     cuda_sources = sources(root / "cpp/mdtrain", {".cu"});
     headers = sources(root / "cpp/mdtrain", {".h"});
     for (auto& [path, text] : sources(root / "cpp/mdtrain", {".cpp"})) {
       // CPU code: everything but the CUDA backend's own host files.
-      if (path.find("/ops/cuda/") != std::string::npos || path.find("/distribute/nccl_") != std::string::npos) continue;
+      if (path.find("/ops/cuda/") != std::string::npos || path.find("/core/cuda/") != std::string::npos ||
+          path.find("/distribute/nccl/") != std::string::npos)
+        continue;
       cpu_sources += text;
     }
     for (auto& [path, text] : sources(root / "tests/cpp/gpu", {".cpp", ".h"})) gpu_tests += text;

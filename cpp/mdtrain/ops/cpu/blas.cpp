@@ -11,7 +11,7 @@
 namespace mdtrain::cpu {
 
 namespace {
-// mdtrain splits work over its own threads (ops/cpu/thread_team.h); the BLAS runs single-threaded
+// mdtrain splits work over its own threads (core/threading/thread_team.h); the BLAS runs single-threaded
 // unless a benchmark asks otherwise (set_blas_threads).
 void single_threaded_once() {
   static const bool done = [] {

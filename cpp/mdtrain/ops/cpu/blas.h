@@ -9,7 +9,7 @@ void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, double alpha,
           const double* b, int ldb, double beta, double* c, int ldc);
 
 // OpenBLAS threads for every BLAS call in the process: 1 (mdtrain's ops split their work over
-// its own threads, ops/cpu/thread_team.h); benchmarks may measure OpenBLAS's own threading with
+// its own threads, core/threading/thread_team.h); benchmarks may measure OpenBLAS's own threading with
 // another value and must set 1 back. (A per-thread setting, openblas_set_num_threads_local, is
 // not exported by the scipy-openblas wheels.)
 void set_blas_threads(int threads);

@@ -7,7 +7,7 @@
 #include <initializer_list>
 
 #include "mdtrain/ops/conv_math.h"
-#include "mdtrain/ops/cuda/check.h"
+#include "mdtrain/core/cuda/check.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
 #include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"

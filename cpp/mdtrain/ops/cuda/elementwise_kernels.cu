@@ -1,14 +1,14 @@
 // CUDA kernels behind ops/ops.h (all but gemm, which is cuBLAS: gemm.cpp) and the GPU fill of
-// core/device_memory.h. Each kernel calls the MDTRAIN_HD math the CPU kernels call
+// core/cuda/device_memory.h. Each kernel calls the MDTRAIN_HD math the CPU kernels call
 // (ops/elementwise_math.h); ops/cuda/kernel_list.h lists them and their GPU tests.
 // Arguments were validated by ops.cpp.
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "mdtrain/core/device_memory.h"
+#include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/errors.h"
-#include "mdtrain/ops/cuda/check.h"
+#include "mdtrain/core/cuda/check.h"
 #include "mdtrain/ops/cuda/kernels.h"
 #include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"

@@ -8,9 +8,9 @@
 #include <mutex>
 #include <vector>
 
-#include "mdtrain/core/cuda_stream.h"
-#include "mdtrain/ops/cuda/check.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/stream.h"
+#include "mdtrain/core/cuda/check.h"
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/cuda/kernels.h"
 
 namespace mdtrain::cuda {

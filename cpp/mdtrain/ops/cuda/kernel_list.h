@@ -70,8 +70,8 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaOptimizerKernels.RmspropMatchesCpu"},
     {"adagrad_kernel", "ops/cuda/optimizer_kernels.cu", "math::adagrad_update", "",
      "CudaOptimizerKernels.AdagradMatchesCpu"},
-    // distribute/nccl_communicator (Max/Min of floats, NaN-propagating)
-    {"fold_ranks_kernel", "distribute/nccl_kernels.cu", "math::fold_max math::fold_min", "",
+    // distribute/nccl/nccl_communicator (Max/Min of floats, NaN-propagating)
+    {"fold_ranks_kernel", "distribute/nccl/nccl_kernels.cu", "math::fold_max math::fold_min", "",
      "NcclCommunicator.MaxAndMinOfDeviceBuffersPropagateNaN"},
     // ops/normalization.h
     {"channel_partials_kernel", "ops/cuda/normalization_kernels.cu", "math::deviation math::grad_times_xhat", "",

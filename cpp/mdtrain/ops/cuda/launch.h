@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "mdtrain/core/cuda_stream.h"
+#include "mdtrain/core/cuda/stream.h"
 #include "mdtrain/core/tensor.h"
 
 namespace mdtrain::cuda::detail {

@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "mdtrain/core/device_memory.h"
-#include "mdtrain/ops/cuda/check.h"
+#include "mdtrain/core/cuda/device_memory.h"
+#include "mdtrain/core/cuda/check.h"
 #include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"
 #include "mdtrain/ops/cuda/loss_kernels.h"

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "mdtrain/core/device_memory.h"
-#include "mdtrain/ops/cuda/check.h"
+#include "mdtrain/core/cuda/device_memory.h"
+#include "mdtrain/core/cuda/check.h"
 #include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"
 #include "mdtrain/ops/cuda/normalization_kernels.h"

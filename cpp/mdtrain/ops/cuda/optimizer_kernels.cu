@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mdtrain/core/errors.h"
-#include "mdtrain/ops/cuda/check.h"
+#include "mdtrain/core/cuda/check.h"
 #include "mdtrain/ops/cuda/grid.cuh"
 #include "mdtrain/ops/cuda/launch.h"
 #include "mdtrain/ops/cuda/optimizer_kernels.h"

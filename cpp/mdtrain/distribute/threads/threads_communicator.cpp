@@ -1,4 +1,4 @@
-#include "mdtrain/distribute/threads_communicator.h"
+#include "mdtrain/distribute/threads/threads_communicator.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,7 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/reduce_kernels.h"
-#include "mdtrain/distribute/spin_wait.h"
+#include "mdtrain/core/threading/spin_wait.h"
 
 namespace mdtrain {
 

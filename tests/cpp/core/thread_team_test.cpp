@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "mdtrain/ops/cpu/thread_team.h"
+#include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/core/rng.h"
 #include "mdtrain/ops/elementwise_math.h"
 #include "mdtrain/ops/ops.h"

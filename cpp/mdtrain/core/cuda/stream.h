@@ -1,6 +1,6 @@
 #pragma once
 // Streams and events of the CUDA backend, without the CUDA headers (the handles are the CUDA
-// runtime's own pointer types, forward-declared). Defined by ops/cuda/runtime.cpp, or by the stub
+// runtime's own pointer types, forward-declared). Defined by core/cuda/runtime.cpp, or by the stub
 // ops/cuda/no_cuda.cpp, whose constructors throw.
 //
 // Each GPU has two streams, created on first use and kept for the life of the process: the

@@ -1,6 +1,6 @@
 #pragma once
 // The "nccl" backend: one rank per GPU, collectives on the GPU's communication stream
-// (core/cuda_stream.h). Compiled only when MDTRAIN_NCCL is on; the rest of mdtrain reaches it
+// (core/cuda/stream.h). Compiled only when MDTRAIN_NCCL is on; the rest of mdtrain reaches it
 // through the registry ("nccl"), optional_backends.h and nccl_backend.h.
 //
 // - create_group(devices): ncclCommInitAll, all ranks in this process (MirroredStrategy), each
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "mdtrain/core/cuda_stream.h"
+#include "mdtrain/core/cuda/stream.h"
 #include "mdtrain/distribute/communicator.h"
 
 struct ncclComm;  // ncclComm_t is ncclComm*

@@ -1,4 +1,4 @@
-#include "mdtrain/ops/cpu/thread_team.h"
+#include "mdtrain/core/threading/thread_team.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,6 +1,6 @@
 // The MPI communicator (see mpi_communicator.h for what it guarantees). The only file that
 // includes mpi.h; CMake compiles it instead of no_mpi.cpp when MPI is found.
-#include "mdtrain/distribute/mpi_communicator.h"
+#include "mdtrain/distribute/mpi/mpi_communicator.h"
 
 // Only MPI's C API: the deprecated C++ bindings that mpi.h would add in a C++ file do not build
 // warning-free.
@@ -21,7 +21,7 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/reduce_kernels.h"
-#include "mdtrain/distribute/spin_wait.h"
+#include "mdtrain/core/threading/spin_wait.h"
 
 namespace mdtrain {
 namespace {

@@ -1,10 +1,10 @@
 #pragma once
-// GPU memory as core sees it. Declared here, defined by the CUDA backend (ops/cuda/runtime.cpp)
+// GPU memory as core sees it. Declared here, defined by the CUDA backend (core/cuda/runtime.cpp)
 // or by its stub (ops/cuda/no_cuda.cpp, which throws std::runtime_error with
 // cuda::unavailable_reason()), so core code never tests a build flag.
 //
 // Ordering: every copy, fill and kernel on a GPU is enqueued on that device's compute stream
-// (core/cuda_stream.h). A copy whose destination is host memory returns once the data is there;
+// (core/cuda/stream.h). A copy whose destination is host memory returns once the data is there;
 // a copy from pageable host memory returns once the source may be reused; everything else is
 // asynchronous with respect to the host.
 #include <cstddef>

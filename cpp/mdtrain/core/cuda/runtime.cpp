@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "mdtrain/core/caching_allocator.h"
-#include "mdtrain/core/cuda_stream.h"
-#include "mdtrain/core/device_memory.h"
+#include "mdtrain/core/cuda/stream.h"
+#include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/errors.h"
-#include "mdtrain/ops/cuda/check.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/check.h"
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/cuda/launch.h"
 
 namespace mdtrain::cuda {

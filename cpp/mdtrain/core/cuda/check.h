@@ -1,6 +1,6 @@
 #pragma once
 // Check macros for the CUDA backend's own sources (they include the CUDA headers; nothing outside
-// ops/cuda/ and distribute/nccl_* includes this file). Every CUDA runtime, cuBLAS and NCCL call
+// ops/cuda/ and distribute/nccl/ includes this file). Every CUDA runtime, cuBLAS and NCCL call
 // goes through one of them, so a failure is a std::runtime_error naming the call, the error
 // string and the place, e.g. "[cuda] cudaMemcpyAsync failed: invalid argument (at runtime.cpp:88)".
 #include <cublas_v2.h>
@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/runtime.h"
 
 #define MDTRAIN_CUDA_CHECK(call)                                                                  \
   do {                                                                                            \

@@ -1,7 +1,7 @@
 // Compiled instead of the NCCL communicator when mdtrain is built without NCCL (MDTRAIN_NCCL=OFF,
 // or CUDA off, or NCCL not found).
 #include "mdtrain/core/errors.h"
-#include "mdtrain/distribute/nccl_backend.h"
+#include "mdtrain/distribute/nccl/nccl_backend.h"
 #include "mdtrain/distribute/optional_backends.h"
 
 namespace mdtrain {

@@ -1,7 +1,7 @@
 #pragma once
 // What the rest of mdtrain may ask of the CUDA backend about devices. Built from
-// ops/cuda/runtime.cpp when MDTRAIN_CUDA is on, from no_cuda.cpp otherwise (which reports no
-// devices and refuses work). Memory: core/device_memory.h; streams: core/cuda_stream.h; kernels:
+// core/cuda/runtime.cpp when MDTRAIN_CUDA is on, from no_cuda.cpp otherwise (which reports no
+// devices and refuses work). Memory: core/cuda/device_memory.h; streams: core/cuda/stream.h; kernels:
 // ops/cuda/kernels.h and friends.
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "mdtrain/distribute/nccl_communicator.h"
+#include "mdtrain/distribute/nccl/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -10,13 +10,13 @@
 #include <thread>
 #include <utility>
 
-#include "mdtrain/core/device_memory.h"
+#include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/errors.h"
-#include "mdtrain/distribute/nccl_backend.h"
-#include "mdtrain/distribute/nccl_kernels.h"
+#include "mdtrain/distribute/nccl/nccl_backend.h"
+#include "mdtrain/distribute/nccl/nccl_kernels.h"
 #include "mdtrain/distribute/optional_backends.h"
-#include "mdtrain/ops/cuda/check.h"
-#include "mdtrain/ops/cuda/cuda_runtime.h"
+#include "mdtrain/core/cuda/check.h"
+#include "mdtrain/core/cuda/runtime.h"
 
 #define MDTRAIN_NCCL_CHECK(call)                                                                          \
   do {                                                                                                    \

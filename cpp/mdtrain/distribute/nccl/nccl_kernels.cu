@@ -4,9 +4,9 @@
 #include <cstdint>
 
 #include "mdtrain/core/errors.h"
-#include "mdtrain/distribute/nccl_kernels.h"
+#include "mdtrain/distribute/nccl/nccl_kernels.h"
 #include "mdtrain/distribute/reduce_math.h"
-#include "mdtrain/ops/cuda/check.h"
+#include "mdtrain/core/cuda/check.h"
 
 namespace mdtrain::nccl_detail {
 
