@@ -185,7 +185,7 @@ void init_model(py::module_& m) {
       .def_property_readonly("num_replicas", [](Model& m) { return m.engine().num_replicas(); })
       .def("replica_weights", [](Model& m, int replica) {
         std::vector<Tensor> out;
-        for (auto* p : m.engine().replica_stack(replica).parameters()) {
+        for (auto* p : m.engine().replica_network(replica).parameters()) {
           Tensor host(p->value.shape(), p->value.dtype());  // GPU replicas: copied to the host
           host.copy_from(p->value);
           out.push_back(host);

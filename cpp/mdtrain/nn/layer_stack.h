@@ -5,17 +5,19 @@
 #include <vector>
 
 #include "mdtrain/nn/layer.h"
+#include "mdtrain/nn/network.h"
 
 namespace mdtrain {
 
-// Layers run one after another (the body of a Keras Sequential). Once built, all trainable
+// Layers run one after another (the body of a Keras Sequential): the Network strategies train.
+// Once built, all trainable
 // parameter values live in one contiguous buffer and all their gradients in another (each
 // Parameter's tensors are views into them), so a gradient all-reduce or an optimizer sweep is one
 // pass over memory, and a range of it can be handed to one replica (sharded updates).
 // Non-trainable weights (BatchNormalization's moving statistics) have no gradient and are no
 // optimizer's business: their values live in a third buffer, outside those ranges, updated by
 // their layers in training forwards.
-class LayerStack {
+class LayerStack final : public Network {
  public:
   LayerStack() = default;
   LayerStack(const LayerStack&) = delete;
@@ -27,52 +29,50 @@ class LayerStack {
 
   // Builds every layer for inputs shaped (batch, *input_shape); layer i is seeded from (seed, i).
   void build(const Shape& input_shape, std::uint64_t seed, DType dtype = DType::Float32);
-  bool built() const { return built_; }
+  bool built() const override { return built_; }
   const Shape& input_shape() const { return input_shape_; }
   Shape output_shape() const;
   DType dtype() const { return dtype_; }
 
-  Tensor forward(const Tensor& x, const ForwardContext& ctx);
-  // Called during a backward pass each time a layer has written its gradients, with the first
-  // element of packed_grads() from which every gradient is final (layers are packed in order and
-  // backward runs last to first, so that point only moves down, reaching 0 at the end). The
-  // engine starts the all-reduce of the gradient buckets behind it while backward goes on.
-  using GradientsFinal = std::function<void(std::int64_t first_final_element)>;
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  // GradientsFinal (Network): layers are packed in order and backward runs last to first, so the
+  // first final element only moves down; the strategy starts the all-reduce of the gradient
+  // buckets behind it while backward goes on.
   // Backpropagates dL/d(output) of the last forward into every trainable parameter's .grad.
-  void backward(const Tensor& dy, const GradientsFinal& on_final = {});
+  void backward(const Tensor& dy, const GradientsFinal& on_final) override;
+  void backward(const Tensor& dy) { backward(dy, {}); }
   // A training step's forward and backward for a replica whose slice is empty: every layer's
   // forward_without_rows, then backward_without_rows in reverse, so the replica joins the
   // collectives its layers run (see Layer::forward_without_rows). Gradients are not touched, but
   // on_final is called at the same points as backward() calls it, so the collectives the caller
   // runs from it interleave with the layers' in the same order on every replica.
-  void step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final = {});
+  void step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) override;
 
   // The last layer's final activation, its logits, and backward from d(loss)/d(logits) (see
   // Layer::output_activation).
-  Activation output_activation() const;
-  Tensor logits() const;
-  void backward_from_logits(const Tensor& dlogits, const GradientsFinal& on_final = {});
+  Activation output_activation() const override;
+  Tensor logits() const override;
+  void backward_from_logits(const Tensor& dlogits, const GradientsFinal& on_final) override;
+  void backward_from_logits(const Tensor& dlogits) { backward_from_logits(dlogits, {}); }
 
   // Every weight in get_weights() order (layer by layer, each layer's Keras order).
-  ParameterList parameters();
+  ParameterList parameters() override;
   // The trainable ones, in packed order (the optimizer's element order), and the others.
-  ParameterList trainable_parameters();
-  ParameterList non_trainable_parameters();
+  ParameterList trainable_parameters() override;
+  ParameterList non_trainable_parameters() override;
   // Elements of all weights (Keras's count_params), of the trainable ones (the packed buffers).
   std::int64_t parameter_count() const { return packed_values_.numel() + non_trainable_values_.numel(); }
-  std::int64_t trainable_count() const { return packed_values_.numel(); }
-  Tensor& packed_values() { return packed_values_; }
-  Tensor& packed_grads() { return packed_grads_; }
+  std::int64_t trainable_count() const override { return packed_values_.numel(); }
+  Tensor& packed_values() override { return packed_values_; }
+  Tensor& packed_grads() override { return packed_grads_; }
   // The non-trainable weights' values, packed in parameters() order.
-  Tensor& non_trainable_values() { return non_trainable_values_; }
-  // The same buffers followed by kPackedPadding zero elements, so that equal per-replica shards
-  // (reduce-scatter, all-gather) may run past the last parameter.
-  static constexpr std::int64_t kPackedPadding = 2048;
-  Tensor& padded_values() { return padded_values_; }
-  Tensor& padded_grads() { return padded_grads_; }
+  Tensor& non_trainable_values() override { return non_trainable_values_; }
+  // The same buffers followed by kPackedPadding zero elements (Network::kPackedPadding).
+  Tensor& padded_values() override { return padded_values_; }
+  Tensor& padded_grads() override { return padded_grads_; }
 
-  double regularization_loss() const;
-  void add_regularization_gradients();
+  double regularization_loss() const override;
+  void add_regularization_gradients() override;
 
   // A deep copy (layers, weights), built and packed on the same device as this stack.
   std::unique_ptr<LayerStack> clone() const;
@@ -80,11 +80,12 @@ class LayerStack {
   // `device`: a replica's copy of the model. Layers build and initialize on the host; this is where
   // their weights move. Throws like check_device_support before allocating anything.
   std::unique_ptr<LayerStack> clone_to(const Device& device) const;
+  std::unique_ptr<Network> replicate(const Device& device) const override { return clone_to(device); }
   // Where the packed parameters live (the host unless clone_to placed them elsewhere).
-  const Device& device() const { return device_; }
+  const Device& device() const override { return device_; }
   // Throws std::invalid_argument("[layers] Conv2D has no CUDA kernels yet; train it on CPU
   // devices") naming the first layer that cannot run on `device`. Any layer runs on a CPU device.
-  void check_device_support(const Device& device) const;
+  void check_device_support(const Device& device) const override;
 
  private:
   void pack_parameters();

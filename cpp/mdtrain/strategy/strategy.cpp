@@ -1,6 +1,7 @@
 #include "mdtrain/strategy/strategy.h"
 
 #include "mdtrain/core/errors.h"
+#include "mdtrain/strategy/replicated_executor.h"
 
 namespace mdtrain {
 
@@ -11,6 +12,10 @@ Strategy::Strategy(std::vector<Device> devices) : devices_(std::move(devices)) {
       MDTRAIN_CHECK(devices_[i] != devices_[j], std::invalid_argument, "[strategy] device ",
                     devices_[i].to_string(), " is listed twice");
   pool_ = std::make_unique<cpu::ThreadTeam>(static_cast<int>(devices_.size()));
+}
+
+std::unique_ptr<StepExecutor> Strategy::make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) {
+  return std::make_unique<ReplicatedExecutor>(primary, *this, loss, optimizer);
 }
 
 }  // namespace mdtrain

@@ -8,12 +8,18 @@
 #include "mdtrain/distribute/communicator.h"
 #include "mdtrain/distribute/gradient_reducer.h"
 #include "mdtrain/core/threading/thread_team.h"
+#include "mdtrain/nn/loss.h"
+#include "mdtrain/nn/network.h"
+#include "mdtrain/optim/optimizer.h"
+#include "mdtrain/strategy/step_executor.h"
 
 namespace mdtrain {
 
-// How training is spread over devices: which devices hold a replica, how replicas talk
-// (communicators), and the threads that drive them. The training loop (model/) asks a strategy
-// for these; a layer never learns which strategy runs it.
+// How training is spread over devices: which devices take part, how they talk (communicators),
+// the threads that drive them, and — through the StepExecutor it makes for each compiled model —
+// how a step runs: where the weights live, how the batch is cut, how gradients are synchronized.
+// The training loop (model/) hands a strategy its network, loss and optimizer and then one batch
+// per step; a layer never learns which strategy runs it.
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -50,6 +56,12 @@ class Strategy {
   void set_gradient_bucket_bytes(std::size_t bytes) {
     bucket_bytes_ = bytes == 0 ? GradientReducer::kDefaultBucketBytes : bytes;
   }
+
+  // The executor that runs the steps of one compiled model: `primary` is the model's network
+  // (whose weights get_weights reads); the loss and optimizer are copied per replica as needed.
+  // The strategy must outlive it. The default replicates the network on every device (data
+  // parallelism: ReplicatedExecutor); strategies that shard or pipeline override it.
+  virtual std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer);
 
   // Runs fn(r) for every replica concurrently, one thread each (see cpu::ThreadTeam).
   void run_replicas(const std::function<void(int)>& fn) { pool_->run(fn); }

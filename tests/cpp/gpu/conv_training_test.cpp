@@ -167,9 +167,9 @@ TEST_P(SmallCnnOnGpu, MirroredOnTwoGpusKeepsReplicasIdenticalAndMatchesOneGpu) {
   Model& m = *mirrored;
   one_epoch(m, d, [&m, &checked](std::int64_t step, const Logs&) {
     TrainEngine& e = m.engine();
-    const Tensor r0 = to_host(e.replica_stack(0).packed_values());
+    const Tensor r0 = to_host(e.replica_network(0).packed_values());
     for (int r = 1; r < e.num_replicas(); ++r)
-      EXPECT_TRUE(gpu_testing::same_bytes(e.replica_stack(r).packed_values(), r0))
+      EXPECT_TRUE(gpu_testing::same_bytes(e.replica_network(r).packed_values(), r0))
           << "replica " << r << " differs from replica 0 after step " << step;
     ++checked;
     return false;

@@ -109,8 +109,8 @@ TEST_P(NormalizationOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
 
   // The replica's moving statistics are non-trainable weights on its device.
   TrainEngine& e = on_gpu->engine();
-  ASSERT_EQ(e.replica_stack(0).non_trainable_parameters().size(), 4u);  // two layers' mean, variance
-  for (Parameter* p : e.replica_stack(0).non_trainable_parameters())
+  ASSERT_EQ(e.replica_network(0).non_trainable_parameters().size(), 4u);  // two layers' mean, variance
+  for (Parameter* p : e.replica_network(0).non_trainable_parameters())
     EXPECT_EQ(p->value.device(), kGpu) << p->name;
 
   // Every weight, the moving statistics included (get_weights' order: gamma, beta, moving_mean,
@@ -143,12 +143,12 @@ TEST(NormalizationGpuTraining, SynchronizedBatchNormOnTwoGpusMatchesOneGpuOnTheW
   Model& m = *mirrored;
   one_epoch(m, d, [&m, &checked](std::int64_t step, const Logs&) {
     TrainEngine& e = m.engine();
-    const Tensor r0 = to_host(e.replica_stack(0).packed_values());
-    const Tensor s0 = to_host(e.replica_stack(0).non_trainable_values());
+    const Tensor r0 = to_host(e.replica_network(0).packed_values());
+    const Tensor s0 = to_host(e.replica_network(0).non_trainable_values());
     for (int r = 1; r < e.num_replicas(); ++r) {
-      EXPECT_TRUE(gpu_testing::same_bytes(e.replica_stack(r).packed_values(), r0))
+      EXPECT_TRUE(gpu_testing::same_bytes(e.replica_network(r).packed_values(), r0))
           << "replica " << r << "'s weights differ from replica 0's after step " << step;
-      EXPECT_TRUE(gpu_testing::same_bytes(e.replica_stack(r).non_trainable_values(), s0))
+      EXPECT_TRUE(gpu_testing::same_bytes(e.replica_network(r).non_trainable_values(), s0))
           << "replica " << r << "'s moving statistics differ from replica 0's after step " << step;
     }
     ++checked;

@@ -121,7 +121,7 @@ TEST(GpuGradientBuckets, HostWeightsAreRefreshedWhenReadNotAfterEveryStep) {
   // ...reading them brings them up to date.
   const auto w = m->get_weights();
   EXPECT_FALSE(e.primary_stale());
-  EXPECT_TRUE(same_bytes(m->stack().packed_values(), to_host(e.replica_stack(0).packed_values())));
+  EXPECT_TRUE(same_bytes(m->stack().packed_values(), to_host(e.replica_network(0).packed_values())));
   EXPECT_FALSE(same_bytes(m->stack().packed_values(), before));
   // Recompiling keeps what was trained.
   const Tensor trained = m->stack().packed_values().clone();

@@ -160,9 +160,9 @@ TEST(GpuTraining, MirroredOnTwoGpusKeepsReplicasIdenticalAndMatchesOneGpu) {
     Model& m = *mirrored;
     one_epoch(m, d.x, d.labels, [&m, &checked](std::int64_t step, const Logs&) {
       TrainEngine& e = m.engine();
-      const Tensor r0 = to_host(e.replica_stack(0).packed_values());
+      const Tensor r0 = to_host(e.replica_network(0).packed_values());
       for (int r = 1; r < e.num_replicas(); ++r)
-        EXPECT_TRUE(gpu_testing::same_bytes(e.replica_stack(r).packed_values(), r0))
+        EXPECT_TRUE(gpu_testing::same_bytes(e.replica_network(r).packed_values(), r0))
             << "replica " << r << " differs from replica 0 after step " << step;
       // The model's host weights are replica 0's.
       EXPECT_TRUE(gpu_testing::same_bytes(m.stack().packed_values(), r0)) << "primary after step " << step;
@@ -201,7 +201,7 @@ TEST(GpuTraining, WeightsAndOptimizerStateRoundTripThroughSaveAndLoad) {
   for (std::size_t i = 0; i < a2.size(); ++i) EXPECT_TRUE(gpu_testing::same_bytes(b2[i], a2[i])) << "weight " << i;
   // set_weights reaches the GPU replica: training from the same weights twice gives the same result.
   loaded->set_weights(a);
-  EXPECT_TRUE(gpu_testing::same_bytes(loaded->engine().replica_stack(0).packed_values(),
+  EXPECT_TRUE(gpu_testing::same_bytes(loaded->engine().replica_network(0).packed_values(),
                                       to_host(loaded->stack().packed_values())));
   const auto w = loaded->get_weights();
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(gpu_testing::same_bytes(w[i], a[i])) << "set_weights " << i;

@@ -85,8 +85,8 @@ TEST_P(GradientBuckets, AnyBucketSizeGivesTheWeightsOfOneBucket) {
   auto identical = [&](std::int64_t, const Logs&) {
     TrainEngine& e = many->engine();
     for (int r = 1; r < e.num_replicas(); ++r) {
-      EXPECT_TRUE(bitwise_equal(e.replica_stack(r).packed_values(), e.replica_stack(0).packed_values()));
-      EXPECT_TRUE(bitwise_equal(e.replica_stack(r).non_trainable_values(), e.replica_stack(0).non_trainable_values()));
+      EXPECT_TRUE(bitwise_equal(e.replica_network(r).packed_values(), e.replica_network(0).packed_values()));
+      EXPECT_TRUE(bitwise_equal(e.replica_network(r).non_trainable_values(), e.replica_network(0).non_trainable_values()));
     }
     ++checked;
     return false;

@@ -108,9 +108,9 @@ std::shared_ptr<Strategy> mirrored(int replicas) {
 Model::BatchCallback replicas_identical(Model& m, std::atomic<int>& checked) {
   return [&m, &checked](std::int64_t batch, const Logs&) {
     TrainEngine& e = m.engine();
-    const Tensor& primary = e.replica_stack(0).packed_values();
+    const Tensor& primary = e.replica_network(0).packed_values();
     for (int r = 1; r < e.num_replicas(); ++r)
-      EXPECT_TRUE(bitwise_equal(e.replica_stack(r).packed_values(), primary))
+      EXPECT_TRUE(bitwise_equal(e.replica_network(r).packed_values(), primary))
           << "replica " << r << " differs from replica 0 after step " << batch;
     ++checked;
     return false;
@@ -350,9 +350,9 @@ TEST_P(MirroredVsOneDevice, TrainOnBatchWithFewerRowsThanReplicas) {
   EXPECT_LE(max_abs_difference(one->get_weights(), mir->get_weights()), kOneStepTolerance);
   TrainEngine& e = mir->engine();
   for (int r = 1; r < replicas; ++r)
-    EXPECT_TRUE(bitwise_equal(e.replica_stack(r).packed_values(), e.replica_stack(0).packed_values()));
-  EXPECT_THROW(e.replica_stack(replicas), std::out_of_range);
-  EXPECT_THROW(e.replica_stack(-1), std::out_of_range);
+    EXPECT_TRUE(bitwise_equal(e.replica_network(r).packed_values(), e.replica_network(0).packed_values()));
+  EXPECT_THROW(e.replica_network(replicas), std::out_of_range);
+  EXPECT_THROW(e.replica_network(-1), std::out_of_range);
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, MirroredVsOneDevice, ::testing::Values(2, 3),

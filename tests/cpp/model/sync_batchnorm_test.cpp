@@ -302,9 +302,9 @@ Model::BatchCallback replicas_identical(Model& m, std::atomic<int>& checked) {
   return [&m, &checked](std::int64_t batch, const Logs&) {
     TrainEngine& e = m.engine();
     for (int r = 1; r < e.num_replicas(); ++r) {
-      EXPECT_TRUE(bitwise_equal(e.replica_stack(r).packed_values(), e.replica_stack(0).packed_values()))
+      EXPECT_TRUE(bitwise_equal(e.replica_network(r).packed_values(), e.replica_network(0).packed_values()))
           << "replica " << r << " weights differ after step " << batch;
-      EXPECT_TRUE(bitwise_equal(e.replica_stack(r).non_trainable_values(), e.replica_stack(0).non_trainable_values()))
+      EXPECT_TRUE(bitwise_equal(e.replica_network(r).non_trainable_values(), e.replica_network(0).non_trainable_values()))
           << "replica " << r << " moving statistics differ after step " << batch;
     }
     ++checked;
@@ -467,7 +467,7 @@ TEST(BatchNormTraining, SetWeightsReachesEveryReplicasMovingStatistics) {
   w[5].fill(2.5);  // moving_variance
   m->set_weights(w);
   for (int r = 0; r < 3; ++r) {
-    const Tensor& nt = m->engine().replica_stack(r).non_trainable_values();
+    const Tensor& nt = m->engine().replica_network(r).non_trainable_values();
     EXPECT_EQ(at(nt, 6), 2.5) << "replica " << r;  // moving_mean (6 values), then moving_variance
   }
 }

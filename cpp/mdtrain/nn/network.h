@@ -1,0 +1,74 @@
+#pragma once
+// Network: what a strategy sees of a model's layers. A strategy replicates, feeds and
+// synchronizes a Network without knowing how its layers are connected: the Sequential body
+// (LayerStack) is one; a layer graph (the Functional API) will be another, and strategies will
+// run it unchanged.
+//
+// The contract every implementation keeps, because strategies build on it:
+// - Once built, all trainable parameter values live in one contiguous buffer and their gradients
+//   in another (each Parameter's tensors are views into them), in one fixed packed order; the
+//   optimizer's element order is that order. Non-trainable weights live in a third buffer.
+// - backward() reports, through GradientsFinal, the first packed element from which every
+//   gradient is final; that point only moves down and reaches 0 when backward ends.
+// - A replica with no rows in a step joins every collective its layers run (step_without_rows).
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "mdtrain/core/device.h"
+#include "mdtrain/core/parameter.h"
+#include "mdtrain/core/tensor.h"
+#include "mdtrain/nn/layer.h"
+#include "mdtrain/ops/activation.h"
+
+namespace mdtrain {
+
+class Network {
+ public:
+  virtual ~Network() = default;
+
+  virtual bool built() const = 0;
+  // Where the packed parameters live (the host unless replicate() placed them elsewhere).
+  virtual const Device& device() const = 0;
+
+  virtual Tensor forward(const Tensor& x, const ForwardContext& ctx) = 0;
+  // Called during backward each time gradients were written, with the first element of
+  // packed_grads() from which every gradient is final.
+  using GradientsFinal = std::function<void(std::int64_t first_final_element)>;
+  // Backpropagates dL/d(output) of the last forward into every trainable parameter's .grad.
+  virtual void backward(const Tensor& dy, const GradientsFinal& on_final) = 0;
+  // The output's final activation, the logits before it, and backward from d(loss)/d(logits)
+  // (Keras computes crossentropy from the logits of a softmax/sigmoid output).
+  virtual Activation output_activation() const = 0;
+  virtual Tensor logits() const = 0;
+  virtual void backward_from_logits(const Tensor& dlogits, const GradientsFinal& on_final) = 0;
+  // A training step's forward and backward for a replica whose slice is empty: joins every
+  // collective the layers run and calls on_final at the points backward() would.
+  virtual void step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) = 0;
+
+  // Every weight in get_weights() order; the trainable ones in packed order.
+  virtual ParameterList parameters() = 0;
+  virtual ParameterList trainable_parameters() = 0;
+  virtual ParameterList non_trainable_parameters() = 0;
+  virtual std::int64_t trainable_count() const = 0;
+  virtual Tensor& packed_values() = 0;
+  virtual Tensor& packed_grads() = 0;
+  virtual Tensor& non_trainable_values() = 0;
+  // packed_values()/packed_grads() followed by kPackedPadding zero elements, so that equal
+  // per-replica shards (reduce-scatter, all-gather) may run past the last parameter.
+  static constexpr std::int64_t kPackedPadding = 2048;
+  virtual Tensor& padded_values() = 0;
+  virtual Tensor& padded_grads() = 0;
+
+  // The weight penalties of the current weights, and their gradients added to .grad.
+  virtual double regularization_loss() const = 0;
+  virtual void add_regularization_gradients() = 0;
+
+  // A deep copy (layers, weights) with its packed parameters on `device`: a replica's copy.
+  // Throws like check_device_support before allocating anything.
+  virtual std::unique_ptr<Network> replicate(const Device& device) const = 0;
+  // Throws std::invalid_argument naming the first layer that cannot run on `device`.
+  virtual void check_device_support(const Device& device) const = 0;
+};
+
+}  // namespace mdtrain

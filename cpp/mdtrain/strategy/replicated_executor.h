@@ -1,0 +1,92 @@
+#pragma once
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "mdtrain/distribute/communicator.h"
+#include "mdtrain/distribute/gradient_reducer.h"
+#include "mdtrain/nn/loss.h"
+#include "mdtrain/strategy/step_executor.h"
+#include "mdtrain/strategy/zero_shards.h"
+
+namespace mdtrain {
+
+class Strategy;
+
+// Data parallelism (OneDevice, Mirrored, MultiWorkerMirrored): a full replica of the network per
+// device, each on its slice of the global batch, gradients summed over all replicas, the same
+// update everywhere.
+//
+// Replica 0 is the primary itself on CPU devices; the others (and replica 0 on a GPU) are copies
+// placed on their devices. A global batch of B rows is cut into contiguous slices (slice_of over
+// all workers' replicas), possibly empty when B < N: every replica still joins every collective
+// (the gradient sync and those its layers run, see Network::step_without_rows), so an uneven last
+// batch never hangs. Layers reach the other replicas only through ForwardContext::replicas, a
+// CrossReplicaContext on the replica's communicator. Each replica computes d(sum of its losses /
+// B)/dw, the packed gradients are summed in a fixed order, and every replica applies the same
+// update to the same weights, so the replicas stay bitwise identical and the loss is the exact
+// mean over the batch. Non-trainable weights (moving statistics) are outside the packed
+// gradients; their layers keep them identical by updating them from cross-replica sums.
+//
+// The gradient sync plan, chosen once (GradientSync):
+// - Zero1: several replicas on the CPU devices of one process, all-reduce, no clipping by norm:
+//   reduce-scatter, each replica updates its range, all-gather (ZeroShards).
+// - ZeroOneAfterAllReduce: the same ranges updated, but the gradients all-reduced first (clipping
+//   by norm needs the whole gradient; ReductionToOneDevice is what the user asked for).
+// - Replicated: GPUs or several workers: buckets all-reduced during backward as soon as a bucket
+//   is final (GradientReducer's overlapped form: on NCCL they run on the communication stream
+//   while backward continues), then every replica applies the whole update (fused into one launch
+//   on a GPU). Across workers each worker so holds the whole optimizer state for checkpoints.
+class ReplicatedExecutor final : public StepExecutor {
+ public:
+  enum class GradientSync { Replicated, ZeroOneAfterAllReduce, Zero1 };
+
+  // The strategy provides devices, communicators and replica threads; it must outlive this.
+  ReplicatedExecutor(Network& primary, Strategy& strategy, const Loss& loss, const Optimizer& optimizer);
+  ~ReplicatedExecutor() override;
+
+  StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
+
+  int num_replicas() const override { return static_cast<int>(replicas_.size()); }
+  Network& replica_network(int replica) override;
+  std::vector<double> replica_loss_sums() const override;
+
+  Optimizer& optimizer() override;
+  void set_learning_rate(double lr) override;
+  Optimizer::State optimizer_state() const override;
+
+  void broadcast_weights_from_primary() override;
+  void refresh_primary() override;
+  bool primary_stale() const override { return primary_stale_; }
+
+  std::vector<StepProfile> profile() const override;
+  void reset_profile() override;
+
+  GradientSync gradient_sync() const { return sync_; }
+
+ private:
+  struct Replica;
+  // Cuts the global batch and runs fn(replica, local_index, first_row, rows) on every replica, one
+  // thread each. Cut among all workers' replicas, or (predict) among this worker's only.
+  template <class F>
+  void for_each_slice(std::int64_t count, F&& fn, bool across_workers = true);
+  void remake_communicators();
+  void attach_communicator(Replica& rep, std::unique_ptr<Communicator> comm);
+  void gather_batch(Replica& rep, const GlobalBatch& batch, std::int64_t first, std::int64_t rows);
+  // The sum over all replicas (of all workers) of the last step's loss sums.
+  double sum_of_replica_losses(std::int64_t count);
+
+  Network& primary_;
+  Strategy& strategy_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  GradientSync sync_ = GradientSync::Replicated;
+  std::optional<ZeroShards> shards_;  // set for the Zero* plans
+  bool communicators_broken_ = false;
+  bool primary_is_replica0_ = true;  // replica 0 trains the primary itself (CPU devices)
+  bool primary_stale_ = false;       // replica 0 (on a GPU) trained since the primary was refreshed
+  double wall_ = 0;
+};
+
+}  // namespace mdtrain
