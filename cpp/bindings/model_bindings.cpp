@@ -67,6 +67,10 @@ void init_model(py::module_& m) {
       .def(py::init<std::string, std::uint64_t>(), py::arg("name"), py::arg("seed"))
       .def_property_readonly("name", &Model::name)
       .def_property_readonly("seed", &Model::seed)
+      .def("abort_collectives", [](Model& m, const std::string& reason) {
+        py::gil_scoped_release release;
+        m.abort_collectives(reason);
+      }, py::arg("reason"), "Fails this model's collectives on every worker (a loop left on an error).")
       .def("add", &Model::add)
       .def("build", &Model::build, py::arg("input_shape"))
       .def_property_readonly("built", &Model::built)

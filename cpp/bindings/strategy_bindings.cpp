@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <vector>
+
 #include "bindings.h"
 #include "mdtrain/strategy/mirrored_strategy.h"
 #include "mdtrain/strategy/multi_worker_mirrored_strategy.h"
@@ -64,7 +67,20 @@ void init_strategy(py::module_& m) {
       .def("barrier", [](MultiWorkerMirroredStrategy& s) {
         py::gil_scoped_release release;
         s.barrier();
-      });
+      })
+      .def("sum_across_workers",
+           [](MultiWorkerMirroredStrategy& s, py::array_t<double, py::array::c_style> data) {
+             // In place: every worker gets the element-wise sum (rank order) over all workers.
+             auto buf = data.mutable_unchecked<1>();
+             if (buf.shape(0) == 0) return;
+             std::vector<double> values(buf.data(0), buf.data(0) + buf.shape(0));
+             {
+               py::gil_scoped_release release;
+               s.sum_across_workers(values);
+             }
+             std::copy(values.begin(), values.end(), buf.mutable_data(0));
+           },
+           py::arg("data"));
   m.def("mpi_available", &mpi_available);
 }
 

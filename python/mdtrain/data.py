@@ -81,8 +81,8 @@ def _leaf_to_numpy(leaf):
         arr = np.asarray(leaf)
         if arr.dtype == np.float64:
             arr = arr.astype(np.float32)
-        elif arr.dtype == np.int64:
-            arr = arr.astype(np.int32)
+        elif arr.dtype == np.int64 and (arr.size == 0 or (arr.min() >= -2**31 and arr.max() < 2**31)):
+            arr = arr.astype(np.int32)  # as TF: int32 when it fits, int64 otherwise (never a wrap)
         return arr
     return np.asarray(leaf)
 

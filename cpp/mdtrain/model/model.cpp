@@ -11,17 +11,41 @@
 
 namespace mdtrain {
 
+class Model::BusyGuard {
+ public:
+  BusyGuard(Model& model, const char* what) : model_(model) {
+    std::lock_guard<std::mutex> lock(model.busy_mutex_);
+    const auto me = std::this_thread::get_id();
+    MDTRAIN_CHECK(model.busy_depth_ == 0 || model.busy_owner_ == me, std::runtime_error, "[model] ", what,
+                  ": model \"", model.name_, "\" is busy: another thread is running fit, evaluate, predict or "
+                  "train_on_batch on it (a model runs one at a time; give each thread its own model)");
+    model.busy_owner_ = me;
+    ++model.busy_depth_;
+  }
+  ~BusyGuard() {
+    std::lock_guard<std::mutex> lock(model_.busy_mutex_);
+    --model_.busy_depth_;
+  }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  Model& model_;
+};
+
 Model::Model(std::string name, std::uint64_t seed) : name_(std::move(name)), seed_(seed) {
   MDTRAIN_CHECK(seed <= kMaxSeed, std::invalid_argument, "[sequential] model \"", name_,
                 "\": seed must be below 2^53 (it is saved as a JSON number), got ", seed);
 }
 
 void Model::add(std::shared_ptr<Layer> layer) {
+  BusyGuard busy(*this, "add");
   release_engine();
   stack_.add(std::move(layer));
 }
 
 void Model::build(const Shape& input_shape) {
+  BusyGuard busy(*this, "build");
   if (stack_.built()) {
     MDTRAIN_CHECK(stack_.input_shape() == input_shape, std::invalid_argument, "[sequential] model \"", name_,
                   "\" is already built for input shape ", to_string(stack_.input_shape()), ", not ",
@@ -34,6 +58,7 @@ void Model::build(const Shape& input_shape) {
 
 void Model::compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer,
                     std::vector<std::string> metrics, std::shared_ptr<Strategy> strategy) {
+  BusyGuard busy(*this, "compile");
   MDTRAIN_CHECK(loss != nullptr, std::invalid_argument, "[compile] model \"", name_, "\": a loss is required");
   MDTRAIN_CHECK(optimizer != nullptr, std::invalid_argument, "[compile] model \"", name_,
                 "\": an optimizer is required");
@@ -68,6 +93,7 @@ Optimizer::State Model::optimizer_state() {
 }
 
 void Model::set_optimizer_state(const Optimizer::State& state) {
+  BusyGuard busy(*this, "set_optimizer_state");
   MDTRAIN_CHECK(optimizer_ != nullptr, std::logic_error, "[model] model \"", name_,
                 "\" must be compiled before its optimizer state is set");
   optimizer_->set_state(state);
@@ -91,6 +117,7 @@ LayerStack& Model::stack() {
 }
 
 TrainEngine& Model::engine(const Shape& y_shape) {
+  BusyGuard busy(*this, "engine");
   loss();  // throws if not compiled
   MDTRAIN_CHECK(stack_.built(), std::logic_error, "[model] model \"", name_,
                 "\" is not built: train it on data or call build(input_shape)");
@@ -127,6 +154,7 @@ void Model::ensure_built_for(const Tensor& x) {
 Model::EpochResult Model::train_epoch(const Tensor& x, const Tensor& y, const std::int64_t* order,
                                       std::int64_t order_size, std::int64_t batch_size, std::int64_t steps,
                                       const BatchCallback& on_batch_end) {
+  BusyGuard busy(*this, "fit");
   MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[fit] batch_size must be a positive integer, got ", batch_size);
   MDTRAIN_CHECK(order_size > 0, std::invalid_argument, "[fit] no training data: x has ", x.dim(0), " samples");
   // steps may exceed one pass (steps_per_epoch): the order is then read cyclically, batch by
@@ -148,6 +176,7 @@ Model::EpochResult Model::train_epoch(const Tensor& x, const Tensor& y, const st
 Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const std::int64_t* order,
                                         const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end,
                                         bool reset_metrics, std::int64_t first_batch) {
+  BusyGuard busy(*this, "fit");
   check_data(x, &y, "fit");
   MDTRAIN_CHECK(offsets.size() >= 2, std::invalid_argument, "[fit] no training batches");
   ensure_built_for(x);
@@ -172,6 +201,7 @@ Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const 
 }
 
 Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end) {
+  BusyGuard busy(*this, "evaluate");
   check_data(x, &y, "evaluate");
   MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[evaluate] batch_size must be a positive integer, got ",
                 batch_size);
@@ -191,6 +221,7 @@ Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, 
 }
 
 Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
+  BusyGuard busy(*this, "predict");
   check_data(x, nullptr, "predict");
   MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[predict] batch_size must be a positive integer, got ",
                 batch_size);
@@ -214,6 +245,7 @@ Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
 }
 
 Logs Model::train_on_batch(const Tensor& x, const Tensor& y) {
+  BusyGuard busy(*this, "train_on_batch");
   check_data(x, &y, "train_on_batch");
   MDTRAIN_CHECK(x.dim(0) > 0, std::invalid_argument, "[train_on_batch] the batch is empty");
   ensure_built_for(x);
@@ -240,6 +272,7 @@ std::vector<Tensor> Model::get_weights() {
 }
 
 void Model::set_weights(const std::vector<Tensor>& weights) {
+  BusyGuard busy(*this, "set_weights");
   refresh_weights();  // the primary must be current before it is broadcast
   auto params = stack_.parameters();
   MDTRAIN_CHECK(weights.size() == params.size(), std::invalid_argument, "[set_weights] model \"", name_,
@@ -250,6 +283,11 @@ void Model::set_weights(const std::vector<Tensor>& weights) {
                   ", got an array of shape ", to_string(weights[i].shape()));
   for (std::size_t i = 0; i < params.size(); ++i) params[i]->value.copy_from(weights[i]);
   if (engine_) engine_->broadcast_weights_from_primary();
+}
+
+void Model::abort_collectives(const std::string& reason) {
+  if (engine_) engine_->abort(reason);
+  if (strategy_) strategy_->abort(reason);
 }
 
 Json Model::config() const {
@@ -270,6 +308,7 @@ Json Model::config() const {
 }
 
 void Model::save(const std::string& path, const Json& metadata) {
+  BusyGuard busy(*this, "save");
   ModelFile file;
   file.model = config();
   file.metadata = metadata;

@@ -1,7 +1,9 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mdtrain/model/logs.h"
@@ -16,6 +18,11 @@ namespace mdtrain {
 
 // keras.Sequential for the C++ API and the engine behind the Python one: layers, compile state
 // and the training loops (fit's epoch loop, evaluate, predict) with their batching in C++.
+//
+// One loop at a time: while a thread runs a loop or changes the model (add, build, compile,
+// set_weights, ...), another thread doing the same gets std::runtime_error("[model] ... is busy")
+// instead of corrupting it. The running thread may re-enter (a callback that evaluates or saves
+// between steps).
 class Model {
  public:
   // Called after each batch with the batch index and the running logs; returning true stops.
@@ -98,7 +105,14 @@ class Model {
                                      Json* metadata = nullptr);
   Json config() const;
 
+  // Fails every collective of this model's training, pending and later, on every worker, naming
+  // `reason`: a process that leaves a multi-worker loop on an error calls it so that its peers
+  // fail at once instead of waiting for it until their timeout. Training again makes new groups.
+  void abort_collectives(const std::string& reason);
+
  private:
+  class BusyGuard;  // holds the model for one loop or change (see the class comment)
+
   void check_data(const Tensor& x, const Tensor* y, const char* where) const;
   void ensure_built_for(const Tensor& x);
   // Drops the engine (a new one is made on next use) without losing weights it trained.
@@ -114,6 +128,9 @@ class Model {
   std::shared_ptr<Strategy> strategy_;
   std::unique_ptr<TrainEngine> engine_;
   std::function<void()> step_hook_;
+  std::mutex busy_mutex_;
+  std::thread::id busy_owner_;
+  int busy_depth_ = 0;
 };
 
 }  // namespace mdtrain

@@ -70,6 +70,10 @@ void MultiWorkerMirroredStrategy::sum_across_workers(std::vector<double>& values
   if (control_) control_->all_reduce(values.data(), values.size(), DType::Float64, ReduceOp::Sum);
 }
 
+void MultiWorkerMirroredStrategy::abort(const std::string& reason) {
+  if (control_) control_->abort(reason);
+}
+
 void MultiWorkerMirroredStrategy::barrier() {
   if (control_) control_->barrier();
 }

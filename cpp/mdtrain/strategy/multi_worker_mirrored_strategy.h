@@ -35,6 +35,7 @@ class MultiWorkerMirroredStrategy : public Strategy {
   void broadcast_from_chief(void* data, std::size_t bytes);
   void barrier();
   void sum_across_workers(std::vector<double>& values) override;
+  void abort(const std::string& reason) override;
   // Seconds a worker waits in a collective for the others before reporting which did not arrive.
   void set_timeout(double seconds);
   double timeout() const { return timeout_; }

@@ -288,6 +288,11 @@ std::vector<double> ReplicatedExecutor::replica_loss_sums() const {
   return out;
 }
 
+void ReplicatedExecutor::abort(const std::string& reason) {
+  for (auto& rep : replicas_) rep->comm->abort(reason);
+  communicators_broken_ = true;  // an aborted group cannot be reused
+}
+
 std::vector<StepProfile> ReplicatedExecutor::profile() const {
   std::vector<StepProfile> out;
   for (const auto& rep : replicas_) {

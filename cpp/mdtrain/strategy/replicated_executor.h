@@ -1,6 +1,7 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "mdtrain/distribute/communicator.h"
@@ -60,6 +61,8 @@ class ReplicatedExecutor final : public StepExecutor {
   void broadcast_weights_from_primary() override;
   void refresh_primary() override;
   bool primary_stale() const override { return primary_stale_; }
+
+  void abort(const std::string& reason) override;
 
   std::vector<StepProfile> profile() const override;
   void reset_profile() override;

@@ -6,6 +6,7 @@
 // its own in strategy/ (ReplicatedExecutor: data parallelism), so a new strategy is a new file
 // here, not a branch in model/.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mdtrain/core/tensor.h"
@@ -77,6 +78,11 @@ class StepExecutor {
   // on a GPU) and a step ran since; free otherwise.
   virtual void refresh_primary() = 0;
   virtual bool primary_stale() const = 0;
+
+  // Fails every collective of this process's replicas, pending and later, on every rank of their
+  // groups (peers in other processes included) with `reason`: a process that stops training
+  // (an exception between steps) releases peers waiting for it. The next step makes fresh groups.
+  virtual void abort(const std::string& reason) = 0;
 
   virtual std::vector<StepProfile> profile() const = 0;  // one per local replica
   virtual void reset_profile() = 0;

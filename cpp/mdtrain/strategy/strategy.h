@@ -42,6 +42,9 @@ class Strategy {
   // Sums `values` element-wise over the workers (rank order), from the thread driving training,
   // while no replica runs; every worker must call it at the same point. One worker: no-op.
   virtual void sum_across_workers(std::vector<double>& /*values*/) {}
+  // Fails the strategy's own coordination between workers (pending and later), naming `reason`,
+  // on every worker: see StepExecutor::abort, which does the same for the replicas' groups.
+  virtual void abort(const std::string& /*reason*/) {}
 
   // One communicator per local replica (rank first_local_replica() + r serves local replica r),
   // made fresh for each compiled model.

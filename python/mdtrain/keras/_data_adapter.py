@@ -5,6 +5,22 @@ integer labels int32, as Keras casts them. Arrays already in that form are used 
 """
 import numpy as np
 
+_INT32 = np.iinfo(np.int32)
+
+
+def to_int32(arr, argname):
+    """An integer array as int32, refusing values int32 cannot hold: a silent wrap would turn
+    label 2**32 + 3 into class 3. Checked before the cast, for every wider integer dtype."""
+    arr = np.asarray(arr)
+    wide = arr.dtype.itemsize > 4 or (arr.dtype.kind == "u" and arr.dtype.itemsize == 4)
+    if wide and arr.size:
+        outside = (arr < _INT32.min) | (arr > _INT32.max)
+        if outside.any():
+            bad = int(np.argmax(outside.reshape(-1)))
+            raise ValueError(f"{argname}: value {arr.reshape(-1)[bad]} at index {bad} does not fit in int32 "
+                             f"(integer labels and indices must lie in [{_INT32.min}, {_INT32.max}])")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
 
 def as_features(x, argname="x"):
     if x is None:
@@ -29,7 +45,7 @@ def as_labels(y, argname="y"):
     if arr.ndim < 1:
         raise ValueError(f"{argname} must have a batch axis, got a scalar")
     if arr.dtype.kind in "biu":
-        return np.ascontiguousarray(arr, dtype=np.int32)
+        return to_int32(arr, argname)
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
@@ -39,12 +55,24 @@ def check_lengths(x, y, where):
                          f"and y with shape {y.shape}")
 
 
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def check_count(value, name, where, minimum=1):
+    """An integer count argument (batch_size, steps, ...) as a Python int: a clear ValueError for
+    bools, floats, values below `minimum` and values the C++ loop's int64 cannot hold."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"{where}: {name} must be {kind}, got {value!r}")
+    if value > _INT64_MAX:
+        raise ValueError(f"{where}: {name} must be at most 2**63 - 1, got {value!r}")
+    return int(value)
+
+
 def check_batch_size(batch_size, where, default=32):
     if batch_size is None:
         return default
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
-        raise ValueError(f"{where}: batch_size must be a positive integer, got {batch_size!r}")
-    return int(batch_size)
+    return check_count(batch_size, "batch_size", where)
 
 
 def train_validation_split(x, y, validation_split):
@@ -79,10 +107,13 @@ def _xy(element, where):
     return element[0], element[1]
 
 
-def materialize(dataset, where, need_y=True):
-    """All of a finite dataset's (x, y) batches joined: for evaluate/predict, where the result does
-    not depend on how the rows were batched. Returns (x, y or None, batch size or None)."""
+def materialize(dataset, where, need_y=True, steps=None):
+    """All of a finite dataset's (x, y) batches joined (only the first `steps` batches when given):
+    for evaluate/predict, where the result does not depend on how the rows were batched. Returns
+    (x, y or None, batch size or None)."""
     dataset = _unwrap(dataset)
+    if steps is not None:
+        dataset = dataset.take(steps)
     if dataset.cardinality() < 0 and dataset.cardinality() != -2:
         raise ValueError(f"{where}: the dataset is infinite (repeat()); take() a finite part of it")
     xs, ys = [], []

@@ -1258,6 +1258,8 @@ class BackupAndRestore(Callback):
                               RuntimeWarning, stacklevel=2)
 
     def _restore(self, path):
+        """Restores the model from the backup at `path`. Everything is checked before the model is
+        touched, so a backup that does not fit leaves the model as it was."""
         from mdtrain import _core, _random
 
         core, metadata = _core.load_model(path)
@@ -1266,15 +1268,62 @@ class BackupAndRestore(Callback):
             raise ValueError("the file holds no backup state (was it written by BackupAndRestore?)")
         model = self.model
         mine = [np.shape(w) for w in model.get_weights()]
-        theirs = [np.shape(w) for w in core.get_weights()]
+        weights = core.get_weights()
+        theirs = [np.shape(w) for w in weights]
         if mine != theirs:
             raise ValueError(f"the backed-up weights have shapes {theirs}, the model has {mine}")
-        model.set_weights(core.get_weights())
-        model._core.set_optimizer_state(core.optimizer_state())
+        optimizer_state = self._optimizer_state_for(model, core)
+        epoch, step = int(state["epoch"]), int(state["step"])
+        self._check_same_batches(state, step)
+        model.set_weights(weights)
+        model._core.set_optimizer_state(optimizer_state)
         model._shuffle_seed = int(state["seed"])
         _random._set_state(state["rng"])
-        self._epoch, self._step = int(state["epoch"]), int(state["step"])
+        self._epoch, self._step = epoch, step
         model._resume_at = (self._epoch, self._step)
+
+    @staticmethod
+    def _optimizer_state_for(model, core):
+        """The backup's optimizer state under this model's weight names. Slots are named after
+        their weights ("dense_3/kernel/momentum"), and a model built again in the same process
+        (a notebook cell run twice) has new automatic names: weights are matched by position and
+        shape, as the weights themselves are, not by name."""
+        backup_optimizer = json.loads(core.optimizer().config_json())["class_name"] if core.compiled else None
+        ours = json.loads(model._core.optimizer().config_json())["class_name"]
+        if backup_optimizer != ours:
+            raise ValueError(f"the backup holds the state of a {backup_optimizer} optimizer; the model is compiled "
+                             f"with {ours}")
+        def trainable_names(layers):
+            names = []
+            for layer in layers:
+                names += [n for n, t in zip(layer.weight_names(), layer.weight_trainable()) if t]
+            return names
+
+        theirs = trainable_names(core.layers)
+        mine = trainable_names([l._core for l in model._layers])
+        renamed = dict(zip(theirs, mine))
+        state = []
+        for name, value in core.optimizer_state():
+            weight, _, slot = name.rpartition("/")
+            if weight:
+                if weight not in renamed:
+                    raise ValueError(f"the backup's optimizer slot {name!r} belongs to no weight of the backup")
+                name = f"{renamed[weight]}/{slot}"
+            state.append((name, value))
+        return state
+
+    def _check_same_batches(self, state, step):
+        """A backup taken in the middle of an epoch resumes at its step: only the same batch size and
+        steps per epoch make that step name the same samples (at an epoch's end any will do)."""
+        if step == 0 or "batch_size" not in state:
+            return
+        batch_size, steps = self.model._fit_batch_size, self.model._fit_steps
+        if (state["batch_size"], state["steps"]) != (batch_size, steps):
+            raise ValueError(f"the backup stopped at step {step} of epoch {int(state['epoch']) + 1} of a run with "
+                             f"batch_size={state['batch_size']} and {state['steps']} steps per epoch; this fit has "
+                             f"batch_size={batch_size} and {steps} steps per epoch, so that step would not name the "
+                             "same samples. Resume with the same batch size and data, or delete the backup to start "
+                             "over.")
 
     def on_epoch_begin(self, epoch, logs=None):
         if epoch != self._epoch:
@@ -1299,7 +1348,8 @@ class BackupAndRestore(Callback):
         os.makedirs(self.backup_dir, exist_ok=True)
         if self.double_checkpoint and os.path.exists(self._latest):
             os.replace(self._latest, self._previous)
-        state = {"epoch": epoch, "step": step, "seed": str(self.model._epoch_seed()), "rng": _random._get_state()}
+        state = {"epoch": epoch, "step": step, "seed": str(self.model._epoch_seed()), "rng": _random._get_state(),
+                 "batch_size": self.model._fit_batch_size, "steps": self.model._fit_steps}
         self.model._core.save(self._latest, json.dumps({"backup": state}))
 
     def on_train_end(self, logs=None):

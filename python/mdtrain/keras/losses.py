@@ -4,6 +4,7 @@ import json
 import numpy as np
 
 from mdtrain import _core
+from mdtrain.keras._data_adapter import to_int32
 
 
 class Loss:
@@ -34,7 +35,7 @@ class Loss:
 def _labels(y):
     y = np.asarray(y)
     if y.dtype.kind in "iub":
-        return np.ascontiguousarray(y, dtype=np.int32)
+        return to_int32(y, "y_true")
     return np.ascontiguousarray(y, dtype=np.float32)
 
 

@@ -1,8 +1,11 @@
 """keras.Sequential and load_model. The loops (fit's epochs, evaluate, predict) run in C++ with the
 GIL released; Python callbacks run on the calling thread between steps."""
+import functools
+import hashlib
 import json
 import math
 import os
+import threading
 import warnings
 import weakref
 
@@ -15,15 +18,54 @@ from mdtrain.keras import callbacks as _callbacks
 from mdtrain.keras import losses as _losses
 from mdtrain.keras import metrics as _metrics
 from mdtrain.keras import optimizers as _optimizers
-from mdtrain.keras._data_adapter import (DatasetEpochs, as_features, as_labels, check_batch_size, check_lengths,
-                                         is_dataset, materialize, train_validation_split)
+from mdtrain.keras._data_adapter import (DatasetEpochs, as_features, as_labels, check_batch_size, check_count,
+                                         check_lengths, is_dataset, materialize, train_validation_split)
 from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer
+
+
+def _exclusive(method):
+    """Runs `method` while holding the model: a second fit/evaluate/predict/... on the same model
+    from another thread raises instead of interleaving with the first (which corrupted the
+    weights or crashed). The same thread may re-enter (a callback that evaluates inside fit)."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError(f"{method.__name__}: model '{self.name}' is busy: another thread is running "
+                               f"fit/evaluate/predict/train_on_batch on it. A model runs one of them at a time; "
+                               f"wait for the other call to return, or give each thread its own model.")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._busy.release()
+
+    return run
+
+
+def _releases_workers_on_error(method):
+    """In a multi-worker job, a loop left on an exception (a callback's, bad data on this worker,
+    Ctrl-C) fails the collectives of every worker naming this worker and the exception, so peers
+    stop at once instead of waiting for it until their timeout and then blaming a lost rank."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException as e:
+            strategy = self._strategy
+            if strategy is not None and strategy._num_workers > 1:
+                rank = strategy._core.worker_index
+                self._core.abort_collectives(f"worker {rank} left {method.__name__}() on {type(e).__name__}: {e}")
+            raise
+
+    return run
 
 
 class Sequential:
     """A stack of layers trained as one model (keras.Sequential)."""
 
     def __init__(self, layers=None, name=None, trainable=True):
+        self._busy = threading.RLock()  # held by the thread running a loop on this model
         self.name = name or _naming.unique_name("sequential")
         self._core = _core.Model(self.name, _random.draw_seed())
         self._layers = []
@@ -39,10 +81,12 @@ class Sequential:
         self._shuffle_seed = None  # set from a backup or worker 0 (None: the model's own seed)
         self._resume_at = None  # (epoch, step) to continue from, set by BackupAndRestore
         self._workers_synced = False
+        self._fit_batch_size = self._fit_steps = None  # of the running fit, for BackupAndRestore
         for layer in layers or []:
             self.add(layer)
 
     # ---- structure ------------------------------------------------------------------------
+    @_exclusive
     def add(self, layer):
         if isinstance(layer, InputLayer):
             if self._layers:
@@ -63,6 +107,7 @@ class Sequential:
         if self._input_shape is not None:
             self._maybe_build()
 
+    @_exclusive
     def pop(self):
         raise NotImplementedError("Sequential.pop is not supported yet")
 
@@ -76,6 +121,7 @@ class Sequential:
                 raise ValueError(f"Sequential: input shape {self._input_shape} has an unknown dimension")
             self._core.build(list(self._input_shape))
 
+    @_exclusive
     def build(self, input_shape=None):
         """input_shape includes the batch axis, as in Keras: build((None, 784))."""
         if input_shape is not None:
@@ -106,6 +152,7 @@ class Sequential:
     def get_weights(self):
         return list(self._core.get_weights())
 
+    @_exclusive
     def set_weights(self, weights):
         self._core.set_weights([np.ascontiguousarray(w, dtype=np.float32) for w in weights])
 
@@ -160,6 +207,7 @@ class Sequential:
                                                 for l in self._layers]}
 
     # ---- compile ---------------------------------------------------------------------------
+    @_exclusive
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None, weighted_metrics=None,
                 run_eagerly=False, steps_per_execution=1, jit_compile="auto", auto_scale_loss=True):
         if loss is None:
@@ -168,10 +216,19 @@ class Sequential:
             raise NotImplementedError("compile: loss_weights and weighted_metrics are not supported yet")
         strategy = self._compile_strategy()
         optimizer = _optimizers.get(optimizer)
+        created = getattr(optimizer, "_creation_strategy", None)
+        if created is not None and created is not strategy:
+            raise ValueError(f"compile: the optimizer {optimizer!r} was created in the scope of {created!r}, but "
+                             f"model '{self.name}' is compiled for {strategy!r}: an optimizer belongs to the "
+                             "strategy it was created under. Create it in the same scope as the model.")
         loss = _losses.get(loss)
-        metrics = list(metrics or [])
+        if isinstance(metrics, str):
+            # Keras 3 refuses it too; iterating the string would ask for metrics "a", "c", ...
+            raise ValueError(f"compile: metrics must be a list, tuple or dict, got the string {metrics!r}; "
+                             f"write metrics=[{metrics!r}]")
         if isinstance(metrics, dict):
             raise NotImplementedError("compile: per-output metric dicts are not supported (single-output models)")
+        metrics = list(metrics or [])
         identifiers = [_metrics._metric_identifier(m) for m in metrics]
         self._warn_softmax_with_logits(loss)
         self._core.compile(loss._core, optimizer._make_core(), identifiers, strategy._core)
@@ -261,6 +318,8 @@ class Sequential:
                              f"integers in [0, {classes})")
 
     # ---- training --------------------------------------------------------------------------
+    @_exclusive
+    @_releases_workers_on_error
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
             validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
             steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
@@ -273,9 +332,7 @@ class Sequential:
             raise ValueError(f"fit: epochs must be a non-negative integer, got {epochs!r}")
         if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) or initial_epoch < 0:
             raise ValueError(f"fit: initial_epoch must be a non-negative integer, got {initial_epoch!r}")
-        verbose = 1 if verbose == "auto" else verbose
-        if verbose not in (0, 1, 2):
-            raise ValueError(f"fit: verbose must be 0, 1, 2 or 'auto', got {verbose!r}")
+        verbose = self._check_verbose(verbose, "fit")
         dataset = None
         if is_dataset(x):
             if y is not None:
@@ -317,6 +374,10 @@ class Sequential:
                 steps = int(steps_per_epoch)
 
         self._sync_workers()
+        self._check_workers_agree("fit", batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
+                                  steps_per_epoch=-1 if steps is None else steps,
+                                  samples=len(x) if dataset is None else -1)
+        self._fit_batch_size, self._fit_steps = batch_size, steps
         cbs = _callbacks.CallbackList(callbacks, add_history=True, add_progbar=verbose != 0 and self._is_chief(),
                                       model=self, verbose=verbose, epochs=epochs, steps=steps)
         self.stop_training = False
@@ -421,6 +482,45 @@ class Sequential:
         self._shuffle_seed = int(seed[0])
         self._workers_synced = True
 
+    def _architecture_fingerprint(self):
+        """A number naming the architecture (layer classes and configs, names left out: workers
+        may have created other models before, which shifts the automatic names)."""
+        def strip(value):
+            if isinstance(value, dict):
+                return {k: strip(v) for k, v in value.items() if k != "name"}
+            if isinstance(value, list):
+                return [strip(v) for v in value]
+            return value
+
+        text = json.dumps(strip(json.loads(self._core.config_json())), sort_keys=True)
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:6], "little")  # exact in a float64
+
+    def _check_workers_agree(self, where, **fields):
+        """Every worker of a multi-worker job must run the same loop: workers that disagree on the
+        batch size or the number of steps would pair up unrelated collectives and return mixed
+        weights "successfully". Compares cheap fingerprints across workers before any step and
+        raises on every worker, naming the worker and the differing value."""
+        strategy = self._strategy
+        if strategy is None or strategy._num_workers == 1:
+            return
+        fields = dict(architecture=self._architecture_fingerprint(), **fields)
+        names = list(fields)
+        workers, me = strategy._num_workers, strategy._core.worker_index
+        table = np.zeros((workers, len(names)), dtype=np.float64)
+        table[me] = [float(v) for v in fields.values()]  # each worker fills its own row; the sum
+        flat = table.reshape(-1)                          # over workers gathers every row
+        strategy._core.sum_across_workers(flat)
+        table = flat.reshape(workers, len(names))
+        for j, name in enumerate(names):
+            for w in range(1, workers):
+                if table[w, j] != table[0, j]:
+                    what = "the model architecture" if name == "architecture" else name
+                    shown = "" if name == "architecture" else f": worker 0 has {int(table[0, j])}, worker {w} " \
+                                                             f"has {int(table[w, j])}"
+                    raise ValueError(f"{where}: the workers disagree on {what}{shown} (-1: unknown). Every worker "
+                                     "must build the same model and call fit with the same data size and "
+                                     "arguments.")
+
     def _batch_hook(self, cbs, mode):
         end = getattr(cbs, f"on_{mode}_batch_end")
         begin = getattr(cbs, f"on_{mode}_batch_begin")
@@ -434,23 +534,29 @@ class Sequential:
 
         return hook
 
+    @_exclusive
+    @_releases_workers_on_error
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
-                 callbacks=None, return_dict=False, **kwargs):
+                 callbacks=None, return_dict=False):
         self._check_compiled("evaluate")
         self._check_strategy("evaluate")
         if sample_weight is not None:
             raise NotImplementedError("evaluate: sample_weight is not supported yet")
         batch_size = check_batch_size(batch_size, "evaluate")
+        steps = None if steps is None else check_count(steps, "steps", "evaluate")
+        verbose = self._check_verbose(verbose, "evaluate")
         if is_dataset(x):
             if y is not None:
                 raise ValueError("evaluate: when x is a dataset it yields (x, y); y must not be given")
-            x, y, dataset_batch = materialize(x, "evaluate")
+            x, y, dataset_batch = materialize(x, "evaluate", steps=steps)
             batch_size = dataset_batch or batch_size
         x, y = self._prepare_xy(x, y, "evaluate")
+        if steps is not None:  # the first `steps` batches, as Keras (fewer if the data runs out)
+            x, y = x[:steps * batch_size], y[:steps * batch_size]
         if len(x) == 0:
             raise ValueError("evaluate: the data is empty (x has 0 samples)")
-        verbose = 1 if verbose == "auto" else verbose
         nsteps = math.ceil(len(x) / batch_size)
+        self._check_workers_agree("evaluate", batch_size=batch_size, samples=len(x))
         cbs = _callbacks.CallbackList(callbacks, add_progbar=verbose != 0 and self._is_chief(), model=self,
                                       verbose=verbose, epochs=1, steps=nsteps)
         cbs.on_test_begin()
@@ -464,19 +570,49 @@ class Sequential:
         values = list(logs.values())
         return values[0] if len(values) == 1 else values
 
+    @staticmethod
+    def _check_verbose(verbose, where):
+        verbose = 1 if verbose == "auto" else verbose
+        if verbose not in (0, 1, 2):
+            raise ValueError(f"{where}: verbose must be 0, 1, 2 or 'auto', got {verbose!r}")
+        return verbose
+
+    @_exclusive
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        """Outputs for x (keras.Model.predict). mdtrain shows no progress bar for predict; `verbose`
+        is checked and otherwise has no effect (docs/differences.md)."""
         batch_size = check_batch_size(batch_size, "predict")
+        steps = None if steps is None else check_count(steps, "steps", "predict")
+        verbose = self._check_verbose(verbose, "predict")
         if is_dataset(x):
-            x, _, dataset_batch = materialize(x, "predict", need_y=False)
+            x, _, dataset_batch = materialize(x, "predict", need_y=False, steps=steps)
             batch_size = dataset_batch or batch_size
         x = self._prepare_x(x, "predict")
+        if steps is not None:
+            x = x[:steps * batch_size]
+        nsteps = math.ceil(len(x) / batch_size)
+        cbs = _callbacks.CallbackList(callbacks, model=self, verbose=verbose, epochs=1, steps=nsteps)
+        cbs.on_predict_begin()
         if len(x) == 0:
-            return np.zeros((0, *self._core.output_shape), dtype=np.float32)
-        return self._core.predict(x, batch_size)
+            out = np.zeros((0, *self._core.output_shape), dtype=np.float32)
+        elif cbs.needs_batch_hooks("predict"):
+            # Callbacks see every batch: the batches go to the C++ loop one at a time.
+            outs = []
+            for i in range(nsteps):
+                cbs.on_predict_batch_begin(i)
+                outs.append(self._core.predict(x[i * batch_size:(i + 1) * batch_size], batch_size))
+                cbs.on_predict_batch_end(i, {"outputs": outs[-1]})
+            out = np.concatenate(outs)
+        else:
+            out = self._core.predict(x, batch_size)
+        cbs.on_predict_end()
+        return out
 
     def __call__(self, x, training=False):
         return self.predict(x, batch_size=max(1, len(x)), verbose=0)
 
+    @_exclusive
+    @_releases_workers_on_error
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         self._check_compiled("train_on_batch")
         self._check_strategy("train_on_batch")
@@ -496,6 +632,8 @@ class Sequential:
             return deferred.add(self, replica[1], np.asarray(data[0]), np.asarray(data[1]))
         return self.train_on_batch(data[0], data[1], return_dict=True)
 
+    @_exclusive
+    @_releases_workers_on_error
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
         self._check_compiled("test_on_batch")
         x, y = self._prepare_xy(x, y, "test_on_batch")
@@ -527,6 +665,7 @@ class Sequential:
         return out
 
     # ---- saving ----------------------------------------------------------------------------
+    @_exclusive
     def save(self, filepath, overwrite=True, **kwargs):
         """Architecture, weights, compile settings and optimizer state in one file, written atomically."""
         filepath = os.fspath(filepath)
@@ -539,6 +678,7 @@ class Sequential:
     def save_weights(self, filepath, overwrite=True):
         self.save(filepath, overwrite=overwrite)
 
+    @_exclusive
     def load_weights(self, filepath):
         other = load_model(filepath, compile=False)
         mine = [(l.name, [w.shape for w in l.get_weights()]) for l in self._layers]

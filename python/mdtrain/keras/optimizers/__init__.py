@@ -28,6 +28,11 @@ class Optimizer:
         self._learning_rate = learning_rate
         self._standalone = _core.make_optimizer(json.dumps(self._full_config()))  # validates now
         self._model_core = None
+        from mdtrain import distribute  # here: mdtrain.distribute imports the keras package
+
+        # The strategy whose scope the optimizer was created in: its slots belong to that strategy's
+        # replicas, so compiling a model of another strategy with it is refused (compile()).
+        self._creation_strategy = distribute._current_scope()
 
     def _full_config(self):
         lr = self._learning_rate
