@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -182,3 +183,43 @@ def test_a_worker_that_never_arrives_is_reported_within_the_timeout(tmp_path):
     assert 1.5 <= seconds < 10, line
     assert "rank 1" in line and "did not arrive" in line, line
     assert "all_reduce" in line or "reduce_scatter" in line or "broadcast" in line, line
+
+
+MISBEHAVING_JOB = os.path.join(HERE, "jobs", "misbehaving_worker_job.py")
+
+
+def failure_line(proc, worker=0):
+    prefix = f"FAILED on worker {worker} after "
+    line = next((l for l in proc.stdout.splitlines() if l.startswith(prefix)), None)
+    assert line is not None, proc.stdout + proc.stderr
+    return line, float(line[len(prefix):].split()[0].rstrip("s:"))
+
+
+@needs_mpi
+def test_an_exception_on_one_worker_fails_the_others_at_once_naming_it():
+    """Worker 1 raises in a callback: worker 0, waiting in the next collective, fails within
+    seconds (its timeout is 60 s) with an error naming worker 1 and the exception."""
+    start = time.monotonic()
+    proc = launch_job(2, [MISBEHAVING_JOB, "raise"], expect="failure", timeout=120)
+    line, seconds = failure_line(proc)
+    assert seconds < 15, line
+    assert "worker 1" in line and "ValueError: boom from a callback" in line, line
+    assert time.monotonic() - start < 60, "the job did not end promptly"
+
+
+@needs_mpi
+def test_workers_that_disagree_on_the_batch_size_fail_before_training():
+    proc = launch_job(2, [MISBEHAVING_JOB, "batch-size"], expect="failure", timeout=120)
+    line, _ = failure_line(proc)
+    assert "disagree on batch_size: worker 0 has 32, worker 1 has 64" in line, line
+
+
+@needs_mpi
+def test_a_hung_worker_does_not_keep_its_peers_from_exiting():
+    """Worker 1 hangs (never joins, sleeps 120 s): worker 0 times out after 2 s and the whole job
+    ends at once instead of waiting for the hung worker at exit."""
+    start = time.monotonic()
+    proc = launch_job(2, [MISBEHAVING_JOB, "hang"], expect="failure", timeout=110)
+    line, seconds = failure_line(proc)
+    assert "TimeoutError" in line and seconds < 10, line
+    assert time.monotonic() - start < 60, f"the job took {time.monotonic() - start:.0f}s to end"
