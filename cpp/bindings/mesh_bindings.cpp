@@ -46,14 +46,18 @@ void init_mesh(py::module_& m) {
       .def("axis_size", &DeviceMesh::axis_size, py::arg("name"))
       .def("coordinates", &DeviceMesh::coordinates, py::arg("device_index"))
       .def("device_index", &DeviceMesh::device_index, py::arg("coordinates"))
-      .def("axis_split", [](const DeviceMesh& mesh, const std::string& name,
-                            int device_index) { return split_tuple(mesh.axis_split(name, device_index)); },
-           py::arg("name"), py::arg("device_index"))
-      .def("axes_split",
-           [](const DeviceMesh& mesh, const std::vector<std::string>& names, int device_index) {
-             return split_tuple(mesh.axes_split(names, device_index));
-           },
-           py::arg("names"), py::arg("device_index"))
+      .def(
+          "axis_split",
+          [](const DeviceMesh& mesh, const std::string& name, int device_index) {
+            return split_tuple(mesh.axis_split(name, device_index));
+          },
+          py::arg("name"), py::arg("device_index"))
+      .def(
+          "axes_split",
+          [](const DeviceMesh& mesh, const std::vector<std::string>& names, int device_index) {
+            return split_tuple(mesh.axes_split(names, device_index));
+          },
+          py::arg("names"), py::arg("device_index"))
       .def("axis_group", &DeviceMesh::axis_group, py::arg("name"), py::arg("device_index"))
       .def("axes_group", &DeviceMesh::axes_group, py::arg("names"), py::arg("device_index"))
       .def("worker_of", &DeviceMesh::worker_of, py::arg("device_index"))

@@ -29,26 +29,28 @@ DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> axis_nam
     : DeviceMesh(std::move(shape), std::move(axis_names), std::move(devices), 1) {
   for (std::size_t i = 0; i < devices_.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
-      MDTRAIN_CHECK(devices_[i] != devices_[j], std::invalid_argument, "[mesh] devices must be distinct: ",
-                    devices_[i].to_string(), " is both devices[", j, "] and devices[", i, "]");
+      MDTRAIN_CHECK(devices_[i] != devices_[j], std::invalid_argument,
+                    "[mesh] devices must be distinct: ", devices_[i].to_string(), " is both devices[", j,
+                    "] and devices[", i, "]");
 }
 
 DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> axis_names, std::vector<Device> devices,
                        int num_workers)
-    : shape_(std::move(shape)), axis_names_(std::move(axis_names)), devices_(std::move(devices)),
+    : shape_(std::move(shape)),
+      axis_names_(std::move(axis_names)),
+      devices_(std::move(devices)),
       num_workers_(num_workers) {
   MDTRAIN_CHECK(!shape_.empty(), std::invalid_argument, "[mesh] shape must have at least one axis, got []");
   for (int n : shape_)
-    MDTRAIN_CHECK(n >= 1, std::invalid_argument, "[mesh] every entry of shape must be >= 1, got shape ",
-                  join(shape_));
-  MDTRAIN_CHECK(axis_names_.size() == shape_.size(), std::invalid_argument, "[mesh] axis_names ",
-                join(axis_names_), " must name each of the ", shape_.size(), " axes of shape ", join(shape_));
+    MDTRAIN_CHECK(n >= 1, std::invalid_argument, "[mesh] every entry of shape must be >= 1, got shape ", join(shape_));
+  MDTRAIN_CHECK(axis_names_.size() == shape_.size(), std::invalid_argument, "[mesh] axis_names ", join(axis_names_),
+                " must name each of the ", shape_.size(), " axes of shape ", join(shape_));
   for (std::size_t i = 0; i < axis_names_.size(); ++i) {
     MDTRAIN_CHECK(!axis_names_[i].empty(), std::invalid_argument, "[mesh] axis_names ", join(axis_names_),
                   " has an empty name at position ", i);
     for (std::size_t j = 0; j < i; ++j)
-      MDTRAIN_CHECK(axis_names_[i] != axis_names_[j], std::invalid_argument, "[mesh] axis_names ",
-                    join(axis_names_), " repeats '", axis_names_[i], "'");
+      MDTRAIN_CHECK(axis_names_[i] != axis_names_[j], std::invalid_argument, "[mesh] axis_names ", join(axis_names_),
+                    " repeats '", axis_names_[i], "'");
   }
   // Capped product (each factor < 2^31, so no overflow): a huge shape reports a mismatch.
   const long long cap = 1LL << 31;
@@ -76,8 +78,7 @@ DeviceMesh DeviceMesh::for_workers(std::vector<int> shape, std::vector<std::stri
   // A 1-D mesh (data parallel over every worker, as MultiWorkerMirrored) cannot keep its only axis
   // inside a host; with more axes the outer ones are the ones to cross hosts.
   const int last = shape_copy.back();
-  MDTRAIN_CHECK(shape_copy.size() == 1 || static_cast<int>(local_devices.size()) % last == 0,
-                std::invalid_argument,
+  MDTRAIN_CHECK(shape_copy.size() == 1 || static_cast<int>(local_devices.size()) % last == 0, std::invalid_argument,
                 "[mesh] the last axis of shape ", join(shape_copy), " (size ", last,
                 ") must divide the number of local devices (", local_devices.size(),
                 ") so that each of its groups stays inside one worker");
@@ -118,8 +119,8 @@ std::vector<int> DeviceMesh::coordinates(int device_index) const {
 }
 
 int DeviceMesh::device_index(const std::vector<int>& coordinates) const {
-  MDTRAIN_CHECK(coordinates.size() == shape_.size(), std::invalid_argument, "[mesh] coordinates ",
-                join(coordinates), " must have one entry per axis of shape ", join(shape_));
+  MDTRAIN_CHECK(coordinates.size() == shape_.size(), std::invalid_argument, "[mesh] coordinates ", join(coordinates),
+                " must have one entry per axis of shape ", join(shape_));
   int index = 0;
   for (std::size_t a = 0; a < shape_.size(); ++a) {
     MDTRAIN_CHECK(coordinates[a] >= 0 && coordinates[a] < shape_[a], std::out_of_range, "[mesh] coordinates ",

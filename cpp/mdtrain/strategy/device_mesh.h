@@ -87,8 +87,7 @@ class DeviceMesh {
   std::string to_string() const;
 
  private:
-  DeviceMesh(std::vector<int> shape, std::vector<std::string> axis_names, std::vector<Device> devices,
-             int num_workers);
+  DeviceMesh(std::vector<int> shape, std::vector<std::string> axis_names, std::vector<Device> devices, int num_workers);
   void check_device_index(int device_index) const;
   // One flag per axis: is it in `names`? Checks the names.
   std::vector<bool> axis_mask(const std::vector<std::string>& names) const;

@@ -128,9 +128,10 @@ TEST(DeviceMesh, TwoByTwoByTwo) {
 // For every mesh and every set of axes: a device sits at position `key` of its group, the group
 // members share its color, and distinct groups have distinct colors numbered 0, 1, ...
 TEST(DeviceMesh, SplitsAgreeWithGroups) {
-  const std::vector<DeviceMesh> meshes = {
-      DeviceMesh({4}, {"batch"}, cpus(4)), DeviceMesh({2, 4}, {"batch", "model"}, cpus(8)),
-      DeviceMesh({3, 2}, {"batch", "model"}, cpus(6)), DeviceMesh({2, 3, 2}, {"batch", "pipe", "model"}, cpus(12))};
+  const std::vector<DeviceMesh> meshes = {DeviceMesh({4}, {"batch"}, cpus(4)),
+                                          DeviceMesh({2, 4}, {"batch", "model"}, cpus(8)),
+                                          DeviceMesh({3, 2}, {"batch", "model"}, cpus(6)),
+                                          DeviceMesh({2, 3, 2}, {"batch", "pipe", "model"}, cpus(12))};
   for (const auto& mesh : meshes) {
     const auto& names = mesh.axis_names();
     for (unsigned subset = 0; subset < (1u << names.size()); ++subset) {
@@ -185,8 +186,11 @@ TEST(DeviceMesh, ForWorkersNumbersDevicesWorkerMajor) {
 }
 
 TEST(DeviceMesh, ForWorkersRejectsLastAxisAcrossHosts) {
-  expect_error<std::invalid_argument>([] { DeviceMesh::for_workers({2, 4}, {"batch", "model"}, 4, cpus(2)); },
-                                      {"last axis", "[2, 4]", "size 4", "local devices (2)"});
+  expect_error<std::invalid_argument>(
+      [] {
+        DeviceMesh::for_workers({2, 4}, {"batch", "model"}, 4, cpus(2));
+      },
+      {"last axis", "[2, 4]", "size 4", "local devices (2)"});
   // 2 divides 4 local devices: each "model" pair stays on one worker.
   EXPECT_NO_THROW(DeviceMesh::for_workers({4, 2}, {"batch", "model"}, 2, cpus(4)));
 }
@@ -196,27 +200,45 @@ TEST(DeviceMesh, ForWorkersBadArguments) {
                                       {"num_workers", "0"});
   expect_error<std::invalid_argument>([] { DeviceMesh::for_workers({2}, {"batch"}, 2, {}); }, {"local_devices"});
   expect_error<std::invalid_argument>(
-      [] { DeviceMesh::for_workers({4}, {"batch"}, 2, {Device{DeviceKind::CPU, 1}, Device{DeviceKind::CPU, 1}}); },
+      [] {
+        DeviceMesh::for_workers({4}, {"batch"}, 2, {Device{DeviceKind::CPU, 1}, Device{DeviceKind::CPU, 1}});
+      },
       {"local_devices", "distinct", "/device:CPU:1"});
-  expect_error<std::invalid_argument>([] { DeviceMesh::for_workers({2, 2}, {"batch", "model"}, 2, cpus(4)); },
-                                      {"shape [2, 2]", "4 positions", "8 devices"});
+  expect_error<std::invalid_argument>(
+      [] {
+        DeviceMesh::for_workers({2, 2}, {"batch", "model"}, 2, cpus(4));
+      },
+      {"shape [2, 2]", "4 positions", "8 devices"});
 }
 
 TEST(DeviceMesh, BadConstructorArguments) {
   expect_error<std::invalid_argument>([] { DeviceMesh({}, {}, {}); }, {"shape", "at least one axis"});
   expect_error<std::invalid_argument>([] { DeviceMesh({2, 0}, {"a", "b"}, {}); }, {"shape [2, 0]", ">= 1"});
-  expect_error<std::invalid_argument>([] { DeviceMesh({2, 2}, {"batch"}, cpus(4)); },
-                                      {"axis_names ['batch']", "2 axes", "shape [2, 2]"});
-  expect_error<std::invalid_argument>([] { DeviceMesh({2, 2}, {"batch", "batch"}, cpus(4)); },
-                                      {"axis_names ['batch', 'batch']", "repeats 'batch'"});
-  expect_error<std::invalid_argument>([] { DeviceMesh({2, 2}, {"batch", ""}, cpus(4)); },
-                                      {"axis_names", "empty name", "position 1"});
-  expect_error<std::invalid_argument>([] { DeviceMesh({2, 2}, {"batch", "model"}, cpus(3)); },
-                                      {"shape [2, 2]", "4 positions", "devices has 3 devices"});
-  expect_error<std::invalid_argument>([] { DeviceMesh({65536, 65536}, {"a", "b"}, cpus(1)); },
-                                      {"over 2^31 positions"});
   expect_error<std::invalid_argument>(
-      [] { DeviceMesh({2}, {"batch"}, {Device{DeviceKind::CPU, 0}, Device{DeviceKind::CPU, 0}}); },
+      [] {
+        DeviceMesh({2, 2}, {"batch"}, cpus(4));
+      },
+      {"axis_names ['batch']", "2 axes", "shape [2, 2]"});
+  expect_error<std::invalid_argument>(
+      [] {
+        DeviceMesh({2, 2}, {"batch", "batch"}, cpus(4));
+      },
+      {"axis_names ['batch', 'batch']", "repeats 'batch'"});
+  expect_error<std::invalid_argument>(
+      [] {
+        DeviceMesh({2, 2}, {"batch", ""}, cpus(4));
+      },
+      {"axis_names", "empty name", "position 1"});
+  expect_error<std::invalid_argument>(
+      [] {
+        DeviceMesh({2, 2}, {"batch", "model"}, cpus(3));
+      },
+      {"shape [2, 2]", "4 positions", "devices has 3 devices"});
+  expect_error<std::invalid_argument>([] { DeviceMesh({65536, 65536}, {"a", "b"}, cpus(1)); }, {"over 2^31 positions"});
+  expect_error<std::invalid_argument>(
+      [] {
+        DeviceMesh({2}, {"batch"}, {Device{DeviceKind::CPU, 0}, Device{DeviceKind::CPU, 0}});
+      },
       {"devices must be distinct", "/device:CPU:0", "devices[0]", "devices[1]"});
 }
 
@@ -225,8 +247,7 @@ TEST(DeviceMesh, BadQueries) {
   expect_error<std::invalid_argument>([&] { mesh.axis_index("pipe"); }, {"'pipe'", "['batch', 'model']"});
   expect_error<std::invalid_argument>([&] { mesh.axis_size("pipe"); }, {"'pipe'", "['batch', 'model']"});
   expect_error<std::invalid_argument>([&] { mesh.axis_split("pipe", 0); }, {"'pipe'"});
-  expect_error<std::invalid_argument>([&] { mesh.axes_split({"batch", "batch"}, 0); },
-                                      {"'batch'", "listed twice"});
+  expect_error<std::invalid_argument>([&] { mesh.axes_split({"batch", "batch"}, 0); }, {"'batch'", "listed twice"});
   expect_error<std::out_of_range>([&] { mesh.coordinates(8); }, {"device_index 8", "8 devices", "[2, 4]"});
   expect_error<std::out_of_range>([&] { mesh.coordinates(-1); }, {"device_index -1"});
   expect_error<std::out_of_range>([&] { mesh.axis_group("batch", 9); }, {"device_index 9"});
