@@ -14,6 +14,10 @@ Strategy::Strategy(std::vector<Device> devices) : devices_(std::move(devices)) {
   pool_ = std::make_unique<cpu::ThreadTeam>(static_cast<int>(devices_.size()));
 }
 
+DeviceMesh Strategy::mesh() const {
+  return DeviceMesh::for_workers({num_replicas_in_sync()}, {"batch"}, num_workers(), devices());
+}
+
 std::unique_ptr<StepExecutor> Strategy::make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) {
   return std::make_unique<ReplicatedExecutor>(primary, *this, loss, optimizer);
 }

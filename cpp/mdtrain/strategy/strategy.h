@@ -11,6 +11,7 @@
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/nn/network.h"
 #include "mdtrain/optim/optimizer.h"
+#include "mdtrain/strategy/device_mesh.h"
 #include "mdtrain/strategy/step_executor.h"
 
 namespace mdtrain {
@@ -42,6 +43,11 @@ class Strategy {
   // Sums `values` element-wise over the workers (rank order), from the thread driving training,
   // while no replica runs; every worker must call it at the same point. One worker: no-op.
   virtual void sum_across_workers(std::vector<double>& /*values*/) {}
+
+  // The devices of all workers as a mesh with named axes (DESIGN.md §8): global device g is
+  // worker g / L, local device g % L (L local devices per worker), and it is the rank of that
+  // device's communicator. Data-parallel strategies are the 1-D mesh ("batch",).
+  virtual DeviceMesh mesh() const;
 
   // One communicator per local replica (rank first_local_replica() + r serves local replica r),
   // made fresh for each compiled model.
