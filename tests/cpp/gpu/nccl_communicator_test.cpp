@@ -88,9 +88,10 @@ TEST(NcclCommunicator, EnqueuedAllReducesFinishAtWait) {
       Tensor t({1000 + b}, DType::Float64, gpu);
       t.fill(comm.rank() + b);
       buckets.push_back(t);
-      nccl_enqueue_all_reduce(comm, t.raw(), static_cast<std::size_t>(t.numel()), DType::Float64, ReduceOp::Sum);
+      EXPECT_TRUE(comm.enqueues_all_reduce(gpu));
+      comm.enqueue_all_reduce(t.raw(), static_cast<std::size_t>(t.numel()), DType::Float64, ReduceOp::Sum);
     }
-    nccl_wait(comm);
+    comm.wait_enqueued();
     for (auto& t : buckets) got[local].push_back(gpu_testing::to_host(t).data<double>()[0]);
   });
   const double ranks_sum = n * (n - 1) / 2.0;

@@ -20,42 +20,27 @@
 #include <vector>
 
 #include "mdtrain/core/errors.h"
-#include "mdtrain/distribute/reduce_kernels.h"
 #include "mdtrain/core/threading/spin_wait.h"
+#include "mdtrain/distribute/collective_kind.h"
+#include "mdtrain/distribute/reduce_kernels.h"
 
 namespace mdtrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Kind : int {
-  kNone = 0,
-  kAllReduce,
-  kReduce,
-  kBroadcast,
-  kAllGather,
-  kReduceScatter,
-  kBarrier
-};
+// Kinds as headers and status replies carry them: the values of the shared CollectiveKind.
+constexpr int wire(CollectiveKind kind) { return static_cast<int>(kind); }
+constexpr int kNone = wire(CollectiveKind::None);
+constexpr int kAllReduce = wire(CollectiveKind::AllReduce);
+constexpr int kReduce = wire(CollectiveKind::Reduce);
+constexpr int kBroadcast = wire(CollectiveKind::Broadcast);
+constexpr int kAllGather = wire(CollectiveKind::AllGather);
+constexpr int kReduceScatter = wire(CollectiveKind::ReduceScatter);
+constexpr int kBarrier = wire(CollectiveKind::Barrier);
+constexpr int kSplit = wire(CollectiveKind::Split);
 
-const char* kind_name(std::int64_t kind) {
-  switch (kind) {
-    case kAllReduce:
-      return "all_reduce";
-    case kReduce:
-      return "reduce";
-    case kBroadcast:
-      return "broadcast";
-    case kAllGather:
-      return "all_gather";
-    case kReduceScatter:
-      return "reduce_scatter";
-    case kBarrier:
-      return "barrier";
-    default:
-      return "nothing";
-  }
-}
+const char* kind_name(std::int64_t kind) { return name_of(static_cast<CollectiveKind>(kind)); }
 
 // A collective first waits for every rank's header (kHeaderPhase: this is where a missing rank
 // makes it wait), then, when the data did not fit in the header block, moves it (kDataPhase).
@@ -82,13 +67,12 @@ bool same_call(const Header& a, const Header& b) {
 }
 
 std::string describe(const Header& h) {
-  std::string s = cat(kind_name(h.kind), " #", h.seq);
-  if (h.kind == kBarrier) return s;
+  const auto kind = static_cast<CollectiveKind>(h.kind);
+  std::string s = cat(name_of(kind), " #", h.seq);
+  if (h.kind == kBarrier || h.kind == kSplit) return s;
   s += cat("(count ", h.count, ", ", name_of(static_cast<DType>(h.dtype)));
-  if (h.kind == kAllReduce || h.kind == kReduce || h.kind == kReduceScatter) {
-    s += cat(", ", name_of(static_cast<ReduceOp>(h.op)));
-  }
-  if (h.kind == kBroadcast || h.kind == kReduce) s += cat(", root ", h.root);
+  if (has_reduce_op(kind)) s += cat(", ", name_of(static_cast<ReduceOp>(h.op)));
+  if (has_root(kind)) s += cat(", root ", h.root);
   return s + ")";
 }
 
@@ -300,6 +284,9 @@ struct MpiCommunicator::State {
     reap_sends();
   }
 
+  // Takes `comm` (every rank of it just made it) as this state's data communicator, with its two
+  // private duplicates. Blocking, collective over `comm`.
+  void adopt(MPI_Comm comm);
   void abandon(std::vector<MPI_Request>& requests);
   void give_up(std::vector<MPI_Request>& requests);
   void service_all();
@@ -325,6 +312,10 @@ struct MpiCommunicator::State {
   void enter_data_phase();
   void finish_data_phase();
   void finish_fused();
+  // An MPI_Ibarrier polled like any data transfer: once it completed here, every rank finished
+  // the header exchange (none gave up) and takes the next, blocking step too.
+  void confirm_everyone_stays();
+  std::unique_ptr<State> split_state(int color, int key);
   std::size_t block_bytes() const { return kHeaderBytes + fused; }
   const unsigned char* payload_of(int r) const {
     return scratch->blocks.data() + static_cast<std::size_t>(r) * block_bytes() + kHeaderBytes;
@@ -802,6 +793,43 @@ void MpiCommunicator::State::finish_fused() {
   if (failed) throw_group_failure(false);
 }
 
+void MpiCommunicator::State::adopt(MPI_Comm comm) {
+  data = comm;
+  check_mpi(MPI_Comm_dup(data, &data2), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(data, &control), "MPI_Comm_dup");
+  // Errors become exceptions (State::check) instead of MPI's default of ending the job.
+  for (MPI_Comm c : {data, data2, control}) {
+    check_mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  }
+  check_mpi(MPI_Comm_rank(data, &rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(data, &size), "MPI_Comm_size");
+  fused = std::min(fused_bytes(size), options.max_fused_bytes);
+}
+
+void MpiCommunicator::State::confirm_everyone_stays() {
+  Engine e;
+  e.step = [&](int, int, int, MPI_Request* request) {
+    check(MPI_Ibarrier(data, request), "MPI_Ibarrier");
+  };
+  run(e);
+}
+
+std::unique_ptr<MpiCommunicator::State> MpiCommunicator::State::split_state(int color, int key) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  // Numbered on every process, with or without a new group, so ids stay the same everywhere.
+  const int child_id = ++runtime().made;
+  // Nothing between here and the end may give up: the peers are in these blocking calls too.
+  MPI_Comm comm = MPI_COMM_NULL;
+  check(MPI_Comm_split(data, color < 0 ? MPI_UNDEFINED : color, key, &comm), "MPI_Comm_split");
+  if (comm == MPI_COMM_NULL) return nullptr;
+  auto child = std::make_unique<State>();
+  child->options = options;
+  child->id = child_id;
+  child->may_spin = may_spin;
+  child->adopt(comm);
+  return child;
+}
+
 void MpiCommunicator::State::bytes_per_slot(std::size_t staging_bytes, std::size_t count_ints) {
   const auto slots = static_cast<std::size_t>(options.chunks_in_flight);
   scratch->staging.resize(slots);
@@ -962,19 +990,16 @@ MpiCommunicator::MpiCommunicator(const MpiOptions& options) : state_(std::make_u
     }
   }
   std::lock_guard<std::mutex> lock(rt.mutex);
-  s.data = handles->comms[0];
-  // Every process is past the MPI_Comm_idup, so these blocking duplicates of it cannot wait for
-  // a process that is elsewhere.
-  check_mpi(MPI_Comm_dup(s.data, &s.data2), "MPI_Comm_dup");
-  check_mpi(MPI_Comm_dup(s.data, &s.control), "MPI_Comm_dup");
-  // Errors become exceptions (State::check) instead of MPI's default of ending the job.
-  for (MPI_Comm c : {s.data, s.data2, s.control}) {
-    check_mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  }
-  check_mpi(MPI_Comm_rank(s.data, &s.rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(s.data, &s.size), "MPI_Comm_size");
-  s.fused = std::min(fused_bytes(s.size), options.max_fused_bytes);
+  // Every process is past the MPI_Comm_idup, so the blocking duplicates cannot wait for a
+  // process that is elsewhere.
+  s.adopt(handles->comms[0]);
   rt.live.push_back(&s);
+}
+
+MpiCommunicator::MpiCommunicator(std::unique_ptr<State> state) : state_(std::move(state)) {
+  state_->owner = this;
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  runtime().live.push_back(state_.get());
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -1230,6 +1255,21 @@ void MpiCommunicator::do_barrier() {
   // Nobody leaves an all-gather before everybody entered it: the header exchange is a barrier.
   s.exchange(s.make_header(kBarrier, 0, DType::Float32, ReduceOp::Sum, 0, 0), nullptr, 0);
   s.finish_fused();
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
+  State& s = *state_;
+  MpiCollective collective(s, kSplit);
+  s.exchange(s.make_header(kSplit, 0, DType::Float32, ReduceOp::Sum, 0, 0), nullptr, 0);
+  // MPI_Comm_split blocks, and a rank blocked in it cannot hear that a peer gave up: so it
+  // starts only once every rank is known to reach it.
+  s.enter_data_phase();
+  if (s.size > 1) s.confirm_everyone_stays();
+  std::unique_ptr<State> state = s.split_state(color, key);
+  std::unique_ptr<Communicator> child;
+  if (state) child.reset(new MpiCommunicator(std::move(state)));
+  s.finish_data_phase();  // a failure noticed meanwhile: the new group is dropped (freed)
+  return child;
 }
 
 // ---- optional_backends.h
