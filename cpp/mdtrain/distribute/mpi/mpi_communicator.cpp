@@ -1022,16 +1022,20 @@ MpiCommunicator::~MpiCommunicator() {
     rt.graveyard.push_back(std::move(a));
     s.tainted = true;
   }
-  if (s.tainted) {
-    // Never freed: Open MPI 4.1's pending nonblocking collectives do not keep their
-    // communicator alive, so once it is freed, its context id goes to a new communicator whose
-    // messages the abandoned requests then take (observed: the next MPI_Comm_dup hung). Kept,
-    // the id stays taken on this process and no new communicator of the job can get it.
-    return;
-  }
+  // A message that reaches this process after its communicator was freed is kept by Open MPI 4.1
+  // and delivered to the next communicator that gets the same context id here (or, when its
+  // sender's rank does not exist there, crashes MPI_Comm_dup: observed with split groups of one
+  // rank). Context ids are reused as soon as every member of a new communicator has them free,
+  // which groups of other ranks (splits) make likely. So:
+  // - The control communicator is never freed: a peer's failure or abandon notice, or status
+  //   query, may come at any time, also after this rank's last collective.
+  // - Neither are the data communicators of a group that failed (peers' headers of collectives
+  //   this rank never joined may still come) or whose requests were abandoned: Open MPI 4.1's
+  //   pending nonblocking collectives do not keep their communicator alive either (observed: the
+  //   next MPI_Comm_dup hung).
+  if (s.tainted || s.failed) return;
   MPI_Comm_free(&s.data);
   MPI_Comm_free(&s.data2);
-  MPI_Comm_free(&s.control);
   reap_graveyard(rt);
 }
 
