@@ -56,7 +56,8 @@
 // the whole job by default; with `mpirun --enable-recovery` the others time out, reporting that
 // the rank did not answer. A collective given up on leaves MPI requests pending (MPI cannot
 // cancel a collective): the memory mdtrain owns stays allocated for them and the communicator
-// is never freed, but a user buffer that was in a data transfer at that moment (a peer died
+// is never freed (nor is any failed group's, nor any communicator's private control
+// communicator: see ~MpiCommunicator), but a user buffer that was in a data transfer at that moment (a peer died
 // mid-transfer) may still be written if the peer comes back.
 #include <cstddef>
 #include <cstdint>
