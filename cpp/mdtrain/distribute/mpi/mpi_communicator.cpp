@@ -22,6 +22,7 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/threading/spin_wait.h"
 #include "mdtrain/distribute/collective_kind.h"
+#include "mdtrain/distribute/group_failure.h"
 #include "mdtrain/distribute/reduce_kernels.h"
 
 namespace mdtrain {
@@ -147,9 +148,7 @@ struct MpiCommunicator::State {
   int last_kind = kNone;       // kind of collective #seq once it ended
   int phase = kHeaderPhase;
 
-  bool failed = false;
-  bool failure_is_timeout = false;
-  std::string failure;
+  GroupFailure failure;  // the group's first failure, seen here or told by a peer
 
   Clock::time_point last_active{};  // when the last collective ended
   std::vector<bool> arrived;        // whose header of the current collective came in
@@ -165,27 +164,19 @@ struct MpiCommunicator::State {
 
   // ---- everything below runs with the runtime mutex held, unless said otherwise ----
 
-  void record_failure(std::string reason, bool timeout) {
-    if (failed) return;  // later failures are consequences of the first
-    failed = true;
-    failure = std::move(reason);
-    failure_is_timeout = timeout;
-  }
+  // Whether the group failed (mutex held: a peer's notice is recorded by whichever thread
+  // services this communicator).
+  bool failed() const { return failure.failed(); }
 
   [[noreturn]] void throw_group_failure(bool entering) const {
-    const std::string msg =
-        cat("[mpi] ", kind_name(kind), " #", seq, " on rank ", rank,
-            entering ? " cannot run, the group failed earlier: " : " gave up, the group failed: ",
-            failure);
-    if (failure_is_timeout) throw TimeoutError(msg);
-    throw std::runtime_error(msg);
+    failure.rethrow("mpi", cat(kind_name(kind), " #", seq), rank, entering);
   }
 
   // An MPI error leaves the communicator unusable.
   void check(int rc, const char* call) {
     if (rc == MPI_SUCCESS) return;
     const std::string reason = cat(call, " failed on rank ", rank, ": ", mpi_error_text(rc));
-    record_failure(reason, false);
+    failure.record(reason, false);
     throw std::runtime_error("[mpi] " + reason);
   }
 
@@ -221,7 +212,7 @@ struct MpiCommunicator::State {
     std::string body(sizeof(std::int64_t), '\0');
     const auto s = static_cast<std::int64_t>(seq);
     std::memcpy(body.data(), &s, sizeof s);
-    body += (failure_is_timeout ? "T" : "A") + failure;
+    body += (failure.is_timeout() ? "T" : "A") + failure.reason();
     for (int p = 0; p < size; ++p) {
       if (p != rank) post(p, kTagAbandoned, body.data(), body.size());
     }
@@ -269,7 +260,7 @@ struct MpiCommunicator::State {
           replies[static_cast<std::size_t>(from)] = reply;
         }
       } else if (status.MPI_TAG == kTagFailure && bytes >= 1) {
-        record_failure(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)),
+        failure.record(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)),
                        body[0] == 'T');
       } else if (status.MPI_TAG == kTagAbandoned &&
                  bytes > static_cast<int>(sizeof(std::int64_t))) {
@@ -277,7 +268,7 @@ struct MpiCommunicator::State {
         std::memcpy(&s, body.data(), sizeof s);
         abandoned_by_peer = std::max(abandoned_by_peer, s);
         const std::size_t at = sizeof s + 1;
-        record_failure(std::string(body.data() + at, static_cast<std::size_t>(bytes) - at),
+        failure.record(std::string(body.data() + at, static_cast<std::size_t>(bytes) - at),
                        body[sizeof s] == 'T');
       }
     }
@@ -494,7 +485,7 @@ void MpiCommunicator::State::begin(int k) {
   ensure_usable();
   // Back-to-back collectives skip this: a peer's failure notice then shows while waiting.
   if (Clock::now() - last_active > kAway) service_all();
-  if (failed) throw_group_failure(true);
+  if (failed()) throw_group_failure(true);
 }
 
 void MpiCommunicator::State::end() {
@@ -575,7 +566,7 @@ void MpiCommunicator::State::run(const Engine& e) {
     try {
       fn();
     } catch (const std::exception& e) {
-      record_failure(e.what(), false);
+      failure.record(e.what(), false);
       give_up(requests);
       throw;
     }
@@ -612,7 +603,7 @@ void MpiCommunicator::State::run(const Engine& e) {
       // While data moves, every peer is in this collective and needs this rank: a failure
       // noticed now is thrown after the transfer (finish_data_phase), unless a peer gave this
       // collective up, which it cannot finish then.
-      if (failed &&
+      if (failed() &&
           (phase == kHeaderPhase || abandoned_by_peer >= static_cast<std::int64_t>(seq))) {
         give_up(requests);
         throw_group_failure(false);
@@ -630,12 +621,12 @@ void MpiCommunicator::State::run(const Engine& e) {
       deadline = deadline_after(Clock::now(), limit);
       continue;
     }
-    if (failed) {  // a peer's notice came first: report its diagnosis
+    if (failed()) {  // a peer's notice came first: report its diagnosis
       give_up(requests);
       throw_group_failure(false);
     }
     const std::string reason = timeout_report();
-    record_failure(reason, true);
+    failure.record(reason, true);
     give_up(requests);  // tells the peers why, too
     throw TimeoutError("[mpi] " + reason);
   }
@@ -669,8 +660,7 @@ void MpiCommunicator::State::ask_peers() {
 
 std::string MpiCommunicator::State::timeout_report() const {
   const double window = std::clamp(owner->timeout() / 4, 0.05, 1.0);
-  std::vector<int> missing;
-  std::string details;
+  std::vector<MissingRank> missing;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     const auto i = static_cast<std::size_t>(p);
@@ -688,8 +678,7 @@ std::string MpiCommunicator::State::timeout_report() const {
       d = cat("rank ", p, " is in ", kind_name(r.kind), " #", r.seq,
               r.phase == kDataPhase ? " (moving data)" : " (waiting for its peers)");
     } else if (answer) {
-      d = r.seq == 0 ? cat("rank ", p, " has entered no collective")
-                     : cat("rank ", p, " last entered ", kind_name(r.last_kind), " #", r.seq);
+      d = last_entered(p, static_cast<CollectiveKind>(r.last_kind), static_cast<unsigned long long>(r.seq));
       d += cat(" and is inside no collective of MPI communicator ", id);
       if (r.other_id != 0) {
         d += cat("; it waits in ", kind_name(r.other_kind), " #", r.other_seq,
@@ -700,27 +689,20 @@ std::string MpiCommunicator::State::timeout_report() const {
               window, " s: it stopped calling MPI (stuck, or dead)");
     } else {
       // Every rank entered collective #seq-1, or this rank would not have left it.
-      d = seq <= 1 ? cat("rank ", p, " has entered no collective")
-                   : cat("rank ", p, " last entered ", kind_name(last_kind), " #", seq - 1);
+      d = last_entered(p, static_cast<CollectiveKind>(last_kind), seq - 1);
       d += cat(" and did not answer within ", window,
                " s: it is in no MPI collective of mdtrain (computing, blocked elsewhere, or dead)");
     }
-    missing.push_back(p);
-    details += (details.empty() ? "" : "; ") + d;
+    missing.push_back({p, d});
   }
-  std::string who;
-  for (std::size_t i = 0; i < missing.size(); ++i) who += cat(i ? ", " : "", missing[i]);
-  const std::string head = cat(kind_name(kind), " #", seq, " on rank ", rank, " timed out after ",
-                               owner->timeout(), " s");
+  const std::string head = timed_out(cat(kind_name(kind), " #", seq), rank, owner->timeout());
   if (missing.empty()) {
     return head + ": every rank is inside this collective, but MPI did not complete it";
   }
-  const char* ranks = missing.size() == 1 ? "rank " : "ranks ";
   if (phase == kDataPhase) {
-    return cat(head, " without progress while moving data: ", ranks, who, " stopped (", details,
-               ")");
+    return head + " without progress while moving data: " + missing_ranks(missing, "stopped");
   }
-  return cat(head, ": ", ranks, who, " did not arrive (", details, ")");
+  return head + ": " + missing_ranks(missing);
 }
 
 // ---- State: the collectives' building blocks
@@ -770,8 +752,8 @@ void MpiCommunicator::State::exchange(const Header& header, const void* payload,
                                    " but rank ", rank, " called ", describe(header));
     std::lock_guard<std::mutex> lock(runtime().mutex);
     service_all();
-    if (failed) throw_group_failure(false);  // a peer gave up first: its reason explains more
-    record_failure(reason, false);
+    if (failed()) throw_group_failure(false);  // a peer gave up first: its reason explains more
+    failure.record(reason, false);
     throw std::runtime_error("[mpi] " + reason);
   }
 }
@@ -784,13 +766,13 @@ void MpiCommunicator::State::enter_data_phase() {
 void MpiCommunicator::State::finish_data_phase() {
   std::lock_guard<std::mutex> lock(runtime().mutex);
   service_all();
-  if (failed) throw_group_failure(false);
+  if (failed()) throw_group_failure(false);
 }
 
 void MpiCommunicator::State::finish_fused() {
   // abort() from another thread while the exchange completed; peers' notices show when waiting.
   std::lock_guard<std::mutex> lock(runtime().mutex);
-  if (failed) throw_group_failure(false);
+  if (failed()) throw_group_failure(false);
 }
 
 void MpiCommunicator::State::adopt(MPI_Comm comm) {
@@ -1033,7 +1015,7 @@ MpiCommunicator::~MpiCommunicator() {
   //   this rank never joined may still come) or whose requests were abandoned: Open MPI 4.1's
   //   pending nonblocking collectives do not keep their communicator alive either (observed: the
   //   next MPI_Comm_dup hung).
-  if (s.tainted || s.failed) return;
+  if (s.tainted || s.failed()) return;
   MPI_Comm_free(&s.data);
   MPI_Comm_free(&s.data2);
   reap_graveyard(rt);
@@ -1056,9 +1038,9 @@ void MpiCommunicator::abort(const std::string& reason) {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
   State& s = *state_;
-  if (s.failed) return;
+  if (s.failed()) return;
   const std::string why = cat("rank ", s.rank, " aborted the group: ", reason);
-  s.record_failure(why, false);
+  s.failure.record(why, false);
   if (rt.ready) s.notify_peers(why, false);
 }
 

@@ -14,6 +14,7 @@
 #include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/collective_kind.h"
+#include "mdtrain/distribute/group_failure.h"
 #include "mdtrain/distribute/nccl/nccl_backend.h"
 #include "mdtrain/distribute/nccl/nccl_kernels.h"
 #include "mdtrain/distribute/optional_backends.h"
@@ -110,21 +111,13 @@ struct NcclCommunicator::Ledger {
   explicit Ledger(int n) : entered(static_cast<std::size_t>(n)) {}
   std::mutex mutex;
   std::vector<Call> entered;  // per rank: the last collective it entered (seq 0: none yet)
-  std::atomic<bool> failed{false};
-  std::string failure;  // guarded by mutex; written once, before `failed`
-  bool failure_is_timeout = false;
+  GroupFailure failure;
   // split: the ledgers of the new in-process groups by (split's seq, color), with how many of
   // their ranks took them so far (dropped when all did). Guarded by mutex.
   std::map<std::pair<unsigned long long, int>, std::pair<std::shared_ptr<Ledger>, int>> children;
-
-  void set_failure(std::string reason, bool timeout) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (failed.load(std::memory_order_relaxed)) return;  // later failures are consequences
-    failure = std::move(reason);
-    failure_is_timeout = timeout;
-    failed.store(true, std::memory_order_release);
-  }
 };
+
+GroupFailure& NcclCommunicator::ledger_failure() { return ledger_->failure; }
 
 // ---- creation -------------------------------------------------------------------------------
 
@@ -162,7 +155,7 @@ std::unique_ptr<Communicator> NcclCommunicator::create_rank(const std::string& u
 NcclCommunicator::~NcclCommunicator() {
   std::lock_guard<std::mutex> lock(comm_mutex_);
   if (!comm_) return;
-  const bool failed = ledger_ ? ledger_->failed.load() : !failure_.empty();
+  const bool failed = failure().failed();
   // Destroying waits for pending work, which never finishes when a peer is gone: abort instead.
   if (failed) ncclCommAbort(comm_);
   else ncclCommDestroy(comm_);
@@ -179,39 +172,19 @@ void NcclCommunicator::abort_comm() {
 
 void NcclCommunicator::abort(const std::string& reason) {
   const std::string why = cat("rank ", rank_, " aborted the group: ", reason);
-  if (ledger_) ledger_->set_failure(why, false);
-  else if (failure_.empty()) failure_ = why;
+  failure().record(why, false);
   abort_comm();
 }
 
 void NcclCommunicator::fail_group(const std::string& reason, bool timeout) {
-  if (ledger_) {
-    ledger_->set_failure(reason, timeout);
-  } else if (failure_.empty()) {
-    failure_ = reason;
-    failure_is_timeout_ = timeout;
-  }
+  failure().record(reason, timeout);
   abort_comm();
   if (timeout) throw TimeoutError("[nccl] " + reason);
   throw std::runtime_error("[nccl] " + reason);
 }
 
 void NcclCommunicator::throw_failure(const Call& call, bool entering) {
-  std::string reason;
-  bool timeout = false;
-  if (ledger_) {
-    std::lock_guard<std::mutex> lock(ledger_->mutex);
-    reason = ledger_->failure;
-    timeout = ledger_->failure_is_timeout;
-  } else {
-    reason = failure_.empty() ? "the communicator was aborted" : failure_;
-    timeout = failure_is_timeout_;
-  }
-  const std::string msg = cat("[nccl] ", describe(call), " on rank ", rank_,
-                              entering ? " cannot run, the group failed earlier: " : " gave up, the group failed: ",
-                              reason);
-  if (timeout) throw TimeoutError(msg);
-  throw std::runtime_error(msg);
+  failure().rethrow("nccl", describe(call), rank_, entering, "the communicator was aborted");
 }
 
 ncclComm* NcclCommunicator::comm_locked(const Call& call) {
@@ -222,11 +195,8 @@ ncclComm* NcclCommunicator::comm_locked(const Call& call) {
 // ---- the collective protocol ----------------------------------------------------------------
 
 void NcclCommunicator::enter(const Call& call) {
-  if (!ledger_) {
-    if (!failure_.empty()) throw_failure(call, true);
-    return;
-  }
-  if (ledger_->failed.load(std::memory_order_acquire)) throw_failure(call, true);
+  if (failure().failed()) throw_failure(call, true);
+  if (!ledger_) return;
   std::string mismatch;
   {
     std::lock_guard<std::mutex> lock(ledger_->mutex);
@@ -261,19 +231,13 @@ template <class F> void NcclCommunicator::run(const Call& call, F&& enqueue) {
   wait_for(done_, call);
 }
 
-std::string NcclCommunicator::missing_ranks(const Call& call) const {
-  std::string who, last;
-  int n = 0;
+std::string NcclCommunicator::who_is_missing(const Call& call) const {
+  std::vector<MissingRank> missing;
   for (int r = 0; r < size_; ++r) {
     const Call& e = ledger_->entered[static_cast<std::size_t>(r)];
-    if (e.seq >= call.seq) continue;
-    who += cat(n ? ", " : "", r);
-    last += cat(n ? "; " : "", "rank ", r,
-                e.seq == 0 ? std::string(" has entered no collective") : cat(" last entered ", name_of(e.kind), " #", e.seq));
-    ++n;
+    if (e.seq < call.seq) missing.push_back({r, last_entered(r, e.kind, e.seq)});
   }
-  return n == 0 ? std::string("every rank entered it; NCCL did not finish")
-                : cat(n == 1 ? "rank " : "ranks ", who, " did not arrive (", last, ")");
+  return missing.empty() ? std::string("every rank entered it; NCCL did not finish") : missing_ranks(missing);
 }
 
 void NcclCommunicator::wait_for(const cuda::Event& done, const Call& call) {
@@ -282,7 +246,7 @@ void NcclCommunicator::wait_for(const cuda::Event& done, const Call& call) {
   const double limit = timeout();
   int polls = 0;
   while (!done.query()) {
-    if (ledger_ && ledger_->failed.load(std::memory_order_acquire)) {
+    if (ledger_ && ledger_->failure.failed()) {
       abort_comm();
       throw_failure(call, false);
     }
@@ -303,11 +267,11 @@ void NcclCommunicator::wait_for(const cuda::Event& done, const Call& call) {
       std::string missing;
       if (ledger_) {
         std::lock_guard<std::mutex> lock(ledger_->mutex);
-        missing = missing_ranks(call);
+        missing = who_is_missing(call);
       } else {
         missing = "a peer process did not join it or is stuck (NCCL cannot tell which)";
       }
-      fail_group(cat(describe(call), " on rank ", rank_, " timed out after ", limit, " s: ", missing), true);
+      fail_group(timed_out(describe(call), rank_, limit) + ": " + missing, true);
     }
     // Spin briefly (a collective usually finishes within microseconds of the last arrival), then
     // back off to sleeping so a long wait costs no core.
@@ -537,20 +501,16 @@ void NcclCommunicator::wait_for_peers(const Call& call) {
       // One lock for the whole decision: a rank that times out marks the group failed before any
       // peer can see everyone arrived, so either all go on or none does.
       std::lock_guard<std::mutex> lock(ledger_->mutex);
-      if (!ledger_->failed.load(std::memory_order_relaxed)) {
+      if (!ledger_->failure.failed()) {
         bool all = true;
         for (const Call& e : ledger_->entered) all = all && e.seq >= call.seq;
         if (all) return;
         const double waited = std::chrono::duration<double>(clock::now() - start).count();
-        if (waited > limit) {
-          ledger_->failure =
-              cat(describe(call), " on rank ", rank_, " timed out after ", limit, " s: ", missing_ranks(call));
-          ledger_->failure_is_timeout = true;
-          ledger_->failed.store(true, std::memory_order_release);
-        }
+        if (waited > limit)
+          ledger_->failure.record(timed_out(describe(call), rank_, limit) + ": " + who_is_missing(call), true);
       }
     }
-    if (ledger_->failed.load(std::memory_order_acquire)) throw_failure(call, false);
+    if (ledger_->failure.failed()) throw_failure(call, false);
     if (polls < 200) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 50 : 1000));
   }

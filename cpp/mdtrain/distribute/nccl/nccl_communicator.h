@@ -35,6 +35,7 @@
 
 #include "mdtrain/core/cuda/stream.h"
 #include "mdtrain/distribute/communicator.h"
+#include "mdtrain/distribute/group_failure.h"
 
 struct ncclComm;  // ncclComm_t is ncclComm*
 
@@ -91,7 +92,10 @@ class NcclCommunicator final : public Communicator {
   // Waits until every rank of the in-process group entered `call` (timeout, failures).
   void wait_for_peers(const Call& call);
   // "rank 2 did not arrive (rank 2 last entered barrier #1)"; the ledger's mutex held.
-  std::string missing_ranks(const Call& call) const;
+  std::string who_is_missing(const Call& call) const;
+  // The group's failure: shared through the ledger in-process, this rank's own otherwise.
+  GroupFailure& failure() { return ledger_ ? ledger_failure() : own_failure_; }
+  GroupFailure& ledger_failure();
   [[noreturn]] void fail_group(const std::string& reason, bool timeout);
   [[noreturn]] void throw_failure(const Call& call, bool entering);
   void abort_comm();
@@ -105,8 +109,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm* comm_;
   const int rank_, size_, device_;
   std::shared_ptr<Ledger> ledger_;  // null for groups across processes
-  std::string failure_;             // this rank's own failure, for groups without a ledger
-  bool failure_is_timeout_ = false;
+  GroupFailure own_failure_;        // for groups without a ledger
   unsigned long long seq_ = 0;
   cuda::Event ready_, done_;
   std::vector<std::pair<std::shared_ptr<void>, std::size_t>> device_scratch_, pinned_scratch_;

@@ -5,13 +5,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/threading/spin_wait.h"
 #include "mdtrain/distribute/collective_kind.h"
+#include "mdtrain/distribute/group_failure.h"
 #include "mdtrain/distribute/reduce_kernels.h"
 
 namespace mdtrain {
@@ -71,22 +71,10 @@ struct ThreadsCommunicator::Group {
         may_spin(static_cast<unsigned>(n) <= std::max(1u, std::thread::hardware_concurrency())),
         slots(new RankSlot[static_cast<std::size_t>(n)]) {}
 
-  // Records the first failure; later ones are consequences of it and are dropped.
-  void set_failure(std::string reason, bool timeout) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (failed.load(std::memory_order_relaxed)) return;
-    failure = std::move(reason);
-    failure_is_timeout = timeout;
-    failed.store(true, std::memory_order_release);
-  }
-
   const int size;
   const bool may_spin;  // ranks fit on the cores
   std::unique_ptr<RankSlot[]> slots;
-  std::atomic<bool> failed{false};
-  std::mutex mutex;  // guards failure and failure_is_timeout (written once, before `failed`)
-  std::string failure;
-  bool failure_is_timeout = false;
+  GroupFailure failure;
 };
 
 std::vector<std::unique_ptr<Communicator>> ThreadsCommunicator::create_group(int n) {
@@ -107,7 +95,7 @@ ThreadsCommunicator::~ThreadsCommunicator() = default;
 int ThreadsCommunicator::size() const { return group_->size; }
 
 void ThreadsCommunicator::abort(const std::string& reason) {
-  group_->set_failure(cat("rank ", rank_, " aborted the group: ", reason), false);
+  group_->failure.record(cat("rank ", rank_, " aborted the group: ", reason), false);
 }
 
 const ThreadsCommunicator::Call& ThreadsCommunicator::call_of(int rank) const {
@@ -115,43 +103,20 @@ const ThreadsCommunicator::Call& ThreadsCommunicator::call_of(int rank) const {
 }
 
 void ThreadsCommunicator::throw_group_failure(bool entering) {
-  std::string reason;
-  bool timeout;
-  {
-    std::lock_guard<std::mutex> lock(group_->mutex);
-    reason = group_->failure;
-    timeout = group_->failure_is_timeout;
-  }
-  std::string msg = cat("[threads] ", name_of(kind_), " #", seq_, " on rank ", rank_,
-                        entering ? " cannot run, the group failed earlier: "
-                                 : " gave up, the group failed: ",
-                        reason);
-  if (timeout) throw TimeoutError(msg);
-  throw std::runtime_error(msg);
+  group_->failure.rethrow("threads", cat(name_of(kind_), " #", seq_), rank_, entering);
 }
 
 void ThreadsCommunicator::time_out(unsigned long long target_phase) {
-  if (group_->failed.load(std::memory_order_acquire)) throw_group_failure(false);
-  std::vector<int> missing;
+  if (group_->failure.failed()) throw_group_failure(false);
+  std::vector<MissingRank> missing;
   for (int r = 0; r < group_->size; ++r) {
-    if (group_->slots[r].phase.load(std::memory_order_acquire) < target_phase) missing.push_back(r);
-  }
-  std::string who, last;
-  for (std::size_t i = 0; i < missing.size(); ++i) {
-    const int r = missing[i];
+    if (group_->slots[r].phase.load(std::memory_order_acquire) >= target_phase) continue;
     const unsigned long long entered = group_->slots[r].entered.load(std::memory_order_relaxed);
-    who += cat(i ? ", " : "", r);
-    last += cat(i ? "; " : "", "rank ", r);
-    if (entered == 0) {
-      last += " has entered no collective";
-    } else {
-      last += cat(" last entered ", name_of(static_cast<Kind>(entered & 0xff)), " #", entered >> 8);
-    }
+    missing.push_back({r, last_entered(r, static_cast<Kind>(entered & 0xff), entered >> 8)});
   }
-  std::string reason = cat(name_of(kind_), " #", seq_, " on rank ", rank_, " timed out after ",
-                           timeout(), " s: ", missing.size() == 1 ? "rank " : "ranks ", who,
-                           " did not arrive (", last, ")");
-  group_->set_failure(reason, true);
+  const std::string reason =
+      timed_out(cat(name_of(kind_), " #", seq_), rank_, timeout()) + ": " + missing_ranks(missing);
+  group_->failure.record(reason, true);
   throw TimeoutError("[threads] " + reason);
 }
 
@@ -166,7 +131,7 @@ void ThreadsCommunicator::arrive_and_wait() {
     while (next < n && slots[next].phase.load(std::memory_order_acquire) >= target) ++next;
     if (next == n) return;
     if (wait.step()) {
-      if (group_->failed.load(std::memory_order_acquire)) throw_group_failure(false);
+      if (group_->failure.failed()) throw_group_failure(false);
       const auto now = std::chrono::steady_clock::now();
       if (!deadline_set_) {
         // Measured from the first slow wait of this collective (a few microseconds after entry)
@@ -186,7 +151,7 @@ void ThreadsCommunicator::arrive_and_wait() {
 void ThreadsCommunicator::begin(const Call& call) {
   kind_ = call.kind;
   ++seq_;
-  if (group_->failed.load(std::memory_order_acquire)) throw_group_failure(true);
+  if (group_->failure.failed()) throw_group_failure(true);
   deadline_set_ = false;
   RankSlot& me = group_->slots[rank_];
   Call& mine = me.call;
@@ -208,7 +173,7 @@ void ThreadsCommunicator::begin(const Call& call) {
                    other.root),
           " but rank ", rank_, " called ",
           describe(mine.kind, mine.seq, mine.count, mine.dtype, mine.op, mine.root));
-      group_->set_failure(reason, false);
+      group_->failure.record(reason, false);
       throw std::runtime_error("[threads] " + reason);
     }
   }
