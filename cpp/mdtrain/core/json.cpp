@@ -1,11 +1,12 @@
 #include "mdtrain/core/json.h"
 
 #include <cmath>
-#include <cstring>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
-#include <optional>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
