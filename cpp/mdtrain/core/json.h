@@ -72,9 +72,9 @@ class Json {
   std::size_t size() const;  // array or object length
 
   // Serialise (indent < 0: compact; indent >= 0: one item per line, like Python's indent=).
-  // Doubles are written by nlohmann in the shortest form that reads back bit for bit (integral
-  // values up to 2^53 as integers, -0.0 as "-0.0"); NaN and Inf as NaN/Infinity/-Infinity like
-  // Python's json. Throws std::invalid_argument("[json] cannot write: ...") on a string that is
+  // Doubles are written by nlohmann (Grisu2) in a form that reads back bit for bit: almost
+  // always Python's repr, the shortest such text, sometimes one digit longer. Integral values up
+  // to 2^53 as integers, -0.0 as "-0.0"; NaN and Inf as NaN/Infinity/-Infinity like Python's json. Throws std::invalid_argument("[json] cannot write: ...") on a string that is
   // not valid UTF-8.
   std::string dump(int indent = -1) const;
   // Parses RFC 8259 JSON with nlohmann/json, plus what Python's json reads: NaN/Infinity/-Infinity,
