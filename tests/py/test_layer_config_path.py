@@ -2,11 +2,15 @@
 
 Python turns each layer's arguments into its Keras config and C++ builds the layer from it
 (_core.layer_from_config). These tests pin that nothing changed on the way: the same models, built
-and trained from Python, give bit for bit the weights, configs and names recorded before the change
-(data/layer_golden.npz, written by `python -c "import test_layer_config_path as t; t.write_golden()"`
-from tests/py with mdtrain at commit d9c7b9e, when every layer had its own binding constructor),
-and a model file written by that version still loads (data/legacy_model.mdt, see
-data/make_legacy_model.py).
+from Python, have bit for bit the initial weights, and exactly the configs (every setting, dropout
+seeds included) and names, recorded before the change (data/layer_golden.npz, written by
+`python -c "import test_layer_config_path as t; t.write_golden()"` from tests/py with mdtrain at
+commit d9c7b9e, when every layer had its own binding constructor); and a model file written by that
+version still loads (data/legacy_model.mdt, see data/make_legacy_model.py).
+
+Only values that do not depend on the CPU are recorded: initializers draw from mdtrain's own
+generator, while anything trained or predicted goes through BLAS kernels that differ between CPU
+models (scripts/golden_weights.py compares trained weights bitwise on one machine).
 """
 import json
 import os
@@ -51,31 +55,24 @@ def _models():
     ]), (4, 5)
 
 
-def _trained_state():
-    """{key: array} of every model's configs (as JSON text), weights after one epoch, and names."""
+def _built_state():
+    """{key: array} of every model's layer configs (as JSON text), layer names and initial weights."""
     state = {}
-    for name, model, shape in _models():
-        rng = np.random.default_rng(5)
-        x = rng.standard_normal((16, *shape)).astype(np.float32)
-        y = rng.integers(0, 3, size=16)
-        model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy")
+    for name, model, _ in _models():
         state[f"{name}/config"] = np.array(json.dumps([layer.get_config() for layer in model.layers]))
         state[f"{name}/names"] = np.array([layer.name for layer in model.layers])
         for i, w in enumerate(model.get_weights()):
             state[f"{name}/initial/{i}"] = w
-        model.fit(x, y, batch_size=4, epochs=1, verbose=0)
-        for i, w in enumerate(model.get_weights()):
-            state[f"{name}/trained/{i}"] = w
     return state
 
 
 def write_golden():
-    np.savez(os.path.join(DATA, "layer_golden.npz"), **_trained_state())
+    np.savez(os.path.join(DATA, "layer_golden.npz"), **_built_state())
 
 
-def test_models_built_from_python_match_the_binding_constructors_bitwise():
+def test_models_built_from_python_match_the_binding_constructors():
     golden = np.load(os.path.join(DATA, "layer_golden.npz"))
-    state = _trained_state()
+    state = _built_state()
     assert sorted(state) == sorted(golden.files)
     for key in golden.files:
         if key.endswith("/config") or key.endswith("/names"):
@@ -95,6 +92,7 @@ def test_a_model_file_written_before_nlohmann_json_loads_bitwise():
         assert w.tobytes() == e.tobytes()
     assert [l.name for l in model.layers][:3] == ["conv2d", "batch_normalization", "max_pooling2d"]
     assert model.layers[1].momentum == 0.9
-    assert model.predict(saved["x"], verbose=0).tobytes() == saved["predictions"].tobytes()
+    # Predictions go through BLAS: equal up to rounding on another CPU, bitwise on the one that wrote them.
+    np.testing.assert_allclose(model.predict(saved["x"], verbose=0), saved["predictions"], rtol=1e-5, atol=1e-6)
     # It still trains (the optimizer state came back too).
     model.fit(saved["x"], np.zeros(8, dtype=np.int64), batch_size=4, epochs=1, verbose=0)
