@@ -4,6 +4,8 @@
 #   - dataset-fashion-mnist: the data set, so nothing is downloaded at run time
 #   - cmake, g++, ninja-build: the C++ build (pip also gets cmake/ninja from PyPI if absent)
 #   - googletest: the C++ test suite
+#   - nlohmann-json3-dev: the JSON library of plain CMake builds (pip builds take nlohmann-json
+#     from PyPI instead)
 #   - openmpi-bin, libopenmpi-dev, gcc: the MPI communicator (mpirun, mpi.h, libmpi; CMake's
 #     FindMPI checks the C compiler too) and its tests
 set -euo pipefail
@@ -13,6 +15,7 @@ command -v cmake >/dev/null || want+=(cmake)
 command -v g++ >/dev/null || want+=(g++)
 command -v ninja >/dev/null || want+=(ninja-build)
 [ -f /usr/include/gtest/gtest.h ] || want+=(googletest libgtest-dev)
+[ -f /usr/include/nlohmann/json.hpp ] || want+=(nlohmann-json3-dev)
 command -v mpirun >/dev/null || want+=(openmpi-bin)
 command -v mpicc >/dev/null || want+=(libopenmpi-dev)
 command -v gcc >/dev/null || want+=(gcc)

@@ -43,6 +43,19 @@ void init_distribute(py::module_& m) {
       .def("set_timeout", &Communicator::set_timeout, py::arg("seconds"))
       .def("abort", &Communicator::abort, py::arg("reason"),
            "Makes every pending and later collective of the group raise.")
+      .def(
+          "split",
+          [](Communicator& c, int color, int key) {
+            std::unique_ptr<Communicator> child;
+            {
+              py::gil_scoped_release release;  // collective: waits for every rank
+              child = c.split(color, key);
+            }
+            return std::shared_ptr<Communicator>(std::move(child));
+          },
+          py::arg("color"), py::arg("key") = 0,
+          "Collective, like MPI_Comm_split: ranks with the same color >= 0 form a new group, "
+          "ordered by (key, rank); a negative color joins none (None).")
       .def("barrier",
            [](Communicator& c) {
              py::gil_scoped_release release;

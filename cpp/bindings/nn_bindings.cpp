@@ -58,31 +58,17 @@ void init_nn(py::module_& m) {
         return n;
       });
 
-  py::class_<Dense, Layer, std::shared_ptr<Dense>>(m, "Dense")
-      .def(py::init([](const std::string& name, std::int64_t units, const std::string& activation, bool use_bias,
-                       const std::string& kernel_initializer, const std::string& bias_initializer,
-                       const std::string& kernel_regularizer, const std::string& bias_regularizer) {
-             Dense::Options o;
-             o.units = units;
-             o.activation = activation;
-             o.use_bias = use_bias;
-             o.kernel_initializer = json_arg(kernel_initializer);
-             o.bias_initializer = json_arg(bias_initializer);
-             o.kernel_regularizer = json_arg(kernel_regularizer);
-             o.bias_regularizer = json_arg(bias_regularizer);
-             return std::make_shared<Dense>(name, o);
-           }),
-           py::arg("name"), py::arg("units"), py::arg("activation"), py::arg("use_bias"),
-           py::arg("kernel_initializer_json"), py::arg("bias_initializer_json"), py::arg("kernel_regularizer_json"),
-           py::arg("bias_regularizer_json"));
-  py::class_<ActivationLayer, Layer, std::shared_ptr<ActivationLayer>>(m, "Activation")
-      .def(py::init<std::string, const std::string&>(), py::arg("name"), py::arg("activation"));
-  py::class_<Flatten, Layer, std::shared_ptr<Flatten>>(m, "Flatten").def(py::init<std::string>(), py::arg("name"));
-  py::class_<Dropout, Layer, std::shared_ptr<Dropout>>(m, "Dropout")
-      .def(py::init<std::string, double, std::uint64_t>(), py::arg("name"), py::arg("rate"), py::arg("seed"));
+  // The layer classes are registered as types only (so a layer shows as _core.Dense, not _core.Layer):
+  // layers are made by layer_from_config, from their Keras config, whether Python asks or a model
+  // file does; there are no per-layer constructors here.
+  py::class_<Dense, Layer, std::shared_ptr<Dense>>(m, "Dense");
+  py::class_<ActivationLayer, Layer, std::shared_ptr<ActivationLayer>>(m, "Activation");
+  py::class_<Flatten, Layer, std::shared_ptr<Flatten>>(m, "Flatten");
+  py::class_<Dropout, Layer, std::shared_ptr<Dropout>>(m, "Dropout");
   m.def("layer_from_config", [](const std::string& spec) {
     return std::shared_ptr<Layer>(layer_from_config(Json::parse(spec)));
-  });
+  }, py::arg("spec_json"), "The layer of {\"class_name\": ..., \"config\": {...}} (JSON text), as a model file holds it.");
+  m.def("layer_class_names", &layer_class_names);
   m.def("parse_activation", [](const std::string& name) { return std::string(name_of(parse_activation(name))); });
 }
 

@@ -1,10 +1,15 @@
 #include "mdtrain/core/json.h"
 
-#include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
+#include <optional>
 #include <unordered_map>
+
+#include <nlohmann/json.hpp>
 
 #include "mdtrain/core/errors.h"
 
@@ -50,49 +55,34 @@ const Json::Object& empty_object() {
 }
 
 // ---- writing ----------------------------------------------------------------------------------
+// nlohmann/json escapes strings and formats numbers; this walk only lays out containers (so the
+// layout is Python's json.dumps(indent=...) and NaN/Infinity can be written, which nlohmann would
+// turn into null).
 
-void append_hex4(std::string& out, unsigned v) {
-  static const char* digits = "0123456789abcdef";
-  out += "\\u00";
-  out += digits[(v >> 4) & 0xF];
-  out += digits[v & 0xF];
-}
+using nlohmann_json = nlohmann::ordered_json;
 
-void dump_string(const std::string& s, std::string& out) {
-  out += '"';
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7F) append_hex4(out, c);
-        else out += ch;  // UTF-8 passes through unchanged
-    }
+std::string dump_with_nlohmann(const nlohmann_json& leaf) {
+  try {
+    // strict: a string that is not valid UTF-8 is an error, not a file Python cannot read.
+    return leaf.dump(-1, ' ', false, nlohmann_json::error_handler_t::strict);
+  } catch (const nlohmann_json::exception& e) {
+    fail<std::invalid_argument>("[json] cannot write: ", e.what());
   }
-  out += '"';
 }
+
+void dump_string(const std::string& s, std::string& out) { out += dump_with_nlohmann(nlohmann_json(s)); }
 
 void dump_number(double v, std::string& out) {
   if (std::isnan(v)) { out += "NaN"; return; }
   if (std::isinf(v)) { out += v > 0 ? "Infinity" : "-Infinity"; return; }
-  // Integral values that a double holds exactly print as integers (Python reads them as int);
-  // -0.0 keeps its sign and its float-ness so it reads back bit for bit.
+  // Integral values that a double holds exactly are written as integers (Python reads them back
+  // as int, as it wrote them); everything else, -0.0 included, as nlohmann's shortest round trip.
   constexpr double kExact = 9007199254740992.0;  // 2^53
-  if (v == 0 && std::signbit(v)) { out += "-0.0"; return; }
-  if (std::trunc(v) == v && std::fabs(v) <= kExact) {
-    out += std::to_string(static_cast<std::int64_t>(v));
+  if (std::trunc(v) == v && std::fabs(v) <= kExact && !(v == 0 && std::signbit(v))) {
+    out += dump_with_nlohmann(nlohmann_json(static_cast<std::int64_t>(v)));
     return;
   }
-  // Shortest text that reads back to the same double.
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, res.ptr);
+  out += dump_with_nlohmann(nlohmann_json(v));
 }
 
 void newline(std::string& out, int indent, int depth) {
@@ -138,288 +128,222 @@ void dump_value(const Json& j, std::string& out, int indent, int depth) {
 }
 
 // ---- reading ----------------------------------------------------------------------------------
+// nlohmann/json parses (RFC 8259, UTF-8 validated, positions in its errors). Three things are ours,
+// done by one scan before nlohmann runs that never changes the text's length (so nlohmann's error
+// offsets stay true):
+//  - Python's json writes NaN, Infinity and -Infinity, which nlohmann does not read;
+//  - Python reads numbers past the double range (1e400) as +-inf, where nlohmann fails;
+//  - nesting is capped, so that nothing recursive (copy, dump, destroy) can exhaust the stack.
+// Each such token standing as a whole value becomes a zero of the same length, 0E0... or -0E0...,
+// and its real value waits in a queue; number_float() takes it back when it meets such a zero.
+// Zeros of that shape the document itself holds get an empty entry, so the queue stays in step.
 
-class Parser {
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_number_char(char c) { return is_digit(c) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'; }
+
+// RFC 8259 number grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+bool is_json_number(const char* p, const char* end) {
+  if (p < end && *p == '-') ++p;
+  if (p == end || !is_digit(*p)) return false;
+  if (*p == '0') ++p;
+  else while (p < end && is_digit(*p)) ++p;
+  if (p < end && *p == '.') {
+    if (++p == end || !is_digit(*p)) return false;
+    while (p < end && is_digit(*p)) ++p;
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    if (++p < end && (*p == '+' || *p == '-')) ++p;
+    if (p == end || !is_digit(*p)) return false;
+    while (p < end && is_digit(*p)) ++p;
+  }
+  return p == end;
+}
+
+// The shape of a stand-in: 0E or -0E followed by zeros only.
+bool is_stand_in_shape(const std::string& token) {
+  std::size_t i = token.compare(0, 3, "-0E") == 0 ? 3 : token.compare(0, 2, "0E") == 0 ? 2 : std::string::npos;
+  if (i == std::string::npos || i == token.size()) return false;
+  for (; i < token.size(); ++i)
+    if (token[i] != '0') return false;
+  return true;
+}
+
+struct PreparedText {
+  std::string text;                                 // the input with stand-ins
+  std::deque<std::optional<double>> stand_in_values;  // per stand-in-shaped token, in document order
+};
+
+bool ends_value(const std::string& s, std::size_t at) {
+  if (at >= s.size()) return true;
+  char c = s[at];
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',' || c == ']' || c == '}';
+}
+
+PreparedText prepare(const std::string& input) {
+  PreparedText p{input, {}};
+  std::string& s = p.text;
+  int depth = 0;
+  char previous = 0;  // last significant character outside strings (0: none yet)
+  auto stand_in = [&](std::size_t at, std::size_t length, double value) {
+    bool negative = s[at] == '-';
+    std::string zero = negative ? "-0E" : "0E";
+    zero.append(length - zero.size(), '0');
+    s.replace(at, length, zero);
+    p.stand_in_values.push_back(value);
+  };
+  auto is_whole_value = [&](std::size_t at, const char* token) {
+    std::size_t n = std::strlen(token);
+    return s.compare(at, n, token) == 0 && ends_value(s, at + n) &&
+           (previous == 0 || previous == '[' || previous == ',' || previous == ':');
+  };
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < s.size();) {
+    char c = s[i];
+    if (c == '"') {  // skip the string; nlohmann checks its content
+      for (++i; i < s.size() && s[i] != '"'; ++i)
+        if (s[i] == '\\') ++i;
+      ++i;
+      previous = '"';
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') { ++i; continue; }
+    if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) fail<std::invalid_argument>("[json] nesting deeper than ", kMaxDepth, " levels at offset ", i);
+    } else if (c == ']' || c == '}') {
+      depth = depth > 0 ? depth - 1 : 0;
+    } else if (is_whole_value(i, "NaN")) {
+      stand_in(i, 3, std::numeric_limits<double>::quiet_NaN());
+      i += 3, previous = '0';
+      continue;
+    } else if (is_whole_value(i, "Infinity")) {
+      stand_in(i, 8, kInf);
+      i += 8, previous = '0';
+      continue;
+    } else if (is_whole_value(i, "-Infinity")) {
+      stand_in(i, 9, -kInf);
+      i += 9, previous = '0';
+      continue;
+    } else if (c == '-' || is_digit(c)) {
+      std::size_t end = i;
+      while (end < s.size() && is_number_char(s[end])) ++end;
+      if (is_json_number(s.data() + i, s.data() + end)) {
+        std::string token = s.substr(i, end - i);
+        double v = std::strtod(token.c_str(), nullptr);
+        if (std::isinf(v)) stand_in(i, end - i, v);
+        else if (is_stand_in_shape(token)) p.stand_in_values.push_back(std::nullopt);
+      }
+      i = end, previous = '0';
+      continue;
+    }
+    previous = c;
+    ++i;
+  }
+  return p;
+}
+
+// Builds a Json tree from nlohmann's SAX events (no intermediate nlohmann value).
+class JsonBuilder : public nlohmann::json_sax<nlohmann_json> {
  public:
-  explicit Parser(const std::string& text) : s_(text) {}
+  explicit JsonBuilder(std::deque<std::optional<double>>& stand_in_values) : stand_in_values_(stand_in_values) {}
 
-  Json parse_document() {
-    skip_ws();
-    Json v = parse_value(0);
-    skip_ws();
-    if (pos_ != s_.size()) error("unexpected trailing characters");
-    return v;
+  Json take() { return std::move(root_); }
+
+  bool null() override { return add(Json()); }
+  bool boolean(bool v) override { return add(Json(v)); }
+  bool number_integer(number_integer_t v) override { return add(Json(static_cast<double>(v))); }
+  bool number_unsigned(number_unsigned_t v) override { return add(Json(static_cast<double>(v))); }
+  bool number_float(number_float_t v, const string_t& raw) override {
+    if (is_stand_in_shape(raw) && !stand_in_values_.empty()) {
+      std::optional<double> real = stand_in_values_.front();
+      stand_in_values_.pop_front();
+      if (real) return add(Json(*real));
+    }
+    return add(Json(v));
+  }
+  bool string(string_t& v) override { return add(Json(std::move(v))); }
+  bool binary(binary_t&) override { return false; }  // only in binary formats
+  bool start_object(std::size_t) override { return open(Json::object()); }
+  bool key(string_t& k) override {
+    stack_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(Json::array()); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    // nlohmann counts the characters read, the offending one included; the offset is its index.
+    fail<std::invalid_argument>("[json] ", without_exception_id(e.what()), " at offset ", position > 0 ? position - 1 : 0);
+  }
+
+  // "[json.exception.parse_error.101] parse error at line 1, ..." -> "parse error at line 1, ...".
+  // nlohmann quotes the bytes it last read, which may be invalid UTF-8: those are written as \xNN,
+  // so the message stays valid text (Python decodes it as UTF-8).
+  static std::string without_exception_id(const std::string& what) {
+    std::size_t from = 0;
+    if (what.rfind("[json.exception.", 0) == 0) {
+      auto close = what.find("] ");
+      if (close != std::string::npos) from = close + 2;
+    }
+    std::string out;
+    for (std::size_t i = from; i < what.size(); ++i) {
+      auto c = static_cast<unsigned char>(what[i]);
+      if (c < 0x80) {
+        out += what[i];
+      } else {
+        char buf[8];
+        std::snprintf(buf, sizeof(buf), "\\x%02X", c);
+        out += buf;
+      }
+    }
+    return out;
   }
 
  private:
-  [[noreturn]] void error(const std::string& what) const { error_at(what, pos_); }
-  [[noreturn]] void error_at(const std::string& what, std::size_t at) const {
-    fail<std::invalid_argument>("[json] ", what, " at offset ", at);
+  struct Open {
+    Json value;
+    std::string key;                                  // objects: the key of the next value
+    std::unordered_map<std::string, std::size_t> at;  // objects: position of each key
+  };
+
+  bool open(Json container) {
+    // prepare() already rejected deeper documents; this keeps the builder safe on its own.
+    if (stack_.size() >= static_cast<std::size_t>(kMaxDepth))
+      fail<std::invalid_argument>("[json] nesting deeper than ", kMaxDepth, " levels");
+    stack_.push_back(Open{std::move(container), {}, {}});
+    return true;
   }
 
-  std::string describe_current() const {
-    if (pos_ >= s_.size()) return "end of input";
-    auto c = static_cast<unsigned char>(s_[pos_]);
-    if (c >= 0x20 && c < 0x7F) return cat("character '", s_[pos_], "'");
-    char buf[8];
-    std::snprintf(buf, sizeof(buf), "0x%02X", c);
-    return cat("byte ", buf);
-  }
-  [[noreturn]] void unexpected() const { error("unexpected " + describe_current()); }
-
-  void skip_ws() {
-    while (pos_ < s_.size()) {
-      char c = s_[pos_];
-      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') ++pos_;
-      else break;
-    }
+  bool close() {
+    Json done = std::move(stack_.back().value);
+    stack_.pop_back();
+    return add(std::move(done));
   }
 
-  bool consume_literal(const char* lit) {
-    std::size_t n = std::strlen(lit);
-    if (s_.compare(pos_, n, lit) == 0) {
-      pos_ += n;
+  bool add(Json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
       return true;
     }
-    return false;
-  }
-
-  Json parse_value(int depth) {
-    if (pos_ >= s_.size()) unexpected();
-    switch (s_[pos_]) {
-      case '{': return parse_object(depth + 1);
-      case '[': return parse_array(depth + 1);
-      case '"': return Json(parse_string());
-      case 't': if (consume_literal("true")) return Json(true); break;
-      case 'f': if (consume_literal("false")) return Json(false); break;
-      case 'n': if (consume_literal("null")) return Json(); break;
-      case 'N': if (consume_literal("NaN")) return Json(std::numeric_limits<double>::quiet_NaN()); break;
-      case 'I': if (consume_literal("Infinity")) return Json(std::numeric_limits<double>::infinity()); break;
-      case '-':
-        if (consume_literal("-Infinity")) return Json(-std::numeric_limits<double>::infinity());
-        return Json(parse_number());
-      default:
-        if (s_[pos_] >= '0' && s_[pos_] <= '9') return Json(parse_number());
-    }
-    unexpected();
-  }
-
-  Json parse_array(int depth) {
-    if (depth > kMaxDepth) error(cat("nesting deeper than ", kMaxDepth, " levels"));
-    ++pos_;  // '['
-    Json::Array items;
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == ']') {
-      ++pos_;
-      return Json(std::move(items));
-    }
-    for (;;) {
-      skip_ws();
-      items.push_back(parse_value(depth));
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; break; }
-      error("expected ',' or ']' but found " + describe_current());
-    }
-    return Json(std::move(items));
-  }
-
-  Json parse_object(int depth) {
-    if (depth > kMaxDepth) error(cat("nesting deeper than ", kMaxDepth, " levels"));
-    ++pos_;  // '{'
-    Json obj = Json::object();
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == '}') {
-      ++pos_;
-      return obj;
+    Open& top = stack_.back();
+    if (top.value.is_array()) {
+      top.value.as_array().push_back(std::move(v));
+      return true;
     }
     // Duplicate keys: the last value wins (as in Python), kept at the first key's position.
-    // The index keeps that O(n) for objects of any size.
-    std::unordered_map<std::string, std::size_t> index;
-    Json::Object members;
-    for (;;) {
-      skip_ws();
-      if (pos_ >= s_.size() || s_[pos_] != '"')
-        error("expected a string key but found " + describe_current());
-      std::string key = parse_string();
-      skip_ws();
-      if (pos_ >= s_.size() || s_[pos_] != ':') error("expected ':' but found " + describe_current());
-      ++pos_;
-      skip_ws();
-      Json value = parse_value(depth);
-      auto it = index.find(key);
-      if (it != index.end()) {
-        members[it->second].second = std::move(value);
-      } else {
-        index.emplace(key, members.size());
-        members.emplace_back(std::move(key), std::move(value));
-      }
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; break; }
-      error("expected ',' or '}' but found " + describe_current());
-    }
-    obj.as_object() = std::move(members);
-    return obj;
-  }
-
-  unsigned parse_hex4() {
-    if (pos_ + 4 > s_.size()) error("truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = s_[pos_ + i];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
-      else error_at("invalid hex digit in \\u escape", pos_ + i);
-    }
-    pos_ += 4;
-    return v;
-  }
-
-  static void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
+    auto& members = top.value.as_object();
+    auto it = top.at.find(top.key);
+    if (it != top.at.end()) {
+      members[it->second].second = std::move(v);
     } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
+      top.at.emplace(top.key, members.size());
+      members.emplace_back(std::move(top.key), std::move(v));
     }
+    return true;
   }
 
-  // Copies one UTF-8 encoded character, rejecting overlong forms, surrogates and values past
-  // U+10FFFF, so every string we hold is valid UTF-8 (what Python's decoder demands).
-  void copy_utf8_char(std::string& out) {
-    std::size_t start = pos_;
-    auto b0 = static_cast<unsigned char>(s_[pos_]);
-    int extra;
-    std::uint32_t cp;
-    if (b0 < 0x80) { out += s_[pos_++]; return; }
-    if ((b0 & 0xE0) == 0xC0) { extra = 1; cp = b0 & 0x1F; }
-    else if ((b0 & 0xF0) == 0xE0) { extra = 2; cp = b0 & 0x0F; }
-    else if ((b0 & 0xF8) == 0xF0) { extra = 3; cp = b0 & 0x07; }
-    else error("invalid UTF-8 byte in string");
-    if (pos_ + 1 + extra > s_.size()) error("truncated UTF-8 sequence in string");
-    for (int i = 1; i <= extra; ++i) {
-      auto b = static_cast<unsigned char>(s_[pos_ + i]);
-      if ((b & 0xC0) != 0x80) error_at("invalid UTF-8 continuation byte in string", pos_ + i);
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    static const std::uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-      error_at("invalid UTF-8 sequence in string", start);
-    out.append(s_, pos_, static_cast<std::size_t>(extra) + 1);
-    pos_ += static_cast<std::size_t>(extra) + 1;
-  }
-
-  std::string parse_string() {
-    std::size_t open = pos_;
-    ++pos_;  // '"'
-    std::string out;
-    for (;;) {
-      if (pos_ >= s_.size()) error_at("unterminated string", open);
-      char c = s_[pos_];
-      if (c == '"') { ++pos_; return out; }
-      if (static_cast<unsigned char>(c) < 0x20) error("unescaped control character in string");
-      if (c != '\\') { copy_utf8_char(out); continue; }
-      std::size_t esc = pos_;
-      ++pos_;
-      if (pos_ >= s_.size()) error_at("unterminated string", open);
-      char e = s_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          std::uint32_t cp = parse_hex4();
-          if (cp >= 0xDC00 && cp <= 0xDFFF) error_at("lone low surrogate in \\u escape", esc);
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (s_.compare(pos_, 2, "\\u") != 0) error_at("lone high surrogate in \\u escape", esc);
-            pos_ += 2;
-            std::uint32_t lo = parse_hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) error_at("high surrogate not followed by a low surrogate", esc);
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: error_at("invalid escape in string", esc);
-      }
-    }
-  }
-
-  static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-  double parse_number() {
-    std::size_t start = pos_;
-    if (s_[pos_] == '-') ++pos_;
-    if (pos_ >= s_.size() || !is_digit(s_[pos_])) error("expected a digit");
-    // Grammar per RFC 8259: no leading zeros, no bare '.', digits after '.' and 'e'.
-    std::size_t int_begin = pos_;
-    if (s_[pos_] == '0') {
-      ++pos_;
-    } else {
-      while (pos_ < s_.size() && is_digit(s_[pos_])) ++pos_;
-    }
-    std::size_t int_end = pos_;
-    std::size_t frac_begin = pos_, frac_end = pos_;
-    if (pos_ < s_.size() && s_[pos_] == '.') {
-      ++pos_;
-      frac_begin = pos_;
-      if (pos_ >= s_.size() || !is_digit(s_[pos_])) error("expected a digit after '.'");
-      while (pos_ < s_.size() && is_digit(s_[pos_])) ++pos_;
-      frac_end = pos_;
-    }
-    bool exp_negative = false;
-    std::int64_t exponent = 0;
-    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      ++pos_;
-      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) exp_negative = s_[pos_++] == '-';
-      if (pos_ >= s_.size() || !is_digit(s_[pos_])) error("expected a digit in exponent");
-      while (pos_ < s_.size() && is_digit(s_[pos_])) {
-        if (exponent < 1000000000) exponent = exponent * 10 + (s_[pos_] - '0');
-        ++pos_;
-      }
-    }
-    if (pos_ < s_.size() && is_digit(s_[pos_])) error("leading zeros are not allowed");
-    double value = 0;
-    const char* first = s_.data() + start;
-    auto res = std::from_chars(first, s_.data() + pos_, value);
-    if (res.ec == std::errc::result_out_of_range) {
-      // Like Python: magnitudes past the double range become infinities, tiny ones zeros.
-      // The decimal exponent of the first significant digit tells which happened.
-      std::int64_t magnitude = 0;
-      bool found = false;
-      for (std::size_t i = int_begin; i < int_end && !found; ++i)
-        if (s_[i] != '0') { magnitude = static_cast<std::int64_t>(int_end - i) - 1; found = true; }
-      for (std::size_t i = frac_begin; i < frac_end && !found; ++i)
-        if (s_[i] != '0') { magnitude = -static_cast<std::int64_t>(i - frac_begin) - 1; found = true; }
-      magnitude += exp_negative ? -exponent : exponent;
-      bool negative = s_[start] == '-';
-      value = magnitude > 0 ? std::numeric_limits<double>::infinity() : 0.0;
-      if (negative) value = -value;
-    } else if (res.ec != std::errc() || res.ptr != s_.data() + pos_) {
-      error_at("invalid number", start);
-    }
-    return value;
-  }
-
-  const std::string& s_;
-  std::size_t pos_ = 0;
+  std::deque<std::optional<double>>& stand_in_values_;
+  std::vector<Open> stack_;
+  Json root_;
 };
 
 bool numbers_equal(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
@@ -541,7 +465,16 @@ std::string Json::dump(int indent) const {
   return out;
 }
 
-Json Json::parse(const std::string& text) { return Parser(text).parse_document(); }
+Json Json::parse(const std::string& text) {
+  PreparedText prepared = prepare(text);
+  JsonBuilder builder(prepared.stand_in_values);
+  try {
+    nlohmann_json::sax_parse(prepared.text, &builder);
+  } catch (const nlohmann_json::exception& e) {  // anything nlohmann reports outside parse_error()
+    fail<std::invalid_argument>("[json] ", JsonBuilder::without_exception_id(e.what()));
+  }
+  return builder.take();
+}
 
 bool Json::operator==(const Json& other) const {
   if (type_ != other.type_) return false;

@@ -2,6 +2,10 @@
 // A small JSON value: the configuration language of layers, losses, optimizers and model files
 // (one format that Python and the C++ API both read). Objects keep insertion order so files diff
 // cleanly and read back identically.
+//
+// Parsing, string escaping and number formatting are nlohmann/json's (core/json.cpp is the only
+// file that includes it: this header, and so the installed package, does not need it). The value
+// itself stays this small tree so that as_array()/as_object() hand out plain vectors of Json.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -68,12 +72,15 @@ class Json {
   std::size_t size() const;  // array or object length
 
   // Serialise (indent < 0: compact; indent >= 0: one item per line, like Python's indent=).
-  // Doubles are written in the shortest form that reads back bit for bit (integral values up to
-  // 2^53 as integers, -0.0 as "-0.0"); NaN and Inf as NaN/Infinity/-Infinity like Python's json.
+  // Doubles are written by nlohmann (Grisu2) in a form that reads back bit for bit: almost
+  // always Python's repr, the shortest such text, sometimes one digit longer. Integral values up
+  // to 2^53 as integers, -0.0 as "-0.0"; NaN and Inf as NaN/Infinity/-Infinity like Python's json. Throws std::invalid_argument("[json] cannot write: ...") on a string that is
+  // not valid UTF-8.
   std::string dump(int indent = -1) const;
-  // Parses RFC 8259 JSON (plus NaN/Infinity/-Infinity). Throws std::invalid_argument
-  // ("[json] ... at offset N"). Strings must be valid UTF-8; nesting is limited to 512 levels;
-  // duplicate keys keep the last value, as in Python.
+  // Parses RFC 8259 JSON with nlohmann/json, plus what Python's json reads: NaN/Infinity/-Infinity,
+  // and numbers past the double range as +-inf. Throws std::invalid_argument("[json] <nlohmann's
+  // message> at offset N"), N the index of the offending byte. Strings must be valid UTF-8;
+  // nesting is limited to 512 levels; duplicate keys keep the last value, as in Python.
   static Json parse(const std::string& text);
 
   // Deep equality; object key order is ignored and NaN equals NaN (so a value equals its

@@ -112,6 +112,34 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t coun
 
 void Communicator::barrier() { do_barrier(); }
 
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  auto child = do_split(color, key);
+  // The contract, whatever the backend: a group for a color, none without one.
+  MDTRAIN_CHECK((child != nullptr) == (color >= 0), std::logic_error, "[", backend(),
+                "] split: the backend returned ", child ? "a group" : "no group", " for color ",
+                color);
+  if (child) child->set_timeout(timeout());
+  return child;
+}
+
+std::unique_ptr<Communicator> Communicator::do_split(int, int) {
+  fail<std::logic_error>("[", backend(), "] split: this backend does not implement it");
+}
+
+void Communicator::enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  check_buffer("enqueue_all_reduce", data, count, "data");
+  check_op("enqueue_all_reduce", dtype, op);
+  do_enqueue_all_reduce(data, count, dtype, op);
+}
+
+void Communicator::wait_enqueued() { do_wait_enqueued(); }
+
+bool Communicator::enqueues_all_reduce(const Device&) const { return false; }
+
+void Communicator::do_enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  do_all_reduce(data, count, dtype, op);
+}
+
 void Communicator::all_reduce(Tensor& tensor, ReduceOp op) {
   check_tensor("all_reduce", tensor, "tensor");
   all_reduce(tensor.raw(), static_cast<std::size_t>(tensor.numel()), tensor.dtype(), op);

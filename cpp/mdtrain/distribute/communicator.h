@@ -10,7 +10,11 @@
 // A collective that waits longer than timeout() throws mdtrain::TimeoutError naming the
 // operation and the ranks that did not arrive. After a timeout or abort() the group is unusable:
 // every pending and later collective on any of its ranks throws instead of waiting.
+//
+// split() makes sub-groups (one per axis of a device mesh); enqueue_all_reduce() and
+// wait_enqueued() let a backend with a communication stream overlap an all-reduce with compute.
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "mdtrain/core/device.h"
@@ -63,6 +67,34 @@ class Communicator {
                       ReduceOp op = ReduceOp::Sum);
   void barrier();
 
+  // Collective, like MPI_Comm_split: every rank of this group calls it, in the same order as its
+  // other collectives (a rank that calls another collective instead is a "collective mismatch"
+  // on every rank; one that never calls it is a TimeoutError naming split). Ranks that pass the
+  // same color >= 0 form a new group, in which they are ordered by (key, rank in this group).
+  // Returns this rank's communicator of its new group: the same backend (hierarchical groups:
+  // see hierarchical_communicator.h), this communicator's timeout, collectives validated and
+  // deterministic exactly as here, sequence numbers from #1. A negative color (MPI_UNDEFINED)
+  // takes part in the split but joins no group: nullptr. Colors and keys may differ between
+  // ranks; they are not checked against each other.
+  //
+  // The new group is independent of this one: its timeouts and abort() fail only the new group,
+  // and a failure of this group does not reach it. A rank that fails should abort every
+  // communicator it holds (the world and each mesh axis), so that no peer waits for it until its
+  // timeout. The new communicator may outlive this one.
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  // Asynchronous all-reduce: starts an all-reduce of data (as all_reduce(data, count, dtype, op))
+  // and may return before it finished; wait_enqueued() returns once every all-reduce this rank
+  // enqueued has finished. Between the two, data must stay alive and untouched. Backends with a
+  // communication stream (nccl, for GPU memory: enqueues_all_reduce(device) is true) put it
+  // there, ordered after the compute stream's work, so backward goes on meanwhile; every other
+  // backend runs the all-reduce at once (the same sums) and wait_enqueued() has nothing to do.
+  // Every rank enqueues the same all-reduces in the same order as its other collectives.
+  void enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::Sum);
+  void wait_enqueued();
+  // True when enqueue_all_reduce of memory of `device` returns before the all-reduce finished.
+  virtual bool enqueues_all_reduce(const Device& device) const;
+
   // Tensor forms: whole tensors, element counts and dtypes taken from them.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   void broadcast(Tensor& tensor, int root);
@@ -83,6 +115,13 @@ class Communicator {
   virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
                                  DType dtype, ReduceOp op) = 0;
   virtual void do_barrier() = 0;
+  // Called by split with any color (negative: joins no group, return nullptr). Every built-in
+  // backend has it; the default, for backends registered by other code, throws
+  // std::logic_error("[backend] split: ... not implemented").
+  virtual std::unique_ptr<Communicator> do_split(int color, int key);
+  // Default: do_all_reduce at once, and nothing to wait for.
+  virtual void do_enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op);
+  virtual void do_wait_enqueued() {}
   // Throws std::invalid_argument when this backend cannot reach memory of `device`.
   virtual void check_device(const Device& device) const;
   // Called by set_timeout after the new value is stored (composite backends pass it on).

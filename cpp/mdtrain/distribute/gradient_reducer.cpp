@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "mdtrain/core/errors.h"
-#include "mdtrain/distribute/nccl/nccl_backend.h"
 
 namespace mdtrain {
 
@@ -23,8 +22,8 @@ std::size_t GradientReducer::bucket_count(const Tensor& packed_grads) const {
 }
 
 bool GradientReducer::enqueues(const Tensor& packed_grads) const {
-  return comm_.size() > 1 && algorithm_ == Algorithm::AllReduce && comm_.backend() == "nccl" &&
-         !packed_grads.device().is_cpu();
+  return comm_.size() > 1 && algorithm_ == Algorithm::AllReduce &&
+         comm_.enqueues_all_reduce(packed_grads.device());
 }
 
 void GradientReducer::start_bucket(std::size_t bucket) {
@@ -36,7 +35,7 @@ void GradientReducer::start_bucket(std::size_t bucket) {
   const std::size_t count = std::min(per, total - begin);
   void* data = static_cast<char*>(grads.raw()) + begin * elem;
   if (enqueue_) {
-    nccl_enqueue_all_reduce(comm_, data, count, grads.dtype(), ReduceOp::Sum);
+    comm_.enqueue_all_reduce(data, count, grads.dtype(), ReduceOp::Sum);
   } else if (algorithm_ == Algorithm::AllReduce) {
     comm_.all_reduce(data, count, grads.dtype(), ReduceOp::Sum);
   } else {
@@ -77,7 +76,7 @@ void GradientReducer::finish() {
   } reset{*this};
   if (comm_.size() == 1) return;
   gradients_final_from(0);
-  if (enqueue_) nccl_wait(comm_);
+  if (enqueue_) comm_.wait_enqueued();
 }
 
 }  // namespace mdtrain

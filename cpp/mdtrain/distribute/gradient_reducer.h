@@ -17,11 +17,12 @@ namespace mdtrain {
 // - reduce(grads) after backward: every bucket, blocking.
 // - Overlapped with backward (DDP, llm.c): begin(grads) before it, gradients_final_from(e) each
 //   time a layer has written its gradients (every element from e on is final), finish() after
-//   it. A bucket is started as soon as all of it is final, last bucket first. On NCCL with the
-//   gradients in GPU memory it is enqueued on the communication stream and backward goes on
-//   while it runs; finish() waits for them all and orders the compute stream after them. Other
-//   communicators run each bucket's collective when it is started (they have no stream to put it
-//   on), which gives the same sums. Every replica calls these at the same points of the same
+//   it. A bucket is started as soon as all of it is final, last bucket first. When the
+//   communicator enqueues all-reduces of the gradients' memory (NCCL with GPU memory) a bucket
+//   goes on the communication stream (Communicator::enqueue_all_reduce) and backward goes on
+//   while it runs; finish() waits for them all (wait_enqueued). Other communicators run each
+//   bucket's collective when it is started (they have no stream to put it on), which gives the
+//   same sums. Every replica calls these at the same points of the same
 //   model, so the buckets' collectives line up across ranks, also with the collectives layers
 //   run during backward (synchronized BatchNormalization).
 // Either way every bucket is summed over the ranks, so the result does not depend on which.
@@ -43,8 +44,9 @@ class GradientReducer {
   void begin(Tensor& packed_grads);
   void gradients_final_from(std::int64_t first_final_element);
   void finish();
-  // True when the buckets of `packed_grads` would be enqueued on a communication stream (NCCL, GPU
-  // memory, all-reduce) rather than run at once.
+  // True when the buckets of `packed_grads` would be enqueued on a communication stream rather
+  // than run at once: the AllReduce algorithm on a communicator that enqueues all-reduces of that
+  // memory (Communicator::enqueues_all_reduce: NCCL with GPU memory).
   bool enqueues(const Tensor& packed_grads) const;
 
   std::size_t bucket_bytes() const { return bucket_bytes_; }

@@ -12,6 +12,17 @@
 // Results are identical on every rank. With more than one rank per worker the float sums are
 // grouped (per worker, then across workers), so they may differ in the last bits from a flat
 // group of the same size; with one rank per worker they are the cross communicator's.
+//
+// split(color, key): every rank's (color, key) is gathered through the group, then each new group
+// is made from the two levels: its ranks inside one worker split `local`, its ranks' first member
+// in each worker (the new group's leader there) gets a split of `cross` made by this worker's
+// leader (handed over inside the worker, whose ranks share one process). The result is
+// - a flat communicator of the local backend when the new group lies inside one worker,
+// - a flat communicator of the cross backend when it has one rank per worker,
+// - else a HierarchicalCommunicator over those two, which needs the same number of ranks in
+//   every worker it spans, each worker's ranks contiguous in the new order (std::invalid_argument
+//   on every rank otherwise, and this group stays usable). Mesh axes split by
+//   (color = the other coordinates, key = rank) always are.
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +54,7 @@ class HierarchicalCommunicator final : public Communicator {
                          ReduceOp op) override;
   void do_barrier() override;
   void on_timeout_changed(double seconds) override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
 
  private:
   bool leader() const { return local_->rank() == 0; }
@@ -50,6 +62,7 @@ class HierarchicalCommunicator final : public Communicator {
   static ReduceOp level_op(ReduceOp op) { return op == ReduceOp::Mean ? ReduceOp::Sum : op; }
   void all_reduce_levels(void* data, std::size_t count, DType dtype, ReduceOp op);
   void divide_by_size(void* data, std::size_t count, DType dtype) const;
+  void all_gather_levels(const void* send, void* recv, std::size_t count_per_rank, DType dtype);
   // Runs one collective; on failure aborts both levels, so no rank of any worker keeps waiting,
   // and rethrows naming this worker and local rank.
   template <class F>

@@ -48,4 +48,10 @@ void SingleCommunicator::do_reduce_scatter(const void* send, void* recv,
 
 void SingleCommunicator::do_barrier() { check_not_aborted("barrier"); }
 
+std::unique_ptr<Communicator> SingleCommunicator::do_split(int color, int) {
+  check_not_aborted("split");
+  if (color < 0) return nullptr;
+  return std::make_unique<SingleCommunicator>();
+}
+
 }  // namespace mdtrain

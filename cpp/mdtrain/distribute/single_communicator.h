@@ -28,6 +28,9 @@ class SingleCommunicator final : public Communicator {
   void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
                          ReduceOp op) override;
   void do_barrier() override;
+  // A group of one splits into itself (a fresh SingleCommunicator) or, for a negative color,
+  // into no group.
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
 
  private:
   void check_not_aborted(const char* op) const;

@@ -34,4 +34,8 @@ Json ActivationLayer::config() const {
   return c;
 }
 
+std::unique_ptr<Layer> ActivationLayer::from_config(const Json& c) {
+  return std::make_unique<ActivationLayer>(c.at("name").as_string(), c.at("activation").as_string());
+}
+
 }  // namespace mdtrain

@@ -331,7 +331,8 @@ void check_last_axis_input(const char* area, const std::string& layer, std::int6
   }
 }
 
-std::unique_ptr<Layer> batch_normalization_from_config(const std::string& name, const Json& c) {
+std::unique_ptr<Layer> BatchNormalization::from_config(const Json& c) {
+  const std::string name = c.at("name").as_string();
   BatchNormalization::Options o;
   o.axis = normalization_axis_from_json(name, c.get("axis", Json(-1)));
   o.momentum = c.get("momentum", 0.99).as_number();

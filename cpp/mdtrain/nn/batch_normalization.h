@@ -62,6 +62,9 @@ class BatchNormalization : public Layer {
   std::unique_ptr<Layer> clone() const override;
   bool has_cuda_kernels() const override { return true; }
   Json config() const override;
+  // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and
+  // unknown ones are ignored. The one way layers are made from Python and from model files.
+  static std::unique_ptr<Layer> from_config(const Json& config);
 
   const Options& options() const { return options_; }
   Parameter& gamma() { return gamma_beta_.gamma; }
@@ -109,9 +112,6 @@ class BatchNormalization : public Layer {
   Tensor xhat_, y_, dx_;
   Shape last_input_shape_;
 };
-
-// The layer of a Keras config ({"axis", "momentum", ...}; missing keys take Keras's defaults).
-std::unique_ptr<Layer> batch_normalization_from_config(const std::string& name, const Json& config);
 
 // A Keras "axis" config value: an integer or a list of one integer.
 std::int64_t normalization_axis_from_json(const std::string& layer, const Json& axis);

@@ -343,4 +343,19 @@ Json Conv2D::config() const {
   return c;
 }
 
+std::unique_ptr<Layer> Conv2D::from_config(const Json& c) {
+  const std::string name = c.at("name").as_string();
+  Options o;
+  o.filters = c.at("filters").as_int();
+  o.kernel_size = pair_from_json(c.at("kernel_size"));
+  o.strides = pair_from_json(c.get("strides", Json(1)));
+  o.padding = c.get("padding", "valid").as_string();
+  o.data_format = c.get("data_format", "channels_last").as_string();
+  o.dilation_rate = pair_from_json(c.get("dilation_rate", Json(1)));
+  MDTRAIN_CHECK(c.get("groups", 1).as_int() == 1, std::invalid_argument, "[layers] Conv2D \"", name,
+                "\": groups other than 1 are not supported");
+  read_kernel_bias_config(c, o);
+  return std::make_unique<Conv2D>(name, o);
+}
+
 }  // namespace mdtrain

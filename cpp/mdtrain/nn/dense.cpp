@@ -102,4 +102,11 @@ Json Dense::config() const {
   return c;
 }
 
+std::unique_ptr<Layer> Dense::from_config(const Json& c) {
+  Options o;
+  o.units = c.at("units").as_int();
+  read_kernel_bias_config(c, o);
+  return std::make_unique<Dense>(c.at("name").as_string(), o);
+}
+
 }  // namespace mdtrain

@@ -1,5 +1,7 @@
 #include "mdtrain/nn/dropout.h"
 
+#include <cmath>
+
 #include "mdtrain/core/rng.h"
 #include "mdtrain/ops/ops.h"
 
@@ -43,6 +45,17 @@ Json Dropout::config() const {
   c.set("rate", rate_);
   c.set("seed", static_cast<double>(seed_));
   return c;
+}
+
+std::unique_ptr<Layer> Dropout::from_config(const Json& c) {
+  const std::string name = c.at("name").as_string();
+  // Checked before the conversion, which is undefined for negative or too large values; the
+  // constructor then checks the 2^53 bound.
+  const Json seed = c.get("seed", 0);
+  const double s = seed.as_number();
+  MDTRAIN_CHECK(s >= 0 && s < 18446744073709551616.0 && std::trunc(s) == s, std::invalid_argument,
+                "[dropout] layer \"", name, "\": seed must be a non-negative integer below 2^53, got ", seed.dump());
+  return std::make_unique<Dropout>(name, c.at("rate").as_number(), static_cast<std::uint64_t>(s));
 }
 
 }  // namespace mdtrain

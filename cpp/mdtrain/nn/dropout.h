@@ -16,6 +16,9 @@ class Dropout : public Layer {
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
   Json config() const override;
+  // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and
+  // unknown ones are ignored. The one way layers are made from Python and from model files.
+  static std::unique_ptr<Layer> from_config(const Json& config);
 
  private:
   double rate_;

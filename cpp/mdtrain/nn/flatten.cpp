@@ -19,4 +19,8 @@ std::unique_ptr<Layer> Flatten::clone() const {
   return copy;
 }
 
+std::unique_ptr<Layer> Flatten::from_config(const Json& c) {
+  return std::make_unique<Flatten>(c.at("name").as_string());
+}
+
 }  // namespace mdtrain

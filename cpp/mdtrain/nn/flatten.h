@@ -13,6 +13,9 @@ class Flatten : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
+  // config() is Layer's: {"name", "trainable", "dtype"}.
+  // The layer of a Keras config (its "name"; other fields are ignored).
+  static std::unique_ptr<Layer> from_config(const Json& config);
 
  private:
   Shape last_input_shape_;

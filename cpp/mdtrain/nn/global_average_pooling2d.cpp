@@ -52,4 +52,9 @@ Json GlobalAveragePooling2D::config() const {
   return c;
 }
 
+std::unique_ptr<Layer> GlobalAveragePooling2D::from_config(const Json& c) {
+  return std::make_unique<GlobalAveragePooling2D>(c.at("name").as_string(), c.get("keepdims", false).as_bool(),
+                                                  c.get("data_format", "channels_last").as_string());
+}
+
 }  // namespace mdtrain

@@ -99,7 +99,8 @@ Json LayerNormalization::config() const {
   return c;
 }
 
-std::unique_ptr<Layer> layer_normalization_from_config(const std::string& name, const Json& c) {
+std::unique_ptr<Layer> LayerNormalization::from_config(const Json& c) {
+  const std::string name = c.at("name").as_string();
   MDTRAIN_CHECK(!c.get("rms_scaling", false).as_bool(), std::invalid_argument, "[layers] layer \"", name,
                 "\": LayerNormalization(rms_scaling=True) is not supported");
   LayerNormalization::Options o;

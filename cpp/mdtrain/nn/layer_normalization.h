@@ -38,6 +38,9 @@ class LayerNormalization : public Layer {
   std::unique_ptr<Layer> clone() const override;
   bool has_cuda_kernels() const override { return true; }
   Json config() const override;
+  // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and
+  // unknown ones are ignored. The one way layers are made from Python and from model files.
+  static std::unique_ptr<Layer> from_config(const Json& config);
 
   const Options& options() const { return options_; }
   Parameter& gamma() { return gamma_beta_.gamma; }
@@ -54,8 +57,5 @@ class LayerNormalization : public Layer {
   Tensor xhat_, inv_std_, y_, dx_, sum_dy_, sum_dy_xhat_;
   Shape last_input_shape_;
 };
-
-// The layer of a Keras config ({"axis", "epsilon", ...}; missing keys take Keras's defaults).
-std::unique_ptr<Layer> layer_normalization_from_config(const std::string& name, const Json& config);
 
 }  // namespace mdtrain

@@ -91,4 +91,21 @@ std::unique_ptr<Layer> AveragePooling2D::clone() const {
   return copy;
 }
 
+Pooling2D::Options Pooling2D::options_from_config(const Json& c) {
+  Options o;
+  o.pool_size = pair_from_json(c.get("pool_size", Json(2)));
+  if (c.contains("strides") && !c.at("strides").is_null()) o.strides = pair_from_json(c.at("strides"));
+  o.padding = c.get("padding", "valid").as_string();
+  o.data_format = c.get("data_format", "channels_last").as_string();
+  return o;
+}
+
+std::unique_ptr<Layer> MaxPooling2D::from_config(const Json& c) {
+  return std::make_unique<MaxPooling2D>(c.at("name").as_string(), options_from_config(c));
+}
+
+std::unique_ptr<Layer> AveragePooling2D::from_config(const Json& c) {
+  return std::make_unique<AveragePooling2D>(c.at("name").as_string(), options_from_config(c));
+}
+
 }  // namespace mdtrain

@@ -24,6 +24,9 @@ class Pooling2D : public Layer {
   bool has_cuda_kernels() const override { return true; }
   Json config() const override;
   const Options& options() const { return options_; }
+  // The options of a Keras config (pool_size, strides, padding, data_format; missing fields take
+  // Keras's defaults, strides null or absent means pool_size, unknown fields are ignored).
+  static Options options_from_config(const Json& config);
 
  protected:
   // `area` prefixes messages ("max_pooling2d"); it must outlive the layer (a string literal).
@@ -48,6 +51,8 @@ class MaxPooling2D : public Pooling2D {
  public:
   MaxPooling2D(std::string name, Options options) : Pooling2D(std::move(name), std::move(options), "max_pooling2d") {}
   std::string class_name() const override { return "MaxPooling2D"; }
+  // The layer of a Keras config: "name" and Pooling2D::options_from_config.
+  static std::unique_ptr<Layer> from_config(const Json& config);
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
@@ -63,6 +68,8 @@ class AveragePooling2D : public Pooling2D {
   AveragePooling2D(std::string name, Options options)
       : Pooling2D(std::move(name), std::move(options), "average_pooling2d") {}
   std::string class_name() const override { return "AveragePooling2D"; }
+  // The layer of a Keras config: "name" and Pooling2D::options_from_config.
+  static std::unique_ptr<Layer> from_config(const Json& config);
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;

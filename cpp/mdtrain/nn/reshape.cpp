@@ -70,4 +70,10 @@ Json Reshape::config() const {
   return c;
 }
 
+std::unique_ptr<Layer> Reshape::from_config(const Json& c) {
+  Shape target;
+  for (const auto& d : c.at("target_shape").as_array()) target.push_back(d.as_int());
+  return std::make_unique<Reshape>(c.at("name").as_string(), target);
+}
+
 }  // namespace mdtrain

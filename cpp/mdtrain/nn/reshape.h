@@ -18,6 +18,9 @@ class Reshape : public Layer {
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
   Json config() const override;
+  // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and
+  // unknown ones are ignored. The one way layers are made from Python and from model files.
+  static std::unique_ptr<Layer> from_config(const Json& config);
   const Shape& target_shape() const { return target_shape_; }
 
  private:

@@ -14,6 +14,24 @@ Strategy::Strategy(std::vector<Device> devices) : devices_(std::move(devices)) {
   pool_ = std::make_unique<cpu::ThreadTeam>(static_cast<int>(devices_.size()));
 }
 
+DeviceMesh Strategy::mesh() const {
+  return DeviceMesh::for_workers({num_replicas_in_sync()}, {"batch"}, num_workers(), devices());
+}
+
+std::vector<std::unique_ptr<Communicator>> Strategy::make_axis_communicators(const DeviceMesh& mesh,
+                                                                             const std::vector<std::string>& axes) {
+  MDTRAIN_CHECK(mesh.num_devices() == num_replicas_in_sync(), std::invalid_argument, "[strategy] ", name(),
+                ": the mesh ", mesh.to_string(), " has ", mesh.num_devices(), " devices, the strategy ",
+                num_replicas_in_sync());
+  auto world = make_replica_communicators();
+  std::vector<std::unique_ptr<Communicator>> out(world.size());
+  run_replicas([&](int local) {
+    const MeshSplit where = mesh.axes_split(axes, first_local_replica() + local);
+    out[static_cast<std::size_t>(local)] = world[static_cast<std::size_t>(local)]->split(where.color, where.key);
+  });
+  return out;
+}
+
 std::unique_ptr<StepExecutor> Strategy::make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) {
   return std::make_unique<ReplicatedExecutor>(primary, *this, loss, optimizer);
 }

@@ -11,6 +11,7 @@
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/nn/network.h"
 #include "mdtrain/optim/optimizer.h"
+#include "mdtrain/strategy/device_mesh.h"
 #include "mdtrain/strategy/step_executor.h"
 
 namespace mdtrain {
@@ -46,9 +47,23 @@ class Strategy {
   // on every worker: see StepExecutor::abort, which does the same for the replicas' groups.
   virtual void abort(const std::string& /*reason*/) {}
 
+  // The devices of all workers as a mesh with named axes (DESIGN.md §8): global device g is
+  // worker g / L, local device g % L (L local devices per worker), and it is the rank of that
+  // device's communicator. Data-parallel strategies are the 1-D mesh ("batch",).
+  virtual DeviceMesh mesh() const;
+
   // One communicator per local replica (rank first_local_replica() + r serves local replica r),
   // made fresh for each compiled model.
   virtual std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const = 0;
+  // One communicator per local device for the devices of `mesh` that differ only along `axes`
+  // (e.g. {"model"}: each device's tensor-parallel group; {"batch"}: the data-parallel one), in
+  // the mesh's key order, split from a fresh world group (make_replica_communicators) with
+  // DeviceMesh::axes_split. `mesh` must cover num_replicas_in_sync() devices. Collective over all
+  // workers (each calls it at the same point); the splits run on the replica threads, since each
+  // in-process rank must act from its own thread.
+  std::vector<std::unique_ptr<Communicator>> make_axis_communicators(const DeviceMesh& mesh,
+                                                                     const std::vector<std::string>& axes);
+
   // How gradients are combined (TF's cross_device_ops).
   virtual GradientReducer::Algorithm gradient_reduction() const { return GradientReducer::Algorithm::AllReduce; }
   // The size of the gradient buckets, each summed by one collective as soon as backward has

@@ -1,10 +1,10 @@
 """mdtrain.keras: the Keras API (the subset mdtrain supports), laid out as tf.keras."""
-from mdtrain.keras import (backend, callbacks, datasets, initializers, layers, losses, metrics, models,
-                           optimizers, regularizers, utils)
+from mdtrain.keras import (backend, callbacks, datasets, distribution, initializers, layers, losses, metrics,
+                           models, optimizers, regularizers, utils)
 from mdtrain.keras.layers import Input
 from mdtrain.keras.models import Sequential, load_model
 
 Model = Sequential  # functional models are not supported; Sequential is the one model class
 
-__all__ = ["Input", "Model", "Sequential", "load_model", "backend", "callbacks", "datasets", "initializers",
-           "layers", "losses", "metrics", "models", "optimizers", "regularizers", "utils"]
+__all__ = ["Input", "Model", "Sequential", "load_model", "backend", "callbacks", "datasets", "distribution",
+           "initializers", "layers", "losses", "metrics", "models", "optimizers", "regularizers", "utils"]

@@ -1,4 +1,9 @@
-"""keras.layers: thin Python handles on C++ layers (weights and math live in C++)."""
+"""keras.layers: thin Python handles on C++ layers (weights and math live in C++).
+
+Each layer checks its arguments here (Keras's messages), writes its Keras config and has C++
+build the layer from it (_core.layer_from_config): the same path a model file takes, so a layer
+made in Python and one loaded from a file cannot differ.
+"""
 import json
 
 import numpy as np
@@ -8,6 +13,11 @@ from mdtrain.keras import _naming
 from mdtrain.keras._serialization import dumps, to_config
 
 _BASE_KWARGS = {"name", "input_shape", "input_dim", "batch_input_shape", "batch_size", "dtype", "trainable"}
+
+
+def _core_layer(class_name, config):
+    """The C++ layer of a Keras config ({"name": ..., fields}; C++ checks the values)."""
+    return _core.layer_from_config(dumps({"class_name": class_name, "config": config}))
 
 
 def _shape_tuple(shape, argname, owner):
@@ -175,10 +185,12 @@ class Dense(_KernelBias, Layer):
                            ("bias_constraint", bias_constraint)):
             if value is not None:
                 raise NotImplementedError(f"Dense: {arg} is not supported yet")
-        self._core = _core.Dense(
-            self._name, int(units), _activation_name(activation, f'Dense "{self._name}"'), bool(use_bias),
-            dumps(to_config(kernel_initializer, "initializer")), dumps(to_config(bias_initializer, "initializer")),
-            dumps(to_config(kernel_regularizer, "regularizer")), dumps(to_config(bias_regularizer, "regularizer")))
+        self._core = _core_layer("Dense", {
+            "name": self._name, "units": int(units), "activation": _activation_name(activation, f'Dense "{self._name}"'),
+            "use_bias": bool(use_bias), "kernel_initializer": to_config(kernel_initializer, "initializer"),
+            "bias_initializer": to_config(bias_initializer, "initializer"),
+            "kernel_regularizer": to_config(kernel_regularizer, "regularizer"),
+            "bias_regularizer": to_config(bias_regularizer, "regularizer")})
         self.units = int(units)
 
     @classmethod
@@ -191,13 +203,14 @@ class Dense(_KernelBias, Layer):
 class Activation(Layer):
     def __init__(self, activation, **kwargs):
         super().__init__(**kwargs)
-        self._core = _core.Activation(self._name, _activation_name(activation, f'Activation "{self._name}"'))
+        self._core = _core_layer("Activation", {
+            "name": self._name, "activation": _activation_name(activation, f'Activation "{self._name}"')})
 
 
 class Flatten(Layer):
     def __init__(self, data_format=None, **kwargs):
         super().__init__(**kwargs)
-        self._core = _core.Flatten(self._name)
+        self._core = _core_layer("Flatten", {"name": self._name})
 
 
 class Dropout(Layer):
@@ -208,7 +221,8 @@ class Dropout(Layer):
         if noise_shape is not None:
             raise NotImplementedError("Dropout: noise_shape is not supported yet")
         self.rate = float(rate)
-        self._core = _core.Dropout(self._name, self.rate, _random.draw_seed() if seed is None else int(seed))
+        self._core = _core_layer("Dropout", {"name": self._name, "rate": self.rate,
+                                             "seed": _random.draw_seed() if seed is None else int(seed)})
 
 
 class InputLayer:
@@ -302,13 +316,16 @@ class Conv2D(_KernelBias, Layer):
                            ("bias_constraint", bias_constraint)):
             if value is not None:
                 raise NotImplementedError(f'Conv2D "{name}": {arg} is not supported yet')
-        self._core = _core.Conv2D(
-            name, int(filters), _int_pair(kernel_size, "kernel_size", name), _int_pair(strides, "strides", name),
-            _string_arg(padding, "padding", name), _string_arg(data_format, "data_format", name, "channels_last"),
-            _int_pair(dilation_rate, "dilation_rate", name), _activation_name(activation, f'Conv2D "{name}"'),
-            bool(use_bias), dumps(to_config(kernel_initializer, "initializer")),
-            dumps(to_config(bias_initializer, "initializer")), dumps(to_config(kernel_regularizer, "regularizer")),
-            dumps(to_config(bias_regularizer, "regularizer")))
+        self._core = _core_layer("Conv2D", {
+            "name": name, "filters": int(filters), "kernel_size": _int_pair(kernel_size, "kernel_size", name),
+            "strides": _int_pair(strides, "strides", name), "padding": _string_arg(padding, "padding", name),
+            "data_format": _string_arg(data_format, "data_format", name, "channels_last"),
+            "dilation_rate": _int_pair(dilation_rate, "dilation_rate", name),
+            "activation": _activation_name(activation, f'Conv2D "{name}"'), "use_bias": bool(use_bias),
+            "kernel_initializer": to_config(kernel_initializer, "initializer"),
+            "bias_initializer": to_config(bias_initializer, "initializer"),
+            "kernel_regularizer": to_config(kernel_regularizer, "regularizer"),
+            "bias_regularizer": to_config(bias_regularizer, "regularizer")})
         _set_attributes_from_config(self, self._CONFIG_ATTRIBUTES)
 
     @classmethod
@@ -327,9 +344,11 @@ class _Pooling2D(Layer):
         _keras_default_name(kwargs, self._DEFAULT_NAME)
         super().__init__(**kwargs)
         name = self._name
-        self._core = getattr(_core, self._CORE_CLASS)(
-            name, _int_pair(pool_size, "pool_size", name), [] if strides is None else _int_pair(strides, "strides", name),
-            _string_arg(padding, "padding", name), _string_arg(data_format, "data_format", name, "channels_last"))
+        self._core = _core_layer(self._CORE_CLASS, {
+            "name": name, "pool_size": _int_pair(pool_size, "pool_size", name),
+            "strides": None if strides is None else _int_pair(strides, "strides", name),
+            "padding": _string_arg(padding, "padding", name),
+            "data_format": _string_arg(data_format, "data_format", name, "channels_last")})
         _set_attributes_from_config(self, self._CONFIG_ATTRIBUTES)
 
     @classmethod
@@ -355,8 +374,9 @@ class GlobalAveragePooling2D(Layer):
     def __init__(self, data_format=None, keepdims=False, **kwargs):
         _keras_default_name(kwargs, "global_average_pooling2d")
         super().__init__(**kwargs)
-        self._core = _core.GlobalAveragePooling2D(
-            self._name, bool(keepdims), _string_arg(data_format, "data_format", self._name, "channels_last"))
+        self._core = _core_layer("GlobalAveragePooling2D", {
+            "name": self._name, "keepdims": bool(keepdims),
+            "data_format": _string_arg(data_format, "data_format", self._name, "channels_last")})
         _set_attributes_from_config(self, ("data_format", "keepdims"))
 
     @classmethod
@@ -378,7 +398,7 @@ class Reshape(Layer):
                              f"got {target_shape!r}") from None
         if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in target):
             raise ValueError(f'layer "{self._name}": target_shape must be a tuple of integers, got {target_shape!r}')
-        self._core = _core.Reshape(self._name, [int(d) for d in target])
+        self._core = _core_layer("Reshape", {"name": self._name, "target_shape": [int(d) for d in target]})
         self.target_shape = tuple(int(d) for d in target)
 
     @classmethod
@@ -450,14 +470,16 @@ class BatchNormalization(Layer):
         for arg, value in (("center", center), ("scale", scale), ("synchronized", synchronized)):
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f'{cls_name} "{name}": {arg} must be True or False, got {value!r}')
-        self._core = _core.BatchNormalization(
-            name, _normalization_axis(axis, name, cls_name), _number_arg(momentum, "momentum", name, cls_name),
-            _number_arg(epsilon, "epsilon", name, cls_name), bool(center), bool(scale),
-            dumps(to_config(beta_initializer, "initializer")), dumps(to_config(gamma_initializer, "initializer")),
-            dumps(to_config(moving_mean_initializer, "initializer")),
-            dumps(to_config(moving_variance_initializer, "initializer")),
-            dumps(to_config(beta_regularizer, "regularizer")), dumps(to_config(gamma_regularizer, "regularizer")),
-            bool(synchronized))
+        self._core = _core_layer(cls_name, {
+            "name": name, "axis": _normalization_axis(axis, name, cls_name),
+            "momentum": _number_arg(momentum, "momentum", name, cls_name),
+            "epsilon": _number_arg(epsilon, "epsilon", name, cls_name), "center": bool(center), "scale": bool(scale),
+            "beta_initializer": to_config(beta_initializer, "initializer"),
+            "gamma_initializer": to_config(gamma_initializer, "initializer"),
+            "moving_mean_initializer": to_config(moving_mean_initializer, "initializer"),
+            "moving_variance_initializer": to_config(moving_variance_initializer, "initializer"),
+            "beta_regularizer": to_config(beta_regularizer, "regularizer"),
+            "gamma_regularizer": to_config(gamma_regularizer, "regularizer"), "synchronized": bool(synchronized)})
         _copy_config_attributes(self, self._CONFIG_ATTRIBUTES)
 
     def _weight(self, name):
@@ -505,11 +527,13 @@ class LayerNormalization(Layer):
         for arg, value in (("center", center), ("scale", scale)):
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f'{cls_name} "{name}": {arg} must be True or False, got {value!r}')
-        self._core = _core.LayerNormalization(
-            name, _normalization_axis(axis, name, cls_name), _number_arg(epsilon, "epsilon", name, cls_name),
-            bool(center), bool(scale), dumps(to_config(beta_initializer, "initializer")),
-            dumps(to_config(gamma_initializer, "initializer")), dumps(to_config(beta_regularizer, "regularizer")),
-            dumps(to_config(gamma_regularizer, "regularizer")))
+        self._core = _core_layer(cls_name, {
+            "name": name, "axis": _normalization_axis(axis, name, cls_name),
+            "epsilon": _number_arg(epsilon, "epsilon", name, cls_name), "center": bool(center), "scale": bool(scale),
+            "beta_initializer": to_config(beta_initializer, "initializer"),
+            "gamma_initializer": to_config(gamma_initializer, "initializer"),
+            "beta_regularizer": to_config(beta_regularizer, "regularizer"),
+            "gamma_regularizer": to_config(gamma_regularizer, "regularizer")})
         _copy_config_attributes(self, self._CONFIG_ATTRIBUTES)
 
     @property

@@ -7,6 +7,7 @@
 // process) can reuse the suite unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -68,6 +69,32 @@ inline void run_on_ranks(Comms& comms, const std::function<void(Communicator&, s
   for (std::size_t i = 0; i < comms.size(); ++i) {
     if (!errors[i].empty()) ADD_FAILURE() << "rank " << comms[i]->rank() << " threw: " << errors[i];
   }
+}
+
+// Splits a group this process drives wholly (comms[i] has rank i), every rank on its own thread as
+// split is collective: returns the new communicator of every rank (nullptr for a negative
+// color), by the parent's rank.
+inline Comms split_on_threads(Comms& comms, const std::function<int(int)>& color,
+                              const std::function<int(int)>& key) {
+  Comms children(comms.size());
+  run_on_ranks(comms, [&](Communicator& comm, std::size_t local) {
+    children[local] = comm.split(color(comm.rank()), key(comm.rank()));
+  });
+  return children;
+}
+
+// The new group of color `wanted` among split_on_threads's result, in new-rank order; the
+// others are dropped (split groups are independent of each other and of their parent).
+inline Comms split_group(Comms parent, const std::function<int(int)>& color,
+                         const std::function<int(int)>& key, int wanted) {
+  Comms children = split_on_threads(parent, color, key);
+  Comms group;
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    if (color(static_cast<int>(i)) == wanted && children[i]) group.push_back(std::move(children[i]));
+  }
+  std::sort(group.begin(), group.end(),
+            [](const auto& a, const auto& b) { return a->rank() < b->rank(); });
+  return group;
 }
 
 inline std::uint64_t mix(std::uint64_t x) {

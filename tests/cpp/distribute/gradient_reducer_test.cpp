@@ -25,6 +25,11 @@ class RecordingCommunicator final : public Communicator {
   std::vector<std::pair<std::ptrdiff_t, std::size_t>> calls;
   std::vector<char> kinds;  // 'a' all-reduce, 'r' reduce, 'b' broadcast
 
+  // Makes the communicator enqueue all-reduces of any memory (as NCCL does GPU memory): they are
+  // recorded as 'e' when enqueued and only take effect at wait_enqueued().
+  bool defers = false;
+  bool enqueues_all_reduce(const Device&) const override { return defers; }
+
  protected:
   void do_all_reduce(void* data, std::size_t count, DType, ReduceOp) override {
     record(data, count, 'a');
@@ -40,6 +45,16 @@ class RecordingCommunicator final : public Communicator {
     FAIL() << "unexpected reduce_scatter";
   }
   void do_barrier() override {}
+  void do_enqueue_all_reduce(void* data, std::size_t count, DType, ReduceOp) override {
+    if (!defers) FAIL() << "enqueued on a communicator that does not enqueue";
+    record(data, count, 'e');
+    pending_.emplace_back(static_cast<float*>(data), count);
+  }
+  void do_wait_enqueued() override {
+    for (auto [data, count] : pending_)
+      for (std::size_t i = 0; i < count; ++i) data[i] *= 2;
+    pending_.clear();
+  }
 
  private:
   void record(void* data, std::size_t count, char kind) {
@@ -47,6 +62,7 @@ class RecordingCommunicator final : public Communicator {
     kinds.push_back(kind);
   }
   const float* base_;
+  std::vector<std::pair<float*, std::size_t>> pending_;
 };
 
 Tensor iota(std::int64_t n) {
@@ -65,7 +81,54 @@ TEST(GradientReducer, CutsTheBufferIntoBucketsOfAtMostBucketBytes) {
   reducer.reduce(g);
   EXPECT_EQ(comm.calls, (Calls{{20, 3}, {10, 10}, {0, 10}}));  // last bucket first, as backward frees them
   for (std::int64_t i = 0; i < 23; ++i) EXPECT_EQ(g.data<float>()[i], 2.0f * static_cast<float>(i + 1));
-  EXPECT_FALSE(reducer.enqueues(g));  // not NCCL: buckets run at once
+  EXPECT_FALSE(reducer.enqueues(g));  // the communicator does not enqueue: buckets run at once
+}
+
+// The reducer asks the communicator, never its backend's name: one that enqueues gets every
+// bucket enqueued as it becomes final, and the sums land at finish().
+TEST(GradientReducer, BucketsAreEnqueuedWhenTheCommunicatorEnqueues) {
+  Tensor g = iota(23);
+  RecordingCommunicator comm(g.data<float>());
+  comm.defers = true;
+  GradientReducer reducer(comm, 10 * sizeof(float));
+  EXPECT_TRUE(reducer.enqueues(g));
+  EXPECT_FALSE(GradientReducer(comm, 10 * sizeof(float), GradientReducer::Algorithm::ReduceToOne).enqueues(g));
+  reducer.begin(g);
+  reducer.gradients_final_from(10);
+  EXPECT_EQ(comm.calls, (Calls{{20, 3}, {10, 10}}));
+  EXPECT_EQ(g.data<float>()[22], 23.0f);  // enqueued, not yet done
+  reducer.finish();
+  EXPECT_EQ(comm.calls, (Calls{{20, 3}, {10, 10}, {0, 10}}));
+  EXPECT_EQ(comm.kinds, (std::vector<char>{'e', 'e', 'e'}));
+  for (std::int64_t i = 0; i < 23; ++i) EXPECT_EQ(g.data<float>()[i], 2.0f * static_cast<float>(i + 1));
+}
+
+// The default enqueue_all_reduce runs the all-reduce at once: the same bits as all_reduce.
+TEST(GradientReducer, DefaultEnqueueIsTheBlockingAllReduce) {
+  constexpr int kRanks = 3;
+  constexpr std::size_t kCount = 1001;
+  auto comms = ThreadsCommunicator::create_group(kRanks);
+  std::vector<std::vector<float>> enqueued(kRanks), blocking(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      Communicator& comm = *comms[static_cast<std::size_t>(r)];
+      auto& e = enqueued[static_cast<std::size_t>(r)];
+      auto& b = blocking[static_cast<std::size_t>(r)];
+      for (std::size_t i = 0; i < kCount; ++i) e.push_back(0.1f * static_cast<float>(i) / static_cast<float>(r + 1));
+      b = e;
+      comm.enqueue_all_reduce(e.data(), kCount, DType::Float32, ReduceOp::Mean);
+      comm.wait_enqueued();
+      comm.all_reduce(b.data(), kCount, DType::Float32, ReduceOp::Mean);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(comms[0]->enqueues_all_reduce(Device{}));
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(enqueued[static_cast<std::size_t>(r)], blocking[0]) << "rank " << r;
+    EXPECT_EQ(blocking[static_cast<std::size_t>(r)], blocking[0]) << "rank " << r;
+  }
+  EXPECT_THROW(comms[0]->enqueue_all_reduce(nullptr, 3, DType::Float32), std::invalid_argument);
 }
 
 TEST(GradientReducer, OverlappedFormStartsABucketOnceAllOfItIsFinal) {

@@ -1,5 +1,5 @@
-// The shared communicator suite on the "nccl" backend, one in-process group per size 1..GPUs, plus
-// what only device memory can show. Skipped, with the reason, without NCCL or without a GPU.
+// The shared communicator suite on the "nccl" backend, one in-process group per size 1..GPUs and
+// groups split from all of them, plus what only device memory can show. Skipped, with the reason, without NCCL or without a GPU.
 #include "distribute/communicator_suite.cpp"  // the suite's TEST_Ps, instantiated here for NCCL
 
 #include <cmath>
@@ -38,6 +38,26 @@ auto case_name = [](const ::testing::TestParamInfo<BackendCase>& info) { return 
 
 INSTANTIATE_TEST_SUITE_P(Nccl, CommunicatorSuite, ::testing::ValuesIn(nccl_cases(1)), case_name);
 INSTANTIATE_TEST_SUITE_P(Nccl, CommunicatorPeerSuite, ::testing::ValuesIn(nccl_cases(2)), case_name);
+
+// Groups split from every GPU's group (ncclCommSplit): the even ranks, and everyone reversed.
+std::vector<BackendCase> nccl_split_cases() {
+  const std::string skip = nccl_skip_reason();
+  const int gpus = skip.empty() ? cuda::device_count() : 0;
+  if (gpus < 2) {
+    BackendCase skipped{"nccl_split_unavailable", 2, [] { return Comms(); }, false, false};
+    skipped.skip_reason = skip.empty() ? "one GPU: a split needs two" : skip;
+    return {skipped};
+  }
+  const auto all = [gpus] { return create_communicators("nccl", gpus); };
+  return {
+      {"nccl_split_even", (gpus + 1) / 2,
+       [all] { return split_group(all(), [](int r) { return r % 2; }, [](int r) { return r; }, 0); }, false, true},
+      {"nccl_split_reversed", gpus,
+       [all] { return split_group(all(), [](int) { return 0; }, [](int r) { return -r; }, 0); }, false, true},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(NcclSplit, CommunicatorSuite, ::testing::ValuesIn(nccl_split_cases()), case_name);
 
 #define MDTRAIN_REQUIRE_NCCL()                              \
   do {                                                      \
@@ -88,9 +108,10 @@ TEST(NcclCommunicator, EnqueuedAllReducesFinishAtWait) {
       Tensor t({1000 + b}, DType::Float64, gpu);
       t.fill(comm.rank() + b);
       buckets.push_back(t);
-      nccl_enqueue_all_reduce(comm, t.raw(), static_cast<std::size_t>(t.numel()), DType::Float64, ReduceOp::Sum);
+      EXPECT_TRUE(comm.enqueues_all_reduce(gpu));
+      comm.enqueue_all_reduce(t.raw(), static_cast<std::size_t>(t.numel()), DType::Float64, ReduceOp::Sum);
     }
-    nccl_wait(comm);
+    comm.wait_enqueued();
     for (auto& t : buckets) got[local].push_back(gpu_testing::to_host(t).data<double>()[0]);
   });
   const double ranks_sum = n * (n - 1) / 2.0;

@@ -20,42 +20,28 @@
 #include <vector>
 
 #include "mdtrain/core/errors.h"
-#include "mdtrain/distribute/reduce_kernels.h"
 #include "mdtrain/core/threading/spin_wait.h"
+#include "mdtrain/distribute/collective_kind.h"
+#include "mdtrain/distribute/group_failure.h"
+#include "mdtrain/distribute/reduce_kernels.h"
 
 namespace mdtrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Kind : int {
-  kNone = 0,
-  kAllReduce,
-  kReduce,
-  kBroadcast,
-  kAllGather,
-  kReduceScatter,
-  kBarrier
-};
+// Kinds as headers and status replies carry them: the values of the shared CollectiveKind.
+constexpr int wire(CollectiveKind kind) { return static_cast<int>(kind); }
+constexpr int kNone = wire(CollectiveKind::None);
+constexpr int kAllReduce = wire(CollectiveKind::AllReduce);
+constexpr int kReduce = wire(CollectiveKind::Reduce);
+constexpr int kBroadcast = wire(CollectiveKind::Broadcast);
+constexpr int kAllGather = wire(CollectiveKind::AllGather);
+constexpr int kReduceScatter = wire(CollectiveKind::ReduceScatter);
+constexpr int kBarrier = wire(CollectiveKind::Barrier);
+constexpr int kSplit = wire(CollectiveKind::Split);
 
-const char* kind_name(std::int64_t kind) {
-  switch (kind) {
-    case kAllReduce:
-      return "all_reduce";
-    case kReduce:
-      return "reduce";
-    case kBroadcast:
-      return "broadcast";
-    case kAllGather:
-      return "all_gather";
-    case kReduceScatter:
-      return "reduce_scatter";
-    case kBarrier:
-      return "barrier";
-    default:
-      return "nothing";
-  }
-}
+const char* kind_name(std::int64_t kind) { return name_of(static_cast<CollectiveKind>(kind)); }
 
 // A collective first waits for every rank's header (kHeaderPhase: this is where a missing rank
 // makes it wait), then, when the data did not fit in the header block, moves it (kDataPhase).
@@ -82,13 +68,12 @@ bool same_call(const Header& a, const Header& b) {
 }
 
 std::string describe(const Header& h) {
-  std::string s = cat(kind_name(h.kind), " #", h.seq);
-  if (h.kind == kBarrier) return s;
+  const auto kind = static_cast<CollectiveKind>(h.kind);
+  std::string s = cat(name_of(kind), " #", h.seq);
+  if (h.kind == kBarrier || h.kind == kSplit) return s;
   s += cat("(count ", h.count, ", ", name_of(static_cast<DType>(h.dtype)));
-  if (h.kind == kAllReduce || h.kind == kReduce || h.kind == kReduceScatter) {
-    s += cat(", ", name_of(static_cast<ReduceOp>(h.op)));
-  }
-  if (h.kind == kBroadcast || h.kind == kReduce) s += cat(", root ", h.root);
+  if (has_reduce_op(kind)) s += cat(", ", name_of(static_cast<ReduceOp>(h.op)));
+  if (has_root(kind)) s += cat(", root ", h.root);
   return s + ")";
 }
 
@@ -163,9 +148,7 @@ struct MpiCommunicator::State {
   int last_kind = kNone;       // kind of collective #seq once it ended
   int phase = kHeaderPhase;
 
-  bool failed = false;
-  bool failure_is_timeout = false;
-  std::string failure;
+  GroupFailure failure;  // the group's first failure, seen here or told by a peer
 
   Clock::time_point last_active{};  // when the last collective ended
   std::vector<bool> arrived;        // whose header of the current collective came in
@@ -181,27 +164,19 @@ struct MpiCommunicator::State {
 
   // ---- everything below runs with the runtime mutex held, unless said otherwise ----
 
-  void record_failure(std::string reason, bool timeout) {
-    if (failed) return;  // later failures are consequences of the first
-    failed = true;
-    failure = std::move(reason);
-    failure_is_timeout = timeout;
-  }
+  // Whether the group failed (mutex held: a peer's notice is recorded by whichever thread
+  // services this communicator).
+  bool failed() const { return failure.failed(); }
 
   [[noreturn]] void throw_group_failure(bool entering) const {
-    const std::string msg =
-        cat("[mpi] ", kind_name(kind), " #", seq, " on rank ", rank,
-            entering ? " cannot run, the group failed earlier: " : " gave up, the group failed: ",
-            failure);
-    if (failure_is_timeout) throw TimeoutError(msg);
-    throw std::runtime_error(msg);
+    failure.rethrow("mpi", cat(kind_name(kind), " #", seq), rank, entering);
   }
 
   // An MPI error leaves the communicator unusable.
   void check(int rc, const char* call) {
     if (rc == MPI_SUCCESS) return;
     const std::string reason = cat(call, " failed on rank ", rank, ": ", mpi_error_text(rc));
-    record_failure(reason, false);
+    failure.record(reason, false);
     throw std::runtime_error("[mpi] " + reason);
   }
 
@@ -237,7 +212,7 @@ struct MpiCommunicator::State {
     std::string body(sizeof(std::int64_t), '\0');
     const auto s = static_cast<std::int64_t>(seq);
     std::memcpy(body.data(), &s, sizeof s);
-    body += (failure_is_timeout ? "T" : "A") + failure;
+    body += (failure.is_timeout() ? "T" : "A") + failure.reason();
     for (int p = 0; p < size; ++p) {
       if (p != rank) post(p, kTagAbandoned, body.data(), body.size());
     }
@@ -285,7 +260,7 @@ struct MpiCommunicator::State {
           replies[static_cast<std::size_t>(from)] = reply;
         }
       } else if (status.MPI_TAG == kTagFailure && bytes >= 1) {
-        record_failure(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)),
+        failure.record(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)),
                        body[0] == 'T');
       } else if (status.MPI_TAG == kTagAbandoned &&
                  bytes > static_cast<int>(sizeof(std::int64_t))) {
@@ -293,13 +268,16 @@ struct MpiCommunicator::State {
         std::memcpy(&s, body.data(), sizeof s);
         abandoned_by_peer = std::max(abandoned_by_peer, s);
         const std::size_t at = sizeof s + 1;
-        record_failure(std::string(body.data() + at, static_cast<std::size_t>(bytes) - at),
+        failure.record(std::string(body.data() + at, static_cast<std::size_t>(bytes) - at),
                        body[sizeof s] == 'T');
       }
     }
     reap_sends();
   }
 
+  // Takes `comm` (every rank of it just made it) as this state's data communicator, with its two
+  // private duplicates. Blocking, collective over `comm`.
+  void adopt(MPI_Comm comm);
   void abandon(std::vector<MPI_Request>& requests);
   void give_up(std::vector<MPI_Request>& requests);
   void service_all();
@@ -325,6 +303,10 @@ struct MpiCommunicator::State {
   void enter_data_phase();
   void finish_data_phase();
   void finish_fused();
+  // An MPI_Ibarrier polled like any data transfer: once it completed here, every rank finished
+  // the header exchange (none gave up) and takes the next, blocking step too.
+  void confirm_everyone_stays();
+  std::unique_ptr<State> split_state(int color, int key);
   std::size_t block_bytes() const { return kHeaderBytes + fused; }
   const unsigned char* payload_of(int r) const {
     return scratch->blocks.data() + static_cast<std::size_t>(r) * block_bytes() + kHeaderBytes;
@@ -503,7 +485,7 @@ void MpiCommunicator::State::begin(int k) {
   ensure_usable();
   // Back-to-back collectives skip this: a peer's failure notice then shows while waiting.
   if (Clock::now() - last_active > kAway) service_all();
-  if (failed) throw_group_failure(true);
+  if (failed()) throw_group_failure(true);
 }
 
 void MpiCommunicator::State::end() {
@@ -584,7 +566,7 @@ void MpiCommunicator::State::run(const Engine& e) {
     try {
       fn();
     } catch (const std::exception& e) {
-      record_failure(e.what(), false);
+      failure.record(e.what(), false);
       give_up(requests);
       throw;
     }
@@ -621,7 +603,7 @@ void MpiCommunicator::State::run(const Engine& e) {
       // While data moves, every peer is in this collective and needs this rank: a failure
       // noticed now is thrown after the transfer (finish_data_phase), unless a peer gave this
       // collective up, which it cannot finish then.
-      if (failed &&
+      if (failed() &&
           (phase == kHeaderPhase || abandoned_by_peer >= static_cast<std::int64_t>(seq))) {
         give_up(requests);
         throw_group_failure(false);
@@ -639,12 +621,12 @@ void MpiCommunicator::State::run(const Engine& e) {
       deadline = deadline_after(Clock::now(), limit);
       continue;
     }
-    if (failed) {  // a peer's notice came first: report its diagnosis
+    if (failed()) {  // a peer's notice came first: report its diagnosis
       give_up(requests);
       throw_group_failure(false);
     }
     const std::string reason = timeout_report();
-    record_failure(reason, true);
+    failure.record(reason, true);
     give_up(requests);  // tells the peers why, too
     throw TimeoutError("[mpi] " + reason);
   }
@@ -678,8 +660,7 @@ void MpiCommunicator::State::ask_peers() {
 
 std::string MpiCommunicator::State::timeout_report() const {
   const double window = std::clamp(owner->timeout() / 4, 0.05, 1.0);
-  std::vector<int> missing;
-  std::string details;
+  std::vector<MissingRank> missing;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     const auto i = static_cast<std::size_t>(p);
@@ -697,8 +678,7 @@ std::string MpiCommunicator::State::timeout_report() const {
       d = cat("rank ", p, " is in ", kind_name(r.kind), " #", r.seq,
               r.phase == kDataPhase ? " (moving data)" : " (waiting for its peers)");
     } else if (answer) {
-      d = r.seq == 0 ? cat("rank ", p, " has entered no collective")
-                     : cat("rank ", p, " last entered ", kind_name(r.last_kind), " #", r.seq);
+      d = last_entered(p, static_cast<CollectiveKind>(r.last_kind), static_cast<unsigned long long>(r.seq));
       d += cat(" and is inside no collective of MPI communicator ", id);
       if (r.other_id != 0) {
         d += cat("; it waits in ", kind_name(r.other_kind), " #", r.other_seq,
@@ -709,27 +689,20 @@ std::string MpiCommunicator::State::timeout_report() const {
               window, " s: it stopped calling MPI (stuck, or dead)");
     } else {
       // Every rank entered collective #seq-1, or this rank would not have left it.
-      d = seq <= 1 ? cat("rank ", p, " has entered no collective")
-                   : cat("rank ", p, " last entered ", kind_name(last_kind), " #", seq - 1);
+      d = last_entered(p, static_cast<CollectiveKind>(last_kind), seq - 1);
       d += cat(" and did not answer within ", window,
                " s: it is in no MPI collective of mdtrain (computing, blocked elsewhere, or dead)");
     }
-    missing.push_back(p);
-    details += (details.empty() ? "" : "; ") + d;
+    missing.push_back({p, d});
   }
-  std::string who;
-  for (std::size_t i = 0; i < missing.size(); ++i) who += cat(i ? ", " : "", missing[i]);
-  const std::string head = cat(kind_name(kind), " #", seq, " on rank ", rank, " timed out after ",
-                               owner->timeout(), " s");
+  const std::string head = timed_out(cat(kind_name(kind), " #", seq), rank, owner->timeout());
   if (missing.empty()) {
     return head + ": every rank is inside this collective, but MPI did not complete it";
   }
-  const char* ranks = missing.size() == 1 ? "rank " : "ranks ";
   if (phase == kDataPhase) {
-    return cat(head, " without progress while moving data: ", ranks, who, " stopped (", details,
-               ")");
+    return head + " without progress while moving data: " + missing_ranks(missing, "stopped");
   }
-  return cat(head, ": ", ranks, who, " did not arrive (", details, ")");
+  return head + ": " + missing_ranks(missing);
 }
 
 // ---- State: the collectives' building blocks
@@ -779,8 +752,8 @@ void MpiCommunicator::State::exchange(const Header& header, const void* payload,
                                    " but rank ", rank, " called ", describe(header));
     std::lock_guard<std::mutex> lock(runtime().mutex);
     service_all();
-    if (failed) throw_group_failure(false);  // a peer gave up first: its reason explains more
-    record_failure(reason, false);
+    if (failed()) throw_group_failure(false);  // a peer gave up first: its reason explains more
+    failure.record(reason, false);
     throw std::runtime_error("[mpi] " + reason);
   }
 }
@@ -793,13 +766,50 @@ void MpiCommunicator::State::enter_data_phase() {
 void MpiCommunicator::State::finish_data_phase() {
   std::lock_guard<std::mutex> lock(runtime().mutex);
   service_all();
-  if (failed) throw_group_failure(false);
+  if (failed()) throw_group_failure(false);
 }
 
 void MpiCommunicator::State::finish_fused() {
   // abort() from another thread while the exchange completed; peers' notices show when waiting.
   std::lock_guard<std::mutex> lock(runtime().mutex);
-  if (failed) throw_group_failure(false);
+  if (failed()) throw_group_failure(false);
+}
+
+void MpiCommunicator::State::adopt(MPI_Comm comm) {
+  data = comm;
+  check_mpi(MPI_Comm_dup(data, &data2), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(data, &control), "MPI_Comm_dup");
+  // Errors become exceptions (State::check) instead of MPI's default of ending the job.
+  for (MPI_Comm c : {data, data2, control}) {
+    check_mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  }
+  check_mpi(MPI_Comm_rank(data, &rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(data, &size), "MPI_Comm_size");
+  fused = std::min(fused_bytes(size), options.max_fused_bytes);
+}
+
+void MpiCommunicator::State::confirm_everyone_stays() {
+  Engine e;
+  e.step = [&](int, int, int, MPI_Request* request) {
+    check(MPI_Ibarrier(data, request), "MPI_Ibarrier");
+  };
+  run(e);
+}
+
+std::unique_ptr<MpiCommunicator::State> MpiCommunicator::State::split_state(int color, int key) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  // Numbered on every process, with or without a new group, so ids stay the same everywhere.
+  const int child_id = ++runtime().made;
+  // Nothing between here and the end may give up: the peers are in these blocking calls too.
+  MPI_Comm comm = MPI_COMM_NULL;
+  check(MPI_Comm_split(data, color < 0 ? MPI_UNDEFINED : color, key, &comm), "MPI_Comm_split");
+  if (comm == MPI_COMM_NULL) return nullptr;
+  auto child = std::make_unique<State>();
+  child->options = options;
+  child->id = child_id;
+  child->may_spin = may_spin;
+  child->adopt(comm);
+  return child;
 }
 
 void MpiCommunicator::State::bytes_per_slot(std::size_t staging_bytes, std::size_t count_ints) {
@@ -962,19 +972,16 @@ MpiCommunicator::MpiCommunicator(const MpiOptions& options) : state_(std::make_u
     }
   }
   std::lock_guard<std::mutex> lock(rt.mutex);
-  s.data = handles->comms[0];
-  // Every process is past the MPI_Comm_idup, so these blocking duplicates of it cannot wait for
-  // a process that is elsewhere.
-  check_mpi(MPI_Comm_dup(s.data, &s.data2), "MPI_Comm_dup");
-  check_mpi(MPI_Comm_dup(s.data, &s.control), "MPI_Comm_dup");
-  // Errors become exceptions (State::check) instead of MPI's default of ending the job.
-  for (MPI_Comm c : {s.data, s.data2, s.control}) {
-    check_mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  }
-  check_mpi(MPI_Comm_rank(s.data, &s.rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(s.data, &s.size), "MPI_Comm_size");
-  s.fused = std::min(fused_bytes(s.size), options.max_fused_bytes);
+  // Every process is past the MPI_Comm_idup, so the blocking duplicates cannot wait for a
+  // process that is elsewhere.
+  s.adopt(handles->comms[0]);
   rt.live.push_back(&s);
+}
+
+MpiCommunicator::MpiCommunicator(std::unique_ptr<State> state) : state_(std::move(state)) {
+  state_->owner = this;
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  runtime().live.push_back(state_.get());
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -997,16 +1004,20 @@ MpiCommunicator::~MpiCommunicator() {
     rt.graveyard.push_back(std::move(a));
     s.tainted = true;
   }
-  if (s.tainted) {
-    // Never freed: Open MPI 4.1's pending nonblocking collectives do not keep their
-    // communicator alive, so once it is freed, its context id goes to a new communicator whose
-    // messages the abandoned requests then take (observed: the next MPI_Comm_dup hung). Kept,
-    // the id stays taken on this process and no new communicator of the job can get it.
-    return;
-  }
+  // A message that reaches this process after its communicator was freed is kept by Open MPI 4.1
+  // and delivered to the next communicator that gets the same context id here (or, when its
+  // sender's rank does not exist there, crashes MPI_Comm_dup: observed with split groups of one
+  // rank). Context ids are reused as soon as every member of a new communicator has them free,
+  // which groups of other ranks (splits) make likely. So:
+  // - The control communicator is never freed: a peer's failure or abandon notice, or status
+  //   query, may come at any time, also after this rank's last collective.
+  // - Neither are the data communicators of a group that failed (peers' headers of collectives
+  //   this rank never joined may still come) or whose requests were abandoned: Open MPI 4.1's
+  //   pending nonblocking collectives do not keep their communicator alive either (observed: the
+  //   next MPI_Comm_dup hung).
+  if (s.tainted || s.failed()) return;
   MPI_Comm_free(&s.data);
   MPI_Comm_free(&s.data2);
-  MPI_Comm_free(&s.control);
   reap_graveyard(rt);
 }
 
@@ -1027,9 +1038,9 @@ void MpiCommunicator::abort(const std::string& reason) {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
   State& s = *state_;
-  if (s.failed) return;
+  if (s.failed()) return;
   const std::string why = cat("rank ", s.rank, " aborted the group: ", reason);
-  s.record_failure(why, false);
+  s.failure.record(why, false);
   if (rt.ready) s.notify_peers(why, false);
 }
 
@@ -1230,6 +1241,21 @@ void MpiCommunicator::do_barrier() {
   // Nobody leaves an all-gather before everybody entered it: the header exchange is a barrier.
   s.exchange(s.make_header(kBarrier, 0, DType::Float32, ReduceOp::Sum, 0, 0), nullptr, 0);
   s.finish_fused();
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
+  State& s = *state_;
+  MpiCollective collective(s, kSplit);
+  s.exchange(s.make_header(kSplit, 0, DType::Float32, ReduceOp::Sum, 0, 0), nullptr, 0);
+  // MPI_Comm_split blocks, and a rank blocked in it cannot hear that a peer gave up: so it
+  // starts only once every rank is known to reach it.
+  s.enter_data_phase();
+  if (s.size > 1) s.confirm_everyone_stays();
+  std::unique_ptr<State> state = s.split_state(color, key);
+  std::unique_ptr<Communicator> child;
+  if (state) child.reset(new MpiCommunicator(std::move(state)));
+  s.finish_data_phase();  // a failure noticed meanwhile: the new group is dropped (freed)
+  return child;
 }
 
 // ---- optional_backends.h

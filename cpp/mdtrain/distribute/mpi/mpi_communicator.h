@@ -45,12 +45,19 @@
 //   collectives throw std::runtime_error naming this rank and the reason. A collective already
 //   moving data finishes its transfer first (its peers are in it too and need this rank), then
 //   throws.
+// split(color, key) is MPI_Comm_split of this communicator (after a header exchange, so a rank
+// that calls something else is a mismatch and one that never comes a TimeoutError, and an
+// MPI_Ibarrier, so that no rank enters the blocking MPI_Comm_split unless every rank does); the
+// new group gets its own duplicates and control communicator, so its timeouts, aborts and status
+// queries are its own. It takes the next id on every process (also when the color is negative),
+// and this communicator's options.
 // After a timeout, an abort or a mismatch the communicator stays unusable (every collective
 // throws); make a new one. Nothing here calls MPI_Abort. A peer process that dies: mpirun ends
 // the whole job by default; with `mpirun --enable-recovery` the others time out, reporting that
 // the rank did not answer. A collective given up on leaves MPI requests pending (MPI cannot
 // cancel a collective): the memory mdtrain owns stays allocated for them and the communicator
-// is never freed, but a user buffer that was in a data transfer at that moment (a peer died
+// is never freed (nor is any failed group's, nor any communicator's private control
+// communicator: see ~MpiCommunicator), but a user buffer that was in a data transfer at that moment (a peer died
 // mid-transfer) may still be written if the peer comes back.
 #include <cstddef>
 #include <cstdint>
@@ -105,8 +112,13 @@ class MpiCommunicator final : public Communicator {
   void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
                          ReduceOp op) override;
   void do_barrier() override;
+  // MPI_Comm_split of this communicator (plus the new group's own private duplicates), once the
+  // header exchange showed every rank calling split and an MPI_Ibarrier that every rank reached.
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
 
  private:
+  explicit MpiCommunicator(std::unique_ptr<State> state);  // a group made by split
+
   std::unique_ptr<State> state_;
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 // What the rest of mdtrain may ask of the NCCL backend beyond the registry ("nccl") and
-// optional_backends.h, without the NCCL headers. Defined by nccl_communicator.cpp, or by the stub
+// optional_backends.h, without the NCCL headers. (Overlapping an all-reduce with compute is
+// Communicator::enqueue_all_reduce / wait_enqueued, on any backend.) Defined by nccl_communicator.cpp, or by the stub
 // no_nccl.cpp (which throws std::runtime_error saying how to rebuild), so callers never test a
 // build flag.
 //
@@ -26,14 +27,5 @@ std::unique_ptr<Communicator> make_nccl_rank_communicator(const std::string& uni
 
 // NCCL's version as NCCL_VERSION_CODE (e.g. 22809 for 2.28.9); 0 without NCCL.
 int nccl_version();
-
-// Overlap of communication with compute (the gradient buckets of one step): enqueues an
-// all-reduce (Sum, or Mean of a floating dtype) of GPU memory of comm's device on the
-// communication stream, after the work already on the compute stream, and returns at once.
-// nccl_wait then blocks until every enqueued one has finished (polling NCCL's async errors,
-// honouring comm.timeout(), raising as the blocking collectives do) and makes the compute stream
-// wait for them. `comm` must be an "nccl" communicator (std::invalid_argument otherwise).
-void nccl_enqueue_all_reduce(Communicator& comm, void* data, std::size_t count, DType dtype, ReduceOp op);
-void nccl_wait(Communicator& comm);
 
 }  // namespace mdtrain

@@ -7,11 +7,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <thread>
 #include <utility>
 
 #include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/collective_kind.h"
+#include "mdtrain/distribute/group_failure.h"
 #include "mdtrain/distribute/nccl/nccl_backend.h"
 #include "mdtrain/distribute/nccl/nccl_kernels.h"
 #include "mdtrain/distribute/optional_backends.h"
@@ -30,19 +33,7 @@ namespace mdtrain {
 
 namespace {
 
-enum Kind : int { kNone = 0, kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
-
-const char* kind_name(int kind) {
-  switch (kind) {
-    case kAllReduce: return "all_reduce";
-    case kReduce: return "reduce";
-    case kBroadcast: return "broadcast";
-    case kAllGather: return "all_gather";
-    case kReduceScatter: return "reduce_scatter";
-    case kBarrier: return "barrier";
-    default: return "nothing";
-  }
-}
+using Kind = CollectiveKind;
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
@@ -87,7 +78,7 @@ template <class F> void nccl_group(F&& calls) {
 }  // namespace
 
 struct NcclCommunicator::Call {
-  int kind = kNone;
+  Kind kind = Kind::None;
   unsigned long long seq = 0;
   std::size_t count = 0;
   DType dtype = DType::Float32;
@@ -100,17 +91,17 @@ namespace {
 using Call = NcclCommunicator::Call;
 
 std::string describe(const Call& c) {
-  std::string s = cat(kind_name(c.kind), " #", c.seq);
-  if (c.kind == kBarrier) return s;
+  std::string s = cat(name_of(c.kind), " #", c.seq);
+  if (c.kind == Kind::Barrier || c.kind == Kind::Split) return s;
   s += cat("(count ", c.count, ", ", name_of(c.dtype));
-  if (c.kind == kAllReduce || c.kind == kReduce || c.kind == kReduceScatter) s += cat(", ", name_of(c.op));
-  if (c.kind == kBroadcast || c.kind == kReduce) s += cat(", root ", c.root);
+  if (has_reduce_op(c.kind)) s += cat(", ", name_of(c.op));
+  if (has_root(c.kind)) s += cat(", root ", c.root);
   return s + ")";
 }
 
 bool same_call(const Call& a, const Call& b) {
   return a.kind == b.kind && a.count == b.count && a.dtype == b.dtype && a.root == b.root &&
-         (a.op == b.op || a.kind == kBroadcast || a.kind == kAllGather || a.kind == kBarrier);
+         (a.op == b.op || !has_reduce_op(a.kind));
 }
 
 }  // namespace
@@ -120,18 +111,13 @@ struct NcclCommunicator::Ledger {
   explicit Ledger(int n) : entered(static_cast<std::size_t>(n)) {}
   std::mutex mutex;
   std::vector<Call> entered;  // per rank: the last collective it entered (seq 0: none yet)
-  std::atomic<bool> failed{false};
-  std::string failure;  // guarded by mutex; written once, before `failed`
-  bool failure_is_timeout = false;
-
-  void set_failure(std::string reason, bool timeout) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (failed.load(std::memory_order_relaxed)) return;  // later failures are consequences
-    failure = std::move(reason);
-    failure_is_timeout = timeout;
-    failed.store(true, std::memory_order_release);
-  }
+  GroupFailure failure;
+  // split: the ledgers of the new in-process groups by (split's seq, color), with how many of
+  // their ranks took them so far (dropped when all did). Guarded by mutex.
+  std::map<std::pair<unsigned long long, int>, std::pair<std::shared_ptr<Ledger>, int>> children;
 };
+
+GroupFailure& NcclCommunicator::ledger_failure() { return ledger_->failure; }
 
 // ---- creation -------------------------------------------------------------------------------
 
@@ -169,7 +155,7 @@ std::unique_ptr<Communicator> NcclCommunicator::create_rank(const std::string& u
 NcclCommunicator::~NcclCommunicator() {
   std::lock_guard<std::mutex> lock(comm_mutex_);
   if (!comm_) return;
-  const bool failed = ledger_ ? ledger_->failed.load() : !failure_.empty();
+  const bool failed = failure().failed();
   // Destroying waits for pending work, which never finishes when a peer is gone: abort instead.
   if (failed) ncclCommAbort(comm_);
   else ncclCommDestroy(comm_);
@@ -186,39 +172,19 @@ void NcclCommunicator::abort_comm() {
 
 void NcclCommunicator::abort(const std::string& reason) {
   const std::string why = cat("rank ", rank_, " aborted the group: ", reason);
-  if (ledger_) ledger_->set_failure(why, false);
-  else if (failure_.empty()) failure_ = why;
+  failure().record(why, false);
   abort_comm();
 }
 
 void NcclCommunicator::fail_group(const std::string& reason, bool timeout) {
-  if (ledger_) {
-    ledger_->set_failure(reason, timeout);
-  } else if (failure_.empty()) {
-    failure_ = reason;
-    failure_is_timeout_ = timeout;
-  }
+  failure().record(reason, timeout);
   abort_comm();
   if (timeout) throw TimeoutError("[nccl] " + reason);
   throw std::runtime_error("[nccl] " + reason);
 }
 
 void NcclCommunicator::throw_failure(const Call& call, bool entering) {
-  std::string reason;
-  bool timeout = false;
-  if (ledger_) {
-    std::lock_guard<std::mutex> lock(ledger_->mutex);
-    reason = ledger_->failure;
-    timeout = ledger_->failure_is_timeout;
-  } else {
-    reason = failure_.empty() ? "the communicator was aborted" : failure_;
-    timeout = failure_is_timeout_;
-  }
-  const std::string msg = cat("[nccl] ", describe(call), " on rank ", rank_,
-                              entering ? " cannot run, the group failed earlier: " : " gave up, the group failed: ",
-                              reason);
-  if (timeout) throw TimeoutError(msg);
-  throw std::runtime_error(msg);
+  failure().rethrow("nccl", describe(call), rank_, entering, "the communicator was aborted");
 }
 
 ncclComm* NcclCommunicator::comm_locked(const Call& call) {
@@ -229,11 +195,8 @@ ncclComm* NcclCommunicator::comm_locked(const Call& call) {
 // ---- the collective protocol ----------------------------------------------------------------
 
 void NcclCommunicator::enter(const Call& call) {
-  if (!ledger_) {
-    if (!failure_.empty()) throw_failure(call, true);
-    return;
-  }
-  if (ledger_->failed.load(std::memory_order_acquire)) throw_failure(call, true);
+  if (failure().failed()) throw_failure(call, true);
+  if (!ledger_) return;
   std::string mismatch;
   {
     std::lock_guard<std::mutex> lock(ledger_->mutex);
@@ -268,13 +231,22 @@ template <class F> void NcclCommunicator::run(const Call& call, F&& enqueue) {
   wait_for(done_, call);
 }
 
+std::string NcclCommunicator::who_is_missing(const Call& call) const {
+  std::vector<MissingRank> missing;
+  for (int r = 0; r < size_; ++r) {
+    const Call& e = ledger_->entered[static_cast<std::size_t>(r)];
+    if (e.seq < call.seq) missing.push_back({r, last_entered(r, e.kind, e.seq)});
+  }
+  return missing.empty() ? std::string("every rank entered it; NCCL did not finish") : missing_ranks(missing);
+}
+
 void NcclCommunicator::wait_for(const cuda::Event& done, const Call& call) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const double limit = timeout();
   int polls = 0;
   while (!done.query()) {
-    if (ledger_ && ledger_->failed.load(std::memory_order_acquire)) {
+    if (ledger_ && ledger_->failure.failed()) {
       abort_comm();
       throw_failure(call, false);
     }
@@ -295,23 +267,11 @@ void NcclCommunicator::wait_for(const cuda::Event& done, const Call& call) {
       std::string missing;
       if (ledger_) {
         std::lock_guard<std::mutex> lock(ledger_->mutex);
-        std::string who, last;
-        int n = 0;
-        for (int r = 0; r < size_; ++r) {
-          const Call& e = ledger_->entered[static_cast<std::size_t>(r)];
-          if (e.seq >= call.seq) continue;
-          who += cat(n ? ", " : "", r);
-          last += cat(n ? "; " : "", "rank ", r,
-                      e.seq == 0 ? std::string(" has entered no collective")
-                                 : cat(" last entered ", kind_name(e.kind), " #", e.seq));
-          ++n;
-        }
-        missing = n == 0 ? std::string("every rank entered it; NCCL did not finish")
-                         : cat(n == 1 ? "rank " : "ranks ", who, " did not arrive (", last, ")");
+        missing = who_is_missing(call);
       } else {
         missing = "a peer process did not join it or is stuck (NCCL cannot tell which)";
       }
-      fail_group(cat(describe(call), " on rank ", rank_, " timed out after ", limit, " s: ", missing), true);
+      fail_group(timed_out(describe(call), rank_, limit) + ": " + missing, true);
     }
     // Spin briefly (a collective usually finishes within microseconds of the last arrival), then
     // back off to sleeping so a long wait costs no core.
@@ -381,7 +341,7 @@ void enqueue_reduce(ncclComm* comm, void* buf, std::size_t count, DType dtype, R
 }  // namespace
 
 void NcclCommunicator::do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
-  const Call call{kAllReduce, ++seq_, count, dtype, op, 0};
+  const Call call{Kind::AllReduce, ++seq_, count, dtype, op, 0};
   const std::size_t bytes = count * size_of(dtype);
   const bool dev = on_device(data, device_, rank_);
   void* buf = dev ? data : device_scratch(bytes, 0);
@@ -399,7 +359,7 @@ void NcclCommunicator::do_all_reduce(void* data, std::size_t count, DType dtype,
 void NcclCommunicator::do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
   // An all-reduce whose result only the root keeps: the same bits as all_reduce, as the contract
   // asks (ncclReduce may take another path through the ranks).
-  const Call call{kReduce, ++seq_, count, dtype, op, root};
+  const Call call{Kind::Reduce, ++seq_, count, dtype, op, root};
   const std::size_t bytes = count * size_of(dtype);
   const bool dev = on_device(data, device_, rank_);
   const bool keep = rank_ == root;
@@ -417,7 +377,7 @@ void NcclCommunicator::do_reduce(void* data, std::size_t count, DType dtype, Red
 }
 
 void NcclCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, int root) {
-  const Call call{kBroadcast, ++seq_, count, dtype, ReduceOp::Sum, root};
+  const Call call{Kind::Broadcast, ++seq_, count, dtype, ReduceOp::Sum, root};
   const std::size_t bytes = count * size_of(dtype);
   const bool dev = on_device(data, device_, rank_);
   void* buf = dev ? data : device_scratch(bytes, 0);
@@ -433,7 +393,7 @@ void NcclCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, 
 }
 
 void NcclCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) {
-  const Call call{kAllGather, ++seq_, count_per_rank, dtype, ReduceOp::Sum, 0};
+  const Call call{Kind::AllGather, ++seq_, count_per_rank, dtype, ReduceOp::Sum, 0};
   const std::size_t block = count_per_rank * size_of(dtype), total = block * static_cast<std::size_t>(size_);
   const bool recv_dev = on_device(recv, device_, rank_);
   void* rbuf = recv_dev ? recv : device_scratch(total, 0);
@@ -458,7 +418,7 @@ void NcclCommunicator::do_all_gather(const void* send, void* recv, std::size_t c
 
 void NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
                                          ReduceOp op) {
-  const Call call{kReduceScatter, ++seq_, count_per_rank, dtype, op, 0};
+  const Call call{Kind::ReduceScatter, ++seq_, count_per_rank, dtype, op, 0};
   const std::size_t block = count_per_rank * size_of(dtype), total = block * static_cast<std::size_t>(size_);
   const bool send_dev = on_device(send, device_, rank_);
   const bool recv_dev = on_device(recv, device_, rank_);
@@ -492,20 +452,20 @@ void NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::size
 }
 
 void NcclCommunicator::do_barrier() {
-  const Call call{kBarrier, ++seq_, 0, DType::Int32, ReduceOp::Sum, 0};
+  const Call call{Kind::Barrier, ++seq_, 0, DType::Int32, ReduceOp::Sum, 0};
   void* one = device_scratch(sizeof(std::int32_t), 3);
   run(call, [&](ncclComm* comm, cudaStream_t s) {
     nccl_group([&] { MDTRAIN_NCCL_CHECK(ncclAllReduce(one, one, 1, ncclInt32, ncclSum, comm, s)); });
   });
 }
 
-void NcclCommunicator::enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
-  MDTRAIN_CHECK(op == ReduceOp::Sum || (op == ReduceOp::Mean && is_floating(dtype)), std::invalid_argument,
-                "[nccl] enqueue_all_reduce: op must be sum, or mean of a floating dtype (got ", name_of(op), ")");
-  MDTRAIN_CHECK(data != nullptr || count == 0, std::invalid_argument, "[nccl] enqueue_all_reduce: data is null");
-  MDTRAIN_CHECK(count == 0 || on_device(data, device_, rank_), std::invalid_argument,
-                "[nccl] enqueue_all_reduce: data must be memory of /device:GPU:", device_);
-  const Call call{kAllReduce, ++seq_, count, dtype, op, 0};
+bool NcclCommunicator::enqueues_all_reduce(const Device& device) const { return !device.is_cpu(); }
+
+void NcclCommunicator::do_enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  // Host memory, and ops NCCL does not reduce itself, run at once like any backend's.
+  if (!(op == ReduceOp::Sum || op == ReduceOp::Mean) || count == 0 || !on_device(data, device_, rank_))
+    return do_all_reduce(data, count, dtype, op);
+  const Call call{Kind::AllReduce, ++seq_, count, dtype, op, 0};
   enter(call);
   cuda::DeviceGuard guard(device_);
   const cuda::Stream& compute = cuda::compute_stream(device_);
@@ -522,7 +482,7 @@ void NcclCommunicator::enqueue_all_reduce(void* data, std::size_t count, DType d
   pending_.push_back(call);
 }
 
-void NcclCommunicator::wait() {
+void NcclCommunicator::do_wait_enqueued() {
   if (pending_.empty()) return;
   const Call last = pending_.back();
   pending_.clear();
@@ -530,6 +490,59 @@ void NcclCommunicator::wait() {
   done_.record(cuda::communication_stream(device_));
   cuda::compute_stream(device_).wait(done_);
   wait_for(done_, last);
+}
+
+void NcclCommunicator::wait_for_peers(const Call& call) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const double limit = timeout();
+  for (int polls = 0;; ++polls) {
+    {
+      // One lock for the whole decision: a rank that times out marks the group failed before any
+      // peer can see everyone arrived, so either all go on or none does.
+      std::lock_guard<std::mutex> lock(ledger_->mutex);
+      if (!ledger_->failure.failed()) {
+        bool all = true;
+        for (const Call& e : ledger_->entered) all = all && e.seq >= call.seq;
+        if (all) return;
+        const double waited = std::chrono::duration<double>(clock::now() - start).count();
+        if (waited > limit)
+          ledger_->failure.record(timed_out(describe(call), rank_, limit) + ": " + who_is_missing(call), true);
+      }
+    }
+    if (ledger_->failure.failed()) throw_failure(call, false);
+    if (polls < 200) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 50 : 1000));
+  }
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key) {
+  const Call call{Kind::Split, ++seq_, 0, DType::Int32, ReduceOp::Sum, 0};
+  enter(call);
+  // ncclCommSplit blocks until every rank calls it: in-process groups first see every rank
+  // arrive (or time out naming the missing ones, or fail on a mismatch).
+  if (ledger_) wait_for_peers(call);
+  ncclComm_t child = nullptr;
+  {
+    cuda::DeviceGuard guard(device_);
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    ncclComm* comm = comm_locked(call);
+    MDTRAIN_NCCL_CHECK(ncclCommSplit(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
+  }
+  if (child == nullptr) return nullptr;
+  int new_rank = 0, new_size = 0;
+  MDTRAIN_NCCL_CHECK(ncclCommUserRank(child, &new_rank));
+  MDTRAIN_NCCL_CHECK(ncclCommCount(child, &new_size));
+  std::shared_ptr<Ledger> child_ledger;
+  if (ledger_) {
+    // The new group's ranks are in this process too: its first member here makes its ledger.
+    std::lock_guard<std::mutex> lock(ledger_->mutex);
+    auto& entry = ledger_->children[{call.seq, color}];
+    if (!entry.first) entry.first = std::make_shared<Ledger>(new_size);
+    child_ledger = entry.first;
+    if (++entry.second == new_size) ledger_->children.erase({call.seq, color});
+  }
+  return std::unique_ptr<Communicator>(new NcclCommunicator(child, new_rank, new_size, device_, child_ledger));
 }
 
 // ---- the backend's entry points (optional_backends.h, nccl_backend.h) ------------------------
@@ -556,21 +569,6 @@ std::unique_ptr<Communicator> make_nccl_rank_communicator(const std::string& uni
                                                           int device) {
   return NcclCommunicator::create_rank(unique_id, rank, size, device);
 }
-
-namespace {
-NcclCommunicator& as_nccl(Communicator& comm) {
-  auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
-  MDTRAIN_CHECK(nccl != nullptr, std::invalid_argument, "[nccl] a '", comm.backend(),
-                "' communicator cannot enqueue NCCL collectives");
-  return *nccl;
-}
-}  // namespace
-
-void nccl_enqueue_all_reduce(Communicator& comm, void* data, std::size_t count, DType dtype, ReduceOp op) {
-  as_nccl(comm).enqueue_all_reduce(data, count, dtype, op);
-}
-
-void nccl_wait(Communicator& comm) { as_nccl(comm).wait(); }
 
 int nccl_version() {
   int v = 0;

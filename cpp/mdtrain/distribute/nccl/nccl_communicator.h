@@ -13,8 +13,12 @@
 //   later kernels. The blocking forms return when it has finished; while waiting, the rank polls
 //   ncclCommGetAsyncError and the group's failure flag, so a failed or aborted peer raises
 //   instead of hanging, and after timeout() seconds the rank aborts its communicator
-//   (ncclCommAbort) and throws TimeoutError. enqueue_all_reduce + wait overlap the all-reduce of
-//   one gradient bucket with the backward pass of the next.
+//   (ncclCommAbort) and throws TimeoutError. enqueue_all_reduce + wait_enqueued overlap the
+//   all-reduce of one gradient bucket with the backward pass of the next.
+// - split(color, key) is ncclCommSplit. In-process groups check that every rank called split
+//   (mismatch, timeout) before entering it; across processes ncclCommSplit blocks until every
+//   rank calls it (blocking NCCL initialization has no timeout). The new group has its own
+//   ledger and failure state: aborting it does not abort this one.
 // - Sum uses NCCL's sum, Mean ncclAvg (floats), Max/Min of floats an all-gather and a rank-order
 //   fold (NCCL's fmaxf/fminf would drop NaN; the contract propagates it), Max/Min of integers
 //   NCCL's. NCCL's reduction order is its own (ring or tree): results are identical on every rank
@@ -31,6 +35,7 @@
 
 #include "mdtrain/core/cuda/stream.h"
 #include "mdtrain/distribute/communicator.h"
+#include "mdtrain/distribute/group_failure.h"
 
 struct ncclComm;  // ncclComm_t is ncclComm*
 
@@ -50,11 +55,8 @@ class NcclCommunicator final : public Communicator {
   // The GPU this rank drives.
   int device() const { return device_; }
 
-  // Enqueues an all-reduce of device memory (Sum or Mean) and returns at once; wait() then blocks
-  // until every enqueued one has finished (with the same error and timeout handling as the
-  // blocking collectives). `data` must stay alive until then.
-  void enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op);
-  void wait();
+  // enqueue_all_reduce of device memory (Sum or Mean) goes on the communication stream.
+  bool enqueues_all_reduce(const Device& device) const override;
 
   // What every rank of an in-process group shares (defined in the .cpp).
   struct Ledger;
@@ -69,6 +71,14 @@ class NcclCommunicator final : public Communicator {
                          ReduceOp op) override;
   void do_barrier() override;
   void check_device(const Device& device) const override;
+  // ncclCommSplit. In-process groups first wait (polling, with the timeout) until every rank
+  // entered the split, and the new group gets a ledger of its own.
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+  // Returns at once for device memory and Sum or Mean (the stream form); others run at once.
+  void do_enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override;
+  // Blocks until every enqueued all-reduce finished (with the blocking collectives' error and
+  // timeout handling) and orders the compute stream after them.
+  void do_wait_enqueued() override;
 
  private:
   NcclCommunicator(ncclComm* comm, int rank, int size, int device, std::shared_ptr<Ledger> ledger);
@@ -79,6 +89,13 @@ class NcclCommunicator final : public Communicator {
   // Runs enqueue(stream) on the communication stream after the compute stream's work, then waits.
   template <class F> void run(const Call& call, F&& enqueue);
   void wait_for(const cuda::Event& done, const Call& call);
+  // Waits until every rank of the in-process group entered `call` (timeout, failures).
+  void wait_for_peers(const Call& call);
+  // "rank 2 did not arrive (rank 2 last entered barrier #1)"; the ledger's mutex held.
+  std::string who_is_missing(const Call& call) const;
+  // The group's failure: shared through the ledger in-process, this rank's own otherwise.
+  GroupFailure& failure() { return ledger_ ? ledger_failure() : own_failure_; }
+  GroupFailure& ledger_failure();
   [[noreturn]] void fail_group(const std::string& reason, bool timeout);
   [[noreturn]] void throw_failure(const Call& call, bool entering);
   void abort_comm();
@@ -92,8 +109,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm* comm_;
   const int rank_, size_, device_;
   std::shared_ptr<Ledger> ledger_;  // null for groups across processes
-  std::string failure_;             // this rank's own failure, for groups without a ledger
-  bool failure_is_timeout_ = false;
+  GroupFailure own_failure_;        // for groups without a ledger
   unsigned long long seq_ = 0;
   cuda::Event ready_, done_;
   std::vector<std::pair<std::shared_ptr<void>, std::size_t>> device_scratch_, pinned_scratch_;

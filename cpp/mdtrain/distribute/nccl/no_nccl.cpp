@@ -22,8 +22,4 @@ std::unique_ptr<Communicator> make_nccl_rank_communicator(const std::string&, in
 
 int nccl_version() { return 0; }
 
-void nccl_enqueue_all_reduce(Communicator&, void*, std::size_t, DType, ReduceOp) { no_nccl(); }
-
-void nccl_wait(Communicator&) { no_nccl(); }
-
 }  // namespace mdtrain

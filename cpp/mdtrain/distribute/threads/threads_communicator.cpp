@@ -5,31 +5,20 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "mdtrain/core/errors.h"
-#include "mdtrain/distribute/reduce_kernels.h"
 #include "mdtrain/core/threading/spin_wait.h"
+#include "mdtrain/distribute/collective_kind.h"
+#include "mdtrain/distribute/group_failure.h"
+#include "mdtrain/distribute/reduce_kernels.h"
 
 namespace mdtrain {
 
 namespace {
 
-enum Kind : int { kNone = 0, kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
-
-const char* kind_name(int kind) {
-  switch (kind) {
-    case kAllReduce: return "all_reduce";
-    case kReduce: return "reduce";
-    case kBroadcast: return "broadcast";
-    case kAllGather: return "all_gather";
-    case kReduceScatter: return "reduce_scatter";
-    case kBarrier: return "barrier";
-    default: return "nothing";
-  }
-}
+using Kind = CollectiveKind;
 
 constexpr std::size_t kCacheLine = 64;
 
@@ -37,7 +26,7 @@ constexpr std::size_t kCacheLine = 64;
 
 // What one rank asked for in one collective; read by the other ranks after the first phase.
 struct ThreadsCommunicator::Call {
-  int kind = kNone;
+  Kind kind = Kind::None;
   unsigned long long seq = 0;
   DType dtype = DType::Float32;
   ReduceOp op = ReduceOp::Sum;
@@ -45,17 +34,18 @@ struct ThreadsCommunicator::Call {
   int root = 0;
   const void* send = nullptr;
   void* recv = nullptr;
+  int color = 0, key = 0;  // split only; may differ between ranks
 };
 
 namespace {
 
-std::string describe(int kind, unsigned long long seq,
+std::string describe(Kind kind, unsigned long long seq,
                      std::size_t count, DType dtype, ReduceOp op, int root) {
-  std::string s = cat(kind_name(kind), " #", seq);
-  if (kind == kBarrier) return s;
+  std::string s = cat(name_of(kind), " #", seq);
+  if (kind == Kind::Barrier || kind == Kind::Split) return s;
   s += cat("(count ", count, ", ", name_of(dtype));
-  if (kind == kAllReduce || kind == kReduce || kind == kReduceScatter) s += cat(", ", name_of(op));
-  if (kind == kBroadcast || kind == kReduce) s += cat(", root ", root);
+  if (has_reduce_op(kind)) s += cat(", ", name_of(op));
+  if (has_root(kind)) s += cat(", root ", root);
   return s + ")";
 }
 
@@ -70,6 +60,9 @@ struct alignas(kCacheLine) RankSlot {
   // (seq << 8) | kind of the last collective entered: read only for timeout reports.
   std::atomic<unsigned long long> entered{0};
   ThreadsCommunicator::Call call;
+  // split: the new group this rank made for its color when it is the color's first member,
+  // taken by the other members between the split's second and third phase.
+  std::shared_ptr<ThreadsCommunicator::Group> child;
 };
 
 struct ThreadsCommunicator::Group {
@@ -78,22 +71,10 @@ struct ThreadsCommunicator::Group {
         may_spin(static_cast<unsigned>(n) <= std::max(1u, std::thread::hardware_concurrency())),
         slots(new RankSlot[static_cast<std::size_t>(n)]) {}
 
-  // Records the first failure; later ones are consequences of it and are dropped.
-  void set_failure(std::string reason, bool timeout) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (failed.load(std::memory_order_relaxed)) return;
-    failure = std::move(reason);
-    failure_is_timeout = timeout;
-    failed.store(true, std::memory_order_release);
-  }
-
   const int size;
   const bool may_spin;  // ranks fit on the cores
   std::unique_ptr<RankSlot[]> slots;
-  std::atomic<bool> failed{false};
-  std::mutex mutex;  // guards failure and failure_is_timeout (written once, before `failed`)
-  std::string failure;
-  bool failure_is_timeout = false;
+  GroupFailure failure;
 };
 
 std::vector<std::unique_ptr<Communicator>> ThreadsCommunicator::create_group(int n) {
@@ -114,7 +95,7 @@ ThreadsCommunicator::~ThreadsCommunicator() = default;
 int ThreadsCommunicator::size() const { return group_->size; }
 
 void ThreadsCommunicator::abort(const std::string& reason) {
-  group_->set_failure(cat("rank ", rank_, " aborted the group: ", reason), false);
+  group_->failure.record(cat("rank ", rank_, " aborted the group: ", reason), false);
 }
 
 const ThreadsCommunicator::Call& ThreadsCommunicator::call_of(int rank) const {
@@ -122,43 +103,20 @@ const ThreadsCommunicator::Call& ThreadsCommunicator::call_of(int rank) const {
 }
 
 void ThreadsCommunicator::throw_group_failure(bool entering) {
-  std::string reason;
-  bool timeout;
-  {
-    std::lock_guard<std::mutex> lock(group_->mutex);
-    reason = group_->failure;
-    timeout = group_->failure_is_timeout;
-  }
-  std::string msg = cat("[threads] ", kind_name(kind_), " #", seq_, " on rank ", rank_,
-                        entering ? " cannot run, the group failed earlier: "
-                                 : " gave up, the group failed: ",
-                        reason);
-  if (timeout) throw TimeoutError(msg);
-  throw std::runtime_error(msg);
+  group_->failure.rethrow("threads", cat(name_of(kind_), " #", seq_), rank_, entering);
 }
 
 void ThreadsCommunicator::time_out(unsigned long long target_phase) {
-  if (group_->failed.load(std::memory_order_acquire)) throw_group_failure(false);
-  std::vector<int> missing;
+  if (group_->failure.failed()) throw_group_failure(false);
+  std::vector<MissingRank> missing;
   for (int r = 0; r < group_->size; ++r) {
-    if (group_->slots[r].phase.load(std::memory_order_acquire) < target_phase) missing.push_back(r);
-  }
-  std::string who, last;
-  for (std::size_t i = 0; i < missing.size(); ++i) {
-    const int r = missing[i];
+    if (group_->slots[r].phase.load(std::memory_order_acquire) >= target_phase) continue;
     const unsigned long long entered = group_->slots[r].entered.load(std::memory_order_relaxed);
-    who += cat(i ? ", " : "", r);
-    last += cat(i ? "; " : "", "rank ", r);
-    if (entered == 0) {
-      last += " has entered no collective";
-    } else {
-      last += cat(" last entered ", kind_name(static_cast<int>(entered & 0xff)), " #", entered >> 8);
-    }
+    missing.push_back({r, last_entered(r, static_cast<Kind>(entered & 0xff), entered >> 8)});
   }
-  std::string reason = cat(kind_name(kind_), " #", seq_, " on rank ", rank_, " timed out after ",
-                           timeout(), " s: ", missing.size() == 1 ? "rank " : "ranks ", who,
-                           " did not arrive (", last, ")");
-  group_->set_failure(reason, true);
+  const std::string reason =
+      timed_out(cat(name_of(kind_), " #", seq_), rank_, timeout()) + ": " + missing_ranks(missing);
+  group_->failure.record(reason, true);
   throw TimeoutError("[threads] " + reason);
 }
 
@@ -173,7 +131,7 @@ void ThreadsCommunicator::arrive_and_wait() {
     while (next < n && slots[next].phase.load(std::memory_order_acquire) >= target) ++next;
     if (next == n) return;
     if (wait.step()) {
-      if (group_->failed.load(std::memory_order_acquire)) throw_group_failure(false);
+      if (group_->failure.failed()) throw_group_failure(false);
       const auto now = std::chrono::steady_clock::now();
       if (!deadline_set_) {
         // Measured from the first slow wait of this collective (a few microseconds after entry)
@@ -193,7 +151,7 @@ void ThreadsCommunicator::arrive_and_wait() {
 void ThreadsCommunicator::begin(const Call& call) {
   kind_ = call.kind;
   ++seq_;
-  if (group_->failed.load(std::memory_order_acquire)) throw_group_failure(true);
+  if (group_->failure.failed()) throw_group_failure(true);
   deadline_set_ = false;
   RankSlot& me = group_->slots[rank_];
   Call& mine = me.call;
@@ -215,7 +173,7 @@ void ThreadsCommunicator::begin(const Call& call) {
                    other.root),
           " but rank ", rank_, " called ",
           describe(mine.kind, mine.seq, mine.count, mine.dtype, mine.op, mine.root));
-      group_->set_failure(reason, false);
+      group_->failure.record(reason, false);
       throw std::runtime_error("[threads] " + reason);
     }
   }
@@ -261,7 +219,7 @@ using OutputPointers = PointerArray<void*>;
 
 void ThreadsCommunicator::do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
   Call call;
-  call.kind = kAllReduce;
+  call.kind = Kind::AllReduce;
   call.count = count;
   call.dtype = dtype;
   call.op = op;
@@ -292,7 +250,7 @@ void ThreadsCommunicator::do_all_reduce(void* data, std::size_t count, DType dty
 
 void ThreadsCommunicator::do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
   Call call;
-  call.kind = kReduce;
+  call.kind = Kind::Reduce;
   call.count = count;
   call.dtype = dtype;
   call.op = op;
@@ -311,7 +269,7 @@ void ThreadsCommunicator::do_reduce(void* data, std::size_t count, DType dtype, 
 
 void ThreadsCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, int root) {
   Call call;
-  call.kind = kBroadcast;
+  call.kind = Kind::Broadcast;
   call.count = count;
   call.dtype = dtype;
   call.root = root;
@@ -324,7 +282,7 @@ void ThreadsCommunicator::do_broadcast(void* data, std::size_t count, DType dtyp
 void ThreadsCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
                                         DType dtype) {
   Call call;
-  call.kind = kAllGather;
+  call.kind = Kind::AllGather;
   call.count = count_per_rank;
   call.dtype = dtype;
   call.send = send;
@@ -345,7 +303,7 @@ void ThreadsCommunicator::do_all_gather(const void* send, void* recv, std::size_
 void ThreadsCommunicator::do_reduce_scatter(const void* send, void* recv,
                                             std::size_t count_per_rank, DType dtype, ReduceOp op) {
   Call call;
-  call.kind = kReduceScatter;
+  call.kind = Kind::ReduceScatter;
   call.count = count_per_rank;
   call.dtype = dtype;
   call.op = op;
@@ -363,11 +321,44 @@ void ThreadsCommunicator::do_reduce_scatter(const void* send, void* recv,
 
 void ThreadsCommunicator::do_barrier() {
   Call call;
-  call.kind = kBarrier;
+  call.kind = Kind::Barrier;
   begin(call);
   // A second phase, so that no rank starts its next call (overwriting a call slot) while a
   // slower rank still checks this one.
   arrive_and_wait();
+}
+
+}  // namespace mdtrain
+
+namespace mdtrain {
+
+std::unique_ptr<Communicator> ThreadsCommunicator::do_split(int color, int key) {
+  Call call;
+  call.kind = Kind::Split;
+  call.color = color;
+  call.key = key;
+  begin(call);  // first phase: every rank's color and key are visible
+  // This rank's new group, in new-rank order: (key, rank here), as MPI_Comm_split.
+  std::vector<int> members;
+  if (color >= 0) {
+    for (int r = 0; r < group_->size; ++r) {
+      if (call_of(r).color == color) members.push_back(r);
+    }
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return call_of(a).key < call_of(b).key; });
+  }
+  // Each new group gets fresh shared state, made once by its first member.
+  const bool maker = !members.empty() && members.front() == rank_;
+  RankSlot* slots = group_->slots.get();
+  if (maker) slots[rank_].child = std::make_shared<Group>(static_cast<int>(members.size()));
+  arrive_and_wait();  // second phase: every made group is visible
+  std::shared_ptr<Group> child = members.empty() ? nullptr : slots[members.front()].child;
+  arrive_and_wait();  // third phase: every member holds its group
+  if (maker) slots[rank_].child.reset();
+  if (!child) return nullptr;
+  const int new_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  return std::unique_ptr<Communicator>(new ThreadsCommunicator(std::move(child), new_rank));
 }
 
 }  // namespace mdtrain

@@ -10,6 +10,8 @@
 // thread timing. All-reduces split the work: rank r reduces the r-th chunk of every rank's
 // buffer and writes the result into the r-th chunk of every rank's buffer.
 //
+// split() gives sub-groups of their own (fresh shared state), e.g. one per axis of a device mesh.
+//
 // Every collective also checks that all ranks called the same operation with the same count,
 // dtype, op and root (else std::runtime_error naming both calls), and reports in a TimeoutError
 // which ranks did not arrive and what they last entered.
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "mdtrain/distribute/collective_kind.h"
 #include "mdtrain/distribute/communicator.h"
 
 namespace mdtrain {
@@ -48,6 +51,9 @@ class ThreadsCommunicator final : public Communicator {
   void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
                          ReduceOp op) override;
   void do_barrier() override;
+  // Every rank's (color, key) through the group, then each new group gets fresh shared state
+  // (three phases in all). The new groups share nothing with this one.
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
 
  private:
   ThreadsCommunicator(std::shared_ptr<Group> group, int rank);
@@ -65,7 +71,7 @@ class ThreadsCommunicator final : public Communicator {
   int rank_;
   unsigned long long seq_ = 0;    // collectives this rank has entered
   unsigned long long phase_ = 0;  // phases this rank has passed
-  int kind_ = 0;                  // kind of the collective in progress
+  CollectiveKind kind_ = CollectiveKind::None;  // the collective in progress
   bool deadline_set_ = false;
   std::chrono::steady_clock::time_point deadline_{};
 };

@@ -1,0 +1,99 @@
+// layer_from_config is the one way layers are made (model files and Python): every class is in
+// its table, and each class's from_config reads back what its config() writes.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "mdtrain/nn/dropout.h"
+#include "mdtrain/nn/layer_factory.h"
+
+namespace mdtrain {
+namespace {
+
+// A config per registered class, with non-default values where the class has any.
+Json spec_for(const std::string& cls) {
+  const std::map<std::string, const char*> configs = {
+      {"Dense", R"({"units": 3, "activation": "tanh", "use_bias": false, "kernel_regularizer": "l2"})"},
+      {"Activation", R"({"activation": "relu"})"},
+      {"Flatten", "{}"},
+      {"Dropout", R"({"rate": 0.25, "seed": 9})"},
+      {"Conv2D", R"({"filters": 2, "kernel_size": [3, 1], "strides": 2, "padding": "same", "dilation_rate": 1})"},
+      {"MaxPooling2D", R"({"pool_size": 3, "strides": [1, 2], "padding": "same"})"},
+      {"AveragePooling2D", R"({"pool_size": [2, 1]})"},
+      {"GlobalAveragePooling2D", R"({"keepdims": true})"},
+      {"Reshape", R"({"target_shape": [2, -1]})"},
+      {"BatchNormalization", R"({"momentum": 0.5, "epsilon": 0.01, "center": false, "synchronized": true})"},
+      {"LayerNormalization", R"({"axis": [-1], "epsilon": 1e-5, "scale": false})"},
+  };
+  Json config = Json::parse(configs.at(cls));
+  config.set("name", "layer_" + cls);
+  Json spec = Json::object();
+  spec.set("class_name", cls);
+  spec.set("config", config);
+  return spec;
+}
+
+TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
+  const auto names = layer_class_names();
+  EXPECT_EQ(names.size(), 11u);
+  for (const auto& cls : names) {
+    SCOPED_TRACE(cls);
+    const Json spec = spec_for(cls);
+    auto layer = layer_from_config(spec);
+    EXPECT_EQ(layer->class_name(), cls);
+    EXPECT_EQ(layer->name(), "layer_" + cls);
+    Json written = layer_to_config(*layer);
+    auto again = layer_from_config(written);
+    EXPECT_EQ(layer_to_config(*again), written);
+    // The fields given were taken, not defaulted.
+    for (const auto& [key, value] : spec.at("config").as_object()) {
+      if (key == "axis" || key == "strides" || key == "pool_size" || key == "dilation_rate" ||
+          key == "kernel_regularizer")
+        continue;  // written in Keras's canonical form (pairs, objects), not as given
+      EXPECT_EQ(written.at("config").at(key), value) << key;
+    }
+  }
+}
+
+TEST(LayerRegistry, MissingFieldsTakeKerasDefaultsAndUnknownOnesAreIgnored) {
+  auto bn = layer_from_config(Json::parse(
+      R"({"class_name": "BatchNormalization", "config": {"name": "bn", "not_a_field": [1, 2]}})"));
+  Json c = bn->config();
+  EXPECT_DOUBLE_EQ(c.at("momentum").as_number(), 0.99);
+  EXPECT_DOUBLE_EQ(c.at("epsilon").as_number(), 1e-3);
+  EXPECT_FALSE(c.contains("not_a_field"));
+  auto pool = layer_from_config(Json::parse(R"({"class_name": "MaxPooling2D", "config": {"name": "p", "strides": null}})"));
+  EXPECT_EQ(pool->config().at("strides").dump(), "[2,2]");
+}
+
+TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
+  try {
+    layer_from_config(Json::parse(R"({"class_name": "Conv3D", "config": {"name": "c"}})"));
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "[layers] unknown layer class 'Conv3D'; known: Dense, Activation, Flatten, Dropout, Conv2D, "
+                 "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Reshape, BatchNormalization, "
+                 "LayerNormalization");
+  }
+}
+
+TEST(LayerRegistry, DropoutSeedMustBeANonNegativeIntegerBelow2To53) {
+  auto seeded = [](const char* seed) {
+    return Json::parse(std::string(R"({"class_name": "Dropout", "config": {"name": "d", "rate": 0.5, "seed": )") +
+                       seed + "}}");
+  };
+  EXPECT_EQ(layer_from_config(seeded("9007199254740991"))->config().at("seed").as_int(), 9007199254740991);
+  for (const char* bad : {"-1", "0.5", "1e30", "9007199254740993"}) {
+    SCOPED_TRACE(bad);
+    try {
+      layer_from_config(seeded(bad));
+      ADD_FAILURE() << "expected std::invalid_argument";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("[dropout] layer \"d\": seed must be", 0), 0u) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mdtrain
