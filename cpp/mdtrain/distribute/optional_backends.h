@@ -28,6 +28,11 @@ MpiWorldInfo mpi_world_info();
 // Finalizes MPI if mdtrain initialized it and did not finalize it yet; later calls do nothing.
 // Also runs at process exit. MPI communicators still alive throw std::runtime_error afterwards.
 void mpi_finalize();
+// With `on`, a process in which any MPI group failed (a collective timed out or was aborted)
+// ends the whole job with MPI_Abort at exit instead of finalizing: MPI_Finalize would wait for a
+// rank that may be stuck outside MPI, and the launcher would never return. Multi-worker training
+// turns it on; off by default (a test binary that provokes failures on purpose still finalizes).
+void mpi_end_job_on_failure(bool on);
 
 // True when this build has NCCL.
 bool nccl_available();

@@ -16,6 +16,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(std::vector<Device> loc
                   d.to_string(), ": a worker's replicas must all be on CPU devices or all on GPUs");
   if (!use_mpi) return;
   control_ = make_mpi_communicator();
+  // A failed job must end even when a worker hangs (see mpi_end_job_on_failure).
+  mpi_end_job_on_failure(true);
   num_workers_ = control_->size();
   worker_index_ = control_->rank();
   // Every worker must bring the same number of replicas: the global batch is cut evenly.

@@ -42,6 +42,10 @@ def _exclusive(method):
     return run
 
 
+class _WorkersDisagree(ValueError):
+    """Raised on every worker at the same point: no other worker waits, nothing to release."""
+
+
 def _releases_workers_on_error(method):
     """In a multi-worker job, a loop left on an exception (a callback's, bad data on this worker,
     Ctrl-C) fails the collectives of every worker naming this worker and the exception, so peers
@@ -53,7 +57,7 @@ def _releases_workers_on_error(method):
             return method(self, *args, **kwargs)
         except BaseException as e:
             strategy = self._strategy
-            if strategy is not None and strategy._num_workers > 1:
+            if strategy is not None and strategy._num_workers > 1 and not isinstance(e, _WorkersDisagree):
                 rank = strategy._core.worker_index
                 self._core.abort_collectives(f"worker {rank} left {method.__name__}() on {type(e).__name__}: {e}")
             raise
@@ -517,7 +521,7 @@ class Sequential:
                     what = "the model architecture" if name == "architecture" else name
                     shown = "" if name == "architecture" else f": worker 0 has {int(table[0, j])}, worker {w} " \
                                                              f"has {int(table[w, j])}"
-                    raise ValueError(f"{where}: the workers disagree on {what}{shown} (-1: unknown). Every worker "
+                    raise _WorkersDisagree(f"{where}: the workers disagree on {what}{shown} (-1: unknown). Every worker "
                                      "must build the same model and call fit with the same data size and "
                                      "arguments.")
 

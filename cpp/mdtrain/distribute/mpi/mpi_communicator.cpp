@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -128,6 +129,13 @@ struct Abandoned {
   std::unique_ptr<Scratch> scratch;
 };
 
+// Set when any MPI group of this process failed (a timeout, an abort, a peer's notice): MPI_Finalize
+// could then wait forever for a rank that is stuck outside MPI. Written under different locks.
+std::atomic<bool>& any_group_failed() {
+  static std::atomic<bool> failed{false};
+  return failed;
+}
+
 }  // namespace
 
 struct MpiCommunicator::State {
@@ -168,6 +176,12 @@ struct MpiCommunicator::State {
   // services this communicator).
   bool failed() const { return failure.failed(); }
 
+  // Every failure of the group is recorded here: the group's record, and the process's flag.
+  void record_failure(const std::string& reason, bool timeout) {
+    failure.record(reason, timeout);
+    any_group_failed() = true;
+  }
+
   [[noreturn]] void throw_group_failure(bool entering) const {
     failure.rethrow("mpi", cat(kind_name(kind), " #", seq), rank, entering);
   }
@@ -176,7 +190,7 @@ struct MpiCommunicator::State {
   void check(int rc, const char* call) {
     if (rc == MPI_SUCCESS) return;
     const std::string reason = cat(call, " failed on rank ", rank, ": ", mpi_error_text(rc));
-    failure.record(reason, false);
+    record_failure(reason, false);
     throw std::runtime_error("[mpi] " + reason);
   }
 
@@ -260,7 +274,7 @@ struct MpiCommunicator::State {
           replies[static_cast<std::size_t>(from)] = reply;
         }
       } else if (status.MPI_TAG == kTagFailure && bytes >= 1) {
-        failure.record(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)),
+        record_failure(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)),
                        body[0] == 'T');
       } else if (status.MPI_TAG == kTagAbandoned &&
                  bytes > static_cast<int>(sizeof(std::int64_t))) {
@@ -268,7 +282,7 @@ struct MpiCommunicator::State {
         std::memcpy(&s, body.data(), sizeof s);
         abandoned_by_peer = std::max(abandoned_by_peer, s);
         const std::size_t at = sizeof s + 1;
-        failure.record(std::string(body.data() + at, static_cast<std::size_t>(bytes) - at),
+        record_failure(std::string(body.data() + at, static_cast<std::size_t>(bytes) - at),
                        body[sizeof s] == 'T');
       }
     }
@@ -350,6 +364,7 @@ struct Runtime {
   MpiWorldInfo world;
   int made = 0;  // MPI communicators made in this process
   std::vector<MpiCommunicator::State*> live;
+  bool end_job_on_failure = false;  // mpi_end_job_on_failure
   std::vector<std::unique_ptr<Abandoned>> graveyard;
 };
 
@@ -360,6 +375,9 @@ Runtime& runtime() {
 }
 
 void finalize_at_exit() {
+  // A group failed and the caller asked for it (a multi-worker job): end the whole job, so the
+  // launcher returns, instead of MPI_Finalize waiting for a rank that may be stuck outside MPI.
+  if (runtime().end_job_on_failure && any_group_failed()) MPI_Abort(MPI_COMM_WORLD, 1);
   try {
     mpi_finalize();
   } catch (...) {
@@ -566,7 +584,7 @@ void MpiCommunicator::State::run(const Engine& e) {
     try {
       fn();
     } catch (const std::exception& e) {
-      failure.record(e.what(), false);
+      record_failure(e.what(), false);
       give_up(requests);
       throw;
     }
@@ -626,7 +644,7 @@ void MpiCommunicator::State::run(const Engine& e) {
       throw_group_failure(false);
     }
     const std::string reason = timeout_report();
-    failure.record(reason, true);
+    record_failure(reason, true);
     give_up(requests);  // tells the peers why, too
     throw TimeoutError("[mpi] " + reason);
   }
@@ -753,7 +771,7 @@ void MpiCommunicator::State::exchange(const Header& header, const void* payload,
     std::lock_guard<std::mutex> lock(runtime().mutex);
     service_all();
     if (failed()) throw_group_failure(false);  // a peer gave up first: its reason explains more
-    failure.record(reason, false);
+    record_failure(reason, false);
     throw std::runtime_error("[mpi] " + reason);
   }
 }
@@ -1040,7 +1058,7 @@ void MpiCommunicator::abort(const std::string& reason) {
   State& s = *state_;
   if (s.failed()) return;
   const std::string why = cat("rank ", s.rank, " aborted the group: ", reason);
-  s.failure.record(why, false);
+  s.record_failure(why, false);
   if (rt.ready) s.notify_peers(why, false);
 }
 
@@ -1272,6 +1290,12 @@ MpiWorldInfo mpi_world_info() {
   std::lock_guard<std::mutex> lock(rt.mutex);
   initialize_locked(rt);
   return rt.world;
+}
+
+void mpi_end_job_on_failure(bool on) {
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  rt.end_job_on_failure = on;
 }
 
 void mpi_finalize() {

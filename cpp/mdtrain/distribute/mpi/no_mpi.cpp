@@ -16,4 +16,6 @@ MpiWorldInfo mpi_world_info() {
 
 void mpi_finalize() {}
 
+void mpi_end_job_on_failure(bool) {}
+
 }  // namespace mdtrain
