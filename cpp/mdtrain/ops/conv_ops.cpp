@@ -10,6 +10,7 @@
 #include "mdtrain/ops/cuda/conv_kernels.h"
 #include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/device_checks.h"
+#include "mdtrain/ops/ops.h"
 
 namespace mdtrain::ops {
 
@@ -279,6 +280,31 @@ void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) {
     using T = decltype(tag);
     cpu::global_avg_pool2d_backward<T>(dy.data<T>(), images, pixels, channels, dx.data<T>());
   });
+}
+
+namespace {
+// Below this many multiply-adds a convolution pass is too short to share: waking the team's
+// workers and adding the partial gradients would cost more than the second core gives.
+constexpr std::int64_t kMinSplitMacs = std::int64_t{2} << 20;
+}  // namespace
+
+int conv2d_image_runs(const Device& device, std::int64_t images, std::int64_t macs,
+                      const std::function<void(int runs)>& prepare,
+                      const std::function<void(int run, std::int64_t first_image, std::int64_t last_image)>& pass) {
+  const int wanted = device.is_cpu() && images >= 2 && macs >= kMinSplitMacs
+                         ? static_cast<int>(std::min<std::int64_t>(images, cpu_thread_count()))
+                         : 1;
+  cpu::IntraOpTeam team(wanted > 1);
+  const int runs = team.get() ? std::min(wanted, team.get()->size()) : 1;
+  prepare(runs);
+  if (runs == 1) {
+    pass(0, 0, images);
+  } else {
+    team.get()->run([&](int r) {
+      if (r < runs) pass(r, images * r / runs, images * (r + 1) / runs);
+    });
+  }
+  return runs;
 }
 
 }  // namespace mdtrain::ops
