@@ -31,7 +31,8 @@ template <class T> struct Range {
 
 // Cuts the elements of all segments (laid end to end) into ranges over the intra-op threads and
 // calls run(bool_constant clip, bool_constant decay, Range<T>) for each piece of each segment.
-// clip and decay are decided per segment exactly as Optimizer::VariableUpdate::clip()/decays().
+// clip and decay are decided per segment as the per-parameter loops before the ops decided them
+// (grad_scale != 1 or a finite clip_value; decay != 0), and as the GPU kernels do.
 template <class T, class Run>
 void for_each_range(const std::vector<UpdateSegment>& segments, double clip_value, Run&& run) {
   std::int64_t total = 0;
