@@ -232,6 +232,15 @@ bool all_finite(const Tensor& x) {
   return ok;
 }
 
+double sum_of_squares(const Tensor& x) {
+  require_usable("sum_of_squares", x);
+  if (!x.device().is_cpu()) return cuda::sum_of_squares(x);
+  return dispatch_floating(x.dtype(), "ops", [&](auto tag) {
+    using T = decltype(tag);
+    return cpu::sum_of_squares<T>(x.data<T>(), x.numel());
+  });
+}
+
 void set_cpu_threads(int threads) {
   MDTRAIN_CHECK(threads >= 1, std::invalid_argument, "[ops] thread count must be >= 1, got ", threads);
   cpu::set_intra_op_threads(threads);

@@ -6,7 +6,7 @@
 
 #include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
-#include "mdtrain/ops/cuda/kernels.h"
+#include "mdtrain/ops/ops.h"
 
 namespace mdtrain {
 
@@ -20,27 +20,6 @@ void check_clip_argument(const std::optional<double>& value, const char* what) {
   }
 }
 
-template <class T> double sum_of_squares(const T* g, std::int64_t n) {
-  // Accumulated in double over 8 lanes combined in a fixed order: deterministic on every
-  // machine, and the lanes let the loop vectorise without -ffast-math reassociation.
-  constexpr int kLanes = 8;
-  double lane[kLanes] = {};
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(g[i + j]) * static_cast<double>(g[i + j]);
-  for (int j = 0; i < n; ++i, ++j) lane[j] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-  double s = 0;
-  for (double x : lane) s += x;
-  return s;
-}
-
-double squared_norm(const Tensor& g) {
-  if (!g.device().is_cpu()) return cuda::sum_of_squares(g);
-  return dispatch_floating(g.dtype(), "optim", [&](auto tag) {
-    using T = decltype(tag);
-    return sum_of_squares(g.data<T>(), g.numel());
-  });
-}
 
 // state() hands out host tensors whatever device the slots live on (checkpoints, get_weights).
 Tensor host_copy(const Tensor& t) {
@@ -301,7 +280,7 @@ void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std
   if (options_.clipnorm) {
     const double c = *options_.clipnorm;
     for (std::size_t i = 0; i < vars.size(); ++i) {
-      const double l2sum = squared_norm(vars[i]->grad);
+      const double l2sum = ops::sum_of_squares(vars[i]->grad);
       const double l2norm = l2sum > 0 ? std::sqrt(l2sum) : l2sum;
       scale[i] = c / std::max(l2norm, c);
       if (std::isnan(l2norm)) scale[i] = l2norm;  // std::max would drop the NaN
@@ -309,7 +288,7 @@ void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std
   } else if (options_.global_clipnorm) {
     const double c = *options_.global_clipnorm;
     double total = 0;
-    for (Parameter* p : vars) total += squared_norm(p->grad);
+    for (Parameter* p : vars) total += ops::sum_of_squares(p->grad);
     const double use_norm = std::sqrt(total);
     // (use_norm - use_norm) turns an infinite or NaN norm into a NaN scale, as Keras does.
     const double s = c * std::min(1.0 / use_norm, 1.0 / c) + (use_norm - use_norm);
