@@ -55,12 +55,14 @@ def time_mdtrain(x, y, batch, epochs):
     model.compile(optimizer=tf.keras.optimizers.Adam(),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     model.fit(x, y, batch_size=batch, epochs=1, steps_per_epoch=50, verbose=0)  # warm-up
+    model.step_time_breakdown(reset=True)
     times = []
     for _ in range(epochs):
         t = time.perf_counter()
         model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
         times.append(time.perf_counter() - t)
-    return min(times), float(np.median(times))
+    # Where a step's time goes, over the timed epochs (the optimizer update's share in particular).
+    return min(times), float(np.median(times)), model.step_time_breakdown()
 
 
 def time_tf(python, x, y, batches, epochs):
@@ -109,18 +111,20 @@ def main():
 
     rows = []
     for batch in batches:
-        best, median = time_mdtrain(x, y, batch, args.epochs)
+        best, median, steps = time_mdtrain(x, y, batch, args.epochs)
         floor = flops / (max(peak1, peak2, concurrent) * 1e9)
         row = {"batch": batch, "mdtrain_s": round(best, 3), "median_s": round(median, 3),
                "floor_s": round(floor, 3), "x_floor": round(best / floor, 2),
-               "GFLOP/s": round(flops / best / 1e9, 1)}
+               "GFLOP/s": round(flops / best / 1e9, 1), "step_us": round(steps["step"] * 1e6, 1),
+               "update_us": round(steps["update"] * 1e6, 1),
+               "update_%": round(100 * steps["update"] / steps["step"], 1)}
         if tf_result:
             tf_s = tf_result["seconds"][str(batch)]
             row.update({"keras_tf_s": round(tf_s, 3), "tf/mdtrain": round(tf_s / best, 2)})
         rows.append(row)
     print()
-    _common.print_table(rows, ["batch", "mdtrain_s", "median_s", "floor_s", "x_floor", "GFLOP/s", "keras_tf_s",
-                               "tf/mdtrain"])
+    _common.print_table(rows, ["batch", "mdtrain_s", "median_s", "floor_s", "x_floor", "GFLOP/s", "step_us",
+                               "update_us", "update_%", "keras_tf_s", "tf/mdtrain"])
     if tf_result:
         print(f"(Keras on TensorFlow {tf_result['tf_version']}, best epoch after the first)")
     else:

@@ -27,6 +27,7 @@ regularizers = tf.keras.regularizers
 
 def _models():
     """(name, model, input shape) for models that together use every layer and most arguments."""
+    tf.keras.backend.clear_session()  # automatic names start again whatever ran before
     tf.keras.utils.set_random_seed(1234)
     yield "cnn", tf.keras.Sequential([
         layers.Conv2D(4, (3, 2), strides=(1, 2), padding="same", activation="relu", input_shape=(8, 8, 3),

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/allocator.h"
 #include "mdtrain/core/cuda/device_memory.h"
 
@@ -113,13 +114,11 @@ void Tensor::fill(double value) {
     cuda::fill(raw(), device_, dtype_, numel_, value);
     return;
   }
-  switch (dtype_) {
-    case DType::Float32: { auto* p = data<float>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<float>(value); break; }
-    case DType::Float64: { auto* p = data<double>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = value; break; }
-    case DType::Int32: { auto* p = data<std::int32_t>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<std::int32_t>(value); break; }
-    case DType::Int64: { auto* p = data<std::int64_t>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<std::int64_t>(value); break; }
-    case DType::UInt8: { auto* p = data<std::uint8_t>(); for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<std::uint8_t>(value); break; }
-  }
+  dispatch_any(dtype_, "tensor", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = data<T>();
+    for (std::int64_t i = 0; i < numel_; ++i) p[i] = static_cast<T>(value);
+  });
 }
 
 void Tensor::check_dtype(DType requested) const {

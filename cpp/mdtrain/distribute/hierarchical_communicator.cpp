@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
 
 namespace mdtrain {
@@ -64,13 +65,11 @@ void HierarchicalCommunicator::guarded(const char* op, F&& body) {
 
 void HierarchicalCommunicator::divide_by_size(void* data, std::size_t count, DType dtype) const {
   const double n = static_cast<double>(size());
-  if (dtype == DType::Float32) {
-    auto* p = static_cast<float*>(data);
-    for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<float>(p[i] / n);
-  } else {
-    auto* p = static_cast<double*>(data);
-    for (std::size_t i = 0; i < count; ++i) p[i] /= n;
-  }
+  dispatch_floating(dtype, "hierarchical", [&](auto tag) {
+    using T = decltype(tag);
+    auto* p = static_cast<T*>(data);
+    for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / n);
+  });
 }
 
 void HierarchicalCommunicator::all_reduce_levels(void* data, std::size_t count, DType dtype, ReduceOp op) {

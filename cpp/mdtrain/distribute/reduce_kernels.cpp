@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/reduce_math.h"
 
@@ -71,17 +72,9 @@ void reduce_in_rank_order(void* const* outputs, int n_outputs, const void* const
   if (count == 0) return;
   void* const* out = outputs;
   const int m = n_outputs;
-  switch (dtype) {
-    case DType::Float32: return reduce_dispatch_op<float>(out, m, inputs, n_inputs, offset, count, op);
-    case DType::Float64: return reduce_dispatch_op<double>(out, m, inputs, n_inputs, offset, count, op);
-    case DType::Int32:
-      return reduce_dispatch_op<std::int32_t>(out, m, inputs, n_inputs, offset, count, op);
-    case DType::Int64:
-      return reduce_dispatch_op<std::int64_t>(out, m, inputs, n_inputs, offset, count, op);
-    case DType::UInt8:
-      return reduce_dispatch_op<std::uint8_t>(out, m, inputs, n_inputs, offset, count, op);
-  }
-  fail<std::invalid_argument>("[distribute] unknown dtype ", static_cast<int>(dtype));
+  dispatch_any(dtype, "distribute", [&](auto tag) {
+    reduce_dispatch_op<decltype(tag)>(out, m, inputs, n_inputs, offset, count, op);
+  });
 }
 
 }  // namespace mdtrain::detail

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "mdtrain/nn/window_args.h"
-#include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/ops/conv_ops.h"
 #include "mdtrain/ops/ops.h"
 
@@ -119,25 +118,6 @@ void Conv2D::check_conv_input(const Tensor& x) const {
   check_input(x);  // the spatial size the layer was built for, and the dtype
 }
 
-namespace {
-// Below this many multiply-adds a layer's pass is too short to share: waking the team's workers
-// and adding the partial gradients would cost more than the second core gives.
-constexpr std::int64_t kMinSplitMacs = std::int64_t{2} << 20;
-}  // namespace
-
-int Conv2D::runs_for(std::int64_t images, const Device& device) const {
-  if (!device.is_cpu() || images < 2) return 1;
-  const std::int64_t macs = images * window_.out_h * window_.out_w * window_.k_h * window_.k_w * window_.channels *
-                            options_.filters;
-  if (macs < kMinSplitMacs) return 1;
-  return static_cast<int>(std::min<std::int64_t>(images, ops::cpu_thread_count()));
-}
-
-std::pair<std::int64_t, std::int64_t> Conv2D::run_rows(int run, int runs, std::int64_t images) const {
-  const std::int64_t first_image = images * run / runs, last_image = images * (run + 1) / runs;
-  return {first_image * window_.out_h, last_image * window_.out_h};
-}
-
 Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   check_conv_input(x);
   x_ = x;
@@ -154,20 +134,18 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   // twice (and on a GPU keeps the columns within the budget).
   columns_kept_ = !pointwise() && (out_rows <= chunk || (device.is_cpu() && depth <= filters));
   if (columns_kept_) column_rows(col_, rows, device);
-  const int wanted = runs_for(images, device);
-  cpu::IntraOpTeam team(wanted > 1);
-  const int runs = team.get() ? std::min(wanted, team.get()->size()) : 1;
-  last_runs_ = runs;
-  if (runs == 1) {
-    forward_rows(x, 0, out_rows, chunk, col_);
-  } else {
-    run_col_.resize(static_cast<std::size_t>(runs));
-    team.get()->run([&](int r) {
-      if (r >= runs) return;
-      const auto [first, last] = run_rows(r, runs, images);
-      forward_rows(x, first, last, chunk, r == 0 ? col_ : run_col_[static_cast<std::size_t>(r)]);
-    });
-  }
+  // Runs of whole images over the intra-op threads when the op finds the pass worth splitting.
+  const std::int64_t macs = rows * depth * filters;
+  ops::conv2d_image_runs(
+      device, images, macs,
+      [&](int runs) {
+        last_runs_ = runs;
+        if (runs > 1) run_col_.resize(static_cast<std::size_t>(runs));
+      },
+      [&](int r, std::int64_t first_image, std::int64_t last_image) {
+        forward_rows(x, first_image * window_.out_h, last_image * window_.out_h, chunk,
+                     r == 0 ? col_ : run_col_[static_cast<std::size_t>(r)]);
+      });
   return y_.reshape({images, window_.out_h, window_.out_w, filters});
 }
 
@@ -220,27 +198,33 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
     if (options_.use_bias) weights_.bias.grad.fill(0.0);
     return need_input_grad ? dx_ : Tensor();
   }
-  const std::int64_t out_rows = images * window_.out_h, chunk = output_rows_per_chunk(device);
-  const int wanted = runs_for(images, device);
-  cpu::IntraOpTeam team(wanted > 1);
-  const int runs = team.get() ? std::min(wanted, team.get()->size()) : 1;
-  last_runs_ = runs;
-  if (runs == 1) {
-    backward_rows(grad, through_activation, need_input_grad, 0, out_rows, chunk, dw, weights_.bias.grad, col_, dz_);
-  } else {
-    // Each run's gradients into its row of run_dw_ / run_db_, then added up in run order.
-    ensure_buffer(run_dw_, {runs, depth * filters}, dtype_, device);
-    ensure_buffer(run_db_, {runs, filters}, dtype_, device);
-    run_col_.resize(static_cast<std::size_t>(runs));
-    run_dz_.resize(static_cast<std::size_t>(runs));
-    team.get()->run([&](int r) {
-      if (r >= runs) return;
-      const auto [first, last] = run_rows(r, runs, images);
-      const auto k = static_cast<std::size_t>(r);
-      backward_rows(grad, through_activation, need_input_grad, first, last, chunk,
-                    run_dw_.rows(r, r + 1).reshape({depth, filters}), run_db_.rows(r, r + 1).reshape({filters}),
-                    r == 0 ? col_ : run_col_[k], r == 0 ? dz_ : run_dz_[k]);
-    });
+  const std::int64_t chunk = output_rows_per_chunk(device);
+  // Each run's gradients into its row of run_dw_ / run_db_ (one run: straight into the
+  // gradients), then added up in run order.
+  const std::int64_t macs = rows * depth * filters;
+  const int runs = ops::conv2d_image_runs(
+      device, images, macs,
+      [&](int n) {
+        last_runs_ = n;
+        if (n == 1) return;
+        ensure_buffer(run_dw_, {n, depth * filters}, dtype_, device);
+        ensure_buffer(run_db_, {n, filters}, dtype_, device);
+        run_col_.resize(static_cast<std::size_t>(n));
+        run_dz_.resize(static_cast<std::size_t>(n));
+      },
+      [&](int r, std::int64_t first_image, std::int64_t last_image) {
+        const std::int64_t first = first_image * window_.out_h, last = last_image * window_.out_h;
+        if (last_runs_ == 1) {
+          backward_rows(grad, through_activation, need_input_grad, first, last, chunk, dw, weights_.bias.grad, col_,
+                        dz_);
+          return;
+        }
+        const auto k = static_cast<std::size_t>(r);
+        backward_rows(grad, through_activation, need_input_grad, first, last, chunk,
+                      run_dw_.rows(r, r + 1).reshape({depth, filters}), run_db_.rows(r, r + 1).reshape({filters}),
+                      r == 0 ? col_ : run_col_[k], r == 0 ? dz_ : run_dz_[k]);
+      });
+  if (runs > 1) {
     Tensor dw_flat = dw.reshape({depth * filters});
     ops::sum_rows(run_dw_, dw_flat);
     if (options_.use_bias) ops::sum_rows(run_db_, weights_.bias.grad);

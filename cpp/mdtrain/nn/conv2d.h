@@ -97,15 +97,10 @@ class Conv2D : public Layer {
   // Backward chunk by chunk from dL/dy (through_activation) or dL/dz.
   Tensor backward_chunks(const Tensor& grad, bool through_activation, bool need_input_grad);
 
-  // On a CPU, a batch large enough is split into runs of whole images, one per member of the
-  // intra-op thread team (cpu::IntraOpTeam: the cores one replica may use), each run in its own
-  // chunks with its own scratch; the kernel and bias gradients are then the runs' partial sums
-  // added in run order. Images never share input rows, so the runs write disjoint rows of y, z,
-  // the kept columns and dx. The result is deterministic for a given thread count (with several
-  // threads the gradients are summed in a different order than in one run).
-  int runs_for(std::int64_t images, const Device& device) const;
-  // Output rows [first, last) of the run `run` of `runs` over `images` (numbered across the batch).
-  std::pair<std::int64_t, std::int64_t> run_rows(int run, int runs, std::int64_t images) const;
+  // On a CPU, a batch large enough is split by ops::conv2d_image_runs into runs of whole images,
+  // each run in its own chunks with its own scratch; the kernel and bias gradients are then the
+  // runs' partial sums added in run order. The result is deterministic for a given thread count
+  // (with several threads the gradients are summed in a different order than in one run).
   // Forward of output rows [first, last) in chunks; `col` is the run's column scratch (unused when
   // the columns are kept).
   void forward_rows(const Tensor& x, std::int64_t first, std::int64_t last, std::int64_t chunk, Tensor& col);

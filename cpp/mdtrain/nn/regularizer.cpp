@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
 
 namespace mdtrain {
@@ -36,16 +37,20 @@ Tensor host_copy(const Tensor& t) {
 
 double Regularizer::loss(const Tensor& w_any) const {
   const Tensor w = w_any.device().is_cpu() ? w_any : host_copy(w_any);
-  return w.dtype() == DType::Float32 ? penalty(w.data<float>(), w.numel(), l1_, l2_)
-                                     : penalty(w.data<double>(), w.numel(), l1_, l2_);
+  return dispatch_floating(w.dtype(), "regularizer", [&](auto tag) {
+    using T = decltype(tag);
+    return penalty(w.data<T>(), w.numel(), l1_, l2_);
+  });
 }
 
 void Regularizer::add_gradient(const Tensor& w_any, Tensor& grad_any) const {
   const bool on_host = w_any.device().is_cpu() && grad_any.device().is_cpu();
   const Tensor w = on_host ? w_any : host_copy(w_any);
   Tensor grad = on_host ? grad_any : host_copy(grad_any);
-  if (w.dtype() == DType::Float32) penalty_grad(w.data<float>(), w.numel(), l1_, l2_, grad.data<float>());
-  else penalty_grad(w.data<double>(), w.numel(), l1_, l2_, grad.data<double>());
+  dispatch_floating(w.dtype(), "regularizer", [&](auto tag) {
+    using T = decltype(tag);
+    penalty_grad(w.data<T>(), w.numel(), l1_, l2_, grad.data<T>());
+  });
   if (!on_host) grad_any.copy_from(grad);
 }
 

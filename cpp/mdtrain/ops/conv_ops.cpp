@@ -4,12 +4,14 @@
 #include <climits>
 #include <utility>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/conv_kernels.h"
 #include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
 #include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/ops/device_checks.h"
+#include "mdtrain/ops/ops.h"
 
 namespace mdtrain::ops {
 
@@ -93,14 +95,6 @@ void over_image_runs(std::int64_t images, std::int64_t elements, F&& fn) {
   cpu::run_in_ranges(images, elements >= kMinSplitElements, std::forward<F>(fn));
 }
 
-template <class F>
-void by_dtype(DType dtype, F&& f) {
-  if (dtype == DType::Float32)
-    f(float{});
-  else
-    f(double{});
-}
-
 // The checks of both col2im forms; returns the output rows col holds.
 std::int64_t check_col2im(const Tensor& col, const Window2D& g, std::int64_t first_row, const Tensor& dx) {
   check_window("col2im", g);
@@ -149,7 +143,7 @@ void im2col(const Tensor& x, const Window2D& g, std::int64_t first_row, Tensor& 
   const std::int64_t images = images_of_input("im2col", x, g, "x");
   const std::int64_t rows = require_row_columns("im2col", col, g, first_row, images);
   if (!x.device().is_cpu()) return cuda::im2col(x, g, first_row, col);
-  by_dtype(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::im2col<T>(x.data<T>(), first_row, rows, g, col.data<T>());
   });
@@ -165,7 +159,7 @@ void im2col(const Tensor& x, const Window2D& g, Tensor& col) {
 void col2im_accumulate(const Tensor& col, const Window2D& g, std::int64_t first_row, Tensor& dx) {
   const std::int64_t rows = check_col2im(col, g, first_row, dx);
   if (!dx.device().is_cpu()) return cuda::col2im(col, g, first_row, /*accumulate=*/true, dx);
-  by_dtype(col.dtype(), [&](auto tag) { col2im_cpu<decltype(tag)>(col, g, first_row, rows, dx); });
+  dispatch_floating(col.dtype(), "ops", [&](auto tag) { col2im_cpu<decltype(tag)>(col, g, first_row, rows, dx); });
 }
 
 void col2im(const Tensor& col, const Window2D& g, Tensor& dx) {
@@ -176,7 +170,7 @@ void col2im(const Tensor& col, const Window2D& g, Tensor& dx) {
   // The GPU's gather writes every element (0 where no window reads), so dx needs no clearing.
   if (!dx.device().is_cpu()) return cuda::col2im(col, g, 0, /*accumulate=*/false, dx);
   dx.fill(0.0);
-  by_dtype(col.dtype(), [&](auto tag) { col2im_cpu<decltype(tag)>(col, g, 0, rows, dx); });
+  dispatch_floating(col.dtype(), "ops", [&](auto tag) { col2im_cpu<decltype(tag)>(col, g, 0, rows, dx); });
 }
 
 void max_pool2d(const Tensor& x, const Window2D& g, Tensor& y, Tensor& argmax) {
@@ -189,7 +183,7 @@ void max_pool2d(const Tensor& x, const Window2D& g, Tensor& y, Tensor& argmax) {
   MDTRAIN_CHECK(g.in_h * g.in_w <= INT32_MAX, std::invalid_argument, "[max_pool2d] an image of ", g.in_h, "x", g.in_w,
                 " pixels exceeds the 32-bit argmax index");
   if (!x.device().is_cpu()) return cuda::max_pool2d(x, g, y, argmax);
-  by_dtype(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     const std::int64_t in = g.in_h * g.in_w * g.channels, out = g.out_h * g.out_w * g.channels;
     over_image_runs(images, x.numel(), [&](std::int64_t i0, std::int64_t i1) {
@@ -207,7 +201,7 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& argmax, const Window2D&
   require_output("max_pool2d_backward", dy, images, g, "dy");
   require_argmax("max_pool2d_backward", argmax, dy);
   if (!dy.device().is_cpu()) return cuda::max_pool2d_backward(dy, argmax, g, dx);
-  by_dtype(dy.dtype(), [&](auto tag) {
+  dispatch_floating(dy.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     const std::int64_t in = g.in_h * g.in_w * g.channels, out = g.out_h * g.out_w * g.channels;
     over_image_runs(images, dx.numel(), [&](std::int64_t i0, std::int64_t i1) {
@@ -224,7 +218,7 @@ void avg_pool2d(const Tensor& x, const Window2D& g, Tensor& y) {
   const std::int64_t images = images_of_input("avg_pool2d", x, g, "x");
   require_output("avg_pool2d", y, images, g, "y");
   if (!x.device().is_cpu()) return cuda::avg_pool2d(x, g, y);
-  by_dtype(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     const std::int64_t in = g.in_h * g.in_w * g.channels, out = g.out_h * g.out_w * g.channels;
     over_image_runs(images, x.numel(), [&](std::int64_t i0, std::int64_t i1) {
@@ -240,7 +234,7 @@ void avg_pool2d_backward(const Tensor& dy, const Window2D& g, Tensor& dx) {
   const std::int64_t images = images_of_input("avg_pool2d_backward", dx, g, "dx");
   require_output("avg_pool2d_backward", dy, images, g, "dy");
   if (!dy.device().is_cpu()) return cuda::avg_pool2d_backward(dy, g, dx);
-  by_dtype(dy.dtype(), [&](auto tag) {
+  dispatch_floating(dy.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     const std::int64_t in = g.in_h * g.in_w * g.channels, out = g.out_h * g.out_w * g.channels;
     over_image_runs(images, dx.numel(), [&](std::int64_t i0, std::int64_t i1) {
@@ -259,7 +253,7 @@ void global_avg_pool2d(const Tensor& x, Tensor& y) {
   MDTRAIN_CHECK(y.numel() == images * channels, std::invalid_argument, "[global_avg_pool2d] y ", to_string(y.shape()),
                 " does not hold ", images, " x ", channels, " means");
   if (!x.device().is_cpu()) return cuda::global_avg_pool2d(x, images, pixels, channels, y);
-  by_dtype(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::global_avg_pool2d<T>(x.data<T>(), images, pixels, channels, y.data<T>());
   });
@@ -275,10 +269,35 @@ void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) {
   MDTRAIN_CHECK(dy.numel() == images * channels, std::invalid_argument, "[global_avg_pool2d_backward] dy ",
                 to_string(dy.shape()), " does not hold ", images, " x ", channels, " gradients");
   if (!dy.device().is_cpu()) return cuda::global_avg_pool2d_backward(dy, images, pixels, channels, dx);
-  by_dtype(dy.dtype(), [&](auto tag) {
+  dispatch_floating(dy.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::global_avg_pool2d_backward<T>(dy.data<T>(), images, pixels, channels, dx.data<T>());
   });
+}
+
+namespace {
+// Below this many multiply-adds a convolution pass is too short to share: waking the team's
+// workers and adding the partial gradients would cost more than the second core gives.
+constexpr std::int64_t kMinSplitMacs = std::int64_t{2} << 20;
+}  // namespace
+
+int conv2d_image_runs(const Device& device, std::int64_t images, std::int64_t macs,
+                      const std::function<void(int runs)>& prepare,
+                      const std::function<void(int run, std::int64_t first_image, std::int64_t last_image)>& pass) {
+  const int wanted = device.is_cpu() && images >= 2 && macs >= kMinSplitMacs
+                         ? static_cast<int>(std::min<std::int64_t>(images, cpu_thread_count()))
+                         : 1;
+  cpu::IntraOpTeam team(wanted > 1);
+  const int runs = team.get() ? std::min(wanted, team.get()->size()) : 1;
+  prepare(runs);
+  if (runs == 1) {
+    pass(0, 0, images);
+  } else {
+    team.get()->run([&](int r) {
+      if (r < runs) pass(r, images * r / runs, images * (r + 1) / runs);
+    });
+  }
+  return runs;
 }
 
 }  // namespace mdtrain::ops

@@ -6,6 +6,7 @@
 // Convolution itself is im2col + GEMM (ops::gemm): the layer owns the GEMMs, these ops own the
 // data movement around them.
 #include <cstdint>
+#include <functional>
 
 #include "mdtrain/core/tensor.h"
 #include "mdtrain/ops/conv_math.h"
@@ -36,6 +37,17 @@ void col2im(const Tensor& col, const Window2D& g, Tensor& dx);
 // The adjoint of the row-range im2col, added onto dx (not cleared: the caller zeroes dx once and
 // accumulates every range, since neighbouring ranges may read the same input rows).
 void col2im_accumulate(const Tensor& col, const Window2D& g, std::int64_t first_row, Tensor& dx);
+
+// How a convolution pass over `images` images costing `macs` multiply-adds in all is cut: on the
+// host, when the pass is long enough to pay for waking the intra-op team (cpu::IntraOpTeam: the
+// cores one replica may use), into runs of whole images, one per team member; otherwise (a GPU, a
+// short pass, one image, a busy team) one run. Calls prepare(runs) on the calling thread, then
+// pass(run, first_image, last_image) for every run, concurrently, run 0 on the calling thread.
+// Images never share input rows, so runs write disjoint rows of every per-image output; what the
+// runs share (weight gradients) the caller sums in run order, after this returns. Returns `runs`.
+int conv2d_image_runs(const Device& device, std::int64_t images, std::int64_t macs,
+                      const std::function<void(int runs)>& prepare,
+                      const std::function<void(int run, std::int64_t first_image, std::int64_t last_image)>& pass);
 
 // Max pooling: y (images, out_h, out_w, channels) is the maximum over each window's in-bounds
 // elements (padding never wins); argmax (Int32, y's shape and device) records where it was, as in_h-major

@@ -1,5 +1,6 @@
 #include "mdtrain/ops/loss_ops.h"
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/loss_kernels.h"
 #include "mdtrain/core/cuda/runtime.h"
@@ -31,21 +32,6 @@ Tensor on_host(const Tensor& t) {
 bool is_label_dtype(DType d) {
   return d == DType::Float32 || d == DType::Float64 || d == DType::Int32 || d == DType::Int64 ||
          d == DType::UInt8;
-}
-
-template <class F> void by_float(DType d, F&& f) {
-  if (d == DType::Float32) f(float{});
-  else f(double{});
-}
-
-template <class F> void by_label(DType d, F&& f) {
-  switch (d) {
-    case DType::Float32: f(float{}); break;
-    case DType::Float64: f(double{}); break;
-    case DType::Int32: f(std::int32_t{}); break;
-    case DType::Int64: f(std::int64_t{}); break;
-    case DType::UInt8: f(std::uint8_t{}); break;
-  }
 }
 
 // Checks pred (2-D float, cols >= 1), the labels/targets tensor (element count `expected`) and
@@ -80,9 +66,9 @@ std::pair<std::int64_t, std::int64_t> check(const char* op, const Tensor& y, con
 // Runs kernel(L* y, T* pred, T* g) with the right types.
 template <class K>
 void dispatch(const Tensor& y, const Tensor& pred, Tensor* dpred, K&& kernel) {
-  by_float(pred.dtype(), [&](auto ttag) {
+  dispatch_floating(pred.dtype(), "ops", [&](auto ttag) {
     using T = decltype(ttag);
-    by_label(y.dtype(), [&](auto ltag) {
+    dispatch_any(y.dtype(), "ops", [&](auto ltag) {
       using L = decltype(ltag);
       kernel(y.data<L>(), pred.data<T>(), dpred ? dpred->data<T>() : static_cast<T*>(nullptr));
     });
@@ -98,7 +84,7 @@ std::int64_t first_invalid_label(const Tensor& labels, std::int64_t classes,
                 "[ops] first_invalid_label: unsupported label dtype ", name_of(labels.dtype()));
   const Tensor host = on_host(labels);
   std::int64_t bad = -1;
-  by_label(host.dtype(), [&](auto tag) {
+  dispatch_any(host.dtype(), "ops", [&](auto tag) {
     using L = decltype(tag);
     bad = cpu::first_invalid_label(host.data<L>(), host.numel(), classes, ignore_class.has_value(),
                                    ignore_class.value_or(0));
@@ -112,7 +98,7 @@ double element_as_double(const Tensor& t, std::int64_t index) {
                 " out of range for shape ", to_string(t.shape()));
   const Tensor host = on_host(t.reshape({-1}).rows(index, index + 1));
   double v = 0;
-  by_label(host.dtype(), [&](auto tag) {
+  dispatch_any(host.dtype(), "ops", [&](auto tag) {
     using L = decltype(tag);
     v = static_cast<double>(host.data<L>()[0]);
   });
@@ -125,7 +111,7 @@ std::int64_t count_equal(const Tensor& labels, double value) {
                 "[ops] count_equal: unsupported label dtype ", name_of(labels.dtype()));
   const Tensor host = on_host(labels);
   std::int64_t n = 0;
-  by_label(host.dtype(), [&](auto tag) {
+  dispatch_any(host.dtype(), "ops", [&](auto tag) {
     using L = decltype(tag);
     n = cpu::count_equal(host.data<L>(), host.numel(), value);
   });

@@ -1,5 +1,6 @@
 #include "mdtrain/ops/normalization.h"
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/normalization_kernels.h"
 #include "mdtrain/core/cuda/runtime.h"
@@ -56,11 +57,6 @@ void check_affine(const char* op, const char* what, const Tensor& p, const Tenso
   require_same_memory(op, what, p, x);
 }
 
-template <class F> void by_float(DType d, F&& f) {
-  if (d == DType::Float32) f(float{});
-  else f(double{});
-}
-
 template <class T> const T* optional_data(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
 }  // namespace
@@ -70,7 +66,7 @@ void channel_moments(const Tensor& x, Tensor& mean, Tensor& variance) {
   check_stats("channel_moments", "mean", mean, x.dim(1), x);
   check_stats("channel_moments", "variance", variance, x.dim(1), x);
   if (!x.device().is_cpu()) return cuda::channel_moments(x, mean, variance);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::channel_moments(x.data<T>(), x.dim(0), x.dim(1), mean.data<double>(), variance.data<double>());
   });
@@ -82,7 +78,7 @@ void channel_sums(const Tensor& x, const Tensor& shift, Tensor& sum, Tensor& sum
   check_stats("channel_sums", "sum", sum, x.dim(1), x);
   check_stats("channel_sums", "sum_squares", sum_squares, x.dim(1), x);
   if (!x.device().is_cpu()) return cuda::channel_sums(x, shift, sum, sum_squares);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::channel_sums(x.data<T>(), x.dim(0), x.dim(1), shift.data<double>(), sum.data<double>(),
                       sum_squares.data<double>());
@@ -100,7 +96,7 @@ void channel_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv_st
   check_like(op, "y", y, x, true);
   if (xhat) check_like(op, "xhat", *xhat, x, true);
   if (!x.device().is_cpu()) return cuda::channel_normalize(x, mean, inv_std, gamma, beta, xhat, y);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::channel_normalize(x.data<T>(), x.dim(0), x.dim(1), mean.data<double>(), inv_std.data<double>(),
                            optional_data<T>(gamma), optional_data<T>(beta), xhat ? xhat->data<T>() : nullptr,
@@ -115,7 +111,7 @@ void channel_grad_sums(const Tensor& dy, const Tensor& xhat, Tensor& sum_dy, Ten
   check_stats(op, "sum_dy", sum_dy, dy.dim(1), dy);
   check_stats(op, "sum_dy_xhat", sum_dy_xhat, dy.dim(1), dy);
   if (!dy.device().is_cpu()) return cuda::channel_grad_sums(dy, xhat, sum_dy, sum_dy_xhat);
-  by_float(dy.dtype(), [&](auto tag) {
+  dispatch_floating(dy.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::channel_grad_sums(dy.data<T>(), xhat.data<T>(), dy.dim(0), dy.dim(1), sum_dy.data<double>(),
                            sum_dy_xhat.data<double>());
@@ -134,7 +130,7 @@ void channel_normalize_backward(const Tensor& dy, const Tensor& xhat, const Tens
   MDTRAIN_CHECK(dy.numel() == 0 || !dx.same_storage(xhat), std::invalid_argument, "[ops] ", op,
                 ": dx must not alias xhat");
   if (!dy.device().is_cpu()) return cuda::channel_normalize_backward(dy, xhat, scale, mean_dy, mean_dy_xhat, dx);
-  by_float(dy.dtype(), [&](auto tag) {
+  dispatch_floating(dy.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::channel_normalize_backward(dy.data<T>(), xhat.data<T>(), dy.dim(0), dy.dim(1), scale.data<double>(),
                                     mean_dy.data<double>(), mean_dy_xhat.data<double>(), dx.data<T>());
@@ -154,7 +150,7 @@ void row_normalize(const Tensor& x, double epsilon, const Tensor& gamma, const T
   check_like(op, "y", y, x, true);
   check_stats(op, "inv_std", inv_std, x.dim(0), x);
   if (!x.device().is_cpu()) return cuda::row_normalize(x, epsilon, gamma, beta, xhat, inv_std, y);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::row_normalize(x.data<T>(), x.dim(0), x.dim(1), epsilon, optional_data<T>(gamma), optional_data<T>(beta),
                        xhat.data<T>(), inv_std.data<double>(), y.data<T>());
@@ -172,7 +168,7 @@ void row_normalize_backward(const Tensor& dy, const Tensor& xhat, const Tensor& 
   MDTRAIN_CHECK(dy.numel() == 0 || !dx.same_storage(xhat), std::invalid_argument, "[ops] ", op,
                 ": dx must not alias xhat");
   if (!dy.device().is_cpu()) return cuda::row_normalize_backward(dy, xhat, inv_std, gamma, dx);
-  by_float(dy.dtype(), [&](auto tag) {
+  dispatch_floating(dy.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::row_normalize_backward(dy.data<T>(), xhat.data<T>(), dy.dim(0), dy.dim(1), inv_std.data<double>(),
                                 optional_data<T>(gamma), dx.data<T>());

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstring>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cpu/blas.h"
 #include "mdtrain/ops/cpu/kernels.h"
@@ -78,12 +79,6 @@ void cpu_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, 
 // (rows, cols) view of a tensor whose last axis is the feature axis.
 std::int64_t cols_of(const Tensor& t) { return t.ndim() == 0 ? 1 : t.shape().back(); }
 
-template <class F>
-void by_dtype(DType dtype, F&& f) {
-  if (dtype == DType::Float32) f(float{});
-  else f(double{});
-}
-
 }  // namespace
 
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
@@ -103,14 +98,14 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   if (!c.device().is_cpu()) return cuda::gemm(a, ta, b, tb, c, alpha, beta);
   if (k == 0) {  // an empty sum: c = beta * c, which BLAS implementations disagree on
     if (beta == 0.0) std::memset(c.raw(), 0, c.nbytes());
-    else by_dtype(c.dtype(), [&](auto tag) {
+    else dispatch_floating(c.dtype(), "ops", [&](auto tag) {
       using T = decltype(tag);
       T* p = c.data<T>();
       for (std::int64_t i = 0; i < c.numel(); ++i) p[i] *= static_cast<T>(beta);
     });
     return;
   }
-  by_dtype(a.dtype(), [&](auto tag) {
+  dispatch_floating(a.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu_gemm<T>(ta, tb, m, n, k, static_cast<T>(alpha), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
                 static_cast<T>(beta), c.data<T>());
@@ -128,7 +123,7 @@ void bias_activation(const Tensor& z, const Tensor& bias, Activation act, Tensor
                   to_string(bias.shape()), " does not match the last axis of ", to_string(z.shape()));
   }
   if (!z.device().is_cpu()) return cuda::bias_activation(z, bias, act, y);
-  by_dtype(z.dtype(), [&](auto tag) {
+  dispatch_floating(z.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::bias_activation<T>(z.data<T>(), bias.defined() ? bias.data<T>() : nullptr, rows, cols, act, y.data<T>());
   });
@@ -146,7 +141,7 @@ void activation_backward(Activation act, const Tensor& z, const Tensor& y, const
   if (z.defined()) require_same_device("activation_backward", y, z, "z");
   if (!y.device().is_cpu()) return cuda::activation_backward(act, z, y, dy, dz);
   std::int64_t cols = cols_of(y), rows = cols ? y.numel() / cols : 0;
-  by_dtype(y.dtype(), [&](auto tag) {
+  dispatch_floating(y.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::activation_backward<T>(act, z.defined() ? z.data<T>() : nullptr, y.data<T>(), dy.data<T>(), rows, cols,
                                 dz.data<T>());
@@ -159,7 +154,7 @@ void sum_rows(const Tensor& x, Tensor& out, double beta) {
   MDTRAIN_CHECK(out.numel() == cols, std::invalid_argument, "[sum_rows] out ", to_string(out.shape()),
                 " does not match the last axis of ", to_string(x.shape()));
   if (!x.device().is_cpu()) return cuda::sum_rows(x, out, beta);
-  by_dtype(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::sum_rows<T>(x.data<T>(), rows, cols, static_cast<T>(beta), out.data<T>());
   });
@@ -173,7 +168,7 @@ void dropout(const Tensor& x, double rate, std::uint64_t seed, std::uint64_t str
   MDTRAIN_CHECK(x.numel() == y.numel() && x.numel() == mask.numel(), std::invalid_argument,
                 "[dropout] sizes differ");
   if (!x.device().is_cpu()) return cuda::dropout(x, rate, seed, stream, first_element, mask, y);
-  by_dtype(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     // The mask is a function of each element's position alone: ranges on the intra-op threads give
     // the same bits. From 2^15 elements the split pays (a Philox block per four elements is not a
@@ -191,7 +186,7 @@ void multiply(const Tensor& a, const Tensor& b, Tensor& y) {
   MDTRAIN_CHECK(a.numel() == b.numel() && a.numel() == y.numel(), std::invalid_argument,
                 "[multiply] sizes differ: ", to_string(a.shape()), ", ", to_string(b.shape()));
   if (!a.device().is_cpu()) return cuda::multiply(a, b, y);
-  by_dtype(a.dtype(), [&](auto tag) {
+  dispatch_floating(a.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     cpu::multiply<T>(a.data<T>(), b.data<T>(), a.numel(), y.data<T>());
   });
@@ -230,11 +225,20 @@ bool all_finite(const Tensor& x) {
   if (!is_floating(x.dtype())) return true;
   if (!x.device().is_cpu()) return cuda::all_finite(x);
   bool ok = true;
-  by_dtype(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);
     ok = cpu::all_finite<T>(x.data<T>(), x.numel());
   });
   return ok;
+}
+
+double sum_of_squares(const Tensor& x) {
+  require_usable("sum_of_squares", x);
+  if (!x.device().is_cpu()) return cuda::sum_of_squares(x);
+  return dispatch_floating(x.dtype(), "ops", [&](auto tag) {
+    using T = decltype(tag);
+    return cpu::sum_of_squares<T>(x.data<T>(), x.numel());
+  });
 }
 
 void set_cpu_threads(int threads) {

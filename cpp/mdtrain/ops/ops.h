@@ -38,6 +38,9 @@ void gather_rows(const Tensor& x, const std::int64_t* indices, std::int64_t coun
 
 // True if every element is finite.
 bool all_finite(const Tensor& x);
+// The sum of x's squared elements in float64, in a fixed order (gradient norms for clipping):
+// the same bits on every run and machine for the same x and device kind.
+double sum_of_squares(const Tensor& x);
 
 // Threads one CPU op may split its work over (GEMMs in blocks, Conv2D by images; the BLAS itself
 // runs single-threaded), process-wide: every core by default. While several replicas run, each

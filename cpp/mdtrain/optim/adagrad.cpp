@@ -2,26 +2,9 @@
 
 #include <cmath>
 
-#include "mdtrain/ops/optimizer_math.h"
+#include "mdtrain/ops/optimizer_ops.h"
 
 namespace mdtrain {
-
-namespace {
-
-template <class T, bool kClip, bool kDecay>
-void adagrad_loop(T* __restrict p, const T* __restrict g, T* __restrict acc, std::int64_t n, T lr,
-                  T epsilon, T scale, T limit, T decay) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    T gi = g[i];
-    if constexpr (kClip) gi = math::clip_gradient(gi, scale, limit);
-    T pi = p[i];
-    if constexpr (kDecay) pi = math::decay_weight(pi, decay);
-    math::adagrad_update(pi, acc[i], gi, lr, epsilon);
-    p[i] = pi;
-  }
-}
-
-}  // namespace
 
 Adagrad::Adagrad(LearningRate learning_rate, double initial_accumulator_value, double epsilon,
                  OptimizerOptions options)
@@ -52,27 +35,8 @@ std::vector<Optimizer::SlotSpec> Adagrad::slot_specs() const {
   return {{"accumulator", initial_accumulator_value_}};
 }
 
-void Adagrad::update_on_gpu(const std::vector<VariableUpdate>& updates) {
-  const VariableUpdate& u = updates.front();
-  cuda::adagrad_update(u.value->device().index, u.value->dtype(), gpu_segments(updates, 1), u.learning_rate,
-                       epsilon_, u.clip_value);
-}
-
-void Adagrad::update(const VariableUpdate& u) {
-  dispatch_float(u.value->dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* p = u.value->data<T>() + u.begin;
-    const T* g = u.grad->data<T>() + u.begin;
-    T* acc = u.slots[0].data<T>() + u.begin;
-    const std::int64_t n = u.end - u.begin;
-    const T lr = static_cast<T>(u.learning_rate), eps = static_cast<T>(epsilon_),
-            scale = static_cast<T>(u.grad_scale), limit = static_cast<T>(u.clip_value),
-            decay = static_cast<T>(u.decay);
-    dispatch_flags(u.clip(), u.decays(), [&](auto clip, auto dec) {
-      constexpr bool kClip = decltype(clip)::value, kDecay = decltype(dec)::value;
-      adagrad_loop<T, kClip, kDecay>(p, g, acc, n, lr, eps, scale, limit, decay);
-    });
-  });
+void Adagrad::update(const StepUpdate& u) {
+  ops::adagrad_update(u.device, u.dtype, u.segments, u.learning_rate, epsilon_, u.clip_value);
 }
 
 }  // namespace mdtrain

@@ -21,8 +21,7 @@ class Adagrad : public Optimizer {
 
  protected:
   std::vector<SlotSpec> slot_specs() const override;
-  void update(const VariableUpdate& u) override;
-  void update_on_gpu(const std::vector<VariableUpdate>& updates) override;
+  void update(const StepUpdate& step) override;
 
  private:
   double initial_accumulator_value_, epsilon_;

@@ -28,12 +28,11 @@ class Adam : public Optimizer {
   Adam(LearningRate learning_rate, double beta_1, double beta_2, double epsilon, bool amsgrad,
        OptimizerOptions options, const char* default_name);
   std::vector<SlotSpec> slot_specs() const override;
-  void update(const VariableUpdate& u) override;
-  void update_on_gpu(const std::vector<VariableUpdate>& updates) override;
+  void update(const StepUpdate& step) override;
 
  private:
-  // alpha of the step u belongs to (the same for every parameter of a step).
-  double step_size(const VariableUpdate& u) const;
+  // alpha of a step: lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), t = iterations + 1.
+  double step_size(double learning_rate, std::int64_t iterations) const;
 
   double beta_1_, beta_2_, epsilon_;
   bool amsgrad_;

@@ -4,8 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
-#include "mdtrain/ops/cuda/kernels.h"
+#include "mdtrain/ops/ops.h"
 
 namespace mdtrain {
 
@@ -19,25 +20,6 @@ void check_clip_argument(const std::optional<double>& value, const char* what) {
   }
 }
 
-template <class T> double sum_of_squares(const T* g, std::int64_t n) {
-  // Accumulated in double over 8 lanes combined in a fixed order: deterministic on every
-  // machine, and the lanes let the loop vectorise without -ffast-math reassociation.
-  constexpr int kLanes = 8;
-  double lane[kLanes] = {};
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(g[i + j]) * static_cast<double>(g[i + j]);
-  for (int j = 0; i < n; ++i, ++j) lane[j] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-  double s = 0;
-  for (double x : lane) s += x;
-  return s;
-}
-
-double squared_norm(const Tensor& g) {
-  if (!g.device().is_cpu()) return cuda::sum_of_squares(g);
-  if (g.dtype() == DType::Float32) return sum_of_squares(g.data<float>(), g.numel());
-  return sum_of_squares(g.data<double>(), g.numel());
-}
 
 // state() hands out host tensors whatever device the slots live on (checkpoints, get_weights).
 Tensor host_copy(const Tensor& t) {
@@ -81,21 +63,13 @@ Optimizer::Optimizer(const Optimizer& other)
       param_names_(other.param_names_),
       shapes_(other.shapes_),
       dtypes_(other.dtypes_),
+      slots_(other.slots_),
       has_pending_(other.has_pending_) {
-  slots_.reserve(other.slots_.size());
-  for (const auto& per_param : other.slots_) {
-    std::vector<Tensor> copy;
-    for (const auto& t : per_param) copy.push_back(t.clone());
-    slots_.push_back(std::move(copy));
-  }
+  pack_slots();  // new buffers: the copy shares no slot storage with the original
   for (const auto& [n, t] : other.pending_) pending_.emplace_back(n, t.clone());
 }
 
 Optimizer::~Optimizer() = default;
-
-bool Optimizer::VariableUpdate::clip() const {
-  return grad_scale != 1.0 || clip_value != std::numeric_limits<double>::infinity();
-}
 
 void Optimizer::check_range(double value, double lo, double hi, bool hi_inclusive, const char* what) {
   bool ok = value >= lo && (hi_inclusive ? value <= hi : value < hi);
@@ -170,6 +144,7 @@ void Optimizer::build_from(const std::vector<Parameter*>& params) {
     check_matches(params);
     // Slots live with their parameters: an optimizer built on the host and then given a GPU
     // replica's parameters (or the other way round) moves its slots once.
+    bool moved_any = false;
     for (std::size_t p = 0; p < params.size(); ++p)
       for (auto& slot : slots_[p])
         if (slot.device() != params[p]->value.device() &&
@@ -177,7 +152,9 @@ void Optimizer::build_from(const std::vector<Parameter*>& params) {
           Tensor moved(slot.shape(), slot.dtype(), params[p]->value.device());
           moved.copy_from(slot);
           slot = std::move(moved);
+          moved_any = true;
         }
+    if (moved_any) pack_slots();
     return;
   }
   std::vector<std::string> names;
@@ -215,9 +192,40 @@ void Optimizer::build_from(const std::vector<Parameter*>& params) {
   shapes_ = std::move(shapes);
   dtypes_ = std::move(dtypes);
   slots_ = std::move(slots);
+  pack_slots();
   pending_.clear();
   has_pending_ = false;
   built_ = true;
+}
+
+void Optimizer::pack_slots() {
+  if (slots_.empty()) return;
+  const std::size_t kinds = slots_.front().size();
+  for (std::size_t s = 0; s < kinds; ++s) {
+    // Runs of consecutive parameters in one memory and dtype share a buffer.
+    std::size_t first = 0;
+    while (first < slots_.size()) {
+      const Tensor& head = slots_[first][s];
+      std::size_t last = first;
+      std::int64_t total = 0;
+      while (last < slots_.size() && slots_[last][s].dtype() == head.dtype() &&
+             (slots_[last][s].device() == head.device() ||
+              (slots_[last][s].device().is_cpu() && head.device().is_cpu()))) {
+        total += slots_[last][s].numel();
+        ++last;
+      }
+      Tensor buffer({total}, head.dtype(), head.device());
+      std::int64_t offset = 0;
+      for (std::size_t p = first; p < last; ++p) {
+        Tensor& slot = slots_[p][s];
+        Tensor view = buffer.rows(offset, offset + slot.numel()).reshape(slot.shape());
+        view.copy_from(slot);
+        offset += slot.numel();
+        slot = std::move(view);
+      }
+      first = last;
+    }
+  }
 }
 
 void Optimizer::check_matches(const std::vector<Parameter*>& params) const {
@@ -272,7 +280,7 @@ void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std
   if (options_.clipnorm) {
     const double c = *options_.clipnorm;
     for (std::size_t i = 0; i < vars.size(); ++i) {
-      const double l2sum = squared_norm(vars[i]->grad);
+      const double l2sum = ops::sum_of_squares(vars[i]->grad);
       const double l2norm = l2sum > 0 ? std::sqrt(l2sum) : l2sum;
       scale[i] = c / std::max(l2norm, c);
       if (std::isnan(l2norm)) scale[i] = l2norm;  // std::max would drop the NaN
@@ -280,7 +288,7 @@ void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std
   } else if (options_.global_clipnorm) {
     const double c = *options_.global_clipnorm;
     double total = 0;
-    for (Parameter* p : vars) total += squared_norm(p->grad);
+    for (Parameter* p : vars) total += ops::sum_of_squares(p->grad);
     const double use_norm = std::sqrt(total);
     // (use_norm - use_norm) turns an infinite or NaN norm into a NaN scale, as Keras does.
     const double s = c * std::min(1.0 / use_norm, 1.0 / c) + (use_norm - use_norm);
@@ -289,40 +297,40 @@ void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std
   const double clip_value = options_.clipvalue ? *options_.clipvalue : inf;
   const double wd = options_.weight_decay ? *options_.weight_decay : 0.0;
 
-  // GPU parameters are gathered per (device, dtype) and updated by one fused launch each.
-  std::vector<std::vector<VariableUpdate>> on_gpu;
-  auto defer_to_gpu = [&](const VariableUpdate& u) {
-    for (auto& group : on_gpu)
-      if (group.front().value->device() == u.value->device() && group.front().value->dtype() == u.value->dtype()) {
-        group.push_back(u);
-        return;
-      }
-    on_gpu.push_back({u});
+  // One op call per (memory, dtype): the host, or one GPU. Ranges that continue each other
+  // (packed parameters and slots) are merged into one segment.
+  const int slot_count = slots_.empty() ? 0 : static_cast<int>(slots_.front().size());
+  std::vector<StepUpdate> steps;
+  auto step_for = [&](const Tensor& value) -> StepUpdate& {
+    for (StepUpdate& step : steps)
+      if (step.dtype == value.dtype() &&
+          (step.device == value.device() || (step.device.is_cpu() && value.device().is_cpu())))
+        return step;
+    steps.push_back(StepUpdate{value.device(), value.dtype(), {}, lr, iterations_, clip_value});
+    return steps.back();
   };
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const std::int64_t n = vars[i]->value.numel();
     const std::int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
     if (lo < hi) {
-      VariableUpdate u;
-      u.value = &vars[i]->value;
-      u.grad = &vars[i]->grad;
-      u.slots = slots_[i].data();
-      u.begin = lo - offset;
-      u.end = hi - offset;
-      u.learning_rate = lr;
-      u.iterations = iterations_;
-      u.grad_scale = scale[i];
-      u.clip_value = clip_value;
-      u.decay = (wd != 0.0 && uses_weight_decay(vars[i]->name)) ? wd * lr : 0.0;
-      if (u.value->device().is_cpu())
-        update(u);
-      else
-        defer_to_gpu(u);
+      Tensor& value = vars[i]->value;
+      const std::size_t at = static_cast<std::size_t>(lo - offset) * size_of(value.dtype());
+      ops::UpdateSegment seg;
+      seg.value = static_cast<char*>(value.raw()) + at;
+      seg.grad = static_cast<const char*>(vars[i]->grad.raw()) + at;
+      for (int s = 0; s < slot_count && s < 3; ++s) seg.slots[s] = static_cast<char*>(slots_[i][s].raw()) + at;
+      seg.size = hi - lo;
+      seg.grad_scale = scale[i];
+      seg.decay = (wd != 0.0 && uses_weight_decay(vars[i]->name)) ? wd * lr : 0.0;
+      step_for(value).segments.push_back(seg);
     }
     offset += n;
   }
-  for (const auto& group : on_gpu) update_on_gpu(group);
+  for (StepUpdate& step : steps) {
+    step.segments = ops::merge_contiguous(step.segments, step.dtype, slot_count);
+    update(step);
+  }
   ++iterations_;
 }
 
@@ -341,24 +349,6 @@ Optimizer::State Optimizer::state() const {
     for (std::size_t p = 0; p < slots_.size(); ++p)
       out.emplace_back(param_names_[p] + "/" + specs[s].name, host_copy(slots_[p][s]));
   return out;
-}
-
-std::vector<cuda::UpdateSegment> Optimizer::gpu_segments(const std::vector<VariableUpdate>& updates,
-                                                         int slot_count) {
-  std::vector<cuda::UpdateSegment> segments;
-  segments.reserve(updates.size());
-  for (const VariableUpdate& u : updates) {
-    const std::size_t offset = static_cast<std::size_t>(u.begin) * size_of(u.value->dtype());
-    cuda::UpdateSegment seg;
-    seg.value = static_cast<char*>(u.value->raw()) + offset;
-    seg.grad = static_cast<const char*>(u.grad->raw()) + offset;
-    for (int s = 0; s < slot_count && s < 3; ++s) seg.slots[s] = static_cast<char*>(u.slots[s].raw()) + offset;
-    seg.size = u.end - u.begin;
-    seg.grad_scale = u.grad_scale;
-    seg.decay = u.decay;
-    segments.push_back(seg);
-  }
-  return segments;
 }
 
 void Optimizer::set_state(const State& state) {

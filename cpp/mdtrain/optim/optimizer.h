@@ -9,20 +9,21 @@
 // Slots (Adam's momentum/velocity, ...) are created at the first apply() (or build()) from the
 // trainable parameters' shapes and dtypes and are keyed by position in that list, never by
 // address, so the same optimizer state can be restored into another model built the same way.
-// The update is a fixed sequential loop: the same inputs give bitwise the same result on every
-// replica and every run.
+// Each slot kind of all parameters of one (device, dtype) lives in one buffer, in parameter order,
+// so a model whose values and gradients are packed too (LayerStack) is updated by one op call over
+// one segment. The update is element-wise with fixed per-step scalars: the same inputs give
+// bitwise the same result on every replica, every run and however the op splits its elements.
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "mdtrain/core/json.h"
 #include "mdtrain/core/parameter.h"
 #include "mdtrain/core/tensor.h"
-#include "mdtrain/ops/cuda/optimizer_kernels.h"
+#include "mdtrain/ops/update_segment.h"
 #include "mdtrain/optim/learning_rate_schedule.h"
 
 namespace mdtrain {
@@ -104,39 +105,26 @@ class Optimizer {
   // The slots each trainable parameter gets, in a fixed order.
   virtual std::vector<SlotSpec> slot_specs() const = 0;
 
-  // Everything one parameter's update needs for one step.
-  struct VariableUpdate {
-    Tensor* value;
-    const Tensor* grad;
-    Tensor* slots;             // slot_specs().size() tensors, same shape and dtype as value
-    std::int64_t begin, end;   // element range of this parameter to update
+  // One step's update of the trainable parameters of one (device, dtype): their element ranges
+  // as segments of value, grad and slots (neighbours that continue each other already merged, so
+  // a packed model is one segment), for one call of an op of ops/optimizer_ops.h.
+  struct StepUpdate {
+    Device device;
+    DType dtype;
+    std::vector<ops::UpdateSegment> segments;  // slots in slot_specs() order
     double learning_rate;
-    std::int64_t iterations;   // before this step (Keras's local_step is iterations + 1)
-    double grad_scale;         // clipnorm / global_clipnorm factor, 1 when off
-    double clip_value;         // +inf when off
-    double decay;              // weight_decay * learning_rate, 0 when off for this parameter
-    bool clip() const;
-    bool decays() const { return decay != 0.0; }
+    std::int64_t iterations;  // before this step (Keras's local_step is iterations + 1)
+    double clip_value;        // +inf when off
   };
-  // One host parameter's update (a loop over its range).
-  virtual void update(const VariableUpdate& u) = 0;
-  // The step's updates of every parameter on one GPU (one dtype), fused: one launch of the kernel
-  // of ops/cuda/optimizer_kernels.h covers all of them (a model's whole gradient bucket), with
-  // the same per-element math and per-step scalars as update(). The updates share learning_rate
-  // and iterations. gpu_segments describes their ranges (value, grad and `slot_count` slots).
-  virtual void update_on_gpu(const std::vector<VariableUpdate>& updates) = 0;
-  static std::vector<cuda::UpdateSegment> gpu_segments(const std::vector<VariableUpdate>& updates, int slot_count);
-
-  // Calls f(T{}) with T = float or double for the parameter's dtype.
-  template <class F> static void dispatch_float(DType dtype, F&& f);
-  // Calls f(std::bool_constant<clip>{}, std::bool_constant<decay>{}) so each update loop is
-  // compiled once per combination and carries no per-element branches for features that are off.
-  template <class F> static void dispatch_flags(bool clip, bool decay, F&& f);
+  // Runs the subclass's op on the step's segments.
+  virtual void update(const StepUpdate& step) = 0;
 
   static void check_range(double value, double lo, double hi, bool hi_inclusive, const char* what);
 
  private:
   void apply_range(const ParameterList& params, std::int64_t begin, std::int64_t end);
+  // Re-lays slots_ out packed (see the class comment), copying their values.
+  void pack_slots();
   std::vector<Parameter*> trainable(const ParameterList& params) const;
   void build_from(const std::vector<Parameter*>& params);
   void check_matches(const std::vector<Parameter*>& params) const;
@@ -182,22 +170,5 @@ class ConfigReader {
   std::string what_;
   std::vector<std::string> used_;
 };
-
-// ---- template definitions --------------------------------------------------------------------
-
-template <class F> void Optimizer::dispatch_float(DType dtype, F&& f) {
-  if (dtype == DType::Float32) f(float{});
-  else f(double{});
-}
-
-template <class F> void Optimizer::dispatch_flags(bool clip, bool decay, F&& f) {
-  if (clip) {
-    if (decay) f(std::true_type{}, std::true_type{});
-    else f(std::true_type{}, std::false_type{});
-  } else {
-    if (decay) f(std::false_type{}, std::true_type{});
-    else f(std::false_type{}, std::false_type{});
-  }
-}
 
 }  // namespace mdtrain

@@ -16,7 +16,7 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/cuda/check.h"
 #include "mdtrain/core/cuda/runtime.h"
-#include "mdtrain/ops/cuda/launch.h"
+#include "mdtrain/core/cuda/staging.h"
 
 namespace mdtrain::cuda {
 

@@ -3,6 +3,7 @@
 // must not be hidden). The fold is the one the host backends use (distribute/reduce_math.h).
 #include <cstdint>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/nccl/nccl_kernels.h"
 #include "mdtrain/distribute/reduce_math.h"
@@ -46,11 +47,10 @@ void fold_ranks(const void* gathered, std::size_t rank_stride, std::size_t offse
   if (count == 0) return;
   MDTRAIN_CHECK(op == ReduceOp::Max || op == ReduceOp::Min, std::invalid_argument,
                 "[nccl] fold_ranks: only max and min are folded here");
-  switch (dtype) {
-    case DType::Float32: return launch<float>(gathered, rank_stride, offset, count, ranks, op, out, stream);
-    case DType::Float64: return launch<double>(gathered, rank_stride, offset, count, ranks, op, out, stream);
-    default: fail<std::invalid_argument>("[nccl] fold_ranks: ", name_of(dtype), " is folded by NCCL itself");
-  }
+  // Integers are folded by NCCL itself: only floats (NaN-propagating max/min) come here.
+  dispatch_floating(dtype, "nccl", [&](auto tag) {
+    launch<decltype(tag)>(gathered, rank_stride, offset, count, ranks, op, out, stream);
+  });
 }
 
 }  // namespace mdtrain::nccl_detail

@@ -102,6 +102,21 @@ bool all_finite(const T* x, std::int64_t n) {
   return acc == T(0);
 }
 
+template <class T>
+double sum_of_squares(const T* x, std::int64_t n) {
+  // Accumulated in double over 8 lanes combined in a fixed order: deterministic on every
+  // machine, and the lanes let the loop vectorise without -ffast-math reassociation.
+  constexpr int kLanes = 8;
+  double lane[kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+  for (int j = 0; i < n; ++i, ++j) lane[j] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  double s = 0;
+  for (double v : lane) s += v;
+  return s;
+}
+
 #define MDTRAIN_INSTANTIATE(T)                                                                    \
   template void bias_activation<T>(const T*, const T*, std::int64_t, std::int64_t, Activation, T*); \
   template void activation_backward<T>(Activation, const T*, const T*, const T*, std::int64_t,    \
@@ -110,7 +125,8 @@ bool all_finite(const T* x, std::int64_t n) {
   template void dropout<T>(const T*, std::int64_t, double, std::uint64_t, std::uint64_t,          \
                            std::uint64_t, T*, T*);                                                \
   template void multiply<T>(const T*, const T*, std::int64_t, T*);                                \
-  template bool all_finite<T>(const T*, std::int64_t);
+  template bool all_finite<T>(const T*, std::int64_t);                                            \
+  template double sum_of_squares<T>(const T*, std::int64_t);
 MDTRAIN_INSTANTIATE(float)
 MDTRAIN_INSTANTIATE(double)
 #undef MDTRAIN_INSTANTIATE

@@ -20,5 +20,7 @@ template <class T>
 void multiply(const T* a, const T* b, std::int64_t n, T* y);
 template <class T>
 bool all_finite(const T* x, std::int64_t n);
+template <class T>
+double sum_of_squares(const T* x, std::int64_t n);
 
 }  // namespace mdtrain::cpu

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/cuda/check.h"
@@ -125,11 +126,6 @@ template <class T> __global__ void sum_of_squares_kernel(const T* x, std::int64_
   if (threadIdx.x == 0) partial[blockIdx.x] = lane[0];
 }
 
-template <class F> void by_float(DType dtype, F&& f) {
-  if (dtype == DType::Float32) f(float{});
-  else f(double{});
-}
-
 std::int64_t cols_of(const Tensor& t) { return t.ndim() == 0 ? 1 : t.shape().back(); }
 
 }  // namespace
@@ -138,13 +134,10 @@ void fill(void* dst, const Device& device, DType dtype, std::int64_t count, doub
   if (count == 0) return;
   OnDevice on(device.index);
   const unsigned blocks = blocks_for(count);
-  switch (dtype) {
-    case DType::Float32: fill_kernel<<<blocks, kThreads, 0, on.stream>>>(static_cast<float*>(dst), count, static_cast<float>(value)); break;
-    case DType::Float64: fill_kernel<<<blocks, kThreads, 0, on.stream>>>(static_cast<double*>(dst), count, value); break;
-    case DType::Int32: fill_kernel<<<blocks, kThreads, 0, on.stream>>>(static_cast<std::int32_t*>(dst), count, static_cast<std::int32_t>(value)); break;
-    case DType::Int64: fill_kernel<<<blocks, kThreads, 0, on.stream>>>(static_cast<std::int64_t*>(dst), count, static_cast<std::int64_t>(value)); break;
-    case DType::UInt8: fill_kernel<<<blocks, kThreads, 0, on.stream>>>(static_cast<std::uint8_t*>(dst), count, static_cast<std::uint8_t>(value)); break;
-  }
+  dispatch_any(dtype, "cuda", [&](auto tag) {
+    using T = decltype(tag);
+    fill_kernel<<<blocks, kThreads, 0, on.stream>>>(static_cast<T*>(dst), count, static_cast<T>(value));
+  });
   MDTRAIN_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
@@ -152,7 +145,7 @@ void bias_activation(const Tensor& z, const Tensor& bias, Activation act, Tensor
   const std::int64_t cols = cols_of(z), rows = cols ? z.numel() / cols : 0, n = z.numel();
   if (n == 0) return;
   OnDevice on(z);
-  by_float(z.dtype(), [&](auto tag) {
+  dispatch_floating(z.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     const T* zp = z.data<T>();
     const T* bp = bias.defined() ? bias.data<T>() : nullptr;
@@ -179,7 +172,7 @@ void activation_backward(Activation act, const Tensor& z, const Tensor& y, const
       MDTRAIN_CUDA_CHECK(cudaMemcpyAsync(dz.raw(), dy.raw(), dz.nbytes(), cudaMemcpyDeviceToDevice, on.stream));
     return;
   }
-  by_float(y.dtype(), [&](auto tag) {
+  dispatch_floating(y.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     const T* zp = z.defined() ? z.data<T>() : nullptr;
     const T* yp = y.data<T>();
@@ -202,7 +195,7 @@ void sum_rows(const Tensor& x, Tensor& out, double beta) {
   const std::int64_t cols = cols_of(x), rows = cols ? x.numel() / cols : 0;
   if (cols == 0) return;
   OnDevice on(x);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     sum_rows_kernel<T><<<blocks_for(cols), kThreads, 0, on.stream>>>(x.data<T>(), rows, cols, static_cast<T>(beta),
                                                                       out.data<T>());
@@ -215,7 +208,7 @@ void dropout(const Tensor& x, double rate, std::uint64_t seed, std::uint64_t str
   const std::int64_t n = x.numel();
   if (n == 0) return;
   OnDevice on(x);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     // The scalars exactly as cpu::dropout computes them.
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
@@ -230,7 +223,7 @@ void multiply(const Tensor& a, const Tensor& b, Tensor& y) {
   const std::int64_t n = a.numel();
   if (n == 0) return;
   OnDevice on(a);
-  by_float(a.dtype(), [&](auto tag) {
+  dispatch_floating(a.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     multiply_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(a.data<T>(), b.data<T>(), n, y.data<T>());
   });
@@ -268,7 +261,7 @@ bool all_finite(const Tensor& x) {
   OnDevice on(x);
   std::shared_ptr<void> flag = allocate(x.device(), sizeof(int));
   MDTRAIN_CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), on.stream));
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     all_finite_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), n, static_cast<int*>(flag.get()));
   });
@@ -284,7 +277,7 @@ double sum_of_squares(const Tensor& x) {
   OnDevice on(x);
   const unsigned blocks = blocks_for(n);
   std::shared_ptr<void> partial = allocate(x.device(), blocks * sizeof(double));
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     sum_of_squares_kernel<T><<<blocks, kThreads, 0, on.stream>>>(x.data<T>(), n, static_cast<double*>(partial.get()));
   });

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 
+#include "mdtrain/core/cuda/staging.h"  // stage_to_device, copy_to_host
 #include "mdtrain/core/cuda/stream.h"
 #include "mdtrain/core/tensor.h"
 
@@ -28,13 +28,5 @@ struct OnDevice {
   DeviceGuard guard;
   cudaStream_t stream;
 };
-
-// Copies `bytes` to `dst` on `device` through pinned staging memory: fill(staging) writes them on
-// the host, then an asynchronous copy on the compute stream moves them. Two staging buffers per
-// device alternate, so filling the next batch overlaps the copy of this one. (runtime.cpp)
-void stage_to_device(int device, void* dst, std::size_t bytes, const std::function<void(void*)>& fill);
-
-// `bytes` of device memory copied to the host after the work already on `stream` (waits for it).
-void copy_to_host(void* host, const void* device_ptr, std::size_t bytes, cudaStream_t stream);
 
 }  // namespace mdtrain::cuda::detail

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/cuda/check.h"
 #include "mdtrain/ops/cuda/grid.cuh"
@@ -122,21 +123,6 @@ __global__ void binary_matches_kernel(const L* target, const T* pred, std::int64
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) match[i] = math::binary_match(target[i], pred[i], threshold);
 }
 
-template <class F> void by_float(DType d, F&& f) {
-  if (d == DType::Float32) f(float{});
-  else f(double{});
-}
-
-template <class F> void by_label(DType d, F&& f) {
-  switch (d) {
-    case DType::Float32: f(float{}); break;
-    case DType::Float64: f(double{}); break;
-    case DType::Int32: f(std::int32_t{}); break;
-    case DType::Int64: f(std::int64_t{}); break;
-    case DType::UInt8: f(std::uint8_t{}); break;
-  }
-}
-
 // Runs launch(T tag, L tag, double* per_item, stream) over `items` outputs and returns their sum in
 // item order (the CPU's order).
 template <class Launch>
@@ -144,8 +130,8 @@ double sum_per_item(const Tensor& y, const Tensor& pred, std::int64_t items, con
   if (items == 0) return 0.0;
   OnDevice on(pred);
   std::shared_ptr<void> per_item = allocate(pred.device(), static_cast<std::size_t>(items) * sizeof(double));
-  by_float(pred.dtype(), [&](auto ttag) {
-    by_label(y.dtype(), [&](auto ltag) { launch(ttag, ltag, static_cast<double*>(per_item.get()), on.stream); });
+  dispatch_floating(pred.dtype(), "cuda", [&](auto ttag) {
+    dispatch_any(y.dtype(), "cuda", [&](auto ltag) { launch(ttag, ltag, static_cast<double*>(per_item.get()), on.stream); });
   });
   MDTRAIN_CUDA_CHECK_LAUNCH(kernel);
   std::vector<double> host(static_cast<std::size_t>(items));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/cuda/check.h"
 #include "mdtrain/ops/cuda/grid.cuh"
@@ -198,11 +199,6 @@ __global__ void row_normalize_backward_kernel(const T* dy, const T* xhat, std::i
   }
 }
 
-template <class F> void by_float(DType dtype, F&& f) {
-  if (dtype == DType::Float32) f(float{});
-  else f(double{});
-}
-
 template <class T> const T* optional_data(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
 // Blocks of the per-row kernels: one per row, at most 4096 (they stride over the rows).
@@ -256,7 +252,7 @@ void channel_moments(const Tensor& x, Tensor& mean, Tensor& variance) {
   if (channels == 0) return;
   OnDevice on(x);
   if (rows == 0) return zero_stats(on, mean, variance);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     const double n = static_cast<double>(rows);
     channel_reduce<T, ChannelSum::Values>(on, x.device(), x.data<T>(), nullptr, nullptr, rows, channels, n,
@@ -272,7 +268,7 @@ void channel_sums(const Tensor& x, const Tensor& shift, Tensor& sum, Tensor& sum
   if (channels == 0) return;
   OnDevice on(x);
   if (rows == 0) return zero_stats(on, sum, sum_squares);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     channel_reduce<T, ChannelSum::ShiftedValuesAndSquares>(on, x.device(), x.data<T>(), nullptr,
                                                            shift.data<double>(), rows, channels, 1.0,
@@ -285,7 +281,7 @@ void channel_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv_st
   const std::int64_t n = x.numel(), channels = x.dim(1);
   if (n == 0) return;
   OnDevice on(x);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     channel_normalize_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(
         x.data<T>(), n, channels, mean.data<double>(), inv_std.data<double>(), optional_data<T>(gamma),
@@ -299,7 +295,7 @@ void channel_grad_sums(const Tensor& dy, const Tensor& xhat, Tensor& sum_dy, Ten
   if (channels == 0) return;
   OnDevice on(dy);
   if (rows == 0) return zero_stats(on, sum_dy, sum_dy_xhat);
-  by_float(dy.dtype(), [&](auto tag) {
+  dispatch_floating(dy.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     channel_reduce<T, ChannelSum::GradAndGradXhat>(on, dy.device(), dy.data<T>(), xhat.data<T>(), nullptr, rows,
                                                    channels, 1.0, sum_dy.data<double>(),
@@ -312,7 +308,7 @@ void channel_normalize_backward(const Tensor& dy, const Tensor& xhat, const Tens
   const std::int64_t n = dy.numel(), channels = dy.dim(1);
   if (n == 0) return;
   OnDevice on(dy);
-  by_float(dy.dtype(), [&](auto tag) {
+  dispatch_floating(dy.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     channel_normalize_backward_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(
         dy.data<T>(), xhat.data<T>(), n, channels, scale.data<double>(), mean_dy.data<double>(),
@@ -326,7 +322,7 @@ void row_normalize(const Tensor& x, double epsilon, const Tensor& gamma, const T
   const std::int64_t rows = x.dim(0), channels = x.dim(1);
   if (rows == 0) return;
   OnDevice on(x);
-  by_float(x.dtype(), [&](auto tag) {
+  dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     row_normalize_kernel<T><<<row_blocks(rows), kThreads, 0, on.stream>>>(
         x.data<T>(), rows, channels, epsilon, optional_data<T>(gamma), optional_data<T>(beta), xhat.data<T>(),
@@ -340,7 +336,7 @@ void row_normalize_backward(const Tensor& dy, const Tensor& xhat, const Tensor& 
   const std::int64_t rows = dy.dim(0), channels = dy.dim(1);
   if (rows == 0 || channels == 0) return;
   OnDevice on(dy);
-  by_float(dy.dtype(), [&](auto tag) {
+  dispatch_floating(dy.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     row_normalize_backward_kernel<T><<<row_blocks(rows), kThreads, 0, on.stream>>>(
         dy.data<T>(), xhat.data<T>(), rows, channels, inv_std.data<double>(), optional_data<T>(gamma), dx.data<T>());

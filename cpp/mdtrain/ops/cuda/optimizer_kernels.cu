@@ -1,5 +1,6 @@
 // Fused optimizer updates: one launch per bucket of parameter ranges (blockIdx.y picks the range),
-// each element updated by the rule of ops/optimizer_math.h that the CPU loops of optim/*.cpp run,
+// each element updated by the rule of ops/optimizer_math.h that the host loops of
+// ops/cpu/optimizer_kernels.cpp run,
 // in the same order (clip, decay, update), with kernels compiled per combination of features so
 // that a feature that is off costs nothing, as on the CPU.
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/cuda/check.h"
 #include "mdtrain/ops/cuda/grid.cuh"
@@ -101,7 +103,7 @@ __global__ void adagrad_kernel(Bucket<T> b, T lr, T epsilon, T limit) {
   }
 }
 
-// Groups the segments by (clip, decay) exactly as the CPU decides per parameter, cuts each group
+// Groups the segments by (clip, decay) exactly as the host kernels decide per segment, cuts each group
 // into buckets of kMaxSegments, and calls launch(bool_constant clip, bool_constant decay, bucket,
 // grid, stream) for each.
 template <class T, class Launch>
@@ -131,7 +133,7 @@ void for_each_bucket(int device, const std::vector<UpdateSegment>& segments, dou
       largest = 0;
     };
     for (const UpdateSegment& u : segments) {
-      // The CPU's VariableUpdate::clip() and decays().
+      // As the host kernels decide per segment.
       const bool seg_clip = u.grad_scale != 1.0 || clip_on;
       const bool seg_decay = u.decay != 0.0;
       if (seg_clip != clip || seg_decay != decay || u.size == 0) continue;
@@ -146,18 +148,11 @@ void for_each_bucket(int device, const std::vector<UpdateSegment>& segments, dou
   }
 }
 
-template <class F> void by_float(DType dtype, F&& f) {
-  MDTRAIN_CHECK(is_floating(dtype), std::invalid_argument, "[cuda] optimizer update of a ", name_of(dtype),
-                " parameter");
-  if (dtype == DType::Float32) f(float{});
-  else f(double{});
-}
-
 }  // namespace
 
 void sgd_update(int device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
                 double momentum, bool nesterov, double clip_value) {
-  by_float(dtype, [&](auto tag) {
+  dispatch_floating(dtype, "cuda", [&](auto tag) {
     using T = decltype(tag);
     const T lr = static_cast<T>(learning_rate), mom = static_cast<T>(momentum), limit = static_cast<T>(clip_value);
     for_each_bucket<T>(device, segments, clip_value, [&](auto c, auto d, const Bucket<T>& b, dim3 grid, cudaStream_t s) {
@@ -171,9 +166,9 @@ void sgd_update(int device, DType dtype, const std::vector<UpdateSegment>& segme
 
 void adam_update(int device, DType dtype, const std::vector<UpdateSegment>& segments, double alpha, double beta_1,
                  double beta_2, double epsilon, bool amsgrad, double clip_value) {
-  by_float(dtype, [&](auto tag) {
+  dispatch_floating(dtype, "cuda", [&](auto tag) {
     using T = decltype(tag);
-    // As optim/adam.cpp: the scalars in double, then cast.
+    // As the host kernels: the scalars in double, then cast.
     const math::AdamScalars<T> sc{static_cast<T>(alpha), static_cast<T>(1 - beta_1), static_cast<T>(1 - beta_2),
                                   static_cast<T>(epsilon)};
     const T limit = static_cast<T>(clip_value);
@@ -187,13 +182,13 @@ void adam_update(int device, DType dtype, const std::vector<UpdateSegment>& segm
 
 void rmsprop_update(int device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
                     double rho, double momentum, double epsilon, bool centered, double clip_value) {
-  by_float(dtype, [&](auto tag) {
+  dispatch_floating(dtype, "cuda", [&](auto tag) {
     using T = decltype(tag);
     const math::RmspropScalars<T> sc{static_cast<T>(learning_rate), static_cast<T>(rho), static_cast<T>(1 - rho),
                                      static_cast<T>(momentum), static_cast<T>(epsilon)};
     const T limit = static_cast<T>(clip_value);
     const bool has_momentum = momentum > 0;
-    // The slot order of optim/rmsprop.cpp is velocity[, momentum][, average_gradient]; the kernel
+    // The optimizer's slot order is velocity[, momentum][, average_gradient]; the kernel
     // wants velocity, momentum, average: move the average to s2 when there is no momentum slot.
     std::vector<UpdateSegment> segs = segments;
     if (centered && !has_momentum)
@@ -216,7 +211,7 @@ void rmsprop_update(int device, DType dtype, const std::vector<UpdateSegment>& s
 
 void adagrad_update(int device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
                     double epsilon, double clip_value) {
-  by_float(dtype, [&](auto tag) {
+  dispatch_floating(dtype, "cuda", [&](auto tag) {
     using T = decltype(tag);
     const T lr = static_cast<T>(learning_rate), eps = static_cast<T>(epsilon), limit = static_cast<T>(clip_value);
     for_each_bucket<T>(device, segments, clip_value, [&](auto c, auto d, const Bucket<T>& b, dim3 grid, cudaStream_t s) {

@@ -1,27 +1,20 @@
 #pragma once
 // Fused optimizer updates on a GPU: one launch updates every parameter range of a bucket (a list of
-// segments), with the per-element rules of ops/optimizer_math.h that the CPU optimizers in optim/
-// call, and the same per-step scalars (computed once per step by the caller, in double, exactly
-// as optim/*.cpp computes them). Segments with and without clipping or weight decay go to
-// separately compiled kernels, as the CPU loops are, so a feature that is off costs nothing and
-// changes no bits. Defined in optimizer_kernels.cu or by the stub no_cuda.cpp.
+// segments), with the per-element rules of ops/optimizer_math.h that the host kernels of
+// ops/cpu/optimizer_kernels.h run, and the same per-step scalars (computed once per call, in
+// double, then cast, as the host kernels do). Called through ops/optimizer_ops.h. Segments with
+// and without clipping or weight decay go to separately compiled kernels, as the host loops are,
+// so a feature that is off costs nothing and changes no bits. Defined in optimizer_kernels.cu or by the stub no_cuda.cpp.
 #include <cstdint>
 #include <vector>
 
 #include "mdtrain/core/dtype.h"
+#include "mdtrain/ops/update_segment.h"
 
 namespace mdtrain::cuda {
 
-// One parameter's range: `size` elements of value, grad and each slot (device pointers of one
-// GPU, already offset to the range's first element).
-struct UpdateSegment {
-  void* value = nullptr;
-  const void* grad = nullptr;
-  void* slots[3] = {nullptr, nullptr, nullptr};  // in the optimizer's slot_specs() order
-  std::int64_t size = 0;
-  double grad_scale = 1.0;  // clipnorm / global_clipnorm factor (1 when off)
-  double decay = 0.0;       // weight_decay * learning_rate (0 when off for this parameter)
-};
+// The segments of ops/update_segment.h (device pointers of one GPU).
+using ops::UpdateSegment;
 
 // Every function takes clip_value: clipvalue, or +inf when it is off.
 // slots: {momentum} when momentum > 0, else none.
