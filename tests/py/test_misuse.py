@@ -283,3 +283,33 @@ def test_resuming_at_an_epoch_boundary_with_another_batch_size_works(tmp_path, b
                         callbacks=[tf.keras.callbacks.BackupAndRestore(backup_dir)])
     assert len(history.history["loss"]) == 2  # epochs 2 and 3
     assert not os.path.exists(backup_dir + "/latest.mdtrain")
+
+
+# ---- readers never block on what is not a regular file -------------------------------------
+READ_PIPE = r"""
+import sys
+import mdtrain as tf
+from mdtrain.keras.datasets import _idx
+reader = {"load_model": lambda p: tf.keras.models.load_model(p), "idx": lambda p: _idx.read_idx(p, 1)}[sys.argv[1]]
+try:
+    reader(sys.argv[2])
+except Exception as e:
+    print(f"{type(e).__name__}: {e}")
+"""
+
+
+@pytest.mark.parametrize("reader", ["load_model", "idx"])
+def test_readers_refuse_a_named_pipe_instead_of_blocking(tmp_path, reader):
+    """Opening a FIFO for reading blocks until a writer comes: the readers must check the file
+    type first. In a child process, so that a regression fails the test instead of hanging it."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-c", READ_PIPE, reader, str(fifo)], capture_output=True, text=True,
+                          timeout=60)
+    out = proc.stdout.strip()
+    assert str(fifo) in out and ("pipe" in out.split(str(fifo))[-1] or "FIFO" in out or "regular" in out), \
+        out + proc.stderr
+    assert out.startswith(("ValueError", "OSError", "FileNotFoundError")), out

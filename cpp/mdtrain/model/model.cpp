@@ -1,6 +1,7 @@
 #include "mdtrain/model/model.h"
 
 #include <cmath>
+#include <new>
 
 #include "mdtrain/core/rng.h"
 #include "mdtrain/model/model_file.h"
@@ -361,6 +362,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Stra
     return model;
   } catch (const std::invalid_argument& e) {
     fail<std::invalid_argument>("[load_model] '", path, "' holds a model this version cannot rebuild: ", e.what());
+  } catch (const AllocationError& e) {
+    // The layers' configs are built before the weights are compared with the file's: a config
+    // that claims huge layers fails here, and the message must say which file described them.
+    fail<AllocationError>("[load_model] '", path, "' describes a model that does not fit in memory: ", e.what());
+  } catch (const std::bad_alloc&) {
+    fail<AllocationError>("[load_model] '", path, "' describes a model that does not fit in memory");
   }
 }
 

@@ -69,9 +69,16 @@ class Sequential:
     """A stack of layers trained as one model (keras.Sequential)."""
 
     def __init__(self, layers=None, name=None, trainable=True):
+        name = name or _naming.unique_name("sequential")
+        self._init_state(_core.Model(name, _random.draw_seed()))
+        for layer in layers or []:
+            self.add(layer)
+
+    def _init_state(self, core):
+        """The Python state of a model around its C++ core (a new one, or one load_model read)."""
         self._busy = threading.RLock()  # held by the thread running a loop on this model
-        self.name = name or _naming.unique_name("sequential")
-        self._core = _core.Model(self.name, _random.draw_seed())
+        self.name = core.name
+        self._core = core
         self._layers = []
         self._input_shape = None
         # The strategy whose scope the model was created in (None: created outside any scope).
@@ -86,8 +93,6 @@ class Sequential:
         self._resume_at = None  # (epoch, step) to continue from, set by BackupAndRestore
         self._workers_synced = False
         self._fit_batch_size = self._fit_steps = None  # of the running fit, for BackupAndRestore
-        for layer in layers or []:
-            self.add(layer)
 
     # ---- structure ------------------------------------------------------------------------
     @_exclusive
@@ -707,21 +712,11 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
     strategy = _distribute.get_strategy()
     core, metadata = _core.load_model(filepath, strategy._core)
     model = Sequential.__new__(Sequential)
-    model.name = core.name
-    model._core = core
+    model._init_state(core)
     model._layers = [_wrap_core_layer(l) for l in core.layers]
     for layer in model._layers:
         layer._model = weakref.ref(model)
     model._input_shape = tuple(core.input_shape) if core.built else None
-    model._creation_strategy = _distribute._current_scope()
-    model._strategy = None
-    model.optimizer = model.loss = None
-    model._metric_identifiers = []
-    model.stop_training = False
-    model.history = None
-    model._shuffle_seed = None
-    model._resume_at = None
-    model._workers_synced = False
     if core.compiled:
         config = json.loads(core.optimizer().config_json())
         cls = getattr(_optimizers, config["class_name"])

@@ -8,6 +8,7 @@ all the MNIST family uses, and it is what Keras returns.
 
 import gzip
 import os
+import stat
 import zlib
 
 import numpy as np
@@ -33,8 +34,22 @@ _CHUNK = 4 << 20
 
 
 def _open(path):
-    """Opens `path`, decompressing when its content (not its name) is gzip."""
-    raw = open(path, "rb")
+    """Opens `path`, decompressing when its content (not its name) is gzip. Only regular files:
+    opening a named pipe would block until a writer appears (forever, for a stray FIFO), so the
+    file is opened non-blocking and checked before anything is read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else \
+                "not a regular file"
+            raise ValueError(f"{path}: cannot read an IDX file from {kind}")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        raw = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
     try:
         is_gzip = raw.read(2) == _GZIP_SIGNATURE
         raw.seek(0)
