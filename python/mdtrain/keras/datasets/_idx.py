@@ -139,7 +139,7 @@ def _read_body(path, stream, raw, is_gzip, ndim, expected_magic):
         )
 
     array = np.empty(shape, dtype=np.uint8)
-    view = memoryview(array).cast("B")
+    view = memoryview(array.reshape(-1))  # 1-D bytes (cast() refuses a zero-sized shape)
     filled = 0
     while filled < payload:
         n = stream.readinto(view[filled : min(payload, filled + _CHUNK)])
