@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import mdtrain as tf  # noqa: E402
@@ -24,7 +24,7 @@ layers = keras.layers
 
 # Few, fast examples: every example builds and trains a tiny model (the whole file stays well
 # under two minutes). No deadline: a first call compiles kernels and allocates thread pools.
-PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+PROPERTY = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 CLEAR_ERRORS = (ValueError, TypeError, MemoryError, RuntimeError)
 HANG_SECONDS = 120
@@ -60,7 +60,7 @@ def model(units=CLASSES, activation=None):
 
 
 def finite_history(history, epochs):
-    losses = history.history["loss"]
+    losses = history.history.get("loss", [])  # epochs=0: an empty history, as in Keras
     assert len(losses) == epochs, history.history
     assert all(math.isfinite(v) for v in losses), history.history
 
@@ -164,7 +164,11 @@ def test_labels_out_of_range_are_refused_and_valid_ones_train(dtype, bad, way):
         y[5] = bad
     with np.errstate(invalid="ignore", over="ignore"):
         labels = y.astype(dtype)
-    in_range = np.all(np.isfinite(y)) and np.all(y == np.floor(y)) and np.all((y >= 0) & (y < CLASSES))
+    values = labels.astype(np.float64)
+    # Integers beyond 32 bits (NaN cast to int64 is -2**63) are the known bug tested below.
+    assume(not np.issubdtype(labels.dtype, np.integer) or np.all(np.abs(values) < 2 ** 31))
+    valid = bool(np.all(np.isfinite(values)) and np.all(values == np.floor(values))
+                 and np.all((values >= 0) & (values < CLASSES)))
     m = model()
     try:
         if way == "fit":
@@ -175,24 +179,22 @@ def test_labels_out_of_range_are_refused_and_valid_ones_train(dtype, bad, way):
             assert math.isfinite(float(np.ravel(m.train_on_batch(x, labels))[0]))
     except CLEAR_ERRORS as e:
         clear_error(e)
+        assert not valid or dtype is np.bool_, f"valid {labels.dtype} labels refused: {e}"
         return
-    # Accepted: the labels the model saw must be the valid classes the user gave.
-    np.testing.assert_array_equal(labels.astype(np.float64), y.astype(dtype).astype(np.float64))
-    assert in_range or dtype in (np.uint8, np.uint16, np.uint32, np.bool_) and np.all(
-        (labels >= 0) & (labels < CLASSES)), f"labels {labels!r} accepted"
+    assert valid, f"invalid labels accepted: {labels!r}"
 
 
-@pytest.mark.skip(reason="issue #19: integer labels >= 2**32 wrap to valid classes (narrowing before the "
-                         "range check), fixed by the API part")
+@pytest.mark.skip(reason="issue #19: int64 labels outside 32 bits wrap to valid classes (2**32 -> 0, -2**63 -> 0: "
+                         "narrowed before the range check), fixed by the API part")
 @PROPERTY
-@given(big=st.sampled_from([2 ** 32, 2 ** 32 + 1, 2 ** 33 + 2, 2 ** 63 - 1]),
+@given(big=st.sampled_from([2 ** 32, 2 ** 32 + 1, 2 ** 33 + 2, 2 ** 63 - 1, -(2 ** 32), -(2 ** 63)]),
        way=st.sampled_from(["fit", "evaluate", "train_on_batch"]))
 def test_labels_beyond_32_bits_are_refused(big, way):
     x, y = data()
     labels = y.astype(np.int64)
     labels[3] = big
     m = model()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=str(big)):  # naming the label as given, not as wrapped
         if way == "fit":
             m.fit(x, labels, verbose=0)
         elif way == "evaluate":
@@ -232,9 +234,8 @@ def test_compile_gives_a_clear_error_or_a_model_that_trains(loss, optimizer, met
     x, y = data()
     keras.utils.set_random_seed(0)
     m = keras.Sequential([keras.Input(shape=(FEATURES,)), layers.Dense(CLASSES, activation="softmax")])
-    targets = {"mse": "onehot", "mae": "onehot", "categorical_crossentropy": "onehot",
-               "binary_crossentropy": "onehot"}.get(loss, "sparse")
-    yy = np.eye(CLASSES, dtype=np.float32)[y] if targets == "onehot" else y
+    onehot = loss in ("mse", "mae", "categorical_crossentropy", "binary_crossentropy")
+    yy = np.eye(CLASSES, dtype=np.float32)[y] if onehot else y
     try:
         m.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         history = m.fit(x, yy, batch_size=4, verbose=0)
