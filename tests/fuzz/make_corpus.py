@@ -78,8 +78,9 @@ def idx_files(rng):
     for arr in (images, labels, rng_array(rng, (0, 28, 28)), rng_array(rng, (2, 28, 28))):
         ndim = arr.ndim
         raw = bytes([0, 0, 8, ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape) + arr.tobytes()
-        yield bytes([ndim]) + raw  # the target's first byte says which ndim to expect
-        yield bytes([ndim]) + gzip.compress(raw, mtime=0)
+        expect = bytes([1 if ndim == 1 else 0])  # the target's first byte: odd for labels
+        yield expect + raw
+        yield expect + gzip.compress(raw, mtime=0)
 
 
 def rng_array(rng, shape):
