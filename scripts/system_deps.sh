@@ -8,6 +8,8 @@
 #     from PyPI instead)
 #   - openmpi-bin, libopenmpi-dev, gcc: the MPI communicator (mpirun, mpi.h, libmpi; CMake's
 #     FindMPI checks the C compiler too) and its tests
+#   - clang-16, libclang-rt-16-dev (and clang, libclang-rt-14-dev where that is the default):
+#     the libFuzzer targets of scripts/fuzz.sh (clang >= 16 compiles the library; 14 does not)
 set -euo pipefail
 want=()
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || want+=(dataset-fashion-mnist)
@@ -19,6 +21,15 @@ command -v ninja >/dev/null || want+=(ninja-build)
 command -v mpirun >/dev/null || want+=(openmpi-bin)
 command -v mpicc >/dev/null || want+=(libopenmpi-dev)
 command -v gcc >/dev/null || want+=(gcc)
+# Fuzzing (scripts/fuzz.sh): clang with its libFuzzer and sanitizer runtimes.
+command -v clang >/dev/null || want+=(clang)
+[ -d /usr/lib/llvm-14/lib/clang ] && ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a \
+  >/dev/null 2>&1 && want+=(libclang-rt-14-dev)
+# (only where the distribution has them, e.g. Debian 12: elsewhere fuzz.sh says what it lacks)
+if apt-cache show clang-16 >/dev/null 2>&1; then
+  command -v clang++-16 >/dev/null || want+=(clang-16)
+  ls /usr/lib/llvm-16/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || want+=(libclang-rt-16-dev)
+fi
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; else
   echo "system_deps: please install: ${want[*]}" >&2; exit 0; fi

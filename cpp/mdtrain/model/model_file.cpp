@@ -1,14 +1,15 @@
 #include "mdtrain/model/model_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <set>
+#include <stdexcept>
+#include <vector>
 
 #include "mdtrain/core/atomic_file.h"
 #include "mdtrain/core/errors.h"
@@ -24,6 +25,7 @@ namespace {
 constexpr char kMagic[8] = {'M', 'D', 'T', 'R', 'A', 'I', 'N', '\0'};
 constexpr std::size_t kPrefixSize = 24;  // magic | version u32 | header crc32 u32 | header length u64
 constexpr std::uint64_t kAlign = 64;
+constexpr std::uint64_t kCrcChunk = 1 << 20;  // buffer for checksumming before allocating
 constexpr const char* kFormatName = "mdtrain.model";
 constexpr const char* kWeightsGroup = "weights";
 constexpr const char* kOptimizerGroup = "optimizer";
@@ -70,18 +72,13 @@ struct Crc32Tables {
 class Reader {
  public:
   explicit Reader(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    std::string why;
+    bool missing = false;
+    fd_ = open_regular_file(path, size_, why, missing);
     if (fd_ < 0) {
-      int err = errno;
-      if (err == ENOENT || err == ENOTDIR)
-        fail<IoError>("[model_file] '", path, "' not found");
-      fail<IoError>("[model_file] cannot read '", path, "': ", std::strerror(err));
+      if (missing) fail<IoError>("[model_file] '", path, "' not found");
+      fail<IoError>("[model_file] cannot read '", path, "': ", why);
     }
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) io_error(errno);
-    if (!S_ISREG(st.st_mode))
-      fail<IoError>("[model_file] cannot read '", path, "': not a regular file");
-    size_ = static_cast<std::uint64_t>(st.st_size);
   }
   ~Reader() { ::close(fd_); }
   Reader(const Reader&) = delete;
@@ -117,6 +114,23 @@ class Reader {
       begin += n;
     }
   }
+
+  // CRC-32 of [offset, offset + n), read through a fixed-size buffer: checksums are verified
+  // before anything the size of the data is allocated. Callers have checked the range.
+  std::uint32_t crc_of(std::uint64_t offset, std::uint64_t n) const {
+    std::vector<char> buf(static_cast<std::size_t>(std::min<std::uint64_t>(n, kCrcChunk)));
+    std::uint32_t crc = 0;
+    while (n > 0) {
+      std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(n, buf.size()));
+      read(offset, buf.data(), k);
+      crc = crc32(buf.data(), k, crc);
+      offset += k;
+      n -= k;
+    }
+    return crc;
+  }
+
+  const std::string& path() const { return path_; }
 
   template <class... Args>
   [[noreturn]] void corrupt(Args&&... what) const {
@@ -303,8 +317,10 @@ void save_model_file(const std::string& path, const ModelFile& file) {
   });
 }
 
-ModelFile load_model_file(const std::string& path) {
-  Reader file(path);
+namespace {
+
+ModelFile read_model_file(const Reader& file) {
+  const std::string& path = file.path();
   const std::uint64_t size = file.size();
   if (size < kPrefixSize)
     file.corrupt("file is ", size, " bytes, shorter than the ", kPrefixSize, "-byte prefix");
@@ -322,9 +338,12 @@ ModelFile load_model_file(const std::string& path) {
   if (header_len > size - kPrefixSize)
     file.corrupt("header length ", header_len, " exceeds the ", size, "-byte file");
 
+  // Checksummed before it is read into memory: a header length that only a sparse or damaged
+  // file satisfies fails here without allocating it.
+  if (file.crc_of(kPrefixSize, header_len) != header_crc) file.corrupt("header checksum mismatch");
   std::string text(static_cast<std::size_t>(header_len), '\0');
   file.read(kPrefixSize, text.data(), text.size());
-  if (crc32(text.data(), text.size()) != header_crc) file.corrupt("header checksum mismatch");
+  if (crc32(text.data(), text.size()) != header_crc) file.corrupt("header changed while being read");
   const std::uint64_t payload_start = round_up(kPrefixSize + header_len);
 
   Json header;
@@ -361,23 +380,47 @@ ModelFile load_model_file(const std::string& path) {
   if (size > expected_size)
     file.corrupt(size - expected_size, " unexpected bytes after the last tensor");
 
+  // Every padding byte and every tensor's checksum are verified before any tensor is allocated,
+  // so a damaged file (say a sparse one whose header describes gigabytes of holes) costs a read
+  // through a small buffer, not memory the size of its tensors.
   file.expect_zeros(kPrefixSize + header_len, payload_start);
+  std::uint64_t previous_end = 0;
+  for (const TensorEntry& t : entries) {
+    file.expect_zeros(payload_start + previous_end, payload_start + t.offset);
+    if (file.crc_of(payload_start + t.offset, t.nbytes) != t.crc)
+      file.corrupt("checksum mismatch in tensor '", t.name, "'");
+    previous_end = t.offset + t.nbytes;
+  }
+
   ModelFile result;
   result.model = header.at("model");
   result.compile = header.get("compile", Json());
   result.metadata = header.contains("metadata") ? header.at("metadata") : Json::object();
-  std::uint64_t previous_end = 0;
   for (const TensorEntry& t : entries) {
-    file.expect_zeros(payload_start + previous_end, payload_start + t.offset);
     Tensor value(t.shape, t.dtype);
     file.read(payload_start + t.offset, value.raw(), static_cast<std::size_t>(t.nbytes));
     if (crc32(value.raw(), value.nbytes()) != t.crc)
-      file.corrupt("checksum mismatch in tensor '", t.name, "'");
-    previous_end = t.offset + t.nbytes;
+      file.corrupt("tensor '", t.name, "' changed while being read");
     auto& group = t.optimizer ? result.optimizer_state : result.weights;
     group.push_back({t.name, std::move(value)});
   }
   return result;
+}
+
+}  // namespace
+
+ModelFile load_model_file(const std::string& path) {
+  Reader file(path);
+  try {
+    return read_model_file(file);
+  } catch (const AllocationError& e) {
+    // Sizes are checked against the file first, so this is a valid file too large for memory.
+    fail<AllocationError>("[model_file] cannot load '", path, "': ", e.what());
+  } catch (const std::bad_alloc&) {
+    fail<AllocationError>("[model_file] cannot load '", path, "': out of memory");
+  } catch (const std::length_error& e) {
+    fail<AllocationError>("[model_file] cannot load '", path, "': ", e.what());
+  }
 }
 
 }  // namespace mdtrain

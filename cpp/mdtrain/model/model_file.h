@@ -38,10 +38,15 @@ void save_model_file(const std::string& path, const ModelFile& file);
 // Reads and fully validates a model file (every tensor's CRC32 included); tensors come back as
 // fresh CPU tensors, in file order.
 //   missing file              -> std::runtime_error("[model_file] '<path>' not found")
+//   not a regular file        -> std::runtime_error("[model_file] cannot read '<path>': it is a
+//                                named pipe (FIFO), not a regular file"), without blocking
 //   other read failures       -> std::runtime_error("[model_file] cannot read '<path>': <reason>")
 //   newer format version      -> std::invalid_argument("[model_file] '<path>' has format version N ...")
 //   anything malformed        -> std::invalid_argument("[model_file] '<path>' is corrupt: <what>")
-// A damaged or hostile file never crashes the process and never allocates more than its own size.
+//   valid but too large for memory -> AllocationError("[model_file] cannot load '<path>': ...")
+// A damaged or hostile file never crashes the process and never allocates more than its own size:
+// sizes are checked against the file, and checksums verified through a small buffer, before the
+// header or any tensor is read into memory (tests/fuzz/ fuzzes this).
 ModelFile load_model_file(const std::string& path);
 
 // CRC-32 as zlib.crc32 computes it (IEEE 802.3, reflected, init and final xor 0xFFFFFFFF);

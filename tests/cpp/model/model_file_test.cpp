@@ -1,13 +1,18 @@
 #include "mdtrain/model/model_file.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <random>
 
 #include "mdtrain/core/atomic_file.h"
@@ -484,6 +489,102 @@ TEST_F(ModelFileTest, RandomDamageNeverCrashes) {
     if (bad == good) continue;
     put(path("r"), bad);
     ASSERT_FALSE(corrupt_error(path("r")).empty()) << iter;
+  }
+}
+
+// ---- hostile files: no hang, no allocation beyond the file --------------------------------------
+
+TEST_F(ModelFileTest, FifoIsRefusedWithoutBlocking) {
+  const std::string p = path("pipe.mdtrain");
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  auto result = std::async(std::launch::async, [p] { return error_of<std::runtime_error>(p); });
+  if (result.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "load_model_file blocked on a FIFO for 20 s";
+    int fd = ::open(p.c_str(), O_WRONLY | O_NONBLOCK);  // releases the blocked open()
+    if (fd >= 0) ::close(fd);
+  }
+  EXPECT_EQ(result.get(), "[model_file] cannot read '" + p + "': it is a named pipe (FIFO), not a regular file");
+  EXPECT_EQ(error_of<std::runtime_error>("/dev/zero"),
+            "[model_file] cannot read '/dev/zero': it is a character device, not a regular file");
+}
+
+// Peak resident memory grown while running `f`, in bytes; -1 when the peak cannot be reset here
+// (writing 5 to /proc/self/clear_refs resets VmHWM, Linux 4.0+).
+long long peak_growth(const std::function<void()>& f) {
+  auto field = [](const char* key) -> long long {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind(key, 0) == 0) return std::atoll(line.c_str() + std::strlen(key)) * 1024;
+    return -1;
+  };
+  {
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5";
+    if (!clear.good()) return -1;
+  }
+  long long before = field("VmRSS:");
+  if (before < 0 || field("VmHWM:") > before + (16 << 20)) return -1;
+  f();
+  return field("VmHWM:") - before;
+}
+
+TEST_F(ModelFileTest, SparseFileIsRejectedWithoutReadingItIntoMemory) {
+  // 256 MiB of holes (sparse: no disk space) behind headers that claim all of it; the checksums
+  // must fail while reading through a small buffer, before anything that size is allocated.
+  constexpr std::uint64_t kSize = 256ull << 20;
+  auto sparse = [&](const std::string& name, const std::string& head) {
+    put(path(name), head);
+    ASSERT_EQ(::truncate(path(name).c_str(), static_cast<off_t>(kSize)), 0);
+  };
+  // (a) a header length that covers the whole file
+  sparse("header", std::string("MDTRAIN\0", 8) + le32(1) + le32(0x12345678) + le64(kSize - 24));
+  // (b) a valid header describing one tensor as large as the rest of the file
+  std::string head = craft(tensors_header(""), "");
+  std::uint64_t payload_start = 0;
+  std::string tensor_header;
+  for (int pass = 0; pass < 2; ++pass) {  // the header's own length moves where the payload starts
+    std::uint64_t nbytes = kSize - payload_start;
+    tensor_header = tensors_header(R"({"name":"w","group":"weights","dtype":"uint8","shape":[)" +
+                                   std::to_string(nbytes) + R"(],"offset":0,"nbytes":)" +
+                                   std::to_string(nbytes) + R"(,"crc32":7})");
+    payload_start = craft(tensor_header, "").size();
+  }
+  sparse("tensor", craft(tensor_header, ""));
+
+  std::string header_error, tensor_error;
+  long long growth = peak_growth([&] {
+    header_error = corrupt_error(path("header"));
+    tensor_error = corrupt_error(path("tensor"));
+  });
+  EXPECT_EQ(header_error, "[model_file] '" + path("header") + "' is corrupt: header checksum mismatch");
+  EXPECT_EQ(tensor_error, "[model_file] '" + path("tensor") + "' is corrupt: checksum mismatch in tensor 'w'");
+  if (growth >= 0) EXPECT_LT(growth, 64ll << 20) << "peak memory grew by " << (growth >> 20) << " MiB";
+}
+
+TEST_F(ModelFileTest, HeaderSizesAreCheckedAgainstTheFileWithTheFieldNamed) {
+  // Offsets and sizes near 2^53 and 2^64 must not wrap around the file-size checks.
+  const std::string huge = "9007199254740992";  // 2^53, the largest count the reader accepts
+  struct Case {
+    std::string entry, expect;
+  };
+  std::vector<Case> cases = {
+      {R"({"name":"w","group":"weights","dtype":"uint8","shape":[4],"offset":)" + huge + R"(,"nbytes":4,"crc32":0})",
+       "(truncated?)"},
+      {R"({"name":"w","group":"weights","dtype":"uint8","shape":[)" + huge + R"(],"offset":0,"nbytes":)" + huge + R"(,"crc32":0})",
+       "(truncated?)"},
+      {R"({"name":"w","group":"weights","dtype":"float64","shape":[4294967296,4294967296],"offset":0,"nbytes":0,"crc32":0})",
+       "tensor 'w': shape (4294967296, 4294967296) of float64 does not match 0 bytes"},
+      {R"({"name":"w","group":"weights","dtype":"uint8","shape":[4],"offset":18446744073709551616,"nbytes":4,"crc32":0})",
+       "tensor 'w': 'offset' must be a non-negative integer, got 18446744073709551616"},
+      {R"({"name":"w","group":"weights","dtype":"uint8","shape":[-4],"offset":0,"nbytes":4,"crc32":0})",
+       "tensor 'w': each shape dimension must be a non-negative integer, got -4"},
+  };
+  for (const auto& c : cases) {
+    write_file_atomically(path("c"), craft(tensors_header(c.entry), "1234"));
+    std::string msg = corrupt_error(path("c"));
+    EXPECT_EQ(msg.rfind("[model_file] '" + path("c") + "' is corrupt: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
   }
 }
 
