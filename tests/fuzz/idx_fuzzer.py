@@ -46,21 +46,6 @@ def payload_of(data):
     return data[4 + 4 * data[3]:] if len(data) >= 4 else None
 
 
-def known_issue(body, ndim):
-    """Issue #19, fixed by the API part (python/ is theirs): read_idx raises TypeError ("memoryview:
-    cannot cast view with zeros in shape") for a shape with a zero dimension and ndim > 1, e.g. an
-    images file holding no images (tests/fuzz/known/idx/). Skips exactly those inputs; delete
-    this function once fixed and move the input into corpus/idx."""
-    if body[:2] == b"\x1f\x8b":  # the reader sees the decompressed header, even of a damaged stream
-        try:
-            body = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(body, 4 + 4 * ndim)
-        except zlib.error:
-            return False
-    if ndim == 1 or len(body) < 4 + 4 * ndim or body[:4] != bytes([0, 0, 8, ndim]):
-        return False
-    return any(int.from_bytes(body[4 + 4 * i:8 + 4 * i], "big") == 0 for i in range(ndim))
-
-
 def test_one_input(data):
     if not data:
         return
@@ -68,8 +53,6 @@ def test_one_input(data):
     body = data[1:]
     with open(PATH, "wb") as f:
         f.write(body)
-    if known_issue(body, ndim):
-        return
     try:
         array = idx.read_idx(PATH, ndim)
     except ValueError as e:

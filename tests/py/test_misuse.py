@@ -313,3 +313,17 @@ def test_readers_refuse_a_named_pipe_instead_of_blocking(tmp_path, reader):
     assert str(fifo) in out and ("pipe" in out.split(str(fifo))[-1] or "FIFO" in out or "regular" in out), \
         out + proc.stderr
     assert out.startswith(("ValueError", "OSError", "FileNotFoundError")), out
+
+
+@pytest.mark.parametrize("name", ["units_1e8", "units_2p40"])
+def test_a_small_model_file_claiming_huge_layers_is_refused_naming_it(name):
+    """Layer configs are built before the file's weights are compared: a 4 KB file claiming
+    Dense(10**8) or Dense(2**40) is refused at once as corrupt (not gigabytes allocated first, not
+    a MemoryError without the file name). Reproducers from the model_load fuzzer's findings."""
+    import resource
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "known", "model_load", name)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ValueError, match=rf"{name}' is corrupt: its layer configs describe weights far larger"):
+        tf.keras.models.load_model(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 * 1024  # KiB: under 256 MiB

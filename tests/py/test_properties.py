@@ -184,8 +184,6 @@ def test_labels_out_of_range_are_refused_and_valid_ones_train(dtype, bad, way):
     assert valid, f"invalid labels accepted: {labels!r}"
 
 
-@pytest.mark.skip(reason="issue #19: int64 labels outside 32 bits wrap to valid classes (2**32 -> 0, -2**63 -> 0: "
-                         "narrowed before the range check), fixed by the API part")
 @PROPERTY
 @given(big=st.sampled_from([2 ** 32, 2 ** 32 + 1, 2 ** 33 + 2, 2 ** 63 - 1, -(2 ** 32), -(2 ** 63)]),
        way=st.sampled_from(["fit", "evaluate", "train_on_batch"]))
@@ -250,8 +248,6 @@ def test_compile_gives_a_clear_error_or_a_model_that_trains(loss, optimizer, met
         assert name in history.history, (name, history.history)
 
 
-@pytest.mark.skip(reason="issue #19: compile(metrics='accuracy') iterates the string ('unknown metric "
-                         "\\'a\\''), fixed by the API part")
 @PROPERTY
 @given(metric=st.sampled_from(["accuracy", "mae", "sparse_categorical_accuracy"]))
 def test_a_metric_given_as_a_string_is_accepted_or_refused_clearly(metric):
@@ -265,7 +261,6 @@ def test_a_metric_given_as_a_string_is_accepted_or_refused_clearly(metric):
     assert metric in m.fit(x, y, verbose=0).history
 
 
-@pytest.mark.skip(reason="issue #19: unknown keywords to evaluate/predict are swallowed, fixed by the API part")
 @PROPERTY
 @given(method=st.sampled_from(["evaluate", "predict"]), keyword=st.sampled_from(["verbse", "batchsize", "step"]))
 def test_unknown_keywords_are_a_type_error(method, keyword):

@@ -8,6 +8,7 @@
 #include "mdtrain/core/device.h"
 #include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/dtype.h"
+#include "mdtrain/core/allocation_budget.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/shape.h"
 
@@ -83,6 +84,7 @@ Device Device::parse(const std::string& text) {
 
 std::shared_ptr<void> allocate(const Device& device, std::size_t bytes) {
   if (!device.is_cpu()) return cuda::allocate(device, bytes);  // the device's caching allocator
+  AllocationBudget::charge(bytes);
   constexpr std::size_t kAlign = 64;
   std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
   if (rounded < bytes) fail<AllocationError>("[allocator] size overflow for ", bytes, " bytes");

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <new>
 
+#include "mdtrain/core/allocation_budget.h"
 #include "mdtrain/core/rng.h"
 #include "mdtrain/model/model_file.h"
 #include "mdtrain/nn/layer_factory.h"
@@ -330,6 +331,13 @@ void Model::save(const std::string& path, const Json& metadata) {
 
 std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Strategy> strategy, Json* metadata) {
   ModelFile file = load_model_file(path);
+  // The layers are built from their configs before their weights are compared with the file's: a
+  // budget from the weights the file holds (building keeps a few copies: values, gradients, packed
+  // and padded buffers, optimizer slots) stops a config that claims huge layers at once.
+  std::size_t weight_bytes = 0;
+  for (const auto& w : file.weights) weight_bytes += w.value.nbytes();
+  AllocationBudget budget(16 * weight_bytes + (std::size_t{64} << 20),
+                          cat("building the model '", path, "' describes"));
   try {
     const Json& c = file.model.at("config");
     auto model = std::make_unique<Model>(c.at("name").as_string(),
@@ -362,9 +370,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Stra
     return model;
   } catch (const std::invalid_argument& e) {
     fail<std::invalid_argument>("[load_model] '", path, "' holds a model this version cannot rebuild: ", e.what());
+  } catch (const AllocationBudgetExceeded& e) {
+    fail<std::invalid_argument>("[load_model] '", path, "' is corrupt: its layer configs describe weights far "
+                                "larger than the ", weight_bytes, " bytes of weights it holds (", e.what(), ")");
   } catch (const AllocationError& e) {
-    // The layers' configs are built before the weights are compared with the file's: a config
-    // that claims huge layers fails here, and the message must say which file described them.
+    // The message must say which file described a model too large for this machine.
     fail<AllocationError>("[load_model] '", path, "' describes a model that does not fit in memory: ", e.what());
   } catch (const std::bad_alloc&) {
     fail<AllocationError>("[load_model] '", path, "' describes a model that does not fit in memory");

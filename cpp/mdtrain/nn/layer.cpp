@@ -1,5 +1,7 @@
 #include "mdtrain/nn/layer.h"
 
+#include "mdtrain/core/allocation_budget.h"
+
 namespace mdtrain {
 
 void Layer::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
@@ -14,6 +16,8 @@ void Layer::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
   output_shape_ = out;
   try {
     build_weights(input_shape, seed);
+  } catch (const AllocationBudgetExceeded&) {
+    throw;  // a loader's budget (core/allocation_budget.h): its caller names the file
   } catch (const AllocationError& e) {
     fail<AllocationError>("[layer] the weights of layer \"", name_, "\" (", class_name(), ") for input shape ",
                           to_string(input_shape), " cannot be allocated: ", e.what());

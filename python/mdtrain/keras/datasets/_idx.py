@@ -138,7 +138,10 @@ def _read_body(path, stream, raw, is_gzip, ndim, expected_magic):
             f"bytes, more than a {file_size}-byte gzip file can hold"
         )
 
-    array = np.empty(shape, dtype=np.uint8)
+    try:
+        array = np.empty(shape, dtype=np.uint8)
+    except (ValueError, MemoryError) as e:  # e.g. (2**32 - 1, 2**32 - 1, 0): no bytes, yet too many elements
+        raise ValueError(f"{path}: IDX header declares shape {shape}, which cannot be allocated ({e})") from e
     view = memoryview(array.reshape(-1))  # 1-D bytes (cast() refuses a zero-sized shape)
     filled = 0
     while filled < payload:
