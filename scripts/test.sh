@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 bash scripts/system_deps.sh
 python3 -m pip install -q ".[test]"
 
+# The C++ sources are formatted with the repository's .clang-format (apply: clang-format -i FILES).
+if command -v clang-format >/dev/null; then
+  git ls-files 'cpp/*.h' 'cpp/*.cpp' 'cpp/*.cu' 'cpp/*.cuh' 'tests/cpp/*.h' 'tests/cpp/*.cpp' 'tests/fuzz/*.cpp' \
+    'tests/fuzz/*.h' 'bench/*.cpp' 'examples/*.cpp' | xargs clang-format --dry-run --Werror
+fi
+
 # The CPU-only build (what `pip install` gives): CUDA off even where nvcc exists.
 build=build/tests
 cmake -S . -B "$build" -G Ninja -DMDTRAIN_TESTS=ON -DMDTRAIN_WERROR=ON -DMDTRAIN_CUDA=OFF >/dev/null

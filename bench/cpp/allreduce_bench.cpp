@@ -26,9 +26,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Enough repetitions to move ~1 GiB (or 20000 calls for tiny messages), at least 5.
 int iterations_for(std::size_t bytes) {
@@ -143,8 +141,8 @@ int main(int argc, char** argv) {
        << ",\n  \"results\": [";
   std::printf("threads all-reduce (float32 sum), %u hardware threads; busbw = algbw * 2(n-1)/n\n",
               std::thread::hardware_concurrency());
-  std::printf("%5s %9s %12s %12s %12s %12s %9s\n", "ranks", "size", "time_us", "algbw_GB/s",
-              "busbw_GB/s", "memcpy_GB/s", "bus/mcpy");
+  std::printf("%5s %9s %12s %12s %12s %12s %9s\n", "ranks", "size", "time_us", "algbw_GB/s", "busbw_GB/s",
+              "memcpy_GB/s", "bus/mcpy");
   bool first = true;
   for (int n : ranks) {
     const auto secs = allreduce_seconds(n, sizes);
@@ -152,12 +150,11 @@ int main(int argc, char** argv) {
       const double algbw = double(sizes[s]) / secs[s] / 1e9;
       const double busbw = algbw * 2.0 * (n - 1) / n;
       const double mcpy = double(sizes[s]) / memcpy_s[s] / 1e9;
-      std::printf("%5d %9s %12.2f %12.2f %12.2f %12.2f %9.2f\n", n, human(sizes[s]).c_str(),
-                  secs[s] * 1e6, algbw, busbw, mcpy, busbw / mcpy);
+      std::printf("%5d %9s %12.2f %12.2f %12.2f %12.2f %9.2f\n", n, human(sizes[s]).c_str(), secs[s] * 1e6, algbw,
+                  busbw, mcpy, busbw / mcpy);
       json << (first ? "\n" : ",\n") << "    {\"ranks\": " << n << ", \"bytes\": " << sizes[s]
-           << ", \"time_us\": " << secs[s] * 1e6 << ", \"algbw_GBps\": " << algbw
-           << ", \"busbw_GBps\": " << busbw << ", \"memcpy_GBps\": " << mcpy
-           << ", \"busbw_over_memcpy\": " << busbw / mcpy << "}";
+           << ", \"time_us\": " << secs[s] * 1e6 << ", \"algbw_GBps\": " << algbw << ", \"busbw_GBps\": " << busbw
+           << ", \"memcpy_GBps\": " << mcpy << ", \"busbw_over_memcpy\": " << busbw / mcpy << "}";
       first = false;
     }
   }

@@ -112,26 +112,22 @@ int main(int argc, char** argv) {
 
   std::ostringstream json;
   json << "{\n  \"benchmark\": \"allreduce_mpi\",\n  \"ranks\": " << n
-       << ",\n  \"hosts\": " << (world.local_size == n ? 1 : 0)
-       << ",\n  \"dtype\": \"float32\",\n  \"op\": \"sum\","
-       << "\n  \"chunk_bytes\": " << options.chunk_bytes
-       << ",\n  \"chunks_in_flight\": " << options.chunks_in_flight << ",\n  \"rounds\": " << rounds
-       << ",\n  \"results\": [";
+       << ",\n  \"hosts\": " << (world.local_size == n ? 1 : 0) << ",\n  \"dtype\": \"float32\",\n  \"op\": \"sum\","
+       << "\n  \"chunk_bytes\": " << options.chunk_bytes << ",\n  \"chunks_in_flight\": " << options.chunks_in_flight
+       << ",\n  \"rounds\": " << rounds << ",\n  \"results\": [";
   if (root) {
     std::printf(
         "all-reduce float32 sum, %d ranks: mdtrain MPI communicator (chunks of %zu bytes, "
         "%d in flight) vs MPI_Allreduce; busbw = bytes/time * 2(n-1)/n\n",
         n, options.chunk_bytes, options.chunks_in_flight);
-    std::printf("%9s %8s %12s %12s %12s %12s %7s\n", "size", "iters", "mdtrain_us", "mpi_us",
-                "mdtrain_GB/s", "mpi_GB/s", "ratio");
+    std::printf("%9s %8s %12s %12s %12s %12s %7s\n", "size", "iters", "mdtrain_us", "mpi_us", "mdtrain_GB/s",
+                "mpi_GB/s", "ratio");
   }
   for (std::size_t s = 0; s < sizes.size(); ++s) {
     const std::size_t count = sizes[s] / sizeof(float);
     const int iters = iterations_for(sizes[s]);
     auto ours = [&] { comm.all_reduce(buf.data(), count, mdtrain::DType::Float32); };
-    auto theirs = [&] {
-      MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, plain);
-    };
+    auto theirs = [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, plain); };
     ours();  // warm-up: first touch, connections, scratch buffers
     theirs();
     std::vector<double> a, b, ratios;
@@ -143,14 +139,13 @@ int main(int argc, char** argv) {
     const double ta = median(a), tb = median(b), ratio = median(ratios);
     const double bwa = sizes[s] / ta / 1e9 * bus, bwb = sizes[s] / tb / 1e9 * bus;
     if (root) {
-      std::printf("%9s %8d %12.2f %12.2f %12.3f %12.3f %7.2f\n", human(sizes[s]).c_str(), iters,
-                  ta * 1e6, tb * 1e6, bwa, bwb, ratio);
+      std::printf("%9s %8d %12.2f %12.2f %12.3f %12.3f %7.2f\n", human(sizes[s]).c_str(), iters, ta * 1e6, tb * 1e6,
+                  bwa, bwb, ratio);
       std::fflush(stdout);
     }
     json << (s ? ",\n" : "\n") << "    {\"bytes\": " << sizes[s] << ", \"iters\": " << iters
-         << ", \"mdtrain_us\": " << ta * 1e6 << ", \"mpi_us\": " << tb * 1e6
-         << ", \"mdtrain_busbw_GBps\": " << bwa << ", \"mpi_busbw_GBps\": " << bwb
-         << ", \"ratio\": " << ratio << "}";
+         << ", \"mdtrain_us\": " << ta * 1e6 << ", \"mpi_us\": " << tb * 1e6 << ", \"mdtrain_busbw_GBps\": " << bwa
+         << ", \"mpi_busbw_GBps\": " << bwb << ", \"ratio\": " << ratio << "}";
   }
   json << "\n  ],\n";
 
@@ -163,8 +158,7 @@ int main(int argc, char** argv) {
   auto per_tensor = [&] {
     std::size_t off = 0;
     for (auto t : tensors) {
-      MPI_Allreduce(MPI_IN_PLACE, grads.data() + off, static_cast<int>(t), MPI_FLOAT, MPI_SUM,
-                    plain);
+      MPI_Allreduce(MPI_IN_PLACE, grads.data() + off, static_cast<int>(t), MPI_FLOAT, MPI_SUM, plain);
       off += t;
     }
   };
@@ -186,13 +180,10 @@ int main(int argc, char** argv) {
   const double tf = median(f), tp = median(p), tm = median(m);
   const double speedup = median(pf), vs_fused = median(mf);
   if (root) {
-    std::printf("\nwhole-step gradient sync, seed model (%zu floats in %zu tensors):\n", packed,
-                tensors.size());
+    std::printf("\nwhole-step gradient sync, seed model (%zu floats in %zu tensors):\n", packed, tensors.size());
     std::printf("  mdtrain, one fused all_reduce:     %9.1f us\n", tf * 1e6);
-    std::printf("  MPI_Allreduce per tensor (%zu calls): %9.1f us  (ratio %.2f)\n",
-                tensors.size(), tp * 1e6, speedup);
-    std::printf("  MPI_Allreduce of the packed buffer: %9.1f us  (ratio %.2f)\n", tm * 1e6,
-                vs_fused);
+    std::printf("  MPI_Allreduce per tensor (%zu calls): %9.1f us  (ratio %.2f)\n", tensors.size(), tp * 1e6, speedup);
+    std::printf("  MPI_Allreduce of the packed buffer: %9.1f us  (ratio %.2f)\n", tm * 1e6, vs_fused);
   }
   json << "  \"gradient_sync\": {\"floats\": " << packed << ", \"tensors\": " << tensors.size()
        << ", \"mdtrain_fused_us\": " << tf * 1e6 << ", \"mpi_per_tensor_us\": " << tp * 1e6

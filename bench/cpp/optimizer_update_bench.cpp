@@ -88,8 +88,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--updates") == 0) updates = std::atoi(argv[i + 1]);
 
-  const std::vector<std::pair<std::string, Shape>> layout{
-      {"dense/kernel", {784, 128}}, {"dense/bias", {128}}, {"dense_1/kernel", {128, 10}}, {"dense_1/bias", {10}}};
+  const std::vector<std::pair<std::string, Shape>> layout{{"dense/kernel", {784, 128}},
+                                                          {"dense/bias", {128}},
+                                                          {"dense_1/kernel", {128, 10}},
+                                                          {"dense_1/bias", {10}}};
   std::int64_t total = 0;
   for (const auto& [name, shape] : layout) total += numel(shape);
   Tensor values({total}), grads({total});
@@ -124,11 +126,15 @@ int main(int argc, char** argv) {
       const float* v = p->value.data<float>();
       ref_values.emplace_back(v, v + p->value.numel());
       for (int s = 0; s < slot_count; ++s)
-        ref_slots.emplace_back(static_cast<std::size_t>(p->value.numel()), static_cast<float>(c.hyper.slot_initial_value()));
+        ref_slots.emplace_back(static_cast<std::size_t>(p->value.numel()),
+                               static_cast<float>(c.hyper.slot_initial_value()));
     }
     for (std::size_t i = 0; i < params.size(); ++i) {
-      legacy::Variable<float> var{ref_values[i].data(), params[i]->grad.data<float>(), {nullptr, nullptr, nullptr},
-                                  params[i]->value.numel(), true};
+      legacy::Variable<float> var{ref_values[i].data(),
+                                  params[i]->grad.data<float>(),
+                                  {nullptr, nullptr, nullptr},
+                                  params[i]->value.numel(),
+                                  true};
       for (int s = 0; s < slot_count; ++s) var.slots[s] = ref_slots[i * slot_count + s].data();
       vars.push_back(var);
     }

@@ -50,9 +50,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(clock_type::time_point t) {
-  return std::chrono::duration<double>(clock_type::now() - t).count();
-}
+double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
 
 Device gpu(int i) { return Device{DeviceKind::CUDA, i}; }
 
@@ -188,7 +186,8 @@ double epoch_seconds(int n_gpus, std::int64_t batch, const Tensor& x, const Tens
       const auto t0 = clock_type::now();
       for (std::int64_t s = 1; s < steps; ++s) step(s);
       cuda::synchronize(d);
-      times[static_cast<std::size_t>(d)] = seconds_since(t0) * static_cast<double>(steps) / static_cast<double>(steps - 1);
+      times[static_cast<std::size_t>(d)] =
+          seconds_since(t0) * static_cast<double>(steps) / static_cast<double>(steps - 1);
     });
   }
   for (auto& t : threads) t.join();
@@ -249,8 +248,8 @@ std::unique_ptr<Model> fit_model(bool cnn, int n_gpus, std::size_t bucket_bytes)
   dense.activation = "linear";
   m->add(std::make_shared<Dense>("dense_1", dense));
   m->build({28, 28, 1});
-  m->compile(std::shared_ptr<Loss>(loss_from_config(Json::parse(
-                 R"({"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": true}})"))),
+  m->compile(std::shared_ptr<Loss>(loss_from_config(
+                 Json::parse(R"({"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": true}})"))),
              std::shared_ptr<Optimizer>(make_optimizer(Json("adam"))), {"accuracy"}, std::move(strategy));
   return m;
 }
@@ -295,10 +294,11 @@ void bench_fit(int gpus) {
         }
         std::printf("%5s %6lld %6d %6zuM %9.3f %8.2f %9.3f %10.3f %9.3f\n", cnn ? "cnn" : "mlp",
                     static_cast<long long>(batch), n, bucket >> 20, epoch_s, one / epoch_s, compute, exposed, update);
-        std::printf("json: {\"bench\": \"fit\", \"model\": \"%s\", \"batch\": %lld, \"gpus\": %d, "
-                    "\"bucket_bytes\": %zu, \"epoch_s\": %.4f, \"compute_ms\": %.4f, \"exposed_comm_ms\": %.4f, "
-                    "\"update_ms\": %.4f}\n",
-                    cnn ? "cnn" : "mlp", static_cast<long long>(batch), n, bucket, epoch_s, compute, exposed, update);
+        std::printf(
+            "json: {\"bench\": \"fit\", \"model\": \"%s\", \"batch\": %lld, \"gpus\": %d, "
+            "\"bucket_bytes\": %zu, \"epoch_s\": %.4f, \"compute_ms\": %.4f, \"exposed_comm_ms\": %.4f, "
+            "\"update_ms\": %.4f}\n",
+            cnn ? "cnn" : "mlp", static_cast<long long>(batch), n, bucket, epoch_s, compute, exposed, update);
       }
     }
   }
@@ -333,8 +333,9 @@ void bench_allreduce(int gpus) {
     const double sec = *std::max_element(t.begin(), t.end());
     const double busbw = static_cast<double>(bytes) / sec * 2.0 * (gpus - 1) / gpus / 1e9;
     std::printf("%12zu %12.1f %12.2f\n", bytes, sec * 1e6, busbw);
-    std::printf("json: {\"bench\": \"allreduce\", \"gpus\": %d, \"bytes\": %zu, \"seconds\": %.9f, \"busbw_gbs\": %.4f}\n",
-                gpus, bytes, sec, busbw);
+    std::printf(
+        "json: {\"bench\": \"allreduce\", \"gpus\": %d, \"bytes\": %zu, \"seconds\": %.9f, \"busbw_gbs\": %.4f}\n",
+        gpus, bytes, sec, busbw);
   }
 }
 

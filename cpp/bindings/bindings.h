@@ -14,7 +14,7 @@ namespace py = pybind11;
 
 void init_core(py::module_& m);
 void init_nn(py::module_& m);
-void init_conv_layers(py::module_& m);  // Conv2D, pooling, Reshape (after init_nn: they derive from Layer)
+void init_conv_layers(py::module_& m);           // Conv2D, pooling, Reshape (after init_nn: they derive from Layer)
 void init_normalization_layers(py::module_& m);  // BatchNormalization, LayerNormalization (after init_nn)
 void init_optim(py::module_& m);
 void init_losses_and_metrics(py::module_& m);

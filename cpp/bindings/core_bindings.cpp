@@ -30,8 +30,7 @@ py::dtype numpy_dtype(DType d) {
 }  // namespace
 
 Tensor tensor_from_numpy(const py::array& array) {
-  if (!(array.flags() & py::array::c_style))
-    throw std::invalid_argument("[bindings] expected a C-contiguous array");
+  if (!(array.flags() & py::array::c_style)) throw std::invalid_argument("[bindings] expected a C-contiguous array");
   Shape shape(array.shape(), array.shape() + array.ndim());
   // The owner holds a reference to the array; dropping it needs the GIL, which the training
   // loop does not hold, so the deleter takes it.
@@ -59,30 +58,35 @@ py::array numpy_from_tensor(const Tensor& tensor_any) {
 void init_core(py::module_& m) {
   m.def("cuda_device_count", &cuda::device_count, "GPUs usable by this build (0 without CUDA).");
   m.def("cuda_unavailable_reason", &cuda::unavailable_reason);
-  m.def("cpu_thread_count", &ops::cpu_thread_count, "Threads one CPU op may split its work over (the BLAS runs single-threaded).");
+  m.def("cpu_thread_count", &ops::cpu_thread_count,
+        "Threads one CPU op may split its work over (the BLAS runs single-threaded).");
   m.def("set_cpu_threads", &ops::set_cpu_threads, py::arg("threads"));
   m.def("available_communicators", &available_backends);
   m.def("parse_device", [](const std::string& s) {
     Device d = Device::parse(s);
     return py::make_tuple(d.kind == DeviceKind::CPU ? "CPU" : "GPU", d.index);
   });
-  m.def("time_gemm", [](std::int64_t m_, std::int64_t n, std::int64_t k, int repeats) {
-    // Seconds per float32 GEMM (m x k @ k x n) through mdtrain's BLAS path, best of `repeats`:
-    // the peak the benchmarks compare against, measured in the same process.
-    Tensor a({m_, k}), b({k, n}), c({m_, n});
-    a.fill(0.5);
-    b.fill(0.25);
-    py::gil_scoped_release release;
-    double best = 1e30;
-    for (int r = 0; r < repeats; ++r) {
-      auto t0 = std::chrono::steady_clock::now();
-      ops::gemm(a, false, b, false, c);
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
-  }, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("repeats") = 5);
-  m.def("json_roundtrip", [](const std::string& s) { return Json::parse(s).dump(); },
-        "Parses and re-serialises JSON with the C++ parser (for tests).");
+  m.def(
+      "time_gemm",
+      [](std::int64_t m_, std::int64_t n, std::int64_t k, int repeats) {
+        // Seconds per float32 GEMM (m x k @ k x n) through mdtrain's BLAS path, best of `repeats`:
+        // the peak the benchmarks compare against, measured in the same process.
+        Tensor a({m_, k}), b({k, n}), c({m_, n});
+        a.fill(0.5);
+        b.fill(0.25);
+        py::gil_scoped_release release;
+        double best = 1e30;
+        for (int r = 0; r < repeats; ++r) {
+          auto t0 = std::chrono::steady_clock::now();
+          ops::gemm(a, false, b, false, c);
+          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        return best;
+      },
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("repeats") = 5);
+  m.def(
+      "json_roundtrip", [](const std::string& s) { return Json::parse(s).dump(); },
+      "Parses and re-serialises JSON with the C++ parser (for tests).");
 }
 
 }  // namespace mdtrain::bindings

@@ -15,8 +15,7 @@ ReduceOp parse_op(const std::string& op) {
   if (op == "mean") return ReduceOp::Mean;
   if (op == "max") return ReduceOp::Max;
   if (op == "min") return ReduceOp::Min;
-  throw std::invalid_argument("[distribute] op must be 'sum', 'mean', 'max' or 'min' (got '" + op +
-                              "')");
+  throw std::invalid_argument("[distribute] op must be 'sum', 'mean', 'max' or 'min' (got '" + op + "')");
 }
 
 // A tensor viewing `array`, which the collective `op` writes into when `written`.
@@ -119,10 +118,9 @@ void init_distribute(py::module_& m) {
             Tensor send = view(array, "reduce_scatter", false);
             std::vector<py::ssize_t> shape = shape_of(array);
             if (shape.empty() || shape[0] % c.size() != 0) {
-              throw std::invalid_argument(
-                  "[distribute] reduce_scatter: the first dimension (" +
-                  std::string(shape.empty() ? "none" : std::to_string(shape[0])) +
-                  ") must be a multiple of size() (" + std::to_string(c.size()) + ")");
+              throw std::invalid_argument("[distribute] reduce_scatter: the first dimension (" +
+                                          std::string(shape.empty() ? "none" : std::to_string(shape[0])) +
+                                          ") must be a multiple of size() (" + std::to_string(c.size()) + ")");
             }
             shape[0] /= c.size();
             py::array out(array.dtype(), shape);
@@ -134,8 +132,7 @@ void init_distribute(py::module_& m) {
             }
             return out;
           },
-          py::arg("array"), py::arg("op") = "sum",
-          "Block rank() (along the first axis) of the reduction over ranks.");
+          py::arg("array"), py::arg("op") = "sum", "Block rank() (along the first axis) of the reduction over ranks.");
 
   m.def(
       "make_communicators",
@@ -167,8 +164,7 @@ void init_distribute(py::module_& m) {
         return d;
       },
       "{rank, size, local_rank, local_size} of this process in the MPI job (initializes MPI).");
-  m.def("mpi_finalize", &mpi_finalize,
-        "Finalizes MPI if mdtrain initialized it (also done at exit).");
+  m.def("mpi_finalize", &mpi_finalize, "Finalizes MPI if mdtrain initialized it (also done at exit).");
 }
 
 }  // namespace mdtrain::bindings

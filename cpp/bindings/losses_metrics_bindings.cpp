@@ -9,29 +9,33 @@ void init_losses_and_metrics(py::module_& m) {
       .def_property_readonly("name", &Loss::name)
       .def_property_readonly("class_name", &Loss::class_name)
       .def("config_json", [](const Loss& l) { return l.config().dump(); })
-      .def("__call__", [](const Loss& l, const py::array& y_true, const py::array& y_pred) {
-        Tensor t = tensor_from_numpy(y_true), p = tensor_from_numpy(y_pred);
-        const double sum = l.forward_backward(t, p, 1.0, nullptr);
-        const auto n = l.sample_count(t, p);
-        return n > 0 ? sum / static_cast<double>(n) : 0.0;
-      }, py::arg("y_true"), py::arg("y_pred"), "Keras's sum_over_batch_size value.")
-      .def("gradient", [](const Loss& l, const py::array& y_true, const py::array& y_pred, double scale) {
-        Tensor t = tensor_from_numpy(y_true), p = tensor_from_numpy(y_pred);
-        Tensor d(p.shape(), p.dtype());
-        const double sum = l.forward_backward(t, p, scale, &d);
-        return py::make_tuple(sum, numpy_from_tensor(d));
-      }, "(sum of per-sample losses, d(scale * sum)/d(y_pred)).");
+      .def(
+          "__call__",
+          [](const Loss& l, const py::array& y_true, const py::array& y_pred) {
+            Tensor t = tensor_from_numpy(y_true), p = tensor_from_numpy(y_pred);
+            const double sum = l.forward_backward(t, p, 1.0, nullptr);
+            const auto n = l.sample_count(t, p);
+            return n > 0 ? sum / static_cast<double>(n) : 0.0;
+          },
+          py::arg("y_true"), py::arg("y_pred"), "Keras's sum_over_batch_size value.")
+      .def(
+          "gradient",
+          [](const Loss& l, const py::array& y_true, const py::array& y_pred, double scale) {
+            Tensor t = tensor_from_numpy(y_true), p = tensor_from_numpy(y_pred);
+            Tensor d(p.shape(), p.dtype());
+            const double sum = l.forward_backward(t, p, scale, &d);
+            return py::make_tuple(sum, numpy_from_tensor(d));
+          },
+          "(sum of per-sample losses, d(scale * sum)/d(y_pred)).");
   m.def("make_loss", [](const std::string& name) { return std::shared_ptr<Loss>(make_loss(name)); });
-  m.def("loss_from_config", [](const std::string& config) {
-    return std::shared_ptr<Loss>(loss_from_config(Json::parse(config)));
-  });
+  m.def("loss_from_config",
+        [](const std::string& config) { return std::shared_ptr<Loss>(loss_from_config(Json::parse(config))); });
 
   py::class_<Metric, std::shared_ptr<Metric>>(m, "Metric")
       .def_property_readonly("name", &Metric::name)
       .def_property_readonly("class_name", &Metric::class_name)
-      .def("update", [](Metric& me, const py::array& y_true, const py::array& y_pred) {
-        me.update(tensor_from_numpy(y_true), tensor_from_numpy(y_pred));
-      })
+      .def("update", [](Metric& me, const py::array& y_true,
+                        const py::array& y_pred) { me.update(tensor_from_numpy(y_true), tensor_from_numpy(y_pred)); })
       .def("result", &Metric::result)
       .def("reset", &Metric::reset)
       .def("totals", &Metric::totals)

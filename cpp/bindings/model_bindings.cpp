@@ -67,10 +67,13 @@ void init_model(py::module_& m) {
       .def(py::init<std::string, std::uint64_t>(), py::arg("name"), py::arg("seed"))
       .def_property_readonly("name", &Model::name)
       .def_property_readonly("seed", &Model::seed)
-      .def("abort_collectives", [](Model& m, const std::string& reason) {
-        py::gil_scoped_release release;
-        m.abort_collectives(reason);
-      }, py::arg("reason"), "Fails this model's collectives on every worker (a loop left on an error).")
+      .def(
+          "abort_collectives",
+          [](Model& m, const std::string& reason) {
+            py::gil_scoped_release release;
+            m.abort_collectives(reason);
+          },
+          py::arg("reason"), "Fails this model's collectives on every worker (a loop left on an error).")
       .def("add", &Model::add)
       .def("build", &Model::build, py::arg("input_shape"))
       .def_property_readonly("built", &Model::built)
@@ -81,22 +84,29 @@ void init_model(py::module_& m) {
       .def_property_readonly("compiled", &Model::compiled)
       .def_property_readonly("strategy", &Model::strategy)
       .def("set_learning_rate", &Model::set_learning_rate, py::arg("learning_rate"))
-      .def("optimizer_state", [](Model& m) {
-        py::list out;
-        for (const auto& [name, t] : m.optimizer_state()) out.append(py::make_tuple(name, numpy_from_tensor(t)));
-        return out;
-      })
-      .def("set_optimizer_state", [](Model& m, const std::vector<std::pair<std::string, py::array>>& state) {
-        Optimizer::State st;
-        for (const auto& [name, array] : state) st.emplace_back(name, tensor_from_numpy(array).clone());
-        m.set_optimizer_state(st);
-      }, py::arg("state"))
+      .def("optimizer_state",
+           [](Model& m) {
+             py::list out;
+             for (const auto& [name, t] : m.optimizer_state()) out.append(py::make_tuple(name, numpy_from_tensor(t)));
+             return out;
+           })
+      .def(
+          "set_optimizer_state",
+          [](Model& m, const std::vector<std::pair<std::string, py::array>>& state) {
+            Optimizer::State st;
+            for (const auto& [name, array] : state) st.emplace_back(name, tensor_from_numpy(array).clone());
+            m.set_optimizer_state(st);
+          },
+          py::arg("state"))
       .def("loss_config_json", [](const Model& m) { return m.loss().config().dump(); })
       .def_property_readonly("metric_names", &Model::metric_names)
-      .def("optimizer", [](Model& m) -> Optimizer& { return m.optimizer(); }, py::return_value_policy::reference_internal)
+      .def(
+          "optimizer", [](Model& m) -> Optimizer& { return m.optimizer(); },
+          py::return_value_policy::reference_internal)
       .def("train_epoch",
-           [](Model& m, const py::array& x, const py::array& y, const py::array_t<std::int64_t, py::array::c_style>& order,
-              std::int64_t batch_size, std::int64_t steps, const py::object& callback) {
+           [](Model& m, const py::array& x, const py::array& y,
+              const py::array_t<std::int64_t, py::array::c_style>& order, std::int64_t batch_size, std::int64_t steps,
+              const py::object& callback) {
              Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
              auto cb = wrap_callback(callback);
              Model::EpochResult r;
@@ -107,38 +117,42 @@ void init_model(py::module_& m) {
              }
              return epoch_result(r);
            })
-      .def("train_batches",
-           [](Model& m, const py::array& x, const py::array& y, const py::array_t<std::int64_t, py::array::c_style>& order,
-              const std::vector<std::int64_t>& offsets, const py::object& callback, bool reset_metrics,
-              std::int64_t first_batch) {
-             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
-             if (!offsets.empty() && offsets.back() > order.size())
-               throw std::invalid_argument("[fit] batch offsets run past the row order");
-             auto cb = wrap_callback(callback);
-             Model::EpochResult r;
-             SignalCheck signals(m);
-             {
-               py::gil_scoped_release release;
-               r = m.train_batches(tx, ty, order.data(), offsets, cb, reset_metrics, first_batch);
-             }
-             return epoch_result(r);
-           },
-           py::arg("x"), py::arg("y"), py::arg("order"), py::arg("offsets"), py::arg("callback"),
-           py::arg("reset_metrics") = true, py::arg("first_batch") = 0)
+      .def(
+          "train_batches",
+          [](Model& m, const py::array& x, const py::array& y,
+             const py::array_t<std::int64_t, py::array::c_style>& order, const std::vector<std::int64_t>& offsets,
+             const py::object& callback, bool reset_metrics, std::int64_t first_batch) {
+            Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+            if (!offsets.empty() && offsets.back() > order.size())
+              throw std::invalid_argument("[fit] batch offsets run past the row order");
+            auto cb = wrap_callback(callback);
+            Model::EpochResult r;
+            SignalCheck signals(m);
+            {
+              py::gil_scoped_release release;
+              r = m.train_batches(tx, ty, order.data(), offsets, cb, reset_metrics, first_batch);
+            }
+            return epoch_result(r);
+          },
+          py::arg("x"), py::arg("y"), py::arg("order"), py::arg("offsets"), py::arg("callback"),
+          py::arg("reset_metrics") = true, py::arg("first_batch") = 0)
       .def("replica_losses", &Model::replica_losses)
-      .def("profile", [](Model& m) {
-        py::list out;
-        for (const auto& p : m.engine().profile()) {
-          py::dict d;
-          d["steps"] = p.steps;
-          d["wall"] = p.wall;
-          d["compute"] = p.compute;
-          d["allreduce"] = p.allreduce;
-          d["update"] = p.update;
-          out.append(d);
-        }
-        return out;
-      }, "Per replica: seconds in compute, all-reduce and update since reset_profile().")
+      .def(
+          "profile",
+          [](Model& m) {
+            py::list out;
+            for (const auto& p : m.engine().profile()) {
+              py::dict d;
+              d["steps"] = p.steps;
+              d["wall"] = p.wall;
+              d["compute"] = p.compute;
+              d["allreduce"] = p.allreduce;
+              d["update"] = p.update;
+              out.append(d);
+            }
+            return out;
+          },
+          "Per replica: seconds in compute, all-reduce and update since reset_profile().")
       .def("reset_profile", [](Model& m) { m.engine().reset_profile(); })
       .def("evaluate",
            [](Model& m, const py::array& x, const py::array& y, std::int64_t batch_size, const py::object& callback) {
@@ -152,60 +166,73 @@ void init_model(py::module_& m) {
              }
              return logs_to_dict(logs);
            })
-      .def("predict", [](Model& m, const py::array& x, std::int64_t batch_size) {
-        Tensor tx = tensor_from_numpy(x);
-        Tensor out;
-        {
-          py::gil_scoped_release release;
-          out = m.predict(tx, batch_size);
-        }
-        return numpy_from_tensor(out);
-      })
-      .def("train_on_batch", [](Model& m, const py::array& x, const py::array& y) {
-        Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
-        Logs logs;
-        {
-          py::gil_scoped_release release;
-          logs = m.train_on_batch(tx, ty);
-        }
-        return logs_to_dict(logs);
-      })
-      .def("test_on_batch", [](Model& m, const py::array& x, const py::array& y) {
-        Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
-        Logs logs;
-        {
-          py::gil_scoped_release release;
-          logs = m.test_on_batch(tx, ty);
-        }
-        return logs_to_dict(logs);
-      })
+      .def("predict",
+           [](Model& m, const py::array& x, std::int64_t batch_size) {
+             Tensor tx = tensor_from_numpy(x);
+             Tensor out;
+             {
+               py::gil_scoped_release release;
+               out = m.predict(tx, batch_size);
+             }
+             return numpy_from_tensor(out);
+           })
+      .def("train_on_batch",
+           [](Model& m, const py::array& x, const py::array& y) {
+             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+             Logs logs;
+             {
+               py::gil_scoped_release release;
+               logs = m.train_on_batch(tx, ty);
+             }
+             return logs_to_dict(logs);
+           })
+      .def("test_on_batch",
+           [](Model& m, const py::array& x, const py::array& y) {
+             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+             Logs logs;
+             {
+               py::gil_scoped_release release;
+               logs = m.test_on_batch(tx, ty);
+             }
+             return logs_to_dict(logs);
+           })
       .def("get_weights", [](Model& m) { return weights_list(m.get_weights()); })
       .def("refresh_weights", &Model::refresh_weights, py::call_guard<py::gil_scoped_release>())
-      .def("set_weights", [](Model& m, const std::vector<py::array>& arrays) {
-        std::vector<Tensor> ts;
-        for (const auto& a : arrays) ts.push_back(tensor_from_numpy(a));
-        m.set_weights(ts);
-      })
+      .def("set_weights",
+           [](Model& m, const std::vector<py::array>& arrays) {
+             std::vector<Tensor> ts;
+             for (const auto& a : arrays) ts.push_back(tensor_from_numpy(a));
+             m.set_weights(ts);
+           })
       .def_property_readonly("num_replicas", [](Model& m) { return m.engine().num_replicas(); })
-      .def("replica_weights", [](Model& m, int replica) {
-        std::vector<Tensor> out;
-        for (auto* p : m.engine().replica_network(replica).parameters()) {
-          Tensor host(p->value.shape(), p->value.dtype());  // GPU replicas: copied to the host
-          host.copy_from(p->value);
-          out.push_back(host);
-        }
-        return weights_list(out);
-      }, "The weights as held by one replica (for checking that replicas agree).")
+      .def(
+          "replica_weights",
+          [](Model& m, int replica) {
+            std::vector<Tensor> out;
+            for (auto* p : m.engine().replica_network(replica).parameters()) {
+              Tensor host(p->value.shape(), p->value.dtype());  // GPU replicas: copied to the host
+              host.copy_from(p->value);
+              out.push_back(host);
+            }
+            return weights_list(out);
+          },
+          "The weights as held by one replica (for checking that replicas agree).")
       .def("config_json", [](const Model& m) { return m.config().dump(); })
-      .def("save", [](Model& m, const std::string& path, const std::string& metadata) {
-        py::gil_scoped_release release;
-        m.save(path, Json::parse(metadata));
-      }, py::arg("path"), py::arg("metadata_json") = "{}");
-  m.def("load_model", [](const std::string& path, std::shared_ptr<Strategy> strategy) {
-    Json metadata;
-    std::shared_ptr<Model> model = Model::load(path, std::move(strategy), &metadata);
-    return py::make_tuple(model, metadata.dump());
-  }, py::arg("path"), py::arg("strategy") = nullptr);
+      .def(
+          "save",
+          [](Model& m, const std::string& path, const std::string& metadata) {
+            py::gil_scoped_release release;
+            m.save(path, Json::parse(metadata));
+          },
+          py::arg("path"), py::arg("metadata_json") = "{}");
+  m.def(
+      "load_model",
+      [](const std::string& path, std::shared_ptr<Strategy> strategy) {
+        Json metadata;
+        std::shared_ptr<Model> model = Model::load(path, std::move(strategy), &metadata);
+        return py::make_tuple(model, metadata.dump());
+      },
+      py::arg("path"), py::arg("strategy") = nullptr);
 }
 
 }  // namespace mdtrain::bindings

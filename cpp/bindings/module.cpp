@@ -20,10 +20,8 @@ void register_exceptions() {
       if (dynamic_cast<const std::invalid_argument*>(&e) || dynamic_cast<const std::domain_error*>(&e) ||
           dynamic_cast<const std::length_error*>(&e))
         PyErr_SetString(PyExc_ValueError, e.what());
-      else if (dynamic_cast<const std::out_of_range*>(&e))
-        PyErr_SetString(PyExc_IndexError, e.what());
-      else
-        PyErr_SetString(PyExc_RuntimeError, e.what());
+      else if (dynamic_cast<const std::out_of_range*>(&e)) PyErr_SetString(PyExc_IndexError, e.what());
+      else PyErr_SetString(PyExc_RuntimeError, e.what());
     }
   });
 }

@@ -23,9 +23,8 @@ void set_layer_weights(Layer& layer, const std::vector<py::array>& arrays) {
   for (std::size_t i = 0; i < arrays.size(); ++i) {
     tensors.push_back(tensor_from_numpy(arrays[i]));
     if (tensors.back().shape() != params[i]->value.shape())
-      fail<std::invalid_argument>("[set_weights] layer \"", layer.name(), "\" weight ", params[i]->name,
-                                  " has shape ", to_string(params[i]->value.shape()), ", got ",
-                                  to_string(tensors.back().shape()));
+      fail<std::invalid_argument>("[set_weights] layer \"", layer.name(), "\" weight ", params[i]->name, " has shape ",
+                                  to_string(params[i]->value.shape()), ", got ", to_string(tensors.back().shape()));
   }
   for (std::size_t i = 0; i < arrays.size(); ++i) params[i]->value.copy_from(tensors[i]);
 }
@@ -42,16 +41,20 @@ void init_nn(py::module_& m) {
       .def("config_json", [](const Layer& l) { return l.config().dump(); })
       .def("get_weights", &layer_weights)
       .def("set_weights", &set_layer_weights)
-      .def("weight_names", [](Layer& l) {
-        std::vector<std::string> names;
-        for (auto* p : l.parameters()) names.push_back(p->name);
-        return names;
-      })
-      .def("weight_trainable", [](Layer& l) {
-        std::vector<bool> flags;
-        for (auto* p : l.parameters()) flags.push_back(p->trainable);
-        return flags;
-      }, "Per weight, in get_weights order: trained by the optimizer (False: e.g. moving statistics).")
+      .def("weight_names",
+           [](Layer& l) {
+             std::vector<std::string> names;
+             for (auto* p : l.parameters()) names.push_back(p->name);
+             return names;
+           })
+      .def(
+          "weight_trainable",
+          [](Layer& l) {
+            std::vector<bool> flags;
+            for (auto* p : l.parameters()) flags.push_back(p->trainable);
+            return flags;
+          },
+          "Per weight, in get_weights order: trained by the optimizer (False: e.g. moving statistics).")
       .def("count_params", [](Layer& l) {
         std::int64_t n = 0;
         for (auto* p : l.parameters()) n += p->value.numel();
@@ -65,9 +68,11 @@ void init_nn(py::module_& m) {
   py::class_<ActivationLayer, Layer, std::shared_ptr<ActivationLayer>>(m, "Activation");
   py::class_<Flatten, Layer, std::shared_ptr<Flatten>>(m, "Flatten");
   py::class_<Dropout, Layer, std::shared_ptr<Dropout>>(m, "Dropout");
-  m.def("layer_from_config", [](const std::string& spec) {
-    return std::shared_ptr<Layer>(layer_from_config(Json::parse(spec)));
-  }, py::arg("spec_json"), "The layer of {\"class_name\": ..., \"config\": {...}} (JSON text), as a model file holds it.");
+  m.def(
+      "layer_from_config",
+      [](const std::string& spec) { return std::shared_ptr<Layer>(layer_from_config(Json::parse(spec))); },
+      py::arg("spec_json"),
+      "The layer of {\"class_name\": ..., \"config\": {...}} (JSON text), as a model file holds it.");
   m.def("layer_class_names", &layer_class_names);
   m.def("parse_activation", [](const std::string& name) { return std::string(name_of(parse_activation(name))); });
 }

@@ -30,7 +30,8 @@ void init_strategy(py::module_& m) {
         return out;
       });
   py::class_<OneDeviceStrategy, Strategy, std::shared_ptr<OneDeviceStrategy>>(m, "OneDeviceStrategy")
-      .def(py::init([](const std::string& device) { return std::make_shared<OneDeviceStrategy>(Device::parse(device)); }),
+      .def(py::init(
+               [](const std::string& device) { return std::make_shared<OneDeviceStrategy>(Device::parse(device)); }),
            py::arg("device"));
   py::class_<MirroredStrategy, Strategy, std::shared_ptr<MirroredStrategy>>(m, "MirroredStrategy")
       .def(py::init([](const std::vector<std::string>& devices, const std::string& communication,
@@ -46,41 +47,42 @@ void init_strategy(py::module_& m) {
            py::arg("devices"), py::arg("communication") = "auto", py::arg("reduction") = "all_reduce");
   py::class_<MultiWorkerMirroredStrategy, Strategy, std::shared_ptr<MultiWorkerMirroredStrategy>>(
       m, "MultiWorkerMirroredStrategy")
-      .def(py::init([](const std::vector<std::string>& devices, const std::string& local_communication,
-                       bool use_mpi) {
+      .def(py::init([](const std::vector<std::string>& devices, const std::string& local_communication, bool use_mpi) {
              py::gil_scoped_release release;  // joining the MPI job waits for the other workers
-             return std::make_shared<MultiWorkerMirroredStrategy>(parse_devices(devices), local_communication,
-                                                                  use_mpi);
+             return std::make_shared<MultiWorkerMirroredStrategy>(parse_devices(devices), local_communication, use_mpi);
            }),
            py::arg("devices"), py::arg("local_communication") = "threads", py::arg("use_mpi") = true)
       .def("set_timeout", &MultiWorkerMirroredStrategy::set_timeout, py::arg("seconds"))
       .def_property_readonly("timeout", &MultiWorkerMirroredStrategy::timeout)
-      .def("broadcast_from_chief",
-           [](MultiWorkerMirroredStrategy& s, py::array_t<std::uint8_t, py::array::c_style> data) {
-             auto buf = data.mutable_unchecked<1>();
-             void* ptr = buf.shape(0) ? buf.mutable_data(0) : nullptr;
-             const std::size_t n = static_cast<std::size_t>(buf.shape(0));
+      .def(
+          "broadcast_from_chief",
+          [](MultiWorkerMirroredStrategy& s, py::array_t<std::uint8_t, py::array::c_style> data) {
+            auto buf = data.mutable_unchecked<1>();
+            void* ptr = buf.shape(0) ? buf.mutable_data(0) : nullptr;
+            const std::size_t n = static_cast<std::size_t>(buf.shape(0));
+            py::gil_scoped_release release;
+            s.broadcast_from_chief(ptr, n);
+          },
+          py::arg("data"))
+      .def("barrier",
+           [](MultiWorkerMirroredStrategy& s) {
              py::gil_scoped_release release;
-             s.broadcast_from_chief(ptr, n);
-           },
-           py::arg("data"))
-      .def("barrier", [](MultiWorkerMirroredStrategy& s) {
-        py::gil_scoped_release release;
-        s.barrier();
-      })
-      .def("sum_across_workers",
-           [](MultiWorkerMirroredStrategy& s, py::array_t<double, py::array::c_style> data) {
-             // In place: every worker gets the element-wise sum (rank order) over all workers.
-             auto buf = data.mutable_unchecked<1>();
-             if (buf.shape(0) == 0) return;
-             std::vector<double> values(buf.data(0), buf.data(0) + buf.shape(0));
-             {
-               py::gil_scoped_release release;
-               s.sum_across_workers(values);
-             }
-             std::copy(values.begin(), values.end(), buf.mutable_data(0));
-           },
-           py::arg("data"));
+             s.barrier();
+           })
+      .def(
+          "sum_across_workers",
+          [](MultiWorkerMirroredStrategy& s, py::array_t<double, py::array::c_style> data) {
+            // In place: every worker gets the element-wise sum (rank order) over all workers.
+            auto buf = data.mutable_unchecked<1>();
+            if (buf.shape(0) == 0) return;
+            std::vector<double> values(buf.data(0), buf.data(0) + buf.shape(0));
+            {
+              py::gil_scoped_release release;
+              s.sum_across_workers(values);
+            }
+            std::copy(values.begin(), values.end(), buf.mutable_data(0));
+          },
+          py::arg("data"));
   m.def("mpi_available", &mpi_available);
 }
 

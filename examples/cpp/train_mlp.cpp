@@ -49,8 +49,9 @@ struct Dataset {
 };
 
 [[noreturn]] void usage_error(const std::string& what) {
-  throw std::invalid_argument(what + "\nusage: train_mlp [--images FILE --labels FILE] [--epochs N] "
-                                     "[--batch-size N] [--samples N] [--replicas N] [--model PATH] [--seed N]");
+  throw std::invalid_argument(what +
+                              "\nusage: train_mlp [--images FILE --labels FILE] [--epochs N] "
+                              "[--batch-size N] [--samples N] [--replicas N] [--model PATH] [--seed N]");
 }
 
 Options parse_args(int argc, char** argv) {
@@ -77,8 +78,7 @@ Options parse_args(int argc, char** argv) {
     else usage_error("unknown argument '" + arg + "'");
   }
   if (o.images.empty() != o.labels.empty()) usage_error("--images and --labels go together");
-  if (o.model_path.empty())
-    o.model_path = (std::filesystem::temp_directory_path() / "train_mlp_example.mdt").string();
+  if (o.model_path.empty()) o.model_path = (std::filesystem::temp_directory_path() / "train_mlp_example.mdt").string();
   return o;
 }
 
@@ -98,13 +98,14 @@ std::vector<std::uint8_t> read_idx(const std::string& path, int expected_ndim, s
   dims.clear();
   for (int d = 0; d < expected_ndim; ++d) {
     const std::uint8_t* p = bytes.data() + 4 + 4 * d;
-    const std::uint32_t n = (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+    const std::uint32_t n =
+        (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
     dims.push_back(n);
     count *= n;
   }
   if (bytes.size() - header != count)
-    throw std::runtime_error("'" + path + "' holds " + std::to_string(bytes.size() - header) + " bytes of data, its header says " +
-                             std::to_string(count));
+    throw std::runtime_error("'" + path + "' holds " + std::to_string(bytes.size() - header) +
+                             " bytes of data, its header says " + std::to_string(count));
   return std::vector<std::uint8_t>(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
 }
 
@@ -113,12 +114,14 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path)
   const auto pixels = read_idx(images_path, 3, idims);
   const auto labels = read_idx(labels_path, 1, ldims);
   if (idims[0] != ldims[0])
-    throw std::runtime_error("images hold " + std::to_string(idims[0]) + " samples, labels " + std::to_string(ldims[0]));
+    throw std::runtime_error("images hold " + std::to_string(idims[0]) + " samples, labels " +
+                             std::to_string(ldims[0]));
   Dataset d{mdtrain::Tensor({idims[0], idims[1], idims[2]}, mdtrain::DType::Float32),
             mdtrain::Tensor({ldims[0]}, mdtrain::DType::Int32)};
   for (std::size_t i = 0; i < pixels.size(); ++i) d.x.data<float>()[i] = static_cast<float>(pixels[i]) / 255.0f;
   for (std::size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] >= 10) throw std::runtime_error("label " + std::to_string(labels[i]) + " is not a class id in [0, 10)");
+    if (labels[i] >= 10)
+      throw std::runtime_error("label " + std::to_string(labels[i]) + " is not a class id in [0, 10)");
     d.y.data<std::int32_t>()[i] = labels[i];
   }
   return d;
@@ -137,7 +140,8 @@ Dataset synthetic(std::int64_t n, std::uint64_t seed) {
     const auto c = static_cast<std::int32_t>(rng() % kClasses);
     d.y.data<std::int32_t>()[i] = c;
     float* row = d.x.data<float>() + i * kPixels;
-    for (std::int64_t k = 0; k < kPixels; ++k) row[k] = std::clamp(prototypes[c * kPixels + k] + noise(rng), 0.0f, 1.0f);
+    for (std::int64_t k = 0; k < kPixels; ++k)
+      row[k] = std::clamp(prototypes[c * kPixels + k] + noise(rng), 0.0f, 1.0f);
   }
   return d;
 }
@@ -192,9 +196,9 @@ int run(const Options& o) {
   const std::int64_t n_train = all.size() - std::max<std::int64_t>(1, all.size() / 5);
   const Dataset train = slice(all, 0, n_train), test = slice(all, n_train, all.size());
   const mdtrain::Shape image_shape(all.x.shape().begin() + 1, all.x.shape().end());
-  std::printf("data: %s, %lld train / %lld test samples of shape %s\n", o.images.empty() ? "synthetic" : o.images.c_str(),
-              static_cast<long long>(train.size()), static_cast<long long>(test.size()),
-              mdtrain::to_string(image_shape).c_str());
+  std::printf("data: %s, %lld train / %lld test samples of shape %s\n",
+              o.images.empty() ? "synthetic" : o.images.c_str(), static_cast<long long>(train.size()),
+              static_cast<long long>(test.size()), mdtrain::to_string(image_shape).c_str());
 
   auto model = make_model(image_shape, o);
   std::printf("model: %lld parameters, %s with %d replica(s)\n",
@@ -208,7 +212,8 @@ int run(const Options& o) {
     std::shuffle(order.begin(), order.end(), std::mt19937_64(o.seed * 1000 + static_cast<std::uint64_t>(epoch)));
     auto result = model->train_epoch(train.x, train.y, order.data(), train.size(), o.batch_size, steps, nullptr);
     if (result.first_nonfinite_step >= 0)
-      throw std::runtime_error("the loss became NaN or infinite at step " + std::to_string(result.first_nonfinite_step));
+      throw std::runtime_error("the loss became NaN or infinite at step " +
+                               std::to_string(result.first_nonfinite_step));
     std::printf("epoch %d/%d%s\n", epoch + 1, o.epochs, format_logs(result.logs).c_str());
     std::fflush(stdout);
   }

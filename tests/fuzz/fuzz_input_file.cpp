@@ -68,8 +68,8 @@ std::string repair_checksums(const std::string& bytes) {
   std::string text = bytes.substr(kPrefix, header_len);
   std::uint64_t payload_start = (kPrefix + header_len + 63) / 64 * 64;
   std::string payload = payload_start < bytes.size() ? bytes.substr(payload_start) : std::string();
-  std::string padding = bytes.substr(kPrefix + header_len,
-                                     std::min<std::uint64_t>(payload_start, bytes.size()) - kPrefix - header_len);
+  std::string padding =
+      bytes.substr(kPrefix + header_len, std::min<std::uint64_t>(payload_start, bytes.size()) - kPrefix - header_len);
   try {
     Json header = Json::parse(text);
     if (header.is_object() && header.contains("tensors") && header.at("tensors").is_array()) {

@@ -158,8 +158,7 @@ void remove_stale_temporaries(const std::string& path) {
 
 }  // namespace
 
-void write_file_atomically(const std::string& path,
-                           const std::function<void(std::ostream&)>& write) {
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
   MDTRAIN_CHECK(!path.empty(), std::invalid_argument, "[io] cannot write a file with an empty path");
   remove_stale_temporaries(path);
   std::string tmp;
@@ -261,9 +260,7 @@ int open_regular_file(const std::string& path, std::uint64_t& size, std::string&
 }
 
 std::string read_file(const std::string& path) {
-  auto read_error = [&](const std::string& why) {
-    fail<IoError>("[io] cannot read '", path, "': ", why);
-  };
+  auto read_error = [&](const std::string& why) { fail<IoError>("[io] cannot read '", path, "': ", why); };
   std::uint64_t size = 0;
   std::string why;
   bool missing = false;

@@ -24,8 +24,7 @@ namespace mdtrain {
 // Limit: liveness is judged on this host, so on a file system shared between hosts (or between
 // pid namespaces) a temporary being written elsewhere may be taken for a dead writer's; keep one
 // writer per target path there (as BackupAndRestore does: one chief writes).
-void write_file_atomically(const std::string& path,
-                           const std::function<void(std::ostream&)>& write);
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 void write_file_atomically(const std::string& path, const std::string& contents);
 
 // The whole file as bytes. Only regular files are read: a named pipe, device or directory at

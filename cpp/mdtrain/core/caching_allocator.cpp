@@ -63,8 +63,7 @@ std::size_t CachingAllocator::size_class(std::size_t bytes) {
   return rounded;
 }
 
-CachingAllocator::CachingAllocator(std::string where, RawAllocator raw)
-    : state_(std::make_shared<State>()) {
+CachingAllocator::CachingAllocator(std::string where, RawAllocator raw) : state_(std::make_shared<State>()) {
   MDTRAIN_CHECK(raw.allocate && raw.free, std::invalid_argument,
                 "[allocator] a caching allocator needs a raw allocate and free");
   state_->where = std::move(where);
@@ -110,9 +109,8 @@ std::shared_ptr<void> CachingAllocator::allocate(std::size_t bytes) {
     }
     if (!ptr) {
       const Stats st = stats();
-      fail<AllocationError>("[allocator] cannot allocate ", bytes, " bytes (", bytes >> 20, " MiB) on ",
-                            s.where, ": out of memory with ", st.in_use_bytes >> 20,
-                            " MiB in use by tensors");
+      fail<AllocationError>("[allocator] cannot allocate ", bytes, " bytes (", bytes >> 20, " MiB) on ", s.where,
+                            ": out of memory with ", st.in_use_bytes >> 20, " MiB in use by tensors");
     }
     std::lock_guard<std::mutex> lock(s.mutex);
     ++s.stats.raw_allocations;

@@ -29,11 +29,11 @@ class CachingAllocator {
   };
 
   struct Stats {
-    std::size_t in_use_bytes = 0;       // size classes of blocks held by users
-    std::size_t cached_bytes = 0;       // size classes of blocks waiting in free lists
-    std::size_t raw_allocations = 0;    // calls of the raw allocator that succeeded
-    std::size_t raw_frees = 0;          // blocks given back to the raw allocator
-    std::size_t cache_hits = 0;         // requests served from a free list
+    std::size_t in_use_bytes = 0;           // size classes of blocks held by users
+    std::size_t cached_bytes = 0;           // size classes of blocks waiting in free lists
+    std::size_t raw_allocations = 0;        // calls of the raw allocator that succeeded
+    std::size_t raw_frees = 0;              // blocks given back to the raw allocator
+    std::size_t cache_hits = 0;             // requests served from a free list
     std::size_t out_of_memory_retries = 0;  // times the cache was emptied to retry a request
   };
 

@@ -52,9 +52,7 @@ std::string to_string(const Shape& shape) {
   return s + ")";
 }
 
-std::string Device::to_string() const {
-  return cat("/device:", kind == DeviceKind::CPU ? "CPU" : "GPU", ":", index);
-}
+std::string Device::to_string() const { return cat("/device:", kind == DeviceKind::CPU ? "CPU" : "GPU", ":", index); }
 
 Device Device::parse(const std::string& text) {
   std::string t;
@@ -72,8 +70,9 @@ Device Device::parse(const std::string& text) {
   }
   if (kind == "cpu") d.kind = DeviceKind::CPU;
   else if (kind == "gpu" || kind == "cuda") d.kind = DeviceKind::CUDA;
-  else fail<std::invalid_argument>("[device] cannot parse device name '", text,
-                                   "': expected forms like '/cpu:0' or '/gpu:1'");
+  else
+    fail<std::invalid_argument>("[device] cannot parse device name '", text,
+                                "': expected forms like '/cpu:0' or '/gpu:1'");
   if (!index.empty()) {
     MDTRAIN_CHECK(std::all_of(index.begin(), index.end(), [](char c) { return std::isdigit(c); }),
                   std::invalid_argument, "[device] bad device index in '", text, "'");
@@ -90,8 +89,8 @@ std::shared_ptr<void> allocate(const Device& device, std::size_t bytes) {
   if (rounded < bytes) fail<AllocationError>("[allocator] size overflow for ", bytes, " bytes");
   void* p = std::aligned_alloc(kAlign, rounded);
   if (!p)
-    fail<AllocationError>("[allocator] cannot allocate ", bytes, " bytes (", bytes / (1 << 20),
-                          " MiB) on ", device.to_string());
+    fail<AllocationError>("[allocator] cannot allocate ", bytes, " bytes (", bytes / (1 << 20), " MiB) on ",
+                          device.to_string());
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 

@@ -43,7 +43,7 @@ template <class Exception, class... Args>
 }  // namespace mdtrain
 
 // MDTRAIN_CHECK(cond, std::invalid_argument, "[area] message ", value, ...)
-#define MDTRAIN_CHECK(cond, Exception, ...) \
-  do {                                      \
+#define MDTRAIN_CHECK(cond, Exception, ...)               \
+  do {                                                    \
     if (!(cond)) ::mdtrain::fail<Exception>(__VA_ARGS__); \
   } while (0)

@@ -41,8 +41,7 @@ std::string preview(const Json& j) {
 }
 
 [[noreturn]] void wrong_type(const Json& j, const char* expected) {
-  fail<std::invalid_argument>("[json] expected ", expected, ", got ", type_name(j.type()), " ",
-                              preview(j));
+  fail<std::invalid_argument>("[json] expected ", expected, ", got ", type_name(j.type()), " ", preview(j));
 }
 
 const Json::Array& empty_array() {
@@ -73,8 +72,14 @@ std::string dump_with_nlohmann(const nlohmann_json& leaf) {
 void dump_string(const std::string& s, std::string& out) { out += dump_with_nlohmann(nlohmann_json(s)); }
 
 void dump_number(double v, std::string& out) {
-  if (std::isnan(v)) { out += "NaN"; return; }
-  if (std::isinf(v)) { out += v > 0 ? "Infinity" : "-Infinity"; return; }
+  if (std::isnan(v)) {
+    out += "NaN";
+    return;
+  }
+  if (std::isinf(v)) {
+    out += v > 0 ? "Infinity" : "-Infinity";
+    return;
+  }
   // Integral values that a double holds exactly are written as integers (Python reads them back
   // as int, as it wrote them); everything else, -0.0 included, as nlohmann's shortest round trip.
   constexpr double kExact = 9007199254740992.0;  // 2^53
@@ -98,7 +103,10 @@ void dump_value(const Json& j, std::string& out, int indent, int depth) {
     case Json::Type::String: dump_string(j.as_string(), out); return;
     case Json::Type::Array: {
       const auto& a = j.as_array();
-      if (a.empty()) { out += "[]"; return; }
+      if (a.empty()) {
+        out += "[]";
+        return;
+      }
       out += '[';
       for (std::size_t i = 0; i < a.size(); ++i) {
         if (i) out += ',';
@@ -111,7 +119,10 @@ void dump_value(const Json& j, std::string& out, int indent, int depth) {
     }
     case Json::Type::Object: {
       const auto& o = j.as_object();
-      if (o.empty()) { out += "{}"; return; }
+      if (o.empty()) {
+        out += "{}";
+        return;
+      }
       out += '{';
       for (std::size_t i = 0; i < o.size(); ++i) {
         if (i) out += ',';
@@ -146,7 +157,8 @@ bool is_json_number(const char* p, const char* end) {
   if (p < end && *p == '-') ++p;
   if (p == end || !is_digit(*p)) return false;
   if (*p == '0') ++p;
-  else while (p < end && is_digit(*p)) ++p;
+  else
+    while (p < end && is_digit(*p)) ++p;
   if (p < end && *p == '.') {
     if (++p == end || !is_digit(*p)) return false;
     while (p < end && is_digit(*p)) ++p;
@@ -169,7 +181,7 @@ bool is_stand_in_shape(const std::string& token) {
 }
 
 struct PreparedText {
-  std::string text;                                 // the input with stand-ins
+  std::string text;                                   // the input with stand-ins
   std::deque<std::optional<double>> stand_in_values;  // per stand-in-shaped token, in document order
 };
 
@@ -206,9 +218,13 @@ PreparedText prepare(const std::string& input) {
       previous = '"';
       continue;
     }
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') { ++i; continue; }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      ++i;
+      continue;
+    }
     if (c == '[' || c == '{') {
-      if (++depth > kMaxDepth) fail<std::invalid_argument>("[json] nesting deeper than ", kMaxDepth, " levels at offset ", i);
+      if (++depth > kMaxDepth)
+        fail<std::invalid_argument>("[json] nesting deeper than ", kMaxDepth, " levels at offset ", i);
     } else if (c == ']' || c == '}') {
       depth = depth > 0 ? depth - 1 : 0;
     } else if (is_whole_value(i, "NaN")) {
@@ -272,7 +288,8 @@ class JsonBuilder : public nlohmann::json_sax<nlohmann_json> {
   bool end_array() override { return close(); }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
     // nlohmann counts the characters read, the offending one included; the offset is its index.
-    fail<std::invalid_argument>("[json] ", without_exception_id(e.what()), " at offset ", position > 0 ? position - 1 : 0);
+    fail<std::invalid_argument>("[json] ", without_exception_id(e.what()), " at offset ",
+                                position > 0 ? position - 1 : 0);
   }
 
   // "[json.exception.parse_error.101] parse error at line 1, ..." -> "parse error at line 1, ...".
@@ -352,8 +369,7 @@ bool numbers_equal(double a, double b) { return a == b || (std::isnan(a) && std:
 
 // ---- Json members -----------------------------------------------------------------------------
 
-Json::Json(const Json& other)
-    : type_(other.type_), bool_(other.bool_), num_(other.num_), str_(other.str_) {
+Json::Json(const Json& other) : type_(other.type_), bool_(other.bool_), num_(other.num_), str_(other.str_) {
   if (other.arr_) arr_ = std::make_shared<Array>(*other.arr_);
   if (other.obj_) obj_ = std::make_shared<Object>(*other.obj_);
 }
@@ -438,8 +454,7 @@ const Json& Json::at(const std::string& key) const {
     if (kv.first == key) return kv.second;
   std::string keys;
   for (const auto& kv : as_object()) keys += (keys.empty() ? "'" : ", '") + kv.first + "'";
-  fail<std::invalid_argument>("[json] missing key '", key, "' (keys: ",
-                              keys.empty() ? std::string("none") : keys, ")");
+  fail<std::invalid_argument>("[json] missing key '", key, "' (keys: ", keys.empty() ? std::string("none") : keys, ")");
 }
 
 Json Json::get(const std::string& key, const Json& fallback) const {

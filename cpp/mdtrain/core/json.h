@@ -37,7 +37,12 @@ class Json {
   Json(Json&&) noexcept = default;
   Json& operator=(Json&&) noexcept = default;
 
-  static Json object() { Json j; j.type_ = Type::Object; j.obj_ = std::make_shared<Object>(); return j; }
+  static Json object() {
+    Json j;
+    j.type_ = Type::Object;
+    j.obj_ = std::make_shared<Object>();
+    return j;
+  }
   static Json array() { return Json(Array{}); }
 
   Type type() const { return type_; }
@@ -74,8 +79,8 @@ class Json {
   // Serialise (indent < 0: compact; indent >= 0: one item per line, like Python's indent=).
   // Doubles are written by nlohmann (Grisu2) in a form that reads back bit for bit: almost
   // always Python's repr, the shortest such text, sometimes one digit longer. Integral values up
-  // to 2^53 as integers, -0.0 as "-0.0"; NaN and Inf as NaN/Infinity/-Infinity like Python's json. Throws std::invalid_argument("[json] cannot write: ...") on a string that is
-  // not valid UTF-8.
+  // to 2^53 as integers, -0.0 as "-0.0"; NaN and Inf as NaN/Infinity/-Infinity like Python's json. Throws
+  // std::invalid_argument("[json] cannot write: ...") on a string that is not valid UTF-8.
   std::string dump(int indent = -1) const;
   // Parses RFC 8259 JSON with nlohmann/json, plus what Python's json reads: NaN/Infinity/-Infinity,
   // and numbers past the double range as +-inf. Throws std::invalid_argument("[json] <nlohmann's

@@ -12,7 +12,7 @@ namespace mdtrain {
 struct Parameter {
   std::string name;  // "dense/kernel", unique within a model
   Tensor value;
-  Tensor grad;       // same shape and dtype as value; written by backward()
+  Tensor grad;  // same shape and dtype as value; written by backward()
   bool trainable = true;
 
   Parameter() = default;

@@ -29,7 +29,10 @@ MDTRAIN_HD Philox4 philox4x32(std::uint64_t seed, std::uint64_t stream, std::uin
     std::uint32_t n1 = static_cast<std::uint32_t>(p1);
     std::uint32_t n2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ k1;
     std::uint32_t n3 = static_cast<std::uint32_t>(p0);
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
@@ -37,9 +40,7 @@ MDTRAIN_HD Philox4 philox4x32(std::uint64_t seed, std::uint64_t stream, std::uin
 }
 
 // Uniform in [0, 1) with 24 random bits (exactly representable in float32).
-MDTRAIN_HD float uniform_from_bits(std::uint32_t bits) {
-  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
-}
+MDTRAIN_HD float uniform_from_bits(std::uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
 
 // Deterministic generator: element i of stream s under seed k is philox(k, s, i / 4)[i % 4].
 class Rng {

@@ -13,8 +13,7 @@ namespace {
 std::int64_t checked_numel(const Shape& shape) {
   std::int64_t n = 1;
   for (auto d : shape) {
-    MDTRAIN_CHECK(d >= 0, std::invalid_argument, "[tensor] negative dimension in shape ",
-                  to_string(shape));
+    MDTRAIN_CHECK(d >= 0, std::invalid_argument, "[tensor] negative dimension in shape ", to_string(shape));
     if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d)
       fail<AllocationError>("[tensor] shape ", to_string(shape), " has too many elements");
     n *= d;
@@ -38,8 +37,7 @@ Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
   return t;
 }
 
-Tensor Tensor::wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> owner,
-                    Device device) {
+Tensor Tensor::wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> owner, Device device) {
   Tensor t;
   t.shape_ = std::move(shape);
   t.numel_ = checked_numel(t.shape_);
@@ -53,18 +51,19 @@ Tensor Tensor::wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> 
 std::int64_t Tensor::dim(int axis) const {
   int n = ndim();
   int a = axis < 0 ? axis + n : axis;
-  MDTRAIN_CHECK(a >= 0 && a < n, std::out_of_range, "[tensor] axis ", axis,
-                " out of range for shape ", to_string(shape_));
+  MDTRAIN_CHECK(a >= 0 && a < n, std::out_of_range, "[tensor] axis ", axis, " out of range for shape ",
+                to_string(shape_));
   return shape_[a];
 }
 
 std::int64_t Tensor::row_size() const {
-  return ndim() == 0 ? 1 : (shape_[0] == 0 ? mdtrain::numel(Shape(shape_.begin() + 1, shape_.end())) : numel_ / shape_[0]);
+  return ndim() == 0 ? 1
+                     : (shape_[0] == 0 ? mdtrain::numel(Shape(shape_.begin() + 1, shape_.end())) : numel_ / shape_[0]);
 }
 
 Tensor Tensor::rows(std::int64_t begin, std::int64_t end) const {
-  MDTRAIN_CHECK(ndim() >= 1 && begin >= 0 && begin <= end && end <= shape_[0], std::out_of_range,
-                "[tensor] rows [", begin, ", ", end, ") out of range for shape ", to_string(shape_));
+  MDTRAIN_CHECK(ndim() >= 1 && begin >= 0 && begin <= end && end <= shape_[0], std::out_of_range, "[tensor] rows [",
+                begin, ", ", end, ") out of range for shape ", to_string(shape_));
   Tensor t = *this;
   t.shape_[0] = end - begin;
   t.numel_ = mdtrain::numel(t.shape_);
@@ -85,8 +84,8 @@ Tensor Tensor::reshape(Shape shape) const {
     }
   }
   if (infer >= 0 && known > 0) shape[infer] = numel_ / known;
-  MDTRAIN_CHECK(mdtrain::numel(shape) == numel_, std::invalid_argument, "[tensor] cannot reshape ",
-                to_string(shape_), " (", numel_, " elements) to ", to_string(shape));
+  MDTRAIN_CHECK(mdtrain::numel(shape) == numel_, std::invalid_argument, "[tensor] cannot reshape ", to_string(shape_),
+                " (", numel_, " elements) to ", to_string(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;
@@ -99,9 +98,9 @@ Tensor Tensor::clone() const {
 }
 
 void Tensor::copy_from(const Tensor& src) {
-  MDTRAIN_CHECK(src.numel() == numel_ && src.dtype() == dtype_, std::invalid_argument,
-                "[tensor] copy_from: source ", to_string(src.shape()), " ", name_of(src.dtype()),
-                " does not match destination ", to_string(shape_), " ", name_of(dtype_));
+  MDTRAIN_CHECK(src.numel() == numel_ && src.dtype() == dtype_, std::invalid_argument, "[tensor] copy_from: source ",
+                to_string(src.shape()), " ", name_of(src.dtype()), " does not match destination ", to_string(shape_),
+                " ", name_of(dtype_));
   const bool both_host = device_.is_cpu() && src.device().is_cpu();  // logical CPUs share memory
   if (!nbytes() || (same_storage(src) && (both_host || device_ == src.device()))) return;
   // Host and GPU tensors copy into each other (ordered on the GPU's compute stream).
@@ -122,8 +121,8 @@ void Tensor::fill(double value) {
 }
 
 void Tensor::check_dtype(DType requested) const {
-  MDTRAIN_CHECK(requested == dtype_, std::invalid_argument, "[tensor] tensor of dtype ",
-                name_of(dtype_), " accessed as ", name_of(requested));
+  MDTRAIN_CHECK(requested == dtype_, std::invalid_argument, "[tensor] tensor of dtype ", name_of(dtype_),
+                " accessed as ", name_of(requested));
 }
 
 }  // namespace mdtrain

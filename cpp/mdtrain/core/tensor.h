@@ -21,8 +21,7 @@ class Tensor {
 
   static Tensor zeros(Shape shape, DType dtype = DType::Float32, Device device = {});
   // Wraps memory owned elsewhere (e.g. a NumPy array kept alive by `owner`); no copy.
-  static Tensor wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> owner,
-                     Device device = {});
+  static Tensor wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> owner, Device device = {});
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

@@ -48,10 +48,9 @@ Prefetcher::~Prefetcher() { cancel(); }
 void Prefetcher::add(std::vector<std::int64_t> indices, std::vector<std::int64_t> offsets) {
   const auto count = static_cast<std::int64_t>(indices.size());
   MDTRAIN_CHECK(!offsets.empty() && offsets.front() == 0 && offsets.back() == count, std::invalid_argument,
-                "[data] Prefetcher::add: offsets must start at 0 and end at the number of indices (", count,
-                "), got ", offsets.empty() ? std::string("an empty array")
-                                           : cat(offsets.size(), " offsets from ", offsets.front(), " to ",
-                                                 offsets.back()));
+                "[data] Prefetcher::add: offsets must start at 0 and end at the number of indices (", count, "), got ",
+                offsets.empty() ? std::string("an empty array")
+                                : cat(offsets.size(), " offsets from ", offsets.front(), " to ", offsets.back()));
   for (std::size_t b = 1; b < offsets.size(); ++b)
     MDTRAIN_CHECK(offsets[b] >= offsets[b - 1], std::invalid_argument,
                   "[data] Prefetcher::add: offsets must not decrease, got ", offsets[b - 1], " then ", offsets[b],

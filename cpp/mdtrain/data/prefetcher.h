@@ -34,8 +34,8 @@ class Prefetcher {
   // sources: one or more CPU tensors of rank >= 1 sharing dim(0); depth >= 1.
   Prefetcher(std::vector<Tensor> sources, int depth);
   // As above, then add(indices, offsets) and close(): one fixed sequence of batches.
-  Prefetcher(std::vector<Tensor> sources, std::vector<std::int64_t> indices,
-             std::vector<std::int64_t> offsets, int depth);
+  Prefetcher(std::vector<Tensor> sources, std::vector<std::int64_t> indices, std::vector<std::int64_t> offsets,
+             int depth);
   ~Prefetcher();
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;

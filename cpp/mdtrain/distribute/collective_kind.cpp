@@ -17,12 +17,9 @@ const char* name_of(CollectiveKind kind) {
 }
 
 bool has_reduce_op(CollectiveKind kind) {
-  return kind == CollectiveKind::AllReduce || kind == CollectiveKind::Reduce ||
-         kind == CollectiveKind::ReduceScatter;
+  return kind == CollectiveKind::AllReduce || kind == CollectiveKind::Reduce || kind == CollectiveKind::ReduceScatter;
 }
 
-bool has_root(CollectiveKind kind) {
-  return kind == CollectiveKind::Broadcast || kind == CollectiveKind::Reduce;
-}
+bool has_root(CollectiveKind kind) { return kind == CollectiveKind::Broadcast || kind == CollectiveKind::Reduce; }
 
 }  // namespace mdtrain

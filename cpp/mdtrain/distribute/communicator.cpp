@@ -36,25 +36,23 @@ void Communicator::set_timeout(double seconds) {
   on_timeout_changed(seconds);
 }
 
-void Communicator::check_buffer(const char* op, const void* ptr, std::size_t count,
-                                const char* what) const {
-  MDTRAIN_CHECK(ptr != nullptr || count == 0, std::invalid_argument, "[", backend(), "] ", op,
-                ": ", what, " is null but count is ", count);
+void Communicator::check_buffer(const char* op, const void* ptr, std::size_t count, const char* what) const {
+  MDTRAIN_CHECK(ptr != nullptr || count == 0, std::invalid_argument, "[", backend(), "] ", op, ": ", what,
+                " is null but count is ", count);
 }
 
 void Communicator::check_op(const char* op, DType dtype, ReduceOp reduce) const {
   MDTRAIN_CHECK(reduce == ReduceOp::Sum || reduce == ReduceOp::Mean || reduce == ReduceOp::Max ||
                     reduce == ReduceOp::Min,
-                std::invalid_argument, "[", backend(), "] ", op, ": unknown reduce op ",
-                static_cast<int>(reduce));
+                std::invalid_argument, "[", backend(), "] ", op, ": unknown reduce op ", static_cast<int>(reduce));
   size_of(dtype);  // rejects an out-of-range dtype
-  MDTRAIN_CHECK(reduce != ReduceOp::Mean || is_floating(dtype), std::invalid_argument, "[",
-                backend(), "] ", op, ": op mean needs a floating dtype (got ", name_of(dtype), ")");
+  MDTRAIN_CHECK(reduce != ReduceOp::Mean || is_floating(dtype), std::invalid_argument, "[", backend(), "] ", op,
+                ": op mean needs a floating dtype (got ", name_of(dtype), ")");
 }
 
 void Communicator::check_device(const Device& device) const {
-  MDTRAIN_CHECK(device.is_cpu(), std::invalid_argument, "[", backend(),
-                "] tensors must be on a CPU device (got ", device.to_string(), ")");
+  MDTRAIN_CHECK(device.is_cpu(), std::invalid_argument, "[", backend(), "] tensors must be on a CPU device (got ",
+                device.to_string(), ")");
 }
 
 void Communicator::check_tensor(const char* op, const Tensor& tensor, const char* what) const {
@@ -72,40 +70,38 @@ void Communicator::all_reduce(void* data, std::size_t count, DType dtype, Reduce
 void Communicator::reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
   check_buffer("reduce", data, count, "data");
   check_op("reduce", dtype, op);
-  MDTRAIN_CHECK(root >= 0 && root < size(), std::invalid_argument, "[", backend(),
-                "] reduce: root must be in [0, ", size(), ") (got ", root, ")");
+  MDTRAIN_CHECK(root >= 0 && root < size(), std::invalid_argument, "[", backend(), "] reduce: root must be in [0, ",
+                size(), ") (got ", root, ")");
   do_reduce(data, count, dtype, op, root);
 }
 
 void Communicator::broadcast(void* data, std::size_t count, DType dtype, int root) {
   check_buffer("broadcast", data, count, "data");
   size_of(dtype);
-  MDTRAIN_CHECK(root >= 0 && root < size(), std::invalid_argument, "[", backend(),
-                "] broadcast: root must be in [0, ", size(), ") (got ", root, ")");
+  MDTRAIN_CHECK(root >= 0 && root < size(), std::invalid_argument, "[", backend(), "] broadcast: root must be in [0, ",
+                size(), ") (got ", root, ")");
   do_broadcast(data, count, dtype, root);
 }
 
-void Communicator::all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                              DType dtype) {
+void Communicator::all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) {
   check_buffer("all_gather", send, count_per_rank, "send");
   check_buffer("all_gather", recv, count_per_rank, "recv");
   const std::size_t block = count_per_rank * size_of(dtype);
   const bool in_place = send == static_cast<const char*>(recv) + rank() * block;
-  MDTRAIN_CHECK(in_place || !overlaps(send, block, recv, block * size()), std::invalid_argument,
-                "[", backend(), "] all_gather: send overlaps recv but is not recv + rank * ",
+  MDTRAIN_CHECK(in_place || !overlaps(send, block, recv, block * size()), std::invalid_argument, "[", backend(),
+                "] all_gather: send overlaps recv but is not recv + rank * ",
                 "count_per_rank (the only in-place form)");
   do_all_gather(send, recv, count_per_rank, dtype);
 }
 
-void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
-                                  DType dtype, ReduceOp op) {
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype, ReduceOp op) {
   check_buffer("reduce_scatter", send, count_per_rank, "send");
   check_buffer("reduce_scatter", recv, count_per_rank, "recv");
   check_op("reduce_scatter", dtype, op);
   const std::size_t block = count_per_rank * size_of(dtype);
   const bool in_place = recv == static_cast<const char*>(send) + rank() * block;
-  MDTRAIN_CHECK(in_place || !overlaps(recv, block, send, block * size()), std::invalid_argument,
-                "[", backend(), "] reduce_scatter: recv overlaps send but is not send + rank * ",
+  MDTRAIN_CHECK(in_place || !overlaps(recv, block, send, block * size()), std::invalid_argument, "[", backend(),
+                "] reduce_scatter: recv overlaps send but is not send + rank * ",
                 "count_per_rank (the only in-place form)");
   do_reduce_scatter(send, recv, count_per_rank, dtype, op);
 }
@@ -115,9 +111,8 @@ void Communicator::barrier() { do_barrier(); }
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   auto child = do_split(color, key);
   // The contract, whatever the backend: a group for a color, none without one.
-  MDTRAIN_CHECK((child != nullptr) == (color >= 0), std::logic_error, "[", backend(),
-                "] split: the backend returned ", child ? "a group" : "no group", " for color ",
-                color);
+  MDTRAIN_CHECK((child != nullptr) == (color >= 0), std::logic_error, "[", backend(), "] split: the backend returned ",
+                child ? "a group" : "no group", " for color ", color);
   if (child) child->set_timeout(timeout());
   return child;
 }
@@ -153,24 +148,22 @@ void Communicator::broadcast(Tensor& tensor, int root) {
 void Communicator::all_gather(const Tensor& send, Tensor& recv) {
   check_tensor("all_gather", send, "send");
   check_tensor("all_gather", recv, "recv");
-  MDTRAIN_CHECK(send.dtype() == recv.dtype(), std::invalid_argument, "[", backend(),
-                "] all_gather: send is ", name_of(send.dtype()), " but recv is ",
-                name_of(recv.dtype()));
-  MDTRAIN_CHECK(recv.numel() == send.numel() * size(), std::invalid_argument, "[", backend(),
-                "] all_gather: recv ", to_string(recv.shape()), " must hold size() = ", size(),
-                " times the elements of send ", to_string(send.shape()));
+  MDTRAIN_CHECK(send.dtype() == recv.dtype(), std::invalid_argument, "[", backend(), "] all_gather: send is ",
+                name_of(send.dtype()), " but recv is ", name_of(recv.dtype()));
+  MDTRAIN_CHECK(recv.numel() == send.numel() * size(), std::invalid_argument, "[", backend(), "] all_gather: recv ",
+                to_string(recv.shape()), " must hold size() = ", size(), " times the elements of send ",
+                to_string(send.shape()));
   all_gather(send.raw(), recv.raw(), static_cast<std::size_t>(send.numel()), send.dtype());
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op) {
   check_tensor("reduce_scatter", send, "send");
   check_tensor("reduce_scatter", recv, "recv");
-  MDTRAIN_CHECK(send.dtype() == recv.dtype(), std::invalid_argument, "[", backend(),
-                "] reduce_scatter: send is ", name_of(send.dtype()), " but recv is ",
-                name_of(recv.dtype()));
-  MDTRAIN_CHECK(send.numel() == recv.numel() * size(), std::invalid_argument, "[", backend(),
-                "] reduce_scatter: send ", to_string(send.shape()), " must hold size() = ", size(),
-                " times the elements of recv ", to_string(recv.shape()));
+  MDTRAIN_CHECK(send.dtype() == recv.dtype(), std::invalid_argument, "[", backend(), "] reduce_scatter: send is ",
+                name_of(send.dtype()), " but recv is ", name_of(recv.dtype()));
+  MDTRAIN_CHECK(send.numel() == recv.numel() * size(), std::invalid_argument, "[", backend(), "] reduce_scatter: send ",
+                to_string(send.shape()), " must hold size() = ", size(), " times the elements of recv ",
+                to_string(recv.shape()));
   reduce_scatter(send.raw(), recv.raw(), static_cast<std::size_t>(recv.numel()), recv.dtype(), op);
 }
 

@@ -110,10 +110,9 @@ class Communicator {
   virtual void do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) = 0;
   virtual void do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) = 0;
   virtual void do_broadcast(void* data, std::size_t count, DType dtype, int root) = 0;
-  virtual void do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                             DType dtype) = 0;
-  virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
-                                 DType dtype, ReduceOp op) = 0;
+  virtual void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) = 0;
+  virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
+                                 ReduceOp op) = 0;
   virtual void do_barrier() = 0;
   // Called by split with any color (negative: joins no group, return nullptr). Every built-in
   // backend has it; the default, for backends registered by other code, throws

@@ -22,8 +22,7 @@ std::size_t GradientReducer::bucket_count(const Tensor& packed_grads) const {
 }
 
 bool GradientReducer::enqueues(const Tensor& packed_grads) const {
-  return comm_.size() > 1 && algorithm_ == Algorithm::AllReduce &&
-         comm_.enqueues_all_reduce(packed_grads.device());
+  return comm_.size() > 1 && algorithm_ == Algorithm::AllReduce && comm_.enqueues_all_reduce(packed_grads.device());
 }
 
 void GradientReducer::start_bucket(std::size_t bucket) {

@@ -11,8 +11,8 @@
 namespace mdtrain {
 
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> local,
-                                                   std::unique_ptr<Communicator> cross,
-                                                   int num_workers, int worker_index)
+                                                   std::unique_ptr<Communicator> cross, int num_workers,
+                                                   int worker_index)
     : local_(std::move(local)), cross_(std::move(cross)), workers_(num_workers), worker_(worker_index) {
   MDTRAIN_CHECK(local_ != nullptr, std::invalid_argument, "[hierarchical] a local communicator is required");
   MDTRAIN_CHECK(num_workers >= 1 && worker_index >= 0 && worker_index < num_workers, std::invalid_argument,
@@ -31,9 +31,7 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator>
   on_timeout_changed(timeout());
 }
 
-std::string HierarchicalCommunicator::backend() const {
-  return "hierarchical";
-}
+std::string HierarchicalCommunicator::backend() const { return "hierarchical"; }
 
 void HierarchicalCommunicator::on_timeout_changed(double seconds) {
   local_->set_timeout(seconds);
@@ -57,7 +55,8 @@ void HierarchicalCommunicator::guarded(const char* op, F&& body) {
                                std::to_string(local_->rank()) + ": " + e.what();
     if (cross_) cross_->abort(reason);
     local_->abort(reason);
-    if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError("[hierarchical] " + std::string(op) + " on " + reason);
+    if (dynamic_cast<const TimeoutError*>(&e))
+      throw TimeoutError("[hierarchical] " + std::string(op) + " on " + reason);
     if (dynamic_cast<const std::invalid_argument*>(&e)) throw;
     throw std::runtime_error("[hierarchical] " + std::string(op) + " on " + reason);
   }
@@ -107,8 +106,7 @@ void HierarchicalCommunicator::do_broadcast(void* data, std::size_t count, DType
   });
 }
 
-void HierarchicalCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                                             DType dtype) {
+void HierarchicalCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) {
   guarded("all_gather", [&] { all_gather_levels(send, recv, count_per_rank, dtype); });
 }
 
@@ -123,8 +121,8 @@ void HierarchicalCommunicator::all_gather_levels(const void* send, void* recv, s
   if (local_->size() > 1) local_->broadcast(recv, worker_count * static_cast<std::size_t>(workers_), dtype, 0);
 }
 
-void HierarchicalCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
-                                                 DType dtype, ReduceOp op) {
+void HierarchicalCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
+                                                 ReduceOp op) {
   guarded("reduce_scatter", [&] {
     const std::size_t elem = size_of(dtype);
     const std::size_t total = count_per_rank * static_cast<std::size_t>(size());
@@ -172,7 +170,8 @@ std::unique_ptr<Communicator> HierarchicalCommunicator::do_split(int color, int 
   // Every rank sees the same table, so every rank checks every group and all agree.
   std::map<std::int64_t, SplitGroup> groups;
   for (int r = 0; r < n; ++r) {
-    if (table[2 * static_cast<std::size_t>(r)] >= 0) groups[table[2 * static_cast<std::size_t>(r)]].members.push_back(r);
+    if (table[2 * static_cast<std::size_t>(r)] >= 0)
+      groups[table[2 * static_cast<std::size_t>(r)]].members.push_back(r);
   }
   for (auto& [c, g] : groups) {
     std::stable_sort(g.members.begin(), g.members.end(), [&](int a, int b) {
@@ -204,8 +203,8 @@ std::unique_ptr<Communicator> HierarchicalCommunicator::do_split(int color, int 
     // The cross groups of the colors that span workers, made by the leaders (one split per color,
     // in color order, the same on every worker) and handed to each color's first rank in this
     // worker. The ranks of a worker share one process, so a pointer crosses the local group as is.
-    const bool any_cross = std::any_of(groups.begin(), groups.end(),
-                                       [](const auto& cg) { return cg.second.workers.size() > 1; });
+    const bool any_cross =
+        std::any_of(groups.begin(), groups.end(), [](const auto& cg) { return cg.second.workers.size() > 1; });
     std::unique_ptr<Communicator> cross_child;
     if (any_cross) {
       std::vector<std::uint64_t> handoff(static_cast<std::size_t>(L), 0);

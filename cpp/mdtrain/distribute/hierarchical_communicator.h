@@ -36,8 +36,8 @@ class HierarchicalCommunicator final : public Communicator {
   // `local` has L ranks, `cross` (leaders only: local->rank() == 0) has W ranks and its rank is
   // this worker's index. Every rank is told W and its worker index, so non-leaders know their
   // global rank.
-  HierarchicalCommunicator(std::unique_ptr<Communicator> local, std::unique_ptr<Communicator> cross,
-                           int num_workers, int worker_index);
+  HierarchicalCommunicator(std::unique_ptr<Communicator> local, std::unique_ptr<Communicator> cross, int num_workers,
+                           int worker_index);
 
   int rank() const override { return worker_ * local_->size() + local_->rank(); }
   int size() const override { return workers_ * local_->size(); }
@@ -48,10 +48,8 @@ class HierarchicalCommunicator final : public Communicator {
   void do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override;
   void do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override;
   void do_broadcast(void* data, std::size_t count, DType dtype, int root) override;
-  void do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                     DType dtype) override;
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
-                         ReduceOp op) override;
+  void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype, ReduceOp op) override;
   void do_barrier() override;
   void on_timeout_changed(double seconds) override;
   std::unique_ptr<Communicator> do_split(int color, int key) override;

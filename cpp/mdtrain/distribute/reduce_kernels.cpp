@@ -30,8 +30,8 @@ struct SumOp {
 constexpr std::size_t kTileBytes = 8192;
 
 template <class T, class Op>
-void reduce_typed(void* const* outputs, int n_outputs, const void* const* inputs, int n,
-                  std::size_t offset, std::size_t count, bool mean) {
+void reduce_typed(void* const* outputs, int n_outputs, const void* const* inputs, int n, std::size_t offset,
+                  std::size_t count, bool mean) {
   constexpr std::size_t tile = kTileBytes / sizeof(T);
   T acc[tile];
   for (std::size_t begin = 0; begin < count; begin += tile) {
@@ -53,8 +53,8 @@ void reduce_typed(void* const* outputs, int n_outputs, const void* const* inputs
 }
 
 template <class T>
-void reduce_dispatch_op(void* const* o, int m, const void* const* inputs, int n,
-                        std::size_t offset, std::size_t count, ReduceOp op) {
+void reduce_dispatch_op(void* const* o, int m, const void* const* inputs, int n, std::size_t offset, std::size_t count,
+                        ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum: return reduce_typed<T, SumOp<T>>(o, m, inputs, n, offset, count, false);
     case ReduceOp::Mean: return reduce_typed<T, SumOp<T>>(o, m, inputs, n, offset, count, true);
@@ -66,15 +66,13 @@ void reduce_dispatch_op(void* const* o, int m, const void* const* inputs, int n,
 
 }  // namespace
 
-void reduce_in_rank_order(void* const* outputs, int n_outputs, const void* const* inputs,
-                          int n_inputs, std::size_t offset, std::size_t count, DType dtype,
-                          ReduceOp op) {
+void reduce_in_rank_order(void* const* outputs, int n_outputs, const void* const* inputs, int n_inputs,
+                          std::size_t offset, std::size_t count, DType dtype, ReduceOp op) {
   if (count == 0) return;
   void* const* out = outputs;
   const int m = n_outputs;
-  dispatch_any(dtype, "distribute", [&](auto tag) {
-    reduce_dispatch_op<decltype(tag)>(out, m, inputs, n_inputs, offset, count, op);
-  });
+  dispatch_any(dtype, "distribute",
+               [&](auto tag) { reduce_dispatch_op<decltype(tag)>(out, m, inputs, n_inputs, offset, count, op); });
 }
 
 }  // namespace mdtrain::detail

@@ -13,8 +13,7 @@ namespace mdtrain::detail {
 // Reads elements [offset, offset + count) of each inputs[r] (r < n_inputs) and writes the
 // reduction to outputs[k][0, count) for every k < n_outputs. An output may alias inputs[r] +
 // offset: each tile is read from every input before it is written.
-void reduce_in_rank_order(void* const* outputs, int n_outputs, const void* const* inputs,
-                          int n_inputs, std::size_t offset, std::size_t count, DType dtype,
-                          ReduceOp op);
+void reduce_in_rank_order(void* const* outputs, int n_outputs, const void* const* inputs, int n_inputs,
+                          std::size_t offset, std::size_t count, DType dtype, ReduceOp op);
 
 }  // namespace mdtrain::detail

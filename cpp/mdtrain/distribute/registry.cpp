@@ -45,17 +45,16 @@ class Registry {
                           return one(make_single_communicator());
                         },
                         [] { return true; }});
-    entries_.push_back({"threads",
-                        [](int local_size) { return ThreadsCommunicator::create_group(local_size); },
-                        [] { return true; }});
+    entries_.push_back(
+        {"threads", [](int local_size) { return ThreadsCommunicator::create_group(local_size); }, [] { return true; }});
     entries_.push_back({"mpi",
                         [](int local_size) {
                           check_one("mpi", local_size);
                           return one(make_mpi_communicator());
                         },
                         [] { return mpi_available(); }});
-    entries_.push_back({"nccl", [](int local_size) { return make_nccl_communicators(local_size); },
-                        [] { return nccl_available(); }});
+    entries_.push_back(
+        {"nccl", [](int local_size) { return make_nccl_communicators(local_size); }, [] { return nccl_available(); }});
   }
 
   static Registry& instance() {
@@ -65,13 +64,12 @@ class Registry {
 
   void add(Entry entry) {
     std::lock_guard<std::mutex> lock(mutex_);
-    MDTRAIN_CHECK(!entry.name.empty(), std::invalid_argument,
-                  "[distribute] register_backend: name is empty");
-    MDTRAIN_CHECK(entry.factory != nullptr, std::invalid_argument,
-                  "[distribute] register_backend: factory of '", entry.name, "' is empty");
+    MDTRAIN_CHECK(!entry.name.empty(), std::invalid_argument, "[distribute] register_backend: name is empty");
+    MDTRAIN_CHECK(entry.factory != nullptr, std::invalid_argument, "[distribute] register_backend: factory of '",
+                  entry.name, "' is empty");
     for (const auto& e : entries_) {
-      MDTRAIN_CHECK(e.name != entry.name, std::invalid_argument, "[distribute] register_backend: '",
-                    entry.name, "' is already registered");
+      MDTRAIN_CHECK(e.name != entry.name, std::invalid_argument, "[distribute] register_backend: '", entry.name,
+                    "' is already registered");
     }
     if (!entry.available) entry.available = [] { return true; };
     entries_.push_back(std::move(entry));
@@ -93,8 +91,7 @@ class Registry {
     }
     std::vector<std::string> all;
     for (const auto& e : copy) all.push_back(e.name);
-    fail<std::invalid_argument>("[distribute] unknown backend '", name, "'; registered: ",
-                                join(all));
+    fail<std::invalid_argument>("[distribute] unknown backend '", name, "'; registered: ", join(all));
   }
 
  private:
@@ -110,8 +107,7 @@ class Registry {
 
 }  // namespace
 
-void register_backend(const std::string& name, CommunicatorFactory factory,
-                      std::function<bool()> available) {
+void register_backend(const std::string& name, CommunicatorFactory factory, std::function<bool()> available) {
   Registry::instance().add({name, std::move(factory), std::move(available)});
 }
 
@@ -126,11 +122,9 @@ bool is_backend_available(const std::string& name) {
   return false;
 }
 
-std::vector<std::unique_ptr<Communicator>> create_communicators(const std::string& backend,
-                                                                int local_size) {
+std::vector<std::unique_ptr<Communicator>> create_communicators(const std::string& backend, int local_size) {
   MDTRAIN_CHECK(local_size >= 1, std::invalid_argument,
-                "[distribute] create_communicators: local_size must be >= 1 (got ", local_size,
-                ")");
+                "[distribute] create_communicators: local_size must be >= 1 (got ", local_size, ")");
   Entry entry = Registry::instance().find(backend);
   return entry.factory(local_size);
 }

@@ -13,13 +13,11 @@ namespace mdtrain {
 
 // Makes the communicators this process drives: local_size of them (one per thread or device),
 // for ranks that the backend decides (threads: 0..local_size-1; mpi: this process's rank).
-using CommunicatorFactory =
-    std::function<std::vector<std::unique_ptr<Communicator>>(int local_size)>;
+using CommunicatorFactory = std::function<std::vector<std::unique_ptr<Communicator>>(int local_size)>;
 
 // Adds a backend. `available` (default: always) tells whether this process can use it. A name
 // already registered is a std::invalid_argument. Thread-safe.
-void register_backend(const std::string& name, CommunicatorFactory factory,
-                      std::function<bool()> available = {});
+void register_backend(const std::string& name, CommunicatorFactory factory, std::function<bool()> available = {});
 
 // Registered names, in registration order (built-ins first).
 std::vector<std::string> registered_backends();
@@ -28,7 +26,6 @@ std::vector<std::string> available_backends();
 bool is_backend_available(const std::string& name);
 
 // An unknown name or local_size < 1 is a std::invalid_argument naming the registered backends.
-std::vector<std::unique_ptr<Communicator>> create_communicators(const std::string& backend,
-                                                                int local_size = 1);
+std::vector<std::unique_ptr<Communicator>> create_communicators(const std::string& backend, int local_size = 1);
 
 }  // namespace mdtrain

@@ -23,10 +23,8 @@ class SingleCommunicator final : public Communicator {
   void do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override;
   void do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override;
   void do_broadcast(void* data, std::size_t count, DType dtype, int root) override;
-  void do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                     DType dtype) override;
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
-                         ReduceOp op) override;
+  void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype, ReduceOp op) override;
   void do_barrier() override;
   // A group of one splits into itself (a fresh SingleCommunicator) or, for a negative color,
   // into no group.

@@ -121,14 +121,11 @@ class BinaryAccuracy : public Mean {
 // in_top_k: ties at the boundary count as in).
 class SparseTopKCategoricalAccuracy : public Mean {
  public:
-  explicit SparseTopKCategoricalAccuracy(std::string name = "sparse_top_k_categorical_accuracy",
-                                         std::int64_t k = 5);
+  explicit SparseTopKCategoricalAccuracy(std::string name = "sparse_top_k_categorical_accuracy", std::int64_t k = 5);
   std::int64_t k() const { return k_; }
   std::string class_name() const override { return "SparseTopKCategoricalAccuracy"; }
   void update(const Tensor& y_true, const Tensor& y_pred) override;
-  std::unique_ptr<Metric> clone() const override {
-    return std::make_unique<SparseTopKCategoricalAccuracy>(*this);
-  }
+  std::unique_ptr<Metric> clone() const override { return std::make_unique<SparseTopKCategoricalAccuracy>(*this); }
   Json config() const override;
 
  private:

@@ -18,8 +18,7 @@ using targets::shapes;
 // For metrics whose y_true holds one class id per position of y_pred without its class axis.
 // Returns (rows, classes).
 template <class Prefix>
-std::pair<std::int64_t, std::int64_t> sparse_layout(const Prefix& prefix, const Tensor& y_true,
-                                                    const Tensor& y_pred) {
+std::pair<std::int64_t, std::int64_t> sparse_layout(const Prefix& prefix, const Tensor& y_true, const Tensor& y_pred) {
   check_common(prefix, y_true, y_pred);
   MDTRAIN_CHECK(y_pred.ndim() >= 2 && y_pred.shape().back() > 0, std::invalid_argument, prefix(),
                 "y_pred must be shaped (batch, ..., classes) (", shapes(y_true, y_pred), ")");
@@ -32,15 +31,14 @@ std::pair<std::int64_t, std::int64_t> sparse_layout(const Prefix& prefix, const 
 // For metrics comparing y_true and y_pred position by position (after Keras's squeeze/expand of
 // a trailing 1). Returns (rows, cols) with cols the last axis.
 template <class Prefix>
-std::pair<std::int64_t, std::int64_t> dense_layout(const Prefix& prefix, const Tensor& y_true,
-                                                   const Tensor& y_pred) {
+std::pair<std::int64_t, std::int64_t> dense_layout(const Prefix& prefix, const Tensor& y_true, const Tensor& y_pred) {
   check_common(prefix, y_true, y_pred);
   std::int64_t rows = 0, cols = 0;
   MDTRAIN_CHECK(same_shape_layout(y_true.shape(), y_pred.shape(), &rows, &cols), std::invalid_argument, prefix(),
                 "y_true shape ", to_string(y_true.shape()), " is not compatible with y_pred shape ",
                 to_string(y_pred.shape()), ": expected equal shapes");
-  MDTRAIN_CHECK(cols > 0, std::invalid_argument, prefix(), "the last axis of y_pred is empty (",
-                shapes(y_true, y_pred), ")");
+  MDTRAIN_CHECK(cols > 0, std::invalid_argument, prefix(), "the last axis of y_pred is empty (", shapes(y_true, y_pred),
+                ")");
   return {rows, cols};
 }
 
@@ -147,8 +145,8 @@ std::unique_ptr<Metric> make_metric(const std::string& name, const Loss* /*loss*
                   ": cannot resolve accuracy for y_true shape ", to_string(y_true_shape), " and y_pred shape ",
                   to_string(y_pred_shape));
     const bool is_binary = y_pred_shape.back() == 1;
-    const bool is_sparse = y_true_shape.size() < y_pred_shape.size() ||
-                           (y_true_shape.back() == 1 && y_pred_shape.back() > 1);
+    const bool is_sparse =
+        y_true_shape.size() < y_pred_shape.size() || (y_true_shape.back() == 1 && y_pred_shape.back() > 1);
     if (is_binary) return std::make_unique<metrics::BinaryAccuracy>(name);
     if (is_sparse) return std::make_unique<metrics::SparseCategoricalAccuracy>(name);
     return std::make_unique<metrics::CategoricalAccuracy>(name);
@@ -175,8 +173,7 @@ void CategoricalAccuracy::update(const Tensor& y_true, const Tensor& y_pred) {
   MDTRAIN_CHECK(y_pred.ndim() >= 2 && y_true.shape() == y_pred.shape() && y_pred.shape().back() > 0,
                 std::invalid_argument, prefix(), "y_true must be one-hot targets shaped like y_pred (",
                 shapes(y_true, y_pred), ")",
-                y_true.ndim() + 1 == y_pred.ndim() ? "; for integer class ids use sparse_categorical_accuracy"
-                                                   : "");
+                y_true.ndim() + 1 == y_pred.ndim() ? "; for integer class ids use sparse_categorical_accuracy" : "");
   const std::int64_t classes = y_pred.shape().back(), rows = y_pred.numel() / classes;
   if (rows == 0) return;
   Tensor tv, pv;

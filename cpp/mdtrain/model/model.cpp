@@ -18,8 +18,9 @@ class Model::BusyGuard {
   BusyGuard(Model& model, const char* what) : model_(model) {
     std::lock_guard<std::mutex> lock(model.busy_mutex_);
     const auto me = std::this_thread::get_id();
-    MDTRAIN_CHECK(model.busy_depth_ == 0 || model.busy_owner_ == me, std::runtime_error, "[model] ", what,
-                  ": model \"", model.name_, "\" is busy: another thread is running fit, evaluate, predict or "
+    MDTRAIN_CHECK(model.busy_depth_ == 0 || model.busy_owner_ == me, std::runtime_error, "[model] ", what, ": model \"",
+                  model.name_,
+                  "\" is busy: another thread is running fit, evaluate, predict or "
                   "train_on_batch on it (a model runs one at a time; give each thread its own model)");
     model.busy_owner_ = me;
     ++model.busy_depth_;
@@ -58,8 +59,8 @@ void Model::build(const Shape& input_shape) {
   stack_.build(input_shape, seed_);
 }
 
-void Model::compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer,
-                    std::vector<std::string> metrics, std::shared_ptr<Strategy> strategy) {
+void Model::compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer, std::vector<std::string> metrics,
+                    std::shared_ptr<Strategy> strategy) {
   BusyGuard busy(*this, "compile");
   MDTRAIN_CHECK(loss != nullptr, std::invalid_argument, "[compile] model \"", name_, "\": a loss is required");
   MDTRAIN_CHECK(optimizer != nullptr, std::invalid_argument, "[compile] model \"", name_,
@@ -90,9 +91,7 @@ void Model::set_learning_rate(double lr) {
   if (engine_) engine_->set_learning_rate(lr);
 }
 
-Optimizer::State Model::optimizer_state() {
-  return engine_ ? engine_->optimizer_state() : optimizer().state();
-}
+Optimizer::State Model::optimizer_state() { return engine_ ? engine_->optimizer_state() : optimizer().state(); }
 
 void Model::set_optimizer_state(const Optimizer::State& state) {
   BusyGuard busy(*this, "set_optimizer_state");
@@ -264,7 +263,9 @@ std::vector<double> Model::replica_losses() const {
   return engine_->replica_losses();
 }
 
-Logs Model::test_on_batch(const Tensor& x, const Tensor& y) { return evaluate(x, y, std::max<std::int64_t>(1, x.dim(0)), nullptr); }
+Logs Model::test_on_batch(const Tensor& x, const Tensor& y) {
+  return evaluate(x, y, std::max<std::int64_t>(1, x.dim(0)), nullptr);
+}
 
 std::vector<Tensor> Model::get_weights() {
   refresh_weights();
@@ -340,8 +341,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Stra
                           cat("building the model '", path, "' describes"));
   try {
     const Json& c = file.model.at("config");
-    auto model = std::make_unique<Model>(c.at("name").as_string(),
-                                         static_cast<std::uint64_t>(c.get("seed", 0).as_number()));
+    auto model =
+        std::make_unique<Model>(c.at("name").as_string(), static_cast<std::uint64_t>(c.get("seed", 0).as_number()));
     for (const auto& spec : c.at("layers").as_array()) model->add(std::shared_ptr<Layer>(layer_from_config(spec)));
     if (!c.get("input_shape", Json()).is_null()) {
       Shape shape;
@@ -371,8 +372,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Stra
   } catch (const std::invalid_argument& e) {
     fail<std::invalid_argument>("[load_model] '", path, "' holds a model this version cannot rebuild: ", e.what());
   } catch (const AllocationBudgetExceeded& e) {
-    fail<std::invalid_argument>("[load_model] '", path, "' is corrupt: its layer configs describe weights far "
-                                "larger than the ", weight_bytes, " bytes of weights it holds (", e.what(), ")");
+    fail<std::invalid_argument>("[load_model] '", path,
+                                "' is corrupt: its layer configs describe weights far "
+                                "larger than the ",
+                                weight_bytes, " bytes of weights it holds (", e.what(), ")");
   } catch (const AllocationError& e) {
     // The message must say which file described a model too large for this machine.
     fail<AllocationError>("[load_model] '", path, "' describes a model that does not fit in memory: ", e.what());

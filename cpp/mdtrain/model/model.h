@@ -56,8 +56,8 @@ class Model {
 
   // Replaces any earlier compile. `metrics` are Keras names ("accuracy", "mae", ...), resolved
   // against the loss and the model's output shape once the model is built.
-  void compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer,
-               std::vector<std::string> metrics, std::shared_ptr<Strategy> strategy);
+  void compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer, std::vector<std::string> metrics,
+               std::shared_ptr<Strategy> strategy);
   bool compiled() const { return loss_ != nullptr; }
   const Loss& loss() const;
   Optimizer& optimizer();

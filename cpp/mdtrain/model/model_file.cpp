@@ -30,8 +30,7 @@ constexpr const char* kFormatName = "mdtrain.model";
 constexpr const char* kWeightsGroup = "weights";
 constexpr const char* kOptimizerGroup = "optimizer";
 
-constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64,
-                                DType::UInt8};
+constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::UInt8};
 
 std::uint64_t round_up(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -134,8 +133,7 @@ class Reader {
 
   template <class... Args>
   [[noreturn]] void corrupt(Args&&... what) const {
-    fail<std::invalid_argument>("[model_file] '", path_, "' is corrupt: ",
-                                std::forward<Args>(what)...);
+    fail<std::invalid_argument>("[model_file] '", path_, "' is corrupt: ", std::forward<Args>(what)...);
   }
 
  private:
@@ -176,8 +174,7 @@ TensorEntry parse_entry(const Reader& file, const Json& e, std::size_t index) {
 
   TensorEntry t;
   const Json& name = field("name");
-  if (!name.is_string() || name.as_string().empty())
-    file.corrupt(where, ": 'name' must be a non-empty string");
+  if (!name.is_string() || name.as_string().empty()) file.corrupt(where, ": 'name' must be a non-empty string");
   t.name = name.as_string();
   where = cat("tensor '", t.name, "'");
 
@@ -189,7 +186,10 @@ TensorEntry parse_entry(const Reader& file, const Json& e, std::size_t index) {
   const Json& dtype = field("dtype");
   bool known = false;
   for (DType d : kAllDTypes)
-    if (dtype == Json(name_of(d))) { t.dtype = d; known = true; }
+    if (dtype == Json(name_of(d))) {
+      t.dtype = d;
+      known = true;
+    }
   if (!known) file.corrupt(where, " has unknown dtype ", dtype.dump());
 
   const Json& shape = field("shape");
@@ -217,12 +217,10 @@ TensorEntry parse_entry(const Reader& file, const Json& e, std::size_t index) {
   t.crc = static_cast<std::uint32_t>(crc);
 
   std::uint64_t elem = size_of(t.dtype);
-  if (overflow || elements > std::numeric_limits<std::uint64_t>::max() / elem ||
-      elements * elem != t.nbytes)
-    file.corrupt(where, ": shape ", to_string(t.shape), " of ", name_of(t.dtype), " does not match ",
-                 t.nbytes, " bytes");
-  if (t.offset % kAlign != 0)
-    file.corrupt(where, ": offset ", t.offset, " is not a multiple of ", kAlign);
+  if (overflow || elements > std::numeric_limits<std::uint64_t>::max() / elem || elements * elem != t.nbytes)
+    file.corrupt(where, ": shape ", to_string(t.shape), " of ", name_of(t.dtype), " does not match ", t.nbytes,
+                 " bytes");
+  if (t.offset % kAlign != 0) file.corrupt(where, ": offset ", t.offset, " is not a multiple of ", kAlign);
   return t;
 }
 
@@ -235,9 +233,10 @@ std::uint32_t crc32(const void* data, std::size_t size, std::uint32_t crc) {
   crc = ~crc;
   while (size >= 8) {
     std::uint32_t lo = (static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
-                        static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24) ^ crc;
-    crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
-          t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+                        static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24) ^
+                       crc;
+    crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^ t[3][p[4]] ^
+          t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
     p += 8;
     size -= 8;
   }
@@ -258,14 +257,13 @@ void save_model_file(const std::string& path, const ModelFile& file) {
   std::set<std::pair<std::string, std::string>> seen;
   for (const auto& item : items) {
     const NamedTensor& t = *item.tensor;
-    MDTRAIN_CHECK(!t.name.empty(), std::invalid_argument, "[model_file] a tensor in group '",
-                  item.group, "' has an empty name");
+    MDTRAIN_CHECK(!t.name.empty(), std::invalid_argument, "[model_file] a tensor in group '", item.group,
+                  "' has an empty name");
     MDTRAIN_CHECK(seen.emplace(item.group, t.name).second, std::invalid_argument,
                   "[model_file] duplicate tensor name '", t.name, "' in group '", item.group, "'");
-    MDTRAIN_CHECK(t.value.defined(), std::invalid_argument, "[model_file] tensor '", t.name,
-                  "' is undefined");
-    MDTRAIN_CHECK(t.value.device().is_cpu(), std::invalid_argument, "[model_file] tensor '",
-                  t.name, "' is on ", t.value.device().to_string(), "; copy it to the CPU first");
+    MDTRAIN_CHECK(t.value.defined(), std::invalid_argument, "[model_file] tensor '", t.name, "' is undefined");
+    MDTRAIN_CHECK(t.value.device().is_cpu(), std::invalid_argument, "[model_file] tensor '", t.name, "' is on ",
+                  t.value.device().to_string(), "; copy it to the CPU first");
   }
 
   Json tensors = Json::array();
@@ -322,21 +320,17 @@ namespace {
 ModelFile read_model_file(const Reader& file) {
   const std::string& path = file.path();
   const std::uint64_t size = file.size();
-  if (size < kPrefixSize)
-    file.corrupt("file is ", size, " bytes, shorter than the ", kPrefixSize, "-byte prefix");
+  if (size < kPrefixSize) file.corrupt("file is ", size, " bytes, shorter than the ", kPrefixSize, "-byte prefix");
   char prefix[kPrefixSize];
   file.read(0, prefix, kPrefixSize);
-  if (std::memcmp(prefix, kMagic, sizeof(kMagic)) != 0)
-    file.corrupt("bad magic bytes (not an mdtrain model file)");
+  if (std::memcmp(prefix, kMagic, sizeof(kMagic)) != 0) file.corrupt("bad magic bytes (not an mdtrain model file)");
   std::uint32_t version = get_u32(prefix + 8);
   if (version == 0) file.corrupt("format version 0");
-  MDTRAIN_CHECK(version <= kModelFileVersion, std::invalid_argument, "[model_file] '", path,
-                "' has format version ", version, "; this mdtrain reads versions up to ",
-                kModelFileVersion, " (upgrade mdtrain to read it)");
+  MDTRAIN_CHECK(version <= kModelFileVersion, std::invalid_argument, "[model_file] '", path, "' has format version ",
+                version, "; this mdtrain reads versions up to ", kModelFileVersion, " (upgrade mdtrain to read it)");
   std::uint32_t header_crc = get_u32(prefix + 12);
   std::uint64_t header_len = get_u64(prefix + 16);
-  if (header_len > size - kPrefixSize)
-    file.corrupt("header length ", header_len, " exceeds the ", size, "-byte file");
+  if (header_len > size - kPrefixSize) file.corrupt("header length ", header_len, " exceeds the ", size, "-byte file");
 
   // Checksummed before it is read into memory: a header length that only a sparse or damaged
   // file satisfies fails here without allocating it.
@@ -354,11 +348,9 @@ ModelFile read_model_file(const Reader& file) {
   }
   if (!header.is_object()) file.corrupt("header is not a JSON object");
   if (header.get("format", Json()) != Json(kFormatName))
-    file.corrupt("header 'format' is ", header.get("format", Json()).dump(), ", expected \"",
-                 kFormatName, "\"");
+    file.corrupt("header 'format' is ", header.get("format", Json()).dump(), ", expected \"", kFormatName, "\"");
   if (!header.contains("model")) file.corrupt("header has no 'model'");
-  if (!header.contains("tensors") || !header.at("tensors").is_array())
-    file.corrupt("header has no 'tensors' array");
+  if (!header.contains("tensors") || !header.at("tensors").is_array()) file.corrupt("header has no 'tensors' array");
 
   std::vector<TensorEntry> entries;
   const auto& list = header.at("tensors").as_array();
@@ -366,8 +358,7 @@ ModelFile read_model_file(const Reader& file) {
   std::set<std::pair<bool, std::string>> seen;
   for (std::size_t i = 0; i < list.size(); ++i) {
     TensorEntry t = parse_entry(file, list[i], i);
-    if (!seen.emplace(t.optimizer, t.name).second)
-      file.corrupt("duplicate tensor name '", t.name, "'");
+    if (!seen.emplace(t.optimizer, t.name).second) file.corrupt("duplicate tensor name '", t.name, "'");
     if (t.offset < payload_end)
       file.corrupt("tensor '", t.name, "' at offset ", t.offset, " overlaps the previous tensor");
     payload_end = t.offset + t.nbytes;  // both below 2^53: cannot overflow
@@ -375,10 +366,8 @@ ModelFile read_model_file(const Reader& file) {
   }
   const std::uint64_t expected_size = payload_start + payload_end;
   if (size < expected_size)
-    file.corrupt("file is ", size, " bytes but its header describes ", expected_size,
-                 " (truncated?)");
-  if (size > expected_size)
-    file.corrupt(size - expected_size, " unexpected bytes after the last tensor");
+    file.corrupt("file is ", size, " bytes but its header describes ", expected_size, " (truncated?)");
+  if (size > expected_size) file.corrupt(size - expected_size, " unexpected bytes after the last tensor");
 
   // Every padding byte and every tensor's checksum are verified before any tensor is allocated,
   // so a damaged file (say a sparse one whose header describes gigabytes of holes) costs a read
@@ -399,8 +388,7 @@ ModelFile read_model_file(const Reader& file) {
   for (const TensorEntry& t : entries) {
     Tensor value(t.shape, t.dtype);
     file.read(payload_start + t.offset, value.raw(), static_cast<std::size_t>(t.nbytes));
-    if (crc32(value.raw(), value.nbytes()) != t.crc)
-      file.corrupt("tensor '", t.name, "' changed while being read");
+    if (crc32(value.raw(), value.nbytes()) != t.crc) file.corrupt("tensor '", t.name, "' changed while being read");
     auto& group = t.optimizer ? result.optimizer_state : result.weights;
     group.push_back({t.name, std::move(value)});
   }

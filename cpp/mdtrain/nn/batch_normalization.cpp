@@ -12,8 +12,8 @@ namespace mdtrain {
 BatchNormalization::BatchNormalization(std::string name, Options options)
     : Layer(std::move(name)), options_(std::move(options)) {
   MDTRAIN_CHECK(options_.axis == -1 || options_.axis >= 1, std::invalid_argument, "[batch_normalization] layer \"",
-                name_, "\": only axis=-1 (the last, channels axis, or its index) is supported, got axis=",
-                options_.axis);
+                name_,
+                "\": only axis=-1 (the last, channels axis, or its index) is supported, got axis=", options_.axis);
   MDTRAIN_CHECK(options_.momentum >= 0.0 && options_.momentum <= 1.0, std::invalid_argument,
                 "[batch_normalization] layer \"", name_, "\": momentum must be in [0, 1], got ", options_.momentum);
   MDTRAIN_CHECK(options_.epsilon >= 0.0 && std::isfinite(options_.epsilon), std::invalid_argument,
@@ -208,8 +208,8 @@ Tensor BatchNormalization::backward(const Tensor& dy, bool need_input_grad) {
   const double* sum_dy = host_stat(kSumA);
   const double* sum_dy_xhat = host_stat(kSumB);
   // Parameter gradients are this replica's sums; the engine's gradient all-reduce adds them up.
-  gamma_beta_.store_gradients(host_stats_.rows(kSumA, kSumA + 1), host_stats_.rows(kSumB, kSumB + 1),
-                              options_.scale, options_.center);
+  gamma_beta_.store_gradients(host_stats_.rows(kSumA, kSumA + 1), host_stats_.rows(kSumB, kSumB + 1), options_.scale,
+                              options_.center);
   if (!need_input_grad) return Tensor();
   const std::int64_t c = channels_;
   double* mdy = host_stat(kMeanDy);

@@ -84,8 +84,8 @@ class BatchNormalization : public Layer {
   void allocate_statistics();
   // stats_ on `device`: host_stats_ itself for a CPU device, else a table on that GPU.
   void place_statistics(const Device& device);
-  Tensor stat(StatRow row) const;      // a row of stats_, (channels,), for the ops
-  double* host_stat(StatRow row);      // the same row of host_stats_
+  Tensor stat(StatRow row) const;  // a row of stats_, (channels,), for the ops
+  double* host_stat(StatRow row);  // the same row of host_stats_
   // host_stats_ rows [first, last] to stats_, or back; nothing to do when both are the host's.
   void upload(StatRow first, StatRow last);
   void download(StatRow first, StatRow last);
@@ -103,7 +103,7 @@ class BatchNormalization : public Layer {
   // the input's device, the variances behind them, the number of values they were taken over
   // (global when synchronized), whether that forward was a training one and with which replicas
   // (backward's all-reduce goes to the same ones).
-  Tensor host_stats_, stats_;     // (kStatRows, channels)
+  Tensor host_stats_, stats_;  // (kStatRows, channels)
   std::vector<double> var_;
   std::vector<double> exchange_;  // the buffer all-reduced across replicas
   double count_ = 0;

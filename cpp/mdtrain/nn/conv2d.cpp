@@ -149,7 +149,8 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
   return y_.reshape({images, window_.out_h, window_.out_w, filters});
 }
 
-void Conv2D::forward_rows(const Tensor& x, std::int64_t first, std::int64_t last, std::int64_t chunk, Tensor& col_buffer) {
+void Conv2D::forward_rows(const Tensor& x, std::int64_t first, std::int64_t last, std::int64_t chunk,
+                          Tensor& col_buffer) {
   const std::int64_t rows = x.dim(0) * window_.out_h * window_.out_w,
                      depth = window_.k_h * window_.k_w * window_.channels;
   const bool keep = keeps_preactivation(activation_);

@@ -91,7 +91,7 @@ class Conv2D : public Layer {
  private:
   Window2D window_for(const Shape& input_shape) const;  // validated; throws naming the layer
   void check_conv_input(const Tensor& x) const;
-  bool pointwise() const;                 // 1x1 kernel, stride 1: no columns needed
+  bool pointwise() const;  // 1x1 kernel, stride 1: no columns needed
   // A (rows, kh*kw*cin) view of `buffer` (col_ or a worker's) on `device`, grown as needed.
   Tensor column_rows(Tensor& buffer, std::int64_t rows, const Device& device);
   // Backward chunk by chunk from dL/dy (through_activation) or dL/dz.
@@ -114,7 +114,7 @@ class Conv2D : public Layer {
   bool same_padding_ = false;
   Activation activation_;
   KernelBias weights_;  // the kernel, the bias (with use_bias) and their regularizers
-  Window2D window_;  // for the built input shape
+  Window2D window_;     // for the built input shape
   // Per-call state: the last input; the columns (the whole batch's when columns_kept_, else one
   // chunk's; also reused for the input-gradient columns); the pre-activation when kept; the
   // output; one chunk's activation gradient; the input gradient. col_ and dz_ grow to the

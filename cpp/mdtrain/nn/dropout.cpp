@@ -7,12 +7,11 @@
 
 namespace mdtrain {
 
-Dropout::Dropout(std::string name, double rate, std::uint64_t seed)
-    : Layer(std::move(name)), rate_(rate), seed_(seed) {
+Dropout::Dropout(std::string name, double rate, std::uint64_t seed) : Layer(std::move(name)), rate_(rate), seed_(seed) {
   MDTRAIN_CHECK(rate >= 0.0 && rate < 1.0, std::invalid_argument, "[dropout] layer \"", name_,
                 "\": rate must be in [0, 1), got ", rate);
-  MDTRAIN_CHECK(seed <= kMaxSeed, std::invalid_argument, "[dropout] layer \"", name_, "\": seed must be below 2^53, got ",
-                seed);
+  MDTRAIN_CHECK(seed <= kMaxSeed, std::invalid_argument, "[dropout] layer \"", name_,
+                "\": seed must be below 2^53, got ", seed);
 }
 
 Tensor Dropout::forward(const Tensor& x, const ForwardContext& ctx) {
@@ -53,8 +52,8 @@ std::unique_ptr<Layer> Dropout::from_config(const Json& c) {
   // constructor then checks the 2^53 bound.
   const Json seed = c.get("seed", 0);
   const double s = seed.as_number();
-  MDTRAIN_CHECK(s >= 0 && s < 18446744073709551616.0 && std::trunc(s) == s, std::invalid_argument,
-                "[dropout] layer \"", name, "\": seed must be a non-negative integer below 2^53, got ", seed.dump());
+  MDTRAIN_CHECK(s >= 0 && s < 18446744073709551616.0 && std::trunc(s) == s, std::invalid_argument, "[dropout] layer \"",
+                name, "\": seed must be a non-negative integer below 2^53, got ", seed.dump());
   return std::make_unique<Dropout>(name, c.at("rate").as_number(), static_cast<std::uint64_t>(s));
 }
 

@@ -22,8 +22,8 @@ struct GammaBeta {
   // For Layer::build_weights: "<layer>/gamma" and "<layer>/beta" of shape (features,), filled by
   // their initializers with Keras's fans of a 1-D shape (features, features), from the streams 0
   // (gamma) and 1 (beta) of `seed`.
-  void build(const std::string& layer, std::int64_t features, DType dtype, std::uint64_t seed, bool scale,
-             bool center, const Json& gamma_initializer, const Json& beta_initializer);
+  void build(const std::string& layer, std::int64_t features, DType dtype, std::uint64_t seed, bool scale, bool center,
+             const Json& gamma_initializer, const Json& beta_initializer);
   // Layer::parameters() order: gamma (with scale), then beta (with center); none before build.
   std::vector<Parameter*> parameters(bool built, bool scale, bool center);
   // Layer::regularization_loss(): the regularizers' penalties (0 before build).

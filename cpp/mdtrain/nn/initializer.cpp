@@ -95,7 +95,8 @@ class VarianceScaling : public Initializer {
       double stddev = std::sqrt(variance) / 0.87962566103423978;
       fill_each(t, [&] {
         double z;
-        do z = rng.normal(); while (std::fabs(z) > 2.0);
+        do z = rng.normal();
+        while (std::fabs(z) > 2.0);
         return stddev * z;
       });
     }

@@ -31,8 +31,7 @@ struct KernelBias {
   // The end of forward, given z = op(x, kernel) (the matmul or convolution; rows of channels):
   // y = activation(z + bias). With keep_preactivation, z + bias is left in z (see
   // keeps_preactivation below) and y must be another buffer; otherwise z may be y.
-  void add_bias_and_activate(Tensor& z, bool use_bias, Activation activation, bool keep_preactivation,
-                             Tensor& y) const;
+  void add_bias_and_activate(Tensor& z, bool use_bias, Activation activation, bool keep_preactivation, Tensor& y) const;
 
   // For Layer::config(): the Keras fields such layers share, in Keras's order: activation,
   // use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer.

@@ -5,8 +5,8 @@
 namespace mdtrain {
 
 void Layer::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
-  MDTRAIN_CHECK(is_floating(dtype), std::invalid_argument, "[layer] layer \"", name_,
-                "\" needs a floating dtype, got ", name_of(dtype));
+  MDTRAIN_CHECK(is_floating(dtype), std::invalid_argument, "[layer] layer \"", name_, "\" needs a floating dtype, got ",
+                name_of(dtype));
   for (auto d : input_shape)
     MDTRAIN_CHECK(d > 0, std::invalid_argument, "[layer] layer \"", name_, "\" cannot be built for input shape ",
                   to_string(input_shape), ": every dimension must be positive");
@@ -32,11 +32,12 @@ void Layer::check_input(const Tensor& x) const {
   if (!ok) {
     Shape expected{-1};
     expected.insert(expected.end(), input_shape_.begin(), input_shape_.end());
-    fail<std::invalid_argument>("[layer] Input 0 of layer \"", name_, "\" is incompatible with the layer: expected shape ",
-                                to_string(expected), ", but received input with shape ", to_string(x.shape()));
+    fail<std::invalid_argument>("[layer] Input 0 of layer \"", name_,
+                                "\" is incompatible with the layer: expected shape ", to_string(expected),
+                                ", but received input with shape ", to_string(x.shape()));
   }
-  MDTRAIN_CHECK(x.dtype() == dtype_, std::invalid_argument, "[layer] layer \"", name_, "\" expects ",
-                name_of(dtype_), " input, got ", name_of(x.dtype()));
+  MDTRAIN_CHECK(x.dtype() == dtype_, std::invalid_argument, "[layer] layer \"", name_, "\" expects ", name_of(dtype_),
+                " input, got ", name_of(x.dtype()));
 }
 
 Tensor Layer::logits() const {

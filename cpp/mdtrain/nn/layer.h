@@ -17,8 +17,8 @@ namespace mdtrain {
 // numbers (Dropout) key them on global positions, so the split does not change the result.
 struct ForwardContext {
   bool training = false;
-  std::uint64_t step = 0;               // the optimizer step (training) — keys dropout masks
-  std::int64_t global_row_offset = 0;   // first row of this slice within the global batch
+  std::uint64_t step = 0;              // the optimizer step (training) — keys dropout masks
+  std::int64_t global_row_offset = 0;  // first row of this slice within the global batch
   // The other replicas of this training step, for layers whose training statistics span the
   // global batch (BatchNormalization). Null: this replica is alone. Set only for training steps;
   // evaluation and prediction never run a collective.

@@ -7,8 +7,8 @@ namespace mdtrain {
 void LayerStack::add(std::shared_ptr<Layer> layer) {
   MDTRAIN_CHECK(layer != nullptr, std::invalid_argument, "[sequential] cannot add a null layer");
   for (const auto& l : layers_)
-    MDTRAIN_CHECK(l->name() != layer->name(), std::invalid_argument, "[sequential] a layer named \"",
-                  layer->name(), "\" is already in the model; layer names must be unique");
+    MDTRAIN_CHECK(l->name() != layer->name(), std::invalid_argument, "[sequential] a layer named \"", layer->name(),
+                  "\" is already in the model; layer names must be unique");
   layers_.push_back(std::move(layer));
   if (built_) {
     // Keras lets a built Sequential grow: build the newcomer on the current output and repack.

@@ -111,8 +111,7 @@ class SparseCategoricalCrossentropy : public Loss {
     if (activation != Activation::Softmax) return nullptr;
     return std::make_unique<SparseCategoricalCrossentropy>(true, ignore_class_);
   }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                          Tensor* dpred) const override;
+  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
   void validate(const Tensor& y_true, const Tensor& y_pred) const override;
   std::int64_t sample_count(const Tensor& y_true, const Tensor& y_pred) const override;
   Json config() const override;
@@ -154,8 +153,7 @@ class CategoricalCrossentropy : public DenseTargetLoss {
     if (activation != Activation::Softmax) return nullptr;
     return std::make_unique<CategoricalCrossentropy>(true, label_smoothing_);
   }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                          Tensor* dpred) const override;
+  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
   Json config() const override;
   std::unique_ptr<Loss> clone() const override;
 
@@ -178,8 +176,7 @@ class BinaryCrossentropy : public DenseTargetLoss {
     if (activation != Activation::Sigmoid) return nullptr;
     return std::make_unique<BinaryCrossentropy>(true, label_smoothing_);
   }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                          Tensor* dpred) const override;
+  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
   Json config() const override;
   std::unique_ptr<Loss> clone() const override;
 
@@ -193,8 +190,7 @@ class MeanSquaredError : public DenseTargetLoss {
  public:
   std::string name() const override { return "mean_squared_error"; }
   std::string class_name() const override { return "MeanSquaredError"; }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                          Tensor* dpred) const override;
+  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
   std::unique_ptr<Loss> clone() const override;
 };
 
@@ -203,8 +199,7 @@ class MeanAbsoluteError : public DenseTargetLoss {
  public:
   std::string name() const override { return "mean_absolute_error"; }
   std::string class_name() const override { return "MeanAbsoluteError"; }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                          Tensor* dpred) const override;
+  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
   std::unique_ptr<Loss> clone() const override;
 };
 

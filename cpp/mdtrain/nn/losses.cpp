@@ -72,8 +72,7 @@ std::unique_ptr<Loss> build(Kind kind, bool from_logits, double label_smoothing,
   switch (kind) {
     case Kind::SparseCategorical:
       return std::make_unique<losses::SparseCategoricalCrossentropy>(from_logits, ignore_class);
-    case Kind::Categorical:
-      return std::make_unique<losses::CategoricalCrossentropy>(from_logits, label_smoothing);
+    case Kind::Categorical: return std::make_unique<losses::CategoricalCrossentropy>(from_logits, label_smoothing);
     case Kind::Binary: return std::make_unique<losses::BinaryCrossentropy>(from_logits, label_smoothing);
     case Kind::MeanSquared: return std::make_unique<losses::MeanSquaredError>();
     case Kind::MeanAbsolute: return std::make_unique<losses::MeanAbsoluteError>();
@@ -191,8 +190,8 @@ std::unique_ptr<Loss> loss_from_config(const Json& config) {
   const Kind kind = resolve(id);
   // Copies: get() returns the fallback itself when the key is absent, a temporary here.
   const Json reduction = cfg->get("reduction", Json(kReduction));
-  MDTRAIN_CHECK(reduction.is_string() && reduction.as_string() == kReduction, std::invalid_argument,
-                "[loss] ", id, ": only reduction \"", kReduction, "\" is supported, got ", reduction.dump());
+  MDTRAIN_CHECK(reduction.is_string() && reduction.as_string() == kReduction, std::invalid_argument, "[loss] ", id,
+                ": only reduction \"", kReduction, "\" is supported, got ", reduction.dump());
   const Json axis = cfg->get("axis", Json(-1));
   MDTRAIN_CHECK(axis.is_number() && axis.as_int() == -1, std::invalid_argument, "[loss] ", id,
                 ": only axis -1 is supported, got ", axis.dump());
@@ -208,21 +207,20 @@ namespace losses {
 
 // ---- SparseCategoricalCrossentropy --------------------------------------------------------------
 
-SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(bool from_logits,
-                                                             std::optional<std::int64_t> ignore_class)
+SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(bool from_logits, std::optional<std::int64_t> ignore_class)
     : from_logits_(from_logits), ignore_class_(ignore_class) {}
 
 void SparseCategoricalCrossentropy::validate_shapes(const Tensor& y_true, const Tensor& y_pred) const {
   check_common([this] { return prefix(); }, y_true, y_pred);
-  MDTRAIN_CHECK(y_pred.ndim() >= 2, std::invalid_argument, prefix(),
-                "y_pred must be shaped (batch, ..., classes) (", shapes(y_true, y_pred), ")");
+  MDTRAIN_CHECK(y_pred.ndim() >= 2, std::invalid_argument, prefix(), "y_pred must be shaped (batch, ..., classes) (",
+                shapes(y_true, y_pred), ")");
   if (!is_sparse_label_shape(y_true.shape(), y_pred.shape())) {
     Shape lead(y_pred.shape().begin(), y_pred.shape().end() - 1), lead1 = lead;
     lead1.push_back(1);
-    fail<std::invalid_argument>(
-        prefix(), "y_true must hold one class id per sample, shaped ", to_string(lead), " or ", to_string(lead1),
-        " (", shapes(y_true, y_pred), ")",
-        y_true.shape() == y_pred.shape() ? "; for one-hot targets use categorical_crossentropy" : "");
+    fail<std::invalid_argument>(prefix(), "y_true must hold one class id per sample, shaped ", to_string(lead), " or ",
+                                to_string(lead1), " (", shapes(y_true, y_pred), ")",
+                                y_true.shape() == y_pred.shape() ? "; for one-hot targets use categorical_crossentropy"
+                                                                 : "");
   }
   MDTRAIN_CHECK(y_pred.shape().back() > 0, std::invalid_argument, prefix(), "y_pred has no classes (",
                 shapes(y_true, y_pred), ")");
@@ -237,8 +235,8 @@ void SparseCategoricalCrossentropy::validate(const Tensor& y_true, const Tensor&
   if (!std::isfinite(v) || v != std::floor(v))
     fail<std::invalid_argument>(prefix(), "label ", v, " at index ", bad, " is not an integer class id (",
                                 shapes(y_true, y_pred), ")");
-  fail<std::invalid_argument>(prefix(), "label ", v, " at index ", bad, " is out of range for ", classes,
-                              " classes (", shapes(y_true, y_pred), ")");
+  fail<std::invalid_argument>(prefix(), "label ", v, " at index ", bad, " is out of range for ", classes, " classes (",
+                              shapes(y_true, y_pred), ")");
 }
 
 std::int64_t SparseCategoricalCrossentropy::sample_count(const Tensor& y_true, const Tensor& y_pred) const {
@@ -247,8 +245,8 @@ std::int64_t SparseCategoricalCrossentropy::sample_count(const Tensor& y_true, c
   return ignore_class_ ? rows - ops::count_equal(y_true, static_cast<double>(*ignore_class_)) : rows;
 }
 
-double SparseCategoricalCrossentropy::forward_backward(const Tensor& y_true, const Tensor& y_pred,
-                                                       double grad_scale, Tensor* dpred) const {
+double SparseCategoricalCrossentropy::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
+                                                       Tensor* dpred) const {
   validate(y_true, y_pred);
   const std::int64_t classes = y_pred.shape().back(), rows = y_true.numel();
   if (dpred) prepare_grad([this] { return prefix(); }, *dpred, y_pred);
@@ -288,8 +286,8 @@ std::pair<std::int64_t, std::int64_t> DenseTargetLoss::layout(const Tensor& y_tr
   }
   MDTRAIN_CHECK(rank >= min_pred_rank(), std::invalid_argument, prefix(),
                 "y_pred must be shaped (batch, ..., classes) (", shapes(y_true, y_pred), ")");
-  MDTRAIN_CHECK(cols > 0, std::invalid_argument, prefix(), "the last axis of y_pred is empty (",
-                shapes(y_true, y_pred), ")");
+  MDTRAIN_CHECK(cols > 0, std::invalid_argument, prefix(), "the last axis of y_pred is empty (", shapes(y_true, y_pred),
+                ")");
   return {rows, cols};
 }
 
@@ -325,9 +323,10 @@ CategoricalCrossentropy::CategoricalCrossentropy(bool from_logits, double label_
 }
 
 double CategoricalCrossentropy::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                  Tensor* dpred) const {
-  return run(y_true, y_pred, dpred,
-             [&](const Tensor& t, const Tensor& p, Tensor* g) { return ops::categorical_crossentropy(t, p, from_logits_, label_smoothing_, grad_scale, g); });
+                                                 Tensor* dpred) const {
+  return run(y_true, y_pred, dpred, [&](const Tensor& t, const Tensor& p, Tensor* g) {
+    return ops::categorical_crossentropy(t, p, from_logits_, label_smoothing_, grad_scale, g);
+  });
 }
 
 Json CategoricalCrossentropy::config() const {
@@ -350,9 +349,10 @@ BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing)
 }
 
 double BinaryCrossentropy::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                  Tensor* dpred) const {
-  return run(y_true, y_pred, dpred,
-             [&](const Tensor& t, const Tensor& p, Tensor* g) { return ops::binary_crossentropy(t, p, from_logits_, label_smoothing_, grad_scale, g); });
+                                            Tensor* dpred) const {
+  return run(y_true, y_pred, dpred, [&](const Tensor& t, const Tensor& p, Tensor* g) {
+    return ops::binary_crossentropy(t, p, from_logits_, label_smoothing_, grad_scale, g);
+  });
 }
 
 Json BinaryCrossentropy::config() const {
@@ -368,7 +368,7 @@ std::unique_ptr<Loss> BinaryCrossentropy::clone() const { return std::make_uniqu
 // ---- MeanSquaredError / MeanAbsoluteError -------------------------------------------------------
 
 double MeanSquaredError::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                  Tensor* dpred) const {
+                                          Tensor* dpred) const {
   return run(y_true, y_pred, dpred,
              [&](const Tensor& t, const Tensor& p, Tensor* g) { return ops::mean_squared_error(t, p, grad_scale, g); });
 }
@@ -376,9 +376,10 @@ double MeanSquaredError::forward_backward(const Tensor& y_true, const Tensor& y_
 std::unique_ptr<Loss> MeanSquaredError::clone() const { return std::make_unique<MeanSquaredError>(*this); }
 
 double MeanAbsoluteError::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                  Tensor* dpred) const {
-  return run(y_true, y_pred, dpred,
-             [&](const Tensor& t, const Tensor& p, Tensor* g) { return ops::mean_absolute_error(t, p, grad_scale, g); });
+                                           Tensor* dpred) const {
+  return run(y_true, y_pred, dpred, [&](const Tensor& t, const Tensor& p, Tensor* g) {
+    return ops::mean_absolute_error(t, p, grad_scale, g);
+  });
 }
 
 std::unique_ptr<Loss> MeanAbsoluteError::clone() const { return std::make_unique<MeanAbsoluteError>(*this); }

@@ -76,7 +76,8 @@ std::unique_ptr<Regularizer> make_regularizer(const Json& spec) {
     fail<std::invalid_argument>("[regularizer] expected a name or a config object, got ", spec.dump());
   }
   std::string n;
-  for (char c : name) if (c != '_') n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char c : name)
+    if (c != '_') n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   auto num = [&](const char* key, double fallback) {
     return cfg.contains(key) && !cfg.at(key).is_null() ? cfg.at(key).as_number() : fallback;
   };

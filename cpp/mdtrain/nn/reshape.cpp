@@ -23,10 +23,8 @@ Shape Reshape::compute_output_shape(const Shape& input_shape) const {
   std::int64_t known = 1;
   int unknown_at = -1;
   for (std::size_t i = 0; i < target_shape_.size(); ++i) {
-    if (target_shape_[i] == -1)
-      unknown_at = static_cast<int>(i);
-    else
-      known *= target_shape_[i];
+    if (target_shape_[i] == -1) unknown_at = static_cast<int>(i);
+    else known *= target_shape_[i];
   }
   Shape out = target_shape_;
   if (unknown_at < 0) {

@@ -10,8 +10,7 @@
 namespace mdtrain::targets {
 
 inline bool is_label_dtype(DType d) {
-  return d == DType::Float32 || d == DType::Float64 || d == DType::Int32 || d == DType::Int64 ||
-         d == DType::UInt8;
+  return d == DType::Float32 || d == DType::Float64 || d == DType::Int32 || d == DType::Int64 || d == DType::UInt8;
 }
 
 inline std::string shapes(const Tensor& y_true, const Tensor& y_pred) {
@@ -23,9 +22,8 @@ template <class Prefix>
 void check_common(const Prefix& prefix, const Tensor& y_true, const Tensor& y_pred) {
   MDTRAIN_CHECK(y_true.defined() && y_pred.defined(), std::invalid_argument, prefix(),
                 y_true.defined() ? "y_pred" : "y_true", " is an undefined tensor");
-  MDTRAIN_CHECK(is_floating(y_pred.dtype()), std::invalid_argument, prefix(),
-                "y_pred must be float32 or float64, got ", name_of(y_pred.dtype()), " (", shapes(y_true, y_pred),
-                ")");
+  MDTRAIN_CHECK(is_floating(y_pred.dtype()), std::invalid_argument, prefix(), "y_pred must be float32 or float64, got ",
+                name_of(y_pred.dtype()), " (", shapes(y_true, y_pred), ")");
   MDTRAIN_CHECK(is_label_dtype(y_true.dtype()), std::invalid_argument, prefix(), "y_true has unsupported dtype ",
                 name_of(y_true.dtype()), " (", shapes(y_true, y_pred), ")");
   MDTRAIN_CHECK(y_pred.ndim() >= 1 && y_true.ndim() >= 1, std::invalid_argument, prefix(),

@@ -11,35 +11,57 @@
 namespace mdtrain::math {
 
 // NaN propagates (as TF's max(x, 0) does): a NaN input must surface in the loss, not vanish.
-template <class T> MDTRAIN_HD T relu(T x) { return x < T(0) ? T(0) : x; }
-template <class T> MDTRAIN_HD T relu_grad_from_output(T y) { return y > T(0) ? T(1) : T(0); }
+template <class T>
+MDTRAIN_HD T relu(T x) {
+  return x < T(0) ? T(0) : x;
+}
+template <class T>
+MDTRAIN_HD T relu_grad_from_output(T y) {
+  return y > T(0) ? T(1) : T(0);
+}
 
-template <class T> MDTRAIN_HD T sigmoid(T x) {
+template <class T>
+MDTRAIN_HD T sigmoid(T x) {
   // Two branches so exp never overflows.
   if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
   T e = std::exp(x);
   return e / (T(1) + e);
 }
-template <class T> MDTRAIN_HD T sigmoid_grad_from_output(T y) { return y * (T(1) - y); }
+template <class T>
+MDTRAIN_HD T sigmoid_grad_from_output(T y) {
+  return y * (T(1) - y);
+}
 
-template <class T> MDTRAIN_HD T tanh_act(T x) { return std::tanh(x); }
-template <class T> MDTRAIN_HD T tanh_grad_from_output(T y) { return T(1) - y * y; }
+template <class T>
+MDTRAIN_HD T tanh_act(T x) {
+  return std::tanh(x);
+}
+template <class T>
+MDTRAIN_HD T tanh_grad_from_output(T y) {
+  return T(1) - y * y;
+}
 
-template <class T> MDTRAIN_HD T gelu(T x) {
+template <class T>
+MDTRAIN_HD T gelu(T x) {
   return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
 }
-template <class T> MDTRAIN_HD T gelu_grad(T x) {
+template <class T>
+MDTRAIN_HD T gelu_grad(T x) {
   T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
   T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
   return cdf + x * pdf;
 }
 
 // ReLU's backward from its output: dy passes where y > 0 (a NaN dy passes too, where it came from).
-template <class T> MDTRAIN_HD T relu_backward(T dy, T y) { return y > T(0) ? dy : T(0); }
+template <class T>
+MDTRAIN_HD T relu_backward(T dy, T y) {
+  return y > T(0) ? dy : T(0);
+}
 
 // Softmax of one row of z + bias (bias may be null): exp(v - max) / sum, one exp per element.
 // The max is taken as std::max(m, v) takes it, so a NaN entry does not become the max.
-template <class T> MDTRAIN_HD void softmax_row(const T* z, const T* bias, std::int64_t n, T* y) {
+template <class T>
+MDTRAIN_HD void softmax_row(const T* z, const T* bias, std::int64_t n, T* y) {
   T m = T(-INFINITY);
   for (std::int64_t j = 0; j < n; ++j) {
     const T v = z[j] + (bias ? bias[j] : T(0));
@@ -55,7 +77,8 @@ template <class T> MDTRAIN_HD void softmax_row(const T* z, const T* bias, std::i
 }
 
 // Softmax's backward for one row: dz = y * (dy - <dy, y>) (the Jacobian-vector product).
-template <class T> MDTRAIN_HD void softmax_backward_row(const T* y, const T* dy, std::int64_t n, T* dz) {
+template <class T>
+MDTRAIN_HD void softmax_backward_row(const T* y, const T* dy, std::int64_t n, T* dz) {
   T dot = T(0);
   for (std::int64_t j = 0; j < n; ++j) dot += dy[j] * y[j];
   for (std::int64_t j = 0; j < n; ++j) dz[j] = y[j] * (dy[j] - dot);
@@ -72,6 +95,9 @@ MDTRAIN_HD T dropout_mask_from_block(const Philox4& block, std::uint64_t e, floa
 
 // x * 0: zero for a finite x, NaN for a NaN or infinite one. all_finite adds these up (a loop
 // without branches) or tests them one by one.
-template <class T> MDTRAIN_HD T nonfinite_probe(T x) { return x * T(0); }
+template <class T>
+MDTRAIN_HD T nonfinite_probe(T x) {
+  return x * T(0);
+}
 
 }  // namespace mdtrain::math

@@ -18,18 +18,29 @@
 
 namespace mdtrain::math {
 
-template <class T> MDTRAIN_HD T loss_epsilon() { return T(1e-7); }
+template <class T>
+MDTRAIN_HD T loss_epsilon() {
+  return T(1e-7);
+}
 
 // clip(x, eps, 1 - eps); *pass = 1 where the clip lets the gradient through, else 0.
-template <class T> MDTRAIN_HD T clip_probability(T x, T* pass) {
+template <class T>
+MDTRAIN_HD T clip_probability(T x, T* pass) {
   const T lo = loss_epsilon<T>(), hi = T(1) - loss_epsilon<T>();
-  if (x < lo) { *pass = T(0); return lo; }
-  if (x > hi) { *pass = T(0); return hi; }
+  if (x < lo) {
+    *pass = T(0);
+    return lo;
+  }
+  if (x > hi) {
+    *pass = T(0);
+    return hi;
+  }
   *pass = T(1);  // NaN lands here too and propagates
   return x;
 }
 
-template <class T> MDTRAIN_HD T row_max(const T* x, std::int64_t n) {
+template <class T>
+MDTRAIN_HD T row_max(const T* x, std::int64_t n) {
   T m = x[0];
   for (std::int64_t j = 1; j < n; ++j) m = x[j] > m ? x[j] : m;
   return m;
@@ -37,10 +48,14 @@ template <class T> MDTRAIN_HD T row_max(const T* x, std::int64_t n) {
 
 // sum_j exp(x_j - m); stores each exp(x_j - m) into e when e != nullptr (the softmax numerators
 // the gradient needs, so exp runs once per element).
-template <class T> MDTRAIN_HD T sum_exp(const T* x, std::int64_t n, T m, T* e) {
+template <class T>
+MDTRAIN_HD T sum_exp(const T* x, std::int64_t n, T m, T* e) {
   T s = T(0);
   if (e) {
-    for (std::int64_t j = 0; j < n; ++j) { e[j] = std::exp(x[j] - m); s += e[j]; }
+    for (std::int64_t j = 0; j < n; ++j) {
+      e[j] = std::exp(x[j] - m);
+      s += e[j];
+    }
   } else {
     for (std::int64_t j = 0; j < n; ++j) s += std::exp(x[j] - m);
   }
@@ -84,7 +99,8 @@ MDTRAIN_HD T sparse_xent_probs_row(const T* p, std::int64_t n, std::int64_t labe
 
 // Label smoothing of one-hot targets, as Keras applies it before the crossentropy:
 // t * (1 - s) + s / classes for categorical, t * (1 - s) + 0.5 * s for binary.
-template <class T> MDTRAIN_HD T smooth_label(T t, T smoothing, T spread) {
+template <class T>
+MDTRAIN_HD T smooth_label(T t, T smoothing, T spread) {
   return t * (T(1) - smoothing) + smoothing * spread;
 }
 
@@ -141,7 +157,8 @@ MDTRAIN_HD T xent_probs_row(const T* p, const L* t, std::int64_t n, T smoothing,
 
 // Binary crossentropy of one probability p against target t (already smoothed):
 // -(t log c + (1 - t) log(1 - c)), c = clip(p). *d = d(loss)/dp.
-template <class T> MDTRAIN_HD T bce_probs(T p, T t, T* d) {
+template <class T>
+MDTRAIN_HD T bce_probs(T p, T t, T* d) {
   T pass = T(0);
   const T c = clip_probability(p, &pass);
   if (d) *d = pass * ((T(1) - t) / (T(1) - c) - t / c);
@@ -149,28 +166,32 @@ template <class T> MDTRAIN_HD T bce_probs(T p, T t, T* d) {
 }
 
 // Binary crossentropy of one logit x: max(x, 0) - x t + log1p(exp(-|x|)). *d = sigmoid(x) - t.
-template <class T> MDTRAIN_HD T bce_logits(T x, T t, T* d) {
+template <class T>
+MDTRAIN_HD T bce_logits(T x, T t, T* d) {
   const T e = std::exp(-std::fabs(x));
   if (d) *d = (x >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e)) - t;
   return (x > T(0) ? x : T(0)) - x * t + std::log1p(e);
 }
 
 // (p - t)^2 and its derivative 2 (p - t).
-template <class T> MDTRAIN_HD T squared_error(T p, T t, T* d) {
+template <class T>
+MDTRAIN_HD T squared_error(T p, T t, T* d) {
   const T diff = p - t;
   if (d) *d = T(2) * diff;
   return diff * diff;
 }
 
 // |p - t| and its derivative sign(p - t) (0 at 0, as autodiff of abs gives).
-template <class T> MDTRAIN_HD T absolute_error(T p, T t, T* d) {
+template <class T>
+MDTRAIN_HD T absolute_error(T p, T t, T* d) {
   const T diff = p - t;
   if (d) *d = diff > T(0) ? T(1) : (diff < T(0) ? T(-1) : T(0));
   return std::fabs(diff);
 }
 
 // Index of the first maximum (ties go to the lowest index, as np.argmax and tf.argmax do).
-template <class T> MDTRAIN_HD std::int64_t argmax_first(const T* x, std::int64_t n) {
+template <class T>
+MDTRAIN_HD std::int64_t argmax_first(const T* x, std::int64_t n) {
   std::int64_t best = 0;
   for (std::int64_t j = 1; j < n; ++j)
     if (x[j] > x[best]) best = j;
@@ -179,7 +200,8 @@ template <class T> MDTRAIN_HD std::int64_t argmax_first(const T* x, std::int64_t
 
 // TF's in_top_k: the label is in the top k when fewer than k classes score strictly higher, so
 // ties at the boundary count as in. An out-of-range label or a non-finite score in the row says no.
-template <class T> MDTRAIN_HD bool in_top_k(const T* x, std::int64_t n, std::int64_t label, std::int64_t k) {
+template <class T>
+MDTRAIN_HD bool in_top_k(const T* x, std::int64_t n, std::int64_t label, std::int64_t k) {
   if (label < 0 || label >= n || !std::isfinite(x[label])) return false;
   const T target = x[label];
   std::int64_t higher = 0;
@@ -197,7 +219,8 @@ MDTRAIN_HD std::int64_t class_id_or_none(double v) {
 }
 
 // Binary accuracy of one element: the target equals the prediction thresholded to 0 or 1.
-template <class T, class L> MDTRAIN_HD bool binary_match(L target, T p, T threshold) {
+template <class T, class L>
+MDTRAIN_HD bool binary_match(L target, T p, T threshold) {
   return static_cast<double>(target) == (p > threshold ? 1.0 : 0.0);
 }
 

@@ -30,27 +30,25 @@ Tensor on_host(const Tensor& t) {
 }
 
 bool is_label_dtype(DType d) {
-  return d == DType::Float32 || d == DType::Float64 || d == DType::Int32 || d == DType::Int64 ||
-         d == DType::UInt8;
+  return d == DType::Float32 || d == DType::Float64 || d == DType::Int32 || d == DType::Int64 || d == DType::UInt8;
 }
 
 // Checks pred (2-D float, cols >= 1), the labels/targets tensor (element count `expected`) and
 // dpred; returns (rows, cols).
 std::pair<std::int64_t, std::int64_t> check(const char* op, const Tensor& y, const char* y_name,
-                                            std::int64_t expected_per_row, const Tensor& pred,
-                                            const Tensor* dpred) {
+                                            std::int64_t expected_per_row, const Tensor& pred, const Tensor* dpred) {
   MDTRAIN_CHECK(pred.defined() && y.defined(), std::invalid_argument, "[ops] ", op, ": undefined tensor");
   require_usable(op, "y_pred", pred);
   require_with(op, y_name, y, pred);
   MDTRAIN_CHECK(is_floating(pred.dtype()), std::invalid_argument, "[ops] ", op,
                 ": y_pred must be float32 or float64, got ", name_of(pred.dtype()));
-  MDTRAIN_CHECK(is_label_dtype(y.dtype()), std::invalid_argument, "[ops] ", op, ": ", y_name,
-                " has unsupported dtype ", name_of(y.dtype()));
+  MDTRAIN_CHECK(is_label_dtype(y.dtype()), std::invalid_argument, "[ops] ", op, ": ", y_name, " has unsupported dtype ",
+                name_of(y.dtype()));
   MDTRAIN_CHECK(pred.ndim() == 2 && pred.dim(1) >= 1, std::invalid_argument, "[ops] ", op,
                 ": y_pred must be (rows, cols) with cols >= 1, got shape ", to_string(pred.shape()));
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
-  MDTRAIN_CHECK(y.numel() == rows * expected_per_row, std::invalid_argument, "[ops] ", op, ": ", y_name,
-                " shape ", to_string(y.shape()), " does not match y_pred shape ", to_string(pred.shape()));
+  MDTRAIN_CHECK(y.numel() == rows * expected_per_row, std::invalid_argument, "[ops] ", op, ": ", y_name, " shape ",
+                to_string(y.shape()), " does not match y_pred shape ", to_string(pred.shape()));
   if (dpred) {
     MDTRAIN_CHECK(dpred->defined() && dpred->shape() == pred.shape() && dpred->dtype() == pred.dtype(),
                   std::invalid_argument, "[ops] ", op, ": dpred must be ", name_of(pred.dtype()), " ",
@@ -77,8 +75,7 @@ void dispatch(const Tensor& y, const Tensor& pred, Tensor* dpred, K&& kernel) {
 
 }  // namespace
 
-std::int64_t first_invalid_label(const Tensor& labels, std::int64_t classes,
-                                 std::optional<std::int64_t> ignore_class) {
+std::int64_t first_invalid_label(const Tensor& labels, std::int64_t classes, std::optional<std::int64_t> ignore_class) {
   require_usable("first_invalid_label", "labels", labels);
   MDTRAIN_CHECK(is_label_dtype(labels.dtype()), std::invalid_argument,
                 "[ops] first_invalid_label: unsupported label dtype ", name_of(labels.dtype()));
@@ -107,8 +104,8 @@ double element_as_double(const Tensor& t, std::int64_t index) {
 
 std::int64_t count_equal(const Tensor& labels, double value) {
   require_usable("count_equal", "labels", labels);
-  MDTRAIN_CHECK(is_label_dtype(labels.dtype()), std::invalid_argument,
-                "[ops] count_equal: unsupported label dtype ", name_of(labels.dtype()));
+  MDTRAIN_CHECK(is_label_dtype(labels.dtype()), std::invalid_argument, "[ops] count_equal: unsupported label dtype ",
+                name_of(labels.dtype()));
   const Tensor host = on_host(labels);
   std::int64_t n = 0;
   dispatch_any(host.dtype(), "ops", [&](auto tag) {
@@ -119,15 +116,13 @@ std::int64_t count_equal(const Tensor& labels, double value) {
 }
 
 double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred, bool from_logits,
-                                       std::optional<std::int64_t> ignore_class, double grad_scale,
-                                       Tensor* dpred) {
+                                       std::optional<std::int64_t> ignore_class, double grad_scale, Tensor* dpred) {
   const char* op = "sparse_categorical_crossentropy";
   auto [rows, cols] = check(op, labels, "y_true", 1, pred, dpred);
   const std::int64_t bad = first_invalid_label(labels, cols, ignore_class);
   if (bad >= 0)
     fail<std::invalid_argument>("[ops] ", op, ": label ", element_as_double(labels, bad), " at index ", bad,
-                                " is out of range for ", cols, " classes (y_pred shape ", to_string(pred.shape()),
-                                ")");
+                                " is out of range for ", cols, " classes (y_pred shape ", to_string(pred.shape()), ")");
   if (!pred.device().is_cpu())
     return cuda::sparse_categorical_crossentropy(labels, pred, from_logits, ignore_class.has_value(),
                                                  ignore_class.value_or(0), grad_scale, dpred);
@@ -140,39 +135,37 @@ double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred,
   return sum;
 }
 
-double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits,
-                                double label_smoothing, double grad_scale, Tensor* dpred) {
-  auto [rows, cols] = check("categorical_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0,
-                            pred, dpred);
+double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
+                                double grad_scale, Tensor* dpred) {
+  auto [rows, cols] =
+      check("categorical_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
   if (!pred.device().is_cpu())
     return cuda::categorical_crossentropy(target, pred, from_logits, label_smoothing, grad_scale, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
-    sum = cpu::dense_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing),
-                          static_cast<T>(grad_scale), g);
+    sum =
+        cpu::dense_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing), static_cast<T>(grad_scale), g);
   });
   return sum;
 }
 
 double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
                            double grad_scale, Tensor* dpred) {
-  auto [rows, cols] = check("binary_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
-                            dpred);
+  auto [rows, cols] = check("binary_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
   if (!pred.device().is_cpu())
     return cuda::binary_crossentropy(target, pred, from_logits, label_smoothing, grad_scale, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
-    sum = cpu::binary_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing),
-                           static_cast<T>(grad_scale), g);
+    sum =
+        cpu::binary_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing), static_cast<T>(grad_scale), g);
   });
   return sum;
 }
 
 double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
-  auto [rows, cols] = check("mean_squared_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
-                            dpred);
+  auto [rows, cols] = check("mean_squared_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
   if (!pred.device().is_cpu()) return cuda::mean_squared_error(target, pred, grad_scale, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
@@ -183,8 +176,7 @@ double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_
 }
 
 double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
-  auto [rows, cols] = check("mean_absolute_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
-                            dpred);
+  auto [rows, cols] = check("mean_absolute_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
   if (!pred.device().is_cpu()) return cuda::mean_absolute_error(target, pred, grad_scale, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
@@ -198,20 +190,17 @@ double sparse_categorical_matches(const Tensor& labels, const Tensor& pred) {
   auto [rows, cols] = check("sparse_categorical_matches", labels, "y_true", 1, pred, nullptr);
   if (!pred.device().is_cpu()) return cuda::sparse_categorical_matches(labels, pred);
   double n = 0.0;
-  dispatch(labels, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
-    n = cpu::sparse_argmax_matches(y, p, rows, cols);
-  });
+  dispatch(labels, pred, nullptr,
+           [&](const auto* y, const auto* p, auto*) { n = cpu::sparse_argmax_matches(y, p, rows, cols); });
   return n;
 }
 
 double categorical_matches(const Tensor& target, const Tensor& pred) {
-  auto [rows, cols] = check("categorical_matches", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
-                            nullptr);
+  auto [rows, cols] = check("categorical_matches", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, nullptr);
   if (!pred.device().is_cpu()) return cuda::categorical_matches(target, pred);
   double n = 0.0;
-  dispatch(target, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
-    n = cpu::argmax_matches(y, p, rows, cols);
-  });
+  dispatch(target, pred, nullptr,
+           [&](const auto* y, const auto* p, auto*) { n = cpu::argmax_matches(y, p, rows, cols); });
   return n;
 }
 
@@ -220,20 +209,17 @@ double sparse_top_k_matches(const Tensor& labels, const Tensor& pred, std::int64
   MDTRAIN_CHECK(k >= 1, std::invalid_argument, "[ops] sparse_top_k_matches: k must be >= 1, got ", k);
   if (!pred.device().is_cpu()) return cuda::sparse_top_k_matches(labels, pred, k);
   double n = 0.0;
-  dispatch(labels, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
-    n = cpu::top_k_matches(y, p, rows, cols, k);
-  });
+  dispatch(labels, pred, nullptr,
+           [&](const auto* y, const auto* p, auto*) { n = cpu::top_k_matches(y, p, rows, cols, k); });
   return n;
 }
 
 double binary_matches(const Tensor& target, const Tensor& pred, double threshold) {
-  auto [rows, cols] = check("binary_matches", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred,
-                            nullptr);
+  auto [rows, cols] = check("binary_matches", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, nullptr);
   if (!pred.device().is_cpu()) return cuda::binary_matches(target, pred, threshold);
   double n = 0.0;
-  dispatch(target, pred, nullptr, [&](const auto* y, const auto* p, auto*) {
-    n = cpu::threshold_matches(y, p, rows * cols, threshold);
-  });
+  dispatch(target, pred, nullptr,
+           [&](const auto* y, const auto* p, auto*) { n = cpu::threshold_matches(y, p, rows * cols, threshold); });
   return n;
 }
 

@@ -29,12 +29,11 @@ std::int64_t count_equal(const Tensor& labels, double value);
 // labels[row] (labels.numel() == rows). Rows whose label equals ignore_class add 0 and get a zero
 // gradient. Throws std::invalid_argument for a label that is not a valid class id.
 double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred, bool from_logits,
-                                       std::optional<std::int64_t> ignore_class, double grad_scale,
-                                       Tensor* dpred);
+                                       std::optional<std::int64_t> ignore_class, double grad_scale, Tensor* dpred);
 // Per row: crossentropy against dense targets (target.numel() == pred.numel()), smoothed as
 // t * (1 - label_smoothing) + label_smoothing / cols.
-double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits,
-                                double label_smoothing, double grad_scale, Tensor* dpred);
+double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
+                                double grad_scale, Tensor* dpred);
 // Per row: the mean over cols of element-wise binary crossentropy, targets smoothed as
 // t * (1 - label_smoothing) + 0.5 * label_smoothing.
 double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,

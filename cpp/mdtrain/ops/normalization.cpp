@@ -35,8 +35,8 @@ void check_data(const char* op, const char* what, const Tensor& x) {
 
 // t has x's shape, dtype and device (and is not x itself when it is an output).
 void check_like(const char* op, const char* what, const Tensor& t, const Tensor& x, bool output) {
-  MDTRAIN_CHECK(t.defined() && t.shape() == x.shape() && t.dtype() == x.dtype(), std::invalid_argument, "[ops] ",
-                op, ": ", what, " must be ", name_of(x.dtype()), " ", to_string(x.shape()), ", got ", describe(t));
+  MDTRAIN_CHECK(t.defined() && t.shape() == x.shape() && t.dtype() == x.dtype(), std::invalid_argument, "[ops] ", op,
+                ": ", what, " must be ", name_of(x.dtype()), " ", to_string(x.shape()), ", got ", describe(t));
   require_same_memory(op, what, t, x);
   MDTRAIN_CHECK(!output || x.numel() == 0 || !t.same_storage(x), std::invalid_argument, "[ops] ", op, ": ", what,
                 " must not alias the input");
@@ -44,8 +44,8 @@ void check_like(const char* op, const char* what, const Tensor& t, const Tensor&
 
 // A float64 statistics tensor of n elements on x's device.
 void check_stats(const char* op, const char* what, const Tensor& s, std::int64_t n, const Tensor& x) {
-  MDTRAIN_CHECK(s.defined() && s.dtype() == DType::Float64 && s.numel() == n, std::invalid_argument, "[ops] ", op,
-                ": ", what, " must be float64 with ", n, " elements, got ", describe(s));
+  MDTRAIN_CHECK(s.defined() && s.dtype() == DType::Float64 && s.numel() == n, std::invalid_argument, "[ops] ", op, ": ",
+                what, " must be float64 with ", n, " elements, got ", describe(s));
   require_same_memory(op, what, s, x);
 }
 
@@ -57,7 +57,10 @@ void check_affine(const char* op, const char* what, const Tensor& p, const Tenso
   require_same_memory(op, what, p, x);
 }
 
-template <class T> const T* optional_data(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+template <class T>
+const T* optional_data(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
 
 }  // namespace
 

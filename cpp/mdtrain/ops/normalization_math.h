@@ -24,24 +24,33 @@ MDTRAIN_HD double variance_from_sums(double n, double s, double q) {
 
 // x - center in double: the deviation whose squares the variances sum (channel_moments' second
 // pass, channel_sums, row_normalize), and the shifted value channel_sums adds.
-template <class T> MDTRAIN_HD double deviation(T x, double center) { return static_cast<double>(x) - center; }
+template <class T>
+MDTRAIN_HD double deviation(T x, double center) {
+  return static_cast<double>(x) - center;
+}
 
 // g * xhat in double: the terms of sum(dy * xhat) (d(loss)/d(gamma)) and of mean(g * xhat) in the
 // input gradient. G, H: float, double.
-template <class G, class H> MDTRAIN_HD double grad_times_xhat(G g, H xhat) {
+template <class G, class H>
+MDTRAIN_HD double grad_times_xhat(G g, H xhat) {
   return static_cast<double>(g) * static_cast<double>(xhat);
 }
 
 // d(loss)/d(xhat) = gamma * dy of y = gamma * xhat + beta, in double (gamma = 1 without scale).
-template <class T> MDTRAIN_HD double scaled_grad(T dy, T gamma) {
+template <class T>
+MDTRAIN_HD double scaled_grad(T dy, T gamma) {
   return static_cast<double>(dy) * static_cast<double>(gamma);
 }
 
-template <class T> MDTRAIN_HD T normalize(T x, double mean, double inv_std) {
+template <class T>
+MDTRAIN_HD T normalize(T x, double mean, double inv_std) {
   return static_cast<T>((static_cast<double>(x) - mean) * inv_std);
 }
 
-template <class T> MDTRAIN_HD T scale_and_shift(T xhat, T gamma, T beta) { return gamma * xhat + beta; }
+template <class T>
+MDTRAIN_HD T scale_and_shift(T xhat, T gamma, T beta) {
+  return gamma * xhat + beta;
+}
 
 // d(loss)/dx of xhat = normalize(x) with mean and variance taken over the same n values of x, given
 // g = d(loss)/d(xhat) for this element, mean_g = mean of g over those values and mean_g_xhat = mean

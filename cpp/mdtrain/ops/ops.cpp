@@ -29,8 +29,8 @@ void require_same_device(const char* op, const Tensor& a, const Tensor& b, const
 void require_same(const char* op, const Tensor& a, const Tensor& b, const char* what_b) {
   MDTRAIN_CHECK(is_floating(a.dtype()), std::invalid_argument, "[", op, "] expected a float tensor, got ",
                 name_of(a.dtype()));
-  MDTRAIN_CHECK(a.dtype() == b.dtype(), std::invalid_argument, "[", op, "] dtype mismatch: ",
-                name_of(a.dtype()), " vs ", what_b, " ", name_of(b.dtype()));
+  MDTRAIN_CHECK(a.dtype() == b.dtype(), std::invalid_argument, "[", op, "] dtype mismatch: ", name_of(a.dtype()),
+                " vs ", what_b, " ", name_of(b.dtype()));
   require_same_device(op, a, b, what_b);
 }
 
@@ -58,8 +58,8 @@ void cpu_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, 
   };
   const bool split_rows = m >= n;
   const std::int64_t extent = split_rows ? m : n;
-  const int wanted = m * n * k >= kMinSplitMacs ? static_cast<int>(std::min<std::int64_t>(cpu_thread_count(), extent / 8))
-                                                 : 1;
+  const int wanted =
+      m * n * k >= kMinSplitMacs ? static_cast<int>(std::min<std::int64_t>(cpu_thread_count(), extent / 8)) : 1;
   cpu::IntraOpTeam team(wanted > 1);
   if (!team.get()) return whole(0, m, 0, n);
   const int parts = std::min(wanted, team.get()->size());
@@ -69,10 +69,8 @@ void cpu_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, 
     const std::int64_t step = (extent / parts + 7) / 8 * 8;
     const std::int64_t lo = std::min(extent, step * p), hi = p == parts - 1 ? extent : std::min(extent, lo + step);
     if (lo >= hi) return;
-    if (split_rows)
-      whole(lo, hi, 0, n);
-    else
-      whole(0, m, lo, hi);
+    if (split_rows) whole(lo, hi, 0, n);
+    else whole(0, m, lo, hi);
   });
 }
 
@@ -85,24 +83,25 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   require_same("gemm", a, b, "b");
   require_same("gemm", a, c, "c");
   MDTRAIN_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, std::invalid_argument,
-                "[gemm] expected 2-D tensors, got ", to_string(a.shape()), ", ", to_string(b.shape()),
-                ", ", to_string(c.shape()));
+                "[gemm] expected 2-D tensors, got ", to_string(a.shape()), ", ", to_string(b.shape()), ", ",
+                to_string(c.shape()));
   std::int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
   std::int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
-  MDTRAIN_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, std::invalid_argument,
-                "[gemm] shapes do not match: a", to_string(a.shape()), ta ? "^T" : "", " @ b",
-                to_string(b.shape()), tb ? "^T" : "", " -> c", to_string(c.shape()));
+  MDTRAIN_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, std::invalid_argument, "[gemm] shapes do not match: a",
+                to_string(a.shape()), ta ? "^T" : "", " @ b", to_string(b.shape()), tb ? "^T" : "", " -> c",
+                to_string(c.shape()));
   MDTRAIN_CHECK(m < INT_MAX && n < INT_MAX && k < INT_MAX, std::invalid_argument,
                 "[gemm] dimensions exceed the BLAS's 32-bit range");
   if (m == 0 || n == 0) return;
   if (!c.device().is_cpu()) return cuda::gemm(a, ta, b, tb, c, alpha, beta);
   if (k == 0) {  // an empty sum: c = beta * c, which BLAS implementations disagree on
     if (beta == 0.0) std::memset(c.raw(), 0, c.nbytes());
-    else dispatch_floating(c.dtype(), "ops", [&](auto tag) {
-      using T = decltype(tag);
-      T* p = c.data<T>();
-      for (std::int64_t i = 0; i < c.numel(); ++i) p[i] *= static_cast<T>(beta);
-    });
+    else
+      dispatch_floating(c.dtype(), "ops", [&](auto tag) {
+        using T = decltype(tag);
+        T* p = c.data<T>();
+        for (std::int64_t i = 0; i < c.numel(); ++i) p[i] *= static_cast<T>(beta);
+      });
     return;
   }
   dispatch_floating(a.dtype(), "ops", [&](auto tag) {
@@ -114,13 +113,13 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
 
 void bias_activation(const Tensor& z, const Tensor& bias, Activation act, Tensor& y) {
   require_same("bias_activation", z, y, "y");
-  MDTRAIN_CHECK(z.numel() == y.numel(), std::invalid_argument, "[bias_activation] z ",
-                to_string(z.shape()), " and y ", to_string(y.shape()), " differ in size");
+  MDTRAIN_CHECK(z.numel() == y.numel(), std::invalid_argument, "[bias_activation] z ", to_string(z.shape()), " and y ",
+                to_string(y.shape()), " differ in size");
   std::int64_t cols = cols_of(z), rows = cols ? z.numel() / cols : 0;
   if (bias.defined()) {
     require_same("bias_activation", z, bias, "bias");
-    MDTRAIN_CHECK(bias.numel() == cols, std::invalid_argument, "[bias_activation] bias ",
-                  to_string(bias.shape()), " does not match the last axis of ", to_string(z.shape()));
+    MDTRAIN_CHECK(bias.numel() == cols, std::invalid_argument, "[bias_activation] bias ", to_string(bias.shape()),
+                  " does not match the last axis of ", to_string(z.shape()));
   }
   if (!z.device().is_cpu()) return cuda::bias_activation(z, bias, act, y);
   dispatch_floating(z.dtype(), "ops", [&](auto tag) {
@@ -133,8 +132,8 @@ void activation_backward(Activation act, const Tensor& z, const Tensor& y, const
   require_same("activation_backward", y, dy, "dy");
   require_same("activation_backward", y, dz, "dz");
   MDTRAIN_CHECK(y.numel() == dy.numel() && y.numel() == dz.numel(), std::invalid_argument,
-                "[activation_backward] sizes differ: y ", to_string(y.shape()), ", dy ", to_string(dy.shape()),
-                ", dz ", to_string(dz.shape()));
+                "[activation_backward] sizes differ: y ", to_string(y.shape()), ", dy ", to_string(dy.shape()), ", dz ",
+                to_string(dz.shape()));
   if (act == Activation::GELU)
     MDTRAIN_CHECK(z.defined() && z.numel() == y.numel(), std::invalid_argument,
                   "[activation_backward] gelu needs the forward input");
@@ -165,8 +164,7 @@ void dropout(const Tensor& x, double rate, std::uint64_t seed, std::uint64_t str
   require_same("dropout", x, y, "y");
   require_same("dropout", x, mask, "mask");
   MDTRAIN_CHECK(rate >= 0.0 && rate < 1.0, std::invalid_argument, "[dropout] rate must be in [0, 1), got ", rate);
-  MDTRAIN_CHECK(x.numel() == y.numel() && x.numel() == mask.numel(), std::invalid_argument,
-                "[dropout] sizes differ");
+  MDTRAIN_CHECK(x.numel() == y.numel() && x.numel() == mask.numel(), std::invalid_argument, "[dropout] sizes differ");
   if (!x.device().is_cpu()) return cuda::dropout(x, rate, seed, stream, first_element, mask, y);
   dispatch_floating(x.dtype(), "ops", [&](auto tag) {
     using T = decltype(tag);

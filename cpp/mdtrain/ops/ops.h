@@ -10,8 +10,8 @@
 namespace mdtrain::ops {
 
 // c = alpha * op(a) @ op(b) + beta * c, all 2-D; op(t) = t or t^T.
-void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
-          double alpha = 1.0, double beta = 0.0);
+void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha = 1.0,
+          double beta = 0.0);
 
 // y = act(z + bias) row by row (bias may be undefined). z is (rows, cols); y may alias z.
 // For softmax the activation is taken along each row.
@@ -27,8 +27,8 @@ void sum_rows(const Tensor& x, Tensor& out, double beta = 0.0);
 // Inverted dropout: y = x * keep / (1 - rate) where keep = uniform(seed, stream, first_element + i) >= rate.
 // The mask is a function of the element's global position, so splitting a batch across replicas
 // drops exactly the elements one device would. Writes the mask (0 or 1/(1-rate)) for backward.
-void dropout(const Tensor& x, double rate, std::uint64_t seed, std::uint64_t stream,
-             std::uint64_t first_element, Tensor& mask, Tensor& y);
+void dropout(const Tensor& x, double rate, std::uint64_t seed, std::uint64_t stream, std::uint64_t first_element,
+             Tensor& mask, Tensor& y);
 
 // y = a * b element-wise (used by dropout's backward).
 void multiply(const Tensor& a, const Tensor& b, Tensor& y);

@@ -24,16 +24,16 @@ void check(const char* op, const Device& device, DType dtype, const std::vector<
                     " slots but slot ", k, " is null");
   }
   if (!device.is_cpu()) {
-    MDTRAIN_CHECK(device.index >= 0 && device.index < cuda::device_count(), std::invalid_argument, "[ops] ", op,
-                  ": ", device.to_string(), " is not a usable GPU",
-                  cuda::unavailable_reason().empty() ? "" : ": ", cuda::unavailable_reason());
+    MDTRAIN_CHECK(device.index >= 0 && device.index < cuda::device_count(), std::invalid_argument, "[ops] ", op, ": ",
+                  device.to_string(), " is not a usable GPU", cuda::unavailable_reason().empty() ? "" : ": ",
+                  cuda::unavailable_reason());
   }
 }
 
 }  // namespace
 
-void sgd_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments,
-                double learning_rate, double momentum, bool nesterov, double clip_value) {
+void sgd_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
+                double momentum, bool nesterov, double clip_value) {
   check("sgd_update", device, dtype, segments, momentum == 0.0 ? 0 : 1);
   if (device.is_cpu()) cpu::sgd_update(dtype, segments, learning_rate, momentum, nesterov, clip_value);
   else cuda::sgd_update(device.index, dtype, segments, learning_rate, momentum, nesterov, clip_value);
@@ -46,19 +46,16 @@ void adam_update(const Device& device, DType dtype, const std::vector<UpdateSegm
   else cuda::adam_update(device.index, dtype, segments, alpha, beta_1, beta_2, epsilon, amsgrad, clip_value);
 }
 
-void rmsprop_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments,
-                    double learning_rate, double rho, double momentum, double epsilon, bool centered,
-                    double clip_value) {
+void rmsprop_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
+                    double rho, double momentum, double epsilon, bool centered, double clip_value) {
   check("rmsprop_update", device, dtype, segments, 1 + (momentum > 0 ? 1 : 0) + (centered ? 1 : 0));
   if (device.is_cpu())
     cpu::rmsprop_update(dtype, segments, learning_rate, rho, momentum, epsilon, centered, clip_value);
-  else
-    cuda::rmsprop_update(device.index, dtype, segments, learning_rate, rho, momentum, epsilon, centered,
-                         clip_value);
+  else cuda::rmsprop_update(device.index, dtype, segments, learning_rate, rho, momentum, epsilon, centered, clip_value);
 }
 
-void adagrad_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments,
-                    double learning_rate, double epsilon, double clip_value) {
+void adagrad_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
+                    double epsilon, double clip_value) {
   check("adagrad_update", device, dtype, segments, 1);
   if (device.is_cpu()) cpu::adagrad_update(dtype, segments, learning_rate, epsilon, clip_value);
   else cuda::adagrad_update(device.index, dtype, segments, learning_rate, epsilon, clip_value);

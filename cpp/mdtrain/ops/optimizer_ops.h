@@ -21,18 +21,17 @@
 namespace mdtrain::ops {
 
 // SGD. Slots: {momentum} when momentum > 0, else none.
-void sgd_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments,
-                double learning_rate, double momentum, bool nesterov, double clip_value);
+void sgd_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
+                double momentum, bool nesterov, double clip_value);
 // Adam (AdamW: the same with decay). Slots: {momentum, velocity[, velocity_hat when amsgrad]};
 // alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), t = iterations + 1.
 void adam_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments, double alpha,
                  double beta_1, double beta_2, double epsilon, bool amsgrad, double clip_value);
 // RMSprop. Slots: {velocity[, momentum when momentum > 0][, average_gradient when centered]}.
-void rmsprop_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments,
-                    double learning_rate, double rho, double momentum, double epsilon, bool centered,
-                    double clip_value);
+void rmsprop_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
+                    double rho, double momentum, double epsilon, bool centered, double clip_value);
 // Adagrad. Slots: {accumulator}.
-void adagrad_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments,
-                    double learning_rate, double epsilon, double clip_value);
+void adagrad_update(const Device& device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
+                    double epsilon, double clip_value);
 
 }  // namespace mdtrain::ops

@@ -8,8 +8,7 @@ const char* end_of(const void* p, std::int64_t size, std::size_t element) {
 }
 }  // namespace
 
-std::vector<UpdateSegment> merge_contiguous(const std::vector<UpdateSegment>& segments, DType dtype,
-                                            int slot_count) {
+std::vector<UpdateSegment> merge_contiguous(const std::vector<UpdateSegment>& segments, DType dtype, int slot_count) {
   const std::size_t element = size_of(dtype);
   std::vector<UpdateSegment> merged;
   merged.reserve(segments.size());

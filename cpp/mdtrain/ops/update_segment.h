@@ -23,7 +23,6 @@ struct UpdateSegment {
 // with the same scalars, so the same bits, in fewer and longer passes. Parameters packed into one
 // buffer (LayerStack::packed_values/packed_grads, with the optimizer's packed slots) become a
 // single segment.
-std::vector<UpdateSegment> merge_contiguous(const std::vector<UpdateSegment>& segments, DType dtype,
-                                            int slot_count);
+std::vector<UpdateSegment> merge_contiguous(const std::vector<UpdateSegment>& segments, DType dtype, int slot_count);
 
 }  // namespace mdtrain::ops

@@ -6,8 +6,7 @@
 
 namespace mdtrain {
 
-Adagrad::Adagrad(LearningRate learning_rate, double initial_accumulator_value, double epsilon,
-                 OptimizerOptions options)
+Adagrad::Adagrad(LearningRate learning_rate, double initial_accumulator_value, double epsilon, OptimizerOptions options)
     : Optimizer(std::move(learning_rate), std::move(options), "adagrad"),
       initial_accumulator_value_(initial_accumulator_value),
       epsilon_(epsilon) {
@@ -31,9 +30,7 @@ Json Adagrad::config() const {
   return c;
 }
 
-std::vector<Optimizer::SlotSpec> Adagrad::slot_specs() const {
-  return {{"accumulator", initial_accumulator_value_}};
-}
+std::vector<Optimizer::SlotSpec> Adagrad::slot_specs() const { return {{"accumulator", initial_accumulator_value_}}; }
 
 void Adagrad::update(const StepUpdate& u) {
   ops::adagrad_update(u.device, u.dtype, u.segments, u.learning_rate, epsilon_, u.clip_value);

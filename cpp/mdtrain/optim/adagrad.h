@@ -8,8 +8,8 @@ namespace mdtrain {
 class Adagrad : public Optimizer {
  public:
   // Keras defaults; initial_accumulator_value and epsilon must be >= 0.
-  explicit Adagrad(LearningRate learning_rate = 0.001, double initial_accumulator_value = 0.1,
-                   double epsilon = 1e-7, OptimizerOptions options = {});
+  explicit Adagrad(LearningRate learning_rate = 0.001, double initial_accumulator_value = 0.1, double epsilon = 1e-7,
+                   OptimizerOptions options = {});
   static std::unique_ptr<Adagrad> from_config(const Json& config);
 
   const char* class_name() const override { return "Adagrad"; }

@@ -26,8 +26,7 @@ std::unique_ptr<Adam> Adam::from_config(const Json& config) {
   ConfigReader r(config, "Adam");
   LearningRate lr = r.learning_rate(0.001);
   OptimizerOptions base = r.base_options();
-  double beta_1 = r.number("beta_1", 0.9), beta_2 = r.number("beta_2", 0.999),
-         epsilon = r.number("epsilon", 1e-7);
+  double beta_1 = r.number("beta_1", 0.9), beta_2 = r.number("beta_2", 0.999), epsilon = r.number("epsilon", 1e-7);
   bool amsgrad = r.boolean("amsgrad", false);
   r.finish();
   return std::make_unique<Adam>(std::move(lr), beta_1, beta_2, epsilon, amsgrad, std::move(base));
@@ -53,8 +52,8 @@ double Adam::step_size(double learning_rate, std::int64_t iterations) const {
 }
 
 void Adam::update(const StepUpdate& u) {
-  ops::adam_update(u.device, u.dtype, u.segments, step_size(u.learning_rate, u.iterations), beta_1_, beta_2_,
-                   epsilon_, amsgrad_, u.clip_value);
+  ops::adam_update(u.device, u.dtype, u.segments, step_size(u.learning_rate, u.iterations), beta_1_, beta_2_, epsilon_,
+                   amsgrad_, u.clip_value);
 }
 
 }  // namespace mdtrain

@@ -11,8 +11,8 @@ namespace mdtrain {
 class Adam : public Optimizer {
  public:
   // Keras defaults; beta_1 and beta_2 must lie in [0, 1), epsilon >= 0.
-  explicit Adam(LearningRate learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999,
-                double epsilon = 1e-7, bool amsgrad = false, OptimizerOptions options = {});
+  explicit Adam(LearningRate learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999, double epsilon = 1e-7,
+                bool amsgrad = false, OptimizerOptions options = {});
   static std::unique_ptr<Adam> from_config(const Json& config);
 
   const char* class_name() const override { return "Adam"; }
@@ -25,8 +25,8 @@ class Adam : public Optimizer {
   bool amsgrad() const { return amsgrad_; }
 
  protected:
-  Adam(LearningRate learning_rate, double beta_1, double beta_2, double epsilon, bool amsgrad,
-       OptimizerOptions options, const char* default_name);
+  Adam(LearningRate learning_rate, double beta_1, double beta_2, double epsilon, bool amsgrad, OptimizerOptions options,
+       const char* default_name);
   std::vector<SlotSpec> slot_specs() const override;
   void update(const StepUpdate& step) override;
 

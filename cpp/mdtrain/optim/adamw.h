@@ -8,9 +8,8 @@ namespace mdtrain {
 class AdamW : public Adam {
  public:
   // Keras defaults. options.weight_decay is ignored: the weight_decay argument wins.
-  explicit AdamW(LearningRate learning_rate = 0.001, double weight_decay = 0.004,
-                 double beta_1 = 0.9, double beta_2 = 0.999, double epsilon = 1e-7,
-                 bool amsgrad = false, OptimizerOptions options = {});
+  explicit AdamW(LearningRate learning_rate = 0.001, double weight_decay = 0.004, double beta_1 = 0.9,
+                 double beta_2 = 0.999, double epsilon = 1e-7, bool amsgrad = false, OptimizerOptions options = {});
   static std::unique_ptr<AdamW> from_config(const Json& config);
 
   const char* class_name() const override { return "AdamW"; }

@@ -17,8 +17,7 @@ void check_finite(double v, const char* what) {
 }
 
 void check_decay_steps(double v, const char* what) {
-  MDTRAIN_CHECK(std::isfinite(v) && v > 0, std::invalid_argument, "[optim] ", what,
-                " must be > 0, got ", v);
+  MDTRAIN_CHECK(std::isfinite(v) && v > 0, std::invalid_argument, "[optim] ", what, " must be > 0, got ", v);
 }
 
 Json numbers(const std::vector<double>& v) {
@@ -58,8 +57,8 @@ Json ConstantSchedule::config() const {
 
 // ---- ExponentialDecay ------------------------------------------------------------------------
 
-ExponentialDecay::ExponentialDecay(double initial_learning_rate, double decay_steps,
-                                   double decay_rate, bool staircase, std::string name)
+ExponentialDecay::ExponentialDecay(double initial_learning_rate, double decay_steps, double decay_rate, bool staircase,
+                                   std::string name)
     : initial_learning_rate_(initial_learning_rate),
       decay_steps_(decay_steps),
       decay_rate_(decay_rate),
@@ -88,18 +87,17 @@ Json ExponentialDecay::config() const {
 
 // ---- PiecewiseConstantDecay ------------------------------------------------------------------
 
-PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<double> boundaries,
-                                               std::vector<double> values, std::string name)
+PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<double> boundaries, std::vector<double> values,
+                                               std::string name)
     : boundaries_(std::move(boundaries)), values_(std::move(values)), name_(std::move(name)) {
-  MDTRAIN_CHECK(!boundaries_.empty() && boundaries_.size() + 1 == values_.size(),
-                std::invalid_argument,
+  MDTRAIN_CHECK(!boundaries_.empty() && boundaries_.size() + 1 == values_.size(), std::invalid_argument,
                 "[optim] PiecewiseConstantDecay: the length of boundaries should be 1 less than the "
-                "length of values (and at least 1); got ", boundaries_.size(), " boundaries and ",
-                values_.size(), " values");
+                "length of values (and at least 1); got ",
+                boundaries_.size(), " boundaries and ", values_.size(), " values");
   for (std::size_t i = 1; i < boundaries_.size(); ++i)
     MDTRAIN_CHECK(boundaries_[i - 1] < boundaries_[i], std::invalid_argument,
-                  "[optim] PiecewiseConstantDecay: boundaries must increase strictly; boundary ", i,
-                  " (", boundaries_[i], ") follows ", boundaries_[i - 1]);
+                  "[optim] PiecewiseConstantDecay: boundaries must increase strictly; boundary ", i, " (",
+                  boundaries_[i], ") follows ", boundaries_[i - 1]);
 }
 
 double PiecewiseConstantDecay::operator()(std::int64_t step) const {
@@ -119,8 +117,8 @@ Json PiecewiseConstantDecay::config() const {
 
 // ---- CosineDecay -----------------------------------------------------------------------------
 
-CosineDecay::CosineDecay(double initial_learning_rate, double decay_steps, double alpha,
-                         std::string name, std::optional<double> warmup_target, double warmup_steps)
+CosineDecay::CosineDecay(double initial_learning_rate, double decay_steps, double alpha, std::string name,
+                         std::optional<double> warmup_target, double warmup_steps)
     : initial_learning_rate_(initial_learning_rate),
       decay_steps_(decay_steps),
       alpha_(alpha),
@@ -171,10 +169,8 @@ Json serialize_schedule(const LearningRateSchedule& schedule) {
 }
 
 std::shared_ptr<const LearningRateSchedule> schedule_from_config(const Json& config) {
-  MDTRAIN_CHECK(config.is_object() && config.contains("class_name") &&
-                    config.at("class_name").is_string(),
-                std::invalid_argument,
-                "[optim] a learning rate schedule config needs a string 'class_name', got ",
+  MDTRAIN_CHECK(config.is_object() && config.contains("class_name") && config.at("class_name").is_string(),
+                std::invalid_argument, "[optim] a learning rate schedule config needs a string 'class_name', got ",
                 config.dump());
   const std::string& cls = config.at("class_name").as_string();
   static const Json empty = Json::object();
@@ -186,8 +182,7 @@ std::shared_ptr<const LearningRateSchedule> schedule_from_config(const Json& con
     const double steps = r.required_number("decay_steps");
     const double rate = r.required_number("decay_rate");
     const bool staircase = r.boolean("staircase", false);
-    out = std::make_shared<ExponentialDecay>(lr0, steps, rate, staircase,
-                                             r.string("name", "ExponentialDecay"));
+    out = std::make_shared<ExponentialDecay>(lr0, steps, rate, staircase, r.string("name", "ExponentialDecay"));
   } else if (cls == "PiecewiseConstantDecay") {
     auto boundaries = read_numbers(r.raw("boundaries"), "boundaries");
     auto values = read_numbers(r.raw("values"), "values");
@@ -215,15 +210,11 @@ std::shared_ptr<const LearningRateSchedule> schedule_from_config(const Json& con
 
 LearningRate::LearningRate(double value) : schedule_(std::make_shared<ConstantSchedule>(value)) {}
 
-LearningRate::LearningRate(std::shared_ptr<const LearningRateSchedule> schedule)
-    : schedule_(std::move(schedule)) {
-  MDTRAIN_CHECK(schedule_ != nullptr, std::invalid_argument,
-                "[optim] learning rate schedule must not be null");
+LearningRate::LearningRate(std::shared_ptr<const LearningRateSchedule> schedule) : schedule_(std::move(schedule)) {
+  MDTRAIN_CHECK(schedule_ != nullptr, std::invalid_argument, "[optim] learning rate schedule must not be null");
 }
 
-bool LearningRate::is_constant() const {
-  return dynamic_cast<const ConstantSchedule*>(schedule_.get()) != nullptr;
-}
+bool LearningRate::is_constant() const { return dynamic_cast<const ConstantSchedule*>(schedule_.get()) != nullptr; }
 
 Json LearningRate::config() const {
   if (auto* c = dynamic_cast<const ConstantSchedule*>(schedule_.get())) return Json(c->value());

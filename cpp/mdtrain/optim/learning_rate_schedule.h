@@ -42,8 +42,8 @@ class ConstantSchedule : public LearningRateSchedule {
 // floor(step / decay_steps).
 class ExponentialDecay : public LearningRateSchedule {
  public:
-  ExponentialDecay(double initial_learning_rate, double decay_steps, double decay_rate,
-                   bool staircase = false, std::string name = "ExponentialDecay");
+  ExponentialDecay(double initial_learning_rate, double decay_steps, double decay_rate, bool staircase = false,
+                   std::string name = "ExponentialDecay");
   double operator()(std::int64_t step) const override;
   const char* class_name() const override { return "ExponentialDecay"; }
   Json config() const override;
@@ -78,9 +78,8 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
 //     warmup_target over (s - warmup_steps).
 class CosineDecay : public LearningRateSchedule {
  public:
-  CosineDecay(double initial_learning_rate, double decay_steps, double alpha = 0.0,
-              std::string name = "CosineDecay", std::optional<double> warmup_target = std::nullopt,
-              double warmup_steps = 0);
+  CosineDecay(double initial_learning_rate, double decay_steps, double alpha = 0.0, std::string name = "CosineDecay",
+              std::optional<double> warmup_target = std::nullopt, double warmup_steps = 0);
   double operator()(std::int64_t step) const override;
   const char* class_name() const override { return "CosineDecay"; }
   Json config() const override;
@@ -102,7 +101,7 @@ std::shared_ptr<const LearningRateSchedule> schedule_from_config(const Json& con
 // and constructors read like Keras: Adam(0.01) or Adam(std::make_shared<ExponentialDecay>(...)).
 class LearningRate {
  public:
-  LearningRate(double value);  // NOLINT(google-explicit-constructor)
+  LearningRate(double value);                                          // NOLINT(google-explicit-constructor)
   LearningRate(std::shared_ptr<const LearningRateSchedule> schedule);  // NOLINT
   // Any concrete schedule pointer (one conversion, so Adam(std::make_shared<CosineDecay>(...))).
   template <class S, class = std::enable_if_t<std::is_base_of_v<LearningRateSchedule, S>>>

@@ -20,7 +20,6 @@ void check_clip_argument(const std::optional<double>& value, const char* what) {
   }
 }
 
-
 // state() hands out host tensors whatever device the slots live on (checkpoints, get_weights).
 Tensor host_copy(const Tensor& t) {
   if (t.device().is_cpu()) return t.clone();
@@ -36,20 +35,18 @@ Json optional_json(const std::optional<double>& v) { return v ? Json(*v) : Json(
 Optimizer::Optimizer(LearningRate learning_rate, OptimizerOptions options, const char* default_name)
     : learning_rate_(std::move(learning_rate)), options_(std::move(options)) {
   name_ = options_.name.empty() ? default_name : options_.name;
-  int clip_args = (options_.clipnorm ? 1 : 0) + (options_.clipvalue ? 1 : 0) +
-                  (options_.global_clipnorm ? 1 : 0);
+  int clip_args = (options_.clipnorm ? 1 : 0) + (options_.clipvalue ? 1 : 0) + (options_.global_clipnorm ? 1 : 0);
   MDTRAIN_CHECK(clip_args <= 1, std::invalid_argument,
                 "[optim] only one of clipnorm, clipvalue and global_clipnorm can be set; got clipnorm=",
-                options_.clipnorm ? cat(*options_.clipnorm) : "None", ", clipvalue=",
-                options_.clipvalue ? cat(*options_.clipvalue) : "None", ", global_clipnorm=",
-                options_.global_clipnorm ? cat(*options_.global_clipnorm) : "None");
+                options_.clipnorm ? cat(*options_.clipnorm) : "None",
+                ", clipvalue=", options_.clipvalue ? cat(*options_.clipvalue) : "None",
+                ", global_clipnorm=", options_.global_clipnorm ? cat(*options_.global_clipnorm) : "None");
   check_clip_argument(options_.clipnorm, "clipnorm");
   check_clip_argument(options_.clipvalue, "clipvalue");
   check_clip_argument(options_.global_clipnorm, "global_clipnorm");
   if (options_.weight_decay) {
-    MDTRAIN_CHECK(std::isfinite(*options_.weight_decay) && *options_.weight_decay >= 0,
-                  std::invalid_argument, "[optim] weight_decay must be >= 0, got ",
-                  *options_.weight_decay);
+    MDTRAIN_CHECK(std::isfinite(*options_.weight_decay) && *options_.weight_decay >= 0, std::invalid_argument,
+                  "[optim] weight_decay must be >= 0, got ", *options_.weight_decay);
   }
 }
 
@@ -73,8 +70,8 @@ Optimizer::~Optimizer() = default;
 
 void Optimizer::check_range(double value, double lo, double hi, bool hi_inclusive, const char* what) {
   bool ok = value >= lo && (hi_inclusive ? value <= hi : value < hi);
-  MDTRAIN_CHECK(ok, std::invalid_argument, "[optim] ", what, " must be in [", lo, ", ", hi,
-                hi_inclusive ? "]" : ")", ", got ", value);
+  MDTRAIN_CHECK(ok, std::invalid_argument, "[optim] ", what, " must be in [", lo, ", ", hi, hi_inclusive ? "]" : ")",
+                ", got ", value);
 }
 
 void Optimizer::set_learning_rate(double lr) { learning_rate_ = LearningRate(lr); }
@@ -100,11 +97,11 @@ std::vector<Parameter*> Optimizer::trainable(const ParameterList& params) const 
     Parameter* p = params[i];
     MDTRAIN_CHECK(p != nullptr, std::invalid_argument, "[optim] parameter ", i, " is null");
     if (!p->trainable) continue;
-    MDTRAIN_CHECK(p->value.defined() && is_floating(p->value.dtype()), std::invalid_argument,
-                  "[optim] parameter '", p->name, "' must be a defined float32 or float64 tensor");
+    MDTRAIN_CHECK(p->value.defined() && is_floating(p->value.dtype()), std::invalid_argument, "[optim] parameter '",
+                  p->name, "' must be a defined float32 or float64 tensor");
     MDTRAIN_CHECK(p->grad.defined() == false || p->grad.device() == p->value.device(), std::invalid_argument,
-                  "[optim] parameter '", p->name, "' is on ", p->value.device().to_string(),
-                  " but its gradient is on ", p->grad.device().to_string());
+                  "[optim] parameter '", p->name, "' is on ", p->value.device().to_string(), " but its gradient is on ",
+                  p->grad.device().to_string());
     out.push_back(p);
   }
   return out;
@@ -118,22 +115,19 @@ std::vector<std::string> Optimizer::state_names(const std::vector<std::string>& 
 }
 
 void Optimizer::validate_slots(const State& state, const std::vector<std::string>& expected,
-                               const std::vector<Shape>& shapes,
-                               const std::vector<DType>& dtypes) const {
-  MDTRAIN_CHECK(state.size() == expected.size(), std::invalid_argument, "[optim] ", name_,
-                ": state has ", state.size(), " entries but this optimizer over ", shapes.size(),
-                " parameters has ", expected.size());
+                               const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) const {
+  MDTRAIN_CHECK(state.size() == expected.size(), std::invalid_argument, "[optim] ", name_, ": state has ", state.size(),
+                " entries but this optimizer over ", shapes.size(), " parameters has ", expected.size());
   std::size_t n_params = shapes.size();
   for (std::size_t i = 1; i < state.size(); ++i) {
     const auto& [name, t] = state[i];
-    MDTRAIN_CHECK(name == expected[i], std::invalid_argument, "[optim] ", name_, ": state entry ", i,
-                  " is named '", name, "' but expected '", expected[i], "'");
+    MDTRAIN_CHECK(name == expected[i], std::invalid_argument, "[optim] ", name_, ": state entry ", i, " is named '",
+                  name, "' but expected '", expected[i], "'");
     std::size_t p = (i - 1) % n_params;
-    MDTRAIN_CHECK(t.defined() && t.shape() == shapes[p] && t.dtype() == dtypes[p],
-                  std::invalid_argument, "[optim] ", name_, ": state entry '", name, "' has shape ",
-                  t.defined() ? to_string(t.shape()) : "undefined", " ",
-                  t.defined() ? name_of(t.dtype()) : "", " but the parameter has shape ",
-                  to_string(shapes[p]), " ", name_of(dtypes[p]));
+    MDTRAIN_CHECK(t.defined() && t.shape() == shapes[p] && t.dtype() == dtypes[p], std::invalid_argument, "[optim] ",
+                  name_, ": state entry '", name, "' has shape ", t.defined() ? to_string(t.shape()) : "undefined", " ",
+                  t.defined() ? name_of(t.dtype()) : "", " but the parameter has shape ", to_string(shapes[p]), " ",
+                  name_of(dtypes[p]));
   }
 }
 
@@ -229,15 +223,14 @@ void Optimizer::pack_slots() {
 }
 
 void Optimizer::check_matches(const std::vector<Parameter*>& params) const {
-  MDTRAIN_CHECK(params.size() == shapes_.size(), std::invalid_argument, "[optim] ", name_,
-                " was built for ", shapes_.size(), " trainable parameters but got ", params.size(),
+  MDTRAIN_CHECK(params.size() == shapes_.size(), std::invalid_argument, "[optim] ", name_, " was built for ",
+                shapes_.size(), " trainable parameters but got ", params.size(),
                 "; create a new optimizer for a different parameter list");
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Tensor& v = params[i]->value;
-    MDTRAIN_CHECK(v.shape() == shapes_[i] && v.dtype() == dtypes_[i], std::invalid_argument,
-                  "[optim] ", name_, ": trainable parameter ", i, " ('", params[i]->name,
-                  "') has shape ", to_string(v.shape()), " ", name_of(v.dtype()),
-                  " but the optimizer was built with ", to_string(shapes_[i]), " ",
+    MDTRAIN_CHECK(v.shape() == shapes_[i] && v.dtype() == dtypes_[i], std::invalid_argument, "[optim] ", name_,
+                  ": trainable parameter ", i, " ('", params[i]->name, "') has shape ", to_string(v.shape()), " ",
+                  name_of(v.dtype()), " but the optimizer was built with ", to_string(shapes_[i]), " ",
                   name_of(dtypes_[i]), " ('", param_names_[i], "')");
   }
 }
@@ -248,31 +241,28 @@ std::int64_t Optimizer::total_size() const {
   return n;
 }
 
-void Optimizer::apply(const ParameterList& params) {
-  apply_range(params, 0, std::numeric_limits<std::int64_t>::max());
-}
+void Optimizer::apply(const ParameterList& params) { apply_range(params, 0, std::numeric_limits<std::int64_t>::max()); }
 
 void Optimizer::apply(const ParameterList& params, std::int64_t begin, std::int64_t end) {
-  MDTRAIN_CHECK(0 <= begin && begin <= end, std::invalid_argument,
-                "[optim] apply: bad element range [", begin, ", ", end, ")");
+  MDTRAIN_CHECK(0 <= begin && begin <= end, std::invalid_argument, "[optim] apply: bad element range [", begin, ", ",
+                end, ")");
   apply_range(params, begin, end);
 }
 
 void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std::int64_t end) {
   std::vector<Parameter*> vars = trainable(params);
   for (Parameter* p : vars) {
-    MDTRAIN_CHECK(p->grad.defined() && p->grad.shape() == p->value.shape() &&
-                      p->grad.dtype() == p->value.dtype(),
+    MDTRAIN_CHECK(p->grad.defined() && p->grad.shape() == p->value.shape() && p->grad.dtype() == p->value.dtype(),
                   std::invalid_argument, "[optim] gradient of '", p->name, "' has shape ",
                   p->grad.defined() ? to_string(p->grad.shape()) : "undefined", " ",
-                  p->grad.defined() ? name_of(p->grad.dtype()) : "", " but the value has ",
-                  to_string(p->value.shape()), " ", name_of(p->value.dtype()));
+                  p->grad.defined() ? name_of(p->grad.dtype()) : "", " but the value has ", to_string(p->value.shape()),
+                  " ", name_of(p->value.dtype()));
   }
   build_from(vars);  // checks the list against the built one when already built
 
   const double lr = current_learning_rate();
-  MDTRAIN_CHECK(!std::isnan(lr), std::invalid_argument, "[optim] ", name_,
-                ": the learning rate at iteration ", iterations_, " is NaN");
+  MDTRAIN_CHECK(!std::isnan(lr), std::invalid_argument, "[optim] ", name_, ": the learning rate at iteration ",
+                iterations_, " is NaN");
   const double inf = std::numeric_limits<double>::infinity();
 
   // Per-variable gradient factors, as Keras's _clip_gradients.
@@ -340,8 +330,7 @@ Optimizer::State Optimizer::state() const {
   State out;
   out.emplace_back("iterations", it);
   if (!built_) {
-    for (std::size_t i = 1; i < pending_.size(); ++i)
-      out.emplace_back(pending_[i].first, pending_[i].second.clone());
+    for (std::size_t i = 1; i < pending_.size(); ++i) out.emplace_back(pending_[i].first, pending_[i].second.clone());
     return out;
   }
   auto specs = slot_specs();
@@ -352,26 +341,24 @@ Optimizer::State Optimizer::state() const {
 }
 
 void Optimizer::set_state(const State& state) {
-  MDTRAIN_CHECK(!state.empty() && state[0].first == "iterations", std::invalid_argument, "[optim] ",
-                name_, ": state must start with 'iterations'",
+  MDTRAIN_CHECK(!state.empty() && state[0].first == "iterations", std::invalid_argument, "[optim] ", name_,
+                ": state must start with 'iterations'",
                 state.empty() ? std::string(" (it is empty)") : ", got '" + state[0].first + "'");
   const Tensor& it = state[0].second;
-  MDTRAIN_CHECK(it.defined() && it.numel() == 1 && it.dtype() == DType::Int64, std::invalid_argument,
-                "[optim] ", name_, ": state 'iterations' must be one int64 value");
+  MDTRAIN_CHECK(it.defined() && it.numel() == 1 && it.dtype() == DType::Int64, std::invalid_argument, "[optim] ", name_,
+                ": state 'iterations' must be one int64 value");
   const std::int64_t iterations = it.data<std::int64_t>()[0];
-  MDTRAIN_CHECK(iterations >= 0, std::invalid_argument, "[optim] ", name_,
-                ": state 'iterations' must be >= 0, got ", iterations);
+  MDTRAIN_CHECK(iterations >= 0, std::invalid_argument, "[optim] ", name_, ": state 'iterations' must be >= 0, got ",
+                iterations);
 
   if (built_) {
     validate_slots(state, state_names(param_names_), shapes_, dtypes_);
     const std::size_t n = slots_.size();
-    for (std::size_t i = 1; i < state.size(); ++i)
-      slots_[(i - 1) % n][(i - 1) / n].copy_from(state[i].second);
+    for (std::size_t i = 1; i < state.size(); ++i) slots_[(i - 1) % n][(i - 1) / n].copy_from(state[i].second);
   } else {
     State copy;
     for (const auto& [name, t] : state) {
-      MDTRAIN_CHECK(t.defined(), std::invalid_argument, "[optim] ", name_, ": state entry '", name,
-                    "' is undefined");
+      MDTRAIN_CHECK(t.defined(), std::invalid_argument, "[optim] ", name_, ": state entry '", name, "' is undefined");
       copy.emplace_back(name, t.clone());
     }
     pending_ = std::move(copy);
@@ -399,10 +386,9 @@ Json Optimizer::config() const {
 
 // ---- ConfigReader ----------------------------------------------------------------------------
 
-ConfigReader::ConfigReader(const Json& config, std::string what)
-    : config_(config), what_(std::move(what)) {
-  MDTRAIN_CHECK(config_.is_object(), std::invalid_argument, "[optim] ", what_,
-                " config must be a JSON object, got ", config_.dump());
+ConfigReader::ConfigReader(const Json& config, std::string what) : config_(config), what_(std::move(what)) {
+  MDTRAIN_CHECK(config_.is_object(), std::invalid_argument, "[optim] ", what_, " config must be a JSON object, got ",
+                config_.dump());
 }
 
 const Json* ConfigReader::raw(const std::string& key) {
@@ -414,8 +400,8 @@ const Json* ConfigReader::raw(const std::string& key) {
 double ConfigReader::number(const std::string& key, double fallback) {
   const Json* v = raw(key);
   if (!v || v->is_null()) return fallback;
-  MDTRAIN_CHECK(v->is_number(), std::invalid_argument, "[optim] ", what_, ": '", key,
-                "' must be a number, got ", v->dump());
+  MDTRAIN_CHECK(v->is_number(), std::invalid_argument, "[optim] ", what_, ": '", key, "' must be a number, got ",
+                v->dump());
   return v->as_number();
 }
 
@@ -436,16 +422,16 @@ std::optional<double> ConfigReader::optional_number(const std::string& key) {
 bool ConfigReader::boolean(const std::string& key, bool fallback) {
   const Json* v = raw(key);
   if (!v || v->is_null()) return fallback;
-  MDTRAIN_CHECK(v->is_bool(), std::invalid_argument, "[optim] ", what_, ": '", key,
-                "' must be true or false, got ", v->dump());
+  MDTRAIN_CHECK(v->is_bool(), std::invalid_argument, "[optim] ", what_, ": '", key, "' must be true or false, got ",
+                v->dump());
   return v->as_bool();
 }
 
 std::string ConfigReader::string(const std::string& key, const std::string& fallback) {
   const Json* v = raw(key);
   if (!v || v->is_null()) return fallback;
-  MDTRAIN_CHECK(v->is_string(), std::invalid_argument, "[optim] ", what_, ": '", key,
-                "' must be a string, got ", v->dump());
+  MDTRAIN_CHECK(v->is_string(), std::invalid_argument, "[optim] ", what_, ": '", key, "' must be a string, got ",
+                v->dump());
   return v->as_string();
 }
 
@@ -461,8 +447,8 @@ OptimizerOptions ConfigReader::base_options() {
   number("ema_momentum", 0.99);  // meaningless without use_ema
   for (const char* key : {"ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"}) {
     const Json* v = raw(key);
-    MDTRAIN_CHECK(!v || v->is_null(), std::invalid_argument, "[optim] ", what_, ": ", key,
-                  " is not supported (got ", v ? v->dump() : "", ")");
+    MDTRAIN_CHECK(!v || v->is_null(), std::invalid_argument, "[optim] ", what_, ": ", key, " is not supported (got ",
+                  v ? v->dump() : "", ")");
   }
   return o;
 }
@@ -476,8 +462,8 @@ LearningRate ConfigReader::learning_rate(double fallback) {
 void ConfigReader::finish() const {
   for (const auto& [key, value] : config_.as_object()) {
     (void)value;
-    MDTRAIN_CHECK(std::find(used_.begin(), used_.end(), key) != used_.end(), std::invalid_argument,
-                  "[optim] ", what_, ": argument '", key, "' not recognized");
+    MDTRAIN_CHECK(std::find(used_.begin(), used_.end(), key) != used_.end(), std::invalid_argument, "[optim] ", what_,
+                  ": argument '", key, "' not recognized");
   }
 }
 

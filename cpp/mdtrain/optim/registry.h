@@ -15,9 +15,7 @@ std::vector<std::string> known_optimizers();
 // A new optimizer with Keras's defaults; the name is matched case-insensitively ("Adam", "SGD").
 // Unknown names throw std::invalid_argument("[optim] ...") listing the known ones.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name);
-inline std::unique_ptr<Optimizer> make_optimizer(const char* name) {
-  return make_optimizer(std::string(name));
-}
+inline std::unique_ptr<Optimizer> make_optimizer(const char* name) { return make_optimizer(std::string(name)); }
 
 // Accepts:
 //   - a string: as make_optimizer(name);

@@ -6,8 +6,8 @@
 
 namespace mdtrain {
 
-RMSprop::RMSprop(LearningRate learning_rate, double rho, double momentum, double epsilon,
-                 bool centered, OptimizerOptions options)
+RMSprop::RMSprop(LearningRate learning_rate, double rho, double momentum, double epsilon, bool centered,
+                 OptimizerOptions options)
     : Optimizer(std::move(learning_rate), std::move(options), "rmsprop"),
       rho_(rho),
       momentum_(momentum),
@@ -22,12 +22,10 @@ std::unique_ptr<RMSprop> RMSprop::from_config(const Json& config) {
   ConfigReader r(config, "RMSprop");
   LearningRate lr = r.learning_rate(0.001);
   OptimizerOptions base = r.base_options();
-  double rho = r.number("rho", 0.9), momentum = r.number("momentum", 0.0),
-         epsilon = r.number("epsilon", 1e-7);
+  double rho = r.number("rho", 0.9), momentum = r.number("momentum", 0.0), epsilon = r.number("epsilon", 1e-7);
   bool centered = r.boolean("centered", false);
   r.finish();
-  return std::make_unique<RMSprop>(std::move(lr), rho, momentum, epsilon, centered,
-                                   std::move(base));
+  return std::make_unique<RMSprop>(std::move(lr), rho, momentum, epsilon, centered, std::move(base));
 }
 
 Json RMSprop::config() const {

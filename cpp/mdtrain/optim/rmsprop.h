@@ -11,8 +11,8 @@ namespace mdtrain {
 class RMSprop : public Optimizer {
  public:
   // Keras defaults; rho must lie in [0, 1), momentum in [0, 1], epsilon >= 0.
-  explicit RMSprop(LearningRate learning_rate = 0.001, double rho = 0.9, double momentum = 0.0,
-                   double epsilon = 1e-7, bool centered = false, OptimizerOptions options = {});
+  explicit RMSprop(LearningRate learning_rate = 0.001, double rho = 0.9, double momentum = 0.0, double epsilon = 1e-7,
+                   bool centered = false, OptimizerOptions options = {});
   static std::unique_ptr<RMSprop> from_config(const Json& config);
 
   const char* class_name() const override { return "RMSprop"; }

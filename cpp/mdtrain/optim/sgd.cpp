@@ -5,9 +5,7 @@
 namespace mdtrain {
 
 SGD::SGD(LearningRate learning_rate, double momentum, bool nesterov, OptimizerOptions options)
-    : Optimizer(std::move(learning_rate), std::move(options), "SGD"),
-      momentum_(momentum),
-      nesterov_(nesterov) {
+    : Optimizer(std::move(learning_rate), std::move(options), "SGD"), momentum_(momentum), nesterov_(nesterov) {
   check_range(momentum, 0.0, 1.0, true, "SGD momentum");
 }
 

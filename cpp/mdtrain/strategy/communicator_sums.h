@@ -14,9 +14,7 @@ class CommunicatorSums final : public CrossReplicaContext {
  public:
   explicit CommunicatorSums(const std::unique_ptr<Communicator>& comm) : comm_(comm) {}
   int num_replicas() const override { return comm_->size(); }
-  void sum(double* data, std::size_t count) override {
-    comm_->all_reduce(data, count, DType::Float64, ReduceOp::Sum);
-  }
+  void sum(double* data, std::size_t count) override { comm_->all_reduce(data, count, DType::Float64, ReduceOp::Sum); }
 
  private:
   const std::unique_ptr<Communicator>& comm_;

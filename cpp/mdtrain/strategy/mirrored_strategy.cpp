@@ -21,7 +21,8 @@ std::string MirroredStrategy::resolve_communication(const std::vector<Device>& d
   }
   if (communication == "auto") return gpus ? "nccl" : "threads";
   // The threads backend reduces host memory; GPU gradients need NCCL.
-  MDTRAIN_CHECK(!gpus || communication != "threads", std::invalid_argument, "[mirrored] the \"threads\" "
+  MDTRAIN_CHECK(!gpus || communication != "threads", std::invalid_argument,
+                "[mirrored] the \"threads\" "
                 "communicator reduces host memory; replicas on GPUs need \"nccl\" (or \"auto\")");
   return communication;
 }

@@ -12,8 +12,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(std::vector<Device> loc
                                                          std::string local_communication, bool use_mpi)
     : Strategy(std::move(local_devices)), local_communication_(std::move(local_communication)) {
   for (const auto& d : devices())
-    MDTRAIN_CHECK(d.is_cpu() == devices().front().is_cpu(), std::invalid_argument, "[multi_worker] ",
-                  d.to_string(), ": a worker's replicas must all be on CPU devices or all on GPUs");
+    MDTRAIN_CHECK(d.is_cpu() == devices().front().is_cpu(), std::invalid_argument, "[multi_worker] ", d.to_string(),
+                  ": a worker's replicas must all be on CPU devices or all on GPUs");
   if (!use_mpi) return;
   control_ = make_mpi_communicator();
   // A failed job must end even when a worker hangs (see mpi_end_job_on_failure).
@@ -25,8 +25,10 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(std::vector<Device> loc
   control_->broadcast(&theirs, 1, DType::Int32, 0);
   int mismatch = theirs != mine ? 1 : 0;
   control_->all_reduce(&mismatch, 1, DType::Int32, ReduceOp::Max);
-  MDTRAIN_CHECK(mismatch == 0, std::invalid_argument, "[multi_worker] every worker must have the same number of "
-                "devices: worker 0 has ", theirs, ", worker ", worker_index_, " has ", mine,
+  MDTRAIN_CHECK(mismatch == 0, std::invalid_argument,
+                "[multi_worker] every worker must have the same number of "
+                "devices: worker 0 has ",
+                theirs, ", worker ", worker_index_, " has ", mine,
                 " (set tf.config.set_logical_device_configuration / MDTRAIN_NUM_CPU_DEVICES alike on all workers)");
 }
 

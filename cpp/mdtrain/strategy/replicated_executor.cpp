@@ -44,8 +44,8 @@ ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, con
   const int n = strategy_.num_local_replicas();
   MDTRAIN_CHECK(static_cast<int>(comms.size()) == n, std::logic_error, "[engine] strategy made ", comms.size(),
                 " communicators for ", n, " replicas");
-  MDTRAIN_CHECK(static_cast<std::int64_t>(n) * 16 < Network::kPackedPadding, std::invalid_argument,
-                "[engine] at most ", Network::kPackedPadding / 16 - 1, " replicas are supported, got ", n);
+  MDTRAIN_CHECK(static_cast<std::int64_t>(n) * 16 < Network::kPackedPadding, std::invalid_argument, "[engine] at most ",
+                Network::kPackedPadding / 16 - 1, " replicas are supported, got ", n);
   // The update is sharded (ZeRO-1) among the replicas of one process on CPU devices. Across
   // workers it is not: each worker keeps the whole optimizer state, so any worker can write a
   // checkpoint and a checkpoint loads under any strategy. On GPUs every replica applies the whole
@@ -120,12 +120,11 @@ void ReplicatedExecutor::remake_communicators() {
 
 void ReplicatedExecutor::attach_communicator(Replica& rep, std::unique_ptr<Communicator> comm) {
   rep.comm = std::move(comm);
-  rep.reducer = std::make_unique<GradientReducer>(*rep.comm, strategy_.gradient_bucket_bytes(),
-                                                  strategy_.gradient_reduction());
+  rep.reducer =
+      std::make_unique<GradientReducer>(*rep.comm, strategy_.gradient_bucket_bytes(), strategy_.gradient_reduction());
 }
 
-void ReplicatedExecutor::gather_batch(Replica& rep, const GlobalBatch& batch, std::int64_t first,
-                                      std::int64_t rows) {
+void ReplicatedExecutor::gather_batch(Replica& rep, const GlobalBatch& batch, std::int64_t first, std::int64_t rows) {
   Shape xs = batch.x.shape(), ys = batch.y.shape();
   xs[0] = rows;
   ys[0] = rows;
@@ -255,20 +254,23 @@ double ReplicatedExecutor::sum_of_replica_losses(std::int64_t count) {
 void ReplicatedExecutor::predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
   // Every worker predicts every row (the result is returned by each process), split among its
   // own replicas only.
-  for_each_slice(count, [&](Replica& rep, int, std::int64_t first, std::int64_t rows) {
-    if (rows == 0) return;
-    ForwardContext ctx;
-    ctx.global_row_offset = first;
-    Tensor in = x.rows(begin + first, begin + first + rows);
-    if (in.device() != rep.net->device()) {
-      ensure_buffer(rep.x_batch, in.shape(), in.dtype(), rep.net->device());
-      rep.x_batch.copy_from(in);
-      in = rep.x_batch;
-    }
-    Tensor pred = rep.net->forward(in, ctx);
-    Tensor dst = out.rows(begin + first, begin + first + rows);
-    dst.copy_from(pred);
-  }, /*across_workers=*/false);
+  for_each_slice(
+      count,
+      [&](Replica& rep, int, std::int64_t first, std::int64_t rows) {
+        if (rows == 0) return;
+        ForwardContext ctx;
+        ctx.global_row_offset = first;
+        Tensor in = x.rows(begin + first, begin + first + rows);
+        if (in.device() != rep.net->device()) {
+          ensure_buffer(rep.x_batch, in.shape(), in.dtype(), rep.net->device());
+          rep.x_batch.copy_from(in);
+          in = rep.x_batch;
+        }
+        Tensor pred = rep.net->forward(in, ctx);
+        Tensor dst = out.rows(begin + first, begin + first + rows);
+        dst.copy_from(pred);
+      },
+      /*across_workers=*/false);
 }
 
 void ReplicatedExecutor::set_learning_rate(double lr) {

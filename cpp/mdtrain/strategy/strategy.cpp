@@ -9,8 +9,8 @@ Strategy::Strategy(std::vector<Device> devices) : devices_(std::move(devices)) {
   MDTRAIN_CHECK(!devices_.empty(), std::invalid_argument, "[strategy] a strategy needs at least one device");
   for (std::size_t i = 0; i < devices_.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
-      MDTRAIN_CHECK(devices_[i] != devices_[j], std::invalid_argument, "[strategy] device ",
-                    devices_[i].to_string(), " is listed twice");
+      MDTRAIN_CHECK(devices_[i] != devices_[j], std::invalid_argument, "[strategy] device ", devices_[i].to_string(),
+                    " is listed twice");
   pool_ = std::make_unique<cpu::ThreadTeam>(static_cast<int>(devices_.size()));
 }
 

@@ -20,8 +20,7 @@ TEST(AllocationBudget, RefusesTheFirstAllocationPastItAndNamesIt) {
   } catch (const AllocationBudgetExceeded& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("loading 'm.mdtrain'"), std::string::npos) << what;
-    EXPECT_NE(what.find("4096 bytes would exceed the 4096 bytes allowed (1024 already allocated)"),
-              std::string::npos)
+    EXPECT_NE(what.find("4096 bytes would exceed the 4096 bytes allowed (1024 already allocated)"), std::string::npos)
         << what;
   }
   Tensor fits({768}, DType::Float32);  // the refused one was not counted: 1 KiB + 3 KiB = 4 KiB

@@ -207,16 +207,14 @@ std::string read_error_with_watchdog(const std::string& p) {
 TEST_F(AtomicFile, ReadingAFifoIsRefusedWithoutBlocking) {
   std::string p = path("pipe");
   ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
-  EXPECT_EQ(read_error_with_watchdog(p),
-            "[io] cannot read '" + p + "': it is a named pipe (FIFO), not a regular file");
+  EXPECT_EQ(read_error_with_watchdog(p), "[io] cannot read '" + p + "': it is a named pipe (FIFO), not a regular file");
 }
 
 TEST_F(AtomicFile, ReadingADeviceOrADirectoryIsRefused) {
   // /dev/zero never ends: reading it "wholly" would fill memory.
   EXPECT_EQ(read_error_with_watchdog("/dev/zero"),
             "[io] cannot read '/dev/zero': it is a character device, not a regular file");
-  EXPECT_EQ(read_error_with_watchdog(dir_),
-            "[io] cannot read '" + dir_ + "': it is a directory, not a regular file");
+  EXPECT_EQ(read_error_with_watchdog(dir_), "[io] cannot read '" + dir_ + "': it is a directory, not a regular file");
 }
 
 TEST_F(AtomicFile, OpenRegularFileReportsSizeAndMissingFiles) {
@@ -258,7 +256,8 @@ bool has(const std::vector<std::string>& names, const std::string& name) {
 TEST_F(AtomicFile, TemporariesOfDeadWritersAreRemovedBeforeWriting) {
   pid_t dead = dead_pid();
   std::string stale = "backup.tmp." + std::to_string(dead) + ".0";
-  std::string stale_own_pid = "backup.tmp." + std::to_string(::getpid()) + ".999999";  // an earlier process with our pid
+  std::string stale_own_pid =
+      "backup.tmp." + std::to_string(::getpid()) + ".999999";  // an earlier process with our pid
   plant(path(stale));
   plant(path(stale_own_pid));
   write_file_atomically(path("backup"), "new");
@@ -281,13 +280,13 @@ TEST_F(AtomicFile, TemporariesOfLiveWritersAndOtherFilesAreKept) {
   ::close(gate[0]);
   pid_t dead = dead_pid();
   std::vector<std::string> kept = {
-      "backup.tmp." + std::to_string(live) + ".3",        // live writer
-      "other.tmp." + std::to_string(dead) + ".0",         // another target
-      "backup.tmp." + std::to_string(dead) + ".0.keep",   // not the writers' spelling
+      "backup.tmp." + std::to_string(live) + ".3",       // live writer
+      "other.tmp." + std::to_string(dead) + ".0",        // another target
+      "backup.tmp." + std::to_string(dead) + ".0.keep",  // not the writers' spelling
       "backup.tmp.x" + std::to_string(dead) + ".0",
       "backup.tmp." + std::to_string(dead) + ".",
       "backup.tmp.0" + std::to_string(dead) + ".1",
-      "backup.tmp.0.0",                                   // pid 0 would mean "my process group"
+      "backup.tmp.0.0",  // pid 0 would mean "my process group"
   };
   for (const auto& name : kept) plant(path(name));
   write_file_atomically(path("backup"), "new");
@@ -332,8 +331,7 @@ TEST_F(AtomicFile, AWriterKilledMidWriteLeaksNothingOnceTheNextWriteRuns) {
   std::vector<std::string> names = entries();
   ASSERT_EQ(names.size(), 2u);
   EXPECT_TRUE(has(names, "backup"));
-  EXPECT_TRUE(std::any_of(names.begin(), names.end(),
-                          [&](const std::string& n) { return n.rfind(leaked, 0) == 0; }));
+  EXPECT_TRUE(std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(leaked, 0) == 0; }));
   EXPECT_EQ(read_file(p), "epoch 1");
 
   write_file_atomically(p, "epoch 2");

@@ -142,9 +142,9 @@ TEST(Json, RejectsBadStrings) {
   EXPECT_NE(parse_error("\"a\nb\"").find("control character"), std::string::npos);
   EXPECT_NE(parse_error("\"abc").find("missing closing quote"), std::string::npos);
   EXPECT_NE(parse_error("\"\xFF\"").find("UTF-8"), std::string::npos);
-  EXPECT_NE(parse_error("\"\xC3\"").find("UTF-8"), std::string::npos);          // truncated
-  EXPECT_NE(parse_error("\"\xC0\xAF\"").find("UTF-8"), std::string::npos);      // overlong '/'
-  EXPECT_NE(parse_error("\"\xED\xA0\x80\"").find("UTF-8"), std::string::npos);  // surrogate
+  EXPECT_NE(parse_error("\"\xC3\"").find("UTF-8"), std::string::npos);              // truncated
+  EXPECT_NE(parse_error("\"\xC0\xAF\"").find("UTF-8"), std::string::npos);          // overlong '/'
+  EXPECT_NE(parse_error("\"\xED\xA0\x80\"").find("UTF-8"), std::string::npos);      // surrogate
   EXPECT_NE(parse_error("\"\xF4\x90\x80\x80\"").find("UTF-8"), std::string::npos);  // > U+10FFFF
 }
 
@@ -177,8 +177,8 @@ TEST(Json, RejectsMalformedDocumentsWithOffsets) {
 }
 
 TEST(Json, RejectsNumbersOutsideTheGrammar) {
-  for (const char* bad : {"01", "-01", "1.", ".5", "-", "+1", "1e", "1e+", "0x10", "1.e3", "-.5",
-                          "--1", "1.5.2", "Inf", "-NaN", "infinity"}) {
+  for (const char* bad : {"01", "-01", "1.", ".5", "-", "+1", "1e", "1e+", "0x10", "1.e3", "-.5", "--1", "1.5.2", "Inf",
+                          "-NaN", "infinity"}) {
     SCOPED_TRACE(bad);
     std::string msg = parse_error(bad);
     EXPECT_EQ(msg.rfind("[json] ", 0), 0u) << msg;
@@ -190,8 +190,7 @@ TEST(Json, OutOfRangeNumbersSaturateLikePython) {
   EXPECT_EQ(Json::parse("1e400").as_number(), std::numeric_limits<double>::infinity());
   EXPECT_EQ(Json::parse("-1e400").as_number(), -std::numeric_limits<double>::infinity());
   EXPECT_EQ(Json::parse("1" + std::string(400, '0')).as_number(), std::numeric_limits<double>::infinity());
-  EXPECT_EQ(Json::parse("1" + std::string(400, '0') + "e-10").as_number(),
-            std::numeric_limits<double>::infinity());
+  EXPECT_EQ(Json::parse("1" + std::string(400, '0') + "e-10").as_number(), std::numeric_limits<double>::infinity());
   Json tiny = Json::parse("1e-400");
   EXPECT_EQ(tiny.as_number(), 0.0);
   EXPECT_FALSE(std::signbit(tiny.as_number()));
@@ -263,8 +262,7 @@ TEST(Json, AsIntRejectsNonIntegers) {
 }
 
 TEST(Json, TypedAccessNamesTheExpectedType) {
-  EXPECT_EQ(invalid_argument_message([] { Json("abc").as_number(); }),
-            "[json] expected number, got string \"abc\"");
+  EXPECT_EQ(invalid_argument_message([] { Json("abc").as_number(); }), "[json] expected number, got string \"abc\"");
   EXPECT_EQ(invalid_argument_message([] { Json(1).as_string(); }), "[json] expected string, got number 1");
   EXPECT_THROW(Json().as_bool(), std::invalid_argument);
   EXPECT_THROW(Json(1).as_array(), std::invalid_argument);
@@ -285,8 +283,7 @@ TEST(Json, ObjectAccess) {
   EXPECT_TRUE(j.contains("activation"));
   EXPECT_FALSE(j.contains("bias"));
   EXPECT_FALSE(Json(3).contains("a"));
-  EXPECT_EQ(invalid_argument_message([&] { j.at("bias"); }),
-            "[json] missing key 'bias' (keys: 'units', 'activation')");
+  EXPECT_EQ(invalid_argument_message([&] { j.at("bias"); }), "[json] missing key 'bias' (keys: 'units', 'activation')");
   Json fallback("zeros");
   EXPECT_EQ(j.get("bias", fallback).as_string(), "zeros");
   j.set("bias", nullptr);

@@ -43,7 +43,7 @@ TEST(ThreadTeam, RunsEveryMemberOnceEachOnItsOwnThreadWithoutFurtherSplits) {
     EXPECT_EQ(ids[0], std::this_thread::get_id());  // member 0 is the caller
     EXPECT_EQ(std::set<std::thread::id>(ids.begin(), ids.end()).size(), 3u);
     EXPECT_EQ(threads, (std::vector<int>{1, 1, 1}));  // members do not split their ops
-    EXPECT_EQ(ops::cpu_thread_count(), 3);           // restored after the run
+    EXPECT_EQ(ops::cpu_thread_count(), 3);            // restored after the run
   }
 }
 
@@ -103,13 +103,13 @@ TEST(SplitGemm, MatchesOneThreadAndRepeatsBitForBit) {
   struct Shape3 {
     std::int64_t m, n, k;
   };
-  for (const Shape3 s : {Shape3{784, 128, 32}, Shape3{32, 128, 784}, Shape3{32, 784, 128}, Shape3{203, 97, 131},
-                         Shape3{61, 1013, 53}}) {
+  for (const Shape3 s :
+       {Shape3{784, 128, 32}, Shape3{32, 128, 784}, Shape3{32, 784, 128}, Shape3{203, 97, 131}, Shape3{61, 1013, 53}}) {
     for (DType dtype : {DType::Float32, DType::Float64}) {
       for (int t = 0; t < 4; ++t) {
         const bool ta = t & 1, tb = t & 2;
-        SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k << " " << name_of(dtype) << " ta=" << ta
-                                          << " tb=" << tb);
+        SCOPED_TRACE(::testing::Message()
+                     << s.m << "x" << s.n << "x" << s.k << " " << name_of(dtype) << " ta=" << ta << " tb=" << tb);
         const bool f32 = dtype == DType::Float32;
         const Shape sa = ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, sb = tb ? Shape{s.n, s.k} : Shape{s.k, s.n};
         const Tensor a = f32 ? random<float>(sa, dtype, 1) : random<double>(sa, dtype, 1);

@@ -140,7 +140,8 @@ TEST(Prefetcher, DestroyedWithFullQueueAndWaitingProducer) {
       for (int r = 0; r < refills; ++r) {
         // Every batch taken frees a slot the producer fills again.
         for (int k = 0; k <= r; ++k, ++b) expect_batch(*p->next(), plan.batches[b], "refill");
-        ASSERT_TRUE(wait_until_full(*p)) << "the producer did not refill a queue of " << depth << ": " << p->ready() << " ready after " << b;
+        ASSERT_TRUE(wait_until_full(*p)) << "the producer did not refill a queue of " << depth << ": " << p->ready()
+                                         << " ready after " << b;
       }
       p.reset();  // must join the producer blocked on the full queue
     }

@@ -17,8 +17,7 @@ const std::vector<ReduceOp> kOps = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max
 // Each rank runs every (count, op) all-reduce in the same order; results are checked on the
 // main thread against the reference (and so against each other).
 template <class T>
-void check_all_reduce(const BackendCase& c, const std::vector<std::size_t>& counts,
-                      const std::vector<ReduceOp>& ops) {
+void check_all_reduce(const BackendCase& c, const std::vector<std::size_t>& counts, const std::vector<ReduceOp>& ops) {
   Comms comms = c.make();
   struct Case {
     std::size_t count;
@@ -44,8 +43,8 @@ void check_all_reduce(const BackendCase& c, const std::vector<std::size_t>& coun
     for (std::size_t local = 0; local < comms.size(); ++local) {
       ASSERT_EQ(got[local].size(), cases.size());
       EXPECT_EQ(compare(got[local][i], want, c.rank_order_reduction, c.ranks), "")
-          << name_of(dtype_of<T>::value) << " all_reduce " << name_of(k.op) << " of " << k.count
-          << " elements on rank " << comms[local]->rank();
+          << name_of(dtype_of<T>::value) << " all_reduce " << name_of(k.op) << " of " << k.count << " elements on rank "
+          << comms[local]->rank();
     }
   }
 }
@@ -111,11 +110,11 @@ TEST_P(CommunicatorSuite, MaxAndMinAndSumPropagateNaN) {
     for (int k = 0; k < 3; ++k) {
       EXPECT_TRUE(std::isnan(got[local][3 * k])) << "op " << k << " rank " << comms[local]->rank();
     }
-    EXPECT_EQ(got[local][1], -2.0);                    // max
-    EXPECT_EQ(got[local][2], c.ranks - 1.0);           // max
-    EXPECT_EQ(got[local][4], -2.0);                    // min
-    EXPECT_EQ(got[local][5], 0.0);                     // min
-    EXPECT_EQ(got[local][7], -2.0 * c.ranks);          // sum
+    EXPECT_EQ(got[local][1], -2.0);            // max
+    EXPECT_EQ(got[local][2], c.ranks - 1.0);   // max
+    EXPECT_EQ(got[local][4], -2.0);            // min
+    EXPECT_EQ(got[local][5], 0.0);             // min
+    EXPECT_EQ(got[local][7], -2.0 * c.ranks);  // sum
   }
 }
 
@@ -178,8 +177,7 @@ void check_all_gather(const BackendCase& c, bool in_place) {
     }
     for (std::size_t local = 0; local < comms.size(); ++local) {
       ASSERT_EQ(got[local].size(), counts.size());
-      EXPECT_EQ(compare(got[local][i], want, true, 1), "")
-          << "count " << counts[i] << (in_place ? " in place" : "");
+      EXPECT_EQ(compare(got[local][i], want, true, 1), "") << "count " << counts[i] << (in_place ? " in place" : "");
     }
   }
 }
@@ -189,9 +187,7 @@ TEST_P(CommunicatorSuite, AllGatherConcatenatesInRankOrder) {
   check_all_gather<double>(GetParam(), false);
 }
 
-TEST_P(CommunicatorSuite, AllGatherInPlace) {
-  check_all_gather<float>(GetParam(), true);
-}
+TEST_P(CommunicatorSuite, AllGatherInPlace) { check_all_gather<float>(GetParam(), true); }
 
 TEST_P(CommunicatorSuite, AllGatherOfTensors) {
   const auto& c = GetParam();
@@ -243,12 +239,11 @@ void check_reduce_scatter(const BackendCase& c, bool in_place) {
     const auto& k = cases[i];
     for (std::size_t local = 0; local < comms.size(); ++local) {
       const int r = comms[local]->rank();
-      const auto want = reference_reduce<T>(k.seed, c.ranks, k.count * static_cast<std::size_t>(r),
-                                            k.count, k.op);
+      const auto want = reference_reduce<T>(k.seed, c.ranks, k.count * static_cast<std::size_t>(r), k.count, k.op);
       ASSERT_EQ(got[local].size(), cases.size());
       EXPECT_EQ(compare(got[local][i], want, c.rank_order_reduction, c.ranks), "")
-          << name_of(dtype_of<T>::value) << " reduce_scatter " << name_of(k.op) << " of "
-          << k.count << " per rank on rank " << r << (in_place ? " in place" : "");
+          << name_of(dtype_of<T>::value) << " reduce_scatter " << name_of(k.op) << " of " << k.count
+          << " per rank on rank " << r << (in_place ? " in place" : "");
     }
   }
 }
@@ -347,8 +342,7 @@ TEST_P(CommunicatorSuite, InvalidArgumentsAreRejectedBeforeWaiting) {
     EXPECT_THROW(comm->reduce_scatter(x, nullptr, 1, DType::Float32), std::invalid_argument);
     std::int32_t ints[2] = {1, 2};
     EXPECT_THROW(comm->all_reduce(ints, 2, DType::Int32, ReduceOp::Mean), std::invalid_argument);
-    EXPECT_THROW(comm->all_reduce(x, 1, DType::Float32, static_cast<ReduceOp>(42)),
-                 std::invalid_argument);
+    EXPECT_THROW(comm->all_reduce(x, 1, DType::Float32, static_cast<ReduceOp>(42)), std::invalid_argument);
     EXPECT_THROW(comm->set_timeout(0), std::invalid_argument);
     EXPECT_THROW(comm->set_timeout(-1), std::invalid_argument);
     EXPECT_THROW(comm->set_timeout(std::nan("")), std::invalid_argument);
@@ -356,10 +350,8 @@ TEST_P(CommunicatorSuite, InvalidArgumentsAreRejectedBeforeWaiting) {
     std::vector<float> big(4 * static_cast<std::size_t>(n) + 8);
     // send overlapping recv somewhere other than recv + rank * count.
     const std::size_t wrong = comm->rank() == 0 ? 1 : 0;
-    EXPECT_THROW(comm->all_gather(big.data() + wrong, big.data(), 2, DType::Float32),
-                 std::invalid_argument);
-    EXPECT_THROW(comm->reduce_scatter(big.data(), big.data() + wrong, 2, DType::Float32),
-                 std::invalid_argument);
+    EXPECT_THROW(comm->all_gather(big.data() + wrong, big.data(), 2, DType::Float32), std::invalid_argument);
+    EXPECT_THROW(comm->reduce_scatter(big.data(), big.data() + wrong, 2, DType::Float32), std::invalid_argument);
 
     Tensor t32({2, 2}, DType::Float32), t64({2, 2}, DType::Float64);
     Tensor wrong_size({3}, DType::Float32);
@@ -413,11 +405,8 @@ TEST_P(CommunicatorPeerSuite, SkippedCollectiveTimesOutNamingTheMissingRank) {
     EXPECT_EQ(timeouts[local], 1) << "rank " << comms[local]->rank() << " did not time out";
     EXPECT_EQ(msg.rfind("[" + comms[local]->backend() + "]", 0), 0u) << msg;
     EXPECT_NE(msg.find("all_reduce #2"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("rank " + std::to_string(skipper) + " did not arrive"), std::string::npos)
-        << msg;
-    EXPECT_NE(msg.find("rank " + std::to_string(skipper) + " last entered barrier #1"),
-              std::string::npos)
-        << msg;
+    EXPECT_NE(msg.find("rank " + std::to_string(skipper) + " did not arrive"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank " + std::to_string(skipper) + " last entered barrier #1"), std::string::npos) << msg;
   }
   // The late rank does not wait for peers that gave up: it fails at once.
   for (auto& comm : comms) {
@@ -454,8 +443,7 @@ TEST_P(CommunicatorPeerSuite, AbortStopsPeersWaitingInACollective) {
   for (std::size_t local = 0; local < comms.size(); ++local) {
     if (comms[local]->rank() == 0) continue;
     EXPECT_EQ(errors[local].rfind("[", 0), 0u) << errors[local];
-    EXPECT_NE(errors[local].find("rank 0 aborted the group: replica 0 hit a shape error"),
-              std::string::npos)
+    EXPECT_NE(errors[local].find("rank 0 aborted the group: replica 0 hit a shape error"), std::string::npos)
         << errors[local];
   }
 }

@@ -74,8 +74,7 @@ inline void run_on_ranks(Comms& comms, const std::function<void(Communicator&, s
 // Splits a group this process drives wholly (comms[i] has rank i), every rank on its own thread as
 // split is collective: returns the new communicator of every rank (nullptr for a negative
 // color), by the parent's rank.
-inline Comms split_on_threads(Comms& comms, const std::function<int(int)>& color,
-                              const std::function<int(int)>& key) {
+inline Comms split_on_threads(Comms& comms, const std::function<int(int)>& color, const std::function<int(int)>& key) {
   Comms children(comms.size());
   run_on_ranks(comms, [&](Communicator& comm, std::size_t local) {
     children[local] = comm.split(color(comm.rank()), key(comm.rank()));
@@ -85,15 +84,14 @@ inline Comms split_on_threads(Comms& comms, const std::function<int(int)>& color
 
 // The new group of color `wanted` among split_on_threads's result, in new-rank order; the
 // others are dropped (split groups are independent of each other and of their parent).
-inline Comms split_group(Comms parent, const std::function<int(int)>& color,
-                         const std::function<int(int)>& key, int wanted) {
+inline Comms split_group(Comms parent, const std::function<int(int)>& color, const std::function<int(int)>& key,
+                         int wanted) {
   Comms children = split_on_threads(parent, color, key);
   Comms group;
   for (std::size_t i = 0; i < children.size(); ++i) {
     if (color(static_cast<int>(i)) == wanted && children[i]) group.push_back(std::move(children[i]));
   }
-  std::sort(group.begin(), group.end(),
-            [](const auto& a, const auto& b) { return a->rank() < b->rank(); });
+  std::sort(group.begin(), group.end(), [](const auto& a, const auto& b) { return a->rank() < b->rank(); });
   return group;
 }
 
@@ -126,8 +124,7 @@ std::vector<T> make_input(unsigned seed, int rank, std::size_t count) {
 // Serial reference of a reduction over ranks of elements [offset, offset + count), folding the
 // ranks in order 0..n-1.
 template <class T>
-std::vector<T> reference_reduce(unsigned seed, int n, std::size_t offset, std::size_t count,
-                                ReduceOp op) {
+std::vector<T> reference_reduce(unsigned seed, int n, std::size_t offset, std::size_t count, ReduceOp op) {
   std::vector<T> acc(count);
   for (std::size_t i = 0; i < count; ++i) {
     T a = input_value<T>(seed, 0, offset + i);
@@ -149,8 +146,7 @@ std::vector<T> reference_reduce(unsigned seed, int n, std::size_t offset, std::s
 // Empty when equal (bitwise, or within a relative tolerance), else a description of the first
 // difference.
 template <class T>
-std::string compare(const std::vector<T>& got, const std::vector<T>& want, bool bitwise,
-                    int n_terms) {
+std::string compare(const std::vector<T>& got, const std::vector<T>& want, bool bitwise, int n_terms) {
   if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
     bool same = std::memcmp(&got[i], &want[i], sizeof(T)) == 0;

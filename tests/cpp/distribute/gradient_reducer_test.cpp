@@ -209,8 +209,8 @@ TEST(GradientReducer, OverlappedSumsOverThreadsEqualTheBlockingSums) {
   for (auto& t : threads) t.join();
   for (int r = 0; r < kRanks; ++r) {
     for (std::int64_t i = 0; i < kTotal; ++i) {
-      const float expected = static_cast<float>(i + 1) * 0.1f + static_cast<float>(i + 1) * 0.2f +
-                             static_cast<float>(i + 1) * 0.3f;
+      const float expected =
+          static_cast<float>(i + 1) * 0.1f + static_cast<float>(i + 1) * 0.2f + static_cast<float>(i + 1) * 0.3f;
       EXPECT_NEAR(blocking[static_cast<std::size_t>(r)].data<float>()[i], expected, 1e-4f * expected);
       EXPECT_EQ(overlapped[static_cast<std::size_t>(r)].data<float>()[i], blocking[0].data<float>()[i]);
     }

@@ -17,9 +17,10 @@ Comms make_hierarchy(int workers, int local) {
   for (int w = 0; w < workers; ++w) {
     auto locals = ThreadsCommunicator::create_group(local);
     for (int r = 0; r < local; ++r)
-      out.push_back(std::make_unique<HierarchicalCommunicator>(
-          std::move(locals[static_cast<std::size_t>(r)]),
-          r == 0 ? std::move(cross[static_cast<std::size_t>(w)]) : nullptr, workers, w));
+      out.push_back(
+          std::make_unique<HierarchicalCommunicator>(std::move(locals[static_cast<std::size_t>(r)]),
+                                                     r == 0 ? std::move(cross[static_cast<std::size_t>(w)]) : nullptr,
+                                                     workers, w));
   }
   return out;
 }
@@ -29,8 +30,8 @@ std::vector<BackendCase> hierarchical_cases() {
   for (auto [w, l] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {3, 1}, {1, 3}, {2, 2}, {3, 2}, {2, 3}}) {
     // One rank per worker: the sums are the cross group's, in rank order. Otherwise they are
     // grouped per worker, so compared with a tolerance.
-    cases.push_back({"w" + std::to_string(w) + "_l" + std::to_string(l), w * l,
-                     [w, l] { return make_hierarchy(w, l); }, l == 1 || w == 1, true});
+    cases.push_back({"w" + std::to_string(w) + "_l" + std::to_string(l), w * l, [w, l] { return make_hierarchy(w, l); },
+                     l == 1 || w == 1, true});
   }
   return cases;
 }

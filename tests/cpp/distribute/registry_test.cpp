@@ -90,8 +90,8 @@ TEST(BackendRegistry, RegisterBackendAddsANameOnceOnly) {
   EXPECT_THROW(register_backend("threads", [](int) { return std::vector<std::unique_ptr<Communicator>>{}; }),
                std::invalid_argument);
   EXPECT_THROW(register_backend("test_empty", nullptr), std::invalid_argument);
-  register_backend("test_unavailable", [](int) { return std::vector<std::unique_ptr<Communicator>>{}; },
-                   [] { return false; });
+  register_backend(
+      "test_unavailable", [](int) { return std::vector<std::unique_ptr<Communicator>>{}; }, [] { return false; });
   EXPECT_FALSE(is_backend_available("test_unavailable"));
   EXPECT_TRUE(contains(registered_backends(), "test_unavailable"));
 }

@@ -6,16 +6,15 @@
 namespace mdtrain::testing {
 namespace {
 
-INSTANTIATE_TEST_SUITE_P(
-    Single, CommunicatorSuite,
-    ::testing::Values(BackendCase{"single", 1,
-                                  [] {
-                                    Comms comms;
-                                    comms.push_back(make_single_communicator());
-                                    return comms;
-                                  },
-                                  true, false}),
-    [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Single, CommunicatorSuite,
+                         ::testing::Values(BackendCase{"single", 1,
+                                                       [] {
+                                                         Comms comms;
+                                                         comms.push_back(make_single_communicator());
+                                                         return comms;
+                                                       },
+                                                       true, false}),
+                         [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
 
 TEST(SingleCommunicator, AbortMakesLaterCollectivesThrow) {
   auto comm = make_single_communicator();

@@ -24,18 +24,18 @@ Comms make_hierarchy(int workers, int local) {
   for (int w = 0; w < workers; ++w) {
     auto locals = ThreadsCommunicator::create_group(local);
     for (int r = 0; r < local; ++r)
-      out.push_back(std::make_unique<HierarchicalCommunicator>(
-          std::move(locals[static_cast<std::size_t>(r)]),
-          r == 0 ? std::move(cross[static_cast<std::size_t>(w)]) : nullptr, workers, w));
+      out.push_back(
+          std::make_unique<HierarchicalCommunicator>(std::move(locals[static_cast<std::size_t>(r)]),
+                                                     r == 0 ? std::move(cross[static_cast<std::size_t>(w)]) : nullptr,
+                                                     workers, w));
   }
   return out;
 }
 
 // The group of color `wanted` of a split of a fresh parent group.
-BackendCase split_case(std::string name, int ranks, std::function<Comms()> parent, RankFn color,
-                       RankFn key, int wanted, bool rank_order = true) {
-  return {std::move(name), ranks,
-          [=] { return split_group(parent(), color, key, wanted); }, rank_order, true};
+BackendCase split_case(std::string name, int ranks, std::function<Comms()> parent, RankFn color, RankFn key, int wanted,
+                       bool rank_order = true) {
+  return {std::move(name), ranks, [=] { return split_group(parent(), color, key, wanted); }, rank_order, true};
 }
 
 std::vector<BackendCase> split_cases() {
@@ -50,17 +50,21 @@ std::vector<BackendCase> split_cases() {
     cases.push_back(split_case("threads4_div2_color" + std::to_string(c), 2, threads4, div2, by_rank, c));
   }
   // One group of everyone, in reverse order: new rank = 3 - old rank.
-  cases.push_back(split_case("threads4_reversed", 4, threads4, [](int) { return 0; },
-                             [](int r) { return -r; }, 0));
+  cases.push_back(split_case(
+      "threads4_reversed", 4, threads4, [](int) { return 0; }, [](int r) { return -r; }, 0));
   // Three groups of two out of six, keeping one.
-  cases.push_back(split_case("threads6_mod3_color2", 2, [] { return ThreadsCommunicator::create_group(6); },
-                             [](int r) { return r % 3; }, by_rank, 2));
+  cases.push_back(split_case(
+      "threads6_mod3_color2", 2, [] { return ThreadsCommunicator::create_group(6); }, [](int r) { return r % 3; },
+      by_rank, 2));
   // Hierarchical parents: one rank per worker (a flat cross group), inside one worker (a flat
   // local group), and two workers x two ranks (a hierarchical group, sums grouped per worker).
-  cases.push_back(split_case("hier2x2_mod2_color1", 2, [] { return make_hierarchy(2, 2); }, mod2, by_rank, 1));
-  cases.push_back(split_case("hier2x2_div2_color1", 2, [] { return make_hierarchy(2, 2); }, div2, by_rank, 1));
-  cases.push_back(split_case("hier2x4_mod2_color1", 4, [] { return make_hierarchy(2, 4); }, mod2, by_rank, 1,
-                             /*rank_order=*/false));
+  cases.push_back(split_case(
+      "hier2x2_mod2_color1", 2, [] { return make_hierarchy(2, 2); }, mod2, by_rank, 1));
+  cases.push_back(split_case(
+      "hier2x2_div2_color1", 2, [] { return make_hierarchy(2, 2); }, div2, by_rank, 1));
+  cases.push_back(split_case(
+      "hier2x4_mod2_color1", 4, [] { return make_hierarchy(2, 4); }, mod2, by_rank, 1,
+      /*rank_order=*/false));
   return cases;
 }
 
@@ -104,7 +108,7 @@ std::string message_of(const std::function<void()>& fn) {
 // group's members in new-rank order, bit for bit.
 TEST(ThreadsSplit, BothAxesOfAMeshRunAtOnceAndMatchTheSerialFold) {
   for (auto make : std::vector<std::function<Comms()>>{[] { return ThreadsCommunicator::create_group(4); },
-                                                        [] { return make_hierarchy(2, 2); }}) {
+                                                       [] { return make_hierarchy(2, 2); }}) {
     Comms world = make();
     constexpr std::size_t kCount = 10007;
     std::vector<std::vector<float>> rows(4), cols(4);
@@ -143,8 +147,8 @@ TEST(ThreadsSplit, NewRanksFollowKeyThenOldRankAndNegativeColorsGetNoGroup) {
   Comms world = ThreadsCommunicator::create_group(5);
   for (auto& c : world) c->set_timeout(7.5);
   // Ranks 0..3 with keys 1, 0, 1, 0 form one group; rank 4 joins none.
-  Comms children = split_on_threads(world, [](int r) { return r == 4 ? -1 : 3; },
-                                    [](int r) { return r % 2 == 0 ? 1 : 0; });
+  Comms children = split_on_threads(
+      world, [](int r) { return r == 4 ? -1 : 3; }, [](int r) { return r % 2 == 0 ? 1 : 0; });
   ASSERT_EQ(children[4], nullptr);
   const int want[4] = {2, 0, 3, 1};
   for (int r = 0; r < 4; ++r) {
@@ -189,7 +193,7 @@ TEST(ThreadsSplit, SplitsOfSplitGroupsNest) {
 // A rank calling another collective where the others split: a mismatch on every rank, no hang.
 TEST(ThreadsSplit, ARankThatDoesNotCallSplitIsAMismatchOnEveryRank) {
   for (auto make : std::vector<std::function<Comms()>>{[] { return ThreadsCommunicator::create_group(3); },
-                                                        [] { return make_hierarchy(3, 1); }}) {
+                                                       [] { return make_hierarchy(3, 1); }}) {
     Comms world = make();
     std::vector<std::string> errors(world.size());
     run_on_ranks(world, [&](Communicator& comm, std::size_t local) {
@@ -240,7 +244,8 @@ TEST(ThreadsSplit, ASkippedSplitTimesOutNamingTheMissingRank) {
 // Aborting one new group releases its own ranks only: its sibling group and the parent go on.
 TEST(ThreadsSplit, AbortingANewGroupFailsThatGroupOnly) {
   Comms world = ThreadsCommunicator::create_group(4);
-  Comms pairs = split_on_threads(world, [](int r) { return r / 2; }, [](int r) { return r; });
+  Comms pairs = split_on_threads(
+      world, [](int r) { return r / 2; }, [](int r) { return r; });
   std::vector<std::string> errors(4);
   std::vector<float> sibling(4, 0.0f), parent(4, 0.0f);
   run_on_ranks(world, [&](Communicator& comm, std::size_t local) {

@@ -11,16 +11,14 @@ namespace {
 std::vector<BackendCase> threads_cases() {
   std::vector<BackendCase> cases;
   for (int n = 1; n <= 8; ++n) {
-    cases.push_back({"threads_" + std::to_string(n), n,
-                     [n] { return ThreadsCommunicator::create_group(n); }, true, true});
+    cases.push_back(
+        {"threads_" + std::to_string(n), n, [n] { return ThreadsCommunicator::create_group(n); }, true, true});
   }
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CommunicatorSuite, ::testing::ValuesIn(threads_cases()),
-                         [](const ::testing::TestParamInfo<BackendCase>& info) {
-                           return info.param.name;
-                         });
+                         [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
 
 std::vector<BackendCase> threads_peer_cases() {
   auto cases = threads_cases();
@@ -29,9 +27,7 @@ std::vector<BackendCase> threads_peer_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CommunicatorPeerSuite, ::testing::ValuesIn(threads_peer_cases()),
-                         [](const ::testing::TestParamInfo<BackendCase>& info) {
-                           return info.param.name;
-                         });
+                         [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
 
 TEST(ThreadsCommunicator, CreateGroupNeedsAtLeastOneRank) {
   EXPECT_THROW(ThreadsCommunicator::create_group(0), std::invalid_argument);

@@ -28,8 +28,8 @@ struct Case {
 };
 
 std::string describe(const Case& k, DType dt) {
-  return cat(name_of(dt), " input ", k.h, "x", k.w, "x", k.c, " window ", k.kh, "x", k.kw, " strides ", k.sh, "x",
-             k.sw, " dilation ", k.dh, "x", k.dw, k.same ? " same" : " valid");
+  return cat(name_of(dt), " input ", k.h, "x", k.w, "x", k.c, " window ", k.kh, "x", k.kw, " strides ", k.sh, "x", k.sw,
+             " dilation ", k.dh, "x", k.dw, k.same ? " same" : " valid");
 }
 
 // Odd and even sizes; windows that overlap (stride < window), tile, skip (stride > window) and
@@ -54,7 +54,9 @@ Shape columns_shape(const Window2D& g, std::int64_t output_rows) {
 }
 
 // A GPU tensor filled with garbage: a kernel that should overwrite every element must.
-Tensor gpu_garbage(const Shape& shape, DType dt, unsigned seed) { return to_gpu(random_tensor(shape, dt, seed, 50, 60)); }
+Tensor gpu_garbage(const Shape& shape, DType dt, unsigned seed) {
+  return to_gpu(random_tensor(shape, dt, seed, 50, 60));
+}
 
 TEST(CudaConvKernels, Im2colMatchesCpu) {
   MDTRAIN_REQUIRE_GPU();

@@ -32,12 +32,12 @@
 namespace mdtrain {
 namespace {
 
-using gpu_testing::kGpu;
-using gpu_testing::to_host;
 using gpu_testing::cpu;
 using gpu_testing::expect_weights_close;
+using gpu_testing::kGpu;
 using gpu_testing::log_of;
 using gpu_testing::one_gpu;
+using gpu_testing::to_host;
 using gpu_testing::two_gpus;
 
 constexpr std::int64_t kRows = 64, kSide = 12, kChannels = 2, kClasses = 3, kBatch = 16;
@@ -180,8 +180,7 @@ TEST_P(SmallCnnOnGpu, MirroredOnTwoGpusKeepsReplicasIdenticalAndMatchesOneGpu) {
   expect_weights_close(mirrored->get_weights(), single->get_weights(), head_name(GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(BothHeads, SmallCnnOnGpu,
-                         ::testing::Values(Head::AveragePooling, Head::GlobalAveragePooling),
+INSTANTIATE_TEST_SUITE_P(BothHeads, SmallCnnOnGpu, ::testing::Values(Head::AveragePooling, Head::GlobalAveragePooling),
                          [](const ::testing::TestParamInfo<Head>& info) { return std::string(head_name(info.param)); });
 
 }  // namespace

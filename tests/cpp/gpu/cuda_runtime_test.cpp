@@ -65,9 +65,10 @@ TEST(CudaRuntime, GpuTensorsWithoutAGpuAreAClearError) {
 }
 
 TEST(CudaRuntime, FailedCallsNameTheCallTheErrorAndThePlace) {
-  const std::string msg =
-      message_of([] { cuda::throw_call_error("cuda", "cudaMemcpyAsync(dst, src, n, kind, s)", cuda::error_string(1),
-                                             "/x/y/runtime.cpp", 88); });
+  const std::string msg = message_of([] {
+    cuda::throw_call_error("cuda", "cudaMemcpyAsync(dst, src, n, kind, s)", cuda::error_string(1), "/x/y/runtime.cpp",
+                           88);
+  });
   if (cuda::built_with_cuda()) {
     EXPECT_EQ(msg, "[cuda] cudaMemcpyAsync failed: invalid argument (at runtime.cpp:88)");
     const std::string launch = message_of([] {

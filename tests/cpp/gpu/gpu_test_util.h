@@ -15,17 +15,17 @@
 #include "mdtrain/core/tensor.h"
 #include "mdtrain/core/cuda/runtime.h"
 
-#define MDTRAIN_REQUIRE_GPU()                                                                   \
-  do {                                                                                          \
-    if (::mdtrain::cuda::device_count() == 0 && !::mdtrain::gpu_testing::harness_on_cpu())     \
-      GTEST_SKIP() << "no CUDA device: " << ::mdtrain::cuda::unavailable_reason();              \
+#define MDTRAIN_REQUIRE_GPU()                                                              \
+  do {                                                                                     \
+    if (::mdtrain::cuda::device_count() == 0 && !::mdtrain::gpu_testing::harness_on_cpu()) \
+      GTEST_SKIP() << "no CUDA device: " << ::mdtrain::cuda::unavailable_reason();         \
   } while (0)
 
 // For tests that call cuda:: functions directly (no host stand-in exists for them).
-#define MDTRAIN_REQUIRE_REAL_GPU()                                                              \
-  do {                                                                                          \
-    if (::mdtrain::cuda::device_count() == 0)                                                   \
-      GTEST_SKIP() << "no CUDA device: " << ::mdtrain::cuda::unavailable_reason();              \
+#define MDTRAIN_REQUIRE_REAL_GPU()                                                 \
+  do {                                                                             \
+    if (::mdtrain::cuda::device_count() == 0)                                      \
+      GTEST_SKIP() << "no CUDA device: " << ::mdtrain::cuda::unavailable_reason(); \
   } while (0)
 
 namespace mdtrain::gpu_testing {

@@ -41,7 +41,7 @@ TEST(CudaKernels, GemmMatchesCpu) {
   }
 }
 
-const Activation kActivations[] = {Activation::Linear, Activation::ReLU, Activation::Sigmoid,
+const Activation kActivations[] = {Activation::Linear, Activation::ReLU,    Activation::Sigmoid,
                                    Activation::Tanh,   Activation::Softmax, Activation::GELU};
 
 TEST(CudaKernels, BiasActivationMatchesCpu) {
@@ -130,8 +130,8 @@ TEST(CudaKernels, GatherRowsMatchesCpu) {
     Tensor want({6, 3}, dt);
     ops::gather_rows(x, idx.data(), 6, want);
     Tensor from_host({6, 3}, dt, kGpu), on_gpu({6, 3}, dt, kGpu);
-    ops::gather_rows(x, idx.data(), 6, from_host);           // the input batch: pinned staging
-    ops::gather_rows(to_gpu(x), idx.data(), 6, on_gpu);      // a gather kernel
+    ops::gather_rows(x, idx.data(), 6, from_host);       // the input batch: pinned staging
+    ops::gather_rows(to_gpu(x), idx.data(), 6, on_gpu);  // a gather kernel
     EXPECT_TRUE(same_bytes(from_host, want)) << name_of(dt) << " host to GPU";
     EXPECT_TRUE(same_bytes(on_gpu, want)) << name_of(dt) << " on the GPU";
   }
@@ -173,8 +173,8 @@ TEST(CudaKernels, TensorFillZerosAndCopiesMatchTheHost) {
   }
   const Tensor x = random_tensor({8, 4}, DType::Float32, 900);
   const Tensor g = to_gpu(x);
-  EXPECT_TRUE(same_bytes(g.clone(), x));                 // device to device
-  EXPECT_TRUE(same_bytes(g.rows(2, 5), x.rows(2, 5)));   // a row view of device memory
+  EXPECT_TRUE(same_bytes(g.clone(), x));                // device to device
+  EXPECT_TRUE(same_bytes(g.rows(2, 5), x.rows(2, 5)));  // a row view of device memory
   Tensor part({3, 4}, DType::Float32, kGpu);
   part.copy_from(x.rows(5, 8));
   EXPECT_TRUE(same_bytes(part, x.rows(5, 8)));

@@ -22,8 +22,8 @@ void check_loss(const char* what, const Tensor& y, const Tensor& pred, F&& loss)
   Tensor g(pred.shape(), dt), gg(pred.shape(), dt, kGpu);
   const double want = loss(y, pred, &g);
   const double got = loss(to_gpu(y), to_gpu(pred), &gg);
-  EXPECT_NEAR(got, want, rtol_of(dt) * (1 + std::abs(want))) << what << " " << name_of(dt) << " labels "
-                                                             << name_of(y.dtype());
+  EXPECT_NEAR(got, want, rtol_of(dt) * (1 + std::abs(want)))
+      << what << " " << name_of(dt) << " labels " << name_of(y.dtype());
   EXPECT_EQ(compare(gg, g, rtol_of(dt), rtol_of(dt) * 1e-3), "") << what << " gradient " << name_of(dt);
   // Without a gradient too.
   EXPECT_NEAR(loss(to_gpu(y), to_gpu(pred), nullptr), want, rtol_of(dt) * (1 + std::abs(want))) << what;
@@ -54,8 +54,8 @@ TEST(CudaLossKernels, SparseCategoricalCrossentropyMatchesCpu) {
   Tensor labels = random_labels({kRows}, DType::Int32, 1, kCols);
   labels.data<std::int32_t>()[5] = 11;
   try {
-    ops::sparse_categorical_crossentropy(to_gpu(labels), to_gpu(random_tensor({kRows, kCols}, DType::Float32, 2)),
-                                         true, std::nullopt, 1.0, nullptr);
+    ops::sparse_categorical_crossentropy(to_gpu(labels), to_gpu(random_tensor({kRows, kCols}, DType::Float32, 2)), true,
+                                         std::nullopt, 1.0, nullptr);
     ADD_FAILURE() << "no exception";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("label 11 at index 5"), std::string::npos) << e.what();

@@ -1,5 +1,6 @@
 // The shared communicator suite on the "nccl" backend, one in-process group per size 1..GPUs and
-// groups split from all of them, plus what only device memory can show. Skipped, with the reason, without NCCL or without a GPU.
+// groups split from all of them, plus what only device memory can show. Skipped, with the reason, without NCCL or
+// without a GPU.
 #include "distribute/communicator_suite.cpp"  // the suite's TEST_Ps, instantiated here for NCCL
 
 #include <cmath>
@@ -51,18 +52,26 @@ std::vector<BackendCase> nccl_split_cases() {
   const auto all = [gpus] { return create_communicators("nccl", gpus); };
   return {
       {"nccl_split_even", (gpus + 1) / 2,
-       [all] { return split_group(all(), [](int r) { return r % 2; }, [](int r) { return r; }, 0); }, false, true},
+       [all] {
+         return split_group(
+             all(), [](int r) { return r % 2; }, [](int r) { return r; }, 0);
+       },
+       false, true},
       {"nccl_split_reversed", gpus,
-       [all] { return split_group(all(), [](int) { return 0; }, [](int r) { return -r; }, 0); }, false, true},
+       [all] {
+         return split_group(
+             all(), [](int) { return 0; }, [](int r) { return -r; }, 0);
+       },
+       false, true},
   };
 }
 
 INSTANTIATE_TEST_SUITE_P(NcclSplit, CommunicatorSuite, ::testing::ValuesIn(nccl_split_cases()), case_name);
 
-#define MDTRAIN_REQUIRE_NCCL()                              \
-  do {                                                      \
-    const std::string why = nccl_skip_reason();             \
-    if (!why.empty()) GTEST_SKIP() << why;                  \
+#define MDTRAIN_REQUIRE_NCCL()                  \
+  do {                                          \
+    const std::string why = nccl_skip_reason(); \
+    if (!why.empty()) GTEST_SKIP() << why;      \
   } while (0)
 
 // Device buffers are used in place; Max/Min of floats go through the NaN-propagating fold.

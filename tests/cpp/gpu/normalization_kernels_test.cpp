@@ -167,8 +167,7 @@ TEST(CudaNormalizationKernels, RowNormalizeBackwardMatchesCpu) {
         Tensor dx(dy.shape(), dt), gdx(dy.shape(), dt, kGpu);
         ops::row_normalize_backward(dy, xhat, inv_std, gamma, dx);
         ops::row_normalize_backward(to_gpu(dy), to_gpu(xhat), to_gpu(inv_std), gpu_or_none(gamma), gdx);
-        EXPECT_EQ(compare(gdx, dx, rtol_of(dt), rtol_of(dt)), "")
-            << where(dt, d, affine ? " gamma" : " no gamma");
+        EXPECT_EQ(compare(gdx, dx, rtol_of(dt), rtol_of(dt)), "") << where(dt, d, affine ? " gamma" : " no gamma");
       }
     }
   }
@@ -184,7 +183,8 @@ TEST(CudaNormalizationKernels, MixedDevicesAreRejected) {
     ADD_FAILURE() << "no exception";
   } catch (const std::invalid_argument& e) {
     const std::string msg = e.what();
-    EXPECT_EQ(msg.rfind("[ops] channel_moments: mean is on /device:CPU:0 but the other tensors are on /device:GPU:0", 0),
+    EXPECT_EQ(msg.rfind("[ops] channel_moments: mean is on /device:CPU:0 but the other tensors are on /device:GPU:0",
+                        0),
               0u)
         << msg;
   }

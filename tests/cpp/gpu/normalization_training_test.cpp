@@ -30,12 +30,12 @@
 namespace mdtrain {
 namespace {
 
-using gpu_testing::kGpu;
-using gpu_testing::to_host;
 using gpu_testing::cpu;
 using gpu_testing::expect_weights_close;
+using gpu_testing::kGpu;
 using gpu_testing::log_of;
 using gpu_testing::one_gpu;
+using gpu_testing::to_host;
 using gpu_testing::two_gpus;
 
 constexpr std::int64_t kRows = 256, kPositions = 4, kChannels = 6, kClasses = 4, kBatch = 32;
@@ -62,8 +62,7 @@ Data make_data(std::uint64_t seed) {
 
 // BatchNormalization (per position of a (batch, 4, 6) input) -> LayerNormalization -> Flatten ->
 // Dense(16, relu) -> BatchNormalization(scale=False) -> Dense(4) -> softmax.
-std::unique_ptr<Model> norm_model(std::shared_ptr<Strategy> strategy, const std::string& optimizer,
-                                  bool synchronized) {
+std::unique_ptr<Model> norm_model(std::shared_ptr<Strategy> strategy, const std::string& optimizer, bool synchronized) {
   auto m = std::make_unique<Model>("norm_mlp", 77);
   BatchNormalization::Options bn;
   bn.momentum = 0.9;  // the moving statistics move visibly in 8 steps
@@ -95,7 +94,6 @@ Model::EpochResult one_epoch(Model& m, const Data& d, const Model::BatchCallback
   return m.train_epoch(d.x, d.labels, order.data(), kRows, kBatch, (kRows + kBatch - 1) / kBatch, cb);
 }
 
-
 class NormalizationOnGpu : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(NormalizationOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
@@ -110,8 +108,7 @@ TEST_P(NormalizationOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
   // The replica's moving statistics are non-trainable weights on its device.
   TrainEngine& e = on_gpu->engine();
   ASSERT_EQ(e.replica_network(0).non_trainable_parameters().size(), 4u);  // two layers' mean, variance
-  for (Parameter* p : e.replica_network(0).non_trainable_parameters())
-    EXPECT_EQ(p->value.device(), kGpu) << p->name;
+  for (Parameter* p : e.replica_network(0).non_trainable_parameters()) EXPECT_EQ(p->value.device(), kGpu) << p->name;
 
   // Every weight, the moving statistics included (get_weights' order: gamma, beta, moving_mean,
   // moving_variance), came back to the host and agrees with the CPU's.
@@ -127,7 +124,8 @@ TEST_P(NormalizationOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
   EXPECT_NEAR(log_of(e_gpu, "loss"), log_of(e_cpu, "loss"), 1e-4);
   EXPECT_NEAR(log_of(e_gpu, "accuracy"), log_of(e_cpu, "accuracy"), 1.0 / kRows + 1e-12);
   const Tensor p_gpu = on_gpu->predict(d.x, kBatch), p_cpu = on_cpu->predict(d.x, kBatch);
-  EXPECT_EQ(gpu_testing::compare(p_gpu, p_cpu, gpu_testing::kTrainingRtol, gpu_testing::kTrainingAtol), "") << "predict";
+  EXPECT_EQ(gpu_testing::compare(p_gpu, p_cpu, gpu_testing::kTrainingRtol, gpu_testing::kTrainingAtol), "")
+      << "predict";
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, NormalizationOnGpu, ::testing::Values("sgd", "adam"));

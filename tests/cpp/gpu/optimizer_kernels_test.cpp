@@ -67,8 +67,8 @@ void check(Optimizer& opt, int n_slots, const std::vector<double>& slot_init, DT
   ASSERT_EQ(state.size(), 1 + params.size() * static_cast<std::size_t>(n_slots));
   for (int k = 0; k < n_slots; ++k)
     for (std::size_t i = 0; i < params.size(); ++i)
-      EXPECT_EQ(compare(gpu[i].slots[static_cast<std::size_t>(k)], state[1 + k * params.size() + i].second,
-                        rtol_of(dt), rtol_of(dt) * 1e-2),
+      EXPECT_EQ(compare(gpu[i].slots[static_cast<std::size_t>(k)], state[1 + k * params.size() + i].second, rtol_of(dt),
+                        rtol_of(dt) * 1e-2),
                 "")
           << opt.class_name() << " slot " << state[1 + k * params.size() + i].first;
 }

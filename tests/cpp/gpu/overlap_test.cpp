@@ -25,11 +25,11 @@ namespace {
 using gpu_testing::same_bytes;
 using gpu_testing::to_host;
 
-#define MDTRAIN_REQUIRE_TWO_GPUS()                                                              \
-  do {                                                                                          \
-    MDTRAIN_REQUIRE_REAL_GPU();                                                                 \
-    if (::mdtrain::cuda::device_count() < 2)                                                    \
-      GTEST_SKIP() << "needs 2 GPUs, this process sees " << ::mdtrain::cuda::device_count();    \
+#define MDTRAIN_REQUIRE_TWO_GPUS()                                                           \
+  do {                                                                                       \
+    MDTRAIN_REQUIRE_REAL_GPU();                                                              \
+    if (::mdtrain::cuda::device_count() < 2)                                                 \
+      GTEST_SKIP() << "needs 2 GPUs, this process sees " << ::mdtrain::cuda::device_count(); \
   } while (0)
 
 TEST(GpuGradientBuckets, BucketsEnqueuedDuringBackwardGiveTheSums) {

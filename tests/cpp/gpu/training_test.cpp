@@ -31,12 +31,12 @@
 namespace mdtrain {
 namespace {
 
-using gpu_testing::kGpu;
-using gpu_testing::to_host;
 using gpu_testing::cpu;
 using gpu_testing::expect_weights_close;
+using gpu_testing::kGpu;
 using gpu_testing::log_of;
 using gpu_testing::one_gpu;
+using gpu_testing::to_host;
 using gpu_testing::two_gpus;
 
 constexpr std::int64_t kRows = 256, kFeatures = 20, kClasses = 10, kBatch = 32;
@@ -93,7 +93,6 @@ Model::EpochResult one_epoch(Model& m, const Tensor& x, const Tensor& y, const M
   return m.train_epoch(x, y, order.data(), kRows, kBatch, (kRows + kBatch - 1) / kBatch, cb);
 }
 
-
 class SeedMlpOnGpu : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SeedMlpOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
@@ -110,7 +109,10 @@ TEST_P(SeedMlpOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
   ASSERT_EQ(s_gpu.size(), s_cpu.size());
   for (std::size_t i = 1; i < s_cpu.size(); ++i) {
     EXPECT_TRUE(s_gpu[i].second.device().is_cpu()) << s_gpu[i].first;
-    EXPECT_TRUE(gpu_testing::compare(s_gpu[i].second, s_cpu[i].second, gpu_testing::kTrainingRtol, gpu_testing::kTrainingAtol).empty()) << s_gpu[i].first;
+    EXPECT_TRUE(
+        gpu_testing::compare(s_gpu[i].second, s_cpu[i].second, gpu_testing::kTrainingRtol, gpu_testing::kTrainingAtol)
+            .empty())
+        << s_gpu[i].first;
   }
 }
 
@@ -180,8 +182,9 @@ TEST(GpuTraining, WeightsAndOptimizerStateRoundTripThroughSaveAndLoad) {
   const Data d = make_data(11);
   auto m = seed_model(one_gpu(), "adam", "sparse_categorical_crossentropy", "softmax", {"accuracy"});
   one_epoch(*m, d.x, d.labels);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("mdtrain_gpu_training_" + std::to_string(::getpid()) + ".mdtrain")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("mdtrain_gpu_training_" + std::to_string(::getpid()) + ".mdtrain"))
+          .string();
   m->save(path);
   auto loaded = Model::load(path, one_gpu());
   std::filesystem::remove(path);

@@ -54,16 +54,21 @@ TEST(GpuPlacement, AutoCommunicationIsNcclOnGpusAndThreadsOnCpuDevices) {
 }
 
 TEST(GpuPlacement, GpusThatAreNotVisibleAreRefusedByName) {
-  const std::string msg = invalid_argument_of([] { MirroredStrategy::resolve_communication({kGpu0, kGpu2}, "auto", 2); });
+  const std::string msg = invalid_argument_of([] {
+    MirroredStrategy::resolve_communication({kGpu0, kGpu2}, "auto", 2);
+  });
   EXPECT_EQ(msg.rfind("[mirrored] /device:GPU:2 is not a visible GPU (this process sees 2)", 0), 0u) << msg;
   const std::string none = invalid_argument_of([] { MirroredStrategy::resolve_communication({kGpu0}, "auto", 0); });
   EXPECT_NE(none.find("/device:GPU:0 is not a visible GPU (this process sees 0): "), std::string::npos) << none;
 }
 
 TEST(GpuPlacement, MixedDevicesAndThreadsOnGpusAreRefused) {
-  const std::string mixed = invalid_argument_of([] { MirroredStrategy::resolve_communication({kCpu0, kGpu0}, "auto", 1); });
+  const std::string mixed = invalid_argument_of([] {
+    MirroredStrategy::resolve_communication({kCpu0, kGpu0}, "auto", 1);
+  });
   EXPECT_NE(mixed.find("must all be on CPU devices or all on GPUs"), std::string::npos) << mixed;
-  const std::string threads = invalid_argument_of([] { MirroredStrategy::resolve_communication({kGpu0}, "threads", 1); });
+  const std::string threads =
+      invalid_argument_of([] { MirroredStrategy::resolve_communication({kGpu0}, "threads", 1); });
   EXPECT_NE(threads.find("need \"nccl\""), std::string::npos) << threads;
 }
 

@@ -86,7 +86,8 @@ TEST_P(GradientBuckets, AnyBucketSizeGivesTheWeightsOfOneBucket) {
     TrainEngine& e = many->engine();
     for (int r = 1; r < e.num_replicas(); ++r) {
       EXPECT_TRUE(bitwise_equal(e.replica_network(r).packed_values(), e.replica_network(0).packed_values()));
-      EXPECT_TRUE(bitwise_equal(e.replica_network(r).non_trainable_values(), e.replica_network(0).non_trainable_values()));
+      EXPECT_TRUE(
+          bitwise_equal(e.replica_network(r).non_trainable_values(), e.replica_network(0).non_trainable_values()));
     }
     ++checked;
     return false;
@@ -110,11 +111,11 @@ TEST_P(GradientBuckets, AnyBucketSizeGivesTheWeightsOfOneBucket) {
 
 INSTANTIATE_TEST_SUITE_P(
     Paths, GradientBuckets,
-    ::testing::Values(
-        Case{"clipnorm_all_reduce", R"({"class_name": "Adam", "config": {"learning_rate": 0.01, "clipnorm": 1.0}})",
-             GradientReducer::Algorithm::AllReduce},
-        Case{"reduce_to_one_device", R"({"class_name": "SGD", "config": {"learning_rate": 0.1}})",
-             GradientReducer::Algorithm::ReduceToOne}),
+    ::testing::Values(Case{"clipnorm_all_reduce",
+                           R"({"class_name": "Adam", "config": {"learning_rate": 0.01, "clipnorm": 1.0}})",
+                           GradientReducer::Algorithm::AllReduce},
+                      Case{"reduce_to_one_device", R"({"class_name": "SGD", "config": {"learning_rate": 0.1}})",
+                           GradientReducer::Algorithm::ReduceToOne}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

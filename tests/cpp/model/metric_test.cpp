@@ -157,7 +157,7 @@ TEST(Metrics, TotalsOfTwoReplicasAggregateToTheWhole) {
   Batch all = random_sparse(rng, 17);
   SparseCategoricalAccuracy whole, r0, r1;
   whole.update(all.y_true, all.y_pred);
-  r0.update(all.y_true.rows(0, 8), all.y_pred.rows(0, 8));   // uneven split: 8 + 9
+  r0.update(all.y_true.rows(0, 8), all.y_pred.rows(0, 8));  // uneven split: 8 + 9
   r1.update(all.y_true.rows(8, 17), all.y_pred.rows(8, 17));
   std::vector<double> sum = r0.totals();
   for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += r1.totals()[i];

@@ -89,7 +89,8 @@ TEST(ModelBusy, AnotherThreadCannotRunALoopWhileOneRuns) {
       {"predict", [&] { m->predict(d.x, 16); }},
       {"train_on_batch", [&] { m->train_on_batch(d.x, d.y); }},
       {"set_weights", [&] { m->set_weights(m->get_weights()); }},
-      {"compile", [&] {
+      {"compile",
+       [&] {
          m->compile(std::shared_ptr<Loss>(make_loss("sparse_categorical_crossentropy")),
                     std::shared_ptr<Optimizer>(make_optimizer(Json("sgd"))), {}, nullptr);
        }},

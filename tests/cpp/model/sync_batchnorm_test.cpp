@@ -85,9 +85,9 @@ class CommunicatorSums : public CrossReplicaContext {
 };
 
 struct Result {
-  Tensor y, dx;                      // the whole batch (replicas' slices put back in place)
-  std::vector<Tensor> grads;         // trainable parameter gradients, summed over replicas
-  std::vector<Tensor> moving;        // each replica's moving_mean then moving_variance
+  Tensor y, dx;                // the whole batch (replicas' slices put back in place)
+  std::vector<Tensor> grads;   // trainable parameter gradients, summed over replicas
+  std::vector<Tensor> moving;  // each replica's moving_mean then moving_variance
 };
 
 // One training forward and backward of clones of `proto` on n replicas (threads; n = 0: one
@@ -184,9 +184,9 @@ TEST_P(SyncBatchNormLayer, NReplicasEqualOneReplicaOnTheWholeBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SyncBatchNormLayer,
-                         ::testing::Values(SyncCase{2, 10, {3}}, SyncCase{4, 10, {3}},      // 4: 3,3,2,2
+                         ::testing::Values(SyncCase{2, 10, {3}}, SyncCase{4, 10, {3}},  // 4: 3,3,2,2
                                            SyncCase{2, 7, {2, 2, 3}}, SyncCase{4, 7, {2, 2, 3}},
-                                           SyncCase{4, 3, {2, 2, 3}}),                     // 1,1,1,0
+                                           SyncCase{4, 3, {2, 2, 3}}),  // 1,1,1,0
                          [](const ::testing::TestParamInfo<SyncCase>& info) {
                            return std::to_string(info.param.replicas) + "_replicas_batch_" +
                                   std::to_string(info.param.batch) + "_rank" +
@@ -304,7 +304,8 @@ Model::BatchCallback replicas_identical(Model& m, std::atomic<int>& checked) {
     for (int r = 1; r < e.num_replicas(); ++r) {
       EXPECT_TRUE(bitwise_equal(e.replica_network(r).packed_values(), e.replica_network(0).packed_values()))
           << "replica " << r << " weights differ after step " << batch;
-      EXPECT_TRUE(bitwise_equal(e.replica_network(r).non_trainable_values(), e.replica_network(0).non_trainable_values()))
+      EXPECT_TRUE(
+          bitwise_equal(e.replica_network(r).non_trainable_values(), e.replica_network(0).non_trainable_values()))
           << "replica " << r << " moving statistics differ after step " << batch;
     }
     ++checked;
@@ -382,8 +383,7 @@ TEST_P(BatchNormReplicas, StayBitwiseIdenticalThroughUnevenAndTinyBatches) {
   EXPECT_NEAR(le.front().second, l1.front().second, 1e-6 * l1.front().second);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, BatchNormReplicas,
-                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
+INSTANTIATE_TEST_SUITE_P(Cases, BatchNormReplicas, ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
                          [](const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
                            return std::to_string(std::get<0>(info.param)) + "_replicas" +
                                   (std::get<1>(info.param) ? "_synchronized" : "_per_replica");

@@ -48,8 +48,7 @@ std::vector<BackendCase> mpi_peer_cases() {
   return mpi_world_info().size >= 2 ? mpi_cases() : std::vector<BackendCase>{};
 }
 
-INSTANTIATE_TEST_SUITE_P(Mpi, CommunicatorPeerSuite, ::testing::ValuesIn(mpi_peer_cases()),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Mpi, CommunicatorPeerSuite, ::testing::ValuesIn(mpi_peer_cases()), case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CommunicatorPeerSuite);
 
 std::string message_of(const std::function<void()>& fn) {
@@ -133,9 +132,7 @@ TEST(MpiBarrier, FilesWrittenBeforeABarrierAreSeenByEveryRankAfterIt) {
   int missing = 0;
   for (int round = 0; round < 20; ++round) {
     if (round % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20 * comm->rank()));
-    const auto name = [&](int r) {
-      return root / (std::to_string(round) + "_" + std::to_string(r));
-    };
+    const auto name = [&](int r) { return root / (std::to_string(round) + "_" + std::to_string(r)); };
     std::ofstream(name(comm->rank())) << round;
     comm->barrier();
     for (int r = 0; r < comm->size(); ++r) missing += fs::exists(name(r)) ? 0 : 1;
@@ -186,9 +183,8 @@ TEST(MpiLarge, BroadcastAndAllGatherOf64MB) {
   const auto send = make_input<float>(6, comm->rank(), per_rank);
   comm->all_gather(send.data(), gathered.data(), per_rank, DType::Float32);
   for (int r = 0; r < n; ++r) {
-    const std::vector<float> got(
-        gathered.begin() + static_cast<std::ptrdiff_t>(r * per_rank),
-        gathered.begin() + static_cast<std::ptrdiff_t>((r + 1) * per_rank));
+    const std::vector<float> got(gathered.begin() + static_cast<std::ptrdiff_t>(r * per_rank),
+                                 gathered.begin() + static_cast<std::ptrdiff_t>((r + 1) * per_rank));
     EXPECT_EQ(compare(got, make_input<float>(6, r, per_rank), true, 1), "") << "block " << r;
   }
 }
@@ -264,10 +260,9 @@ TEST(MpiTimeout, ARankWaitingOnAnotherCommunicatorIsReportedWhereItWaits) {
   }
   float v = 1.0f;
   const std::string msg = message_of([&] { a->all_reduce(&v, 1, DType::Float32); });
-  EXPECT_TRUE(Contains(
-      msg, who + " did not arrive (" + who + " last entered barrier #1 and is " +
-               "inside no collective of MPI communicator " + std::to_string(a->id()) +
-               "; it waits in barrier #1 of MPI communicator " + std::to_string(b->id()) + ")"));
+  EXPECT_TRUE(Contains(msg, who + " did not arrive (" + who + " last entered barrier #1 and is " +
+                                "inside no collective of MPI communicator " + std::to_string(a->id()) +
+                                "; it waits in barrier #1 of MPI communicator " + std::to_string(b->id()) + ")"));
   if (a->rank() == 0) b->abort("the test is over");
 }
 

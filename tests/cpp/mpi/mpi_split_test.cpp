@@ -46,9 +46,12 @@ BackendCase split_case(const std::string& name, RankFn color, RankFn key) {
 
 std::vector<BackendCase> split_cases() {
   return {
-      split_case("mpi_split_reversed", [](int) { return 0; }, [](int r) { return -r; }),
-      split_case("mpi_split_mod2", [](int r) { return r % 2; }, [](int r) { return r; }),
-      split_case("mpi_split_div2", [](int r) { return r / 2; }, [](int r) { return r; }),
+      split_case(
+          "mpi_split_reversed", [](int) { return 0; }, [](int r) { return -r; }),
+      split_case(
+          "mpi_split_mod2", [](int r) { return r % 2; }, [](int r) { return r; }),
+      split_case(
+          "mpi_split_div2", [](int r) { return r / 2; }, [](int r) { return r; }),
   };
 }
 
@@ -222,8 +225,9 @@ TEST(MpiSplit, AbortingANewGroupFailsThatGroupOnly) {
     } catch (const std::runtime_error& e) {
       msg = e.what();
     }
-    EXPECT_TRUE(Contains(msg, "[mpi] barrier #1 on rank 1 gave up, the group failed: rank 0 aborted the group: "
-                              "replica 0 failed"));
+    EXPECT_TRUE(Contains(msg,
+                         "[mpi] barrier #1 on rank 1 gave up, the group failed: rank 0 aborted the group: "
+                         "replica 0 failed"));
   } else {
     std::int32_t v = 1;
     group->all_reduce(&v, 1, DType::Int32, ReduceOp::Sum);

@@ -44,8 +44,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   void OnTestPartResult(const ::testing::TestPartResult& result) override {
     if (!result.failed()) return;
     std::ostringstream os;
-    os << (result.file_name() ? result.file_name() : "unknown file") << ":" << result.line_number()
-       << ": Failure\n"
+    os << (result.file_name() ? result.file_name() : "unknown file") << ":" << result.line_number() << ": Failure\n"
        << result.message() << "\n";
     print(prefixed(os.str()));
   }
@@ -64,8 +63,7 @@ class ResultGatherer : public ::testing::EmptyTestEventListener {
     if (g_rank != 0) return;
     std::string ranks;
     for (int r = 1; r < n; ++r) {
-      if (all[static_cast<std::size_t>(r)])
-        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      if (all[static_cast<std::size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
     }
     if (ranks.empty()) return;
     g_failed_elsewhere.push_back(test_name(info) + " (rank " + ranks + ")");
@@ -102,8 +100,7 @@ int main(int argc, char** argv) {
   std::int32_t failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   g_results->all_reduce(&failed, 1, mdtrain::DType::Int32, mdtrain::ReduceOp::Max);
   if (g_rank == 0 && !g_failed_elsewhere.empty()) {
-    std::string summary =
-        std::to_string(g_failed_elsewhere.size()) + " test(s) failed on other ranks:\n";
+    std::string summary = std::to_string(g_failed_elsewhere.size()) + " test(s) failed on other ranks:\n";
     for (const auto& t : g_failed_elsewhere) summary += "[  FAILED  ] " + t + "\n";
     print(summary);
   }

@@ -295,14 +295,13 @@ TEST(Conv2DThreads, SplittingTheBatchOverThreadsGivesTheResultsOfOneRun) {
     const char* padding;
     std::int64_t budget;  // 0: the default column budget
   };
-  const Case cases[] = {
-      // Each above the 2^21 multiply-adds a split needs; 7 images over 2 or 3 runs: uneven runs.
-      {"rebuilt columns, chunks across images", 16, 16, 8, 16, 3, 1, 8, "same", 0},
-      {"kept columns (first layer)", 28, 28, 1, 32, 3, 1, 12, "valid", 0},
-      {"one output row per chunk", 16, 16, 8, 16, 3, 1, 8, "same", 1},
-      {"uneven runs", 16, 16, 8, 20, 3, 1, 7, "same", 0},
-      {"rows no window reads", 30, 30, 16, 64, 2, 3, 6, "valid", 0},
-      {"pointwise", 12, 12, 32, 64, 1, 1, 8, "valid", 0}};
+  const Case cases[] = {// Each above the 2^21 multiply-adds a split needs; 7 images over 2 or 3 runs: uneven runs.
+                        {"rebuilt columns, chunks across images", 16, 16, 8, 16, 3, 1, 8, "same", 0},
+                        {"kept columns (first layer)", 28, 28, 1, 32, 3, 1, 12, "valid", 0},
+                        {"one output row per chunk", 16, 16, 8, 16, 3, 1, 8, "same", 1},
+                        {"uneven runs", 16, 16, 8, 20, 3, 1, 7, "same", 0},
+                        {"rows no window reads", 30, 30, 16, 64, 2, 3, 6, "valid", 0},
+                        {"pointwise", 12, 12, 32, 64, 1, 1, 8, "valid", 0}};
   const int threads_before = ops::cpu_thread_count();
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -391,10 +390,8 @@ TEST(PoolingThreads, SplittingTheBatchGivesTheBitsOfOneRun) {
       o.strides = {stride, stride};
       o.padding = "same";
       std::unique_ptr<Layer> pool;
-      if (average)
-        pool = std::make_unique<AveragePooling2D>("pool", o);
-      else
-        pool = std::make_unique<MaxPooling2D>("pool", o);
+      if (average) pool = std::make_unique<AveragePooling2D>("pool", o);
+      else pool = std::make_unique<MaxPooling2D>("pool", o);
       pool->build({24, 20, 32}, 0, DType::Float64);
       std::mt19937_64 rng(5);
       const Tensor x = random_tensor({13, 24, 20, 32}, rng);  // 200k elements: above the 2^17 to split

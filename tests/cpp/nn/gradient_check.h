@@ -36,10 +36,8 @@ inline Tensor random_tensor(const Shape& shape, std::mt19937_64& rng, double lo 
   Tensor t(shape, dtype);
   std::uniform_real_distribution<double> d(lo, hi);
   for (std::int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == DType::Float64)
-      t.data<double>()[i] = d(rng);
-    else
-      t.data<float>()[i] = static_cast<float>(d(rng));
+    if (dtype == DType::Float64) t.data<double>()[i] = d(rng);
+    else t.data<float>()[i] = static_cast<float>(d(rng));
   }
   return t;
 }

@@ -333,7 +333,7 @@ TEST(LayerErrors, ForwardRejectsIncompatibleInputs) {
   EXPECT_TRUE(contains(msg, "(None, 4)")) << msg;  // Keras's message: expected vs received
   EXPECT_TRUE(contains(msg, "(2, 5)")) << msg;
   EXPECT_THROW(d.forward(wrong, {}), std::invalid_argument);
-  EXPECT_THROW(d.forward(Tensor({4}), {}), std::invalid_argument);      // no batch axis
+  EXPECT_THROW(d.forward(Tensor({4}), {}), std::invalid_argument);                     // no batch axis
   EXPECT_THROW(d.forward(Tensor({2, 4}, DType::Float64), {}), std::invalid_argument);  // dtype
 
   Flatten f("flat");
@@ -430,10 +430,8 @@ TEST(LayerStackBehaviour, BackwardReportsWhereTheGradientsAreFinalAfterEachLayer
     };
     const Tensor y = s.forward(x, ForwardContext{true, 0, 0});
     const Tensor dy = random_tensor(y.shape(), DType::Float32, 2);
-    if (from_logits)
-      s.backward_from_logits(dy, on_final);
-    else
-      s.backward(dy, on_final);
+    if (from_logits) s.backward_from_logits(dy, on_final);
+    else s.backward(dy, on_final);
     EXPECT_EQ(reported, expected);
   }
   std::vector<std::int64_t> reported;
@@ -503,8 +501,8 @@ void check_split_invariance(const Shape& row_shape, std::int64_t base_offset) {
 
 TEST(DropoutBehaviour, MaskDoesNotDependOnHowTheBatchIsSplit) {
   check_split_invariance({5}, 0);
-  check_split_invariance({2, 3}, 0);   // rows of several elements in several axes
-  check_split_invariance({7}, 16);     // a slice that itself starts inside the global batch
+  check_split_invariance({2, 3}, 0);  // rows of several elements in several axes
+  check_split_invariance({7}, 16);    // a slice that itself starts inside the global batch
 }
 
 }  // namespace

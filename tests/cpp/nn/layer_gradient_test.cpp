@@ -31,7 +31,8 @@ std::vector<double> dense_preactivations(Dense& d, const Tensor& x) {
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t u = 0; u < units; ++u) {
       double s = d.bias().value.defined() ? d.bias().value.data<double>()[u] : 0.0;
-      for (std::int64_t i = 0; i < in; ++i) s += x.data<double>()[r * in + i] * d.kernel().value.data<double>()[i * units + u];
+      for (std::int64_t i = 0; i < in; ++i)
+        s += x.data<double>()[r * in + i] * d.kernel().value.data<double>()[i * units + u];
       z[static_cast<std::size_t>(r * units + u)] = s;
     }
   return z;
@@ -244,7 +245,8 @@ TEST(LayerStackGradient, MatchesFiniteDifferencesThroughEveryLayer) {
   // Non-zero biases, so their gradients and the activations' offsets are exercised too.
   for (auto* p : stack.parameters())
     if (p->name.find("bias") != std::string::npos)
-      for (std::int64_t i = 0; i < p->value.numel(); ++i) p->value.data<double>()[i] = 0.1 * static_cast<double>(i + 1) - 0.25;
+      for (std::int64_t i = 0; i < p->value.numel(); ++i)
+        p->value.data<double>()[i] = 0.1 * static_cast<double>(i + 1) - 0.25;
   Tensor x = random_tensor({2, 2, 3}, rng);
   ForwardContext ctx{true, 2, 3};
   Tensor y = stack.forward(x, ctx);

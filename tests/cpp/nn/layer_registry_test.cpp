@@ -56,13 +56,14 @@ TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
 }
 
 TEST(LayerRegistry, MissingFieldsTakeKerasDefaultsAndUnknownOnesAreIgnored) {
-  auto bn = layer_from_config(Json::parse(
-      R"({"class_name": "BatchNormalization", "config": {"name": "bn", "not_a_field": [1, 2]}})"));
+  auto bn = layer_from_config(
+      Json::parse(R"({"class_name": "BatchNormalization", "config": {"name": "bn", "not_a_field": [1, 2]}})"));
   Json c = bn->config();
   EXPECT_DOUBLE_EQ(c.at("momentum").as_number(), 0.99);
   EXPECT_DOUBLE_EQ(c.at("epsilon").as_number(), 1e-3);
   EXPECT_FALSE(c.contains("not_a_field"));
-  auto pool = layer_from_config(Json::parse(R"({"class_name": "MaxPooling2D", "config": {"name": "p", "strides": null}})"));
+  auto pool =
+      layer_from_config(Json::parse(R"({"class_name": "MaxPooling2D", "config": {"name": "p", "strides": null}})"));
   EXPECT_EQ(pool->config().at("strides").dump(), "[2,2]");
 }
 

@@ -2,7 +2,8 @@
 // (tests/py/data/legacy_model.mdt, see make_legacy_model.py there) still reads: its header parses,
 // writes back to the same values (numbers bit for bit; their spelling is now nlohmann's, e.g.
 // 0.0001 where the old writer chose 1e-04, as Python's json does), and every layer in it is
-// rebuilt by layer_from_config with the config it was saved with. (tests/py/test_layer_config_path.py loads the whole model.)
+// rebuilt by layer_from_config with the config it was saved with. (tests/py/test_layer_config_path.py loads the whole
+// model.)
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -83,8 +83,8 @@ TEST(SparseCategoricalCrossentropy, ProbabilitiesMatchKerasDocExample) {
   EXPECT_NEAR(row0, 0.0513, 5e-4);
   EXPECT_NEAR(row1, 2.303, 5e-4);
   // float32 predictions, (batch, 1) labels.
-  double sum32 = loss.forward_backward(make({2, 1}, {1, 2}, DType::Float32), make({2, 3}, p, DType::Float32),
-                                       1.0, nullptr);
+  double sum32 =
+      loss.forward_backward(make({2, 1}, {1, 2}, DType::Float32), make({2, 3}, p, DType::Float32), 1.0, nullptr);
   EXPECT_NEAR(sum32, row0 + row1, 1e-5);
   EXPECT_NEAR(loss.mean(make({2}, {1, 2}), make({2, 3}, p)), (row0 + row1) / 2, 1e-12);
 }
@@ -99,8 +99,7 @@ TEST(SparseCategoricalCrossentropy, LogitsAreLogSoftmax) {
     expected += -std::log(std::exp(x[r * 4 + labels[r]]) / z);
   }
   SparseCategoricalCrossentropy loss(/*from_logits=*/true);
-  EXPECT_NEAR(loss.forward_backward(make({2}, {3, 0}, DType::Int32), make({2, 4}, x), 1.0, nullptr), expected,
-              1e-12);
+  EXPECT_NEAR(loss.forward_backward(make({2}, {3, 0}, DType::Int32), make({2, 4}, x), 1.0, nullptr), expected, 1e-12);
   EXPECT_NEAR(loss.forward_backward(make({2}, {3, 0}, DType::Int32), make({2, 4}, x, DType::Float32), 1.0, nullptr),
               expected, 1e-5);
 }
@@ -161,8 +160,8 @@ TEST(CategoricalCrossentropy, ProbabilitiesAreRenormalisedThenClipped) {
               -std::log(0.5), 1e-12);
   // A zero probability for the target class is clipped to epsilon, and no gradient flows.
   Tensor g;
-  EXPECT_NEAR(loss.forward_backward(make({1, 3}, {1, 0, 0}), make({1, 3}, {0.0, 0.5, 0.5}), 1.0, &g),
-              -std::log(kEps), 1e-9);
+  EXPECT_NEAR(loss.forward_backward(make({1, 3}, {1, 0, 0}), make({1, 3}, {0.0, 0.5, 0.5}), 1.0, &g), -std::log(kEps),
+              1e-9);
   for (double v : values(g)) EXPECT_EQ(v, 0.0);
 }
 
@@ -222,8 +221,8 @@ TEST(BinaryCrossentropy, LabelSmoothingAndClipping) {
   const double s = 0.2;
   // Targets squeezed toward 0.5: t * (1 - s) + 0.5 * s. y_true (2,) against y_pred (2, 1).
   const double t0 = 0 * (1 - s) + 0.5 * s, t1 = 1 * (1 - s) + 0.5 * s;
-  const double expected = -(t0 * std::log(0.3) + (1 - t0) * std::log(0.7)) -
-                          (t1 * std::log(0.9) + (1 - t1) * std::log(0.1));
+  const double expected =
+      -(t0 * std::log(0.3) + (1 - t0) * std::log(0.7)) - (t1 * std::log(0.9) + (1 - t1) * std::log(0.1));
   EXPECT_NEAR(BinaryCrossentropy(false, s).forward_backward(make({2}, {0, 1}, DType::Int32), make({2, 1}, {0.3, 0.9}),
                                                             1.0, nullptr),
               expected, 1e-12);
@@ -243,8 +242,8 @@ TEST(MeanSquaredAndAbsoluteError, PerSampleMeanOverLastAxis) {
                    (0.5 + 2) / 2 + (2 + 0) / 2);
   EXPECT_DOUBLE_EQ(MeanSquaredError().mean(t, p), 0.5);
   // y_true (3,) against y_pred (3, 1): y_true is expanded, three samples.
-  EXPECT_DOUBLE_EQ(MeanSquaredError().forward_backward(make({3}, {1, 2, 3}, DType::Int32), make({3, 1}, {1, 0, 5}),
-                                                       1.0, nullptr),
+  EXPECT_DOUBLE_EQ(MeanSquaredError().forward_backward(make({3}, {1, 2, 3}, DType::Int32), make({3, 1}, {1, 0, 5}), 1.0,
+                                                       nullptr),
                    0 + 4 + 4);
   // y_true (2, 3) against y_pred (2, 3, 1): y_pred is squeezed; per sample the mean over 3.
   MeanSquaredError mse;
@@ -303,8 +302,7 @@ std::vector<GradCase> grad_cases() {
     const std::string kind = logits ? "logits" : "probs";
     cases.push_back({"scce_" + kind, [=] { return std::make_unique<SparseCategoricalCrossentropy>(logits); },
                      [=](std::mt19937_64& r, std::int64_t b) { return sparse_inputs(r, b, logits, false); }});
-    cases.push_back({"scce_ignore_" + kind,
-                     [=] { return std::make_unique<SparseCategoricalCrossentropy>(logits, -1); },
+    cases.push_back({"scce_ignore_" + kind, [=] { return std::make_unique<SparseCategoricalCrossentropy>(logits, -1); },
                      [=](std::mt19937_64& r, std::int64_t b) { return sparse_inputs(r, b, logits, true); }});
     for (double s : {0.0, 0.15}) {
       const std::string tag = kind + "_ls" + std::to_string(s);
@@ -420,8 +418,9 @@ TEST(LossValidation, LabelOutOfRangeNamesLossLabelAndShapes) {
   SparseCategoricalCrossentropy loss(true);
   std::vector<double> labels(32, 1.0);
   labels[3] = 12;
-  const std::string msg =
-      message_of([&] { loss.validate(make({32}, labels, DType::Int32), Tensor({32, 10}, DType::Float32)); });
+  const std::string msg = message_of([&] {
+    loss.validate(make({32}, labels, DType::Int32), Tensor({32, 10}, DType::Float32));
+  });
   EXPECT_NE(msg.find("[loss] sparse_categorical_crossentropy"), std::string::npos) << msg;
   EXPECT_NE(msg.find("label 12 at index 3 is out of range for 10 classes"), std::string::npos) << msg;
   EXPECT_NE(msg.find("(32, 10)"), std::string::npos) << msg;
@@ -437,15 +436,17 @@ TEST(LossValidation, LabelOutOfRangeNamesLossLabelAndShapes) {
   SparseCategoricalCrossentropy ignoring(true, -1);
   EXPECT_NO_THROW(ignoring.validate(make({32}, labels, DType::Int64), Tensor({32, 10}, DType::Float32)));
   labels[5] = 10;
-  EXPECT_NE(message_of([&] { ignoring.validate(make({32}, labels, DType::Int64), Tensor({32, 10})); })
-                .find("label 10 at index 5"),
+  EXPECT_NE(message_of([&] {
+              ignoring.validate(make({32}, labels, DType::Int64), Tensor({32, 10}));
+            }).find("label 10 at index 5"),
             std::string::npos);
 }
 
 TEST(LossValidation, FractionalFloatLabelsAreRejected) {
   SparseCategoricalCrossentropy loss;
-  const std::string msg =
-      message_of([&] { loss.validate(make({3}, {0, 2.5, 1}, DType::Float32), Tensor({3, 4}, DType::Float32)); });
+  const std::string msg = message_of([&] {
+    loss.validate(make({3}, {0, 2.5, 1}, DType::Float32), Tensor({3, 4}, DType::Float32));
+  });
   EXPECT_NE(msg.find("label 2.5 at index 1 is not an integer class id"), std::string::npos) << msg;
   EXPECT_NO_THROW(loss.validate(make({3}, {0, 3, 1}, DType::Float32), Tensor({3, 4}, DType::Float32)));
 }
@@ -463,7 +464,8 @@ TEST(LossValidation, BatchMismatchAndWrongShapesNameBothShapes) {
   const std::string cce = message_of([] {
     CategoricalCrossentropy().validate(Tensor({32}, DType::Int32), Tensor({32, 10}, DType::Float32));
   });
-  EXPECT_NE(cce.find("[loss] categorical_crossentropy: y_true shape (32,) is not compatible with y_pred shape (32, 10)"),
+  EXPECT_NE(cce.find(
+                "[loss] categorical_crossentropy: y_true shape (32,) is not compatible with y_pred shape (32, 10)"),
             std::string::npos)
       << cce;
   EXPECT_NE(cce.find("sparse_categorical_crossentropy"), std::string::npos) << cce;
@@ -475,9 +477,8 @@ TEST(LossValidation, BatchMismatchAndWrongShapesNameBothShapes) {
             std::string::npos)
       << mse;
 
-  const std::string rank = message_of([] {
-    SparseCategoricalCrossentropy().validate(Tensor({8}, DType::Int32), Tensor({8}, DType::Float32));
-  });
+  const std::string rank = message_of(
+      [] { SparseCategoricalCrossentropy().validate(Tensor({8}, DType::Int32), Tensor({8}, DType::Float32)); });
   EXPECT_NE(rank.find("(batch, ..., classes)"), std::string::npos) << rank;
   EXPECT_NE(rank.find("y_pred shape (8,)"), std::string::npos) << rank;
 

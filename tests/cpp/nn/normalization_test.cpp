@@ -106,13 +106,14 @@ TEST(BatchNormGradient, InferenceModeMatchesFiniteDifferences) {
   check_layer_gradients(bn, random_tensor({5, 3}, rng), ForwardContext{}, 22);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, BatchNormGradient,
-    ::testing::Values(NormCase{{4}, 6, true, true, false}, NormCase{{2, 3, 5}, 2, true, true, false},
-                      NormCase{{4}, 6, false, true, false}, NormCase{{4}, 6, true, false, false},
-                      NormCase{{2, 2, 3}, 3, false, false, false}, NormCase{{4}, 6, true, true, true},
-                      NormCase{{2, 3, 5}, 2, true, true, true}),
-    [](const ::testing::TestParamInfo<NormCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Cases, BatchNormGradient,
+                         ::testing::Values(NormCase{{4}, 6, true, true, false},
+                                           NormCase{{2, 3, 5}, 2, true, true, false},
+                                           NormCase{{4}, 6, false, true, false}, NormCase{{4}, 6, true, false, false},
+                                           NormCase{{2, 2, 3}, 3, false, false, false},
+                                           NormCase{{4}, 6, true, true, true},
+                                           NormCase{{2, 3, 5}, 2, true, true, true}),
+                         [](const ::testing::TestParamInfo<NormCase>& info) { return case_name(info.param); });
 
 class LayerNormGradient : public ::testing::TestWithParam<NormCase> {};
 

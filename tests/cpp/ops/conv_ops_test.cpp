@@ -20,10 +20,8 @@ double get(const Tensor& t, std::int64_t i) {
   return t.dtype() == DType::Float32 ? static_cast<double>(t.data<float>()[i]) : t.data<double>()[i];
 }
 void put(Tensor& t, std::int64_t i, double v) {
-  if (t.dtype() == DType::Float32)
-    t.data<float>()[i] = static_cast<float>(v);
-  else
-    t.data<double>()[i] = v;
+  if (t.dtype() == DType::Float32) t.data<float>()[i] = static_cast<float>(v);
+  else t.data<double>()[i] = v;
 }
 
 Tensor random_tensor(Shape shape, DType dtype, std::mt19937_64& rng) {

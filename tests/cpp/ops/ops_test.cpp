@@ -51,8 +51,8 @@ bool starts_with(const std::string& s, const std::string& prefix) { return s.rfi
 // Rounding budget for a dot product of length k: each of the k terms may carry one rounding of
 // the type's epsilon relative to the sum of |terms|.
 double dot_tolerance(DType dtype, std::int64_t k, double abs_sum) {
-  const double eps = dtype == DType::Float32 ? std::numeric_limits<float>::epsilon()
-                                             : std::numeric_limits<double>::epsilon();
+  const double eps =
+      dtype == DType::Float32 ? std::numeric_limits<float>::epsilon() : std::numeric_limits<double>::epsilon();
   return 2.0 * eps * static_cast<double>(k + 2) * (abs_sum + 1e-30);
 }
 
@@ -106,7 +106,7 @@ TEST_P(GemmTest, MatchesNaiveLoopOnOddSizes) {
 
 TEST_P(GemmTest, AlphaAndBetaScale) {
   const auto p = GetParam();
-  check_gemm(p.dtype, p.ta, p.tb, 6, 11, 5, 1.0, 1.0, 5);    // accumulate (the gradient sum case)
+  check_gemm(p.dtype, p.ta, p.tb, 6, 11, 5, 1.0, 1.0, 5);  // accumulate (the gradient sum case)
   check_gemm(p.dtype, p.ta, p.tb, 6, 11, 5, -0.5, 0.25, 6);
   check_gemm(p.dtype, p.ta, p.tb, 3, 4, 7, 2.0, 0.0, 7);
 }
@@ -127,10 +127,11 @@ TEST_P(GemmTest, EmptyOutputIsANoOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTransposes, GemmTest,
-                         ::testing::Values(GemmCase{DType::Float32, false, false}, GemmCase{DType::Float32, true, false},
-                                           GemmCase{DType::Float32, false, true}, GemmCase{DType::Float32, true, true},
-                                           GemmCase{DType::Float64, false, false}, GemmCase{DType::Float64, true, false},
-                                           GemmCase{DType::Float64, false, true}, GemmCase{DType::Float64, true, true}),
+                         ::testing::Values(GemmCase{DType::Float32, false, false},
+                                           GemmCase{DType::Float32, true, false}, GemmCase{DType::Float32, false, true},
+                                           GemmCase{DType::Float32, true, true}, GemmCase{DType::Float64, false, false},
+                                           GemmCase{DType::Float64, true, false}, GemmCase{DType::Float64, false, true},
+                                           GemmCase{DType::Float64, true, true}),
                          [](const ::testing::TestParamInfo<GemmCase>& info) {
                            return std::string(name_of(info.param.dtype)) + (info.param.ta ? "_At" : "_A") +
                                   (info.param.tb ? "_Bt" : "_B");
@@ -191,7 +192,8 @@ std::vector<double> reference_forward(Activation act, const std::vector<double>&
   for (std::int64_t r = 0; r < rows; ++r) {
     std::vector<double> s(static_cast<std::size_t>(cols));
     for (std::int64_t j = 0; j < cols; ++j)
-      s[static_cast<std::size_t>(j)] = z[static_cast<std::size_t>(r * cols + j)] + (bias ? (*bias)[static_cast<std::size_t>(j)] : 0.0);
+      s[static_cast<std::size_t>(j)] =
+          z[static_cast<std::size_t>(r * cols + j)] + (bias ? (*bias)[static_cast<std::size_t>(j)] : 0.0);
     if (act == Activation::Softmax) {
       double m = -INFINITY, total = 0;
       for (double v : s) m = std::max(m, v);
@@ -199,7 +201,8 @@ std::vector<double> reference_forward(Activation act, const std::vector<double>&
       for (std::int64_t j = 0; j < cols; ++j)
         y[static_cast<std::size_t>(r * cols + j)] = std::exp(s[static_cast<std::size_t>(j)] - m) / total;
     } else {
-      for (std::int64_t j = 0; j < cols; ++j) y[static_cast<std::size_t>(r * cols + j)] = scalar_act(act, s[static_cast<std::size_t>(j)]);
+      for (std::int64_t j = 0; j < cols; ++j)
+        y[static_cast<std::size_t>(r * cols + j)] = scalar_act(act, s[static_cast<std::size_t>(j)]);
     }
   }
   return y;
@@ -237,7 +240,8 @@ TEST_P(ActivationOpTest, ForwardMatchesScalarFormula) {
     ops::bias_activation(z, with_bias ? bias : Tensor(), act, y);
     const auto expected = reference_forward(act, zv, with_bias ? &bv : nullptr, rows, cols);
     for (std::int64_t i = 0; i < y.numel(); ++i)
-      ASSERT_NEAR(get(y, i), expected[static_cast<std::size_t>(i)], tol * std::max(1.0, std::fabs(expected[static_cast<std::size_t>(i)])))
+      ASSERT_NEAR(get(y, i), expected[static_cast<std::size_t>(i)],
+                  tol * std::max(1.0, std::fabs(expected[static_cast<std::size_t>(i)])))
           << name_of(act) << " bias=" << with_bias << " at " << i;
   }
   // In place (y aliases z), as Dense runs it.
@@ -245,7 +249,8 @@ TEST_P(ActivationOpTest, ForwardMatchesScalarFormula) {
   ops::bias_activation(zz, bias, act, zz);
   const auto expected = reference_forward(act, zv, &bv, rows, cols);
   for (std::int64_t i = 0; i < zz.numel(); ++i)
-    ASSERT_NEAR(get(zz, i), expected[static_cast<std::size_t>(i)], tol * std::max(1.0, std::fabs(expected[static_cast<std::size_t>(i)])));
+    ASSERT_NEAR(get(zz, i), expected[static_cast<std::size_t>(i)],
+                tol * std::max(1.0, std::fabs(expected[static_cast<std::size_t>(i)])));
 }
 
 TEST_P(ActivationOpTest, BackwardMatchesScalarFormula) {
@@ -275,7 +280,8 @@ TEST_P(ActivationOpTest, BackwardMatchesScalarFormula) {
         }
         case Activation::Tanh: expected[i] = g / (std::cosh(x) * std::cosh(x)); break;
         case Activation::GELU:
-          expected[i] = g * (0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * 3.14159265358979323846));
+          expected[i] = g * (0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+                             x * std::exp(-0.5 * x * x) / std::sqrt(2 * 3.14159265358979323846));
           break;
         case Activation::Softmax: {
           // Row of the full Jacobian: dz_j = sum_k dy_k * y_k * (delta_jk - y_j).
@@ -316,8 +322,8 @@ TEST(ActivationOp, ExtremeInputsStayFinite) {
     EXPECT_TRUE(ops::all_finite(y));
     ops::bias_activation(z, Tensor(), Activation::Softmax, y);
     EXPECT_TRUE(ops::all_finite(y)) << name_of(dtype);
-    EXPECT_NEAR(get(y, 3), 1.0, 1e-7);                                      // row 0: 1000 dominates
-    for (int j = 4; j < 7; ++j) EXPECT_NEAR(get(y, j), 1.0 / 3.0, 1e-7);   // row 1: three equal maxima
+    EXPECT_NEAR(get(y, 3), 1.0, 1e-7);                                    // row 0: 1000 dominates
+    for (int j = 4; j < 7; ++j) EXPECT_NEAR(get(y, j), 1.0 / 3.0, 1e-7);  // row 1: three equal maxima
     EXPECT_EQ(get(y, 7), 0.0);
   }
 }
@@ -373,7 +379,8 @@ TEST(SumRows, BetaZeroOneAndScaled) {
 
 TEST(Multiply, ElementWiseAndErrors) {
   std::mt19937_64 rng(22);
-  Tensor a = random_tensor({3, 4}, DType::Float64, rng), b = random_tensor({3, 4}, DType::Float64, rng), y({3, 4}, DType::Float64);
+  Tensor a = random_tensor({3, 4}, DType::Float64, rng), b = random_tensor({3, 4}, DType::Float64, rng),
+         y({3, 4}, DType::Float64);
   ops::multiply(a, b, y);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(get(y, i), get(a, i) * get(b, i));
   Tensor c({5}, DType::Float64);
@@ -477,7 +484,8 @@ TEST(AllFinite, DetectsNaNAndInfAnywhere) {
   for (DType dtype : {DType::Float32, DType::Float64}) {
     const std::int64_t n = 37;
     Tensor x({n}, dtype);
-    for (std::int64_t i = 0; i < n; ++i) put(x, i, (i % 2 ? -1.0 : 1.0) * 1e30 * (dtype == DType::Float32 ? 1e-22 : 1.0));
+    for (std::int64_t i = 0; i < n; ++i)
+      put(x, i, (i % 2 ? -1.0 : 1.0) * 1e30 * (dtype == DType::Float32 ? 1e-22 : 1.0));
     EXPECT_TRUE(ops::all_finite(x));
     if (dtype == DType::Float64) {
       Tensor big = x.clone();

@@ -55,8 +55,7 @@ TEST(OptimizerOps, RejectsMissingSlotsAndNegativeSizes) {
       [&] { ops::adam_update(Device{}, DType::Float32, {amsgrad}, 0.1, 0.9, 0.999, 1e-7, true, HUGE_VAL); },
       "needs 3 slots");
   ops::UpdateSegment negative = b.segment(0, -1);
-  expect_ops_error([&] { ops::adagrad_update(Device{}, DType::Float32, {negative}, 0.1, 1e-7, HUGE_VAL); },
-                   "size -1");
+  expect_ops_error([&] { ops::adagrad_update(Device{}, DType::Float32, {negative}, 0.1, 1e-7, HUGE_VAL); }, "size -1");
   EXPECT_EQ(b.p, std::vector<float>(4, 1.0f));  // nothing was written
 }
 
@@ -91,9 +90,9 @@ TEST(MergeContiguous, JoinsNeighboursThatContinueEachOtherWithTheSameScalars) {
 TEST(MergeContiguous, KeepsApartWhatDiffers) {
   Buffers b(10);
   ops::UpdateSegment a = b.segment(0, 3), scaled = b.segment(3, 3), decayed = b.segment(6, 2), gap = b.segment(9, 1);
-  scaled.grad_scale = 0.5;   // another clipnorm factor
+  scaled.grad_scale = 0.5;  // another clipnorm factor
   decayed.grad_scale = 0.5;
-  decayed.decay = 0.01;      // weight decay on, the previous one off
+  decayed.decay = 0.01;  // weight decay on, the previous one off
   auto merged = ops::merge_contiguous({a, scaled, decayed, gap}, DType::Float32, 2);
   EXPECT_EQ(merged.size(), 4u);
   // A slot that does not continue (slots of separate tensors) also keeps segments apart.

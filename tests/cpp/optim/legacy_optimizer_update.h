@@ -45,7 +45,8 @@ struct Hyper {
 };
 
 // One host parameter (all pointers to `n` elements).
-template <class T> struct Variable {
+template <class T>
+struct Variable {
   T* value;
   const T* grad;
   T* slots[3];
@@ -56,8 +57,7 @@ template <class T> struct Variable {
 // ---- the old loops (optim/*.cpp anonymous namespaces) -------------------------------------------
 
 template <class T, bool kClip, bool kDecay>
-void sgd_loop(T* __restrict p, const T* __restrict g, std::int64_t n, T lr, T scale, T limit,
-              T decay) {
+void sgd_loop(T* __restrict p, const T* __restrict g, std::int64_t n, T lr, T scale, T limit, T decay) {
   for (std::int64_t i = 0; i < n; ++i) {
     T gi = g[i];
     if constexpr (kClip) gi = math::clip_gradient(gi, scale, limit);
@@ -69,8 +69,8 @@ void sgd_loop(T* __restrict p, const T* __restrict g, std::int64_t n, T lr, T sc
 }
 
 template <class T, bool kClip, bool kDecay, bool kNesterov>
-void sgd_momentum_loop(T* __restrict p, const T* __restrict g, T* __restrict m, std::int64_t n,
-                       T lr, T momentum, T scale, T limit, T decay) {
+void sgd_momentum_loop(T* __restrict p, const T* __restrict g, T* __restrict m, std::int64_t n, T lr, T momentum,
+                       T scale, T limit, T decay) {
   for (std::int64_t i = 0; i < n; ++i) {
     T gi = g[i];
     if constexpr (kClip) gi = math::clip_gradient(gi, scale, limit);
@@ -82,9 +82,8 @@ void sgd_momentum_loop(T* __restrict p, const T* __restrict g, T* __restrict m, 
 }
 
 template <class T, bool kClip, bool kDecay, bool kAmsgrad>
-void adam_loop(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
-               T* __restrict v_hat, std::int64_t n, math::AdamScalars<T> s, T scale, T limit,
-               T decay) {
+void adam_loop(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, T* __restrict v_hat,
+               std::int64_t n, math::AdamScalars<T> s, T scale, T limit, T decay) {
   for (std::int64_t i = 0; i < n; ++i) {
     T gi = g[i];
     if constexpr (kClip) gi = math::clip_gradient(gi, scale, limit);
@@ -97,9 +96,8 @@ void adam_loop(T* __restrict p, const T* __restrict g, T* __restrict m, T* __res
 }
 
 template <class T, bool kClip, bool kDecay, bool kCentered, bool kMomentum>
-void rmsprop_loop(T* __restrict p, const T* __restrict g, T* __restrict v, T* __restrict mom,
-                  T* __restrict avg, std::int64_t n, math::RmspropScalars<T> s, T scale, T limit,
-                  T decay) {
+void rmsprop_loop(T* __restrict p, const T* __restrict g, T* __restrict v, T* __restrict mom, T* __restrict avg,
+                  std::int64_t n, math::RmspropScalars<T> s, T scale, T limit, T decay) {
   for (std::int64_t i = 0; i < n; ++i) {
     T gi = g[i];
     if constexpr (kClip) gi = math::clip_gradient(gi, scale, limit);
@@ -115,8 +113,8 @@ void rmsprop_loop(T* __restrict p, const T* __restrict g, T* __restrict v, T* __
 }
 
 template <class T, bool kClip, bool kDecay>
-void adagrad_loop(T* __restrict p, const T* __restrict g, T* __restrict acc, std::int64_t n, T lr,
-                  T epsilon, T scale, T limit, T decay) {
+void adagrad_loop(T* __restrict p, const T* __restrict g, T* __restrict acc, std::int64_t n, T lr, T epsilon, T scale,
+                  T limit, T decay) {
   for (std::int64_t i = 0; i < n; ++i) {
     T gi = g[i];
     if constexpr (kClip) gi = math::clip_gradient(gi, scale, limit);
@@ -127,7 +125,8 @@ void adagrad_loop(T* __restrict p, const T* __restrict g, T* __restrict acc, std
   }
 }
 
-template <class F> void dispatch_flags(bool clip, bool decay, F&& f) {
+template <class F>
+void dispatch_flags(bool clip, bool decay, F&& f) {
   if (clip) {
     if (decay) f(std::true_type{}, std::true_type{});
     else f(std::true_type{}, std::false_type{});
@@ -212,7 +211,8 @@ void update_variable(const Hyper& h, const Variable<T>& var, double learning_rat
 
 // ---- the old Optimizer::apply_range (clipping factors, then every parameter in order) ---------
 
-template <class T> double sum_of_squares(const T* g, std::int64_t n) {
+template <class T>
+double sum_of_squares(const T* g, std::int64_t n) {
   constexpr int kLanes = 8;
   double lane[kLanes] = {};
   std::int64_t i = 0;

@@ -21,8 +21,8 @@ inline void set_values(Tensor& t, const std::vector<double>& v) {
   }
 }
 
-inline std::unique_ptr<Parameter> make_param(const std::string& name, const std::vector<double>& v,
-                                             Shape shape = {}, DType dtype = DType::Float64) {
+inline std::unique_ptr<Parameter> make_param(const std::string& name, const std::vector<double>& v, Shape shape = {},
+                                             DType dtype = DType::Float64) {
   if (shape.empty()) shape = {static_cast<std::int64_t>(v.size())};
   auto p = std::make_unique<Parameter>(name, Tensor(shape, dtype));
   set_values(p->value, v);
@@ -41,8 +41,7 @@ inline void expect_close(const std::vector<double>& actual, const std::vector<do
                          const std::string& where) {
   ASSERT_EQ(actual.size(), expected.size()) << where;
   for (std::size_t i = 0; i < actual.size(); ++i)
-    EXPECT_NEAR(actual[i], expected[i], 1e-13 * std::max(1.0, std::fabs(expected[i])))
-        << where << " element " << i;
+    EXPECT_NEAR(actual[i], expected[i], 1e-13 * std::max(1.0, std::fabs(expected[i]))) << where << " element " << i;
 }
 
 inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
@@ -52,8 +51,9 @@ inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
 // Three steps' gradients for a 4-element parameter: signs and sizes vary so every branch of
 // every rule (including the AMSGrad maximum) is exercised.
 inline const std::vector<std::vector<double>>& three_grads() {
-  static const std::vector<std::vector<double>> g{
-      {0.5, -1.0, 2.0, 0.0}, {0.1, 0.4, -3.0, 1.0}, {-0.2, 0.3, 0.05, -2.0}};
+  static const std::vector<std::vector<double>> g{{0.5, -1.0, 2.0, 0.0},
+                                                  {0.1, 0.4, -3.0, 1.0},
+                                                  {-0.2, 0.3, 0.05, -2.0}};
   return g;
 }
 inline const std::vector<double>& start_values() {

@@ -22,8 +22,16 @@ struct TwoParams {
     testing::set_values(b->grad, gb);
   }
   // With SGD(lr=1) from zero, -value is the clipped gradient.
-  std::vector<double> clipped_a() const { auto v = values(a->value); for (auto& x : v) x = -x; return v; }
-  std::vector<double> clipped_b() const { auto v = values(b->value); for (auto& x : v) x = -x; return v; }
+  std::vector<double> clipped_a() const {
+    auto v = values(a->value);
+    for (auto& x : v) x = -x;
+    return v;
+  }
+  std::vector<double> clipped_b() const {
+    auto v = values(b->value);
+    for (auto& x : v) x = -x;
+    return v;
+  }
 };
 
 SGD sgd_with(OptimizerOptions o) { return SGD(1.0, 0.0, false, std::move(o)); }

@@ -86,13 +86,13 @@ TEST(Registry, KerasConfigFromPythonReadsBack) {
 }
 
 TEST(Registry, BadConfigs) {
-  expect_optim_error([] { make_optimizer(Json::parse(R"({"class_name": "adam", "config": {"bogus": 1}})")); },
-                     "bogus");
+  expect_optim_error([] { make_optimizer(Json::parse(R"({"class_name": "adam", "config": {"bogus": 1}})")); }, "bogus");
   expect_optim_error([] { make_optimizer(Json::parse(R"({"class_name": "adam", "config": {"use_ema": true}})")); },
                      "use_ema");
   expect_optim_error([] { make_optimizer(Json::parse(R"({"name": "my_optimizer"})")); }, "class_name");
-  expect_optim_error([] { make_optimizer(Json::parse(R"({"class_name": "adamw", "config": {"weight_decay": null}})")); },
-                     "weight_decay");
+  expect_optim_error(
+      [] { make_optimizer(Json::parse(R"({"class_name": "adamw", "config": {"weight_decay": null}})")); },
+      "weight_decay");
   expect_optim_error([] { make_optimizer(Json(3)); }, "name or a config");
 }
 

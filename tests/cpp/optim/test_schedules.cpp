@@ -86,8 +86,7 @@ TEST(Schedules, BadArguments) {
   expect_optim_error([] { PiecewiseConstantDecay({1, 2}, {1.0, 2.0}); }, "length of boundaries");
   expect_optim_error([] { PiecewiseConstantDecay({2, 1}, {1.0, 2.0, 3.0}); }, "increase");
   expect_optim_error([] { LearningRate(-0.1); }, "learning_rate");
-  expect_optim_error([] { schedule_from_config(Json::parse(R"({"class_name": "Nope", "config": {}})")); },
-                     "Nope");
+  expect_optim_error([] { schedule_from_config(Json::parse(R"({"class_name": "Nope", "config": {}})")); }, "Nope");
   expect_optim_error(
       [] {
         schedule_from_config(Json::parse(

@@ -71,9 +71,9 @@ TEST(State, RoundTripContinuesBitwiseIdentically) {
     Model b;
     for (int s = 0; s < 3; ++s) b.step(*first, s);
     auto saved = first->state();
-    first.reset();  // the saved state must not alias the old optimizer
+    first.reset();                                               // the saved state must not alias the old optimizer
     auto resumed = make_optimizer(serialize_optimizer(*proto));  // same hyperparameters, no state
-    resumed->set_state(saved);  // before build: checked at the first apply
+    resumed->set_state(saved);                                   // before build: checked at the first apply
     Model c;
     c.kernel->value.copy_from(b.kernel->value);
     c.bias->value.copy_from(b.bias->value);

@@ -78,8 +78,8 @@ std::unique_ptr<Optimizer> make_optimizer(const Variant& v, const Hyper& h) {
   switch (h.kind) {
     case Kind::SGD: return std::make_unique<SGD>(h.learning_rate, h.momentum, h.nesterov, o);
     case Kind::Adam:
-      if (v.adamw) return std::make_unique<AdamW>(h.learning_rate, *h.weight_decay, h.beta_1, h.beta_2, h.epsilon,
-                                                  h.amsgrad, o);
+      if (v.adamw)
+        return std::make_unique<AdamW>(h.learning_rate, *h.weight_decay, h.beta_1, h.beta_2, h.epsilon, h.amsgrad, o);
       return std::make_unique<Adam>(h.learning_rate, h.beta_1, h.beta_2, h.epsilon, h.amsgrad, o);
     case Kind::RMSprop: return std::make_unique<RMSprop>(h.learning_rate, h.rho, h.momentum, h.epsilon, h.centered, o);
     case Kind::Adagrad: return std::make_unique<Adagrad>(h.learning_rate, h.initial_accumulator_value, h.epsilon, o);
@@ -90,10 +90,10 @@ std::unique_ptr<Optimizer> make_optimizer(const Variant& v, const Hyper& h) {
 // A small model's shapes (two dense layers and an odd one), large enough to be split over threads.
 const std::vector<std::pair<std::string, Shape>>& layout() {
   static const std::vector<std::pair<std::string, Shape>> l{{"dense/kernel", {200, 100}},
-                                                             {"dense/bias", {100}},
-                                                             {"dense_1/kernel", {100, 10}},
-                                                             {"dense_1/bias", {10}},
-                                                             {"odd/scale", {3}}};
+                                                            {"dense/bias", {100}},
+                                                            {"dense_1/kernel", {100, 10}},
+                                                            {"dense_1/bias", {10}},
+                                                            {"odd/scale", {3}}};
   return l;
 }
 
@@ -147,8 +147,11 @@ void run_case(const Variant& variant, Hyper h, bool packed, bool exclude_bias, c
       ref_slots.emplace_back(static_cast<std::size_t>(p->value.numel()), static_cast<T>(h.slot_initial_value()));
   }
   for (std::size_t i = 0; i < params.size(); ++i) {
-    legacy::Variable<T> var{ref_values[i].data(), params[i]->grad.template data<T>(), {nullptr, nullptr, nullptr},
-                            params[i]->value.numel(), params[i]->name.find("bias") == std::string::npos || !exclude_bias};
+    legacy::Variable<T> var{ref_values[i].data(),
+                            params[i]->grad.template data<T>(),
+                            {nullptr, nullptr, nullptr},
+                            params[i]->value.numel(),
+                            params[i]->name.find("bias") == std::string::npos || !exclude_bias};
     for (int s = 0; s < slot_count; ++s) var.slots[s] = ref_slots[i * slot_count + s].data();
     vars.push_back(var);
   }

@@ -10,20 +10,18 @@
 
 #include "mdtrain/core/cuda/runtime.h"
 
-#define MDTRAIN_CUDA_CHECK(call)                                                                  \
-  do {                                                                                            \
-    const cudaError_t mdtrain_status_ = (call);                                                   \
-    if (mdtrain_status_ != cudaSuccess)                                                           \
-      ::mdtrain::cuda::throw_call_error("cuda", #call, cudaGetErrorString(mdtrain_status_),      \
-                                        __FILE__, __LINE__);                                      \
+#define MDTRAIN_CUDA_CHECK(call)                                                                                 \
+  do {                                                                                                           \
+    const cudaError_t mdtrain_status_ = (call);                                                                  \
+    if (mdtrain_status_ != cudaSuccess)                                                                          \
+      ::mdtrain::cuda::throw_call_error("cuda", #call, cudaGetErrorString(mdtrain_status_), __FILE__, __LINE__); \
   } while (0)
 
-#define MDTRAIN_CUBLAS_CHECK(call)                                                                \
-  do {                                                                                            \
-    const cublasStatus_t mdtrain_status_ = (call);                                                \
-    if (mdtrain_status_ != CUBLAS_STATUS_SUCCESS)                                                 \
-      ::mdtrain::cuda::throw_call_error("cuda", #call, cublasGetStatusString(mdtrain_status_),   \
-                                        __FILE__, __LINE__);                                      \
+#define MDTRAIN_CUBLAS_CHECK(call)                                                                                  \
+  do {                                                                                                              \
+    const cublasStatus_t mdtrain_status_ = (call);                                                                  \
+    if (mdtrain_status_ != CUBLAS_STATUS_SUCCESS)                                                                   \
+      ::mdtrain::cuda::throw_call_error("cuda", #call, cublasGetStatusString(mdtrain_status_), __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: a bad configuration shows up in cudaGetLastError, named after the kernel.

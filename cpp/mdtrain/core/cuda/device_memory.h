@@ -24,8 +24,7 @@ std::shared_ptr<void> allocate(const Device& device, std::size_t bytes);
 std::shared_ptr<void> allocate_pinned(std::size_t bytes);
 
 // Copies `bytes` between any two of host memory and GPU memory (also GPU to another GPU).
-void copy(void* dst, const Device& dst_device, const void* src, const Device& src_device,
-          std::size_t bytes);
+void copy(void* dst, const Device& dst_device, const void* src, const Device& src_device, std::size_t bytes);
 // Sets `bytes` of GPU memory to zero.
 void zero(void* dst, const Device& device, std::size_t bytes);
 // Sets `count` elements of `dtype` at `dst` on a GPU to `value` (converted as a static_cast would).

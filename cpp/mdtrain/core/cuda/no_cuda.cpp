@@ -36,8 +36,7 @@ void require_device(int device) {
 
 void synchronize(int device) { require_device(device); }
 
-void throw_call_error(const char* area, const char* call_text, const std::string& message, const char* file,
-                      int line) {
+void throw_call_error(const char* area, const char* call_text, const std::string& message, const char* file, int line) {
   fail<std::runtime_error>("[", area, "] ", call_text, " failed: ", message, " (at ", file, ":", line, ")");
 }
 

@@ -28,8 +28,7 @@ namespace {
 std::string call_name(const char* text) {
   std::string s(text);
   std::size_t end = 0;
-  while (end < s.size() && (std::isalnum(static_cast<unsigned char>(s[end])) || s[end] == '_' || s[end] == ':'))
-    ++end;
+  while (end < s.size() && (std::isalnum(static_cast<unsigned char>(s[end])) || s[end] == '_' || s[end] == ':')) ++end;
   std::string name = s.substr(0, end);
   if (s.compare(end, 6, "<<<>>>") == 0) return "launch of " + name;
   return name.empty() ? s : name;
@@ -42,10 +41,9 @@ const char* base_name(const char* file) {
 
 }  // namespace
 
-void throw_call_error(const char* area, const char* call_text, const std::string& message, const char* file,
-                      int line) {
-  fail<std::runtime_error>("[", area, "] ", call_name(call_text), " failed: ", message, " (at ", base_name(file),
-                           ":", line, ")");
+void throw_call_error(const char* area, const char* call_text, const std::string& message, const char* file, int line) {
+  fail<std::runtime_error>("[", area, "] ", call_name(call_text), " failed: ", message, " (at ", base_name(file), ":",
+                           line, ")");
 }
 
 std::string error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
@@ -160,9 +158,7 @@ Stream& communication_stream(int device) {
   return *streams_of(device).communication;
 }
 
-void Stream::wait(const Event& event) const {
-  MDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, event.handle(), 0));
-}
+void Stream::wait(const Event& event) const { MDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, event.handle(), 0)); }
 
 void Stream::synchronize() const { MDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
@@ -245,7 +241,9 @@ struct Allocators {
   std::vector<std::unique_ptr<CachingAllocator>> devices;
   std::unique_ptr<CachingAllocator> pinned;
 
-  Allocators() { std::atexit([] { release_cached_memory(); }); }
+  Allocators() {
+    std::atexit([] { release_cached_memory(); });
+  }
 
   CachingAllocator& device(int index) {
     require_device(index);
@@ -270,8 +268,7 @@ Allocators& allocators() {
 }
 
 int gpu_index(const Device& device, const char* what) {
-  MDTRAIN_CHECK(!device.is_cpu(), std::invalid_argument, "[cuda] ", what, ": ", device.to_string(),
-                " is not a GPU");
+  MDTRAIN_CHECK(!device.is_cpu(), std::invalid_argument, "[cuda] ", what, ": ", device.to_string(), " is not a GPU");
   require_device(device.index);
   return device.index;
 }

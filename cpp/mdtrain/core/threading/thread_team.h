@@ -53,8 +53,8 @@ class ThreadTeam {
 int intra_op_threads();
 void set_intra_op_threads(int threads);
 
-// For one CPU op split over the cores: a process-wide team of intra_op_threads() members. Returns nullptr when a split does not pay (one thread)
-// or the team is already running (another op got there first): the caller then runs serially.
+// For one CPU op split over the cores: a process-wide team of intra_op_threads() members. Returns nullptr when a split
+// does not pay (one thread) or the team is already running (another op got there first): the caller then runs serially.
 // Release with release_intra_op_team() on every path (IntraOpTeam does it).
 ThreadTeam* acquire_intra_op_team();
 void release_intra_op_team();

@@ -64,8 +64,8 @@ constexpr int kTagHeader = 1;  // header messages on the data communicator (libn
 constexpr auto kAway = std::chrono::milliseconds(1);
 
 bool same_call(const Header& a, const Header& b) {
-  return a.seq == b.seq && a.kind == b.kind && a.count == b.count && a.dtype == b.dtype &&
-         a.op == b.op && a.root == b.root;
+  return a.seq == b.seq && a.kind == b.kind && a.count == b.count && a.dtype == b.dtype && a.op == b.op &&
+         a.root == b.root;
 }
 
 std::string describe(const Header& h) {
@@ -86,16 +86,11 @@ struct Reply {
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
-    case DType::Float32:
-      return MPI_FLOAT;
-    case DType::Float64:
-      return MPI_DOUBLE;
-    case DType::Int32:
-      return MPI_INT32_T;
-    case DType::Int64:
-      return MPI_INT64_T;
-    case DType::UInt8:
-      return MPI_UINT8_T;
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::UInt8: return MPI_UINT8_T;
   }
   fail<std::invalid_argument>("[mpi] unsupported dtype ", static_cast<int>(dtype));
 }
@@ -121,7 +116,7 @@ struct Scratch {
   std::vector<std::vector<unsigned char>> staging;  // per pipeline slot
   std::vector<std::vector<int>> counts;             // per slot: 4 x size ints for v-collectives
   std::vector<std::vector<char>> sends;             // bodies of control messages in flight
-  MPI_Comm comms[1] = {MPI_COMM_NULL};  // where MPI_Comm_idup writes the new communicator
+  MPI_Comm comms[1] = {MPI_COMM_NULL};              // where MPI_Comm_idup writes the new communicator
 };
 
 struct Abandoned {
@@ -165,8 +160,8 @@ struct MpiCommunicator::State {
   std::vector<bool> answered;
   std::vector<Reply> replies;
   std::vector<MPI_Request> send_requests;  // control messages in flight (bodies in scratch)
-  bool tainted = false;  // requests were abandoned: the communicators must never be freed
-  std::int64_t abandoned_by_peer = 0;  // highest collective a peer gave up (kTagAbandoned)
+  bool tainted = false;                    // requests were abandoned: the communicators must never be freed
+  std::int64_t abandoned_by_peer = 0;      // highest collective a peer gave up (kTagAbandoned)
 
   std::unique_ptr<Scratch> scratch = std::make_unique<Scratch>();
 
@@ -195,20 +190,16 @@ struct MpiCommunicator::State {
   }
 
   void post(int to, int tag, const void* body, std::size_t bytes) {
-    auto& buffer = scratch->sends.emplace_back(static_cast<const char*>(body),
-                                               static_cast<const char*>(body) + bytes);
+    auto& buffer = scratch->sends.emplace_back(static_cast<const char*>(body), static_cast<const char*>(body) + bytes);
     MPI_Request request;
-    check(MPI_Isend(buffer.data(), to_int(bytes), MPI_BYTE, to, tag, control, &request),
-          "MPI_Isend");
+    check(MPI_Isend(buffer.data(), to_int(bytes), MPI_BYTE, to, tag, control, &request), "MPI_Isend");
     send_requests.push_back(request);
   }
 
   void reap_sends() {
     if (send_requests.empty()) return;
     int done = 0;
-    check(
-        MPI_Testall(to_int(send_requests.size()), send_requests.data(), &done, MPI_STATUSES_IGNORE),
-        "MPI_Testall");
+    check(MPI_Testall(to_int(send_requests.size()), send_requests.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
     if (done) {
       send_requests.clear();
       scratch->sends.clear();
@@ -241,8 +232,7 @@ struct MpiCommunicator::State {
       int flag = 0;
       MPI_Message message;
       MPI_Status status;
-      check(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, control, &flag, &message, &status),
-            "MPI_Improbe");
+      check(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, control, &flag, &message, &status), "MPI_Improbe");
       if (!flag) {
         ++misses;
         continue;
@@ -274,16 +264,13 @@ struct MpiCommunicator::State {
           replies[static_cast<std::size_t>(from)] = reply;
         }
       } else if (status.MPI_TAG == kTagFailure && bytes >= 1) {
-        record_failure(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)),
-                       body[0] == 'T');
-      } else if (status.MPI_TAG == kTagAbandoned &&
-                 bytes > static_cast<int>(sizeof(std::int64_t))) {
+        record_failure(std::string(body.data() + 1, static_cast<std::size_t>(bytes - 1)), body[0] == 'T');
+      } else if (status.MPI_TAG == kTagAbandoned && bytes > static_cast<int>(sizeof(std::int64_t))) {
         std::int64_t s = 0;
         std::memcpy(&s, body.data(), sizeof s);
         abandoned_by_peer = std::max(abandoned_by_peer, s);
         const std::size_t at = sizeof s + 1;
-        record_failure(std::string(body.data() + at, static_cast<std::size_t>(bytes) - at),
-                       body[sizeof s] == 'T');
+        record_failure(std::string(body.data() + at, static_cast<std::size_t>(bytes) - at), body[sizeof s] == 'T');
       }
     }
     reap_sends();
@@ -330,8 +317,7 @@ struct MpiCommunicator::State {
     std::memcpy(&h, scratch->blocks.data() + static_cast<std::size_t>(r) * block_bytes(), sizeof h);
     return h;
   }
-  Header make_header(int k, std::size_t count, DType dtype, ReduceOp op, int root,
-                     std::size_t payload_bytes) const {
+  Header make_header(int k, std::size_t count, DType dtype, ReduceOp op, int root, std::size_t payload_bytes) const {
     Header h{};
     h.seq = static_cast<std::int64_t>(seq);
     h.kind = k;
@@ -343,8 +329,7 @@ struct MpiCommunicator::State {
     return h;
   }
   // Folds payloads (every rank's, in rank order) at element `offset` into `out`.
-  void reduce_payloads(void* out, std::size_t offset, std::size_t count, DType dtype,
-                       ReduceOp op) const {
+  void reduce_payloads(void* out, std::size_t offset, std::size_t count, DType dtype, ReduceOp op) const {
     std::vector<const void*> inputs(static_cast<std::size_t>(size));
     for (int r = 0; r < size; ++r) inputs[static_cast<std::size_t>(r)] = payload_of(r);
     void* outputs[1] = {out};
@@ -400,27 +385,23 @@ void initialize_locked(Runtime& rt) {
   if (!initialized) {
     // Collectives run on replica threads but never two at once per process (mdtrain's own mutex
     // serializes its MPI calls), which is exactly MPI_THREAD_SERIALIZED: cheaper than MULTIPLE.
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
-              "MPI_Init_thread");
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
     rt.initialized_by_us = true;
     std::atexit(finalize_at_exit);
   } else {
     check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");
   }
-  MDTRAIN_CHECK(
-      provided >= MPI_THREAD_SERIALIZED, std::runtime_error, "[mpi] MPI provides thread level ",
-      provided,
-      " but mdtrain calls MPI from replica "
-      "threads and needs MPI_THREAD_SERIALIZED (",
-      MPI_THREAD_SERIALIZED, ") or more",
-      initialized ? ": initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)" : "");
+  MDTRAIN_CHECK(provided >= MPI_THREAD_SERIALIZED, std::runtime_error, "[mpi] MPI provides thread level ", provided,
+                " but mdtrain calls MPI from replica "
+                "threads and needs MPI_THREAD_SERIALIZED (",
+                MPI_THREAD_SERIALIZED, ") or more",
+                initialized ? ": initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)" : "");
   MpiWorldInfo world;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world.size), "MPI_Comm_size");
   // Collective, but every process runs it right after MPI_Init, whatever made it initialize.
   MPI_Comm host = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host),
-            "MPI_Comm_split_type");
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
   check_mpi(MPI_Comm_rank(host, &world.local_rank), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(host, &world.local_size), "MPI_Comm_size");
   check_mpi(MPI_Comm_free(&host), "MPI_Comm_free");
@@ -459,8 +440,8 @@ Clock::time_point deadline_after(Clock::time_point t, double limit) {
 // ------------------------------------------------------
 
 void MpiCommunicator::State::ensure_usable() const {
-  MDTRAIN_CHECK(runtime().ready, std::runtime_error, "[mpi] ", kind_name(kind), " #", seq,
-                " on rank ", rank, ": MPI was finalized (mpi_finalize() or process exit)");
+  MDTRAIN_CHECK(runtime().ready, std::runtime_error, "[mpi] ", kind_name(kind), " #", seq, " on rank ", rank,
+                ": MPI was finalized (mpi_finalize() or process exit)");
 }
 
 void MpiCommunicator::State::service_all() {
@@ -555,8 +536,7 @@ void MpiCommunicator::State::run(const Engine& e) {
           } else if (chunk_in[i] != c || stages_done[i] < stage) {
             break;
           }
-          MPI_Request& request =
-              requests[i * static_cast<std::size_t>(stages) + static_cast<std::size_t>(stage)];
+          MPI_Request& request = requests[i * static_cast<std::size_t>(stages) + static_cast<std::size_t>(stage)];
           e.step(c, stage, slot, &request);
           ++next;
           any = true;
@@ -568,8 +548,8 @@ void MpiCommunicator::State::run(const Engine& e) {
   // Tests the requests in flight; true when some completed.
   auto test = [&] {
     int n_done = 0;
-    check(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &n_done,
-                       completed.data(), MPI_STATUSES_IGNORE),
+    check(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &n_done, completed.data(),
+                       MPI_STATUSES_IGNORE),
           "MPI_Testsome");
     if (n_done == MPI_UNDEFINED || n_done == 0) return false;
     for (int k = 0; k < n_done; ++k) {
@@ -621,8 +601,7 @@ void MpiCommunicator::State::run(const Engine& e) {
       // While data moves, every peer is in this collective and needs this rank: a failure
       // noticed now is thrown after the transfer (finish_data_phase), unless a peer gave this
       // collective up, which it cannot finish then.
-      if (failed() &&
-          (phase == kHeaderPhase || abandoned_by_peer >= static_cast<std::int64_t>(seq))) {
+      if (failed() && (phase == kHeaderPhase || abandoned_by_peer >= static_cast<std::int64_t>(seq))) {
         give_up(requests);
         throw_group_failure(false);
       }
@@ -686,9 +665,7 @@ std::string MpiCommunicator::State::timeout_report() const {
     const Reply& r = replies[i];
     // Waiting for headers, a rank whose header came in is here; moving data, one that answered
     // from inside this collective is.
-    if (phase == kHeaderPhase
-            ? arrived[i]
-            : answer && r.kind == kind && r.seq == static_cast<std::int64_t>(seq)) {
+    if (phase == kHeaderPhase ? arrived[i] : answer && r.kind == kind && r.seq == static_cast<std::int64_t>(seq)) {
       continue;
     }
     std::string d;
@@ -699,12 +676,11 @@ std::string MpiCommunicator::State::timeout_report() const {
       d = last_entered(p, static_cast<CollectiveKind>(r.last_kind), static_cast<unsigned long long>(r.seq));
       d += cat(" and is inside no collective of MPI communicator ", id);
       if (r.other_id != 0) {
-        d += cat("; it waits in ", kind_name(r.other_kind), " #", r.other_seq,
-                 " of MPI communicator ", r.other_id);
+        d += cat("; it waits in ", kind_name(r.other_kind), " #", r.other_seq, " of MPI communicator ", r.other_id);
       }
     } else if (phase == kDataPhase) {
-      d = cat("rank ", p, " entered ", kind_name(kind), " #", seq, " but did not answer within ",
-              window, " s: it stopped calling MPI (stuck, or dead)");
+      d = cat("rank ", p, " entered ", kind_name(kind), " #", seq, " but did not answer within ", window,
+              " s: it stopped calling MPI (stuck, or dead)");
     } else {
       // Every rank entered collective #seq-1, or this rank would not have left it.
       d = last_entered(p, static_cast<CollectiveKind>(last_kind), seq - 1);
@@ -726,8 +702,7 @@ std::string MpiCommunicator::State::timeout_report() const {
 // ---- State: the collectives' building blocks
 // -----------------------------------------------------
 
-void MpiCommunicator::State::exchange(const Header& header, const void* payload,
-                                      std::size_t payload_bytes) {
+void MpiCommunicator::State::exchange(const Header& header, const void* payload, std::size_t payload_bytes) {
   // Point to point rather than MPI_Iallgather: half the latency (Open MPI 4.1, 2 ranks), a
   // message only as long as its payload, and it shows exactly whose header came in.
   Scratch& sc = *scratch;
@@ -748,12 +723,11 @@ void MpiCommunicator::State::exchange(const Header& header, const void* payload,
   e.step = [&](int c, int, int, MPI_Request* request) {
     const int p = peer(c);
     if (c < peers) {
-      check(MPI_Irecv(sc.blocks.data() + static_cast<std::size_t>(p) * block, to_int(block),
-                      MPI_BYTE, p, kTagHeader, data, request),
+      check(MPI_Irecv(sc.blocks.data() + static_cast<std::size_t>(p) * block, to_int(block), MPI_BYTE, p, kTagHeader,
+                      data, request),
             "MPI_Irecv");
     } else {
-      check(MPI_Isend(sc.mine.data(), to_int(bytes), MPI_BYTE, p, kTagHeader, data, request),
-            "MPI_Isend");
+      check(MPI_Isend(sc.mine.data(), to_int(bytes), MPI_BYTE, p, kTagHeader, data, request), "MPI_Isend");
     }
   };
   e.on_complete = [&](int c, int) {
@@ -766,8 +740,8 @@ void MpiCommunicator::State::exchange(const Header& header, const void* payload,
     const Header other = header_of(r);
     if (same_call(other, header)) continue;
     // Every rank sees the same headers, so all of them fail here, at the same collective.
-    const std::string reason = cat("collective mismatch: rank ", r, " called ", describe(other),
-                                   " but rank ", rank, " called ", describe(header));
+    const std::string reason = cat("collective mismatch: rank ", r, " called ", describe(other), " but rank ", rank,
+                                   " called ", describe(header));
     std::lock_guard<std::mutex> lock(runtime().mutex);
     service_all();
     if (failed()) throw_group_failure(false);  // a peer gave up first: its reason explains more
@@ -808,9 +782,7 @@ void MpiCommunicator::State::adopt(MPI_Comm comm) {
 
 void MpiCommunicator::State::confirm_everyone_stays() {
   Engine e;
-  e.step = [&](int, int, int, MPI_Request* request) {
-    check(MPI_Ibarrier(data, request), "MPI_Ibarrier");
-  };
+  e.step = [&](int, int, int, MPI_Request* request) { check(MPI_Ibarrier(data, request), "MPI_Ibarrier"); };
   run(e);
 }
 
@@ -844,8 +816,7 @@ void MpiCommunicator::State::bytes_per_slot(std::size_t staging_bytes, std::size
 // rank's chunk (MPI_Ialltoallv), folds them in rank order, and sends the result to every rank
 // (MPI_Iallgatherv, in place) or to the root (MPI_Igatherv). Each element is reduced by one
 // rank, in rank order, so every rank (and reduce's root) ends with the same bits.
-void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DType dtype,
-                                           ReduceOp op, int root) {
+void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DType dtype, ReduceOp op, int root) {
   const std::size_t elem = size_of(dtype);
   const auto n = static_cast<std::size_t>(size);
   const std::size_t chunk = piece_size(count, std::max(options.chunk_bytes / elem, n));
@@ -887,8 +858,8 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
         recv_counts[q] = self ? 0 : to_int(my_len);
         recv_displs[q] = to_int(q * my_len);
       }
-      check(MPI_Ialltoallv(chunk_ptr, send_counts, send_displs, type, staging, recv_counts,
-                           recv_displs, type, data, request),
+      check(MPI_Ialltoallv(chunk_ptr, send_counts, send_displs, type, staging, recv_counts, recv_displs, type, data,
+                           request),
             "MPI_Ialltoallv");
       return;
     }
@@ -903,11 +874,10 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
       detail::reduce_in_rank_order(outputs, 1, inputs.data(), size, 0, my_len, dtype, op);
     }
     if (root < 0) {
-      check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, chunk_ptr, counts, displs, type, data2, request),
-            "MPI_Iallgatherv");
+      check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, chunk_ptr, counts, displs, type, data2, request), "MPI_Iallgatherv");
     } else {
-      check(MPI_Igatherv(rank == root ? MPI_IN_PLACE : out, to_int(my_len), type, chunk_ptr, counts,
-                         displs, type, root, data2, request),
+      check(MPI_Igatherv(rank == root ? MPI_IN_PLACE : out, to_int(my_len), type, chunk_ptr, counts, displs, type, root,
+                         data2, request),
             "MPI_Igatherv");
     }
   };
@@ -941,12 +911,10 @@ class MpiCollective {
 // -----------------------------------------------------------------------------
 
 MpiCommunicator::MpiCommunicator(const MpiOptions& options) : state_(std::make_unique<State>()) {
-  MDTRAIN_CHECK(options.chunk_bytes >= 64 && options.chunk_bytes <= (std::size_t{1} << 30),
-                std::invalid_argument, "[mpi] MpiOptions: chunk_bytes must be in [64, 2^30] (got ",
-                options.chunk_bytes, ")");
+  MDTRAIN_CHECK(options.chunk_bytes >= 64 && options.chunk_bytes <= (std::size_t{1} << 30), std::invalid_argument,
+                "[mpi] MpiOptions: chunk_bytes must be in [64, 2^30] (got ", options.chunk_bytes, ")");
   MDTRAIN_CHECK(options.chunks_in_flight >= 1, std::invalid_argument,
-                "[mpi] MpiOptions: chunks_in_flight must be >= 1 (got ", options.chunks_in_flight,
-                ")");
+                "[mpi] MpiOptions: chunks_in_flight must be >= 1 (got ", options.chunks_in_flight, ")");
   State& s = *state_;
   s.owner = this;
   s.options = options;
@@ -957,8 +925,7 @@ MpiCommunicator::MpiCommunicator(const MpiOptions& options) : state_(std::make_u
     std::lock_guard<std::mutex> lock(rt.mutex);
     initialize_locked(rt);
     s.id = ++rt.made;
-    s.may_spin = static_cast<unsigned>(rt.world.local_size) <=
-                 std::max(1u, std::thread::hardware_concurrency());
+    s.may_spin = static_cast<unsigned>(rt.world.local_size) <= std::max(1u, std::thread::hardware_concurrency());
     // Nonblocking, so that a process that never makes its communicator is reported instead of
     // hanging this one. One at a time: Open MPI 4.1 can hang with several MPI_Comm_idup of one
     // communicator outstanding.
@@ -977,8 +944,8 @@ MpiCommunicator::MpiCommunicator(const MpiOptions& options) : state_(std::make_u
         a->requests.push_back(request);
         a->scratch = std::move(handles);
         rt.graveyard.push_back(std::move(a));
-        fail<TimeoutError>("[mpi] making MPI communicator ", s.id, " on rank ", rt.world.rank,
-                           " timed out after ", timeout(),
+        fail<TimeoutError>("[mpi] making MPI communicator ", s.id, " on rank ", rt.world.rank, " timed out after ",
+                           timeout(),
                            " s: not every process of the job "
                            "made it (making MPI communicators is collective: every process makes "
                            "them in the same order)");
@@ -1043,8 +1010,7 @@ std::size_t MpiCommunicator::fused_bytes(int size) {
   // Every rank receives everyone's payload and reduces all of it: cheap while it stays small,
   // and one message each way beats the three collectives of the pipelined path.
   const auto peers = static_cast<std::size_t>(std::max(1, size - 1));
-  return std::clamp<std::size_t>((std::size_t{256} << 10) / peers, std::size_t{4} << 10,
-                                 std::size_t{64} << 10);
+  return std::clamp<std::size_t>((std::size_t{256} << 10) / peers, std::size_t{4} << 10, std::size_t{64} << 10);
 }
 
 int MpiCommunicator::rank() const { return state_->rank; }
@@ -1067,8 +1033,7 @@ void MpiCommunicator::do_all_reduce(void* data, std::size_t count, DType dtype, 
   MpiCollective collective(s, kAllReduce);
   const std::size_t bytes = count * size_of(dtype);
   const bool fused = bytes <= s.fused;
-  s.exchange(s.make_header(kAllReduce, count, dtype, op, 0, fused ? bytes : 0), data,
-             fused ? bytes : 0);
+  s.exchange(s.make_header(kAllReduce, count, dtype, op, 0, fused ? bytes : 0), data, fused ? bytes : 0);
   if (fused) {
     if (count > 0) s.reduce_payloads(data, 0, count, dtype, op);
     return s.finish_fused();
@@ -1085,8 +1050,7 @@ void MpiCommunicator::do_reduce(void* data, std::size_t count, DType dtype, Redu
   MpiCollective collective(s, kReduce);
   const std::size_t bytes = count * size_of(dtype);
   const bool fused = bytes <= s.fused;
-  s.exchange(s.make_header(kReduce, count, dtype, op, root, fused ? bytes : 0), data,
-             fused ? bytes : 0);
+  s.exchange(s.make_header(kReduce, count, dtype, op, root, fused ? bytes : 0), data, fused ? bytes : 0);
   if (fused) {
     if (count > 0 && s.rank == root) s.reduce_payloads(data, 0, count, dtype, op);
     return s.finish_fused();
@@ -1118,8 +1082,8 @@ void MpiCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, i
   e.slots = s.options.chunks_in_flight;
   e.step = [&](int c, int, int, MPI_Request* request) {
     const std::size_t off = static_cast<std::size_t>(c) * chunk;
-    s.check(MPI_Ibcast(static_cast<char*>(data) + off * elem, to_int(std::min(chunk, count - off)),
-                       type, root, s.data, request),
+    s.check(MPI_Ibcast(static_cast<char*>(data) + off * elem, to_int(std::min(chunk, count - off)), type, root, s.data,
+                       request),
             "MPI_Ibcast");
   };
   s.run(e);
@@ -1131,27 +1095,23 @@ namespace {
 // all_gather and reduce_scatter address rank q's block at q * count_per_rank elements through
 // MPI's int displacements.
 void check_displacements(const char* op, int size, std::size_t count_per_rank) {
-  MDTRAIN_CHECK(count_per_rank <= static_cast<std::size_t>(INT_MAX) / std::max(1, size - 1),
-                std::invalid_argument, "[mpi] ", op,
-                ": (size() - 1) * count_per_rank = ", static_cast<std::size_t>(size - 1), " * ",
-                count_per_rank, " elements exceeds MPI's int displacements (", INT_MAX,
-                "); split the call");
+  MDTRAIN_CHECK(count_per_rank <= static_cast<std::size_t>(INT_MAX) / std::max(1, size - 1), std::invalid_argument,
+                "[mpi] ", op, ": (size() - 1) * count_per_rank = ", static_cast<std::size_t>(size - 1), " * ",
+                count_per_rank, " elements exceeds MPI's int displacements (", INT_MAX, "); split the call");
 }
 
 }  // namespace
 
-void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                                    DType dtype) {
+void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) {
   State& s = *state_;
   const std::size_t elem = size_of(dtype);
   const std::size_t bytes = count_per_rank * elem;
   const bool fused = bytes <= s.fused;
   if (!fused) check_displacements("all_gather", s.size, count_per_rank);
   MpiCollective collective(s, kAllGather);
-  const bool in_place =
-      send == static_cast<const char*>(recv) + static_cast<std::size_t>(s.rank) * bytes;
-  s.exchange(s.make_header(kAllGather, count_per_rank, dtype, ReduceOp::Sum, 0, fused ? bytes : 0),
-             send, fused ? bytes : 0);
+  const bool in_place = send == static_cast<const char*>(recv) + static_cast<std::size_t>(s.rank) * bytes;
+  s.exchange(s.make_header(kAllGather, count_per_rank, dtype, ReduceOp::Sum, 0, fused ? bytes : 0), send,
+             fused ? bytes : 0);
   char* out = static_cast<char*>(recv);
   if (fused) {
     if (bytes == 0) return s.finish_fused();
@@ -1182,16 +1142,15 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t co
       displs[q] = to_int(q * count_per_rank);
     }
     const void* src = in_place ? MPI_IN_PLACE : static_cast<const char*>(send) + off * elem;
-    s.check(MPI_Iallgatherv(src, to_int(len), type, out + off * elem, counts, displs, type, s.data,
-                            request),
+    s.check(MPI_Iallgatherv(src, to_int(len), type, out + off * elem, counts, displs, type, s.data, request),
             "MPI_Iallgatherv");
   };
   s.run(e);
   s.finish_data_phase();
 }
 
-void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
-                                        DType dtype, ReduceOp op) {
+void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
+                                        ReduceOp op) {
   State& s = *state_;
   const std::size_t elem = size_of(dtype);
   const auto n = static_cast<std::size_t>(s.size);
@@ -1199,8 +1158,7 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
   const bool fused = total <= s.fused;
   if (!fused) check_displacements("reduce_scatter", s.size, count_per_rank);
   MpiCollective collective(s, kReduceScatter);
-  s.exchange(s.make_header(kReduceScatter, count_per_rank, dtype, op, 0, fused ? total : 0), send,
-             fused ? total : 0);
+  s.exchange(s.make_header(kReduceScatter, count_per_rank, dtype, op, 0, fused ? total : 0), send, fused ? total : 0);
   const std::size_t mine = static_cast<std::size_t>(s.rank) * count_per_rank;
   if (fused) {
     if (count_per_rank > 0) s.reduce_payloads(recv, mine, count_per_rank, dtype, op);
@@ -1234,8 +1192,8 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
         recv_counts[q] = self ? 0 : to_int(len);
         recv_displs[q] = to_int(q * len);
       }
-      s.check(MPI_Ialltoallv(static_cast<const char*>(send) + off * elem, counts, displs, type,
-                             staging, recv_counts, recv_displs, type, s.data, request),
+      s.check(MPI_Ialltoallv(static_cast<const char*>(send) + off * elem, counts, displs, type, staging, recv_counts,
+                             recv_displs, type, s.data, request),
               "MPI_Ialltoallv");
       return;
     }
@@ -1244,8 +1202,7 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
     std::vector<const void*> inputs(n);
     for (std::size_t q = 0; q < n; ++q) inputs[q] = staging + q * len * elem;
     inputs[static_cast<std::size_t>(s.rank)] =
-        static_cast<const char*>(send) +
-        (static_cast<std::size_t>(s.rank) * count_per_rank + off) * elem;
+        static_cast<const char*>(send) + (static_cast<std::size_t>(s.rank) * count_per_rank + off) * elem;
     void* outputs[1] = {static_cast<char*>(recv) + off * elem};
     detail::reduce_in_rank_order(outputs, 1, inputs.data(), s.size, 0, len, dtype, op);
   };
@@ -1281,9 +1238,7 @@ std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
 
 bool mpi_available() { return true; }
 
-std::unique_ptr<Communicator> make_mpi_communicator() {
-  return std::make_unique<MpiCommunicator>();
-}
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
 
 MpiWorldInfo mpi_world_info() {
   Runtime& rt = runtime();

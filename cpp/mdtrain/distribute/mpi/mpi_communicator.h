@@ -107,10 +107,8 @@ class MpiCommunicator final : public Communicator {
   void do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override;
   void do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override;
   void do_broadcast(void* data, std::size_t count, DType dtype, int root) override;
-  void do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                     DType dtype) override;
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
-                         ReduceOp op) override;
+  void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype, ReduceOp op) override;
   void do_barrier() override;
   // MPI_Comm_split of this communicator (plus the new group's own private duplicates), once the
   // header exchange showed every rank calling split and an MPI_Ibarrier that every rank reached.

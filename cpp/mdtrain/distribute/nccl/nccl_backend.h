@@ -22,8 +22,7 @@ std::string nccl_unique_id();
 // This process's rank of a group of `size` processes (ncclCommInitRank), driving GPU `device`.
 // Throws std::invalid_argument for an id of the wrong length, a rank outside [0, size) or a device
 // this process does not see.
-std::unique_ptr<Communicator> make_nccl_rank_communicator(const std::string& unique_id, int rank, int size,
-                                                          int device);
+std::unique_ptr<Communicator> make_nccl_rank_communicator(const std::string& unique_id, int rank, int size, int device);
 
 // NCCL's version as NCCL_VERSION_CODE (e.g. 22809 for 2.28.9); 0 without NCCL.
 int nccl_version();

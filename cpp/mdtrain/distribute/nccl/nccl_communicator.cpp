@@ -21,12 +21,11 @@
 #include "mdtrain/core/cuda/check.h"
 #include "mdtrain/core/cuda/runtime.h"
 
-#define MDTRAIN_NCCL_CHECK(call)                                                                          \
-  do {                                                                                                    \
-    const ncclResult_t mdtrain_nccl_status_ = (call);                                                     \
-    if (mdtrain_nccl_status_ != ncclSuccess)                                                              \
-      ::mdtrain::cuda::throw_call_error("nccl", #call, ncclGetErrorString(mdtrain_nccl_status_), __FILE__, \
-                                        __LINE__);                                                        \
+#define MDTRAIN_NCCL_CHECK(call)                                                                                      \
+  do {                                                                                                                \
+    const ncclResult_t mdtrain_nccl_status_ = (call);                                                                 \
+    if (mdtrain_nccl_status_ != ncclSuccess)                                                                          \
+      ::mdtrain::cuda::throw_call_error("nccl", #call, ncclGetErrorString(mdtrain_nccl_status_), __FILE__, __LINE__); \
   } while (0)
 
 namespace mdtrain {
@@ -64,7 +63,8 @@ bool folded_here(DType dtype, ReduceOp op) {
 
 // Runs NCCL calls as one group: one launch for several operations, and the form NCCL needs when one
 // thread drives several ranks.
-template <class F> void nccl_group(F&& calls) {
+template <class F>
+void nccl_group(F&& calls) {
   MDTRAIN_NCCL_CHECK(ncclGroupStart());
   try {
     calls();
@@ -122,7 +122,12 @@ GroupFailure& NcclCommunicator::ledger_failure() { return ledger_->failure; }
 // ---- creation -------------------------------------------------------------------------------
 
 NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, int device, std::shared_ptr<Ledger> ledger)
-    : comm_(comm), rank_(rank), size_(size), device_(device), ledger_(std::move(ledger)), ready_(device),
+    : comm_(comm),
+      rank_(rank),
+      size_(size),
+      device_(device),
+      ledger_(std::move(ledger)),
+      ready_(device),
       done_(device) {}
 
 std::vector<std::unique_ptr<Communicator>> NcclCommunicator::create_group(const std::vector<int>& devices) {
@@ -139,9 +144,8 @@ std::vector<std::unique_ptr<Communicator>> NcclCommunicator::create_group(const 
 
 std::unique_ptr<Communicator> NcclCommunicator::create_rank(const std::string& unique_id, int rank, int size,
                                                             int device) {
-  MDTRAIN_CHECK(unique_id.size() == NCCL_UNIQUE_ID_BYTES, std::invalid_argument,
-                "[nccl] the unique id must be ", NCCL_UNIQUE_ID_BYTES, " bytes (from nccl_unique_id()), got ",
-                unique_id.size());
+  MDTRAIN_CHECK(unique_id.size() == NCCL_UNIQUE_ID_BYTES, std::invalid_argument, "[nccl] the unique id must be ",
+                NCCL_UNIQUE_ID_BYTES, " bytes (from nccl_unique_id()), got ", unique_id.size());
   MDTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, std::invalid_argument, "[nccl] rank ", rank,
                 " is not in a group of ", size);
   cuda::DeviceGuard guard(device);
@@ -214,7 +218,8 @@ void NcclCommunicator::enter(const Call& call) {
   if (!mismatch.empty()) fail_group(mismatch, false);
 }
 
-template <class F> void NcclCommunicator::run(const Call& call, F&& enqueue) {
+template <class F>
+void NcclCommunicator::run(const Call& call, F&& enqueue) {
   enter(call);
   cuda::DeviceGuard guard(device_);
   const cuda::Stream& compute = cuda::compute_stream(device_);
@@ -303,7 +308,8 @@ bool on_device(const void* ptr, int device, int rank) {
 }  // namespace
 
 void* NcclCommunicator::device_scratch(std::size_t bytes, int which) {
-  if (device_scratch_.size() <= static_cast<std::size_t>(which)) device_scratch_.resize(static_cast<std::size_t>(which) + 1);
+  if (device_scratch_.size() <= static_cast<std::size_t>(which))
+    device_scratch_.resize(static_cast<std::size_t>(which) + 1);
   auto& s = device_scratch_[static_cast<std::size_t>(which)];
   if (s.second < bytes || !s.first) {
     s.first = cuda::allocate(Device{DeviceKind::CUDA, device_}, bytes);
@@ -313,7 +319,8 @@ void* NcclCommunicator::device_scratch(std::size_t bytes, int which) {
 }
 
 void* NcclCommunicator::pinned_scratch(std::size_t bytes, int which) {
-  if (pinned_scratch_.size() <= static_cast<std::size_t>(which)) pinned_scratch_.resize(static_cast<std::size_t>(which) + 1);
+  if (pinned_scratch_.size() <= static_cast<std::size_t>(which))
+    pinned_scratch_.resize(static_cast<std::size_t>(which) + 1);
   auto& s = pinned_scratch_[static_cast<std::size_t>(which)];
   if (s.second < bytes || !s.first) {
     s.first = cuda::allocate_pinned(bytes);
@@ -408,8 +415,8 @@ void NcclCommunicator::do_all_gather(const void* send, void* recv, std::size_t c
   run(call, [&](ncclComm* comm, cudaStream_t s) {
     const void* sbuf = send_dev ? send : mine;
     if (stage_send)
-      MDTRAIN_CUDA_CHECK(cudaMemcpyAsync(mine, pinned ? pinned : pinned_scratch(block, 1), block,
-                                         cudaMemcpyHostToDevice, s));
+      MDTRAIN_CUDA_CHECK(
+          cudaMemcpyAsync(mine, pinned ? pinned : pinned_scratch(block, 1), block, cudaMemcpyHostToDevice, s));
     nccl_group([&] { MDTRAIN_NCCL_CHECK(ncclAllGather(sbuf, rbuf, count_per_rank, nccl_type(dtype), comm, s)); });
     if (!recv_dev && total) MDTRAIN_CUDA_CHECK(cudaMemcpyAsync(pinned, rbuf, total, cudaMemcpyDeviceToHost, s));
   });
@@ -435,12 +442,12 @@ void NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::size
     if (folded) {
       // Every rank's whole send, then this rank's block folded in rank order.
       nccl_group([&] {
-        MDTRAIN_NCCL_CHECK(ncclAllGather(sbuf, gather, count_per_rank * static_cast<std::size_t>(size_),
-                                         nccl_type(dtype), comm, s));
+        MDTRAIN_NCCL_CHECK(
+            ncclAllGather(sbuf, gather, count_per_rank * static_cast<std::size_t>(size_), nccl_type(dtype), comm, s));
       });
       nccl_detail::fold_ranks(gather, count_per_rank * static_cast<std::size_t>(size_),
-                              count_per_rank * static_cast<std::size_t>(rank_), count_per_rank, size_, dtype, op,
-                              rbuf, s);
+                              count_per_rank * static_cast<std::size_t>(rank_), count_per_rank, size_, dtype, op, rbuf,
+                              s);
     } else {
       nccl_group([&] {
         MDTRAIN_NCCL_CHECK(ncclReduceScatter(sbuf, rbuf, count_per_rank, nccl_type(dtype), nccl_op(op), comm, s));

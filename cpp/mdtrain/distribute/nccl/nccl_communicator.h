@@ -67,8 +67,7 @@ class NcclCommunicator final : public Communicator {
   void do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override;
   void do_broadcast(void* data, std::size_t count, DType dtype, int root) override;
   void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) override;
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
-                         ReduceOp op) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype, ReduceOp op) override;
   void do_barrier() override;
   void check_device(const Device& device) const override;
   // ncclCommSplit. In-process groups first wait (polling, with the timeout) until every rank
@@ -87,7 +86,8 @@ class NcclCommunicator final : public Communicator {
   // earlier failure.
   void enter(const Call& call);
   // Runs enqueue(stream) on the communication stream after the compute stream's work, then waits.
-  template <class F> void run(const Call& call, F&& enqueue);
+  template <class F>
+  void run(const Call& call, F&& enqueue);
   void wait_for(const cuda::Event& done, const Call& call);
   // Waits until every rank of the in-process group entered `call` (timeout, failures).
   void wait_for_peers(const Call& call);

@@ -34,9 +34,11 @@ void launch(const void* gathered, std::size_t rank_stride, std::size_t offset, s
   const unsigned blocks = static_cast<unsigned>(count / threads + 1 < 4096 ? count / threads + 1 : 4096);
   const T* in = static_cast<const T*>(gathered);
   if (op == ReduceOp::Max)
-    fold_ranks_kernel<T, true><<<blocks, threads, 0, stream>>>(in, rank_stride, offset, count, ranks, static_cast<T*>(out));
+    fold_ranks_kernel<T, true>
+        <<<blocks, threads, 0, stream>>>(in, rank_stride, offset, count, ranks, static_cast<T*>(out));
   else
-    fold_ranks_kernel<T, false><<<blocks, threads, 0, stream>>>(in, rank_stride, offset, count, ranks, static_cast<T*>(out));
+    fold_ranks_kernel<T, false>
+        <<<blocks, threads, 0, stream>>>(in, rank_stride, offset, count, ranks, static_cast<T*>(out));
   MDTRAIN_CUDA_CHECK_LAUNCH("fold_ranks_kernel");
 }
 

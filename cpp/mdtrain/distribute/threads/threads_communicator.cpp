@@ -39,8 +39,7 @@ struct ThreadsCommunicator::Call {
 
 namespace {
 
-std::string describe(Kind kind, unsigned long long seq,
-                     std::size_t count, DType dtype, ReduceOp op, int root) {
+std::string describe(Kind kind, unsigned long long seq, std::size_t count, DType dtype, ReduceOp op, int root) {
   std::string s = cat(name_of(kind), " #", seq);
   if (kind == Kind::Barrier || kind == Kind::Split) return s;
   s += cat("(count ", count, ", ", name_of(dtype));
@@ -78,8 +77,7 @@ struct ThreadsCommunicator::Group {
 };
 
 std::vector<std::unique_ptr<Communicator>> ThreadsCommunicator::create_group(int n) {
-  MDTRAIN_CHECK(n >= 1, std::invalid_argument, "[threads] create_group: n must be >= 1 (got ", n,
-                ")");
+  MDTRAIN_CHECK(n >= 1, std::invalid_argument, "[threads] create_group: n must be >= 1 (got ", n, ")");
   auto group = std::make_shared<Group>(n);
   std::vector<std::unique_ptr<Communicator>> comms;
   comms.reserve(static_cast<std::size_t>(n));
@@ -98,9 +96,7 @@ void ThreadsCommunicator::abort(const std::string& reason) {
   group_->failure.record(cat("rank ", rank_, " aborted the group: ", reason), false);
 }
 
-const ThreadsCommunicator::Call& ThreadsCommunicator::call_of(int rank) const {
-  return group_->slots[rank].call;
-}
+const ThreadsCommunicator::Call& ThreadsCommunicator::call_of(int rank) const { return group_->slots[rank].call; }
 
 void ThreadsCommunicator::throw_group_failure(bool entering) {
   group_->failure.rethrow("threads", cat(name_of(kind_), " #", seq_), rank_, entering);
@@ -157,22 +153,18 @@ void ThreadsCommunicator::begin(const Call& call) {
   Call& mine = me.call;
   mine = call;
   mine.seq = seq_;
-  me.entered.store((seq_ << 8) | static_cast<unsigned long long>(call.kind),
-                   std::memory_order_relaxed);
+  me.entered.store((seq_ << 8) | static_cast<unsigned long long>(call.kind), std::memory_order_relaxed);
   arrive_and_wait();
   for (int r = 0; r < group_->size; ++r) {
     const Call& other = call_of(r);
-    const bool same = other.kind == mine.kind && other.seq == mine.seq &&
-                      other.count == mine.count && other.dtype == mine.dtype &&
-                      other.op == mine.op && other.root == mine.root;
+    const bool same = other.kind == mine.kind && other.seq == mine.seq && other.count == mine.count &&
+                      other.dtype == mine.dtype && other.op == mine.op && other.root == mine.root;
     if (!same) {
       // Every rank sees the same calls here, so all of them fail at this same phase.
-      std::string reason = cat(
-          "collective mismatch: rank ", r, " called ",
-          describe(other.kind, other.seq, other.count, other.dtype, other.op,
-                   other.root),
-          " but rank ", rank_, " called ",
-          describe(mine.kind, mine.seq, mine.count, mine.dtype, mine.op, mine.root));
+      std::string reason =
+          cat("collective mismatch: rank ", r, " called ",
+              describe(other.kind, other.seq, other.count, other.dtype, other.op, other.root), " but rank ", rank_,
+              " called ", describe(mine.kind, mine.seq, mine.count, mine.dtype, mine.op, mine.root));
       group_->failure.record(reason, false);
       throw std::runtime_error("[threads] " + reason);
     }
@@ -242,8 +234,7 @@ void ThreadsCommunicator::do_all_reduce(void* data, std::size_t count, DType dty
       const int r = (rank_ + 1 + i) % n;
       outputs[i] = static_cast<char*>(buffers[r]) + mine.begin * elem;
     }
-    detail::reduce_in_rank_order(outputs.data(), n, buffers.data(), n, mine.begin,
-                                 mine.end - mine.begin, dtype, op);
+    detail::reduce_in_rank_order(outputs.data(), n, buffers.data(), n, mine.begin, mine.end - mine.begin, dtype, op);
   }
   arrive_and_wait();  // every chunk is in every buffer; nobody touches this rank's buffer now
 }
@@ -279,8 +270,7 @@ void ThreadsCommunicator::do_broadcast(void* data, std::size_t count, DType dtyp
   arrive_and_wait();
 }
 
-void ThreadsCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                                        DType dtype) {
+void ThreadsCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) {
   Call call;
   call.kind = Kind::AllGather;
   call.count = count_per_rank;
@@ -300,8 +290,8 @@ void ThreadsCommunicator::do_all_gather(const void* send, void* recv, std::size_
   arrive_and_wait();
 }
 
-void ThreadsCommunicator::do_reduce_scatter(const void* send, void* recv,
-                                            std::size_t count_per_rank, DType dtype, ReduceOp op) {
+void ThreadsCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
+                                            ReduceOp op) {
   Call call;
   call.kind = Kind::ReduceScatter;
   call.count = count_per_rank;
@@ -313,9 +303,8 @@ void ThreadsCommunicator::do_reduce_scatter(const void* send, void* recv,
   InputPointers inputs(n);
   for (int r = 0; r < n; ++r) inputs[r] = call_of(r).send;
   void* out[1] = {recv};
-  detail::reduce_in_rank_order(out, 1, inputs.data(), n,
-                               static_cast<std::size_t>(rank_) * count_per_rank, count_per_rank,
-                               dtype, op);
+  detail::reduce_in_rank_order(out, 1, inputs.data(), n, static_cast<std::size_t>(rank_) * count_per_rank,
+                               count_per_rank, dtype, op);
   arrive_and_wait();
 }
 
@@ -344,8 +333,7 @@ std::unique_ptr<Communicator> ThreadsCommunicator::do_split(int color, int key) 
     for (int r = 0; r < group_->size; ++r) {
       if (call_of(r).color == color) members.push_back(r);
     }
-    std::stable_sort(members.begin(), members.end(),
-                     [&](int a, int b) { return call_of(a).key < call_of(b).key; });
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return call_of(a).key < call_of(b).key; });
   }
   // Each new group gets fresh shared state, made once by its first member.
   const bool maker = !members.empty() && members.front() == rank_;
@@ -356,8 +344,7 @@ std::unique_ptr<Communicator> ThreadsCommunicator::do_split(int color, int key) 
   arrive_and_wait();  // third phase: every member holds its group
   if (maker) slots[rank_].child.reset();
   if (!child) return nullptr;
-  const int new_rank =
-      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  const int new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   return std::unique_ptr<Communicator>(new ThreadsCommunicator(std::move(child), new_rank));
 }
 

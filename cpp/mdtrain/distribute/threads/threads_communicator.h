@@ -46,10 +46,8 @@ class ThreadsCommunicator final : public Communicator {
   void do_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override;
   void do_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override;
   void do_broadcast(void* data, std::size_t count, DType dtype, int root) override;
-  void do_all_gather(const void* send, void* recv, std::size_t count_per_rank,
-                     DType dtype) override;
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
-                         ReduceOp op) override;
+  void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype, ReduceOp op) override;
   void do_barrier() override;
   // Every rank's (color, key) through the group, then each new group gets fresh shared state
   // (three phases in all). The new groups share nothing with this one.
@@ -69,8 +67,8 @@ class ThreadsCommunicator final : public Communicator {
 
   std::shared_ptr<Group> group_;
   int rank_;
-  unsigned long long seq_ = 0;    // collectives this rank has entered
-  unsigned long long phase_ = 0;  // phases this rank has passed
+  unsigned long long seq_ = 0;                  // collectives this rank has entered
+  unsigned long long phase_ = 0;                // phases this rank has passed
   CollectiveKind kind_ = CollectiveKind::None;  // the collective in progress
   bool deadline_set_ = false;
   std::chrono::steady_clock::time_point deadline_{};

@@ -22,18 +22,20 @@ void single_threaded_once() {
 }
 }  // namespace
 
-void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-          int ldb, float beta, float* c, int ldc) {
+void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+          float beta, float* c, int ldc) {
   single_threaded_once();
-  MDTRAIN_BLAS(cblas_sgemm)(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                            m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  MDTRAIN_BLAS(cblas_sgemm)
+  (CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta,
+   c, ldc);
 }
 
-void gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b,
-          int ldb, double beta, double* c, int ldc) {
+void gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb,
+          double beta, double* c, int ldc) {
   single_threaded_once();
-  MDTRAIN_BLAS(cblas_dgemm)(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                            m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  MDTRAIN_BLAS(cblas_dgemm)
+  (CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta,
+   c, ldc);
 }
 
 void set_blas_threads(int threads) {

@@ -3,8 +3,8 @@
 
 namespace mdtrain::cpu {
 
-void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc);
+void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+          int ldb, float beta, float* c, int ldc);
 void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, double alpha, const double* a, int lda,
           const double* b, int ldb, double beta, double* c, int ldc);
 

@@ -230,7 +230,8 @@ void max_pool2d_backward(const T* dy, const std::int32_t* argmax, std::int64_t i
     for_each_window(g, images, visit);
     for (std::int64_t b = 0; b < images; ++b) {
       T* img = dx + b * image_len;
-      for (std::int64_t h = 0; h < covered_h; ++h) zero_run((g.in_w - covered_w) * C, img + (h * g.in_w + covered_w) * C);
+      for (std::int64_t h = 0; h < covered_h; ++h)
+        zero_run((g.in_w - covered_w) * C, img + (h * g.in_w + covered_w) * C);
       zero_run((g.in_h - covered_h) * g.in_w * C, img + covered_h * g.in_w * C);
     }
     return;
@@ -282,10 +283,8 @@ void avg_pool2d_backward(const T* dy, std::int64_t images, const Window2D& g, T*
         zero_run(C, dxp);
         for_each_window_reading(g, ih, iw, [&](std::int64_t oh, std::int64_t ow) {
           std::int64_t h_lo, h_hi, w_lo, w_hi;
-          math::taps_in_bounds(math::window_start(oh, g.stride_h, g.pad_top), g.k_h, g.dilation_h, g.in_h, h_lo,
-                               h_hi);
-          math::taps_in_bounds(math::window_start(ow, g.stride_w, g.pad_left), g.k_w, g.dilation_w, g.in_w, w_lo,
-                               w_hi);
+          math::taps_in_bounds(math::window_start(oh, g.stride_h, g.pad_top), g.k_h, g.dilation_h, g.in_h, h_lo, h_hi);
+          math::taps_in_bounds(math::window_start(ow, g.stride_w, g.pad_left), g.k_w, g.dilation_w, g.in_w, w_lo, w_hi);
           // Not 0: this window reads (ih, iw).
           const T n = static_cast<T>(math::window_count(h_lo, h_hi, w_lo, w_hi));
           const T* dyp = dy + ((b * g.out_h + oh) * g.out_w + ow) * C;

@@ -37,8 +37,8 @@ void bias_activation(const T* z, const T* bias, std::int64_t rows, std::int64_t 
 }
 
 template <class T>
-void activation_backward(Activation act, const T* z, const T* y, const T* dy, std::int64_t rows,
-                         std::int64_t cols, T* dz) {
+void activation_backward(Activation act, const T* z, const T* y, const T* dy, std::int64_t rows, std::int64_t cols,
+                         T* dz) {
   std::int64_t n = rows * cols;
   switch (act) {
     case Activation::Linear:
@@ -66,7 +66,8 @@ void activation_backward(Activation act, const T* z, const T* y, const T* dy, st
 template <class T>
 void sum_rows(const T* x, std::int64_t rows, std::int64_t cols, T beta, T* out) {
   if (beta == T(0)) std::fill(out, out + cols, T(0));
-  else if (beta != T(1)) for (std::int64_t j = 0; j < cols; ++j) out[j] *= beta;
+  else if (beta != T(1))
+    for (std::int64_t j = 0; j < cols; ++j) out[j] *= beta;
   for (std::int64_t i = 0; i < rows; ++i) {
     const T* r = x + i * cols;
     for (std::int64_t j = 0; j < cols; ++j) out[j] += r[j];
@@ -117,15 +118,13 @@ double sum_of_squares(const T* x, std::int64_t n) {
   return s;
 }
 
-#define MDTRAIN_INSTANTIATE(T)                                                                    \
-  template void bias_activation<T>(const T*, const T*, std::int64_t, std::int64_t, Activation, T*); \
-  template void activation_backward<T>(Activation, const T*, const T*, const T*, std::int64_t,    \
-                                       std::int64_t, T*);                                         \
-  template void sum_rows<T>(const T*, std::int64_t, std::int64_t, T, T*);                         \
-  template void dropout<T>(const T*, std::int64_t, double, std::uint64_t, std::uint64_t,          \
-                           std::uint64_t, T*, T*);                                                \
-  template void multiply<T>(const T*, const T*, std::int64_t, T*);                                \
-  template bool all_finite<T>(const T*, std::int64_t);                                            \
+#define MDTRAIN_INSTANTIATE(T)                                                                                    \
+  template void bias_activation<T>(const T*, const T*, std::int64_t, std::int64_t, Activation, T*);               \
+  template void activation_backward<T>(Activation, const T*, const T*, const T*, std::int64_t, std::int64_t, T*); \
+  template void sum_rows<T>(const T*, std::int64_t, std::int64_t, T, T*);                                         \
+  template void dropout<T>(const T*, std::int64_t, double, std::uint64_t, std::uint64_t, std::uint64_t, T*, T*);  \
+  template void multiply<T>(const T*, const T*, std::int64_t, T*);                                                \
+  template bool all_finite<T>(const T*, std::int64_t);                                                            \
   template double sum_of_squares<T>(const T*, std::int64_t);
 MDTRAIN_INSTANTIATE(float)
 MDTRAIN_INSTANTIATE(double)

@@ -9,8 +9,8 @@ namespace mdtrain::cpu {
 template <class T>
 void bias_activation(const T* z, const T* bias, std::int64_t rows, std::int64_t cols, Activation act, T* y);
 template <class T>
-void activation_backward(Activation act, const T* z, const T* y, const T* dy, std::int64_t rows,
-                         std::int64_t cols, T* dz);
+void activation_backward(Activation act, const T* z, const T* y, const T* dy, std::int64_t rows, std::int64_t cols,
+                         T* dz);
 template <class T>
 void sum_rows(const T* x, std::int64_t rows, std::int64_t cols, T beta, T* out);
 template <class T>

@@ -9,7 +9,8 @@ namespace mdtrain::cpu {
 
 namespace {
 
-template <class L> bool is_class_id(L v, std::int64_t classes) {
+template <class L>
+bool is_class_id(L v, std::int64_t classes) {
   if constexpr (std::is_floating_point_v<L>) {
     // Keras casts float labels to int, truncating 2.7 to 2; a fractional or NaN label is a data bug,
     // so it is reported instead.
@@ -19,7 +20,8 @@ template <class L> bool is_class_id(L v, std::int64_t classes) {
   }
 }
 
-template <class L> bool is_ignored(L v, bool has_ignore, std::int64_t ignore) {
+template <class L>
+bool is_ignored(L v, bool has_ignore, std::int64_t ignore) {
   return has_ignore && static_cast<double>(v) == static_cast<double>(ignore);
 }
 
@@ -60,8 +62,8 @@ double sparse_xent(const L* labels, const T* pred, std::int64_t rows, std::int64
 }
 
 template <class T, class L>
-double dense_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits,
-                  T smoothing, T scale, T* g) {
+double dense_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits, T smoothing,
+                  T scale, T* g) {
   double sum = 0.0;
   for (std::int64_t i = 0; i < rows; ++i) {
     const T* x = pred + i * cols;
@@ -74,8 +76,8 @@ double dense_xent(const L* target, const T* pred, std::int64_t rows, std::int64_
 }
 
 template <class T, class L>
-double binary_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits,
-                   T smoothing, T scale, T* g) {
+double binary_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits, T smoothing,
+                   T scale, T* g) {
   double sum = 0.0;
   const T inv_cols = T(1) / T(cols), gscale = scale * inv_cols;
   for (std::int64_t i = 0; i < rows; ++i) {
@@ -84,8 +86,7 @@ double binary_xent(const L* target, const T* pred, std::int64_t rows, std::int64
     T row = T(0), d = T(0);
     for (std::int64_t j = 0; j < cols; ++j) {
       const T tj = math::smooth_label(static_cast<T>(t[j]), smoothing, T(0.5));
-      row += from_logits ? math::bce_logits(x[j], tj, g ? &d : nullptr)
-                         : math::bce_probs(x[j], tj, g ? &d : nullptr);
+      row += from_logits ? math::bce_logits(x[j], tj, g ? &d : nullptr) : math::bce_probs(x[j], tj, g ? &d : nullptr);
       if (g) g[i * cols + j] = gscale * d;
     }
     sum += row * inv_cols;
@@ -94,8 +95,7 @@ double binary_xent(const L* target, const T* pred, std::int64_t rows, std::int64
 }
 
 template <class T, class L, class F>
-double elementwise_row_mean(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale,
-                            T* g, F f) {
+double elementwise_row_mean(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale, T* g, F f) {
   double sum = 0.0;
   const T inv_cols = T(1) / T(cols), gscale = scale * inv_cols;
   for (std::int64_t i = 0; i < rows; ++i) {
@@ -157,21 +157,20 @@ double threshold_matches(const L* target, const T* pred, std::int64_t n, double 
   return matches;
 }
 
-#define MDTRAIN_LOSS_KERNELS(T, L)                                                                           \
-  template double sparse_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, bool, std::int64_t, \
-                                    T, T*);                                                                  \
-  template double dense_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, T, T, T*);         \
-  template double binary_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, T, T, T*);        \
-  template double squared_error<T, L>(const L*, const T*, std::int64_t, std::int64_t, T, T*);               \
-  template double absolute_error<T, L>(const L*, const T*, std::int64_t, std::int64_t, T, T*);              \
-  template double sparse_argmax_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t);              \
-  template double argmax_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t);                     \
-  template double top_k_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t, std::int64_t);        \
+#define MDTRAIN_LOSS_KERNELS(T, L)                                                                                    \
+  template double sparse_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, bool, std::int64_t, T, T*); \
+  template double dense_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, T, T, T*);                   \
+  template double binary_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, T, T, T*);                  \
+  template double squared_error<T, L>(const L*, const T*, std::int64_t, std::int64_t, T, T*);                         \
+  template double absolute_error<T, L>(const L*, const T*, std::int64_t, std::int64_t, T, T*);                        \
+  template double sparse_argmax_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t);                        \
+  template double argmax_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t);                               \
+  template double top_k_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t, std::int64_t);                  \
   template double threshold_matches<T, L>(const L*, const T*, std::int64_t, double);
 
-#define MDTRAIN_LOSS_KERNELS_FOR_LABEL(L)                                                      \
-  MDTRAIN_LOSS_KERNELS(float, L)                                                               \
-  MDTRAIN_LOSS_KERNELS(double, L)                                                              \
+#define MDTRAIN_LOSS_KERNELS_FOR_LABEL(L)                                                                 \
+  MDTRAIN_LOSS_KERNELS(float, L)                                                                          \
+  MDTRAIN_LOSS_KERNELS(double, L)                                                                         \
   template std::int64_t first_invalid_label<L>(const L*, std::int64_t, std::int64_t, bool, std::int64_t); \
   template std::int64_t count_equal<L>(const L*, std::int64_t, double);
 

@@ -17,11 +17,11 @@ template <class T, class L>
 double sparse_xent(const L* labels, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits,
                    bool has_ignore, std::int64_t ignore, T scale, T* g);
 template <class T, class L>
-double dense_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits,
-                  T smoothing, T scale, T* g);
+double dense_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits, T smoothing,
+                  T scale, T* g);
 template <class T, class L>
-double binary_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits,
-                   T smoothing, T scale, T* g);
+double binary_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits, T smoothing,
+                   T scale, T* g);
 template <class T, class L>
 double squared_error(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale, T* g);
 template <class T, class L>

@@ -47,8 +47,8 @@ void channel_sums(const T* x, std::int64_t rows, std::int64_t channels, const do
 }
 
 template <class T>
-void channel_normalize(const T* x, std::int64_t rows, std::int64_t channels, const double* mean,
-                       const double* inv_std, const T* gamma, const T* beta, T* xhat, T* y) {
+void channel_normalize(const T* x, std::int64_t rows, std::int64_t channels, const double* mean, const double* inv_std,
+                       const T* gamma, const T* beta, T* xhat, T* y) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* in = x + r * channels;
     T* out = y + r * channels;
@@ -89,8 +89,8 @@ void channel_normalize_backward(const T* dy, const T* xhat, std::int64_t rows, s
 }
 
 template <class T>
-void row_normalize(const T* x, std::int64_t rows, std::int64_t channels, double epsilon, const T* gamma,
-                   const T* beta, T* xhat, double* inv_std, T* y) {
+void row_normalize(const T* x, std::int64_t rows, std::int64_t channels, double epsilon, const T* gamma, const T* beta,
+                   T* xhat, double* inv_std, T* y) {
   const double n = static_cast<double>(channels);
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* in = x + r * channels;
@@ -114,8 +114,8 @@ void row_normalize(const T* x, std::int64_t rows, std::int64_t channels, double 
 }
 
 template <class T>
-void row_normalize_backward(const T* dy, const T* xhat, std::int64_t rows, std::int64_t channels,
-                            const double* inv_std, const T* gamma, T* dx) {
+void row_normalize_backward(const T* dy, const T* xhat, std::int64_t rows, std::int64_t channels, const double* inv_std,
+                            const T* gamma, T* dx) {
   const double n = static_cast<double>(channels);
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* g_row = dy + r * channels;
@@ -135,18 +135,16 @@ void row_normalize_backward(const T* dy, const T* xhat, std::int64_t rows, std::
   }
 }
 
-#define MDTRAIN_NORMALIZATION_KERNELS(T)                                                                        \
-  template void channel_moments<T>(const T*, std::int64_t, std::int64_t, double*, double*);                    \
-  template void channel_sums<T>(const T*, std::int64_t, std::int64_t, const double*, double*, double*);        \
-  template void channel_normalize<T>(const T*, std::int64_t, std::int64_t, const double*, const double*,       \
-                                     const T*, const T*, T*, T*);                                              \
-  template void channel_grad_sums<T>(const T*, const T*, std::int64_t, std::int64_t, double*, double*);        \
-  template void channel_normalize_backward<T>(const T*, const T*, std::int64_t, std::int64_t, const double*,   \
-                                              const double*, const double*, T*);                               \
-  template void row_normalize<T>(const T*, std::int64_t, std::int64_t, double, const T*, const T*, T*, double*, \
-                                 T*);                                                                          \
-  template void row_normalize_backward<T>(const T*, const T*, std::int64_t, std::int64_t, const double*,       \
-                                          const T*, T*);
+#define MDTRAIN_NORMALIZATION_KERNELS(T)                                                                             \
+  template void channel_moments<T>(const T*, std::int64_t, std::int64_t, double*, double*);                          \
+  template void channel_sums<T>(const T*, std::int64_t, std::int64_t, const double*, double*, double*);              \
+  template void channel_normalize<T>(const T*, std::int64_t, std::int64_t, const double*, const double*, const T*,   \
+                                     const T*, T*, T*);                                                              \
+  template void channel_grad_sums<T>(const T*, const T*, std::int64_t, std::int64_t, double*, double*);              \
+  template void channel_normalize_backward<T>(const T*, const T*, std::int64_t, std::int64_t, const double*,         \
+                                              const double*, const double*, T*);                                     \
+  template void row_normalize<T>(const T*, std::int64_t, std::int64_t, double, const T*, const T*, T*, double*, T*); \
+  template void row_normalize_backward<T>(const T*, const T*, std::int64_t, std::int64_t, const double*, const T*, T*);
 MDTRAIN_NORMALIZATION_KERNELS(float)
 MDTRAIN_NORMALIZATION_KERNELS(double)
 #undef MDTRAIN_NORMALIZATION_KERNELS

@@ -18,7 +18,8 @@ namespace {
 constexpr std::int64_t kSplitElements = 1 << 14;
 
 // The elements [lo, hi) of one segment, typed: what every loop below runs over.
-template <class T> struct Range {
+template <class T>
+struct Range {
   T* p;
   const T* g;
   T* s0;
@@ -46,8 +47,14 @@ void for_each_range(const std::vector<UpdateSegment>& segments, double clip_valu
       if (lo >= hi) continue;
       const std::int64_t at = lo - (offset - s.size);
       auto slot = [&](int k) { return s.slots[k] ? static_cast<T*>(s.slots[k]) + at : nullptr; };
-      const Range<T> r{static_cast<T*>(s.value) + at, static_cast<const T*>(s.grad) + at, slot(0), slot(1), slot(2),
-                       hi - lo, static_cast<T>(s.grad_scale), static_cast<T>(s.decay)};
+      const Range<T> r{static_cast<T*>(s.value) + at,
+                       static_cast<const T*>(s.grad) + at,
+                       slot(0),
+                       slot(1),
+                       slot(2),
+                       hi - lo,
+                       static_cast<T>(s.grad_scale),
+                       static_cast<T>(s.decay)};
       const bool clip = s.grad_scale != 1.0 || clip_on, decay = s.decay != 0.0;
       if (clip) {
         if (decay) run(std::true_type{}, std::true_type{}, r);
@@ -120,8 +127,8 @@ void rmsprop_loop(T* __restrict p, const T* __restrict g, T* __restrict v, T* __
 }
 
 template <class T, bool kClip, bool kDecay>
-void adagrad_loop(T* __restrict p, const T* __restrict g, T* __restrict acc, std::int64_t n, T lr, T epsilon,
-                  T scale, T limit, T decay) {
+void adagrad_loop(T* __restrict p, const T* __restrict g, T* __restrict acc, std::int64_t n, T lr, T epsilon, T scale,
+                  T limit, T decay) {
   for (std::int64_t i = 0; i < n; ++i) {
     T gi = g[i];
     if constexpr (kClip) gi = math::clip_gradient(gi, scale, limit);
@@ -142,14 +149,15 @@ void sgd_update(DType dtype, const std::vector<UpdateSegment>& segments, double 
     for_each_range<T>(segments, clip_value, [&](auto c, auto d, const Range<T>& r) {
       constexpr bool kClip = decltype(c)::value, kDecay = decltype(d)::value;
       if (momentum == 0.0) sgd_loop<T, kClip, kDecay>(r.p, r.g, r.n, lr, r.scale, limit, r.decay);
-      else if (nesterov) sgd_momentum_loop<T, kClip, kDecay, true>(r.p, r.g, r.s0, r.n, lr, mom, r.scale, limit, r.decay);
+      else if (nesterov)
+        sgd_momentum_loop<T, kClip, kDecay, true>(r.p, r.g, r.s0, r.n, lr, mom, r.scale, limit, r.decay);
       else sgd_momentum_loop<T, kClip, kDecay, false>(r.p, r.g, r.s0, r.n, lr, mom, r.scale, limit, r.decay);
     });
   });
 }
 
-void adam_update(DType dtype, const std::vector<UpdateSegment>& segments, double alpha, double beta_1,
-                 double beta_2, double epsilon, bool amsgrad, double clip_value) {
+void adam_update(DType dtype, const std::vector<UpdateSegment>& segments, double alpha, double beta_1, double beta_2,
+                 double epsilon, bool amsgrad, double clip_value) {
   dispatch_floating(dtype, "ops", [&](auto tag) {
     using T = decltype(tag);
     const math::AdamScalars<T> s{static_cast<T>(alpha), static_cast<T>(1 - beta_1), static_cast<T>(1 - beta_2),
@@ -178,18 +186,20 @@ void rmsprop_update(DType dtype, const std::vector<UpdateSegment>& segments, dou
       T* mom = has_momentum ? r.s1 : nullptr;
       T* avg = centered ? (has_momentum ? r.s2 : r.s1) : nullptr;
       if (centered) {
-        if (has_momentum) rmsprop_loop<T, kClip, kDecay, true, true>(r.p, r.g, v, mom, avg, r.n, s, r.scale, limit, r.decay);
+        if (has_momentum)
+          rmsprop_loop<T, kClip, kDecay, true, true>(r.p, r.g, v, mom, avg, r.n, s, r.scale, limit, r.decay);
         else rmsprop_loop<T, kClip, kDecay, true, false>(r.p, r.g, v, mom, avg, r.n, s, r.scale, limit, r.decay);
       } else {
-        if (has_momentum) rmsprop_loop<T, kClip, kDecay, false, true>(r.p, r.g, v, mom, avg, r.n, s, r.scale, limit, r.decay);
+        if (has_momentum)
+          rmsprop_loop<T, kClip, kDecay, false, true>(r.p, r.g, v, mom, avg, r.n, s, r.scale, limit, r.decay);
         else rmsprop_loop<T, kClip, kDecay, false, false>(r.p, r.g, v, mom, avg, r.n, s, r.scale, limit, r.decay);
       }
     });
   });
 }
 
-void adagrad_update(DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
-                    double epsilon, double clip_value) {
+void adagrad_update(DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate, double epsilon,
+                    double clip_value) {
   dispatch_floating(dtype, "ops", [&](auto tag) {
     using T = decltype(tag);
     const T lr = static_cast<T>(learning_rate), eps = static_cast<T>(epsilon), limit = static_cast<T>(clip_value);

@@ -19,11 +19,11 @@ using ops::UpdateSegment;
 // clip_value: clipvalue, or +inf when off. Slots as in ops/optimizer_ops.h.
 void sgd_update(DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate, double momentum,
                 bool nesterov, double clip_value);
-void adam_update(DType dtype, const std::vector<UpdateSegment>& segments, double alpha, double beta_1,
-                 double beta_2, double epsilon, bool amsgrad, double clip_value);
+void adam_update(DType dtype, const std::vector<UpdateSegment>& segments, double alpha, double beta_1, double beta_2,
+                 double epsilon, bool amsgrad, double clip_value);
 void rmsprop_update(DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate, double rho,
                     double momentum, double epsilon, bool centered, double clip_value);
-void adagrad_update(DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
-                    double epsilon, double clip_value);
+void adagrad_update(DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate, double epsilon,
+                    double clip_value);
 
 }  // namespace mdtrain::cpu

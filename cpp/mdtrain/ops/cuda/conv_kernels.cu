@@ -35,27 +35,38 @@ bool fits_int32(std::initializer_list<std::int64_t> sizes) {
 }
 
 // The geometry in the kernel's index type (Window2D holds int64).
-template <class I> struct Geometry {
+template <class I>
+struct Geometry {
   I in_h, in_w, channels, k_h, k_w, stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w;
   explicit Geometry(const Window2D& g)
-      : in_h(static_cast<I>(g.in_h)), in_w(static_cast<I>(g.in_w)), channels(static_cast<I>(g.channels)),
-        k_h(static_cast<I>(g.k_h)), k_w(static_cast<I>(g.k_w)), stride_h(static_cast<I>(g.stride_h)),
-        stride_w(static_cast<I>(g.stride_w)), dilation_h(static_cast<I>(g.dilation_h)),
-        dilation_w(static_cast<I>(g.dilation_w)), pad_top(static_cast<I>(g.pad_top)),
-        pad_left(static_cast<I>(g.pad_left)), out_h(static_cast<I>(g.out_h)), out_w(static_cast<I>(g.out_w)) {}
+      : in_h(static_cast<I>(g.in_h)),
+        in_w(static_cast<I>(g.in_w)),
+        channels(static_cast<I>(g.channels)),
+        k_h(static_cast<I>(g.k_h)),
+        k_w(static_cast<I>(g.k_w)),
+        stride_h(static_cast<I>(g.stride_h)),
+        stride_w(static_cast<I>(g.stride_w)),
+        dilation_h(static_cast<I>(g.dilation_h)),
+        dilation_w(static_cast<I>(g.dilation_w)),
+        pad_top(static_cast<I>(g.pad_top)),
+        pad_left(static_cast<I>(g.pad_left)),
+        out_h(static_cast<I>(g.out_h)),
+        out_w(static_cast<I>(g.out_w)) {}
 };
 
 // The in-bounds taps [lo, hi) of output row oh / column ow's window and its first input coordinate.
 struct Taps {
   std::int64_t start, lo, hi;
 };
-template <class I> __device__ inline Taps rows_of(const Geometry<I>& g, I oh) {
+template <class I>
+__device__ inline Taps rows_of(const Geometry<I>& g, I oh) {
   Taps t;
   t.start = math::window_start(oh, g.stride_h, g.pad_top);
   math::taps_in_bounds(t.start, g.k_h, g.dilation_h, g.in_h, t.lo, t.hi);
   return t;
 }
-template <class I> __device__ inline Taps cols_of(const Geometry<I>& g, I ow) {
+template <class I>
+__device__ inline Taps cols_of(const Geometry<I>& g, I ow) {
   Taps t;
   t.start = math::window_start(ow, g.stride_w, g.pad_left);
   math::taps_in_bounds(t.start, g.k_w, g.dilation_w, g.in_w, t.lo, t.hi);
@@ -236,7 +247,8 @@ __global__ void global_avg_pool2d_backward_kernel(const T* dy, I pixels, I chann
 }
 
 // f(T{}, I{}) for the tensor's float type and the index type.
-template <class F> void by_types(DType dtype, bool small, F&& f) {
+template <class F>
+void by_types(DType dtype, bool small, F&& f) {
   if (dtype == DType::Float32) {
     if (small) f(float{}, std::int32_t{});
     else f(float{}, std::int64_t{});
@@ -276,9 +288,10 @@ void col2im(const Tensor& col, const Window2D& g, std::int64_t first_row, bool a
   by_types(dx.dtype(), fits_int32({col.numel(), dx.numel(), images * g.out_h}), [&](auto t, auto index) {
     using T = decltype(t);
     using I = decltype(index);
-    col2im_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        col.data<T>(), Geometry<I>(g), static_cast<I>(first_row), static_cast<I>(rows), static_cast<I>(first_image),
-        static_cast<I>(n), accumulate, dx.data<T>() + first_image * image_len);
+    col2im_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(col.data<T>(), Geometry<I>(g),
+                                                                   static_cast<I>(first_row), static_cast<I>(rows),
+                                                                   static_cast<I>(first_image), static_cast<I>(n),
+                                                                   accumulate, dx.data<T>() + first_image * image_len);
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("col2im_kernel");
 }
@@ -290,9 +303,8 @@ void max_pool2d(const Tensor& x, const Window2D& g, Tensor& y, Tensor& argmax) {
   by_types(x.dtype(), fits_int32({n, x.numel()}), [&](auto t, auto index) {
     using T = decltype(t);
     using I = decltype(index);
-    max_pool2d_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), Geometry<I>(g),
-                                                                       static_cast<I>(n), y.data<T>(),
-                                                                       argmax.data<std::int32_t>());
+    max_pool2d_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), Geometry<I>(g), static_cast<I>(n),
+                                                                       y.data<T>(), argmax.data<std::int32_t>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("max_pool2d_kernel");
 }
@@ -304,8 +316,9 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& argmax, const Window2D&
   by_types(dx.dtype(), fits_int32({n, dy.numel()}), [&](auto t, auto index) {
     using T = decltype(t);
     using I = decltype(index);
-    max_pool2d_backward_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        dy.data<T>(), argmax.data<std::int32_t>(), Geometry<I>(g), static_cast<I>(n), dx.data<T>());
+    max_pool2d_backward_kernel<T, I>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(dy.data<T>(), argmax.data<std::int32_t>(), Geometry<I>(g),
+                                                    static_cast<I>(n), dx.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("max_pool2d_backward_kernel");
 }
@@ -317,8 +330,8 @@ void avg_pool2d(const Tensor& x, const Window2D& g, Tensor& y) {
   by_types(x.dtype(), fits_int32({n, x.numel()}), [&](auto t, auto index) {
     using T = decltype(t);
     using I = decltype(index);
-    avg_pool2d_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), Geometry<I>(g),
-                                                                       static_cast<I>(n), y.data<T>());
+    avg_pool2d_kernel<T, I>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), Geometry<I>(g), static_cast<I>(n), y.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("avg_pool2d_kernel");
 }
@@ -330,8 +343,8 @@ void avg_pool2d_backward(const Tensor& dy, const Window2D& g, Tensor& dx) {
   by_types(dx.dtype(), fits_int32({n, dy.numel()}), [&](auto t, auto index) {
     using T = decltype(t);
     using I = decltype(index);
-    avg_pool2d_backward_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(dy.data<T>(), Geometry<I>(g),
-                                                                                static_cast<I>(n), dx.data<T>());
+    avg_pool2d_backward_kernel<T, I>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(dy.data<T>(), Geometry<I>(g), static_cast<I>(n), dx.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("avg_pool2d_backward_kernel");
 }
@@ -343,8 +356,9 @@ void global_avg_pool2d(const Tensor& x, std::int64_t images, std::int64_t pixels
   by_types(x.dtype(), fits_int32({x.numel()}), [&](auto t, auto index) {
     using T = decltype(t);
     using I = decltype(index);
-    global_avg_pool2d_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        x.data<T>(), static_cast<I>(pixels), static_cast<I>(channels), static_cast<I>(n), y.data<T>());
+    global_avg_pool2d_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), static_cast<I>(pixels),
+                                                                              static_cast<I>(channels),
+                                                                              static_cast<I>(n), y.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("global_avg_pool2d_kernel");
 }
@@ -357,8 +371,9 @@ void global_avg_pool2d_backward(const Tensor& dy, std::int64_t images, std::int6
   by_types(dx.dtype(), fits_int32({n}), [&](auto t, auto index) {
     using T = decltype(t);
     using I = decltype(index);
-    global_avg_pool2d_backward_kernel<T, I><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        dy.data<T>(), static_cast<I>(pixels), static_cast<I>(channels), static_cast<I>(n), dx.data<T>());
+    global_avg_pool2d_backward_kernel<T, I>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(dy.data<T>(), static_cast<I>(pixels), static_cast<I>(channels),
+                                                    static_cast<I>(n), dx.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("global_avg_pool2d_backward_kernel");
 }

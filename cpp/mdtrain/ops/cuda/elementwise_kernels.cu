@@ -25,7 +25,8 @@ using detail::OnDevice;
 
 namespace {
 
-template <class T> __global__ void fill_kernel(T* p, std::int64_t n, T value) {
+template <class T>
+__global__ void fill_kernel(T* p, std::int64_t n, T value) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) p[i] = value;
 }
 
@@ -87,7 +88,8 @@ __global__ void dropout_kernel(const T* x, std::int64_t n, std::uint64_t seed, s
   }
 }
 
-template <class T> __global__ void multiply_kernel(const T* a, const T* b, std::int64_t n, T* y) {
+template <class T>
+__global__ void multiply_kernel(const T* a, const T* b, std::int64_t n, T* y) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) y[i] = a[i] * b[i];
 }
 
@@ -106,17 +108,20 @@ __global__ void gather_rows_kernel(const char* x, const std::int64_t* indices, s
 }
 
 // flag becomes 1 when some element is NaN or infinite.
-template <class T> __global__ void all_finite_kernel(const T* x, std::int64_t n, int* flag) {
+template <class T>
+__global__ void all_finite_kernel(const T* x, std::int64_t n, int* flag) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride())
     if (math::nonfinite_probe(x[i]) != T(0)) *flag = 1;
 }
 
 // Partial sums of squares per block, in double; the host adds the (few) partials in block order,
 // so the result does not depend on timing.
-template <class T> __global__ void sum_of_squares_kernel(const T* x, std::int64_t n, double* partial) {
+template <class T>
+__global__ void sum_of_squares_kernel(const T* x, std::int64_t n, double* partial) {
   __shared__ double lane[kThreads];
   double s = 0;
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (std::int64_t i = first_index(); i < n; i += grid_stride())
+    s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   lane[threadIdx.x] = s;
   __syncthreads();
   for (int half = kThreads / 2; half > 0; half /= 2) {
@@ -152,12 +157,24 @@ void bias_activation(const Tensor& z, const Tensor& bias, Activation act, Tensor
     T* yp = y.data<T>();
     const unsigned blocks = blocks_for(n);
     switch (act) {
-      case Activation::Linear: bias_activation_kernel<T, Activation::Linear><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp); break;
-      case Activation::ReLU: bias_activation_kernel<T, Activation::ReLU><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp); break;
-      case Activation::Sigmoid: bias_activation_kernel<T, Activation::Sigmoid><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp); break;
-      case Activation::Tanh: bias_activation_kernel<T, Activation::Tanh><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp); break;
-      case Activation::GELU: bias_activation_kernel<T, Activation::GELU><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp); break;
-      case Activation::Softmax: softmax_rows_kernel<T><<<blocks_for(rows), kThreads, 0, on.stream>>>(zp, bp, rows, cols, yp); break;
+      case Activation::Linear:
+        bias_activation_kernel<T, Activation::Linear><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
+        break;
+      case Activation::ReLU:
+        bias_activation_kernel<T, Activation::ReLU><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
+        break;
+      case Activation::Sigmoid:
+        bias_activation_kernel<T, Activation::Sigmoid><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
+        break;
+      case Activation::Tanh:
+        bias_activation_kernel<T, Activation::Tanh><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
+        break;
+      case Activation::GELU:
+        bias_activation_kernel<T, Activation::GELU><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
+        break;
+      case Activation::Softmax:
+        softmax_rows_kernel<T><<<blocks_for(rows), kThreads, 0, on.stream>>>(zp, bp, rows, cols, yp);
+        break;
     }
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("bias_activation_kernel");
@@ -180,11 +197,21 @@ void activation_backward(Activation act, const Tensor& z, const Tensor& y, const
     T* dzp = dz.data<T>();
     const unsigned blocks = blocks_for(n);
     switch (act) {
-      case Activation::ReLU: activation_backward_kernel<T, Activation::ReLU><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp); break;
-      case Activation::Sigmoid: activation_backward_kernel<T, Activation::Sigmoid><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp); break;
-      case Activation::Tanh: activation_backward_kernel<T, Activation::Tanh><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp); break;
-      case Activation::GELU: activation_backward_kernel<T, Activation::GELU><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp); break;
-      case Activation::Softmax: softmax_backward_rows_kernel<T><<<blocks_for(rows), kThreads, 0, on.stream>>>(yp, dyp, rows, cols, dzp); break;
+      case Activation::ReLU:
+        activation_backward_kernel<T, Activation::ReLU><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp);
+        break;
+      case Activation::Sigmoid:
+        activation_backward_kernel<T, Activation::Sigmoid><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp);
+        break;
+      case Activation::Tanh:
+        activation_backward_kernel<T, Activation::Tanh><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp);
+        break;
+      case Activation::GELU:
+        activation_backward_kernel<T, Activation::GELU><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp);
+        break;
+      case Activation::Softmax:
+        softmax_backward_rows_kernel<T><<<blocks_for(rows), kThreads, 0, on.stream>>>(yp, dyp, rows, cols, dzp);
+        break;
       case Activation::Linear: break;
     }
   });
@@ -197,8 +224,8 @@ void sum_rows(const Tensor& x, Tensor& out, double beta) {
   OnDevice on(x);
   dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    sum_rows_kernel<T><<<blocks_for(cols), kThreads, 0, on.stream>>>(x.data<T>(), rows, cols, static_cast<T>(beta),
-                                                                      out.data<T>());
+    sum_rows_kernel<T>
+        <<<blocks_for(cols), kThreads, 0, on.stream>>>(x.data<T>(), rows, cols, static_cast<T>(beta), out.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("sum_rows_kernel");
 }
@@ -213,8 +240,8 @@ void dropout(const Tensor& x, double rate, std::uint64_t seed, std::uint64_t str
     // The scalars exactly as cpu::dropout computes them.
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
     const float threshold = static_cast<float>(rate);
-    dropout_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), n, seed, stream, first_element,
-                                                                  threshold, scale, mask.data<T>(), y.data<T>());
+    dropout_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), n, seed, stream, first_element, threshold,
+                                                                 scale, mask.data<T>(), y.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("dropout_kernel");
 }
@@ -248,7 +275,9 @@ void gather_rows(const Tensor& x, const std::int64_t* indices, std::int64_t coun
   OnDevice on(device);
   std::shared_ptr<void> idx = allocate(out.device(), static_cast<std::size_t>(count) * sizeof(std::int64_t));
   detail::stage_to_device(device, idx.get(), static_cast<std::size_t>(count) * sizeof(std::int64_t),
-                          [&](void* staging) { std::memcpy(staging, indices, static_cast<std::size_t>(count) * sizeof(std::int64_t)); });
+                          [&](void* staging) {
+                            std::memcpy(staging, indices, static_cast<std::size_t>(count) * sizeof(std::int64_t));
+                          });
   gather_rows_kernel<<<blocks_for(count * row_bytes / 4 + 1), kThreads, 0, on.stream>>>(
       static_cast<const char*>(x.raw()), static_cast<const std::int64_t*>(idx.get()), count, row_bytes,
       static_cast<char*>(out.raw()));

@@ -53,11 +53,11 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   // With k == 0 cuBLAS computes c = beta * c (and ignores c when beta == 0), as ops::gemm requires.
   if (c.dtype() == DType::Float32) {
     const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
-    MDTRAIN_CUBLAS_CHECK(cublasSgemm(h.handle, op(tb), op(ta), n, m, k, &al, b.data<float>(), ldb,
-                                     a.data<float>(), lda, &be, c.data<float>(), ldc));
+    MDTRAIN_CUBLAS_CHECK(cublasSgemm(h.handle, op(tb), op(ta), n, m, k, &al, b.data<float>(), ldb, a.data<float>(), lda,
+                                     &be, c.data<float>(), ldc));
   } else {
-    MDTRAIN_CUBLAS_CHECK(cublasDgemm(h.handle, op(tb), op(ta), n, m, k, &alpha, b.data<double>(), ldb,
-                                     a.data<double>(), lda, &beta, c.data<double>(), ldc));
+    MDTRAIN_CUBLAS_CHECK(cublasDgemm(h.handle, op(tb), op(ta), n, m, k, &alpha, b.data<double>(), ldb, a.data<double>(),
+                                     lda, &beta, c.data<double>(), ldc));
   }
 }
 

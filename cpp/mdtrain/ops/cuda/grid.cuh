@@ -6,10 +6,12 @@
 
 namespace mdtrain::cuda::detail {
 
-template <class I = std::int64_t> __device__ inline I first_index() {
+template <class I = std::int64_t>
+__device__ inline I first_index() {
   return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
 }
-template <class I = std::int64_t> __device__ inline I grid_stride() {
+template <class I = std::int64_t>
+__device__ inline I grid_stride() {
   return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
 }
 

@@ -12,11 +12,11 @@
 namespace mdtrain::cuda {
 
 struct KernelEntry {
-  const char* kernel;     // the __global__ function's name
-  const char* source;     // its file, relative to cpp/mdtrain/
-  const char* functors;   // space-separated "math::name" of the shared functions it calls
-  const char* no_functor; // why there are none (only when functors is empty)
-  const char* gpu_test;   // "Suite.Name" of its test in tests/cpp/gpu/
+  const char* kernel;      // the __global__ function's name
+  const char* source;      // its file, relative to cpp/mdtrain/
+  const char* functors;    // space-separated "math::name" of the shared functions it calls
+  const char* no_functor;  // why there are none (only when functors is empty)
+  const char* gpu_test;    // "Suite.Name" of its test in tests/cpp/gpu/
 };
 
 inline constexpr KernelEntry kKernels[] = {
@@ -30,9 +30,10 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaKernels.ActivationBackwardMatchesCpu"},
     {"softmax_backward_rows_kernel", "ops/cuda/elementwise_kernels.cu", "math::softmax_backward_row", "",
      "CudaKernels.ActivationBackwardMatchesCpu"},
-    {"sum_rows_kernel", "ops/cuda/elementwise_kernels.cu", "",
-     "a column sum in row order, as the CPU loop adds", "CudaKernels.SumRowsMatchesCpu"},
-    {"dropout_kernel", "ops/cuda/elementwise_kernels.cu", "math::dropout_mask_from_block", "", "CudaKernels.DropoutMatchesCpuBitwise"},
+    {"sum_rows_kernel", "ops/cuda/elementwise_kernels.cu", "", "a column sum in row order, as the CPU loop adds",
+     "CudaKernels.SumRowsMatchesCpu"},
+    {"dropout_kernel", "ops/cuda/elementwise_kernels.cu", "math::dropout_mask_from_block", "",
+     "CudaKernels.DropoutMatchesCpuBitwise"},
     {"multiply_kernel", "ops/cuda/elementwise_kernels.cu", "", "one multiplication per element",
      "CudaKernels.MultiplyMatchesCpu"},
     {"gather_rows_kernel", "ops/cuda/elementwise_kernels.cu", "", "data movement", "CudaKernels.GatherRowsMatchesCpu"},
@@ -54,10 +55,12 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaLossKernels.RegressionLossesMatchCpu"},
     {"sparse_argmax_matches_kernel", "ops/cuda/loss_kernels.cu", "math::argmax_first", "",
      "CudaLossKernels.MetricCountsMatchCpu"},
-    {"argmax_matches_kernel", "ops/cuda/loss_kernels.cu", "math::argmax_first", "", "CudaLossKernels.MetricCountsMatchCpu"},
+    {"argmax_matches_kernel", "ops/cuda/loss_kernels.cu", "math::argmax_first", "",
+     "CudaLossKernels.MetricCountsMatchCpu"},
     {"top_k_matches_kernel", "ops/cuda/loss_kernels.cu", "math::class_id_or_none math::in_top_k", "",
      "CudaLossKernels.MetricCountsMatchCpu"},
-    {"binary_matches_kernel", "ops/cuda/loss_kernels.cu", "math::binary_match", "", "CudaLossKernels.MetricCountsMatchCpu"},
+    {"binary_matches_kernel", "ops/cuda/loss_kernels.cu", "math::binary_match", "",
+     "CudaLossKernels.MetricCountsMatchCpu"},
     // optim/ (fused per bucket)
     {"sgd_kernel", "ops/cuda/optimizer_kernels.cu",
      "math::clip_gradient math::decay_weight math::sgd_update math::sgd_momentum_update", "",

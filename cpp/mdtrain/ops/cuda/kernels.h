@@ -12,8 +12,7 @@
 namespace mdtrain::cuda {
 
 // cuBLAS (row-major through the transpose identity C^T = op(B)^T op(A)^T).
-void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha,
-          double beta);
+void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha, double beta);
 void bias_activation(const Tensor& z, const Tensor& bias, Activation act, Tensor& y);
 void activation_backward(Activation act, const Tensor& z, const Tensor& y, const Tensor& dy, Tensor& dz);
 void sum_rows(const Tensor& x, Tensor& out, double beta);

@@ -24,7 +24,8 @@ using detail::OnDevice;
 
 namespace {
 
-template <class L> __device__ inline bool is_ignored(L v, bool has_ignore, std::int64_t ignore) {
+template <class L>
+__device__ inline bool is_ignored(L v, bool has_ignore, std::int64_t ignore) {
   return has_ignore && static_cast<double>(v) == static_cast<double>(ignore);
 }
 
@@ -120,7 +121,8 @@ __global__ void top_k_matches_kernel(const L* labels, const T* pred, std::int64_
 
 template <class T, class L>
 __global__ void binary_matches_kernel(const L* target, const T* pred, std::int64_t n, T threshold, double* match) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) match[i] = math::binary_match(target[i], pred[i], threshold);
+  for (std::int64_t i = first_index(); i < n; i += grid_stride())
+    match[i] = math::binary_match(target[i], pred[i], threshold);
 }
 
 // Runs launch(T tag, L tag, double* per_item, stream) over `items` outputs and returns their sum in
@@ -131,7 +133,8 @@ double sum_per_item(const Tensor& y, const Tensor& pred, std::int64_t items, con
   OnDevice on(pred);
   std::shared_ptr<void> per_item = allocate(pred.device(), static_cast<std::size_t>(items) * sizeof(double));
   dispatch_floating(pred.dtype(), "cuda", [&](auto ttag) {
-    dispatch_any(y.dtype(), "cuda", [&](auto ltag) { launch(ttag, ltag, static_cast<double*>(per_item.get()), on.stream); });
+    dispatch_any(y.dtype(), "cuda",
+                 [&](auto ltag) { launch(ttag, ltag, static_cast<double*>(per_item.get()), on.stream); });
   });
   MDTRAIN_CUDA_CHECK_LAUNCH(kernel);
   std::vector<double> host(static_cast<std::size_t>(items));
@@ -141,7 +144,10 @@ double sum_per_item(const Tensor& y, const Tensor& pred, std::int64_t items, con
   return sum;
 }
 
-template <class T> T* grad_ptr(Tensor* dpred) { return dpred ? dpred->data<T>() : nullptr; }
+template <class T>
+T* grad_ptr(Tensor* dpred) {
+  return dpred ? dpred->data<T>() : nullptr;
+}
 
 }  // namespace
 
@@ -152,8 +158,8 @@ double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred,
     using T = decltype(ttag);
     using L = decltype(ltag);
     sparse_xent_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(labels.data<L>(), pred.data<T>(), rows, cols,
-                                                                    from_logits, has_ignore, ignore_class,
-                                                                    static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                                                                   from_logits, has_ignore, ignore_class,
+                                                                   static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
   });
 }
 
@@ -164,8 +170,8 @@ double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool f
     using T = decltype(ttag);
     using L = decltype(ltag);
     dense_xent_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols,
-                                                                   from_logits, static_cast<T>(label_smoothing),
-                                                                   static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                                                                  from_logits, static_cast<T>(label_smoothing),
+                                                                  static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
   });
 }
 
@@ -176,57 +182,67 @@ double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_l
     using T = decltype(ttag);
     using L = decltype(ltag);
     binary_xent_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols,
-                                                                    from_logits, static_cast<T>(label_smoothing),
-                                                                    static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                                                                   from_logits, static_cast<T>(label_smoothing),
+                                                                   static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
   });
 }
 
 double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
-  return sum_per_item(target, pred, rows, "regression_loss_kernel", [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
-    using T = decltype(ttag);
-    using L = decltype(ltag);
-    regression_loss_kernel<T, L, false><<<blocks_for(rows), kThreads, 0, s>>>(
-        target.data<L>(), pred.data<T>(), rows, cols, static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
-  });
+  return sum_per_item(target, pred, rows, "regression_loss_kernel",
+                      [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
+                        using T = decltype(ttag);
+                        using L = decltype(ltag);
+                        regression_loss_kernel<T, L, false>
+                            <<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols,
+                                                                   static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                      });
 }
 
 double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
-  return sum_per_item(target, pred, rows, "regression_loss_kernel", [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
-    using T = decltype(ttag);
-    using L = decltype(ltag);
-    regression_loss_kernel<T, L, true><<<blocks_for(rows), kThreads, 0, s>>>(
-        target.data<L>(), pred.data<T>(), rows, cols, static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
-  });
+  return sum_per_item(target, pred, rows, "regression_loss_kernel",
+                      [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
+                        using T = decltype(ttag);
+                        using L = decltype(ltag);
+                        regression_loss_kernel<T, L, true>
+                            <<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols,
+                                                                   static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                      });
 }
 
 double sparse_categorical_matches(const Tensor& labels, const Tensor& pred) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
-  return sum_per_item(labels, pred, rows, "sparse_argmax_matches_kernel", [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
-    using T = decltype(ttag);
-    using L = decltype(ltag);
-    sparse_argmax_matches_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(labels.data<L>(), pred.data<T>(), rows,
-                                                                              cols, out);
-  });
+  return sum_per_item(labels, pred, rows, "sparse_argmax_matches_kernel",
+                      [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
+                        using T = decltype(ttag);
+                        using L = decltype(ltag);
+                        sparse_argmax_matches_kernel<T, L>
+                            <<<blocks_for(rows), kThreads, 0, s>>>(labels.data<L>(), pred.data<T>(), rows, cols, out);
+                      });
 }
 
 double categorical_matches(const Tensor& target, const Tensor& pred) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
-  return sum_per_item(target, pred, rows, "argmax_matches_kernel", [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
-    using T = decltype(ttag);
-    using L = decltype(ltag);
-    argmax_matches_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols, out);
-  });
+  return sum_per_item(target, pred, rows, "argmax_matches_kernel",
+                      [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
+                        using T = decltype(ttag);
+                        using L = decltype(ltag);
+                        argmax_matches_kernel<T, L>
+                            <<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols, out);
+                      });
 }
 
 double sparse_top_k_matches(const Tensor& labels, const Tensor& pred, std::int64_t k) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
-  return sum_per_item(labels, pred, rows, "top_k_matches_kernel", [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
-    using T = decltype(ttag);
-    using L = decltype(ltag);
-    top_k_matches_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(labels.data<L>(), pred.data<T>(), rows, cols, k, out);
-  });
+  return sum_per_item(labels, pred, rows, "top_k_matches_kernel",
+                      [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
+                        using T = decltype(ttag);
+                        using L = decltype(ltag);
+                        top_k_matches_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(labels.data<L>(),
+                                                                                         pred.data<T>(), rows, cols, k,
+                                                                                         out);
+                      });
 }
 
 double binary_matches(const Tensor& target, const Tensor& pred, double threshold) {
@@ -234,8 +250,8 @@ double binary_matches(const Tensor& target, const Tensor& pred, double threshold
   return sum_per_item(target, pred, n, "binary_matches_kernel", [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
     using T = decltype(ttag);
     using L = decltype(ltag);
-    binary_matches_kernel<T, L><<<blocks_for(n), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), n,
-                                                                    static_cast<T>(threshold), out);
+    binary_matches_kernel<T, L>
+        <<<blocks_for(n), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), n, static_cast<T>(threshold), out);
   });
 }
 

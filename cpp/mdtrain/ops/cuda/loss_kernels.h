@@ -11,9 +11,8 @@
 
 namespace mdtrain::cuda {
 
-double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred, bool from_logits,
-                                       bool has_ignore, std::int64_t ignore_class, double grad_scale,
-                                       Tensor* dpred);
+double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred, bool from_logits, bool has_ignore,
+                                       std::int64_t ignore_class, double grad_scale, Tensor* dpred);
 double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
                                 double grad_scale, Tensor* dpred);
 double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,

@@ -86,9 +86,7 @@ void row_normalize_backward(const Tensor&, const Tensor&, const Tensor&, const T
 void im2col(const Tensor&, const Window2D&, std::int64_t, Tensor&) { unavailable("im2col"); }
 void col2im(const Tensor&, const Window2D&, std::int64_t, bool, Tensor&) { unavailable("col2im"); }
 void max_pool2d(const Tensor&, const Window2D&, Tensor&, Tensor&) { unavailable("max_pool2d"); }
-void max_pool2d_backward(const Tensor&, const Tensor&, const Window2D&, Tensor&) {
-  unavailable("max_pool2d_backward");
-}
+void max_pool2d_backward(const Tensor&, const Tensor&, const Window2D&, Tensor&) { unavailable("max_pool2d_backward"); }
 void avg_pool2d(const Tensor&, const Window2D&, Tensor&) { unavailable("avg_pool2d"); }
 void avg_pool2d_backward(const Tensor&, const Window2D&, Tensor&) { unavailable("avg_pool2d_backward"); }
 void global_avg_pool2d(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {

@@ -199,7 +199,10 @@ __global__ void row_normalize_backward_kernel(const T* dy, const T* xhat, std::i
   }
 }
 
-template <class T> const T* optional_data(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+template <class T>
+const T* optional_data(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
 
 // Blocks of the per-row kernels: one per row, at most 4096 (they stride over the rows).
 unsigned row_blocks(std::int64_t rows) { return static_cast<unsigned>(std::min<std::int64_t>(rows, 4096)); }
@@ -231,11 +234,11 @@ void channel_reduce(const OnDevice& on, const Device& device, const T* x, const 
   const dim3 block(kChannelTile, kRowLanes);
   const dim3 grid(static_cast<unsigned>((channels + kChannelTile - 1) / kChannelTile),
                   static_cast<unsigned>(chunks.count));
-  channel_partials_kernel<T, S><<<grid, block, 0, on.stream>>>(x, xhat, center, rows, channels, chunks.rows,
-                                                                partial_a, partial_b);
+  channel_partials_kernel<T, S>
+      <<<grid, block, 0, on.stream>>>(x, xhat, center, rows, channels, chunks.rows, partial_a, partial_b);
   MDTRAIN_CUDA_CHECK_LAUNCH("channel_partials_kernel");
-  channel_combine_kernel<<<blocks_for(channels), kThreads, 0, on.stream>>>(partial_a, partial_b, chunks.count,
-                                                                           channels, divisor, out_a, out_b);
+  channel_combine_kernel<<<blocks_for(channels), kThreads, 0, on.stream>>>(partial_a, partial_b, chunks.count, channels,
+                                                                           divisor, out_a, out_b);
   MDTRAIN_CUDA_CHECK_LAUNCH("channel_combine_kernel");
 }
 
@@ -270,9 +273,9 @@ void channel_sums(const Tensor& x, const Tensor& shift, Tensor& sum, Tensor& sum
   if (rows == 0) return zero_stats(on, sum, sum_squares);
   dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    channel_reduce<T, ChannelSum::ShiftedValuesAndSquares>(on, x.device(), x.data<T>(), nullptr,
-                                                           shift.data<double>(), rows, channels, 1.0,
-                                                           sum.data<double>(), sum_squares.data<double>());
+    channel_reduce<T, ChannelSum::ShiftedValuesAndSquares>(on, x.device(), x.data<T>(), nullptr, shift.data<double>(),
+                                                           rows, channels, 1.0, sum.data<double>(),
+                                                           sum_squares.data<double>());
   });
 }
 
@@ -283,9 +286,11 @@ void channel_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv_st
   OnDevice on(x);
   dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    channel_normalize_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        x.data<T>(), n, channels, mean.data<double>(), inv_std.data<double>(), optional_data<T>(gamma),
-        optional_data<T>(beta), xhat ? xhat->data<T>() : nullptr, y.data<T>());
+    channel_normalize_kernel<T>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), n, channels, mean.data<double>(),
+                                                    inv_std.data<double>(), optional_data<T>(gamma),
+                                                    optional_data<T>(beta), xhat ? xhat->data<T>() : nullptr,
+                                                    y.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("channel_normalize_kernel");
 }
@@ -298,8 +303,7 @@ void channel_grad_sums(const Tensor& dy, const Tensor& xhat, Tensor& sum_dy, Ten
   dispatch_floating(dy.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     channel_reduce<T, ChannelSum::GradAndGradXhat>(on, dy.device(), dy.data<T>(), xhat.data<T>(), nullptr, rows,
-                                                   channels, 1.0, sum_dy.data<double>(),
-                                                   sum_dy_xhat.data<double>());
+                                                   channels, 1.0, sum_dy.data<double>(), sum_dy_xhat.data<double>());
   });
 }
 
@@ -310,9 +314,9 @@ void channel_normalize_backward(const Tensor& dy, const Tensor& xhat, const Tens
   OnDevice on(dy);
   dispatch_floating(dy.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    channel_normalize_backward_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        dy.data<T>(), xhat.data<T>(), n, channels, scale.data<double>(), mean_dy.data<double>(),
-        mean_dy_xhat.data<double>(), dx.data<T>());
+    channel_normalize_backward_kernel<T>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(dy.data<T>(), xhat.data<T>(), n, channels, scale.data<double>(),
+                                                    mean_dy.data<double>(), mean_dy_xhat.data<double>(), dx.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("channel_normalize_backward_kernel");
 }
@@ -324,9 +328,10 @@ void row_normalize(const Tensor& x, double epsilon, const Tensor& gamma, const T
   OnDevice on(x);
   dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    row_normalize_kernel<T><<<row_blocks(rows), kThreads, 0, on.stream>>>(
-        x.data<T>(), rows, channels, epsilon, optional_data<T>(gamma), optional_data<T>(beta), xhat.data<T>(),
-        inv_std.data<double>(), y.data<T>());
+    row_normalize_kernel<T><<<row_blocks(rows), kThreads, 0, on.stream>>>(x.data<T>(), rows, channels, epsilon,
+                                                                          optional_data<T>(gamma),
+                                                                          optional_data<T>(beta), xhat.data<T>(),
+                                                                          inv_std.data<double>(), y.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("row_normalize_kernel");
 }
@@ -338,8 +343,9 @@ void row_normalize_backward(const Tensor& dy, const Tensor& xhat, const Tensor& 
   OnDevice on(dy);
   dispatch_floating(dy.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    row_normalize_backward_kernel<T><<<row_blocks(rows), kThreads, 0, on.stream>>>(
-        dy.data<T>(), xhat.data<T>(), rows, channels, inv_std.data<double>(), optional_data<T>(gamma), dx.data<T>());
+    row_normalize_backward_kernel<T>
+        <<<row_blocks(rows), kThreads, 0, on.stream>>>(dy.data<T>(), xhat.data<T>(), rows, channels,
+                                                       inv_std.data<double>(), optional_data<T>(gamma), dx.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("row_normalize_backward_kernel");
 }

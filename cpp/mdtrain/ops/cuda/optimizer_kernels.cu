@@ -25,7 +25,8 @@ using detail::kThreads;
 
 namespace {
 
-template <class T> struct Segment {
+template <class T>
+struct Segment {
   T* p;
   const T* g;
   T* s0;
@@ -39,7 +40,8 @@ template <class T> struct Segment {
 // Passed by value as a kernel parameter (no host-to-device copy per step): 24 segments of at most
 // 64 bytes stay far below the 4 KB parameter limit.
 constexpr int kMaxSegments = 24;
-template <class T> struct Bucket {
+template <class T>
+struct Bucket {
   Segment<T> seg[kMaxSegments];
 };
 
@@ -137,10 +139,10 @@ void for_each_bucket(int device, const std::vector<UpdateSegment>& segments, dou
       const bool seg_clip = u.grad_scale != 1.0 || clip_on;
       const bool seg_decay = u.decay != 0.0;
       if (seg_clip != clip || seg_decay != decay || u.size == 0) continue;
-      bucket.seg[count] = Segment<T>{static_cast<T*>(u.value), static_cast<const T*>(u.grad),
-                                     static_cast<T*>(u.slots[0]), static_cast<T*>(u.slots[1]),
-                                     static_cast<T*>(u.slots[2]), u.size, static_cast<T>(u.grad_scale),
-                                     static_cast<T>(u.decay)};
+      bucket.seg[count] =
+          Segment<T>{static_cast<T*>(u.value),     static_cast<const T*>(u.grad), static_cast<T*>(u.slots[0]),
+                     static_cast<T*>(u.slots[1]),  static_cast<T*>(u.slots[2]),   u.size,
+                     static_cast<T>(u.grad_scale), static_cast<T>(u.decay)};
       largest = u.size > largest ? u.size : largest;
       if (++count == kMaxSegments) flush();
     }
@@ -155,12 +157,15 @@ void sgd_update(int device, DType dtype, const std::vector<UpdateSegment>& segme
   dispatch_floating(dtype, "cuda", [&](auto tag) {
     using T = decltype(tag);
     const T lr = static_cast<T>(learning_rate), mom = static_cast<T>(momentum), limit = static_cast<T>(clip_value);
-    for_each_bucket<T>(device, segments, clip_value, [&](auto c, auto d, const Bucket<T>& b, dim3 grid, cudaStream_t s) {
-      constexpr bool kClip = decltype(c)::value, kDecay = decltype(d)::value;
-      if (momentum == 0.0) sgd_kernel<T, kClip, kDecay, false, false><<<grid, kThreads, 0, s>>>(b, lr, mom, limit);
-      else if (nesterov) sgd_kernel<T, kClip, kDecay, true, true><<<grid, kThreads, 0, s>>>(b, lr, mom, limit);
-      else sgd_kernel<T, kClip, kDecay, true, false><<<grid, kThreads, 0, s>>>(b, lr, mom, limit);
-    });
+    for_each_bucket<T>(device, segments, clip_value,
+                       [&](auto c, auto d, const Bucket<T>& b, dim3 grid, cudaStream_t s) {
+                         constexpr bool kClip = decltype(c)::value, kDecay = decltype(d)::value;
+                         if (momentum == 0.0)
+                           sgd_kernel<T, kClip, kDecay, false, false><<<grid, kThreads, 0, s>>>(b, lr, mom, limit);
+                         else if (nesterov)
+                           sgd_kernel<T, kClip, kDecay, true, true><<<grid, kThreads, 0, s>>>(b, lr, mom, limit);
+                         else sgd_kernel<T, kClip, kDecay, true, false><<<grid, kThreads, 0, s>>>(b, lr, mom, limit);
+                       });
   });
 }
 
@@ -172,11 +177,12 @@ void adam_update(int device, DType dtype, const std::vector<UpdateSegment>& segm
     const math::AdamScalars<T> sc{static_cast<T>(alpha), static_cast<T>(1 - beta_1), static_cast<T>(1 - beta_2),
                                   static_cast<T>(epsilon)};
     const T limit = static_cast<T>(clip_value);
-    for_each_bucket<T>(device, segments, clip_value, [&](auto c, auto d, const Bucket<T>& b, dim3 grid, cudaStream_t s) {
-      constexpr bool kClip = decltype(c)::value, kDecay = decltype(d)::value;
-      if (amsgrad) adam_kernel<T, kClip, kDecay, true><<<grid, kThreads, 0, s>>>(b, sc, limit);
-      else adam_kernel<T, kClip, kDecay, false><<<grid, kThreads, 0, s>>>(b, sc, limit);
-    });
+    for_each_bucket<T>(device, segments, clip_value,
+                       [&](auto c, auto d, const Bucket<T>& b, dim3 grid, cudaStream_t s) {
+                         constexpr bool kClip = decltype(c)::value, kDecay = decltype(d)::value;
+                         if (amsgrad) adam_kernel<T, kClip, kDecay, true><<<grid, kThreads, 0, s>>>(b, sc, limit);
+                         else adam_kernel<T, kClip, kDecay, false><<<grid, kThreads, 0, s>>>(b, sc, limit);
+                       });
   });
 }
 
@@ -214,10 +220,11 @@ void adagrad_update(int device, DType dtype, const std::vector<UpdateSegment>& s
   dispatch_floating(dtype, "cuda", [&](auto tag) {
     using T = decltype(tag);
     const T lr = static_cast<T>(learning_rate), eps = static_cast<T>(epsilon), limit = static_cast<T>(clip_value);
-    for_each_bucket<T>(device, segments, clip_value, [&](auto c, auto d, const Bucket<T>& b, dim3 grid, cudaStream_t s) {
-      constexpr bool kClip = decltype(c)::value, kDecay = decltype(d)::value;
-      adagrad_kernel<T, kClip, kDecay><<<grid, kThreads, 0, s>>>(b, lr, eps, limit);
-    });
+    for_each_bucket<T>(device, segments, clip_value,
+                       [&](auto c, auto d, const Bucket<T>& b, dim3 grid, cudaStream_t s) {
+                         constexpr bool kClip = decltype(c)::value, kDecay = decltype(d)::value;
+                         adagrad_kernel<T, kClip, kDecay><<<grid, kThreads, 0, s>>>(b, lr, eps, limit);
+                       });
   });
 }
 

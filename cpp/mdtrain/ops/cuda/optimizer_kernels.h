@@ -4,7 +4,8 @@
 // ops/cpu/optimizer_kernels.h run, and the same per-step scalars (computed once per call, in
 // double, then cast, as the host kernels do). Called through ops/optimizer_ops.h. Segments with
 // and without clipping or weight decay go to separately compiled kernels, as the host loops are,
-// so a feature that is off costs nothing and changes no bits. Defined in optimizer_kernels.cu or by the stub no_cuda.cpp.
+// so a feature that is off costs nothing and changes no bits. Defined in optimizer_kernels.cu or by the stub
+// no_cuda.cpp.
 #include <cstdint>
 #include <vector>
 
@@ -21,8 +22,8 @@ using ops::UpdateSegment;
 void sgd_update(int device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
                 double momentum, bool nesterov, double clip_value);
 // slots: {momentum, velocity[, velocity_hat]}; alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t).
-void adam_update(int device, DType dtype, const std::vector<UpdateSegment>& segments, double alpha,
-                 double beta_1, double beta_2, double epsilon, bool amsgrad, double clip_value);
+void adam_update(int device, DType dtype, const std::vector<UpdateSegment>& segments, double alpha, double beta_1,
+                 double beta_2, double epsilon, bool amsgrad, double clip_value);
 // slots: {velocity[, momentum][, average_gradient]}.
 void rmsprop_update(int device, DType dtype, const std::vector<UpdateSegment>& segments, double learning_rate,
                     double rho, double momentum, double epsilon, bool centered, double clip_value);
