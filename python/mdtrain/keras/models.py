@@ -378,9 +378,7 @@ class Sequential:
             n = len(x)
             steps = math.ceil(n / batch_size)
             if steps_per_epoch is not None:
-                if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, (int, np.integer)) or steps_per_epoch <= 0:
-                    raise ValueError(f"fit: steps_per_epoch must be a positive integer, got {steps_per_epoch!r}")
-                steps = int(steps_per_epoch)
+                steps = check_count(steps_per_epoch, "steps_per_epoch", "fit")
 
         self._sync_workers()
         self._check_workers_agree("fit", batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
