@@ -458,6 +458,32 @@ TEST(GatherRows, CopiesRowsOfAnyDtypeAndRank) {
   EXPECT_NO_THROW(ops::gather_rows(x, idx, 0, empty));
 }
 
+TEST(GatherRows, ALargeBatchSplitOverThreadsCopiesEveryRowOnce) {
+  // 1000 rows of 128 floats (512 KB): enough for the copy to be split over the intra-op team.
+  const std::int64_t n = 1000, cols = 128;
+  Tensor x({n, cols}, DType::Float32);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i);
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = (i * 617) % n;  // a permutation
+  Tensor out({n, cols}, DType::Float32);
+  out.fill(-1.0);
+  ops::gather_rows(x, idx.data(), n, out);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t k = 0; k < cols; ++k)
+      ASSERT_EQ(out.data<float>()[i * cols + k], static_cast<float>(idx[static_cast<std::size_t>(i)] * cols + k))
+          << "row " << i << " column " << k;
+}
+
+TEST(GatherRows, ABadIndexLeavesTheOutputUntouched) {
+  Tensor x({3, 2}, DType::Float32);
+  x.fill(1.0);
+  const std::int64_t idx[] = {0, 1, 7};
+  Tensor out({3, 2}, DType::Float32);
+  out.fill(-1.0);
+  EXPECT_THROW(ops::gather_rows(x, idx, 3, out), std::out_of_range);
+  for (std::int64_t i = 0; i < out.numel(); ++i) EXPECT_EQ(out.data<float>()[i], -1.0f);  // all checked first
+}
+
 TEST(GatherRows, OutOfRangeIndexThrowsOutOfRange) {
   Tensor x({5, 3}), out({2, 3});
   for (std::int64_t bad : {-1, 5, 1000}) {

@@ -2,6 +2,7 @@
 // against the old loops in tests/cpp/optim/test_update_bitwise.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <stdexcept>
@@ -76,6 +77,30 @@ TEST(OptimizerOps, UpdatesEverySegment) {
   // Two disjoint segments, plain SGD: p -= g * lr on exactly their elements.
   ops::sgd_update(Device{}, DType::Float32, {b.segment(0, 2), b.segment(4, 2)}, 0.5, 0.0, false, HUGE_VAL);
   EXPECT_EQ(b.p, (std::vector<float>{0.75f, 0.75f, 1.0f, 1.0f, 0.75f, 0.75f}));
+}
+
+// Adam's moments of a weight whose gradient stays zero decay through the subnormal range; the
+// update flushes them to zero (core/denormals.h) on every thread it runs on, and leaves the
+// caller's floating-point environment as it was.
+TEST(OptimizerOps, SubnormalMomentsFlushToZeroOnEveryThreadAndOnlyInsideTheUpdate) {
+#if !defined(__x86_64__) && !defined(__SSE__)
+  GTEST_SKIP() << "denormals are flushed on x86 only (elsewhere they cost no more than normal numbers)";
+#endif
+  const std::size_t n = std::size_t{1} << 16;  // large enough to be split over the intra-op team
+  Buffers b(n);
+  const float subnormal = 1e-39f;
+  ASSERT_EQ(std::fpclassify(subnormal), FP_SUBNORMAL);
+  std::fill(b.g.begin(), b.g.end(), 0.0f);
+  std::fill(b.m.begin(), b.m.end(), subnormal);
+  std::fill(b.v.begin(), b.v.end(), 1e-20f);  // normal: the weight's step is (0 * alpha) / ...
+  ops::adam_update(Device{}, DType::Float32, {b.segment(0, static_cast<std::int64_t>(n))}, 0.001, 0.9, 0.999, 1e-7,
+                   false, HUGE_VAL);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(b.m[i], 0.0f) << "element " << i << " kept a subnormal momentum";
+    ASSERT_EQ(b.p[i], 1.0f) << "element " << i;  // a zero step leaves the weight's bits alone
+  }
+  volatile float small = 1e-30f, factor = 1e-9f;  // volatile: computed at run time, on this thread
+  EXPECT_EQ(std::fpclassify(small * factor), FP_SUBNORMAL) << "the update left denormals flushed for its caller";
 }
 
 TEST(MergeContiguous, JoinsNeighboursThatContinueEachOtherWithTheSameScalars) {

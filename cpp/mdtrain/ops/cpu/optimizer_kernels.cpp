@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "mdtrain/core/dtype_dispatch.h"
+#include "mdtrain/core/denormals.h"
 #include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/ops/optimizer_math.h"
 
@@ -40,6 +41,7 @@ void for_each_range(const std::vector<UpdateSegment>& segments, double clip_valu
   for (const UpdateSegment& s : segments) total += s.size;
   const bool clip_on = clip_value != HUGE_VAL;
   run_in_ranges(total, total >= kSplitElements, [&](std::int64_t begin, std::int64_t end) {
+    const DenormalsFlushedToZero flushed;  // on every thread that updates (see denormals.h)
     std::int64_t offset = 0;
     for (const UpdateSegment& s : segments) {
       const std::int64_t lo = std::max(begin, offset), hi = std::min(end, offset + s.size);
