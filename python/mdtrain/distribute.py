@@ -297,6 +297,39 @@ class MirroredStrategy(Strategy):
         _log.info("Using MirroredStrategy with devices %s", tuple(self._core.devices))
 
 
+class CentralStorageStrategy(Strategy):
+    """tf.distribute.experimental.CentralStorageStrategy: variables and the optimizer state on the
+    parameter device (the host), a replica on every compute device. Each step the replicas'
+    gradients are summed onto the parameter device in replica order, one update runs there, and the
+    new weights go to the replicas: bitwise the weights of
+    MirroredStrategy(cross_device_ops=ReductionToOneDevice()), with the optimizer state held once.
+
+    compute_devices=None takes every logical CPU device; parameter_device=None is "/cpu:0".
+    Compute devices are logical CPU devices for now (GPU replicas are a ValueError).
+    """
+
+    def __init__(self, compute_devices=None, parameter_device=None):
+        if compute_devices is None:
+            compute_devices = [d.name for d in _config.list_logical_devices("CPU")]
+        elif isinstance(compute_devices, str):
+            raise TypeError("compute_devices must be a list of device names, e.g. ['/cpu:0', '/cpu:1'], not a string")
+        compute_devices = list(compute_devices)
+        if not compute_devices:
+            raise ValueError("compute_devices must not be empty")
+        _check_devices_exist(compute_devices)
+        if parameter_device is None:
+            parameter_device = "/cpu:0"
+        elif not isinstance(parameter_device, str):
+            raise TypeError(f"parameter_device must be a device name such as '/cpu:0', got {parameter_device!r}")
+        super().__init__(_core.CentralStorageStrategy(compute_devices, parameter_device))
+        _log.info("Using CentralStorageStrategy with compute devices %s and parameter device %s",
+                  tuple(self._core.devices), self._core.parameter_device)
+
+    @property
+    def parameter_device(self):
+        return self._core.parameter_device
+
+
 class CommunicationImplementation(enum.Enum):
     """tf.distribute.experimental.CommunicationImplementation."""
     AUTO = "AUTO"
@@ -333,6 +366,7 @@ class CommunicationOptions:
 
 
 class experimental:  # noqa: N801 - tf.distribute.experimental namespace
+    CentralStorageStrategy = CentralStorageStrategy
     CommunicationImplementation = CommunicationImplementation
     CommunicationOptions = CommunicationOptions
 

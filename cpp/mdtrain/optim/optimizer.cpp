@@ -241,6 +241,13 @@ std::int64_t Optimizer::total_size() const {
   return n;
 }
 
+std::int64_t Optimizer::state_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& slots : slots_)
+    for (const Tensor& slot : slots) bytes += static_cast<std::int64_t>(slot.nbytes());
+  return bytes;
+}
+
 void Optimizer::apply(const ParameterList& params) { apply_range(params, 0, std::numeric_limits<std::int64_t>::max()); }
 
 void Optimizer::apply(const ParameterList& params, std::int64_t begin, std::int64_t end) {

@@ -58,6 +58,9 @@ class Optimizer {
   bool built() const { return built_; }
   // Number of trainable elements the optimizer was built for (the range apply()'s upper bound).
   std::int64_t total_size() const;
+  // Bytes of slot memory this optimizer holds (0 until built): what a replica's device pays for
+  // the optimizer state.
+  std::int64_t state_bytes() const;
 
   std::int64_t iterations() const { return iterations_; }
   // The learning rate the next apply() will use: schedule(iterations) or the constant.
