@@ -80,6 +80,8 @@ ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, con
     rep->loss = loss.clone();
     rep->logits_loss = loss.on_logits_of(primary_.output_activation());
     rep->optimizer = optimizer.clone();
+    // ZeRO-1: each replica keeps the optimizer state of its own range only.
+    if (shards_) rep->optimizer->hold_only(shards_->range_of(r).first, shards_->range_of(r).second);
     attach_communicator(*rep, std::move(comms[static_cast<std::size_t>(r)]));
     replicas_.push_back(std::move(rep));
   }

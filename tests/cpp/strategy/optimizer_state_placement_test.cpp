@@ -1,6 +1,7 @@
-// CentralStorageStrategy through the C++ Model API: weights bitwise those of Mirrored with
-// ReductionToOneDevice, the optimizer state held once (by the parameter device's replica), the
-// replicas refreshed from the stored weights every step, and the argument errors.
+// Where the optimizer state lives, through the C++ Model API. CentralStorageStrategy: weights
+// bitwise those of Mirrored with ReductionToOneDevice, the state held once (by the parameter
+// device's replica), the replicas refreshed from the stored weights every step, argument errors.
+// MirroredStrategy's ZeRO-1: each replica holds its range's share of the state only.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -97,6 +98,28 @@ TEST(CentralStorage, TheOptimizerStateLivesOnceOnTheParameterDevice) {
     EXPECT_TRUE(bitwise_equal(engine.replica_network(r).packed_values(), engine.replica_network(0).packed_values()))
         << "replica " << r;
   EXPECT_EQ(engine.optimizer().iterations(), (kRows + 19) / 20);
+}
+
+TEST(MirroredZero1, EachReplicaHoldsItsShareOfTheOptimizerState) {
+  const Data d;
+  for (auto reduction : {GradientReducer::Algorithm::AllReduce, GradientReducer::Algorithm::ReduceToOne}) {
+    auto m = make_model(std::make_shared<MirroredStrategy>(cpus(3), "auto", reduction));
+    train(*m, d, 1);
+    const auto bytes = m->engine().optimizer_state_bytes();
+    const std::int64_t params = kFeatures * 12 + 12 + 12 * kClasses + kClasses;  // 111
+    const std::int64_t shard = ((params + 2) / 3 + 15) / 16 * 16;                 // 48 (ZeroShards)
+    EXPECT_EQ(bytes, (std::vector<std::int64_t>{2 * shard * 4, 2 * shard * 4, 2 * (params - 2 * shard) * 4}));
+    // The stitched state is whole: it restores into a single-device model that trains on alike.
+    auto single = make_model(std::make_shared<MirroredStrategy>(cpus(1)));
+    single->set_weights(m->get_weights());
+    single->set_optimizer_state(m->optimizer_state());
+    train(*single, d, 1);
+    train(*m, d, 1);
+    const auto a = single->get_weights(), b = m->get_weights();
+    for (std::size_t i = 0; i < a.size(); ++i)
+      for (std::int64_t e = 0; e < a[i].numel(); ++e)
+        EXPECT_NEAR(a[i].data<float>()[e], b[i].data<float>()[e], 1e-4) << "weight " << i << " element " << e;
+  }
 }
 
 TEST(CentralStorage, BadDevicesAreClearErrors) {
