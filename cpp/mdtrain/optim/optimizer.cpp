@@ -370,8 +370,7 @@ void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std
                       ", ", held_end_, ")");
       }
       const std::size_t slot_at = static_cast<std::size_t>(lo - slot_origins_[i]) * size_of(value.dtype());
-      for (int s = 0; s < slot_count && s < 3; ++s)
-        seg.slots[s] = static_cast<char*>(slots_[i][s].raw()) + slot_at;
+      for (int s = 0; s < slot_count && s < 3; ++s) seg.slots[s] = static_cast<char*>(slots_[i][s].raw()) + slot_at;
       seg.size = hi - lo;
       seg.grad_scale = scale[i];
       seg.decay = (wd != 0.0 && uses_weight_decay(vars[i]->name)) ? wd * lr : 0.0;

@@ -238,7 +238,7 @@ TEST(State, HoldingARangeAfterBuildKeepsTheSlotValues) {
   Model a, ref;
   a.step(opt, 0);
   ref.step(full, 0);
-  opt.hold_only(2, 8);  // built over all 8 elements: re-cut at the next apply, values kept
+  opt.hold_only(2, 8);                             // built over all 8 elements: re-cut at the next apply, values kept
   EXPECT_THROW(a.step(opt, 1), std::logic_error);  // a whole apply no longer fits
   EXPECT_EQ(opt.state_bytes(), 2 * 6 * 4);         // momentum and velocity of 6 elements
   EXPECT_EQ(opt.iterations(), 1);                  // the refused step changed nothing
