@@ -107,7 +107,7 @@ TEST(MirroredZero1, EachReplicaHoldsItsShareOfTheOptimizerState) {
     train(*m, d, 1);
     const auto bytes = m->engine().optimizer_state_bytes();
     const std::int64_t params = kFeatures * 12 + 12 + 12 * kClasses + kClasses;  // 111
-    const std::int64_t shard = ((params + 2) / 3 + 15) / 16 * 16;                 // 48 (ZeroShards)
+    const std::int64_t shard = ((params + 2) / 3 + 15) / 16 * 16;                // 48 (ZeroShards)
     EXPECT_EQ(bytes, (std::vector<std::int64_t>{2 * shard * 4, 2 * shard * 4, 2 * (params - 2 * shard) * 4}));
     // The stitched state is whole: it restores into a single-device model that trains on alike.
     auto single = make_model(std::make_shared<MirroredStrategy>(cpus(1)));
