@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 
-from mdtrain import _core
+from mdtrain import _cluster, _core
 from mdtrain import config as _config
 
 _log = logging.getLogger("mdtrain")
@@ -363,6 +363,12 @@ class CommunicationOptions:
         self.bytes_per_pack = bytes_per_pack
         self.timeout_seconds = timeout_seconds
         self.implementation = implementation
+
+
+class cluster_resolver:  # noqa: N801 - tf.distribute.cluster_resolver namespace
+    ClusterResolver = _cluster.ClusterResolver
+    SimpleClusterResolver = _cluster.SimpleClusterResolver
+    TFConfigClusterResolver = _cluster.TFConfigClusterResolver
 
 
 class experimental:  # noqa: N801 - tf.distribute.experimental namespace
