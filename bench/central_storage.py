@@ -19,8 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402
 
-MODELS = {"seed": [128], "heavy": [2048, 2048]}
-CASES = [("seed", 32, None), ("seed", 256, None), ("heavy", 256, 24)]  # (model, global batch, steps cap)
+from scaling import CASES, MODELS  # noqa: E402  (the same models and batches as bench/scaling.py)
 
 TF_SCRIPT = r"""
 import json, sys, time

@@ -239,6 +239,24 @@ def _check_devices_exist(devices):
             )
 
 
+def _device_list(devices, argument, default_kinds):
+    """A strategy's device names: `devices` checked, or (None) every logical device of the first
+    of `default_kinds` that has any."""
+    if devices is None:
+        for kind in default_kinds:
+            found = [d.name for d in _config.list_logical_devices(kind)]
+            if found:
+                return found
+        return []
+    if isinstance(devices, str):
+        raise TypeError(f"{argument} must be a list of device names, e.g. ['/cpu:0', '/cpu:1'], not a string")
+    devices = list(devices)
+    if not devices:
+        raise ValueError(f"{argument} must not be empty")
+    _check_devices_exist(devices)
+    return devices
+
+
 class CrossDeviceOps:
     """How gradients are combined across replicas (tf.distribute.CrossDeviceOps).
 
@@ -279,15 +297,7 @@ class MirroredStrategy(Strategy):
     """
 
     def __init__(self, devices=None, cross_device_ops=None):
-        if devices is None:
-            gpus = _config.list_logical_devices("GPU")
-            devices = [d.name for d in (gpus or _config.list_logical_devices("CPU"))]
-        elif isinstance(devices, str):
-            raise TypeError("devices must be a list of device names, e.g. ['/cpu:0', '/cpu:1'], not a string")
-        devices = list(devices)
-        if not devices:
-            raise ValueError("devices must not be empty")
-        _check_devices_exist(devices)
+        devices = _device_list(devices, "devices", ("GPU", "CPU"))
         if cross_device_ops is not None and not isinstance(cross_device_ops, CrossDeviceOps):
             raise TypeError(
                 f"cross_device_ops must be a tf.distribute.CrossDeviceOps instance, got {cross_device_ops!r}")
@@ -309,14 +319,7 @@ class CentralStorageStrategy(Strategy):
     """
 
     def __init__(self, compute_devices=None, parameter_device=None):
-        if compute_devices is None:
-            compute_devices = [d.name for d in _config.list_logical_devices("CPU")]
-        elif isinstance(compute_devices, str):
-            raise TypeError("compute_devices must be a list of device names, e.g. ['/cpu:0', '/cpu:1'], not a string")
-        compute_devices = list(compute_devices)
-        if not compute_devices:
-            raise ValueError("compute_devices must not be empty")
-        _check_devices_exist(compute_devices)
+        compute_devices = _device_list(compute_devices, "compute_devices", ("CPU",))
         if parameter_device is None:
             parameter_device = "/cpu:0"
         elif not isinstance(parameter_device, str):
