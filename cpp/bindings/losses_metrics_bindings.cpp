@@ -19,6 +19,32 @@ void init_losses_and_metrics(py::module_& m) {
           },
           py::arg("y_true"), py::arg("y_pred"), "Keras's sum_over_batch_size value.")
       .def(
+          "per_sample",
+          [](const Loss& l, const py::array& y_true, const py::array& y_pred) {
+            // Keras's reduction=None: one loss per position of y_pred but its last axis (0 where
+            // the label is ignore_class), each the loss of that position alone, with the very
+            // arithmetic the batch sum uses.
+            Tensor t = tensor_from_numpy(y_true), p = tensor_from_numpy(y_pred);
+            l.validate(t, p);
+            Shape out_shape = p.shape();
+            if (!out_shape.empty()) out_shape.pop_back();
+            const std::int64_t positions = numel(out_shape);
+            Tensor out(out_shape, DType::Float64);
+            if (positions == 0) return numpy_from_tensor(out);
+            const Tensor rows_p = p.reshape({positions, p.numel() / positions});
+            const Tensor rows_t = t.reshape({positions, t.numel() / positions});
+            for (std::int64_t i = 0; i < positions; ++i)
+              out.data<double>()[i] = l.forward_backward(rows_t.rows(i, i + 1), rows_p.rows(i, i + 1), 1.0, nullptr);
+            return numpy_from_tensor(out);
+          },
+          py::arg("y_true"), py::arg("y_pred"), "Keras's reduction=None: the loss of every position.")
+      .def(
+          "sum",
+          [](const Loss& l, const py::array& y_true, const py::array& y_pred) {
+            return l.forward_backward(tensor_from_numpy(y_true), tensor_from_numpy(y_pred), 1.0, nullptr);
+          },
+          py::arg("y_true"), py::arg("y_pred"), "Keras's reduction='sum'.")
+      .def(
           "gradient",
           [](const Loss& l, const py::array& y_true, const py::array& y_pred, double scale) {
             Tensor t = tensor_from_numpy(y_true), p = tensor_from_numpy(y_pred);

@@ -154,6 +154,9 @@ void init_model(py::module_& m) {
           },
           "Per replica: seconds in compute, all-reduce and update since reset_profile().")
       .def("reset_profile", [](Model& m) { m.engine().reset_profile(); })
+      .def(
+          "optimizer_state_bytes", [](Model& m) { return m.engine().optimizer_state_bytes(); },
+          "Per replica: bytes of optimizer state its optimizer holds.")
       .def("evaluate",
            [](Model& m, const py::array& x, const py::array& y, std::int64_t batch_size, const py::object& callback) {
              Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);

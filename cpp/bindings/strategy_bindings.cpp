@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "mdtrain/strategy/central_storage_strategy.h"
 #include "mdtrain/strategy/mirrored_strategy.h"
 #include "mdtrain/strategy/multi_worker_mirrored_strategy.h"
 #include "mdtrain/strategy/one_device_strategy.h"
@@ -45,6 +46,14 @@ void init_strategy(py::module_& m) {
                                                            : GradientReducer::Algorithm::ReduceToOne);
            }),
            py::arg("devices"), py::arg("communication") = "auto", py::arg("reduction") = "all_reduce");
+  py::class_<CentralStorageStrategy, Strategy, std::shared_ptr<CentralStorageStrategy>>(m, "CentralStorageStrategy")
+      .def(py::init([](const std::vector<std::string>& compute_devices, const std::string& parameter_device) {
+             return std::make_shared<CentralStorageStrategy>(parse_devices(compute_devices),
+                                                             Device::parse(parameter_device));
+           }),
+           py::arg("compute_devices"), py::arg("parameter_device"))
+      .def_property_readonly("parameter_device",
+                             [](const CentralStorageStrategy& s) { return s.parameter_device().to_string(); });
   py::class_<MultiWorkerMirroredStrategy, Strategy, std::shared_ptr<MultiWorkerMirroredStrategy>>(
       m, "MultiWorkerMirroredStrategy")
       .def(py::init([](const std::vector<std::string>& devices, const std::string& local_communication, bool use_mpi) {

@@ -19,6 +19,12 @@ from mdtrain import config, distribute, keras  # noqa: E402
 from mdtrain import data  # noqa: E402
 from mdtrain._version import __version__  # noqa: E402
 from mdtrain.distribute import get_strategy  # noqa: E402,F401
+from mdtrain._tensor_spec import TensorSpec  # noqa: E402
+
+# TF's top-level aliases of Keras modules (tf.losses.SparseCategoricalCrossentropy, ...).
+losses = keras.losses
+metrics = keras.metrics
+optimizers = keras.optimizers
 
 
 def cmake_dir():
@@ -29,4 +35,5 @@ def cmake_dir():
     return os.path.join(os.path.dirname(os.path.abspath(_core.__file__)), "cpp", "lib", "cmake", "mdtrain")
 
 
-__all__ = ["config", "data", "distribute", "keras", "cmake_dir", "get_strategy", "__version__"]
+__all__ = ["config", "data", "distribute", "keras", "losses", "metrics", "optimizers", "TensorSpec", "cmake_dir",
+           "get_strategy", "__version__"]

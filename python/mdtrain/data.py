@@ -18,6 +18,10 @@ import types
 import numpy as np
 
 from mdtrain import _core, _random
+from mdtrain._data_options import (AutoShardPolicy, DistributeOptions, OptimizationOptions, Options,
+                                   ThreadingOptions)
+from mdtrain._tensor_spec import TensorSpec, flatten_like as _flatten_like, map_structure as _map_structure, \
+    spec_of as _spec_of
 
 AUTOTUNE = -1
 INFINITE_CARDINALITY = -1
@@ -167,6 +171,7 @@ class Dataset:
     _batch_size = None
     _drop_remainder = False
     _depth = None           # largest prefetch() depth in the pipeline
+    _options = None         # tf.data.Options from with_options()
 
     def __init__(self, input_dataset=None):
         self._input = input_dataset
@@ -176,6 +181,7 @@ class Dataset:
             self._batch_size = input_dataset._batch_size
             self._drop_remainder = input_dataset._drop_remainder
             self._depth = input_dataset._depth
+            self._options = input_dataset._options
 
     # ---- sources ---------------------------------------------------------------------------------
 
@@ -239,6 +245,39 @@ class Dataset:
         """The elements for which `predicate` returns True."""
         return _Filter(self, predicate)
 
+    def cache(self, filename="", name=None):
+        """The elements of the first complete iteration, kept in memory and replayed by every later
+        one (a shuffle before the cache is frozen, as in TF). An iteration stopped early leaves
+        nothing cached. On-disk caches (a filename) are not supported: NotImplementedError."""
+        return _Cache(self, filename)
+
+    def enumerate(self, start=0, name=None):
+        """(index, element) pairs, the index an int64 counting from `start`."""
+        return _Enumerate(self, start)
+
+    @staticmethod
+    def from_generator(generator, output_types=None, output_shapes=None, args=None, output_signature=None,
+                       name=None):
+        """Elements are what `generator(*args)` yields, as NumPy values of the declared dtypes
+        (`output_signature`: a structure of TensorSpec; or the older `output_types`/`output_shapes`).
+        Each iteration calls the generator again. Cardinality is unknown."""
+        return _FromGenerator(generator, output_types, output_shapes, args, output_signature)
+
+    def with_options(self, options, name=None):
+        """The same dataset with `options` (a tf.data.Options) merged over its own."""
+        return _WithOptions(self, options)
+
+    def options(self):
+        """The tf.data.Options of this dataset (merged along the pipeline)."""
+        return self._options if self._options is not None else Options()
+
+    @property
+    def element_spec(self):
+        """The structure of TensorSpec describing one element (the batch dimension None unless
+        drop_remainder fixes it). For pipelines with map/filter it comes from the first element
+        of a fresh iteration."""
+        return self._element_spec()
+
     # ---- inspection and iteration -----------------------------------------------------------------
 
     def cardinality(self):
@@ -290,6 +329,17 @@ class Dataset:
 
     def _cardinality(self):
         raise NotImplementedError
+
+    def _element_spec(self):
+        """Default: from the first element of a fresh iteration (map, filter, enumerate...)."""
+        first = next(iter(self), None)
+        if first is None:
+            raise ValueError(f"element_spec: {self!r} has no element to describe")
+        spec = _spec_of(first)
+        if self._is_batched:  # the batch dimension varies unless drop_remainder fixes it
+            spec = _map_structure(lambda t: TensorSpec((self._batch_size if self._drop_remainder else None,)
+                                                       + t.shape[1:], t.dtype), spec)
+        return spec
 
     # ---- running the plan ----------------------------------------------------------------------------
 
@@ -416,6 +466,10 @@ class _TensorSlices(Dataset):
 
     def _cardinality(self):
         return len(self._arrays[0])
+
+    def _element_spec(self):
+        specs = [TensorSpec(a.shape[1:], a.dtype) for a in self._arrays]
+        return specs[0] if self._structure is None else _pack(self._structure, specs)
 
 
 class _TensorsValue(Dataset):
@@ -671,11 +725,135 @@ class _Filter(Dataset):
         return n if n in (0, INFINITE_CARDINALITY) else UNKNOWN_CARDINALITY
 
 
+class _Cache(Dataset):
+    def __init__(self, input_dataset, filename):
+        super().__init__(input_dataset)
+        if not isinstance(filename, str):
+            raise TypeError(f"cache: filename must be a string, got {filename!r}")
+        if filename:
+            raise NotImplementedError(f"cache(filename={filename!r}): on-disk caches are not supported; cache() "
+                                      "keeps the elements in memory")
+        self._kept = None  # the chunks of the first complete iteration
+
+    def _chunks(self):
+        if self._kept is not None:
+            yield from self._kept
+            return
+        if self._input._cardinality() == INFINITE_CARDINALITY:
+            yield from self._input._chunks()  # never completes: nothing to keep (TF would grow forever)
+            return
+        recorded = []
+        for chunk in self._input._chunks():
+            recorded.append(chunk)
+            yield chunk
+        self._kept = recorded  # reached only when the iteration ran to its end
+
+    def _cardinality(self):
+        return self._input._cardinality()
+
+    def _element_spec(self):
+        return self._input._element_spec()
+
+
+class _Enumerate(Dataset):
+    def __init__(self, input_dataset, start):
+        super().__init__(input_dataset)
+        self._start = _check_int(start, "enumerate", "start", -(2**63))
+        self._kind = _VALUES
+        self._source = None
+        self._batch_size = None
+
+    def _chunks(self):
+        index = self._start
+        for chunk in self._input._chunks():
+            for value in self._input._values(chunk):
+                yield _objects([(np.int64(index), value)])
+                index += 1
+
+    def _cardinality(self):
+        return self._input._cardinality()
+
+    def _element_spec(self):
+        return TensorSpec((), np.int64), self._input._element_spec()
+
+
+class _FromGenerator(Dataset):
+    _kind = _VALUES
+
+    def __init__(self, generator, output_types, output_shapes, args, output_signature):
+        super().__init__()
+        if not callable(generator):
+            raise TypeError(f"from_generator: generator must be a callable returning an iterator, got "
+                            f"{type(generator).__name__}")
+        if output_signature is not None:
+            if output_types is not None or output_shapes is not None:
+                raise TypeError("from_generator: give output_signature, or output_types (and output_shapes), "
+                                "not both")
+            for spec in _flatten(output_signature):
+                if not isinstance(spec, TensorSpec):
+                    raise TypeError(f"from_generator: output_signature must be a structure of tf.TensorSpec, got "
+                                    f"{spec!r}")
+            self._signature = output_signature
+        elif output_types is not None:
+            shapes = _flatten_like(output_types, output_shapes)
+            self._signature = _pack(output_types, [TensorSpec(shape, dtype) for dtype, shape in
+                                                   zip(_flatten(output_types), shapes)])
+        else:
+            raise TypeError("from_generator: output_signature (or output_types) is required, as in TF")
+        self._generator = generator
+        self._args = tuple(args) if args is not None else ()
+
+    def _chunks(self):
+        specs = _flatten(self._signature)
+        for value in self._generator(*self._args):
+            leaves = _flatten(value)
+            if len(leaves) != len(specs):
+                raise ValueError(f"from_generator: the generator yielded {value!r}, which does not match the "
+                                 f"declared structure {self._signature!r}")
+            out = []
+            for leaf, spec in zip(leaves, specs):
+                array = np.asarray(leaf, dtype=spec.dtype)
+                if not spec.is_compatible_with(array.shape):
+                    raise ValueError(f"from_generator: the generator yielded a value of shape {array.shape}, "
+                                     f"which is not compatible with {spec!r}")
+                out.append(array[()] if array.ndim == 0 else array)
+            yield _objects([_pack(self._signature, out)])
+
+    def _cardinality(self):
+        return UNKNOWN_CARDINALITY
+
+    def _element_spec(self):
+        return self._signature
+
+
+class _WithOptions(Dataset):
+    def __init__(self, input_dataset, options):
+        super().__init__(input_dataset)
+        if not isinstance(options, Options):
+            raise TypeError(f"with_options: expected a tf.data.Options, got {options!r}")
+        self._options = options if input_dataset._options is None else input_dataset._options.merge(options)
+
+    def _chunks(self):
+        return self._input._chunks()
+
+    def _values(self, chunk):
+        return self._input._values(chunk)
+
+    def _cardinality(self):
+        return self._input._cardinality()
+
+    def _element_spec(self):
+        return self._input._element_spec()
+
+
 def _cardinality_of(dataset):
     return dataset.cardinality()
 
 
 experimental = types.SimpleNamespace(AUTOTUNE=AUTOTUNE, INFINITE_CARDINALITY=INFINITE_CARDINALITY,
-                                     UNKNOWN_CARDINALITY=UNKNOWN_CARDINALITY, cardinality=_cardinality_of)
+                                     UNKNOWN_CARDINALITY=UNKNOWN_CARDINALITY, cardinality=_cardinality_of,
+                                     AutoShardPolicy=AutoShardPolicy, DistributeOptions=DistributeOptions,
+                                     ThreadingOptions=ThreadingOptions, OptimizationOptions=OptimizationOptions)
 
-__all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "experimental"]
+__all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "Options", "TensorSpec",
+           "experimental"]

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 
-from mdtrain import _core
+from mdtrain import _cluster, _core
 from mdtrain import config as _config
 
 _log = logging.getLogger("mdtrain")
@@ -239,6 +239,24 @@ def _check_devices_exist(devices):
             )
 
 
+def _device_list(devices, argument, default_kinds):
+    """A strategy's device names: `devices` checked, or (None) every logical device of the first
+    of `default_kinds` that has any."""
+    if devices is None:
+        for kind in default_kinds:
+            found = [d.name for d in _config.list_logical_devices(kind)]
+            if found:
+                return found
+        return []
+    if isinstance(devices, str):
+        raise TypeError(f"{argument} must be a list of device names, e.g. ['/cpu:0', '/cpu:1'], not a string")
+    devices = list(devices)
+    if not devices:
+        raise ValueError(f"{argument} must not be empty")
+    _check_devices_exist(devices)
+    return devices
+
+
 class CrossDeviceOps:
     """How gradients are combined across replicas (tf.distribute.CrossDeviceOps).
 
@@ -279,15 +297,7 @@ class MirroredStrategy(Strategy):
     """
 
     def __init__(self, devices=None, cross_device_ops=None):
-        if devices is None:
-            gpus = _config.list_logical_devices("GPU")
-            devices = [d.name for d in (gpus or _config.list_logical_devices("CPU"))]
-        elif isinstance(devices, str):
-            raise TypeError("devices must be a list of device names, e.g. ['/cpu:0', '/cpu:1'], not a string")
-        devices = list(devices)
-        if not devices:
-            raise ValueError("devices must not be empty")
-        _check_devices_exist(devices)
+        devices = _device_list(devices, "devices", ("GPU", "CPU"))
         if cross_device_ops is not None and not isinstance(cross_device_ops, CrossDeviceOps):
             raise TypeError(
                 f"cross_device_ops must be a tf.distribute.CrossDeviceOps instance, got {cross_device_ops!r}")
@@ -295,6 +305,32 @@ class MirroredStrategy(Strategy):
         ops = cross_device_ops or CrossDeviceOps()
         super().__init__(_core.MirroredStrategy(devices, ops._communication, ops._reduction))
         _log.info("Using MirroredStrategy with devices %s", tuple(self._core.devices))
+
+
+class CentralStorageStrategy(Strategy):
+    """tf.distribute.experimental.CentralStorageStrategy: variables and the optimizer state on the
+    parameter device (the host), a replica on every compute device. Each step the replicas'
+    gradients are summed onto the parameter device in replica order, one update runs there, and the
+    new weights go to the replicas: bitwise the weights of
+    MirroredStrategy(cross_device_ops=ReductionToOneDevice()), with the optimizer state held once.
+
+    compute_devices=None takes every logical CPU device; parameter_device=None is "/cpu:0".
+    Compute devices are logical CPU devices for now (GPU replicas are a ValueError).
+    """
+
+    def __init__(self, compute_devices=None, parameter_device=None):
+        compute_devices = _device_list(compute_devices, "compute_devices", ("CPU",))
+        if parameter_device is None:
+            parameter_device = "/cpu:0"
+        elif not isinstance(parameter_device, str):
+            raise TypeError(f"parameter_device must be a device name such as '/cpu:0', got {parameter_device!r}")
+        super().__init__(_core.CentralStorageStrategy(compute_devices, parameter_device))
+        _log.info("Using CentralStorageStrategy with compute devices %s and parameter device %s",
+                  tuple(self._core.devices), self._core.parameter_device)
+
+    @property
+    def parameter_device(self):
+        return self._core.parameter_device
 
 
 class CommunicationImplementation(enum.Enum):
@@ -332,7 +368,14 @@ class CommunicationOptions:
         self.implementation = implementation
 
 
+class cluster_resolver:  # noqa: N801 - tf.distribute.cluster_resolver namespace
+    ClusterResolver = _cluster.ClusterResolver
+    SimpleClusterResolver = _cluster.SimpleClusterResolver
+    TFConfigClusterResolver = _cluster.TFConfigClusterResolver
+
+
 class experimental:  # noqa: N801 - tf.distribute.experimental namespace
+    CentralStorageStrategy = CentralStorageStrategy
     CommunicationImplementation = CommunicationImplementation
     CommunicationOptions = CommunicationOptions
 

@@ -55,6 +55,7 @@ class TrainEngine final : private ReplicaOutputSink {
   Optimizer& optimizer() { return executor_->optimizer(); }
   void set_learning_rate(double lr) { executor_->set_learning_rate(lr); }
   Optimizer::State optimizer_state() const { return executor_->optimizer_state(); }
+  std::vector<std::int64_t> optimizer_state_bytes() const { return executor_->optimizer_state_bytes(); }
   void abort(const std::string& reason) { executor_->abort(reason); }
   int num_replicas() const { return executor_->num_replicas(); }
   Network& replica_network(int r) { return executor_->replica_network(r); }

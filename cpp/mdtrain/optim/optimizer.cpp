@@ -61,7 +61,11 @@ Optimizer::Optimizer(const Optimizer& other)
       shapes_(other.shapes_),
       dtypes_(other.dtypes_),
       slots_(other.slots_),
-      has_pending_(other.has_pending_) {
+      has_pending_(other.has_pending_),
+      held_begin_(other.held_begin_),
+      held_end_(other.held_end_),
+      param_offsets_(other.param_offsets_),
+      slot_origins_(other.slot_origins_) {
   pack_slots();  // new buffers: the copy shares no slot storage with the original
   for (const auto& [n, t] : other.pending_) pending_.emplace_back(n, t.clone());
 }
@@ -162,22 +166,40 @@ void Optimizer::build_from(const std::vector<Parameter*>& params) {
   auto specs = slot_specs();
   if (has_pending_) validate_slots(pending_, state_names(names), shapes, dtypes);
 
+  // Where each parameter starts in the packed order, and the part of it whose slots are held.
+  std::vector<std::int64_t> offsets, origins, lengths;
+  std::int64_t total = 0;
+  for (const Shape& shape : shapes) {
+    offsets.push_back(total);
+    const std::int64_t n = numel(shape);
+    const std::int64_t lo = std::clamp(held_begin_, total, total + n);
+    const std::int64_t hi = std::clamp(held_end_, lo, total + n);
+    origins.push_back(lo);
+    lengths.push_back(hi - lo);
+    total += n;
+  }
+  param_offsets_ = offsets;
+  slot_origins_ = origins;
+  shapes_ = shapes;
+
   std::vector<std::vector<Tensor>> slots(params.size());
   for (std::size_t s = 0; s < specs.size(); ++s) {
     for (std::size_t p = 0; p < params.size(); ++p) {
+      const bool whole = lengths[p] == numel(shapes[p]);
+      const Shape shape = whole ? shapes[p] : Shape{lengths[p]};
       if (has_pending_) {
         // Restored state arrives on the host; the slot lives with its parameter.
         const Tensor& restored = pending_[1 + s * params.size() + p].second;
-        if (restored.device() == params[p]->value.device()) {
+        if (whole && restored.device() == params[p]->value.device()) {
           slots[p].push_back(restored);
         } else {
-          Tensor t(shapes[p], dtypes[p], params[p]->value.device());
-          t.copy_from(restored);
+          Tensor t(shape, dtypes[p], params[p]->value.device());
+          t.copy_from(whole ? restored : held_part(restored, p));
           slots[p].push_back(std::move(t));
         }
       } else {
-        Tensor t = Tensor::zeros(shapes[p], dtypes[p], params[p]->value.device());
-        if (specs[s].initial_value != 0.0) t.fill(specs[s].initial_value);
+        Tensor t = Tensor::zeros(shape, dtypes[p], params[p]->value.device());
+        if (specs[s].initial_value != 0.0 && t.numel() > 0) t.fill(specs[s].initial_value);
         slots[p].push_back(std::move(t));
       }
     }
@@ -239,6 +261,39 @@ std::int64_t Optimizer::total_size() const {
   std::int64_t n = 0;
   for (const auto& s : shapes_) n += numel(s);
   return n;
+}
+
+bool Optimizer::holds_whole(std::size_t p) const {
+  return slots_.empty() || slots_[p].empty() || slots_[p].front().numel() == numel(shapes_[p]);
+}
+
+Tensor Optimizer::held_part(const Tensor& whole, std::size_t p) const {
+  const std::int64_t n = numel(shapes_[p]);
+  const std::int64_t first = slot_origins_[p] - param_offsets_[p];
+  const std::int64_t length = std::clamp(held_end_, slot_origins_[p], param_offsets_[p] + n) - slot_origins_[p];
+  return whole.reshape({n}).rows(first, first + length);
+}
+
+void Optimizer::hold_only(std::int64_t begin, std::int64_t end) {
+  MDTRAIN_CHECK(0 <= begin && begin <= end, std::invalid_argument, "[optim] hold_only: bad element range [", begin,
+                ", ", end, ")");
+  if (built_) {
+    // Re-cut the built slots: keep their values through the whole state, rebuilt at next use.
+    State whole = state();
+    built_ = false;
+    slots_.clear();
+    pending_ = std::move(whole);
+    has_pending_ = true;
+  }
+  held_begin_ = begin;
+  held_end_ = end;
+}
+
+std::int64_t Optimizer::state_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& slots : slots_)
+    for (const Tensor& slot : slots) bytes += static_cast<std::int64_t>(slot.nbytes());
+  return bytes;
 }
 
 void Optimizer::apply(const ParameterList& params) { apply_range(params, 0, std::numeric_limits<std::int64_t>::max()); }
@@ -309,7 +364,13 @@ void Optimizer::apply_range(const ParameterList& params, std::int64_t begin, std
       ops::UpdateSegment seg;
       seg.value = static_cast<char*>(value.raw()) + at;
       seg.grad = static_cast<const char*>(vars[i]->grad.raw()) + at;
-      for (int s = 0; s < slot_count && s < 3; ++s) seg.slots[s] = static_cast<char*>(slots_[i][s].raw()) + at;
+      if (slot_count > 0) {
+        MDTRAIN_CHECK(lo >= slot_origins_[i] && hi <= slot_origins_[i] + slots_[i][0].numel(), std::logic_error,
+                      "[optim] ", name_, ": elements [", lo, ", ", hi, ") are outside the held range [", held_begin_,
+                      ", ", held_end_, ")");
+      }
+      const std::size_t slot_at = static_cast<std::size_t>(lo - slot_origins_[i]) * size_of(value.dtype());
+      for (int s = 0; s < slot_count && s < 3; ++s) seg.slots[s] = static_cast<char*>(slots_[i][s].raw()) + slot_at;
       seg.size = hi - lo;
       seg.grad_scale = scale[i];
       seg.decay = (wd != 0.0 && uses_weight_decay(vars[i]->name)) ? wd * lr : 0.0;
@@ -335,8 +396,16 @@ Optimizer::State Optimizer::state() const {
   }
   auto specs = slot_specs();
   for (std::size_t s = 0; s < specs.size(); ++s)
-    for (std::size_t p = 0; p < slots_.size(); ++p)
-      out.emplace_back(param_names_[p] + "/" + specs[s].name, host_copy(slots_[p][s]));
+    for (std::size_t p = 0; p < slots_.size(); ++p) {
+      if (holds_whole(p)) {
+        out.emplace_back(param_names_[p] + "/" + specs[s].name, host_copy(slots_[p][s]));
+      } else {
+        Tensor whole = Tensor::zeros(shapes_[p], dtypes_[p]);  // zero outside the held range
+        Tensor part = held_part(whole, p);
+        part.copy_from(slots_[p][s]);
+        out.emplace_back(param_names_[p] + "/" + specs[s].name, std::move(whole));
+      }
+    }
   return out;
 }
 
@@ -354,7 +423,11 @@ void Optimizer::set_state(const State& state) {
   if (built_) {
     validate_slots(state, state_names(param_names_), shapes_, dtypes_);
     const std::size_t n = slots_.size();
-    for (std::size_t i = 1; i < state.size(); ++i) slots_[(i - 1) % n][(i - 1) / n].copy_from(state[i].second);
+    for (std::size_t i = 1; i < state.size(); ++i) {
+      const std::size_t p = (i - 1) % n;
+      Tensor& slot = slots_[p][(i - 1) / n];
+      slot.copy_from(holds_whole(p) ? state[i].second : held_part(state[i].second, p));
+    }
   } else {
     State copy;
     for (const auto& [name, t] : state) {

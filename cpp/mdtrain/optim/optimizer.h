@@ -13,6 +13,7 @@
 // so a model whose values and gradients are packed too (LayerStack) is updated by one op call over
 // one segment. The update is element-wise with fixed per-step scalars: the same inputs give
 // bitwise the same result on every replica, every run and however the op splits its elements.
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -58,6 +59,17 @@ class Optimizer {
   bool built() const { return built_; }
   // Number of trainable elements the optimizer was built for (the range apply()'s upper bound).
   std::int64_t total_size() const;
+  // Bytes of slot memory this optimizer holds (0 until built): what a replica's device pays for
+  // the optimizer state.
+  std::int64_t state_bytes() const;
+
+  // ZeRO-1's memory half: keep the slots of elements [begin, end) of the trainable parameters
+  // laid end to end only (end may run past the last element). apply() must then stay inside that
+  // range (std::logic_error otherwise). state() still returns whole tensors, zero outside the
+  // range, so the states of optimizers holding ranges that cover everything stitch into the whole
+  // state; set_state() takes the whole state and keeps the range. Built slots are re-cut, their
+  // values kept (at the next apply).
+  void hold_only(std::int64_t begin, std::int64_t end);
 
   std::int64_t iterations() const { return iterations_; }
   // The learning rate the next apply() will use: schedule(iterations) or the constant.
@@ -132,6 +144,10 @@ class Optimizer {
   void validate_slots(const State& state, const std::vector<std::string>& expected_names,
                       const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) const;
   bool uses_weight_decay(const std::string& param_name) const;
+  // Whether parameter p's slots hold all of its elements.
+  bool holds_whole(std::size_t p) const;
+  // The slot's elements within its parameter, as a 1-D view of `whole` (the parameter's shape).
+  Tensor held_part(const Tensor& whole, std::size_t p) const;
 
   LearningRate learning_rate_;
   OptimizerOptions options_;
@@ -143,9 +159,15 @@ class Optimizer {
   std::vector<std::string> param_names_;
   std::vector<Shape> shapes_;
   std::vector<DType> dtypes_;
-  std::vector<std::vector<Tensor>> slots_;  // [parameter][slot]
+  std::vector<std::vector<Tensor>> slots_;  // [parameter][slot]: whole, or 1-D over the held part
   State pending_;                           // set_state() before build(): checked at build
   bool has_pending_ = false;
+  // Elements [held_begin_, held_end_) hold slots (hold_only); per parameter, where it starts in
+  // the packed order and where its slots start (its first held element).
+  std::int64_t held_begin_ = 0;
+  std::int64_t held_end_ = INT64_MAX;
+  std::vector<std::int64_t> param_offsets_;
+  std::vector<std::int64_t> slot_origins_;
 };
 
 // Reads a Keras optimizer or schedule config, remembering which keys were used so finish() can

@@ -32,7 +32,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, const Loss& loss,
-                                       const Optimizer& optimizer)
+                                       const Optimizer& optimizer, std::optional<GradientSync> sync)
     : primary_(primary), strategy_(strategy) {
   MDTRAIN_CHECK(primary.built(), std::logic_error, "[engine] the model must be built before training");
   // Placement comes from the strategy's devices: a replica on a CPU device trains a host copy (the
@@ -55,7 +55,14 @@ ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, con
   // replica to hold the whole summed gradient, and a reduction to one device is what the user
   // asked for: both all-reduce before the sharded update.
   const auto& opts = optimizer.options();
-  if (n > 1 && strategy_.num_workers() == 1 && primary_is_replica0_) {
+  if (sync == GradientSync::ParameterDevice) {
+    // The stored weights are replica 0's network: the primary, on the host.
+    MDTRAIN_CHECK(primary_is_replica0_ && strategy_.num_workers() == 1, std::invalid_argument, "[engine] ",
+                  strategy_.name(), ": the parameter device must hold replica 0's weights (host replicas, one worker)");
+    sync_ = GradientSync::ParameterDevice;
+  } else if (sync) {
+    MDTRAIN_CHECK(false, std::invalid_argument, "[engine] a strategy may only require the ParameterDevice plan");
+  } else if (n > 1 && strategy_.num_workers() == 1 && primary_is_replica0_) {
     const bool reduce_scatter = !opts.clipnorm && !opts.global_clipnorm &&
                                 strategy_.gradient_reduction() == GradientReducer::Algorithm::AllReduce;
     sync_ = reduce_scatter ? GradientSync::Zero1 : GradientSync::ZeroOneAfterAllReduce;
@@ -73,6 +80,8 @@ ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, con
     rep->loss = loss.clone();
     rep->logits_loss = loss.on_logits_of(primary_.output_activation());
     rep->optimizer = optimizer.clone();
+    // ZeRO-1: each replica keeps the optimizer state of its own range only.
+    if (shards_) rep->optimizer->hold_only(shards_->range_of(r).first, shards_->range_of(r).second);
     attach_communicator(*rep, std::move(comms[static_cast<std::size_t>(r)]));
     replicas_.push_back(std::move(rep));
   }
@@ -142,6 +151,10 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
   // Keras adds the weight penalties of the weights the step starts from.
   result.regularization = replicas_.front()->net->regularization_loss();
   const bool reduce_scatter = sync_ == GradientSync::Zero1;
+  const bool to_parameter_device = sync_ == GradientSync::ParameterDevice;
+  // The step number (dropout's key) of every replica: under ParameterDevice only replica 0's
+  // optimizer counts steps.
+  const auto step = static_cast<std::uint64_t>(replicas_.front()->optimizer->iterations());
   const auto step_start = Clock::now();
   for_each_slice(batch.count, [&](Replica& rep, int local, std::int64_t first, std::int64_t rows) {
     Network& net = *rep.net;
@@ -149,7 +162,7 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
     auto t = Clock::now();
     ForwardContext ctx;
     ctx.training = true;
-    ctx.step = static_cast<std::uint64_t>(rep.optimizer->iterations());
+    ctx.step = step;
     ctx.global_row_offset = first;
     ctx.replicas = &rep.sums;
     // Sum the gradients over the replicas: all of them, bucket by bucket as backward finishes
@@ -157,7 +170,7 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
     // Either way ranks are added in rank order.
     Network::GradientsFinal on_final;
     double in_reducer = 0;  // time backward spent starting buckets: communication, not compute
-    if (!reduce_scatter) {
+    if (!reduce_scatter && !to_parameter_device) {
       rep.reducer->begin(net.packed_grads());
       on_final = [&](std::int64_t first_final) {
         const auto r0 = Clock::now();
@@ -187,6 +200,24 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
     rep.profile.compute += seconds_since(t) - in_reducer;
     rep.profile.allreduce += in_reducer;
     t = Clock::now();
+    if (to_parameter_device) {
+      // Gradients summed onto the parameter device (rank order, as ReductionToOneDevice sums
+      // them), one update there, the new weights back to every replica.
+      Tensor& grads = net.packed_grads();
+      rep.comm->reduce(grads.raw(), static_cast<std::size_t>(grads.numel()), grads.dtype(), ReduceOp::Sum, 0);
+      rep.profile.allreduce += seconds_since(t);
+      t = Clock::now();
+      if (rep.comm->rank() == 0) {
+        net.add_regularization_gradients();
+        rep.optimizer->apply(net.trainable_parameters());
+      }
+      rep.profile.update += seconds_since(t);
+      t = Clock::now();
+      rep.comm->broadcast(net.packed_values(), 0);
+      rep.profile.allreduce += seconds_since(t);
+      rep.profile.steps += 1;
+      return;
+    }
     if (reduce_scatter) {
       shards_->reduce_scatter_own_range(net, *rep.comm);
     } else {
@@ -282,6 +313,12 @@ Optimizer::State ReplicatedExecutor::optimizer_state() const {
   std::vector<Optimizer::State> states;
   for (const auto& rep : replicas_) states.push_back(rep->optimizer->state());
   return shards_->stitch(states, primary_);
+}
+
+std::vector<std::int64_t> ReplicatedExecutor::optimizer_state_bytes() const {
+  std::vector<std::int64_t> out;
+  for (const auto& rep : replicas_) out.push_back(rep->optimizer->state_bytes());
+  return out;
 }
 
 std::vector<double> ReplicatedExecutor::replica_loss_sums() const {

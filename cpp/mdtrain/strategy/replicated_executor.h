@@ -38,12 +38,17 @@ class Strategy;
 //   is final (GradientReducer's overlapped form: on NCCL they run on the communication stream
 //   while backward continues), then every replica applies the whole update (fused into one launch
 //   on a GPU). Across workers each worker so holds the whole optimizer state for checkpoints.
+// - ParameterDevice (CentralStorageStrategy asks for it): the gradients are reduced onto replica
+//   0, whose network is the stored one on the host; only it updates, with the one optimizer state,
+//   and the new weights are broadcast to the other replicas.
 class ReplicatedExecutor final : public StepExecutor {
  public:
-  enum class GradientSync { Replicated, ZeroOneAfterAllReduce, Zero1 };
+  enum class GradientSync { Replicated, ZeroOneAfterAllReduce, Zero1, ParameterDevice };
 
   // The strategy provides devices, communicators and replica threads; it must outlive this.
-  ReplicatedExecutor(Network& primary, Strategy& strategy, const Loss& loss, const Optimizer& optimizer);
+  // `sync`: the plan the strategy requires; by default the executor picks the data-parallel one.
+  ReplicatedExecutor(Network& primary, Strategy& strategy, const Loss& loss, const Optimizer& optimizer,
+                     std::optional<GradientSync> sync = std::nullopt);
   ~ReplicatedExecutor() override;
 
   StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
@@ -57,6 +62,7 @@ class ReplicatedExecutor final : public StepExecutor {
   Optimizer& optimizer() override;
   void set_learning_rate(double lr) override;
   Optimizer::State optimizer_state() const override;
+  std::vector<std::int64_t> optimizer_state_bytes() const override;
 
   void broadcast_weights_from_primary() override;
   void refresh_primary() override;

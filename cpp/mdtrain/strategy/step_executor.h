@@ -71,6 +71,8 @@ class StepExecutor {
   virtual void set_learning_rate(double lr) = 0;
   // The whole optimizer state (stitched from shards where the update is sharded).
   virtual Optimizer::State optimizer_state() const = 0;
+  // Bytes of optimizer state each local replica's optimizer holds, one entry per replica.
+  virtual std::vector<std::int64_t> optimizer_state_bytes() const = 0;
 
   // After the primary's weights were set from outside: copy them to every replica.
   virtual void broadcast_weights_from_primary() = 0;

@@ -11,8 +11,7 @@ class Loss:
     _class_name = None
 
     def __init__(self, reduction="sum_over_batch_size", name=None, **config):
-        if reduction not in ("sum_over_batch_size", "auto", None):
-            raise ValueError(f"{type(self).__name__}: only reduction='sum_over_batch_size' is supported, got {reduction!r}")
+        self.reduction = _check_reduction(reduction, type(self).__name__)
         self._config = config
         self.name = name
         self._core = _core.loss_from_config(json.dumps({"class_name": self._class_name, "config": config}))
@@ -20,16 +19,40 @@ class Loss:
             self.name = self._core.name
 
     def get_config(self):
-        return dict(self._config, name=self.name, reduction="sum_over_batch_size")
+        return dict(self._config, name=self.name, reduction=self.reduction)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
+        """The loss of a batch, reduced as `reduction` says: the mean over the batch
+        ("sum_over_batch_size"), the sum ("sum"), or one value per example (None / "none",
+        shape y_pred.shape[:-1])."""
         if sample_weight is not None:
             raise NotImplementedError("sample_weight is not supported yet")
-        y_pred = np.ascontiguousarray(y_pred, dtype=np.float32)
-        return np.float32(self._core(_labels(y_true), y_pred))
+        y_true, y_pred = _labels(y_true), np.ascontiguousarray(y_pred, dtype=np.float32)
+        reduction = getattr(self, "reduction", "sum_over_batch_size")
+        if reduction is None:
+            return self._core.per_sample(y_true, y_pred).astype(np.float32)
+        if reduction == "sum":
+            return np.float32(self._core.sum(y_true, y_pred))
+        return np.float32(self._core(y_true, y_pred))
 
     def __repr__(self):
         return f"{type(self).__name__}({self._config})"
+
+
+_REDUCTIONS = ("sum_over_batch_size", "sum", None)
+
+
+def _check_reduction(reduction, owner):
+    """Keras 3's reductions ("auto" is "sum_over_batch_size", "none" is None); anything else is a
+    ValueError, never a silent mean."""
+    if reduction == "auto":
+        return "sum_over_batch_size"
+    if reduction == "none":
+        return None
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{owner}: reduction must be one of 'sum_over_batch_size', 'sum', None or 'none', got "
+                         f"{reduction!r}")
+    return reduction
 
 
 def _labels(y):
@@ -99,6 +122,7 @@ def _from_config_json(config_json):
     loss._core = _core.loss_from_config(config_json)
     loss._config = json.loads(loss._core.config_json())
     loss.name = loss._core.name
+    loss.reduction = "sum_over_batch_size"
     return loss
 
 

@@ -231,6 +231,10 @@ class Sequential:
                              f"model '{self.name}' is compiled for {strategy!r}: an optimizer belongs to the "
                              "strategy it was created under. Create it in the same scope as the model.")
         loss = _losses.get(loss)
+        if loss.reduction != "sum_over_batch_size":
+            raise ValueError(f"compile: fit trains on the mean loss of each batch (reduction='sum_over_batch_size'); "
+                             f"{type(loss).__name__} has reduction={loss.reduction!r}, which is for calling the loss "
+                             "directly (custom training loops). Compile with the default reduction.")
         if isinstance(metrics, str):
             # Keras 3 refuses it too; iterating the string would ask for metrics "a", "c", ...
             raise ValueError(f"compile: metrics must be a list, tuple or dict, got the string {metrics!r}; "

@@ -181,6 +181,74 @@ TEST(State, ShardedApplyEqualsFullApply) {
   }
 }
 
+// ZeRO-1's memory half: optimizers holding only their range's slots give the full update's
+// weights, hold only their share of the bytes, and their states stitch into the full state.
+TEST(State, HeldRangesKeepTheirShareOfTheStateAndStitchIntoTheFullState) {
+  for (auto& proto : all_optimizers()) {
+    SCOPED_TRACE(proto->class_name());
+    auto full = proto->clone();
+    auto shard_a = proto->clone();
+    auto shard_b = proto->clone();
+    shard_a->hold_only(0, 4);    // the cut falls inside the kernel (6 elements), then the bias (2)
+    shard_b->hold_only(4, 100);  // past the end: clamped
+    Model ref, split;
+    for (int s = 0; s < 3; ++s) {
+      ref.step(*full, s);
+      split.set_grads(s);
+      shard_a->apply(split.params(), 0, 4);
+      shard_b->apply(split.params(), 4, 8);
+    }
+    EXPECT_TRUE(bitwise_equal(ref.kernel->value, split.kernel->value));
+    EXPECT_TRUE(bitwise_equal(ref.bias->value, split.bias->value));
+    const std::int64_t slots = full->state_bytes() / (8 * 4);  // slot kinds (float32, 8 elements)
+    EXPECT_EQ(shard_a->state_bytes(), slots * 4 * 4);
+    EXPECT_EQ(shard_b->state_bytes(), slots * 4 * 4);
+    // Whole tensors, zero outside the range: element-wise, a's part then b's part is full's.
+    const auto want = full->state(), a = shard_a->state(), b = shard_b->state();
+    ASSERT_EQ(a.size(), want.size());
+    for (std::size_t i = 1; i < want.size(); ++i) {
+      SCOPED_TRACE(want[i].first);
+      ASSERT_EQ(a[i].second.shape(), want[i].second.shape());
+      const bool kernel = want[i].first.rfind("dense/kernel", 0) == 0;
+      for (std::int64_t e = 0; e < want[i].second.numel(); ++e) {
+        const std::int64_t global = (kernel ? 0 : 6) + e;
+        const Tensor& from = global < 4 ? a[i].second : b[i].second;
+        const Tensor& other = global < 4 ? b[i].second : a[i].second;
+        EXPECT_EQ(from.data<float>()[e], want[i].second.data<float>()[e]) << "element " << e;
+        EXPECT_EQ(other.data<float>()[e], 0.0f) << "element " << e << " outside the range";
+      }
+    }
+    // The whole state restores into a range; a fourth step then matches again.
+    auto restored = proto->clone();
+    restored->hold_only(0, 4);
+    restored->set_state(want);
+    ref.step(*full, 3);
+    split.set_grads(3);
+    restored->apply(split.params(), 0, 4);
+    shard_b->apply(split.params(), 4, 8);
+    EXPECT_TRUE(bitwise_equal(ref.kernel->value, split.kernel->value));
+    // Outside the held range is a logic error, not a write into another replica's memory.
+    EXPECT_THROW(shard_a->apply(split.params(), 2, 6), std::logic_error);
+  }
+}
+
+TEST(State, HoldingARangeAfterBuildKeepsTheSlotValues) {
+  Adam opt(0.01, 0.9, 0.999, 1e-7, false);
+  Adam full(0.01, 0.9, 0.999, 1e-7, false);
+  Model a, ref;
+  a.step(opt, 0);
+  ref.step(full, 0);
+  opt.hold_only(2, 8);                             // built over all 8 elements: re-cut at the next apply, values kept
+  EXPECT_THROW(a.step(opt, 1), std::logic_error);  // a whole apply no longer fits
+  EXPECT_EQ(opt.state_bytes(), 2 * 6 * 4);         // momentum and velocity of 6 elements
+  EXPECT_EQ(opt.iterations(), 1);                  // the refused step changed nothing
+  a.set_grads(1);
+  opt.apply(a.params(), 2, 8);
+  ref.step(full, 1);
+  for (int e = 2; e < 6; ++e) EXPECT_EQ(a.kernel->value.data<float>()[e], ref.kernel->value.data<float>()[e]);
+  EXPECT_TRUE(bitwise_equal(a.bias->value, ref.bias->value));
+}
+
 TEST(State, MismatchedParameterListThrows) {
   Adam opt;
   Model m;
