@@ -1,0 +1,148 @@
+"""A Sequential model's weights and optimizer state in Keras 3's HDF5 layout (model.weights.h5).
+
+Keras 3 stores one group per object: /vars (the model's, empty), /layers/<layer name>/vars/<i>
+holding the layer's variables in layer.weights order, and /optimizer/vars/<i> holding the
+optimizer's variables: iterations (int64), learning_rate (float32; absent when it is a schedule),
+then the slots. Keras orders the slots by slot kind and, within a kind, by trainable variable,
+except Adam and AdamW which create (momentum, velocity) together per variable. mdtrain's own
+optimizer state is ordered by kind throughout and names every slot "<weight name>/<kind>" (a
+weight name being "<layer>/<weight>");
+the two orders are mapped here.
+"""
+import numpy as np
+
+from mdtrain.keras.optimizers import LearningRateSchedule
+
+_PAIRED = ("Adam", "AdamW")  # Keras creates momentum and velocity per variable, side by side
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:  # a dependency of mdtrain; missing only in a broken install
+        raise ImportError("Keras weight files need h5py: pip install h5py") from None
+    return h5py
+
+
+def slot_kinds(optimizer):
+    """The optimizer's slot kinds in mdtrain's (and Keras's) creation order."""
+    name, config = type(optimizer).__name__, optimizer.get_config()
+    if name == "SGD":
+        return ["momentum"] if config.get("momentum") else []
+    if name in _PAIRED:
+        return ["momentum", "velocity"] + (["velocity_hat"] if config.get("amsgrad") else [])
+    if name == "RMSprop":
+        return (["velocity"] + (["momentum"] if config.get("momentum") else [])
+                + (["average_gradient"] if config.get("centered") else []))
+    if name == "Adagrad":
+        return ["accumulator"]
+    raise ValueError(f"optimizer {name} has no known Keras variable layout")
+
+
+def _trainable_names(model):
+    return [w for layer in model._layers
+            for w, t in zip(layer._core.weight_names(), layer._core.weight_trainable()) if t]
+
+
+def _keras_slot_order(model):
+    """mdtrain slot names ("<layer>/<weight>/<kind>") in Keras's order."""
+    kinds, names = slot_kinds(model.optimizer), _trainable_names(model)
+    order = []
+    if type(model.optimizer).__name__ in _PAIRED:
+        order += [f"{n}/{k}" for n in names for k in kinds[:2]]
+        kinds = kinds[2:]
+    order += [f"{n}/{k}" for k in kinds for n in names]
+    return order
+
+
+def optimizer_to_keras(model):
+    """The optimizer's variables as Keras 3 lists them."""
+    state = dict(model._core.optimizer_state())
+    out = [np.asarray(state.pop("iterations", 0), dtype=np.int64)]
+    if not isinstance(model.optimizer._learning_rate, LearningRateSchedule):
+        out.append(np.asarray(model.optimizer.learning_rate.numpy(), dtype=np.float32))
+    order = _keras_slot_order(model)
+    shapes = {n: w.shape for layer in model._layers
+              for n, w in zip(layer._core.weight_names(), layer.get_weights())}
+    for name in order:  # slots not created yet (never trained): zeros, as Keras builds them
+        value = state.get(name)
+        out.append(np.asarray(value, np.float32) if value is not None else
+                   np.zeros(shapes[name.rsplit("/", 1)[0]], np.float32))
+    return out
+
+
+def optimizer_from_keras(model, values, where):
+    """Sets the compiled model's optimizer state from Keras's variable list."""
+    order = _keras_slot_order(model)
+    schedule = isinstance(model.optimizer._learning_rate, LearningRateSchedule)
+    expected = 1 + (0 if schedule else 1) + len(order)
+    if len(values) != expected:
+        raise ValueError(f"{where}: the optimizer has {len(values)} variables, but {type(model.optimizer).__name__} "
+                         f"of this model has {expected} (iterations, learning rate and {len(order)} slots)")
+    current = dict(model._core.optimizer_state())
+    state = [("iterations", np.asarray(values[0]).astype(np.asarray(current["iterations"]).dtype))]
+    slots = values[1:] if schedule else values[2:]
+    for name, value in zip(order, slots):
+        state.append((name, np.ascontiguousarray(value, dtype=np.float32)))
+    # mdtrain's own order: by kind, then by variable.
+    state[1:] = sorted(state[1:], key=lambda item: (slot_kinds(model.optimizer).index(item[0].rsplit("/", 1)[1]),
+                                                     order.index(item[0])))
+    model._core.set_optimizer_state(state)
+    if not schedule:
+        model.optimizer.learning_rate = float(values[1])
+
+
+def write(model, path, include_optimizer=True):
+    h5py = _h5py()
+    with h5py.File(path, "w") as f:
+        f.create_group("vars").attrs["name"] = model.name
+        layers = f.create_group("layers")
+        for layer in model._layers:
+            group = layers.create_group(layer.name).create_group("vars")
+            group.attrs["name"] = layer.name
+            for i, w in enumerate(layer.get_weights()):
+                group.create_dataset(str(i), data=np.asarray(w, np.float32))
+        if include_optimizer and model.optimizer is not None:
+            group = f.create_group("optimizer").create_group("vars")
+            group.attrs["name"] = model.optimizer.name
+            for i, v in enumerate(optimizer_to_keras(model)):
+                group.create_dataset(str(i), data=v)
+
+
+def _vars(group, where):
+    try:
+        count = len(group)
+        return [np.asarray(group[str(i)][()]) for i in range(count)]
+    except KeyError as e:
+        raise ValueError(f"{where}: variables are not numbered 0..{len(group) - 1}: {e}") from None
+
+
+def read(model, path, where, include_optimizer=True):
+    """Sets the model's weights (and, when compiled and present, optimizer state) from a file."""
+    h5py = _h5py()
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise ValueError(f"{where}: {path} is not a readable HDF5 weights file ({e})") from None
+    with f:
+        if "layers" not in f:
+            raise ValueError(f"{where}: {path} has no 'layers' group: not a Keras 3 weights file")
+        weights = []
+        for layer in model._layers:
+            expected = [w.shape for w in layer.get_weights()]
+            if layer.name not in f["layers"] or "vars" not in f["layers"][layer.name]:
+                if not expected:
+                    continue
+                raise ValueError(f"{where}: {path} has no weights for layer '{layer.name}' "
+                                 f"(it holds {sorted(f['layers'].keys())})")
+            values = _vars(f["layers"][layer.name]["vars"], where)
+            if [v.shape for v in values] != expected:
+                raise ValueError(f"{where}: layer '{layer.name}' in {path} has weights of shapes "
+                                 f"{[v.shape for v in values]}, the model's are {expected}")
+            weights += values
+        optimizer = None
+        if include_optimizer and model.optimizer is not None and "optimizer" in f and "vars" in f["optimizer"]:
+            optimizer = _vars(f["optimizer"]["vars"], where)
+    model.set_weights(weights)
+    if optimizer:
+        optimizer_from_keras(model, optimizer, where)
