@@ -1,7 +1,8 @@
 """A Sequential model's weights and optimizer state in Keras 3's HDF5 layout (model.weights.h5).
 
-Keras 3 stores one group per object: /vars (the model's, empty), /layers/<layer name>/vars/<i>
-holding the layer's variables in layer.weights order, and /optimizer/vars/<i> holding the
+Keras 3 stores one group per object: /vars (the model's, empty), /layers/<key>/vars/<i> holding
+a layer's variables in layer.weights order, where the key is the snake-case class name counted
+per model (dense, dense_1, conv2d, ...), not the layer's name, and /optimizer/vars/<i> holding the
 optimizer's variables: iterations (int64), learning_rate (float32; absent when it is a schedule),
 then the slots. Keras orders the slots by slot kind and, within a kind, by trainable variable,
 except Adam and AdamW which create (momentum, velocity) together per variable. mdtrain's own
@@ -9,6 +10,8 @@ optimizer state is ordered by kind throughout and names every slot "<weight name
 weight name being "<layer>/<weight>");
 the two orders are mapped here.
 """
+import re
+
 import numpy as np
 
 from mdtrain.keras.optimizers import LearningRateSchedule
@@ -88,17 +91,35 @@ def optimizer_from_keras(model, values, where):
     state[1:] = sorted(state[1:], key=lambda item: (slot_kinds(model.optimizer).index(item[0].rsplit("/", 1)[1]),
                                                      order.index(item[0])))
     model._core.set_optimizer_state(state)
-    if not schedule:
+    # The file holds the rate as float32: keep the optimizer's own (more precise) value when it
+    # rounds to the stored one.
+    if not schedule and np.float32(model.optimizer.learning_rate.numpy()) != np.float32(values[1]):
         model.optimizer.learning_rate = float(values[1])
+
+
+def _snake_case(class_name):
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", class_name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def layer_keys(model):
+    """The group name Keras gives each layer of the model."""
+    used, keys = {}, []
+    for layer in model._layers:
+        base = _snake_case(type(layer).__name__)
+        count = used.get(base)
+        used[base] = 0 if count is None else count + 1
+        keys.append(base if count is None else f"{base}_{count + 1}")
+    return keys
 
 
 def write(model, path, include_optimizer=True):
     h5py = _h5py()
     with h5py.File(path, "w") as f:
         f.create_group("vars").attrs["name"] = model.name
-        layers = f.create_group("layers")
-        for layer in model._layers:
-            group = layers.create_group(layer.name).create_group("vars")
+        layers = f.create_group("layers", track_order=True)
+        for layer, key in zip(model._layers, layer_keys(model)):
+            group = layers.create_group(key).create_group("vars")
             group.attrs["name"] = layer.name
             for i, w in enumerate(layer.get_weights()):
                 group.create_dataset(str(i), data=np.asarray(w, np.float32))
@@ -127,18 +148,19 @@ def read(model, path, where, include_optimizer=True):
     with f:
         if "layers" not in f:
             raise ValueError(f"{where}: {path} has no 'layers' group: not a Keras 3 weights file")
+        stored = f["layers"]
+        names = layer_keys(model)
+        missing = [n for n in names if n not in stored]
+        if missing:
+            raise ValueError(f"{where}: {path} holds layers {sorted(stored.keys())}, model '{model.name}' needs "
+                             f"{names} (missing: {missing})")
         weights = []
-        for layer in model._layers:
+        for layer, name in zip(model._layers, names):
             expected = [w.shape for w in layer.get_weights()]
-            if layer.name not in f["layers"] or "vars" not in f["layers"][layer.name]:
-                if not expected:
-                    continue
-                raise ValueError(f"{where}: {path} has no weights for layer '{layer.name}' "
-                                 f"(it holds {sorted(f['layers'].keys())})")
-            values = _vars(f["layers"][layer.name]["vars"], where)
+            values = _vars(stored[name]["vars"], where) if "vars" in stored[name] else []
             if [v.shape for v in values] != expected:
-                raise ValueError(f"{where}: layer '{layer.name}' in {path} has weights of shapes "
-                                 f"{[v.shape for v in values]}, the model's are {expected}")
+                raise ValueError(f"{where}: layer '{name}' in {path} has weights of shapes "
+                                 f"{[v.shape for v in values]}, the model's layer '{layer.name}' has {expected}")
             weights += values
         optimizer = None
         if include_optimizer and model.optimizer is not None and "optimizer" in f and "vars" in f["optimizer"]:
