@@ -709,7 +709,8 @@ class Sequential:
         filepath = os.fspath(filepath)
         if not os.path.exists(filepath):
             raise FileNotFoundError(f"load_weights: no file at {filepath}")
-        if _is_hdf5(filepath) or (_keras_archive.is_keras_weights(filepath) and not _is_native(filepath)):
+        if _is_hdf5(filepath) or (_keras_archive.is_keras_weights(filepath) and os.path.isfile(filepath)
+                                  and not _is_native(filepath)):
             if not self.built:
                 raise ValueError(f"load_weights: build model '{self.name}' before loading {filepath} into it")
             _keras_weights.read(self, filepath, "load_weights")
@@ -724,6 +725,8 @@ class Sequential:
 
 
 def _starts_with(path, magic):
+    if not os.path.isfile(path):  # a pipe or device: never opened here (it could block); the reader refuses it
+        return False
     with open(path, "rb") as f:
         return f.read(len(magic)) == magic
 
@@ -752,7 +755,8 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
     filepath = os.fspath(filepath)
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"load_model: no file at {filepath}")
-    if _is_zip(filepath) or (_keras_archive.is_keras_archive(filepath) and not _is_native(filepath)):
+    if _is_zip(filepath) or (_keras_archive.is_keras_archive(filepath) and os.path.isfile(filepath)
+                             and not _is_native(filepath)):
         return _keras_archive.load(filepath, compile=compile)
     strategy = _distribute.get_strategy()
     core, metadata = _core.load_model(filepath, strategy._core)
