@@ -84,3 +84,18 @@ def test_graph_and_profile_requests_warn_and_write_nothing_extra(tmp_path, blobs
     x, y = blobs
     compile_mlp(make_mlp()).fit(x, y, batch_size=200, epochs=1, verbose=0, callbacks=[cb])
     assert sorted(os.listdir(tmp_path)) == ["train"]
+
+
+def test_only_the_chief_writes_under_multi_worker(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("mpirun") is None or not tf._core.mpi_available():
+        pytest.skip("needs mpirun and an mdtrain built with MPI")
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "tensorboard_job.py")
+    proc = subprocess.run([sys.executable, "-m", "mdtrain.launch", "-n", "2", job, str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert os.listdir(tmp_path) == ["worker0"]  # worker 1 wrote nothing
+    assert [s for s, _ in scalars(read(tmp_path / "worker0" / "train"), "epoch_loss")] == [0, 1]
