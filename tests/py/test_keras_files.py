@@ -138,19 +138,72 @@ def test_failed_save_leaves_previous_file_intact(tmp_path, monkeypatch, what):
     assert sorted(os.listdir(tmp_path)) == [path.name]  # no temporary file left behind
 
 
-def test_unsupported_keras_layer_is_named(tmp_path):
+def _edit_config(src, dst, edit):
+    with zipfile.ZipFile(src) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    config = json.loads(members["config.json"])
+    edit(config)
+    members["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(dst, "w") as z:
+        for name, raw in members.items():
+            z.writestr(name, raw)
+
+
+@pytest.mark.parametrize("what,edit", [
+    ("LSTM", lambda c: c["config"]["layers"][1].update(class_name="LSTM")),
+    ("Nadam", lambda c: c["compile_config"]["optimizer"].update(class_name="Nadam")),
+    ("Huber", lambda c: c["compile_config"]["loss"].update(class_name="Huber")),
+    ("AUC", lambda c: c["compile_config"].update(metrics=[{"class_name": "AUC", "config": {}}])),
+    ("renorm", lambda c: c["config"]["layers"][1]["config"].update(renorm=True)),
+    ("Functional", lambda c: c.update(class_name="Functional")),
+])
+def test_unsupported_keras_objects_are_named(tmp_path, what, edit):
+    model, _, _ = trained(seed_mlp())
+    model.save(tmp_path / "m.keras")
+    _edit_config(tmp_path / "m.keras", tmp_path / "bad.keras", edit)
+    with pytest.raises(ValueError, match=what):
+        tf.keras.models.load_model(tmp_path / "bad.keras")
+
+
+def test_native_file_named_keras_still_loads(tmp_path):
+    """Files mdtrain wrote with a .keras name before it wrote Keras archives."""
+    model, x, _ = trained(seed_mlp())
+    model._core.save(str(tmp_path / "old.keras"), "{}")
+    np.testing.assert_array_equal(tf.keras.models.load_model(tmp_path / "old.keras").predict(x, verbose=0),
+                                  model.predict(x, verbose=0))
+
+
+def test_model_checkpoint_writes_keras_files(tmp_path):
+    model, x, y = trained(seed_mlp())
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[
+        tf.keras.callbacks.ModelCheckpoint(str(tmp_path / "m_{epoch}.keras")),
+        tf.keras.callbacks.ModelCheckpoint(str(tmp_path / "w_{epoch}.weights.h5"), save_weights_only=True)])
+    assert sorted(os.listdir(tmp_path)) == ["m_1.keras", "m_2.keras", "w_1.weights.h5", "w_2.weights.h5"]
+    assert zipfile.is_zipfile(tmp_path / "m_2.keras")
+    np.testing.assert_array_equal(tf.keras.models.load_model(tmp_path / "m_2.keras").predict(x, verbose=0),
+                                  model.predict(x, verbose=0))
+
+
+def test_optimizer_state_that_does_not_fit_is_skipped_with_a_warning(tmp_path):
+    model, x, _ = trained(seed_mlp())
+    model.save_weights(tmp_path / "w.weights.h5")
+    other, _, _ = trained(seed_mlp(), tf.keras.optimizers.SGD(0.1, momentum=0.9))
+    with pytest.warns(UserWarning, match="skipping the optimizer state"):
+        other.load_weights(tmp_path / "w.weights.h5")
+    np.testing.assert_array_equal(other.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_damaged_weights_inside_an_archive_name_the_archive(tmp_path):
     model, _, _ = trained(seed_mlp())
     model.save(tmp_path / "m.keras")
     with zipfile.ZipFile(tmp_path / "m.keras") as z:
         members = {n: z.read(n) for n in z.namelist()}
-    config = json.loads(members["config.json"])
-    config["config"]["layers"][1]["class_name"] = "LSTM"
-    members["config.json"] = json.dumps(config).encode()
-    with zipfile.ZipFile(tmp_path / "lstm.keras", "w") as z:
+    members["model.weights.h5"] = members["model.weights.h5"][:500]
+    with zipfile.ZipFile(tmp_path / "bad.keras", "w") as z:
         for name, raw in members.items():
             z.writestr(name, raw)
-    with pytest.raises(ValueError, match="LSTM"):
-        tf.keras.models.load_model(tmp_path / "lstm.keras")
+    with pytest.raises(ValueError, match="bad.keras"):
+        tf.keras.models.load_model(tmp_path / "bad.keras")
 
 
 # ---- against Keras 3 ------------------------------------------------------------------------
@@ -159,6 +212,9 @@ import numpy as np, keras
 m = keras.models.load_model("{src}")
 x, y = np.load("x.npy"), np.load("y.npy")
 np.save("keras_pred.npy", m.predict(x, verbose=0))
+w = keras.models.load_model("{src}")  # the same architecture, then the .weights.h5 file into it
+w.load_weights("md.weights.h5")
+np.save("keras_weights_pred.npy", w.predict(x, verbose=0))
 m.train_on_batch(x[:16], y[:16])
 np.savez("keras_after.npz", *[w.numpy() for w in m.weights])
 m.save("{dst}")
@@ -169,10 +225,12 @@ m.save("{dst}")
 def test_mdtrain_keras_file_loads_in_keras(tmp_path, kind):
     model, x, y = trained(MODELS[kind]())
     model.save(tmp_path / "md.keras")
+    model.save_weights(tmp_path / "md.weights.h5")
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     run_keras(KERAS_STEP.format(src="md.keras", dst="back.keras"), tmp_path)
     np.testing.assert_allclose(np.load(tmp_path / "keras_pred.npy"), model.predict(x, verbose=0), atol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "keras_weights_pred.npy"), model.predict(x, verbose=0), atol=1e-6)
     if kind == "bn_dropout":
         return  # a training step draws a dropout mask: the two libraries' masks differ
     model.train_on_batch(x[:16], y[:16])
@@ -186,15 +244,22 @@ def test_mdtrain_keras_file_loads_in_keras(tmp_path, kind):
     assert back.optimizer.iterations == model.optimizer.iterations
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+KERAS_LAYERS = {
+    "mlp": 'keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)',
+    "cnn": 'keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.MaxPooling2D(), keras.layers.Flatten(), '
+           'keras.layers.Dense(10)',
+    "bn_dropout": 'keras.layers.Dense(32), keras.layers.BatchNormalization(), keras.layers.Activation("relu"), '
+                  'keras.layers.Dropout(0.3), keras.layers.Dense(10)',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KERAS_LAYERS))
 def test_keras_trained_file_loads_in_mdtrain(tmp_path, kind):
-    input_shape = (20,) if kind == "mlp" else (8, 8, 2)
+    input_shape = (8, 8, 2) if kind == "cnn" else (20,)
     x, y = data(input_shape)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
-    layers = ('keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)' if kind == "mlp" else
-              'keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.MaxPooling2D(), keras.layers.Flatten(), '
-              'keras.layers.Dense(10)')
+    layers = KERAS_LAYERS[kind]
     run_keras(f"""
         import numpy as np, keras
         keras.utils.set_random_seed(0)
@@ -211,10 +276,28 @@ def test_keras_trained_file_loads_in_mdtrain(tmp_path, kind):
     """, tmp_path)
     model = tf.keras.models.load_model(tmp_path / "k.keras")
     np.testing.assert_allclose(model.predict(x, verbose=0), np.load(tmp_path / "keras_pred.npy"), atol=1e-6)
-    same, _, _ = trained(seed_mlp() if kind == "mlp" else cnn(), seed=3)
+    same, _, _ = trained(MODELS[kind](), seed=3)
     same.load_weights(tmp_path / "k.weights.h5")
     np.testing.assert_allclose(same.predict(x, verbose=0), np.load(tmp_path / "keras_pred.npy"), atol=1e-6)
+    if kind == "bn_dropout":
+        return  # a training step draws a dropout mask: the two libraries' masks differ
     model.train_on_batch(x[:16], y[:16])
     keras_after = np.load(tmp_path / "keras_after.npz")
     for i, w in enumerate(model.get_weights()):
         np.testing.assert_allclose(w, keras_after[f"arr_{i}"], rtol=1e-5, atol=1e-6)
+
+
+def test_schedule_and_sgd_momentum_continue_in_keras(tmp_path):
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=3, decay_rate=0.5)
+    model, x, y = trained(seed_mlp(), tf.keras.optimizers.SGD(schedule, momentum=0.9))
+    model.save(tmp_path / "md.keras")
+    model.save_weights(tmp_path / "md.weights.h5")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    run_keras(KERAS_STEP.format(src="md.keras", dst="back.keras"), tmp_path)
+    model.train_on_batch(x[:16], y[:16])
+    keras_after = np.load(tmp_path / "keras_after.npz")
+    for i, w in enumerate(model.get_weights()):
+        np.testing.assert_allclose(keras_after[f"arr_{i}"], w, rtol=1e-5, atol=1e-6)
+    back = tf.keras.models.load_model(tmp_path / "back.keras")
+    assert back.optimizer.learning_rate.numpy() == pytest.approx(model.optimizer.learning_rate.numpy())

@@ -84,5 +84,8 @@ def load(path, compile=True):
         weights_path = os.path.join(scratch, "model.weights.h5")
         with open(weights_path, "wb") as f:
             f.write(weights)
-        _keras_weights.read(model, weights_path, "load_model")
+        try:
+            _keras_weights.read(model, weights_path, "model.weights.h5")
+        except ValueError as e:
+            raise ValueError(f"load_model: {path}: {e}") from None
     return model

@@ -11,6 +11,7 @@ weight name being "<layer>/<weight>");
 the two orders are mapped here.
 """
 import re
+import warnings
 
 import numpy as np
 
@@ -78,14 +79,26 @@ def optimizer_from_keras(model, values, where):
     """Sets the compiled model's optimizer state from Keras's variable list."""
     order = _keras_slot_order(model)
     schedule = isinstance(model.optimizer._learning_rate, LearningRateSchedule)
-    expected = 1 + (0 if schedule else 1) + len(order)
+    scalars = 1 if schedule else 2
+    expected = scalars + len(order)
     if len(values) != expected:
-        raise ValueError(f"{where}: the optimizer has {len(values)} variables, but {type(model.optimizer).__name__} "
-                         f"of this model has {expected} (iterations, learning rate and {len(order)} slots)")
+        if len(values) == scalars:  # saved before its first step: Keras had not made the slots yet
+            order = []
+        else:
+            # As Keras does: the weights load, the optimizer starts afresh.
+            warnings.warn(f"{where}: skipping the optimizer state: the file holds {len(values)} optimizer "
+                          f"variables, {type(model.optimizer).__name__} of model '{model.name}' has {expected} "
+                          f"(iterations, {'' if schedule else 'learning rate, '}{len(order)} slots)", stacklevel=3)
+            return
     current = dict(model._core.optimizer_state())
     state = [("iterations", np.asarray(values[0]).astype(np.asarray(current["iterations"]).dtype))]
-    slots = values[1:] if schedule else values[2:]
+    slots = values[scalars:]
+    shapes = {n: w.shape for layer in model._layers
+              for n, w in zip(layer._core.weight_names(), layer.get_weights())}
     for name, value in zip(order, slots):
+        if value.shape != shapes[name.rsplit("/", 1)[0]]:
+            raise ValueError(f"{where}: optimizer variable for {name} has shape {value.shape}, the weight has "
+                             f"{shapes[name.rsplit('/', 1)[0]]}")
         state.append((name, np.ascontiguousarray(value, dtype=np.float32)))
     # mdtrain's own order: by kind, then by variable.
     state[1:] = sorted(state[1:], key=lambda item: (slot_kinds(model.optimizer).index(item[0].rsplit("/", 1)[1]),
