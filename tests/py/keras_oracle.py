@@ -7,7 +7,6 @@ Looked for, in order: $MDTRAIN_KERAS_PYTHON, the venv scripts/test.sh makes
 import functools
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -57,5 +56,3 @@ def run_keras(code, cwd):
     assert result.returncode == 0, f"Keras side failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
 
-
-assert sys.version_info >= (3, 9)

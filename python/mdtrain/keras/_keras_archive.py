@@ -5,11 +5,11 @@ leaves the previous file intact. Read back into an mdtrain Sequential model; wha
 not support is named in the error.
 """
 import datetime
-import io
 import json
 import os
 import tempfile
 import zipfile
+import zlib
 
 from mdtrain._atomic import atomic_path
 from mdtrain.keras import _keras_config, _keras_weights
@@ -48,9 +48,7 @@ def _read_member(z, name, path):
         return z.read(name)
     except KeyError:
         raise ValueError(f"load_model: {path} has no {name}: not a Keras 3 .keras file") from None
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
-        raise ValueError(f"load_model: {path} is corrupt: {name} cannot be read ({e})") from None
-    except Exception as e:  # zlib.error and friends from a damaged member
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:  # a damaged member
         raise ValueError(f"load_model: {path} is corrupt: {name} cannot be read ({e})") from None
 
 
