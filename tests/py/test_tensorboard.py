@@ -71,6 +71,16 @@ def test_learning_rate_from_a_scheduler_is_logged(tmp_path, blobs):
                                [0.1, 0.05, 0.1 / 3], rtol=1e-6)
 
 
+def test_steps_per_second_when_asked(tmp_path, blobs):
+    x, y = blobs
+    compile_mlp(make_mlp()).fit(x, y, batch_size=100, epochs=2, verbose=0, callbacks=[
+        tf.keras.callbacks.TensorBoard(tmp_path, write_steps_per_second=True)])
+    train = read(tmp_path / "train")
+    rates = [v for _, v in scalars(train, "epoch_steps_per_second")]
+    steps = [v for _, v in scalars(train, "epoch_step_time/step")]
+    assert len(rates) == 2 and rates == pytest.approx([1 / s for s in steps], rel=1e-6)
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="update_freq"):
         tf.keras.callbacks.TensorBoard("logs", update_freq="sometimes")

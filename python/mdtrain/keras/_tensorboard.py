@@ -122,6 +122,9 @@ class TensorBoard(Callback):
             return
         for part in _BREAKDOWN:
             writer.add_scalar(f"epoch_step_time/{part}", (totals[part] - seen[part]) / steps, epoch)
+        step_time = (totals["step"] - seen["step"]) / steps
+        if self.write_steps_per_second and step_time > 0:
+            writer.add_scalar("epoch_steps_per_second", 1.0 / step_time, epoch)
 
     def on_test_end(self, logs=None):
         pass
