@@ -301,3 +301,35 @@ def test_schedule_and_sgd_momentum_continue_in_keras(tmp_path):
         np.testing.assert_allclose(keras_after[f"arr_{i}"], w, rtol=1e-5, atol=1e-6)
     back = tf.keras.models.load_model(tmp_path / "back.keras")
     assert back.optimizer.learning_rate.numpy() == pytest.approx(model.optimizer.learning_rate.numpy())
+
+
+OTHER_LAYERS = ('keras.layers.Conv2D(4, 3, padding="same", strides=1), keras.layers.AveragePooling2D(2), '
+                'keras.layers.LayerNormalization(), keras.layers.Activation("tanh"), '
+                'keras.layers.GlobalAveragePooling2D(), keras.layers.Reshape((2, 2)), keras.layers.Flatten(), '
+                'keras.layers.Dense(3, activation="softmax")')
+
+
+def test_other_supported_layers_both_ways(tmp_path):
+    """AveragePooling2D, LayerNormalization, Activation, GlobalAveragePooling2D, Reshape from Keras
+    to mdtrain and back to Keras, predictions equal."""
+    x, _ = data((8, 8, 2))
+    np.save(tmp_path / "x.npy", x)
+    run_keras(f"""
+        import numpy as np, keras
+        keras.utils.set_random_seed(0)
+        m = keras.Sequential([keras.Input((8, 8, 2)), {OTHER_LAYERS}])
+        m.compile(optimizer="rmsprop", loss="sparse_categorical_crossentropy")
+        m.save("k.keras")
+        np.save("keras_pred.npy", m.predict(np.load("x.npy"), verbose=0))
+    """, tmp_path)
+    model = tf.keras.models.load_model(tmp_path / "k.keras")
+    assert [type(layer).__name__ for layer in model.layers] == [
+        "Conv2D", "AveragePooling2D", "LayerNormalization", "Activation", "GlobalAveragePooling2D", "Reshape",
+        "Flatten", "Dense"]
+    np.testing.assert_allclose(model.predict(x, verbose=0), np.load(tmp_path / "keras_pred.npy"), atol=1e-6)
+    model.save(tmp_path / "md.keras")
+    run_keras("""
+        import numpy as np, keras
+        np.save("keras_pred2.npy", keras.models.load_model("md.keras").predict(np.load("x.npy"), verbose=0))
+    """, tmp_path)
+    np.testing.assert_allclose(np.load(tmp_path / "keras_pred2.npy"), model.predict(x, verbose=0), atol=1e-6)
