@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/system_deps.sh
 python3 -m pip install -q ".[test]"
+# Keras 3 (tensorflow-cpu) in its own cached venv, for the tests that check files against Keras.
+bash scripts/keras_env.sh
 
 # The C++ sources are formatted with the repository's .clang-format (apply: clang-format -i FILES).
 if command -v clang-format >/dev/null; then

@@ -20,6 +20,7 @@ import numpy as np
 from .utils.progbar import Progbar
 
 __all__ = [
+    "TensorBoard",
     "Callback",
     "CallbackList",
     "History",
@@ -1357,3 +1358,6 @@ class BackupAndRestore(Callback):
             for path in (self._latest, self._previous):
                 if os.path.exists(path):
                     os.remove(path)
+
+
+from mdtrain.keras._tensorboard import TensorBoard  # noqa: E402  (it subclasses Callback)

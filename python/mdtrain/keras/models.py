@@ -13,7 +13,7 @@ import numpy as np
 
 from mdtrain import _core, _random
 from mdtrain import distribute as _distribute
-from mdtrain.keras import _naming
+from mdtrain.keras import _keras_archive, _keras_weights, _naming
 from mdtrain.keras import callbacks as _callbacks
 from mdtrain.keras import losses as _losses
 from mdtrain.keras import metrics as _metrics
@@ -678,19 +678,47 @@ class Sequential:
     # ---- saving ----------------------------------------------------------------------------
     @_exclusive
     def save(self, filepath, overwrite=True, **kwargs):
-        """Architecture, weights, compile settings and optimizer state in one file, written atomically."""
+        """Architecture, weights, compile settings and optimizer state in one file, written atomically.
+
+        A path ending in .keras gets a Keras 3 archive (Keras and TensorFlow load it); any other
+        path mdtrain's own format (docs/file_format.md)."""
+        filepath = self._check_save_path("save", filepath, overwrite)
+        if _keras_archive.is_keras_archive(filepath):
+            _keras_archive.save(self, filepath)
+        else:
+            self._core.save(filepath, json.dumps({"mdtrain_version": _version()}))
+
+    def _check_save_path(self, where, filepath, overwrite):
         filepath = os.fspath(filepath)
         if not overwrite and os.path.exists(filepath):
-            raise FileExistsError(f"save: {filepath} exists and overwrite=False")
+            raise FileExistsError(f"{where}: {filepath} exists and overwrite=False")
+        if os.path.isdir(filepath):
+            raise IsADirectoryError(f"{where}: {filepath} is a directory, not a file path")
         if not self.built:
-            raise ValueError(f"save: model '{self.name}' is not built yet; fit it or call build() first")
-        self._core.save(filepath, json.dumps({"mdtrain_version": _version()}))
-
-    def save_weights(self, filepath, overwrite=True):
-        self.save(filepath, overwrite=overwrite)
+            raise ValueError(f"{where}: model '{self.name}' is not built yet; fit it or call build() first")
+        return filepath
 
     @_exclusive
-    def load_weights(self, filepath):
+    def save_weights(self, filepath, overwrite=True):
+        """Weights (and optimizer state). A path ending in .weights.h5 gets Keras 3's HDF5 layout;
+        any other path mdtrain's own format."""
+        filepath = self._check_save_path("save_weights", filepath, overwrite)
+        if _keras_archive.is_keras_weights(filepath):
+            _keras_archive.save_weights(self, filepath)
+        else:
+            self._core.save(filepath, json.dumps({"mdtrain_version": _version()}))
+
+    @_exclusive
+    def load_weights(self, filepath, skip_mismatch=False):
+        filepath = os.fspath(filepath)
+        if not os.path.exists(filepath):
+            raise FileNotFoundError(f"load_weights: no file at {filepath}")
+        if _is_hdf5(filepath) or (_keras_archive.is_keras_weights(filepath) and os.path.isfile(filepath)
+                                  and not _is_native(filepath)):
+            if not self.built:
+                raise ValueError(f"load_weights: build model '{self.name}' before loading {filepath} into it")
+            _keras_weights.read(self, filepath, "load_weights")
+            return
         other = load_model(filepath, compile=False)
         mine = [(l.name, [w.shape for w in l.get_weights()]) for l in self._layers]
         theirs = [(l.name, [w.shape for w in l.get_weights()]) for l in other._layers]
@@ -698,6 +726,26 @@ class Sequential:
             raise ValueError(f"load_weights: the weights in {filepath} ({theirs}) do not fit model '{self.name}' "
                              f"({mine})")
         self.set_weights(other.get_weights())
+
+
+def _starts_with(path, magic):
+    if not os.path.isfile(path):  # a pipe or device: never opened here (it could block); the reader refuses it
+        return False
+    with open(path, "rb") as f:
+        return f.read(len(magic)) == magic
+
+
+def _is_hdf5(path):
+    return _starts_with(path, b"\x89HDF\r\n\x1a\n")
+
+
+def _is_zip(path):
+    return _starts_with(path, b"PK\x03\x04")
+
+
+def _is_native(path):
+    """mdtrain's own model file (docs/file_format.md), whatever its extension."""
+    return _starts_with(path, b"MDTRAIN\0")
 
 
 def _version():
@@ -711,6 +759,9 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
     filepath = os.fspath(filepath)
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"load_model: no file at {filepath}")
+    if _is_zip(filepath) or (_keras_archive.is_keras_archive(filepath) and os.path.isfile(filepath)
+                             and not _is_native(filepath)):
+        return _keras_archive.load(filepath, compile=compile)
     strategy = _distribute.get_strategy()
     core, metadata = _core.load_model(filepath, strategy._core)
     model = Sequential.__new__(Sequential)

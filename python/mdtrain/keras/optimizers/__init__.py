@@ -7,6 +7,7 @@ import json
 
 from mdtrain import _core
 from mdtrain.keras.optimizers import schedules
+from mdtrain.keras.optimizers._learning_rate import LearningRateVariable
 from mdtrain.keras.optimizers.schedules import LearningRateSchedule
 
 
@@ -52,12 +53,23 @@ class Optimizer:
     def _make_core(self):
         return _core.make_optimizer(json.dumps(self._full_config()))
 
+    def _current_learning_rate(self):
+        return self._live().learning_rate
+
     @property
     def learning_rate(self):
-        return self._live().learning_rate
+        """A scalar variable (LearningRateVariable): .numpy(), float(), .assign(), arithmetic."""
+        return LearningRateVariable(self)
 
     @learning_rate.setter
     def learning_rate(self, value):
+        if isinstance(value, LearningRateSchedule):
+            raise TypeError(f"{type(self).__name__}: a LearningRateSchedule is given when the optimizer is created, "
+                            "not assigned to learning_rate afterwards")
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{type(self).__name__}: learning_rate must be a number, got {value!r}") from None
         if self._model_core is not None:
             self._model_core.set_learning_rate(float(value))  # every replica's optimizer
         else:
@@ -91,7 +103,7 @@ class Optimizer:
         return [v for _, v in state]
 
     def __repr__(self):
-        return f"<{type(self).__name__} learning_rate={self.learning_rate}>"
+        return f"<{type(self).__name__} learning_rate={self._current_learning_rate()}>"
 
 
 class SGD(Optimizer):
@@ -148,4 +160,4 @@ def get(identifier):
     raise TypeError(f"optimizer must be a name such as 'adam' or a keras Optimizer, got {identifier!r}")
 
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "schedules", "get"]
+__all__ = ["LearningRateVariable", "Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "schedules", "get"]

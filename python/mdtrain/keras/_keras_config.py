@@ -1,0 +1,169 @@
+"""A Sequential model's configuration in Keras 3's config.json form, both ways.
+
+Keras 3 writes every object as {"module", "class_name", "config", "registered_name"}; layers add
+"build_config" and the model "compile_config". Writing, mdtrain's own configs (which already use
+Keras's argument names) are wrapped that way. Reading, each Keras object becomes the mdtrain
+object of the same class; a Keras argument mdtrain does not have is dropped when it holds Keras's
+default (None, False, ...) and is an error naming the layer and argument otherwise.
+"""
+import inspect
+
+from mdtrain.keras import initializers as _initializers
+from mdtrain.keras import layers as _layers
+from mdtrain.keras import losses as _losses
+from mdtrain.keras import metrics as _metrics
+from mdtrain.keras import optimizers as _optimizers
+from mdtrain.keras import regularizers as _regularizers
+from mdtrain.keras.optimizers import schedules as _schedules
+
+_FLOAT32 = {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": None}
+# Keras arguments mdtrain has no counterpart for, with the values that mean "not used".
+_IGNORABLE = {"renorm_momentum": 0.99, "ema_momentum": 0.99, "optional": False, "sparse": False, "ragged": False,
+              "input_axes": None, "output_axes": None, "lora_rank": None, "lora_alpha": None}
+
+
+class UnsupportedKerasObject(ValueError):
+    """A Keras file names a layer, loss, optimizer, metric or argument mdtrain does not support."""
+
+
+def _wrap(module, class_name, config):
+    return {"module": module, "class_name": class_name, "config": config, "registered_name": None}
+
+
+def _keras_value(key, value):
+    if isinstance(value, dict) and "class_name" in value:
+        module = "keras.regularizers" if "regularizer" in key else "keras.initializers"
+        return _wrap(module, value["class_name"], dict(value.get("config") or {}))
+    return value
+
+
+# ---- mdtrain -> Keras ----------------------------------------------------------------------
+def model_to_keras(model):
+    """config.json's content for a built Sequential model (with compile_config when compiled)."""
+    input_shape = [None, *model._core.input_shape]
+    layers = [_wrap("keras.layers", "InputLayer",
+                    {"batch_shape": input_shape, "dtype": "float32", "sparse": False, "ragged": False,
+                     "name": "input_layer"})]
+    for layer in model._layers:
+        config = {k: _keras_value(k, v) for k, v in layer.get_config().items() if k != "batch_input_shape"}
+        config["dtype"] = dict(_FLOAT32)
+        entry = _wrap("keras.layers", type(layer).__name__, config)
+        entry["build_config"] = {"input_shape": [None, *layer.input_shape[1:]]}
+        layers.append(entry)
+    out = _wrap("keras", "Sequential", {"name": model.name, "trainable": True, "dtype": dict(_FLOAT32),
+                                         "layers": layers, "build_input_shape": input_shape})
+    out["build_config"] = {"input_shape": input_shape}
+    if model.optimizer is not None and model.loss is not None:
+        out["compile_config"] = compile_to_keras(model)
+    return out
+
+
+def compile_to_keras(model):
+    opt_config = dict(model.optimizer.get_config())
+    lr = opt_config.get("learning_rate")
+    if isinstance(lr, dict):
+        opt_config["learning_rate"] = _wrap("keras.optimizers.schedules", lr["class_name"], lr["config"])
+    loss_config = dict(model.loss.get_config())
+    loss_class = model.loss._core.class_name if hasattr(model.loss._core, "class_name") else type(model.loss).__name__
+    return {"optimizer": _wrap("keras.optimizers", type(model.optimizer).__name__, opt_config),
+            "loss": _wrap("keras.losses", loss_class, loss_config), "loss_weights": None,
+            "metrics": list(model._metric_identifiers) or None, "weighted_metrics": None, "run_eagerly": False,
+            "steps_per_execution": 1, "jit_compile": False}
+
+
+# ---- Keras -> mdtrain ----------------------------------------------------------------------
+def _kwargs(cls, config, what):
+    """config's entries that cls accepts; the others must hold a value meaning "not used"."""
+    params = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    accepted = set(params) | (_layers._BASE_KWARGS if issubclass(cls, _layers.Layer) else set())
+    out = {}
+    for key, value in config.items():
+        if key in accepted or (takes_any and not issubclass(cls, _layers.Layer)):
+            out[key] = value
+        elif value is None or value is False or _IGNORABLE.get(key, object()) == value:
+            continue
+        else:
+            raise UnsupportedKerasObject(f"{what}: argument {key}={value!r} is not supported by mdtrain")
+    return out
+
+
+def _object(module, entry, what):
+    """An mdtrain object for a Keras-serialized one (a name or None passes through)."""
+    if entry is None or isinstance(entry, (str, int, float)):
+        return entry
+    if not isinstance(entry, dict) or "class_name" not in entry:
+        raise ValueError(f"{what}: expected a Keras object {{'class_name': ..., 'config': ...}}, got {entry!r}")
+    cls = getattr(module, entry["class_name"], None)
+    if not isinstance(cls, type):
+        raise UnsupportedKerasObject(f"{what}: {entry['class_name']} is not supported by mdtrain")
+    return cls(**_kwargs(cls, dict(entry.get("config") or {}), f"{what} {entry['class_name']}"))
+
+
+def layer_from_keras(entry):
+    class_name = entry.get("class_name")
+    cls = _layers._CLASSES.get(class_name)
+    if cls is None:
+        raise UnsupportedKerasObject(f"layer class {class_name!r} is not supported by mdtrain (supported: "
+                                     f"{', '.join(sorted(_layers._CLASSES))})")
+    config = dict(entry.get("config") or {})
+    config.pop("dtype", None)
+    name = config.get("name", class_name)
+    for key, value in list(config.items()):
+        if key.endswith("_initializer"):
+            config[key] = _object(_initializers, value, f"layer {name!r} {key}")
+        elif key.endswith("_regularizer"):
+            config[key] = _object(_regularizers, value, f"layer {name!r} {key}")
+    return cls(**_kwargs(cls, config, f"layer {name!r} ({class_name})"))
+
+
+def model_from_keras(config):
+    """(name, input_shape or None, [mdtrain layers]) of a Keras Sequential config."""
+    if not isinstance(config, dict) or config.get("class_name") != "Sequential":
+        found = config.get("class_name") if isinstance(config, dict) else type(config).__name__
+        raise UnsupportedKerasObject(f"model class {found!r} is not supported by mdtrain (only Sequential)")
+    inner = config.get("config") or {}
+    input_shape, layers = None, []
+    for entry in inner.get("layers", []):
+        if entry.get("class_name") == "InputLayer":
+            lc = entry.get("config") or {}
+            shape = lc.get("batch_shape") or lc.get("batch_input_shape")
+            input_shape = tuple(shape[1:])
+            continue
+        layers.append(layer_from_keras(entry))
+    if input_shape is None:
+        shape = inner.get("build_input_shape") or (config.get("build_config") or {}).get("input_shape")
+        if shape:
+            input_shape = tuple(shape[1:])
+    return inner.get("name"), input_shape, layers
+
+
+def compile_from_keras(compile_config):
+    """compile() keyword arguments for a Keras compile_config."""
+    opt = compile_config.get("optimizer")
+    if isinstance(opt, dict):
+        cls = getattr(_optimizers, opt.get("class_name", ""), None)
+        if not (isinstance(cls, type) and issubclass(cls, _optimizers.Optimizer)):
+            raise UnsupportedKerasObject(f"optimizer {opt.get('class_name')!r} is not supported by mdtrain")
+        opt_config = dict(opt.get("config") or {})
+        lr = opt_config.get("learning_rate")
+        if isinstance(lr, dict):
+            opt_config["learning_rate"] = _object(_schedules, lr, "optimizer learning_rate schedule")
+        optimizer = cls(**_kwargs(cls, opt_config, f"optimizer {opt['class_name']}"))
+    else:
+        optimizer = opt
+    loss = compile_config.get("loss")
+    if isinstance(loss, dict):
+        loss = _object(_losses, loss, "loss")
+    metrics = []
+    for m in compile_config.get("metrics") or []:
+        if isinstance(m, dict):
+            cls = getattr(_metrics, m.get("class_name", ""), None)
+            if cls is None or not isinstance(cls, type):
+                raise UnsupportedKerasObject(f"metric {m.get('class_name')!r} is not supported by mdtrain")
+            m = cls()
+        metrics.append(m)
+    for key in ("loss_weights", "weighted_metrics"):
+        if compile_config.get(key):
+            raise UnsupportedKerasObject(f"compile_config {key} is not supported by mdtrain")
+    return {"optimizer": optimizer, "loss": loss, "metrics": metrics}

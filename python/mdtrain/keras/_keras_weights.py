@@ -1,0 +1,183 @@
+"""A Sequential model's weights and optimizer state in Keras 3's HDF5 layout (model.weights.h5).
+
+Keras 3 stores one group per object: /vars (the model's, empty), /layers/<key>/vars/<i> holding
+a layer's variables in layer.weights order, where the key is the snake-case class name counted
+per model (dense, dense_1, conv2d, ...), not the layer's name, and /optimizer/vars/<i> holding the
+optimizer's variables: iterations (int64), learning_rate (float32; absent when it is a schedule),
+then the slots. Keras orders the slots by slot kind and, within a kind, by trainable variable,
+except Adam and AdamW which create (momentum, velocity) together per variable. mdtrain's own
+optimizer state is ordered by kind throughout and names every slot "<weight name>/<kind>" (a
+weight name being "<layer>/<weight>");
+the two orders are mapped here.
+"""
+import re
+import warnings
+
+import numpy as np
+
+from mdtrain.keras.optimizers import LearningRateSchedule
+
+_PAIRED = ("Adam", "AdamW")  # Keras creates momentum and velocity per variable, side by side
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:  # a dependency of mdtrain; missing only in a broken install
+        raise ImportError("Keras weight files need h5py: pip install h5py") from None
+    return h5py
+
+
+def slot_kinds(optimizer):
+    """The optimizer's slot kinds in mdtrain's (and Keras's) creation order."""
+    name, config = type(optimizer).__name__, optimizer.get_config()
+    if name == "SGD":
+        return ["momentum"] if config.get("momentum") else []
+    if name in _PAIRED:
+        return ["momentum", "velocity"] + (["velocity_hat"] if config.get("amsgrad") else [])
+    if name == "RMSprop":
+        return (["velocity"] + (["momentum"] if config.get("momentum") else [])
+                + (["average_gradient"] if config.get("centered") else []))
+    if name == "Adagrad":
+        return ["accumulator"]
+    raise ValueError(f"optimizer {name} has no known Keras variable layout")
+
+
+def _trainable_names(model):
+    return [w for layer in model._layers
+            for w, t in zip(layer._core.weight_names(), layer._core.weight_trainable()) if t]
+
+
+def _keras_slot_order(model):
+    """mdtrain slot names ("<layer>/<weight>/<kind>") in Keras's order."""
+    kinds, names = slot_kinds(model.optimizer), _trainable_names(model)
+    order = []
+    if type(model.optimizer).__name__ in _PAIRED:
+        order += [f"{n}/{k}" for n in names for k in kinds[:2]]
+        kinds = kinds[2:]
+    order += [f"{n}/{k}" for k in kinds for n in names]
+    return order
+
+
+def optimizer_to_keras(model):
+    """The optimizer's variables as Keras 3 lists them."""
+    state = dict(model._core.optimizer_state())
+    out = [np.asarray(state.pop("iterations", 0), dtype=np.int64)]
+    if not isinstance(model.optimizer._learning_rate, LearningRateSchedule):
+        out.append(np.asarray(model.optimizer.learning_rate.numpy(), dtype=np.float32))
+    order = _keras_slot_order(model)
+    shapes = {n: w.shape for layer in model._layers
+              for n, w in zip(layer._core.weight_names(), layer.get_weights())}
+    for name in order:  # slots not created yet (never trained): zeros, as Keras builds them
+        value = state.get(name)
+        out.append(np.asarray(value, np.float32) if value is not None else
+                   np.zeros(shapes[name.rsplit("/", 1)[0]], np.float32))
+    return out
+
+
+def optimizer_from_keras(model, values, where):
+    """Sets the compiled model's optimizer state from Keras's variable list."""
+    order = _keras_slot_order(model)
+    schedule = isinstance(model.optimizer._learning_rate, LearningRateSchedule)
+    scalars = 1 if schedule else 2
+    expected = scalars + len(order)
+    if len(values) != expected:
+        if len(values) == scalars:  # saved before its first step: Keras had not made the slots yet
+            order = []
+        else:
+            # As Keras does: the weights load, the optimizer starts afresh.
+            warnings.warn(f"{where}: skipping the optimizer state: the file holds {len(values)} optimizer "
+                          f"variables, {type(model.optimizer).__name__} of model '{model.name}' has {expected} "
+                          f"(iterations, {'' if schedule else 'learning rate, '}{len(order)} slots)", stacklevel=3)
+            return
+    current = dict(model._core.optimizer_state())
+    state = [("iterations", np.asarray(values[0]).astype(np.asarray(current["iterations"]).dtype))]
+    slots = values[scalars:]
+    shapes = {n: w.shape for layer in model._layers
+              for n, w in zip(layer._core.weight_names(), layer.get_weights())}
+    for name, value in zip(order, slots):
+        if value.shape != shapes[name.rsplit("/", 1)[0]]:
+            raise ValueError(f"{where}: optimizer variable for {name} has shape {value.shape}, the weight has "
+                             f"{shapes[name.rsplit('/', 1)[0]]}")
+        state.append((name, np.ascontiguousarray(value, dtype=np.float32)))
+    # mdtrain's own order: by kind, then by variable.
+    state[1:] = sorted(state[1:], key=lambda item: (slot_kinds(model.optimizer).index(item[0].rsplit("/", 1)[1]),
+                                                     order.index(item[0])))
+    model._core.set_optimizer_state(state)
+    # The file holds the rate as float32: keep the optimizer's own (more precise) value when it
+    # rounds to the stored one.
+    if not schedule and np.float32(model.optimizer.learning_rate.numpy()) != np.float32(values[1]):
+        model.optimizer.learning_rate = float(values[1])
+
+
+def _snake_case(class_name):
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", class_name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def layer_keys(model):
+    """The group name Keras gives each layer of the model."""
+    used, keys = {}, []
+    for layer in model._layers:
+        base = _snake_case(type(layer).__name__)
+        count = used.get(base)
+        used[base] = 0 if count is None else count + 1
+        keys.append(base if count is None else f"{base}_{count + 1}")
+    return keys
+
+
+def write(model, path, include_optimizer=True):
+    h5py = _h5py()
+    with h5py.File(path, "w") as f:
+        f.create_group("vars").attrs["name"] = model.name
+        layers = f.create_group("layers", track_order=True)
+        for layer, key in zip(model._layers, layer_keys(model)):
+            group = layers.create_group(key).create_group("vars")
+            group.attrs["name"] = layer.name
+            for i, w in enumerate(layer.get_weights()):
+                group.create_dataset(str(i), data=np.asarray(w, np.float32))
+        if include_optimizer and model.optimizer is not None:
+            group = f.create_group("optimizer").create_group("vars")
+            group.attrs["name"] = model.optimizer.name
+            for i, v in enumerate(optimizer_to_keras(model)):
+                group.create_dataset(str(i), data=v)
+
+
+def _vars(group, where):
+    try:
+        count = len(group)
+        return [np.asarray(group[str(i)][()]) for i in range(count)]
+    except KeyError as e:
+        raise ValueError(f"{where}: variables are not numbered 0..{len(group) - 1}: {e}") from None
+
+
+def read(model, path, where, include_optimizer=True):
+    """Sets the model's weights (and, when compiled and present, optimizer state) from a file."""
+    h5py = _h5py()
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise ValueError(f"{where}: {path} is not a readable HDF5 weights file ({e})") from None
+    with f:
+        if "layers" not in f:
+            raise ValueError(f"{where}: {path} has no 'layers' group: not a Keras 3 weights file")
+        stored = f["layers"]
+        names = layer_keys(model)
+        missing = [n for n in names if n not in stored]
+        if missing:
+            raise ValueError(f"{where}: {path} holds layers {sorted(stored.keys())}, model '{model.name}' needs "
+                             f"{names} (missing: {missing})")
+        weights = []
+        for layer, name in zip(model._layers, names):
+            expected = [w.shape for w in layer.get_weights()]
+            values = _vars(stored[name]["vars"], where) if "vars" in stored[name] else []
+            if [v.shape for v in values] != expected:
+                raise ValueError(f"{where}: layer '{name}' in {path} has weights of shapes "
+                                 f"{[v.shape for v in values]}, the model's layer '{layer.name}' has {expected}")
+            weights += values
+        optimizer = None
+        if include_optimizer and model.optimizer is not None and "optimizer" in f and "vars" in f["optimizer"]:
+            optimizer = _vars(f["optimizer"]["vars"], where)
+    model.set_weights(weights)
+    if optimizer:
+        optimizer_from_keras(model, optimizer, where)
