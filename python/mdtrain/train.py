@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 from mdtrain._atomic import atomic_path
+from mdtrain._cluster import ClusterSpec  # noqa: F401  (tf.train.ClusterSpec)
 
 _SUFFIX = ".weights.h5"
 _STATE = "checkpoint"
