@@ -1,0 +1,47 @@
+#pragma once
+// Request/reply sockets for services with many clients, such as the parameter server: one server
+// socket receives requests from any number of clients and answers each to its sender; a client
+// socket talks to one server. Messages are whole byte strings (framing is the transport's job).
+// The only implementation is ZeroMQ (distribute/zmq/: a ROUTER and a DEALER); without ZeroMQ the
+// factories throw "[ps] mdtrain was built without ZeroMQ ...".
+//
+// Neither socket is thread-safe: each is used by one thread at a time (a socket may move to another
+// thread between calls, e.g. bound on the caller's thread and then served on a server thread).
+#include <memory>
+#include <string>
+
+namespace mdtrain {
+
+class MessageServerSocket {
+ public:
+  virtual ~MessageServerSocket() = default;
+  // The address clients connect to, with a wildcard port ("tcp://127.0.0.1:*") resolved.
+  virtual const std::string& endpoint() const = 0;
+  // Waits up to `timeout_ms` for one request; false when none came. `client` names the sender for
+  // reply(). A request that is not a single frame arrives as an empty message (which no protocol
+  // accepts), so the server can still answer it with an error.
+  virtual bool receive(std::string& client, std::string& message, int timeout_ms) = 0;
+  // Sends `message` to `client`; dropped silently when that client has gone (it may have timed out).
+  virtual void reply(const std::string& client, const std::string& message) = 0;
+};
+
+class MessageClientSocket {
+ public:
+  virtual ~MessageClientSocket() = default;
+  virtual const std::string& endpoint() const = 0;
+  // Queues `message` for the server; false when it could not be queued within `timeout_ms`.
+  virtual bool send(const std::string& message, int timeout_ms) = 0;
+  // Waits up to `timeout_ms` for the next message from the server; false when none came.
+  virtual bool receive(std::string& message, int timeout_ms) = 0;
+};
+
+// Whether mdtrain was built with ZeroMQ.
+bool zmq_available();
+// A ZeroMQ ROUTER bound to `endpoint` ("tcp://127.0.0.1:*", "inproc://name", ...). Throws
+// std::runtime_error("[zmq] ...") when the bind fails.
+std::unique_ptr<MessageServerSocket> bind_zmq_server_socket(const std::string& endpoint);
+// A ZeroMQ DEALER connected to `endpoint`. Connecting never waits: a server that is not there yet
+// only shows as requests that get no answer.
+std::unique_ptr<MessageClientSocket> connect_zmq_client_socket(const std::string& endpoint);
+
+}  // namespace mdtrain
