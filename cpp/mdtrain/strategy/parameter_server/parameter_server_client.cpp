@@ -30,13 +30,12 @@ ParameterServerClient::ParameterServerClient(ShardLayout layout, std::vector<std
 }
 
 void ParameterServerClient::set_timeout_seconds(double seconds) {
-  MDTRAIN_CHECK(std::isfinite(seconds) && seconds > 0, std::invalid_argument, "[ps] timeout must be > 0 s, got ", seconds);
+  MDTRAIN_CHECK(std::isfinite(seconds) && seconds > 0, std::invalid_argument, "[ps] timeout must be > 0 s, got ",
+                seconds);
   timeout_seconds_ = seconds;
 }
 
-std::string ParameterServerClient::describe(int server) const {
-  return cat("ps ", server, " at ", endpoints_[server]);
-}
+std::string ParameterServerClient::describe(int server) const { return cat("ps ", server, " at ", endpoints_[server]); }
 
 PsHeader ParameterServerClient::header(PsKind kind, int server) {
   PsHeader h;
@@ -123,14 +122,16 @@ std::vector<std::uint64_t> ParameterServerClient::pull(std::vector<Tensor>& valu
   return versions;
 }
 
-PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients, const std::vector<std::uint64_t>& versions) {
+PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients,
+                                       const std::vector<std::uint64_t>& versions) {
   const std::size_t nv = layout_.variables.size();
   MDTRAIN_CHECK(gradients.size() == nv, std::invalid_argument, "[ps] ", gradients.size(), " gradients for ", nv,
                 " variables");
   MDTRAIN_CHECK(versions.size() == static_cast<std::size_t>(layout_.num_servers), std::invalid_argument, "[ps] ",
                 versions.size(), " versions for ", layout_.num_servers, " servers");
   for (std::size_t v = 0; v < nv; ++v)
-    MDTRAIN_CHECK(gradients[v].shape() == layout_.variables[v].shape && gradients[v].dtype() == layout_.variables[v].dtype,
+    MDTRAIN_CHECK(gradients[v].shape() == layout_.variables[v].shape &&
+                      gradients[v].dtype() == layout_.variables[v].dtype,
                   std::invalid_argument, "[ps] the gradient of '", layout_.variables[v].name,
                   "' does not match the variable's shape or dtype");
   std::vector<std::string> requests;

@@ -24,15 +24,16 @@ namespace mdtrain {
 
 // What each server did with one push.
 struct PushResult {
-  std::vector<PsStatus> status;          // per server
-  std::vector<std::uint64_t> versions;   // each server's version after it
+  std::vector<PsStatus> status;         // per server
+  std::vector<std::uint64_t> versions;  // each server's version after it
 };
 
 class ParameterServerClient {
  public:
   // `endpoints[s]` is server s of `layout`; `worker` is this worker's task id (sent with every
   // request, for the servers' logs and stats).
-  ParameterServerClient(ShardLayout layout, std::vector<std::string> endpoints, int worker, double timeout_seconds = 30);
+  ParameterServerClient(ShardLayout layout, std::vector<std::string> endpoints, int worker,
+                        double timeout_seconds = 30);
 
   // Fills `values` (one whole tensor per layout variable, allocated here when undefined or of the
   // wrong shape) and returns each server's weights version, to be passed back with the gradients.

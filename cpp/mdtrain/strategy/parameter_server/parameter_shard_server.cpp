@@ -60,9 +60,9 @@ Json ParameterServerStats::to_json() const {
   return j;
 }
 
-ParameterShardServer::ParameterShardServer(ShardLayout layout, int server_index, const std::vector<Tensor>& initial_values,
-                                           const Optimizer& optimizer, const std::string& endpoint,
-                                           ParameterServerOptions options)
+ParameterShardServer::ParameterShardServer(ShardLayout layout, int server_index,
+                                           const std::vector<Tensor>& initial_values, const Optimizer& optimizer,
+                                           const std::string& endpoint, ParameterServerOptions options)
     : layout_(std::move(layout)), server_(server_index), options_(options) {
   layout_.validate();
   MDTRAIN_CHECK(server_ >= 0 && server_ < layout_.num_servers, std::invalid_argument, "[ps] server index ", server_,
@@ -163,8 +163,8 @@ std::string ParameterShardServer::handle(const std::string& request) {
     reply.request_id = m.header.request_id;
     reply.worker = m.header.worker;
     reply.variable = m.header.variable;
-    MDTRAIN_CHECK(m.header.server == static_cast<std::uint32_t>(server_), std::invalid_argument, "[ps] a request for ps ",
-                  m.header.server, " reached ps ", server_);
+    MDTRAIN_CHECK(m.header.server == static_cast<std::uint32_t>(server_), std::invalid_argument,
+                  "[ps] a request for ps ", m.header.server, " reached ps ", server_);
     switch (m.header.kind) {
       case PsKind::Pull: {
         const auto vars = selected(m.header.variable);
@@ -197,8 +197,8 @@ std::string ParameterShardServer::handle(const std::string& request) {
         return encode_ps_text(reply, stats_.to_json().dump());
       case PsKind::Save:
       case PsKind::Load: {
-        MDTRAIN_CHECK(m.header.dtype == PsDType::Bytes && !m.payload.empty(), std::invalid_argument,
-                      "[ps] ", name_of(m.header.kind), " needs a directory");
+        MDTRAIN_CHECK(m.header.dtype == PsDType::Bytes && !m.payload.empty(), std::invalid_argument, "[ps] ",
+                      name_of(m.header.kind), " needs a directory");
         const std::string dir(m.payload);
         mutex_.unlock();  // save()/load() take the lock themselves
         try {
@@ -217,8 +217,7 @@ std::string ParameterShardServer::handle(const std::string& request) {
         stop_requested_.store(true);
         reply.kind = PsKind::Done;
         return encode_ps_message(reply, nullptr, 0);
-      default:
-        fail<std::invalid_argument>("[ps] a server does not accept '", name_of(m.header.kind), "' messages");
+      default: fail<std::invalid_argument>("[ps] a server does not accept '", name_of(m.header.kind), "' messages");
     }
   } catch (const std::exception& e) {
     ++stats_.errors;
@@ -361,8 +360,8 @@ void ParameterShardServer::load(const std::string& directory) {
   for (std::size_t v = 0; v < params_.size(); ++v) {
     const auto& spec = layout_.variables[v];
     const PsLogicalVariable& lv = ck.at(spec.name);
-    MDTRAIN_CHECK(lv.value.shape() == spec.shape && lv.value.dtype() == spec.dtype, std::invalid_argument,
-                  "[ps] '", spec.name, "' in the checkpoint does not match the layout's shape or dtype");
+    MDTRAIN_CHECK(lv.value.shape() == spec.shape && lv.value.dtype() == spec.dtype, std::invalid_argument, "[ps] '",
+                  spec.name, "' in the checkpoint does not match the layout's shape or dtype");
     const RowRange rows = layout_.rows[v][server_];
     values.push_back(rows.empty() ? params_[v].value.clone() : lv.value.rows(rows.begin, rows.end).clone());
     const std::string prefix = spec.name + "/";

@@ -37,7 +37,7 @@ enum class StalenessPolicy { Drop, Rescale };
 
 struct ParameterServerOptions {
   bool synchronous = false;
-  int replicas_to_aggregate = 1;            // synchronous mode
+  int replicas_to_aggregate = 1;              // synchronous mode
   std::optional<std::int64_t> max_staleness;  // asynchronous mode; unset: any staleness is applied
   StalenessPolicy staleness_policy = StalenessPolicy::Drop;
 };
@@ -49,8 +49,8 @@ struct ParameterServerStats {
   std::uint64_t pushes_rescaled = 0;  // also counted in pushes_applied
   std::uint64_t pushes_dropped_stale = 0;
   std::uint64_t pushes_dropped_late = 0;
-  std::uint64_t updates = 0;          // optimizer steps taken
-  std::uint64_t errors = 0;           // requests answered with Error
+  std::uint64_t updates = 0;  // optimizer steps taken
+  std::uint64_t errors = 0;   // requests answered with Error
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
   Json to_json() const;
@@ -103,9 +103,9 @@ class ParameterShardServer {
   ParameterServerOptions options_;
   PsDType dtype_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::vector<Parameter> params_;       // one per layout variable; only those with rows are trained
-  ParameterList trained_;               // pointers to params_ with rows
-  std::vector<Tensor> aggregate_;       // sync mode: running sums, per variable
+  std::vector<Parameter> params_;  // one per layout variable; only those with rows are trained
+  ParameterList trained_;          // pointers to params_ with rows
+  std::vector<Tensor> aggregate_;  // sync mode: running sums, per variable
   int aggregated_ = 0;
   ParameterServerStats stats_;
 

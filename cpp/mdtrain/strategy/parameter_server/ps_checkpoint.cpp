@@ -87,7 +87,8 @@ PsPieceFile read_ps_piece_file(const std::string& path) {
   MDTRAIN_CHECK(bytes.size() >= kMagicSize + 8 && bytes.compare(0, kMagicSize, kMagic) == 0, std::invalid_argument,
                 "[ps] '", path, "' is not a parameter server piece file");
   std::uint64_t len = 0;
-  for (int i = 0; i < 8; ++i) len |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[kMagicSize + i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    len |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[kMagicSize + i])) << (8 * i);
   std::size_t at = kMagicSize + 8;
   MDTRAIN_CHECK(len <= bytes.size() - at, std::invalid_argument, "[ps] '", path, "' is truncated (header)");
   const Json header = Json::parse(bytes.substr(at, len));
@@ -117,7 +118,8 @@ PsPieceFile read_ps_piece_file(const std::string& path) {
                   "[ps] '", path, "': piece '", p.variable, "' has rows outside the variable");
     const DType dtype = dtype_named(j.at("dtype").as_string());
     p.value = take(piece_shape(p.shape, p.rows), dtype);
-    for (const auto& s : j.at("slots").as_array()) p.slots.emplace_back(s.as_string(), take(piece_shape(p.shape, p.rows), dtype));
+    for (const auto& s : j.at("slots").as_array())
+      p.slots.emplace_back(s.as_string(), take(piece_shape(p.shape, p.rows), dtype));
     file.pieces.push_back(std::move(p));
   }
   MDTRAIN_CHECK(at == bytes.size(), std::invalid_argument, "[ps] '", path, "' has trailing bytes");
@@ -176,8 +178,8 @@ PsCheckpoint read_ps_checkpoint(const std::string& directory) {
       if (p.rows.empty()) continue;
       var->value.rows(p.rows.begin, p.rows.end).copy_from(p.value);
       for (std::size_t i = 0; i < p.slots.size(); ++i) {
-        MDTRAIN_CHECK(var->slots[i].first == p.slots[i].first, std::invalid_argument, "[ps] pieces of '",
-                      p.variable, "' disagree on slot ", i);
+        MDTRAIN_CHECK(var->slots[i].first == p.slots[i].first, std::invalid_argument, "[ps] pieces of '", p.variable,
+                      "' disagree on slot ", i);
         var->slots[i].second.rows(p.rows.begin, p.rows.end).copy_from(p.slots[i].second);
       }
     }

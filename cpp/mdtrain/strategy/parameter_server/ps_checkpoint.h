@@ -19,16 +19,16 @@ struct PsPiece {
   std::string variable;
   Shape shape;  // the logical variable's shape
   RowRange rows;
-  Tensor value;                                      // rows.size() rows
+  Tensor value;                                       // rows.size() rows
   std::vector<std::pair<std::string, Tensor>> slots;  // slot name ("momentum", ...) -> the same rows
 };
 
 struct PsPieceFile {
   int server = 0;
   int num_servers = 1;
-  std::uint64_t version = 0;     // the server's weights version when saved
-  std::int64_t iterations = 0;   // its optimizer's iterations
-  std::string optimizer;         // class name, checked on load
+  std::uint64_t version = 0;    // the server's weights version when saved
+  std::int64_t iterations = 0;  // its optimizer's iterations
+  std::string optimizer;        // class name, checked on load
   std::vector<PsPiece> pieces;
 };
 

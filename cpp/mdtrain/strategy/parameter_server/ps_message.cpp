@@ -11,13 +11,15 @@ namespace {
 
 template <class T>
 void put(char* at, T value) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) at[i] = static_cast<char>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+  for (std::size_t i = 0; i < sizeof(T); ++i)
+    at[i] = static_cast<char>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
 }
 
 template <class T>
 T get(const char* at) {
   std::uint64_t v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(at[i])) << (8 * i);
+  for (std::size_t i = 0; i < sizeof(T); ++i)
+    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(at[i])) << (8 * i);
   return static_cast<T>(v);
 }
 

@@ -29,18 +29,18 @@
 namespace mdtrain {
 
 enum class PsKind : std::uint16_t {
-  Pull = 1,        // -> PullReply: the shard rows
+  Pull = 1,  // -> PullReply: the shard rows
   PullReply = 2,
-  Push = 3,        // gradient rows -> PushAck (status says what happened to them)
+  Push = 3,  // gradient rows -> PushAck (status says what happened to them)
   PushAck = 4,
-  Assign = 5,      // new shard rows (initial values from the chief) -> Done
-  Save = 6,        // payload: checkpoint directory -> Done
-  Load = 7,        // payload: checkpoint directory -> Done
-  Stats = 8,       // -> StatsReply (payload: JSON text)
+  Assign = 5,  // new shard rows (initial values from the chief) -> Done
+  Save = 6,    // payload: checkpoint directory -> Done
+  Load = 7,    // payload: checkpoint directory -> Done
+  Stats = 8,   // -> StatsReply (payload: JSON text)
   StatsReply = 9,
-  Shutdown = 10,   // -> Done, then the server stops serving
+  Shutdown = 10,  // -> Done, then the server stops serving
   Done = 11,
-  Error = 12,      // payload: the reason, text
+  Error = 12,  // payload: the reason, text
 };
 const char* name_of(PsKind kind);
 
@@ -49,11 +49,11 @@ enum class PsDType : std::uint8_t { Bytes = 0, Float32 = 1, Float64 = 2 };
 // What a server did with a pushed gradient.
 enum class PsStatus : std::uint8_t {
   None = 0,
-  Applied = 1,         // one optimizer step
-  Rescaled = 2,        // applied after scaling by 1 / (1 + staleness)
-  DroppedStale = 3,    // older than max_staleness versions
-  Aggregated = 4,      // synchronous mode: kept for the step, not applied yet
-  DroppedLate = 5,     // synchronous mode: its step had already been applied
+  Applied = 1,       // one optimizer step
+  Rescaled = 2,      // applied after scaling by 1 / (1 + staleness)
+  DroppedStale = 3,  // older than max_staleness versions
+  Aggregated = 4,    // synchronous mode: kept for the step, not applied yet
+  DroppedLate = 5,   // synchronous mode: its step had already been applied
 };
 const char* name_of(PsStatus status);
 
