@@ -7,6 +7,7 @@
 //
 // Neither socket is thread-safe: each is used by one thread at a time (a socket may move to another
 // thread between calls, e.g. bound on the caller's thread and then served on a server thread).
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,8 +39,11 @@ class MessageClientSocket {
 // Whether mdtrain was built with ZeroMQ.
 bool zmq_available();
 // A ZeroMQ ROUTER bound to `endpoint` ("tcp://127.0.0.1:*", "inproc://name", ...). Throws
-// std::runtime_error("[zmq] ...") when the bind fails.
-std::unique_ptr<MessageServerSocket> bind_zmq_server_socket(const std::string& endpoint);
+// std::runtime_error("[zmq] ...") when the bind fails. A client sending a message longer than
+// `max_message_bytes` (when > 0) is disconnected by ZeroMQ before the message is allocated, so a
+// foreign peer cannot make the server allocate without bound.
+std::unique_ptr<MessageServerSocket> bind_zmq_server_socket(const std::string& endpoint,
+                                                            std::int64_t max_message_bytes = -1);
 // A ZeroMQ DEALER connected to `endpoint`. Connecting never waits: a server that is not there yet
 // only shows as requests that get no answer.
 std::unique_ptr<MessageClientSocket> connect_zmq_client_socket(const std::string& endpoint);

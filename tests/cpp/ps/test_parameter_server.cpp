@@ -353,6 +353,36 @@ TEST(ParameterServer, CheckpointOfTwoServersLoadsIntoOneAndThreeAndTrainingConti
   std::filesystem::remove_all(dir);
 }
 
+TEST(ParameterServer, AServerRestartedFromItsCheckpointOnTheSameEndpointServesTheSameClientAgain) {
+  SKIP_WITHOUT_ZMQ();
+  std::mt19937 rng(10);
+  const auto initial = random_tensors(rng);
+  const Adam adam(0.01);
+  Reference ref(initial, adam);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("mdtrain_ps_restart_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  Job job(2, initial, adam);
+  auto client = job.client(0, 5);
+  std::vector<Tensor> values;
+  const auto g = random_tensors(rng);
+  client.push(g, client.pull(values));
+  ref.step(g);
+  client.save(dir);
+  // Server 1 dies and comes back on its endpoint (same port), loading its rows from the checkpoint.
+  const std::string endpoint = job.endpoints[1];
+  job.servers[1].reset();
+  job.servers[1] = std::make_unique<ParameterShardServer>(layout_for(2), 1, std::vector<Tensor>{}, adam, endpoint);
+  job.servers[1]->load(dir);
+  EXPECT_EQ(job.servers[1]->version(), 1u);
+  expect_values(client, ref.params);  // the client's connection reconnected by itself
+  const auto g2 = random_tensors(rng);
+  client.push(g2, client.pull(values));
+  ref.step(g2);
+  expect_values(client, ref.params);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ParameterServer, AssignSetsTheShardsAndShutdownStopsServing) {
   SKIP_WITHOUT_ZMQ();
   std::mt19937 rng(9);

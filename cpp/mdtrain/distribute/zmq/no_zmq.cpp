@@ -13,7 +13,7 @@ namespace {
 
 bool zmq_available() { return false; }
 
-std::unique_ptr<MessageServerSocket> bind_zmq_server_socket(const std::string&) { built_without_zmq(); }
+std::unique_ptr<MessageServerSocket> bind_zmq_server_socket(const std::string&, std::int64_t) { built_without_zmq(); }
 
 std::unique_ptr<MessageClientSocket> connect_zmq_client_socket(const std::string&) { built_without_zmq(); }
 

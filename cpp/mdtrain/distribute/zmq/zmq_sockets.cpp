@@ -80,7 +80,12 @@ class Socket {
 
 class ZmqServerSocket final : public MessageServerSocket {
  public:
-  explicit ZmqServerSocket(const std::string& endpoint) : socket_(ZMQ_ROUTER) {
+  ZmqServerSocket(const std::string& endpoint, std::int64_t max_message_bytes) : socket_(ZMQ_ROUTER) {
+    if (max_message_bytes > 0) {
+      std::int64_t limit = max_message_bytes;
+      if (zmq_setsockopt(socket_.get(), ZMQ_MAXMSGSIZE, &limit, sizeof limit) != 0)
+        zmq_fail("cannot limit the message size");
+    }
     if (zmq_bind(socket_.get(), endpoint.c_str()) != 0) zmq_fail("cannot bind '" + endpoint + "'");
     char buffer[512];
     size_t size = sizeof buffer;
@@ -148,8 +153,9 @@ class ZmqClientSocket final : public MessageClientSocket {
 
 bool zmq_available() { return true; }
 
-std::unique_ptr<MessageServerSocket> bind_zmq_server_socket(const std::string& endpoint) {
-  return std::make_unique<ZmqServerSocket>(endpoint);
+std::unique_ptr<MessageServerSocket> bind_zmq_server_socket(const std::string& endpoint,
+                                                            std::int64_t max_message_bytes) {
+  return std::make_unique<ZmqServerSocket>(endpoint, max_message_bytes);
 }
 
 std::unique_ptr<MessageClientSocket> connect_zmq_client_socket(const std::string& endpoint) {

@@ -1,5 +1,6 @@
 #include "mdtrain/strategy/parameter_server/parameter_shard_server.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -100,7 +101,12 @@ ParameterShardServer::ParameterShardServer(ShardLayout layout, int server_index,
   optimizer_ = optimizer.clone();
   if (!trained_.empty()) optimizer_->build(trained_);
 
-  socket_ = bind_zmq_server_socket(endpoint);
+  // The largest request is a push or assign of every row this server holds; checkpoint paths are
+  // short. Anything longer is foreign: ZeroMQ drops its sender before allocating it.
+  std::int64_t largest = 0;
+  for (const auto& p : params_) largest += static_cast<std::int64_t>(p.value.nbytes());
+  socket_ = bind_zmq_server_socket(endpoint,
+                                   static_cast<std::int64_t>(kPsHeaderSize) + std::max<std::int64_t>(largest, 1 << 16));
   endpoint_ = socket_->endpoint();
   thread_ = std::thread([this] { serve(); });
 }
