@@ -100,8 +100,21 @@ PsPieceFile read_ps_piece_file(const std::string& path) {
   file.iterations = header.at("iterations").as_int();
   file.optimizer = header.at("optimizer").as_string();
   auto take = [&](const Shape& shape, DType dtype) {
+    // Sized from the header, so checked against the bytes left before allocating: a corrupt
+    // shape must not ask for more memory than the file holds.
+    std::uint64_t elements = 1;
+    const std::uint64_t left = bytes.size() - at;
+    for (auto d : shape) {
+      MDTRAIN_CHECK(d >= 0, std::invalid_argument, "[ps] '", path, "' has a negative dimension");
+      if (d == 0) elements = 0;
+      else if (elements) {
+        MDTRAIN_CHECK(static_cast<std::uint64_t>(d) <= left / elements, std::invalid_argument, "[ps] '", path,
+                      "' is truncated (data)");
+        elements *= static_cast<std::uint64_t>(d);
+      }
+    }
+    MDTRAIN_CHECK(elements <= left / size_of(dtype), std::invalid_argument, "[ps] '", path, "' is truncated (data)");
     Tensor t(shape, dtype);
-    MDTRAIN_CHECK(t.nbytes() <= bytes.size() - at, std::invalid_argument, "[ps] '", path, "' is truncated (data)");
     if (t.nbytes()) std::memcpy(t.raw(), bytes.data() + at, t.nbytes());
     at += t.nbytes();
     return t;
