@@ -371,7 +371,8 @@ TEST(ParameterServer, AServerRestartedFromItsCheckpointOnTheSameEndpointServesTh
   client.save(dir);
   // Server 1 dies and comes back on its endpoint (same port), loading its rows from the checkpoint.
   const std::string endpoint = job.endpoints[1];
-  job.servers[1].reset();
+  job.servers[1]->stop();  // unbinds: the replacement binds the same port while the old object lives
+  auto old = std::move(job.servers[1]);
   job.servers[1] = std::make_unique<ParameterShardServer>(layout_for(2), 1, std::vector<Tensor>{}, adam, endpoint);
   job.servers[1]->load(dir);
   EXPECT_EQ(job.servers[1]->version(), 1u);

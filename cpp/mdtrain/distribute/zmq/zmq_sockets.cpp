@@ -2,6 +2,8 @@
 #include <zmq.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <string>
 
 #include "mdtrain/core/errors.h"
@@ -86,12 +88,19 @@ class ZmqServerSocket final : public MessageServerSocket {
       if (zmq_setsockopt(socket_.get(), ZMQ_MAXMSGSIZE, &limit, sizeof limit) != 0)
         zmq_fail("cannot limit the message size");
     }
-    if (zmq_bind(socket_.get(), endpoint.c_str()) != 0) zmq_fail("cannot bind '" + endpoint + "'");
+    // ZeroMQ closes sockets on its I/O thread, after zmq_close returns: a listener this process
+    // closed a moment ago (a server restarted in place) can still hold the port briefly. Retry
+    // that case for up to a second; a port held by someone else still fails, just later.
+    for (int attempt = 0; zmq_bind(socket_.get(), endpoint.c_str()) != 0; ++attempt) {
+      if (zmq_errno() != EADDRINUSE || attempt == 100) zmq_fail("cannot bind '" + endpoint + "'");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     char buffer[512];
     size_t size = sizeof buffer;
     if (zmq_getsockopt(socket_.get(), ZMQ_LAST_ENDPOINT, buffer, &size) != 0) zmq_fail("cannot read the endpoint");
     endpoint_ = std::string(buffer);  // NUL-terminated
   }
+  ~ZmqServerSocket() override { zmq_unbind(socket_.get(), endpoint_.c_str()); }
   const std::string& endpoint() const override { return endpoint_; }
 
   bool receive(std::string& client, std::string& message, int timeout_ms) override {
@@ -122,6 +131,12 @@ class ZmqServerSocket final : public MessageServerSocket {
 class ZmqClientSocket final : public MessageClientSocket {
  public:
   explicit ZmqClientSocket(const std::string& endpoint) : socket_(ZMQ_DEALER), endpoint_(endpoint) {
+    // Queue only on a live connection: otherwise requests sent while the server is down (which
+    // the caller already reported as timed out) would be delivered when it comes back, and a
+    // restarted server would apply a push its worker believes failed.
+    int immediate = 1;
+    if (zmq_setsockopt(socket_.get(), ZMQ_IMMEDIATE, &immediate, sizeof immediate) != 0)
+      zmq_fail("cannot set ZMQ_IMMEDIATE");
     if (zmq_connect(socket_.get(), endpoint.c_str()) != 0) zmq_fail("cannot connect to '" + endpoint + "'");
   }
   const std::string& endpoint() const override { return endpoint_; }

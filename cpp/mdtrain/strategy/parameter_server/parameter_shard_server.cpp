@@ -117,6 +117,7 @@ void ParameterShardServer::stop() {
   std::lock_guard<std::mutex> lock(join_mutex_);
   stop_requested_.store(true);
   if (thread_.joinable()) thread_.join();
+  socket_.reset();  // unbinds the endpoint: a replacement server may bind it at once
   stopped_.store(true);
 }
 

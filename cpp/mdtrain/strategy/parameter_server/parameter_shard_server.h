@@ -72,7 +72,8 @@ class ParameterShardServer {
   const std::string& endpoint() const { return endpoint_; }
   int server_index() const { return server_; }
   const ShardLayout& layout() const { return layout_; }
-  // Stops serving and joins the thread (also after a Shutdown request). Idempotent.
+  // Stops serving, joins the thread and unbinds the endpoint (also after a Shutdown request).
+  // Idempotent.
   void stop();
   bool serving() const { return !stopped_.load(); }
 
