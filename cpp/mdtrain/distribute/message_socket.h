@@ -44,9 +44,9 @@ bool zmq_available();
 // foreign peer cannot make the server allocate without bound.
 std::unique_ptr<MessageServerSocket> bind_zmq_server_socket(const std::string& endpoint,
                                                             std::int64_t max_message_bytes = -1);
-// A ZeroMQ DEALER connected to `endpoint`. Connecting never waits; messages are queued only
-// while the connection is up (ZMQ_IMMEDIATE), so send() to a server that is not there times out
-// instead of delivering the request whenever the server appears.
+// A ZeroMQ DEALER connected to `endpoint`. Connecting never waits, and messages sent while the
+// server is away are queued and delivered when it (re)appears; destroying the socket discards
+// them (linger 0), which is how a caller gives up on requests it reported as timed out.
 std::unique_ptr<MessageClientSocket> connect_zmq_client_socket(const std::string& endpoint);
 
 }  // namespace mdtrain

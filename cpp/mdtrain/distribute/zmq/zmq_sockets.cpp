@@ -131,12 +131,6 @@ class ZmqServerSocket final : public MessageServerSocket {
 class ZmqClientSocket final : public MessageClientSocket {
  public:
   explicit ZmqClientSocket(const std::string& endpoint) : socket_(ZMQ_DEALER), endpoint_(endpoint) {
-    // Queue only on a live connection: otherwise requests sent while the server is down (which
-    // the caller already reported as timed out) would be delivered when it comes back, and a
-    // restarted server would apply a push its worker believes failed.
-    int immediate = 1;
-    if (zmq_setsockopt(socket_.get(), ZMQ_IMMEDIATE, &immediate, sizeof immediate) != 0)
-      zmq_fail("cannot set ZMQ_IMMEDIATE");
     if (zmq_connect(socket_.get(), endpoint.c_str()) != 0) zmq_fail("cannot connect to '" + endpoint + "'");
   }
   const std::string& endpoint() const override { return endpoint_; }

@@ -1,5 +1,6 @@
 #include "mdtrain/strategy/parameter_server/parameter_server_client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -55,9 +56,14 @@ std::vector<std::string> ParameterServerClient::exchange(const std::vector<std::
     return static_cast<int>(std::max<long long>(0, left));
   };
   auto timed_out = [&](int s) {
+    // A fresh connection drops what is still queued for this server, so a request reported as
+    // timed out is not delivered later (a push applied by a server that comes back after its
+    // worker gave up on it).
+    sockets_[s] = connect_zmq_client_socket(endpoints_[s]);
     fail<TimeoutError>("[ps] ", describe(s), " did not answer a ", name_of(kind), " within ",
                        seconds_text(timeout_seconds_), " s");
   };
+  const int resend_ms = std::max(1, static_cast<int>(timeout_seconds_ * 1000 / 4));
   const int n = static_cast<int>(requests.size());
   for (int s = 0; s < n; ++s)
     if (!requests[s].empty() && !sockets_[s]->send(requests[s], remaining_ms())) timed_out(s);
@@ -66,7 +72,17 @@ std::vector<std::string> ParameterServerClient::exchange(const std::vector<std::
     if (requests[s].empty()) continue;
     for (;;) {
       std::string bytes;
-      if (!sockets_[s]->receive(bytes, remaining_ms())) timed_out(s);
+      const bool resendable = kind == PsKind::Pull || kind == PsKind::Stats;
+      const int wait = resendable ? std::min(remaining_ms(), resend_ms) : remaining_ms();
+      if (!sockets_[s]->receive(bytes, wait)) {
+        if (!resendable || remaining_ms() == 0) timed_out(s);
+        // ZeroMQ can lose a message with a connection that drops (a server restarting on its
+        // endpoint): requests that change nothing are asked again, on a fresh connection, until
+        // the deadline. Pushes and the other requests are never repeated: one could apply twice.
+        sockets_[s] = connect_zmq_client_socket(endpoints_[s]);
+        if (!sockets_[s]->send(requests[s], remaining_ms())) timed_out(s);
+        continue;
+      }
       PsMessage m;
       try {
         m = parse_ps_message(bytes);

@@ -8,7 +8,11 @@
 //
 // (mdtrain::TimeoutError); an Error reply throws std::runtime_error("[ps] ps 1 at ... refused a
 // push: <reason>"). Replies to requests that already timed out are recognised by their request id
-// and discarded. Not thread-safe: one client per worker thread.
+// and discarded; after a timeout the connection to that server is replaced, so requests still
+// queued for it are never delivered. Requests that change nothing (pull, stats) are sent again on
+// a fresh connection after each quarter of the timeout without an answer, since ZeroMQ can lose a
+// message with a connection that drops (a server restarting); pushes and the other requests are
+// sent once. Not thread-safe: one client per worker thread.
 #include <cstdint>
 #include <memory>
 #include <string>
