@@ -55,7 +55,8 @@ TEST(PsMessage, RoundTripKeepsEveryField) {
 TEST(PsMessage, TextMessagesCarryTheirText) {
   PsHeader h;
   h.kind = PsKind::Error;
-  const PsMessage m = parse_ps_message(encode_ps_text(h, "no such variable"));
+  const std::string bytes = encode_ps_text(h, "no such variable");  // the message views these bytes
+  const PsMessage m = parse_ps_message(bytes);
   EXPECT_EQ(std::string(m.payload), "no such variable");
   EXPECT_EQ(m.header.dtype, PsDType::Bytes);
 }
