@@ -298,6 +298,33 @@ TEST(ParameterServer, MalformedRequestsGetAnErrorAndTheServerKeepsServing) {
   EXPECT_TRUE(bitwise_equal(values[0], initial[0]));
 }
 
+TEST(ParameterServer, APullOfOneVariableReturnsOnlyItsRows) {
+  SKIP_WITHOUT_ZMQ();
+  std::mt19937 rng(11);
+  const auto initial = random_tensors(rng);
+  Job job(2, initial, SGD(0.1));
+  auto raw = connect_zmq_client_socket(job.endpoints[0]);
+  PsHeader h;
+  h.kind = PsKind::Pull;
+  h.server = 0;
+  h.variable = 2;  // out/kernel: all 4 rows are on server 0
+  h.request_id = 42;
+  ASSERT_TRUE(raw->send(encode_ps_message(h, nullptr, 0), 5000));
+  std::string reply;
+  ASSERT_TRUE(raw->receive(reply, 5000));
+  const PsMessage m = parse_ps_message(reply);
+  EXPECT_EQ(m.header.kind, PsKind::PullReply);
+  EXPECT_EQ(m.header.request_id, 42u);
+  ASSERT_EQ(m.header.count, 8u);
+  EXPECT_EQ(std::memcmp(m.payload.data(), initial[2].raw(), initial[2].nbytes()), 0);
+  h.variable = 3;  // there is no fourth variable
+  ASSERT_TRUE(raw->send(encode_ps_message(h, nullptr, 0), 5000));
+  ASSERT_TRUE(raw->receive(reply, 5000));
+  const PsMessage e = parse_ps_message(reply);
+  EXPECT_EQ(e.header.kind, PsKind::Error);
+  EXPECT_NE(std::string(e.payload).find("variable index 3 is outside"), std::string::npos);
+}
+
 TEST(ParameterServer, CheckpointOfTwoServersLoadsIntoOneAndThreeAndTrainingContinuesExactly) {
   SKIP_WITHOUT_ZMQ();
   std::mt19937 rng(8);
