@@ -16,6 +16,7 @@ TEST(Partitioners, FixedShardsIsCappedByRows) {
 TEST(Partitioners, MinSizeFollowsTheDocumentedExamples) {
   // TF docs: MinSizePartitioner(min_shard_bytes=4, max_shards=2)(TensorShape([6, 1]), float32) == [2, 1]
   EXPECT_EQ(min_size_shards({6, 1}, DType::Float32, 4, 2), 2);
+  EXPECT_EQ(min_size_shards({6, 1}, DType::Float32, 4, 10), 6);  // ... max_shards=10 -> [6, 1]
   // defaults (256 KiB, max_shards=1): one shard whatever the size
   EXPECT_EQ(min_size_shards({1000, 100}, DType::Float32), 1);
   // 400000 bytes / 262144 -> ceil(1.53) = 2 shards when allowed
@@ -32,6 +33,7 @@ TEST(Partitioners, MaxSizeFollowsTheDocumentedExamples) {
   // ... max_shards=10 -> [6, 1]; without max_shards -> one row of 4 bytes per shard
   EXPECT_EQ(max_size_shards({6, 1}, DType::Float32, 4, 10), 6);
   EXPECT_EQ(max_size_shards({6, 1}, DType::Float32, 4), 6);
+  EXPECT_EQ(max_size_shards({6, 1}, DType::Float32, 1024), 1);  // max_shard_bytes=1024 -> [1, 1]
   // 16-byte rows, 40-byte shards: 2 rows per shard -> 5 shards
   EXPECT_EQ(max_size_shards({10, 4}, DType::Float32, 40), 5);
   // a row larger than the limit still makes one shard per row
