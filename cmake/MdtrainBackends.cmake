@@ -6,7 +6,7 @@ set(MDTRAIN_BACKEND_SOURCES "")
 set(MDTRAIN_BACKEND_LIBRARIES "")
 set(_src "${CMAKE_CURRENT_SOURCE_DIR}/cpp/mdtrain")
 
-foreach(opt MDTRAIN_CUDA MDTRAIN_NCCL MDTRAIN_MPI)
+foreach(opt MDTRAIN_CUDA MDTRAIN_NCCL MDTRAIN_MPI MDTRAIN_ZMQ)
   if(NOT ${opt} MATCHES "^(AUTO|ON|OFF)$")
     message(FATAL_ERROR "${opt} must be AUTO, ON or OFF (got '${${opt}}')")
   endif()
@@ -106,4 +106,33 @@ if(MDTRAIN_HAVE_MPI)
 else()
   list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/distribute/mpi/no_mpi.cpp")
 endif()
-message(STATUS "mdtrain backends: CUDA=${MDTRAIN_HAVE_CUDA} NCCL=${MDTRAIN_HAVE_NCCL} MPI=${MDTRAIN_HAVE_MPI}")
+
+# ---- ZeroMQ ----------------------------------------------------------------------------------
+# The parameter server's transport (distribute/zmq/). AUTO builds it when pkg-config finds libzmq
+# (Debian: libzmq3-dev); ON requires it; OFF (and AUTO without it) compiles distribute/zmq/no_zmq.cpp,
+# whose functions throw a clear "[ps] mdtrain was built without ZeroMQ" error. As for MPI, only
+# the transport's own sources see zmq.h (include path set per file) and the library is link-only.
+set(MDTRAIN_HAVE_ZMQ OFF)
+file(GLOB _zmq_src CONFIGURE_DEPENDS "${_src}/distribute/zmq/zmq_*.cpp")
+if(NOT MDTRAIN_ZMQ STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(MDTRAIN_LIBZMQ QUIET IMPORTED_TARGET libzmq)
+  endif()
+  if(MDTRAIN_LIBZMQ_FOUND)
+    set(MDTRAIN_HAVE_ZMQ ON)
+  elseif(MDTRAIN_ZMQ STREQUAL "ON")
+    message(FATAL_ERROR "MDTRAIN_ZMQ=ON but libzmq was not found by pkg-config: install it (Debian: "
+                        "libzmq3-dev pkg-config) or use -DMDTRAIN_ZMQ=OFF")
+  endif()
+endif()
+if(MDTRAIN_HAVE_ZMQ)
+  set_source_files_properties(${_zmq_src} PROPERTIES
+    INCLUDE_DIRECTORIES "${MDTRAIN_LIBZMQ_INCLUDE_DIRS}"
+    COMPILE_OPTIONS "${MDTRAIN_LIBZMQ_CFLAGS_OTHER}")
+  list(APPEND MDTRAIN_BACKEND_SOURCES ${_zmq_src})
+  list(APPEND MDTRAIN_BACKEND_LIBRARIES "$<LINK_ONLY:PkgConfig::MDTRAIN_LIBZMQ>")
+else()
+  list(APPEND MDTRAIN_BACKEND_SOURCES "${_src}/distribute/zmq/no_zmq.cpp")
+endif()
+message(STATUS "mdtrain backends: CUDA=${MDTRAIN_HAVE_CUDA} NCCL=${MDTRAIN_HAVE_NCCL} MPI=${MDTRAIN_HAVE_MPI} ZMQ=${MDTRAIN_HAVE_ZMQ}")

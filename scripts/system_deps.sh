@@ -8,6 +8,7 @@
 #     from PyPI instead)
 #   - openmpi-bin, libopenmpi-dev, gcc: the MPI communicator (mpirun, mpi.h, libmpi; CMake's
 #     FindMPI checks the C compiler too) and its tests
+#   - libzmq3-dev, pkg-config: the parameter server's ZeroMQ transport (found by pkg-config)
 #   - clang-16, libclang-rt-16-dev (and clang, libclang-rt-14-dev where that is the default):
 #     the libFuzzer targets of scripts/fuzz.sh (clang >= 16 compiles the library; 14 does not)
 set -euo pipefail
@@ -21,6 +22,8 @@ command -v ninja >/dev/null || want+=(ninja-build)
 command -v mpirun >/dev/null || want+=(openmpi-bin)
 command -v mpicc >/dev/null || want+=(libopenmpi-dev)
 command -v gcc >/dev/null || want+=(gcc)
+[ -f /usr/include/zmq.h ] || want+=(libzmq3-dev)
+command -v pkg-config >/dev/null || want+=(pkg-config)
 # Fuzzing (scripts/fuzz.sh): clang with its libFuzzer and sanitizer runtimes.
 command -v clang >/dev/null || want+=(clang)
 [ -d /usr/lib/llvm-14/lib/clang ] && ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a \

@@ -44,4 +44,5 @@ PYBIND11_MODULE(_core, m) {
   init_model(m);
   init_data(m);
   init_distribute(m);
+  init_ps(m);
 }

@@ -1,0 +1,203 @@
+// The parameter server's C++ engine for Python (strategy/parameter_server/): the shard layout and
+// TF's partitioners, the shard server (serving on its own C++ thread, no GIL) and a worker's
+// client. The Python ParameterServerStrategy / ClusterCoordinator are built on these.
+// Every blocking call releases the GIL.
+#include "bindings.h"
+#include "mdtrain/distribute/message_socket.h"
+#include "mdtrain/strategy/parameter_server/parameter_server_client.h"
+#include "mdtrain/strategy/parameter_server/parameter_shard_server.h"
+#include "mdtrain/strategy/parameter_server/ps_checkpoint.h"
+
+namespace mdtrain::bindings {
+
+namespace {
+
+DType parse_float_dtype(const std::string& name) {
+  if (name == "float32") return DType::Float32;
+  if (name == "float64") return DType::Float64;
+  throw std::invalid_argument("[ps] parameter server variables must be 'float32' or 'float64', got '" + name + "'");
+}
+
+std::vector<Tensor> tensors_of(const std::vector<py::array>& arrays) {
+  std::vector<Tensor> out;
+  for (const auto& a : arrays) out.push_back(tensor_from_numpy(a));
+  return out;
+}
+
+py::list arrays_of(const std::vector<Tensor>& tensors) {
+  py::list out;
+  for (const auto& t : tensors) out.append(numpy_from_tensor(t));
+  return out;
+}
+
+py::object json_to_python(const Json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
+
+StalenessPolicy parse_policy(const std::string& name) {
+  if (name == "drop") return StalenessPolicy::Drop;
+  if (name == "rescale") return StalenessPolicy::Rescale;
+  throw std::invalid_argument("[ps] staleness_policy must be 'drop' or 'rescale', got '" + name + "'");
+}
+
+}  // namespace
+
+void init_ps(py::module_& m) {
+  m.def("zmq_available", &zmq_available, "Whether mdtrain was built with ZeroMQ (the parameter server's transport).");
+  m.def("ps_fixed_shards", &fixed_shards, py::arg("num_shards"), py::arg("shape"),
+        "FixedShardsPartitioner: axis-0 shards of a variable of this shape.");
+  m.def(
+      "ps_min_size_shards",
+      [](const Shape& shape, const std::string& dtype, std::int64_t min_shard_bytes, int max_shards) {
+        return min_size_shards(shape, parse_float_dtype(dtype), min_shard_bytes, max_shards);
+      },
+      py::arg("shape"), py::arg("dtype"), py::arg("min_shard_bytes") = 256 << 10, py::arg("max_shards") = 1,
+      "MinSizePartitioner: axis-0 shards of a variable of this shape and dtype.");
+  m.def(
+      "ps_max_size_shards",
+      [](const Shape& shape, const std::string& dtype, std::int64_t max_shard_bytes, std::optional<int> max_shards) {
+        return max_size_shards(shape, parse_float_dtype(dtype), max_shard_bytes, max_shards);
+      },
+      py::arg("shape"), py::arg("dtype"), py::arg("max_shard_bytes"), py::arg("max_shards") = py::none(),
+      "MaxSizePartitioner: axis-0 shards of a variable of this shape and dtype.");
+
+  py::class_<ShardLayout>(m, "PsShardLayout",
+                          "Rows of each variable per parameter server (axis-0 shards placed round-robin).")
+      .def_static(
+          "make",
+          [](int num_servers, const std::vector<std::tuple<std::string, Shape, std::string>>& variables,
+             const std::vector<int>& shards) {
+            std::vector<PsVariableSpec> specs;
+            for (const auto& [name, shape, dtype] : variables) specs.push_back({name, shape, parse_float_dtype(dtype)});
+            return ShardLayout::make(num_servers, std::move(specs), shards);
+          },
+          py::arg("num_servers"), py::arg("variables"), py::arg("shards"),
+          "variables: [(name, shape, 'float32'|'float64')]; shards: the partitioner's count per variable "
+          "(at most num_servers).")
+      .def_readonly("num_servers", &ShardLayout::num_servers)
+      .def_property_readonly("variables",
+                             [](const ShardLayout& l) {
+                               py::list out;
+                               for (const auto& v : l.variables)
+                                 out.append(py::make_tuple(v.name, py::tuple(py::cast(v.shape)), name_of(v.dtype)));
+                               return out;
+                             })
+      .def_property_readonly("rows", [](const ShardLayout& l) {
+        py::list out;
+        for (const auto& per_server : l.rows) {
+          py::list ranges;
+          for (const auto& r : per_server) ranges.append(py::make_tuple(r.begin, r.end));
+          out.append(ranges);
+        }
+        return out;
+      });
+
+  py::class_<ParameterShardServer, std::shared_ptr<ParameterShardServer>>(
+      m, "ParameterShardServer", "One parameter server: its shards, their optimizer state, a serving thread.")
+      .def(py::init([](const ShardLayout& layout, int server_index, const std::vector<py::array>& initial_values,
+                       const Optimizer& optimizer, const std::string& endpoint, bool synchronous,
+                       int replicas_to_aggregate, std::optional<std::int64_t> max_staleness,
+                       const std::string& staleness_policy) {
+             ParameterServerOptions options;
+             options.synchronous = synchronous;
+             options.replicas_to_aggregate = replicas_to_aggregate;
+             options.max_staleness = max_staleness;
+             options.staleness_policy = parse_policy(staleness_policy);
+             const auto initial = tensors_of(initial_values);
+             return std::make_shared<ParameterShardServer>(layout, server_index, initial, optimizer, endpoint, options);
+           }),
+           py::arg("layout"), py::arg("server_index"), py::arg("initial_values"), py::arg("optimizer"),
+           py::arg("endpoint") = "tcp://127.0.0.1:*", py::arg("synchronous") = false,
+           py::arg("replicas_to_aggregate") = 1, py::arg("max_staleness") = py::none(),
+           py::arg("staleness_policy") = "drop")
+      .def_property_readonly("endpoint", &ParameterShardServer::endpoint)
+      .def_property_readonly("server_index", &ParameterShardServer::server_index)
+      .def_property_readonly("serving", &ParameterShardServer::serving)
+      .def_property_readonly("version", &ParameterShardServer::version)
+      .def("stop", &ParameterShardServer::stop, py::call_guard<py::gil_scoped_release>())
+      .def("stats", [](const ParameterShardServer& s) { return json_to_python(s.stats().to_json()); })
+      .def("shard_values", [](const ParameterShardServer& s) { return arrays_of(s.shard_values()); })
+      .def("save", &ParameterShardServer::save, py::arg("directory"), py::call_guard<py::gil_scoped_release>())
+      .def("load", &ParameterShardServer::load, py::arg("directory"), py::call_guard<py::gil_scoped_release>());
+
+  py::class_<ParameterServerClient>(m, "ParameterServerClient", "A worker's connection to every parameter server.")
+      .def(py::init<ShardLayout, std::vector<std::string>, int, double>(), py::arg("layout"), py::arg("endpoints"),
+           py::arg("worker"), py::arg("timeout") = 30.0)
+      .def_property("timeout", &ParameterServerClient::timeout_seconds, &ParameterServerClient::set_timeout_seconds)
+      .def(
+          "pull",
+          [](ParameterServerClient& c) {
+            std::vector<Tensor> values;
+            std::vector<std::uint64_t> versions;
+            {
+              py::gil_scoped_release release;
+              versions = c.pull(values);
+            }
+            return py::make_tuple(arrays_of(values), versions);
+          },
+          "Returns ([whole variable arrays], [version per server]).")
+      .def(
+          "push",
+          [](ParameterServerClient& c, const std::vector<py::array>& gradients,
+             const std::vector<std::uint64_t>& versions) {
+            const auto grads = tensors_of(gradients);
+            PushResult r;
+            {
+              py::gil_scoped_release release;
+              r = c.push(grads, versions);
+            }
+            std::vector<std::string> status;
+            for (auto s : r.status) status.push_back(name_of(s));
+            return py::make_tuple(status, r.versions);
+          },
+          py::arg("gradients"), py::arg("versions"),
+          "Returns ([status per server: 'applied', 'rescaled', 'dropped (stale)', 'aggregated', "
+          "'dropped (late)'], [version per server after the push]).")
+      .def(
+          "assign",
+          [](ParameterServerClient& c, const std::vector<py::array>& values) {
+            const auto tensors = tensors_of(values);
+            py::gil_scoped_release release;
+            c.assign(tensors);
+          },
+          py::arg("values"))
+      .def("save", &ParameterServerClient::save, py::arg("directory"), py::call_guard<py::gil_scoped_release>())
+      .def("load", &ParameterServerClient::load, py::arg("directory"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "stats",
+          [](ParameterServerClient& c, int server) {
+            Json j;
+            {
+              py::gil_scoped_release release;
+              j = c.stats(server);
+            }
+            return json_to_python(j);
+          },
+          py::arg("server"))
+      .def("shutdown", &ParameterServerClient::shutdown, py::call_guard<py::gil_scoped_release>());
+
+  m.def(
+      "read_ps_checkpoint",
+      [](const std::string& directory) {
+        PsCheckpoint ck;
+        {
+          py::gil_scoped_release release;
+          ck = read_ps_checkpoint(directory);
+        }
+        py::dict variables;
+        for (const auto& v : ck.variables) {
+          py::dict slots;
+          for (const auto& [name, t] : v.slots) slots[py::str(name)] = numpy_from_tensor(t);
+          variables[py::str(v.name)] = py::make_tuple(numpy_from_tensor(v.value), slots);
+        }
+        py::dict out;
+        out["version"] = ck.version;
+        out["iterations"] = ck.iterations;
+        out["optimizer"] = ck.optimizer;
+        out["variables"] = variables;
+        return out;
+      },
+      py::arg("directory"),
+      "Whole variables and optimizer slots from a parameter-server checkpoint written with any number of servers: "
+      "{'version', 'iterations', 'optimizer', 'variables': {name: (value, {slot: array})}}.");
+}
+
+}  // namespace mdtrain::bindings

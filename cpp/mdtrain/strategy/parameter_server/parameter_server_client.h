@@ -1,0 +1,78 @@
+#pragma once
+// A worker's connection to every parameter server of a job: pull the whole variables (one request
+// per server, all sent before any reply is awaited, so the servers work concurrently), push
+// gradients (each server gets the rows of its shards), and the job's control requests (assign,
+// save, load, stats, shutdown). Every wait has a timeout naming the server:
+//
+//   [ps] ps 1 at tcp://127.0.0.1:5601 did not answer a pull within 30 s
+//
+// (mdtrain::TimeoutError); an Error reply throws std::runtime_error("[ps] ps 1 at ... refused a
+// push: <reason>"). Replies to requests that already timed out are recognised by their request id
+// and discarded; after a timeout the connection to that server is replaced, so requests still
+// queued for it are never delivered. Requests that change nothing (pull, stats) are sent again on
+// a fresh connection after each quarter of the timeout without an answer, since ZeroMQ can lose a
+// message with a connection that drops (a server restarting); pushes and the other requests are
+// sent once. Not thread-safe: one client per worker thread.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mdtrain/core/json.h"
+#include "mdtrain/core/tensor.h"
+#include "mdtrain/distribute/message_socket.h"
+#include "mdtrain/strategy/parameter_server/ps_message.h"
+#include "mdtrain/strategy/parameter_server/shard_layout.h"
+
+namespace mdtrain {
+
+// What each server did with one push.
+struct PushResult {
+  std::vector<PsStatus> status;         // per server
+  std::vector<std::uint64_t> versions;  // each server's version after it
+};
+
+class ParameterServerClient {
+ public:
+  // `endpoints[s]` is server s of `layout`; `worker` is this worker's task id (sent with every
+  // request, for the servers' logs and stats).
+  ParameterServerClient(ShardLayout layout, std::vector<std::string> endpoints, int worker,
+                        double timeout_seconds = 30);
+
+  // Fills `values` (one whole tensor per layout variable, allocated here when undefined or of the
+  // wrong shape) and returns each server's weights version, to be passed back with the gradients.
+  std::vector<std::uint64_t> pull(std::vector<Tensor>& values);
+  // Sends each server the rows of its shards of `gradients` (whole tensors, one per variable)
+  // computed on `versions` (what pull returned).
+  PushResult push(const std::vector<Tensor>& gradients, const std::vector<std::uint64_t>& versions);
+  // Sets the servers' shards from whole tensors (the chief's initial values).
+  void assign(const std::vector<Tensor>& values);
+  // Every server writes its piece into `directory` / reads its rows from it (see ps_checkpoint.h).
+  void save(const std::string& directory);
+  void load(const std::string& directory);
+  Json stats(int server);
+  // Asks every server to stop serving.
+  void shutdown();
+
+  const ShardLayout& layout() const { return layout_; }
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
+  double timeout_seconds() const { return timeout_seconds_; }
+  void set_timeout_seconds(double seconds);
+
+ private:
+  // Sends requests[s] to every server s with one (empty strings are skipped), then collects the
+  // replies; throws naming the first server that failed or timed out.
+  std::vector<std::string> exchange(const std::vector<std::string>& requests, PsKind kind,
+                                    std::vector<PsHeader>& headers);
+  std::string describe(int server) const;
+  PsHeader header(PsKind kind, int server);
+
+  ShardLayout layout_;
+  std::vector<std::string> endpoints_;
+  int worker_;
+  double timeout_seconds_;
+  std::uint64_t next_request_ = 1;
+  std::vector<std::unique_ptr<MessageClientSocket>> sockets_;
+};
+
+}  // namespace mdtrain
