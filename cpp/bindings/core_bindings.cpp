@@ -9,11 +9,19 @@ namespace mdtrain::bindings {
 
 namespace {
 DType dtype_of_array(const py::array& a) {
-  if (a.dtype().is(py::dtype::of<float>())) return DType::Float32;
-  if (a.dtype().is(py::dtype::of<double>())) return DType::Float64;
-  if (a.dtype().is(py::dtype::of<std::int32_t>())) return DType::Int32;
-  if (a.dtype().is(py::dtype::of<std::int64_t>())) return DType::Int64;
-  if (a.dtype().is(py::dtype::of<std::uint8_t>())) return DType::UInt8;
+  // By kind and size, not by identity: a dtype unpickled (or made by another library) is equal
+  // to NumPy's canonical one without being the same object.
+  const py::dtype dt = a.dtype();
+  const char order = dt.attr("byteorder").cast<std::string>()[0];
+  if (order != '>') {
+    const char kind = dt.kind();
+    const auto size = dt.itemsize();
+    if (kind == 'f' && size == 4) return DType::Float32;
+    if (kind == 'f' && size == 8) return DType::Float64;
+    if (kind == 'i' && size == 4) return DType::Int32;
+    if (kind == 'i' && size == 8) return DType::Int64;
+    if (kind == 'u' && size == 1) return DType::UInt8;
+  }
   throw std::invalid_argument("[bindings] unsupported array dtype " + py::str(a.dtype()).cast<std::string>());
 }
 

@@ -5,6 +5,7 @@
 #include "bindings.h"
 #include "mdtrain/distribute/message_socket.h"
 #include "mdtrain/strategy/parameter_server/parameter_server_client.h"
+#include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
 #include "mdtrain/strategy/parameter_server/parameter_shard_server.h"
 #include "mdtrain/strategy/parameter_server/ps_checkpoint.h"
 
@@ -137,20 +138,23 @@ void init_ps(py::module_& m) {
       .def(
           "push",
           [](ParameterServerClient& c, const std::vector<py::array>& gradients,
-             const std::vector<std::uint64_t>& versions) {
+             const std::vector<std::uint64_t>& versions, std::uint64_t step) {
             const auto grads = tensors_of(gradients);
             PushResult r;
             {
               py::gil_scoped_release release;
-              r = c.push(grads, versions);
+              r = c.push(grads, versions, step);
             }
             std::vector<std::string> status;
             for (auto s : r.status) status.push_back(name_of(s));
             return py::make_tuple(status, r.versions);
           },
-          py::arg("gradients"), py::arg("versions"),
+          py::arg("gradients"), py::arg("versions"), py::arg("step") = 0,
           "Returns ([status per server: 'applied', 'rescaled', 'dropped (stale)', 'aggregated', "
-          "'dropped (late)'], [version per server after the push]).")
+          "'dropped (late)', 'duplicate'], [version per server after the push]). step: the job-wide token of "
+          "the training step (0: none); a token a server handled already is not applied again.")
+      .def("versions", &ParameterServerClient::versions, py::call_guard<py::gil_scoped_release>(),
+           "Each server's weights version.")
       .def(
           "assign",
           [](ParameterServerClient& c, const std::vector<py::array>& values) {
@@ -173,6 +177,34 @@ void init_ps(py::module_& m) {
           },
           py::arg("server"))
       .def("shutdown", &ParameterServerClient::shutdown, py::call_guard<py::gil_scoped_release>());
+
+  py::class_<ParameterServerWorkerStrategy, Strategy, std::shared_ptr<ParameterServerWorkerStrategy>>(
+      m, "ParameterServerWorkerStrategy",
+      "A parameter-server worker: a model compiled under it pulls, computes and pushes each training step.")
+      .def(py::init<ShardLayout, std::vector<std::string>, int, double>(), py::arg("layout"), py::arg("endpoints"),
+           py::arg("worker"), py::arg("timeout") = 30.0)
+      .def("set_endpoints", &ParameterServerWorkerStrategy::set_endpoints, py::arg("endpoints"))
+      .def_property_readonly("endpoints", &ParameterServerWorkerStrategy::endpoints)
+      .def("plan_steps", &ParameterServerWorkerStrategy::plan_steps, py::arg("first_token"),
+           py::arg("first_start_version") = py::none(),
+           "Step k of the next training steps pushes with token first_token + k; when first_start_version is "
+           "given it first waits until every server reached version first_start_version + k, then pulls.")
+      .def("stats", [](ParameterServerWorkerStrategy& s) {
+        const PsWorkerStats& st = s.stats();
+        py::dict d;
+        d["steps"] = st.steps;
+        d["applied"] = st.applied;
+        d["rescaled"] = st.rescaled;
+        d["dropped"] = st.dropped;
+        d["aggregated"] = st.aggregated;
+        d["duplicate"] = st.duplicate;
+        d["bytes_pulled"] = st.bytes_pulled;
+        d["bytes_pushed"] = st.bytes_pushed;
+        d["pull_seconds"] = st.pull_seconds;
+        d["push_seconds"] = st.push_seconds;
+        d["compute_seconds"] = st.compute_seconds;
+        return d;
+      });
 
   m.def(
       "read_ps_checkpoint",

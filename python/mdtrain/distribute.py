@@ -378,6 +378,7 @@ class experimental:  # noqa: N801 - tf.distribute.experimental namespace
     CentralStorageStrategy = CentralStorageStrategy
     CommunicationImplementation = CommunicationImplementation
     CommunicationOptions = CommunicationOptions
+    # ParameterServerStrategy, partitioners, coordinator: set at the end of this module.
 
 
 _MPI_LAUNCHER_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_NTASKS")
@@ -548,3 +549,29 @@ def in_cross_replica_context():
 def _current_scope():
     """The strategy whose scope is open, or None."""
     return _scopes.stack[-1] if _scopes.stack else None
+
+
+# The parameter-server family lives in mdtrain._ps (it builds on the classes above).
+from mdtrain._input_context import InputContext  # noqa: E402
+from mdtrain._ps import coordinator as _ps_coordinator  # noqa: E402
+from mdtrain._ps import partitioners as _ps_partitioners  # noqa: E402
+from mdtrain._ps.services import Server  # noqa: E402,F401
+from mdtrain._ps.strategy import ParameterServerStrategy  # noqa: E402
+
+
+class coordinator:  # noqa: N801 - tf.distribute.coordinator namespace
+    ClusterCoordinator = _ps_coordinator.ClusterCoordinator
+    RemoteValue = _ps_coordinator.RemoteValue
+    PerWorkerValue = _ps_coordinator.PerWorkerIterator
+
+
+class _Partitioners:  # tf.distribute.experimental.partitioners
+    Partitioner = _ps_partitioners.Partitioner
+    FixedShardsPartitioner = _ps_partitioners.FixedShardsPartitioner
+    MinSizePartitioner = _ps_partitioners.MinSizePartitioner
+    MaxSizePartitioner = _ps_partitioners.MaxSizePartitioner
+
+
+experimental.ParameterServerStrategy = ParameterServerStrategy
+experimental.partitioners = _Partitioners
+experimental.coordinator = coordinator

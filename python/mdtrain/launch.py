@@ -1,9 +1,17 @@
 """python -m mdtrain.launch -n N [--devices-per-worker D] script.py [args...]
+python -m mdtrain.launch --ps P --workers W script.py [args...]
 
-Starts N workers of a MultiWorkerMirroredStrategy job on this machine through mpirun, for people
-who do not know it. Each worker runs `python script.py args...`; with --devices-per-worker each
-splits its CPU into D logical devices (MDTRAIN_NUM_CPU_DEVICES). On a cluster, use your MPI
-launcher (mpirun -H ..., srun) directly: the strategy reads the rank and size from it.
+Starts a job on this machine, for people who do not want to set it up by hand.
+
+With -n: N workers of a MultiWorkerMirroredStrategy job, through mpirun. Each worker runs
+`python script.py args...`; with --devices-per-worker each splits its CPU into D logical devices
+(MDTRAIN_NUM_CPU_DEVICES). On a cluster, use your MPI launcher (mpirun -H ..., srun) directly: the
+strategy reads the rank and size from it.
+
+With --ps/--workers: a ParameterServerStrategy job: P parameter-server and W worker tasks on
+loopback ports, then the script runs as the chief with TF_CONFIG naming the cluster (so
+TFConfigClusterResolver() resolves it, as in TF). Tasks that die while the chief runs are
+started again (--max-restarts each); the tasks end with the chief, whose exit status is ours.
 """
 import argparse
 import os
@@ -30,9 +38,29 @@ def mpirun_command(num_workers, script_argv, devices_per_worker=None, mpirun="mp
     return cmd
 
 
+def run_parameter_server_job(num_ps, num_workers, script_argv, max_restarts=3, log_dir=None):
+    """Starts the tasks, runs the script as the chief, stops the tasks; returns the chief's exit status."""
+    import json
+    import subprocess
+
+    from mdtrain._ps.local_cluster import LocalCluster
+
+    with LocalCluster(num_ps, num_workers, max_restarts=max_restarts, log_dir=log_dir) as cluster:
+        cluster.wait_until_serving()
+        env = dict(os.environ, TF_CONFIG=cluster.tf_config("chief", 0))
+        print(f"launch: ParameterServerStrategy job: {json.dumps(cluster.cluster)}", file=sys.stderr, flush=True)
+        return subprocess.call([sys.executable, *script_argv], env=env)
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m mdtrain.launch", description=__doc__.split("\n\n")[1])
-    parser.add_argument("-n", "--num-workers", type=int, required=True, help="number of worker processes")
+    parser = argparse.ArgumentParser(prog="python -m mdtrain.launch", description=__doc__.split("\n\n")[2])
+    parser.add_argument("-n", "--num-workers", type=int, default=None,
+                        help="MultiWorkerMirroredStrategy: number of worker processes (mpirun)")
+    parser.add_argument("--ps", type=int, default=None, help="ParameterServerStrategy: number of parameter servers")
+    parser.add_argument("--workers", type=int, default=None, help="ParameterServerStrategy: number of workers")
+    parser.add_argument("--max-restarts", type=int, default=3,
+                        help="ParameterServerStrategy: times a task that dies is started again (default 3)")
+    parser.add_argument("--log-dir", default=None, help="ParameterServerStrategy: write each task's log here")
     parser.add_argument("--devices-per-worker", type=int, default=None,
                         help="logical CPU devices (replicas) per worker (default: MDTRAIN_NUM_CPU_DEVICES or 1)")
     parser.add_argument("--mpirun", default=os.environ.get("MDTRAIN_MPIRUN", "mpirun"),
@@ -40,6 +68,17 @@ def main(argv=None):
     parser.add_argument("script", help="the Python script each worker runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     args = parser.parse_args(argv)
+    if args.ps is not None or args.workers is not None:
+        if args.num_workers is not None:
+            parser.error("-n (MultiWorkerMirroredStrategy) and --ps/--workers (ParameterServerStrategy) exclude "
+                         "each other")
+        if args.ps is None or args.workers is None or args.ps < 1 or args.workers < 1:
+            parser.error(f"a parameter-server job needs --ps >= 1 and --workers >= 1, got --ps {args.ps} "
+                         f"--workers {args.workers}")
+        return run_parameter_server_job(args.ps, args.workers, [args.script, *args.args], args.max_restarts,
+                                        args.log_dir)
+    if args.num_workers is None:
+        parser.error("give -n N (MultiWorkerMirroredStrategy) or --ps P --workers W (ParameterServerStrategy)")
     if args.num_workers < 1:
         parser.error(f"-n must be at least 1, got {args.num_workers}")
     if args.devices_per_worker is not None and args.devices_per_worker < 1:

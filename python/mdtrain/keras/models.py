@@ -159,7 +159,14 @@ class Sequential:
         return sum(layer.count_params() for layer in self._layers)
 
     def get_weights(self):
+        self._refresh_from_strategy()
         return list(self._core.get_weights())
+
+    def _refresh_from_strategy(self):
+        """Strategies that keep the weights elsewhere (parameter servers) copy them into the model."""
+        refresh = getattr(self._strategy, "_refresh_model", None)
+        if refresh is not None:
+            refresh(self)
 
     @_exclusive
     def set_weights(self, weights):
@@ -246,6 +253,9 @@ class Sequential:
         self._warn_softmax_with_logits(loss)
         self._core.compile(loss._core, optimizer._make_core(), identifiers, strategy._core)
         optimizer._attach(self._core)
+        place = getattr(strategy, "_compiled", None)
+        if place is not None:
+            place(self)
         self.optimizer, self.loss, self._metric_identifiers = optimizer, loss, identifiers
         self._strategy = strategy
         self._workers_synced = False
@@ -338,6 +348,12 @@ class Sequential:
             steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
         self._check_compiled("fit")
         self._check_strategy("fit")
+        scheduled_fit = getattr(self._strategy, "_fit", None)
+        if scheduled_fit is not None:  # ParameterServerStrategy: the steps run on its workers
+            return scheduled_fit(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
+                                 callbacks=callbacks, validation_data=validation_data, shuffle=shuffle,
+                                 initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
+                                 validation_batch_size=validation_batch_size, validation_freq=validation_freq)
         if class_weight is not None or sample_weight is not None:
             raise NotImplementedError("fit: class_weight and sample_weight are not supported yet")
         batch_size = check_batch_size(batch_size, "fit")
@@ -551,6 +567,7 @@ class Sequential:
                  callbacks=None, return_dict=False):
         self._check_compiled("evaluate")
         self._check_strategy("evaluate")
+        self._refresh_from_strategy()
         if sample_weight is not None:
             raise NotImplementedError("evaluate: sample_weight is not supported yet")
         batch_size = check_batch_size(batch_size, "evaluate")
@@ -592,6 +609,7 @@ class Sequential:
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """Outputs for x (keras.Model.predict). mdtrain shows no progress bar for predict; `verbose`
         is checked and otherwise has no effect (docs/differences.md)."""
+        self._refresh_from_strategy()
         batch_size = check_batch_size(batch_size, "predict")
         steps = None if steps is None else check_count(steps, "steps", "predict")
         verbose = self._check_verbose(verbose, "predict")
@@ -683,6 +701,7 @@ class Sequential:
         A path ending in .keras gets a Keras 3 archive (Keras and TensorFlow load it); any other
         path mdtrain's own format (docs/file_format.md)."""
         filepath = self._check_save_path("save", filepath, overwrite)
+        self._refresh_from_strategy()
         if _keras_archive.is_keras_archive(filepath):
             _keras_archive.save(self, filepath)
         else:

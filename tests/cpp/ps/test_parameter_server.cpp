@@ -164,6 +164,34 @@ TEST(ParameterServer, AsyncPushesFromTwoWorkersEqualApplyingThemInOrder) {
   EXPECT_EQ(job.servers[1]->version(), 6u);
 }
 
+TEST(ParameterServer, AStepTokenIsAppliedOnceEvenWhenAnotherWorkerRetriesTheStep) {
+  SKIP_WITHOUT_ZMQ();
+  std::mt19937 rng(31);
+  const auto initial = random_tensors(rng);
+  const SGD sgd(0.1, 0.9);
+  Job job(2, initial, sgd);
+  Reference ref(initial, sgd);
+  auto a = job.client(0);
+  auto b = job.client(1);
+  std::vector<Tensor> values;
+  const auto g1 = random_tensors(rng);
+  const auto g1_retry = random_tensors(rng);
+  const auto g2 = random_tensors(rng);
+  EXPECT_EQ(a.push(g1, a.pull(values), 7).status, (std::vector<PsStatus>{PsStatus::Applied, PsStatus::Applied}));
+  // Worker a died before reporting step 7: the coordinator runs it again on worker b.
+  const PushResult retry = b.push(g1_retry, b.pull(values), 7);
+  EXPECT_EQ(retry.status, (std::vector<PsStatus>{PsStatus::Duplicate, PsStatus::Duplicate}));
+  EXPECT_EQ(retry.versions, (std::vector<std::uint64_t>{1, 1}));
+  EXPECT_EQ(b.push(g2, b.pull(values), 8).status[0], PsStatus::Applied);
+  EXPECT_EQ(b.push(g2, b.pull(values)).status[0], PsStatus::Applied);  // no token: never deduplicated
+  ref.step(g1);
+  ref.step(g2);
+  ref.step(g2);
+  expect_values(a, ref.params);
+  EXPECT_EQ(job.servers[1]->stats().pushes_duplicate, 1u);
+  EXPECT_EQ(a.versions(), (std::vector<std::uint64_t>{3, 3}));
+}
+
 TEST(ParameterServer, SynchronousModeAppliesTheMeanOfTheFirstKAndDropsLaterOnes) {
   SKIP_WITHOUT_ZMQ();
   std::mt19937 rng(4);
@@ -275,7 +303,7 @@ TEST(ParameterServer, MalformedRequestsGetAnErrorAndTheServerKeepsServing) {
     EXPECT_EQ(m.header.kind, PsKind::Error);
     return std::string(m.payload);
   };
-  EXPECT_NE(ask("hello").find("shorter than the 48-byte header"), std::string::npos);
+  EXPECT_NE(ask("hello").find("shorter than the 56-byte header"), std::string::npos);
   PsHeader h;
   h.kind = PsKind::Pull;
   h.server = 0;  // sent to server 1

@@ -20,6 +20,7 @@ std::string valid_push() {
   h.server = 1;
   h.dtype = PsDType::Float32;
   h.weights_version = 12;
+  h.step = 0x0102030405060708ull;
   const std::vector<float> g{1.f, 2.f, 3.f};
   return encode_ps_message(h, g.data(), g.size() * sizeof(float));
 }
@@ -46,6 +47,7 @@ TEST(PsMessage, RoundTripKeepsEveryField) {
   EXPECT_EQ(m.header.dtype, PsDType::Float32);
   EXPECT_EQ(m.header.weights_version, 12u);
   EXPECT_EQ(m.header.count, 3u);
+  EXPECT_EQ(m.header.step, 0x0102030405060708ull);
   ASSERT_EQ(m.payload.size(), 12u);
   float f[3];
   std::memcpy(f, m.payload.data(), 12);
@@ -63,14 +65,14 @@ TEST(PsMessage, TextMessagesCarryTheirText) {
 
 TEST(PsMessage, EachMalformedFieldIsRefusedNamingIt) {
   const std::string good = valid_push();
-  expect_refused("", "shorter than the 48-byte header");
-  expect_refused(good.substr(0, 47), "shorter than the 48-byte header");
+  expect_refused("", "shorter than the 56-byte header");
+  expect_refused(good.substr(0, 55), "shorter than the 56-byte header");
   std::string b = good;
   b[0] = 'X';
   expect_refused(b, "bad magic");
   b = good;
-  b[4] = 2;
-  expect_refused(b, "protocol version 2");
+  b[4] = 1;
+  expect_refused(b, "protocol version 1");
   b = good;
   b[6] = 99;
   expect_refused(b, "unknown message kind 99");
@@ -81,8 +83,8 @@ TEST(PsMessage, EachMalformedFieldIsRefusedNamingIt) {
   b[28] = 7;
   expect_refused(b, "unknown payload dtype 7");
   b = good;
-  b[29] = 6;
-  expect_refused(b, "unknown push status 6");
+  b[29] = 7;
+  expect_refused(b, "unknown push status 7");
   b = good;
   b[31] = 1;
   expect_refused(b, "reserved header bytes");

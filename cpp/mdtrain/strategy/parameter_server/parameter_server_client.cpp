@@ -138,8 +138,8 @@ std::vector<std::uint64_t> ParameterServerClient::pull(std::vector<Tensor>& valu
   return versions;
 }
 
-PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients,
-                                       const std::vector<std::uint64_t>& versions) {
+PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients, const std::vector<std::uint64_t>& versions,
+                                       std::uint64_t step) {
   const std::size_t nv = layout_.variables.size();
   MDTRAIN_CHECK(gradients.size() == nv, std::invalid_argument, "[ps] ", gradients.size(), " gradients for ", nv,
                 " variables");
@@ -163,6 +163,7 @@ PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients,
     PsHeader h = header(PsKind::Push, s);
     h.dtype = ps_dtype_of(layout_.variables[0].dtype);
     h.weights_version = versions[s];
+    h.step = step;
     headers.push_back(h);
     requests.push_back(encode_ps_message(h, payload.data(), payload.size()));
   }
@@ -228,6 +229,19 @@ Json ParameterServerClient::stats(int server) {
   requests[server] = encode_ps_message(headers[server], nullptr, 0);
   const auto replies = exchange(requests, PsKind::Stats, headers);
   return Json::parse(std::string(parse_ps_message(replies[server]).payload));
+}
+
+std::vector<std::uint64_t> ParameterServerClient::versions() {
+  std::vector<std::string> requests;
+  std::vector<PsHeader> headers;
+  for (int s = 0; s < layout_.num_servers; ++s) {
+    headers.push_back(header(PsKind::Stats, s));
+    requests.push_back(encode_ps_message(headers.back(), nullptr, 0));
+  }
+  exchange(requests, PsKind::Stats, headers);
+  std::vector<std::uint64_t> out;
+  for (const auto& h : headers) out.push_back(h.weights_version);
+  return out;
 }
 
 void ParameterServerClient::shutdown() {

@@ -43,8 +43,12 @@ class ParameterServerClient {
   // wrong shape) and returns each server's weights version, to be passed back with the gradients.
   std::vector<std::uint64_t> pull(std::vector<Tensor>& values);
   // Sends each server the rows of its shards of `gradients` (whole tensors, one per variable)
-  // computed on `versions` (what pull returned).
-  PushResult push(const std::vector<Tensor>& gradients, const std::vector<std::uint64_t>& versions);
+  // computed on `versions` (what pull returned). `step`: the job-wide token of this training step
+  // (0: none); a server that handled the token already answers Duplicate (see the server).
+  PushResult push(const std::vector<Tensor>& gradients, const std::vector<std::uint64_t>& versions,
+                  std::uint64_t step = 0);
+  // Each server's weights version (a Stats request: no weights move).
+  std::vector<std::uint64_t> versions();
   // Sets the servers' shards from whole tensors (the chief's initial values).
   void assign(const std::vector<Tensor>& values);
   // Every server writes its piece into `directory` / reads its rows from it (see ps_checkpoint.h).

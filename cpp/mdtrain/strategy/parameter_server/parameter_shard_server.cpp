@@ -14,6 +14,9 @@ namespace {
 
 // How often the serving thread looks at stop_requested_ while idle.
 constexpr int kPollMs = 20;
+// Step tokens remembered for deduplication; a retry comes within a few steps of the original, and
+// tokens grow, so the oldest are forgotten first.
+constexpr std::size_t kMaxSeenSteps = 1 << 16;
 
 Shape shard_shape(const Shape& full, const RowRange& rows) {
   Shape s = full;
@@ -54,6 +57,7 @@ Json ParameterServerStats::to_json() const {
   j.set("pushes_rescaled", pushes_rescaled);
   j.set("pushes_dropped_stale", pushes_dropped_stale);
   j.set("pushes_dropped_late", pushes_dropped_late);
+  j.set("pushes_duplicate", pushes_duplicate);
   j.set("updates", updates);
   j.set("errors", errors);
   j.set("bytes_in", bytes_in);
@@ -245,6 +249,16 @@ std::string ParameterShardServer::handle_push(const PsMessage& m, PsHeader& repl
                 " (restarted from an older checkpoint?): pull again");
   const std::uint64_t staleness = version - m.header.weights_version;
   reply.kind = PsKind::PushAck;
+  if (m.header.step != 0) {
+    if (seen_steps_.count(m.header.step)) {
+      ++stats_.pushes_duplicate;
+      reply.status = PsStatus::Duplicate;
+      reply.weights_version = version;
+      return encode_ps_message(reply, nullptr, 0);
+    }
+    seen_steps_.insert(m.header.step);
+    if (seen_steps_.size() > kMaxSeenSteps) seen_steps_.erase(seen_steps_.begin());
+  }
 
   auto read_gradients = [&](std::vector<Tensor>& into) {
     std::size_t at = 0;
@@ -391,6 +405,7 @@ void ParameterShardServer::load(const std::string& directory) {
   for (std::size_t v = 0; v < params_.size(); ++v) params_[v].value.copy_from(values[v]);
   for (auto& a : aggregate_) a.fill(0.0);
   aggregated_ = 0;
+  seen_steps_.clear();
   stats_.version = ck.version;
 }
 

@@ -12,6 +12,11 @@
 // computed on the current version are summed until replicas_to_aggregate have come, then their
 // mean is applied once; pushes for a version already applied are dropped (counted).
 //
+// Step tokens: a push may carry the job-wide id of its training step. A token seen before is
+// answered Duplicate and not applied, so a step the coordinator retries after its worker died
+// (which may or may not have pushed) is applied at most once on every server. Loading a
+// checkpoint forgets the tokens (the steps after it will run again).
+//
 // Malformed or foreign requests get an Error reply (or are dropped when not even the sender can
 // be told) and the server keeps serving. The destructor stops and joins the thread.
 #include <atomic>
@@ -19,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,8 +55,9 @@ struct ParameterServerStats {
   std::uint64_t pushes_rescaled = 0;  // also counted in pushes_applied
   std::uint64_t pushes_dropped_stale = 0;
   std::uint64_t pushes_dropped_late = 0;
-  std::uint64_t updates = 0;  // optimizer steps taken
-  std::uint64_t errors = 0;   // requests answered with Error
+  std::uint64_t pushes_duplicate = 0;  // retried steps already handled (step tokens)
+  std::uint64_t updates = 0;           // optimizer steps taken
+  std::uint64_t errors = 0;            // requests answered with Error
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
   Json to_json() const;
@@ -108,6 +115,7 @@ class ParameterShardServer {
   ParameterList trained_;          // pointers to params_ with rows
   std::vector<Tensor> aggregate_;  // sync mode: running sums, per variable
   int aggregated_ = 0;
+  std::set<std::uint64_t> seen_steps_;  // step tokens handled, the most recent kMaxSeenSteps
   ParameterServerStats stats_;
 
   mutable std::mutex mutex_;  // guards everything above against the local API while serving

@@ -53,6 +53,7 @@ const char* name_of(PsStatus status) {
     case PsStatus::DroppedStale: return "dropped (stale)";
     case PsStatus::Aggregated: return "aggregated";
     case PsStatus::DroppedLate: return "dropped (late)";
+    case PsStatus::Duplicate: return "duplicate";
   }
   return "?";
 }
@@ -90,6 +91,7 @@ std::string encode_ps_message(PsHeader header, const void* payload, std::size_t 
   put<std::uint8_t>(p + 29, static_cast<std::uint8_t>(header.status));
   put<std::uint64_t>(p + 32, header.weights_version);
   put<std::uint64_t>(p + 40, header.count);
+  put<std::uint64_t>(p + 48, header.step);
   if (payload_bytes) std::memcpy(p + kPsHeaderSize, payload, payload_bytes);
   return out;
 }
@@ -113,7 +115,7 @@ PsMessage parse_ps_message(std::string_view bytes) {
   const auto dtype = get<std::uint8_t>(p + 28);
   MDTRAIN_CHECK(dtype <= 2, std::invalid_argument, "[ps] unknown payload dtype ", int(dtype));
   const auto status = get<std::uint8_t>(p + 29);
-  MDTRAIN_CHECK(status <= 5, std::invalid_argument, "[ps] unknown push status ", int(status));
+  MDTRAIN_CHECK(status <= 6, std::invalid_argument, "[ps] unknown push status ", int(status));
   MDTRAIN_CHECK(get<std::uint16_t>(p + 30) == 0, std::invalid_argument, "[ps] reserved header bytes are not zero");
   PsMessage m;
   m.header.kind = static_cast<PsKind>(kind);
@@ -125,6 +127,7 @@ PsMessage parse_ps_message(std::string_view bytes) {
   m.header.status = static_cast<PsStatus>(status);
   m.header.weights_version = get<std::uint64_t>(p + 32);
   m.header.count = get<std::uint64_t>(p + 40);
+  m.header.step = get<std::uint64_t>(p + 48);
   const std::size_t payload = bytes.size() - kPsHeaderSize;
   const std::size_t element = size_of(m.header.dtype);
   // Compared by division so a huge count cannot overflow into a match.

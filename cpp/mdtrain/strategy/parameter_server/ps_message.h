@@ -1,5 +1,5 @@
 #pragma once
-// The parameter server's wire format: a fixed 48-byte little-endian header, then a payload.
+// The parameter server's wire format: a fixed 56-byte little-endian header, then a payload.
 //
 //   offset  size  field
 //        0     4  magic "MDPS"
@@ -15,7 +15,9 @@
 //       32     8  weights version (push: the server version the gradient was computed on;
 //                 replies: the server's version)
 //       40     8  element count of the payload (bytes for PsDType::Bytes)
-//       48     -  payload: exactly count * size(dtype) bytes
+//       48     8  step token (push: the job-wide id of the training step, so a step retried after
+//                 its worker died is applied once; 0 = none)
+//       56     -  payload: exactly count * size(dtype) bytes
 //
 // parse_ps_message is a pure function of the bytes: anything malformed (short, foreign magic,
 // other version, unknown kind/dtype/status, nonzero reserved bits, a payload of the wrong length)
@@ -54,12 +56,13 @@ enum class PsStatus : std::uint8_t {
   DroppedStale = 3,  // older than max_staleness versions
   Aggregated = 4,    // synchronous mode: kept for the step, not applied yet
   DroppedLate = 5,   // synchronous mode: its step had already been applied
+  Duplicate = 6,     // its step token was handled already (a retried step): ignored
 };
 const char* name_of(PsStatus status);
 
 inline constexpr std::uint32_t kPsMagic = 0x5350444Du;  // "MDPS" little-endian
-inline constexpr std::uint16_t kPsProtocolVersion = 1;
-inline constexpr std::size_t kPsHeaderSize = 48;
+inline constexpr std::uint16_t kPsProtocolVersion = 2;
+inline constexpr std::size_t kPsHeaderSize = 56;
 inline constexpr std::uint32_t kAllVariables = 0xFFFFFFFFu;
 
 struct PsHeader {
@@ -72,6 +75,7 @@ struct PsHeader {
   PsStatus status = PsStatus::None;
   std::uint64_t weights_version = 0;
   std::uint64_t count = 0;
+  std::uint64_t step = 0;
 };
 
 struct PsMessage {

@@ -5,6 +5,10 @@ from mdtrain._random import set_random_seed
 from .progbar import Progbar
 
 
+class experimental:  # noqa: N801 - keras.utils.experimental namespace
+    from mdtrain._ps.fit import DatasetCreator
+
+
 def to_categorical(y, num_classes=None, dtype="float32"):
     """One-hot encodes integer labels (keras.utils.to_categorical)."""
     import numpy as np
@@ -20,4 +24,4 @@ def to_categorical(y, num_classes=None, dtype="float32"):
     return out
 
 
-__all__ = ["Progbar", "set_random_seed", "to_categorical"]
+__all__ = ["experimental", "Progbar", "set_random_seed", "to_categorical"]

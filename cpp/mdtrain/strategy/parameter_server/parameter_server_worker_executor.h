@@ -1,0 +1,73 @@
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mdtrain/nn/loss.h"
+#include "mdtrain/strategy/parameter_server/parameter_server_client.h"
+#include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
+#include "mdtrain/strategy/step_executor.h"
+
+namespace mdtrain {
+
+// A parameter-server worker's steps on its one replica (the primary network, on the CPU):
+//   train: pull every variable (the servers' current weights and versions), forward and backward
+//          on the whole batch (the gradient of the mean loss plus the weight penalties of the
+//          pulled weights, as Keras adds them), push the gradients with the versions they were
+//          computed on and the step's token; no update here, the servers own the optimizer;
+//   test/predict: pull, then forward.
+// The weights the servers hold are the truth: the primary's weights are whatever was last
+// pulled. Non-trainable weights (BatchNormalization's moving statistics) would need their own
+// protocol and are refused when the executor is made.
+class ParameterServerWorkerExecutor final : public StepExecutor {
+ public:
+  ParameterServerWorkerExecutor(Network& primary, ParameterServerWorkerStrategy& strategy, const Loss& loss,
+                                const Optimizer& optimizer);
+
+  StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
+
+  int num_replicas() const override { return 1; }
+  Network& replica_network(int replica) override;
+  std::vector<double> replica_loss_sums() const override { return {loss_sum_}; }
+
+  // The worker's copy of the job's optimizer: its hyperparameters; the servers' clones update.
+  Optimizer& optimizer() override { return *optimizer_; }
+  void set_learning_rate(double lr) override;
+  Optimizer::State optimizer_state() const override { return {}; }
+  std::vector<std::int64_t> optimizer_state_bytes() const override { return {0}; }
+
+  void broadcast_weights_from_primary() override {}
+  void refresh_primary() override {}
+  bool primary_stale() const override { return false; }
+  void abort(const std::string&) override {}
+
+  std::vector<StepProfile> profile() const override { return {profile_}; }
+  void reset_profile() override { profile_ = {}; }
+
+ private:
+  // Pulls every variable into the primary's weights (reconnecting first if the servers moved).
+  void pull();
+  // Polls the servers' versions until each is at least `version` (deterministic mode).
+  void wait_for_version(std::uint64_t version, std::uint64_t token);
+  void gather_batch(const GlobalBatch& batch);
+  ParameterServerClient& client();
+
+  Network& primary_;
+  ParameterServerWorkerStrategy& strategy_;
+  std::unique_ptr<Loss> loss_;
+  std::unique_ptr<Loss> logits_loss_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<ParameterServerClient> client_;
+  std::uint64_t client_generation_ = 0;
+  std::vector<Tensor> values_;  // views of the primary's trainable weights, in layout order
+  std::vector<Tensor> grads_;   // views of their gradients
+  std::vector<std::uint64_t> versions_;
+  Tensor x_batch_, y_batch_, dpred_;
+  double loss_sum_ = 0;
+  StepProfile profile_;
+};
+
+}  // namespace mdtrain

@@ -1,0 +1,52 @@
+#include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/registry.h"
+#include "mdtrain/strategy/parameter_server/parameter_server_worker_executor.h"
+
+namespace mdtrain {
+
+ParameterServerWorkerStrategy::ParameterServerWorkerStrategy(ShardLayout layout, std::vector<std::string> endpoints,
+                                                             int worker, double timeout_seconds)
+    : Strategy({Device{}}),
+      layout_(std::move(layout)),
+      endpoints_(std::move(endpoints)),
+      worker_(worker),
+      timeout_seconds_(timeout_seconds) {
+  layout_.validate();
+  MDTRAIN_CHECK(endpoints_.size() == static_cast<std::size_t>(layout_.num_servers), std::invalid_argument, "[ps] ",
+                endpoints_.size(), " endpoints for a layout of ", layout_.num_servers, " servers");
+  MDTRAIN_CHECK(worker_ >= 0, std::invalid_argument, "[ps] worker index must be >= 0, got ", worker_);
+  MDTRAIN_CHECK(timeout_seconds_ > 0, std::invalid_argument, "[ps] timeout must be > 0 s, got ", timeout_seconds_);
+}
+
+std::vector<std::unique_ptr<Communicator>> ParameterServerWorkerStrategy::make_replica_communicators() const {
+  return create_communicators("single", 1);
+}
+
+std::unique_ptr<StepExecutor> ParameterServerWorkerStrategy::make_executor(Network& primary, const Loss& loss,
+                                                                           const Optimizer& optimizer) {
+  return std::make_unique<ParameterServerWorkerExecutor>(primary, *this, loss, optimizer);
+}
+
+void ParameterServerWorkerStrategy::set_endpoints(std::vector<std::string> endpoints) {
+  MDTRAIN_CHECK(endpoints.size() == endpoints_.size(), std::invalid_argument, "[ps] ", endpoints.size(),
+                " endpoints for a layout of ", endpoints_.size(), " servers");
+  endpoints_ = std::move(endpoints);
+  ++endpoints_generation_;
+}
+
+void ParameterServerWorkerStrategy::plan_steps(std::uint64_t first_token,
+                                               std::optional<std::uint64_t> first_start_version) {
+  next_token_ = first_token;
+  next_start_version_ = first_start_version;
+}
+
+ParameterServerWorkerStrategy::StepPlan ParameterServerWorkerStrategy::next_step() {
+  StepPlan plan{next_token_, next_start_version_};
+  if (next_token_ != 0) ++next_token_;
+  if (next_start_version_) ++*next_start_version_;
+  return plan;
+}
+
+}  // namespace mdtrain

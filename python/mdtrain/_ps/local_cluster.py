@@ -1,0 +1,131 @@
+"""A parameter-server cluster on this machine: the tasks as processes on loopback ports.
+
+`python -m mdtrain.launch --ps 2 --workers 3 train.py` uses it: it starts the ps and worker
+tasks, runs the script as the chief with TF_CONFIG naming the cluster, and supervises the
+tasks: one that dies while the chief runs is started again on its address (a worker rejoins,
+a parameter server is reloaded by the chief from the last checkpoint), up to `max_restarts`
+times each. Tests use it the same way, from Python.
+"""
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+_log = logging.getLogger("mdtrain")
+
+
+def free_ports(count, host="127.0.0.1"):
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class LocalCluster:
+    def __init__(self, num_ps, num_workers, host="127.0.0.1", restart=True, max_restarts=3, env=None,
+                 log_dir=None, python=None):
+        if num_ps < 1 or num_workers < 1:
+            raise ValueError(f"a parameter-server cluster needs at least one ps and one worker, got ps={num_ps}, "
+                             f"workers={num_workers}")
+        ports = free_ports(num_ps + num_workers + 1, host)
+        self.cluster = {"chief": [f"{host}:{ports[0]}"],
+                        "worker": [f"{host}:{p}" for p in ports[1:1 + num_workers]],
+                        "ps": [f"{host}:{p}" for p in ports[1 + num_workers:]]}
+        self._restart, self._max_restarts = restart, max_restarts
+        self._env = dict(os.environ if env is None else env)
+        self._log_dir = log_dir
+        self._python = python or sys.executable
+        self.processes = {}  # (job, index) -> Popen
+        self.restarts = {}  # (job, index) -> count
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        for job in ("ps", "worker"):
+            for i in range(len(self.cluster[job])):
+                self._start(job, i)
+        self._supervisor = threading.Thread(target=self._supervise, name="mdtrain-local-cluster", daemon=True)
+        self._supervisor.start()
+
+    def tf_config(self, job="chief", index=0):
+        return json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}})
+
+    def _start(self, job, index):
+        env = dict(self._env, TF_CONFIG=self.tf_config(job, index))
+        out = None
+        if self._log_dir:
+            os.makedirs(self._log_dir, exist_ok=True)
+            out = open(os.path.join(self._log_dir, f"{job}-{index}.log"), "ab")
+        self.processes[(job, index)] = subprocess.Popen([self._python, "-m", "mdtrain._ps.task"], env=env,
+                                                        stdout=out or subprocess.DEVNULL, stderr=out or None,
+                                                        start_new_session=True)
+        if out:
+            out.close()
+
+    def _supervise(self):
+        while not self._stopping.wait(0.2):
+            with self._lock:
+                for (job, index), proc in list(self.processes.items()):
+                    code = proc.poll()
+                    if code is None or self._stopping.is_set():
+                        continue
+                    count = self.restarts.get((job, index), 0)
+                    if not self._restart or count >= self._max_restarts:
+                        continue
+                    _log.warning("launch: %s %d exited with %s; starting it again on %s", job, index, code,
+                                 self.cluster[job][index])
+                    self.restarts[(job, index)] = count + 1
+                    self._start(job, index)
+
+    def kill(self, job, index, sig=signal.SIGKILL):
+        """Kills a task (tests: a machine that dies); the supervisor starts it again if it may."""
+        with self._lock:
+            proc = self.processes[(job, index)]
+            proc.send_signal(sig)
+            proc.wait()
+
+    def wait_until_serving(self, timeout=60.0):
+        """Waits until every task accepts connections on its port."""
+        deadline = time.monotonic() + timeout
+        for job in ("ps", "worker"):
+            for i, address in enumerate(self.cluster[job]):
+                host, port = address.rsplit(":", 1)
+                while True:
+                    proc = self.processes[(job, i)]
+                    if proc.poll() is not None and not self._restart:
+                        raise RuntimeError(f"launch: {job} {i} exited with {proc.returncode} before serving")
+                    try:
+                        socket.create_connection((host, int(port)), timeout=0.5).close()
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"launch: {job} {i} at {address} is not serving after {timeout:g} s")
+                        time.sleep(0.05)
+
+    def stop(self):
+        self._stopping.set()
+        self._supervisor.join()
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.processes.values():
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
