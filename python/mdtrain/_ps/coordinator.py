@@ -172,24 +172,27 @@ class _WorkerHandle:
         self._connect()
         c = self.coordinator
         while not c._stopping:
-            if not self.alive:
-                self._knock()
+            if not self.alive or self.incarnation is None:
+                self._knock()  # first contact, or a dead worker coming back
                 continue
             closure = c._queue_take(self)
             if closure is not None:
                 self._dispatch(closure)
 
     def _knock(self):
-        """A dead worker's thread: ping a fresh connection until the worker is back."""
-        self._connect()
+        """Pings the worker until it answers: at first contact (it may still be starting) and, on a
+        fresh connection each time, when it was declared dead."""
+        if not self.alive:
+            self._connect()
         incarnation = self._ping(1.0)
         if incarnation is None:
             return
-        self.alive = True
+        if not self.alive:
+            _log.warning("ClusterCoordinator: worker %d (%s) rejoined", self.index, self.address)
         if incarnation != self.incarnation:
             self.sent = set()
+        self.alive = True
         self.incarnation = incarnation
-        _log.warning("ClusterCoordinator: worker %d (%s) rejoined", self.index, self.address)
         self.coordinator._wake()
 
     def _declare_dead(self, closure, why):
@@ -220,12 +223,14 @@ class _WorkerHandle:
                 last_heard = time.monotonic()
                 kind = message[0]
                 if kind == "pong":
-                    if self.incarnation is None:
-                        self.incarnation = message[2]
-                    elif message[2] != self.incarnation:  # restarted while running our closure
+                    if message[2] != self.incarnation:  # restarted while running our closure
                         self.incarnation = message[2]
                         self.sent = set()
-                        self._declare_dead_quietly(closure)
+                        self.failures += 1
+                        self._connect()  # drops whatever was still queued for the old process
+                        _log.warning("ClusterCoordinator: worker %d (%s) restarted while running a closure; "
+                                     "running it again", self.index, self.address)
+                        self.coordinator._requeue(closure)
                         return
                     continue
                 if message[1] != closure.id:
@@ -243,11 +248,6 @@ class _WorkerHandle:
                 self._declare_dead(closure, f"did not answer for {c._worker_timeout:g} s")
                 return
             wire.send(self._socket, ("ping", next(self._nonce)))
-
-    def _declare_dead_quietly(self, closure):
-        _log.warning("ClusterCoordinator: worker %d (%s) restarted while running a closure; running it again",
-                     self.index, self.address)
-        self.coordinator._requeue(closure)
 
 
 class ClusterCoordinator:

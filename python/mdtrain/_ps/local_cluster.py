@@ -52,14 +52,15 @@ class LocalCluster:
         self._stopping = threading.Event()
         for job in ("ps", "worker"):
             for i in range(len(self.cluster[job])):
-                self._start(job, i)
+                self.start(job, i)
         self._supervisor = threading.Thread(target=self._supervise, name="mdtrain-local-cluster", daemon=True)
         self._supervisor.start()
 
     def tf_config(self, job="chief", index=0):
         return json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}})
 
-    def _start(self, job, index):
+    def start(self, job, index):
+        """Starts (or starts again) a task on its address."""
         env = dict(self._env, TF_CONFIG=self.tf_config(job, index))
         out = None
         if self._log_dir:
@@ -84,7 +85,7 @@ class LocalCluster:
                     _log.warning("launch: %s %d exited with %s; starting it again on %s", job, index, code,
                                  self.cluster[job][index])
                     self.restarts[(job, index)] = count + 1
-                    self._start(job, index)
+                    self.start(job, index)
 
     def kill(self, job, index, sig=signal.SIGKILL):
         """Kills a task (tests: a machine that dies); the supervisor starts it again if it may."""

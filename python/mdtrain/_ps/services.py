@@ -213,6 +213,11 @@ class _PsService(_Service):
                     wire.send(self._socket, ("pong", message[1], self.incarnation), identity)
                 elif kind == "configure":
                     wire.send(self._socket, self._configure(*message[1:]), identity)
+                elif kind == "release":
+                    server = self._servers.pop(message[1], None)
+                    if server is not None:
+                        server.stop()
+                    wire.send(self._socket, ("released",), identity)
                 elif kind == "shutdown":
                     self._shutdown()
                     wire.send(self._socket, ("bye",), identity)

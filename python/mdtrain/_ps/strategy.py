@@ -179,6 +179,19 @@ class ParameterServerStrategy(_distribute.Strategy):
         finally:
             sock.close()
 
+    def _close(self):
+        """Releases this strategy's shards on the servers and stops its coordinator, leaving the tasks
+        running (for the next strategy of the same cluster)."""
+        if self._coordinator is not None:
+            self._coordinator.shutdown()
+        for job in list(self._jobs.values()):
+            for i, address in enumerate(self._ps_addresses):
+                try:
+                    self._control(address, ("release", job.id), f"ps {i}", 5.0)
+                except TimeoutError:
+                    pass
+        self._jobs.clear()
+
     def shutdown(self):
         """Ends the job: stops every worker and parameter-server task (what `join()` waits for there)."""
         if self._coordinator is not None:

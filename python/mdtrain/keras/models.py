@@ -732,6 +732,11 @@ class Sequential:
         filepath = os.fspath(filepath)
         if not os.path.exists(filepath):
             raise FileNotFoundError(f"load_weights: no file at {filepath}")
+        from mdtrain._ps import checkpoint as _ps_checkpoint
+
+        if _ps_checkpoint.is_ps_checkpoint(filepath):  # written by parameter servers (any number of them)
+            _ps_checkpoint.load_into_model(self, filepath)
+            return
         if _is_hdf5(filepath) or (_keras_archive.is_keras_weights(filepath) and os.path.isfile(filepath)
                                   and not _is_native(filepath)):
             if not self.built:

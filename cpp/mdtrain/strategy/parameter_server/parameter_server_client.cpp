@@ -31,6 +31,7 @@ ParameterServerClient::ParameterServerClient(ShardLayout layout, std::vector<std
 }
 
 void ParameterServerClient::set_timeout_seconds(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
   MDTRAIN_CHECK(std::isfinite(seconds) && seconds > 0, std::invalid_argument, "[ps] timeout must be > 0 s, got ",
                 seconds);
   timeout_seconds_ = seconds;
@@ -102,6 +103,7 @@ std::vector<std::string> ParameterServerClient::exchange(const std::vector<std::
 }
 
 std::vector<std::uint64_t> ParameterServerClient::pull(std::vector<Tensor>& values) {
+  std::lock_guard<std::mutex> lock(mutex_);
   const std::size_t nv = layout_.variables.size();
   if (values.size() != nv) values.resize(nv);
   for (std::size_t v = 0; v < nv; ++v) {
@@ -140,6 +142,7 @@ std::vector<std::uint64_t> ParameterServerClient::pull(std::vector<Tensor>& valu
 
 PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients, const std::vector<std::uint64_t>& versions,
                                        std::uint64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
   const std::size_t nv = layout_.variables.size();
   MDTRAIN_CHECK(gradients.size() == nv, std::invalid_argument, "[ps] ", gradients.size(), " gradients for ", nv,
                 " variables");
@@ -177,6 +180,7 @@ PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients, con
 }
 
 void ParameterServerClient::assign(const std::vector<Tensor>& values) {
+  std::lock_guard<std::mutex> lock(mutex_);
   const std::size_t nv = layout_.variables.size();
   MDTRAIN_CHECK(values.size() == nv, std::invalid_argument, "[ps] ", values.size(), " values for ", nv, " variables");
   std::vector<std::string> requests;
@@ -201,6 +205,7 @@ void ParameterServerClient::assign(const std::vector<Tensor>& values) {
 }
 
 void ParameterServerClient::save(const std::string& directory) {
+  std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {
@@ -211,6 +216,7 @@ void ParameterServerClient::save(const std::string& directory) {
 }
 
 void ParameterServerClient::load(const std::string& directory) {
+  std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {
@@ -221,6 +227,7 @@ void ParameterServerClient::load(const std::string& directory) {
 }
 
 Json ParameterServerClient::stats(int server) {
+  std::lock_guard<std::mutex> lock(mutex_);
   MDTRAIN_CHECK(server >= 0 && server < layout_.num_servers, std::out_of_range, "[ps] server ", server,
                 " is outside the job's ", layout_.num_servers, " servers");
   std::vector<std::string> requests(layout_.num_servers);
@@ -232,6 +239,7 @@ Json ParameterServerClient::stats(int server) {
 }
 
 std::vector<std::uint64_t> ParameterServerClient::versions() {
+  std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {
@@ -245,6 +253,7 @@ std::vector<std::uint64_t> ParameterServerClient::versions() {
 }
 
 void ParameterServerClient::shutdown() {
+  std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {

@@ -12,9 +12,11 @@
 // queued for it are never delivered. Requests that change nothing (pull, stats) are sent again on
 // a fresh connection after each quarter of the timeout without an answer, since ZeroMQ can lose a
 // message with a connection that drops (a server restarting); pushes and the other requests are
-// sent once. Not thread-safe: one client per worker thread.
+// sent once. Thread-safe (calls are serialized: ZeroMQ sockets must not be used by two threads at
+// once); for concurrent pulls, use one client per thread.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -77,6 +79,7 @@ class ParameterServerClient {
   double timeout_seconds_;
   std::uint64_t next_request_ = 1;
   std::vector<std::unique_ptr<MessageClientSocket>> sockets_;
+  mutable std::mutex mutex_;  // one call at a time
 };
 
 }  // namespace mdtrain
