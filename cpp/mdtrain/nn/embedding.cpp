@@ -91,8 +91,9 @@ void Embedding::index_rows(const Tensor& x, std::int64_t first_row) {
   // the double they were read as, without an out-of-range conversion.
   const bool whole = bad.value > -9007199254740992.0 && bad.value < 9007199254740992.0;
   const std::string value = whole ? std::to_string(static_cast<std::int64_t>(bad.value)) : cat(bad.value);
-  fail<std::invalid_argument>("[embedding] layer \"", name_, "\": index ", value, " at position ", where, " of the input (shape ", to_string(x.shape()),
-                              ") is outside [0, ", options_.input_dim, ") (input_dim=", options_.input_dim, ")");
+  fail<std::invalid_argument>("[embedding] layer \"", name_, "\": index ", value, " at position ", where,
+                              " of the input (shape ", to_string(x.shape()), ") is outside [0, ", options_.input_dim,
+                              ") (input_dim=", options_.input_dim, ")");
 }
 
 void Embedding::check_indices(const Tensor& x, std::int64_t first_row) {

@@ -19,8 +19,8 @@ namespace mdtrain {
 class Embedding : public Layer {
  public:
   struct Options {
-    std::int64_t input_dim = 0;   // rows of the table (vocabulary size)
-    std::int64_t output_dim = 0;  // columns (the embedding's size)
+    std::int64_t input_dim = 0;               // rows of the table (vocabulary size)
+    std::int64_t output_dim = 0;              // columns (the embedding's size)
     Json embeddings_initializer = "uniform";  // Keras's "uniform": RandomUniform(-0.05, 0.05)
     Json embeddings_regularizer;              // null: none
     // Keras's mask_zero: index 0 is padding and later layers see a mask (inputs != 0). Stored and
@@ -30,6 +30,8 @@ class Embedding : public Layer {
   Embedding(std::string name, Options options);
 
   std::string class_name() const override { return "Embedding"; }
+  // Its buffers follow the input's device and it calls only ops with CUDA kernels (ops/embedding.h).
+  bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;

@@ -42,8 +42,8 @@ void check_rows(const char* op, const Tensor& rows, std::int64_t count, const Te
 
 // table-like: a 2-D float tensor on the host or a usable GPU.
 void check_matrix(const char* op, const char* what, const Tensor& t) {
-  MDTRAIN_CHECK(t.defined() && is_floating(t.dtype()) && t.ndim() == 2, std::invalid_argument, "[embedding] ", op,
-                ": ", what, " must be a 2-D float32 or float64 tensor, got ", describe(t));
+  MDTRAIN_CHECK(t.defined() && is_floating(t.dtype()) && t.ndim() == 2, std::invalid_argument, "[embedding] ", op, ": ",
+                what, " must be a 2-D float32 or float64 tensor, got ", describe(t));
   detail::require_usable_device("embedding", op, what, t);
 }
 
@@ -56,8 +56,8 @@ constexpr std::int64_t kSplitBytes = std::int64_t{1} << 16;
 BadEmbeddingIndex embedding_rows(const Tensor& x, std::int64_t table_rows, Tensor& rows) {
   MDTRAIN_CHECK(x.defined(), std::invalid_argument, "[embedding] embedding_rows: the indices are undefined");
   detail::require_usable_device("embedding", "embedding_rows", "x", x);
-  MDTRAIN_CHECK(table_rows >= 1, std::invalid_argument, "[embedding] embedding_rows: the table needs at least one row, got ",
-                table_rows);
+  MDTRAIN_CHECK(table_rows >= 1, std::invalid_argument,
+                "[embedding] embedding_rows: the table needs at least one row, got ", table_rows);
   check_rows("embedding_rows", rows, x.numel(), x);
   BadEmbeddingIndex bad;
   if (x.numel() == 0) return bad;

@@ -56,10 +56,10 @@ TEST(Embedding, ForwardIsTheTableRowsForEveryIndexDtype) {
   EXPECT_EQ(e.output_shape(), (Shape{2, 2, 3}));
   const double* table = e.embeddings().value.data<double>();
   const std::vector<std::int64_t> want = {4, 0, 2, 2, 1, 3, 0, 4};
-  for (const Tensor& x : {indices<std::int32_t>({2, 2, 2}, {4, 0, 2, 2, 1, 3, 0, 4}),
-                          indices<std::int64_t>({2, 2, 2}, {4, 0, 2, 2, 1, 3, 0, 4}),
-                          indices<float>({2, 2, 2}, {4, 0, 2, 2, 1, 3, 0, 4}),
-                          indices<double>({2, 2, 2}, {4, 0, 2, 2, 1, 3, 0, 4})}) {
+  for (const Tensor& x :
+       {indices<std::int32_t>({2, 2, 2}, {4, 0, 2, 2, 1, 3, 0, 4}),
+        indices<std::int64_t>({2, 2, 2}, {4, 0, 2, 2, 1, 3, 0, 4}), indices<float>({2, 2, 2}, {4, 0, 2, 2, 1, 3, 0, 4}),
+        indices<double>({2, 2, 2}, {4, 0, 2, 2, 1, 3, 0, 4})}) {
     SCOPED_TRACE(name_of(x.dtype()));
     Tensor y = e.forward(x, {});
     ASSERT_EQ(y.shape(), (Shape{2, 2, 2, 3}));
@@ -168,16 +168,19 @@ TEST(Embedding, OutOfRangeIndexIsRefusedBeforeAnythingIsWritten) {
   const Tensor table = e.embeddings().value.clone();
   ForwardContext ctx;
   ctx.global_row_offset = 8;  // this replica's rows start at row 8 of the global batch
-  const std::string msg =
-      invalid_argument_of([&] { e.forward(indices<std::int32_t>({2, 3}, {1, 2, 3, 4, 10, -1}), ctx); });
+  const std::string msg = invalid_argument_of([&] {
+    e.forward(indices<std::int32_t>({2, 3}, {1, 2, 3, 4, 10, -1}), ctx);
+  });
   EXPECT_EQ(msg,
             "[embedding] layer \"emb\": index 10 at position (9, 1) of the input (shape (2, 3)) is outside [0, 10) "
             "(input_dim=10)");
-  EXPECT_NE(invalid_argument_of([&] { e.forward(indices<std::int64_t>({1, 3}, {-1, 0, 0}), {}); })
-                .find("index -1 at position (0, 0)"),
+  EXPECT_NE(invalid_argument_of([&] {
+              e.forward(indices<std::int64_t>({1, 3}, {-1, 0, 0}), {});
+            }).find("index -1 at position (0, 0)"),
             std::string::npos);
-  EXPECT_NE(invalid_argument_of([&] { e.forward(indices<float>({1, 3}, {0, 1e30, 0}), {}); })
-                .find("index 1e+30 at position (0, 1)"),
+  EXPECT_NE(invalid_argument_of([&] {
+              e.forward(indices<float>({1, 3}, {0, 1e30, 0}), {});
+            }).find("index 1e+30 at position (0, 1)"),
             std::string::npos);
   // Nothing changed: the last good output and the table are as they were.
   Tensor again = e.forward(indices<std::int64_t>({2, 3}, {1, 2, 3, 4, 5, 6}), {});
@@ -193,8 +196,9 @@ TEST(Embedding, NonIntegralFloatIndexIsRefusedBeforeAnythingIsWritten) {
   EXPECT_EQ(msg,
             "[embedding] layer \"emb\": index 2.5 at position (1, 0) of the input (shape (2, 2)) is not a whole "
             "number; indices must be integers in [0, 10) (input_dim=10)");
-  EXPECT_NE(invalid_argument_of([&] { e.forward(indices<double>({2, 2}, {0, NAN, 0, 0}), {}); })
-                .find("index nan at position (0, 1)"),
+  EXPECT_NE(invalid_argument_of([&] {
+              e.forward(indices<double>({2, 2}, {0, NAN, 0, 0}), {});
+            }).find("index nan at position (0, 1)"),
             std::string::npos);
   Tensor again = e.forward(indices<float>({2, 2}, {1, 2, 3, 4}), {});
   EXPECT_EQ(std::memcmp(again.data<float>(), y.data<float>(), y.nbytes()), 0);
@@ -205,14 +209,18 @@ TEST(Embedding, CheckIndicesCountsPositionsOverTheWholeArray) {
   e.build({2}, 1);
   const Tensor good = indices<std::int32_t>({3, 2}, {0, 1, 2, 0, 1, 2});
   EXPECT_NO_THROW(e.check_indices(good));
-  EXPECT_EQ(invalid_argument_of([&] { e.check_indices(indices<std::int32_t>({3, 2}, {0, 1, 2, 0, 1, 3})); }),
+  EXPECT_EQ(invalid_argument_of([&] {
+              e.check_indices(indices<std::int32_t>({3, 2}, {0, 1, 2, 0, 1, 3}));
+            }),
             "[embedding] layer \"words\": index 3 at position (2, 1) of the input (shape (3, 2)) is outside [0, 3) "
             "(input_dim=3)");
-  EXPECT_NE(invalid_argument_of([&] { e.check_indices(indices<std::uint8_t>({3, 2}, {0, 1, 2, 0, 1, 2})); })
-                .find("indices must be int32, int64, float32 or float64"),
+  EXPECT_NE(invalid_argument_of([&] {
+              e.check_indices(indices<std::uint8_t>({3, 2}, {0, 1, 2, 0, 1, 2}));
+            }).find("indices must be int32, int64, float32 or float64"),
             std::string::npos);
-  EXPECT_NE(invalid_argument_of([&] { e.check_indices(indices<std::int32_t>({2, 3}, {0, 1, 2, 0, 1, 2})); })
-                .find("expected shape (None, 2), but received input with shape (2, 3)"),
+  EXPECT_NE(invalid_argument_of([&] {
+              e.check_indices(indices<std::int32_t>({2, 3}, {0, 1, 2, 0, 1, 2}));
+            }).find("expected shape (None, 2), but received input with shape (2, 3)"),
             std::string::npos);
 }
 

@@ -41,9 +41,9 @@ MDTRAIN_EMBEDDING_INDEX(float)
 MDTRAIN_EMBEDDING_INDEX(double)
 #undef MDTRAIN_EMBEDDING_INDEX
 
-#define MDTRAIN_EMBEDDING_FLOAT(T)                                                                                 \
+#define MDTRAIN_EMBEDDING_FLOAT(T)                                                                                \
   template void embedding_lookup<T>(const T*, std::int64_t, const std::int64_t*, std::int64_t, std::int64_t, T*); \
-  template void embedding_scatter_add<T>(const T*, std::int64_t, const std::int64_t*, std::int64_t, std::int64_t,  \
+  template void embedding_scatter_add<T>(const T*, std::int64_t, const std::int64_t*, std::int64_t, std::int64_t, \
                                          std::int64_t, T*);
 MDTRAIN_EMBEDDING_FLOAT(float)
 MDTRAIN_EMBEDDING_FLOAT(double)

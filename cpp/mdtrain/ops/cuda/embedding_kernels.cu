@@ -74,8 +74,9 @@ std::int64_t embedding_rows(const Tensor& x, std::int64_t table_rows, Tensor& ro
                           [&](void* staging) { std::memcpy(staging, &none, sizeof(none)); });
   dispatch_index(x.dtype(), [&](auto tag) {
     using I = decltype(tag);
-    embedding_rows_kernel<I><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        x.data<I>(), n, table_rows, rows.data<std::int64_t>(), static_cast<unsigned long long*>(first_bad.get()));
+    embedding_rows_kernel<I>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<I>(), n, table_rows, rows.data<std::int64_t>(),
+                                                    static_cast<unsigned long long*>(first_bad.get()));
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("embedding_rows_kernel");
   unsigned long long host = none;
@@ -89,8 +90,9 @@ void embedding_lookup(const Tensor& table, const Tensor& rows, Tensor& out) {
   OnDevice on(table);
   dispatch_floating(table.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    embedding_lookup_kernel<T><<<blocks_for(count * dim), kThreads, 0, on.stream>>>(
-        table.data<T>(), rows.data<std::int64_t>(), count, dim, out.data<T>());
+    embedding_lookup_kernel<T><<<blocks_for(count * dim), kThreads, 0, on.stream>>>(table.data<T>(),
+                                                                                    rows.data<std::int64_t>(), count,
+                                                                                    dim, out.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("embedding_lookup_kernel");
 }
@@ -102,8 +104,9 @@ void embedding_scatter_add(const Tensor& dy, const Tensor& rows, Tensor& grad) {
   if (count == 0) return;
   dispatch_floating(dy.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    embedding_scatter_add_kernel<T><<<blocks_for(dim), kThreads, 0, on.stream>>>(
-        dy.data<T>(), rows.data<std::int64_t>(), count, dim, grad.data<T>());
+    embedding_scatter_add_kernel<T><<<blocks_for(dim), kThreads, 0, on.stream>>>(dy.data<T>(),
+                                                                                 rows.data<std::int64_t>(), count, dim,
+                                                                                 grad.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("embedding_scatter_add_kernel");
 }
