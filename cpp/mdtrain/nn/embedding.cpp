@@ -1,6 +1,8 @@
 #include "mdtrain/nn/embedding.h"
 
 #include <cctype>
+#include <string>
+#include <vector>
 
 #include "mdtrain/nn/initializer.h"
 #include "mdtrain/ops/embedding.h"
