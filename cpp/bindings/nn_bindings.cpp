@@ -2,6 +2,7 @@
 #include "mdtrain/nn/activation_layer.h"
 #include "mdtrain/nn/dense.h"
 #include "mdtrain/nn/dropout.h"
+#include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/layer_factory.h"
 
@@ -68,6 +69,17 @@ void init_nn(py::module_& m) {
   py::class_<ActivationLayer, Layer, std::shared_ptr<ActivationLayer>>(m, "Activation");
   py::class_<Flatten, Layer, std::shared_ptr<Flatten>>(m, "Flatten");
   py::class_<Dropout, Layer, std::shared_ptr<Dropout>>(m, "Dropout");
+  py::class_<Embedding, Layer, std::shared_ptr<Embedding>>(m, "Embedding")
+      .def(
+          "check_indices",
+          [](Embedding& e, const py::array& x) {
+            const Tensor t = tensor_from_numpy(x);
+            py::gil_scoped_release release;
+            e.check_indices(t);
+          },
+          py::arg("x"),
+          "Raises ValueError naming the first index of x (rows of inputs) that is not a whole number in "
+          "[0, input_dim), before any training step runs.");
   m.def(
       "layer_from_config",
       [](const std::string& spec) { return std::shared_ptr<Layer>(layer_from_config(Json::parse(spec))); },

@@ -8,6 +8,7 @@
 #include "mdtrain/nn/conv2d.h"
 #include "mdtrain/nn/dense.h"
 #include "mdtrain/nn/dropout.h"
+#include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
 #include "mdtrain/nn/layer_normalization.h"
@@ -35,6 +36,7 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"Reshape", &Reshape::from_config},
       {"BatchNormalization", &BatchNormalization::from_config},
       {"LayerNormalization", &LayerNormalization::from_config},
+      {"Embedding", &Embedding::from_config},
   };
   return classes;
 }

@@ -2,6 +2,7 @@
 
 Conversion happens once per call (never per epoch): float inputs become C-contiguous float32,
 integer labels int32, as Keras casts them. Arrays already in that form are used without a copy.
+A model whose first layer reads indices (Embedding) takes its x through as_indices instead.
 """
 import numpy as np
 
@@ -23,6 +24,21 @@ def to_int32(arr, argname):
 
 
 def as_features(x, argname="x"):
+    return np.ascontiguousarray(_numeric_array(x, argname), dtype=np.float32)
+
+
+def as_indices(x, argname="x"):
+    """x for a model whose first layer reads indices (Embedding): integers as int32, as Keras casts
+    them (refusing values int32 cannot hold rather than wrapping them); floats keep float32 or
+    float64, so the layer sees the exact values and refuses any that is not a whole number
+    (float32 would round a float64 index above 2**24 to another row)."""
+    arr = _numeric_array(x, argname)
+    if arr.dtype.kind in "biu":
+        return to_int32(arr, argname)
+    return np.ascontiguousarray(arr, dtype=np.float64 if arr.dtype == np.float64 else np.float32)
+
+
+def _numeric_array(x, argname):
     if x is None:
         raise ValueError(f"{argname} is required")
     try:
@@ -33,7 +49,7 @@ def as_features(x, argname="x"):
         raise TypeError(f"{argname} must hold numbers, got an array of dtype {arr.dtype}")
     if arr.ndim < 1:
         raise ValueError(f"{argname} must have a batch axis, got a scalar")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    return arr
 
 
 def as_labels(y, argname="y"):
@@ -139,12 +155,13 @@ class DatasetEpochs:
     With steps_per_epoch the iteration carries on across epochs, as in Keras.
     """
 
-    def __init__(self, dataset, steps_per_epoch, where="fit"):
+    def __init__(self, dataset, steps_per_epoch, where="fit", features=as_features):
         from mdtrain import data
 
         self.dataset = _unwrap(dataset)
         self.steps = steps_per_epoch
         self.where = where
+        self._features = features  # as_features, or as_indices for a model reading indices
         if self.dataset.cardinality() == data.INFINITE_CARDINALITY and steps_per_epoch is None:
             raise ValueError(f"{where}: the dataset is infinite (repeat()); pass steps_per_epoch")
         self._converted = {}
@@ -157,7 +174,7 @@ class DatasetEpochs:
             arrays, self._first_batches = plan
             if len(arrays) < 2:
                 raise ValueError(f"{where}: a dataset must yield (x, y) pairs")
-            self.plan_arrays = (as_features(arrays[0]), as_labels(arrays[1]))
+            self.plan_arrays = (features(arrays[0]), as_labels(arrays[1]))
 
     def epoch(self):
         if self.plan_arrays is not None:
@@ -214,4 +231,4 @@ class DatasetEpochs:
                     return
             x, y = _xy(element, self.where)
             count += 1
-            yield as_features(x), as_labels(y)
+            yield self._features(x), as_labels(y)

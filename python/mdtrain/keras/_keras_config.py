@@ -41,8 +41,10 @@ def _keras_value(key, value):
 def model_to_keras(model):
     """config.json's content for a built Sequential model (with compile_config when compiled)."""
     input_shape = [None, *model._core.input_shape]
+    # A model starting with an Embedding reads integer indices: Keras declares such inputs int32.
+    input_dtype = "int32" if model._reads_indices() else "float32"
     layers = [_wrap("keras.layers", "InputLayer",
-                    {"batch_shape": input_shape, "dtype": "float32", "sparse": False, "ragged": False,
+                    {"batch_shape": input_shape, "dtype": input_dtype, "sparse": False, "ragged": False,
                      "name": "input_layer"})]
     for layer in model._layers:
         config = {k: _keras_value(k, v) for k, v in layer.get_config().items() if k != "batch_input_shape"}

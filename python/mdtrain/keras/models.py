@@ -18,8 +18,8 @@ from mdtrain.keras import callbacks as _callbacks
 from mdtrain.keras import losses as _losses
 from mdtrain.keras import metrics as _metrics
 from mdtrain.keras import optimizers as _optimizers
-from mdtrain.keras._data_adapter import (DatasetEpochs, as_features, as_labels, check_batch_size, check_count,
-                                         check_lengths, is_dataset, materialize, train_validation_split)
+from mdtrain.keras._data_adapter import (DatasetEpochs, as_features, as_indices, as_labels, check_batch_size,
+                                         check_count, check_lengths, is_dataset, materialize, train_validation_split)
 from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer
 
 
@@ -105,6 +105,11 @@ class Sequential:
         if not isinstance(layer, Layer):
             raise TypeError(f"The added layer must be an instance of class Layer. Received: layer={layer!r} "
                             f"of type {type(layer)}.")
+        if layer._reads_indices and self._layers:
+            # Its inputs are row numbers, which have no gradient: the layers before it could not train.
+            raise ValueError(f'{type(layer).__name__} layer "{layer.name}" must be the first layer of Sequential model '
+                             f"'{self.name}' (it follows \"{self._layers[-1].name}\"): its inputs are integer "
+                             "indices, which are not differentiable, so no layer before it could be trained")
         if any(existing.name == layer.name for existing in self._layers):
             raise ValueError(f'All layers added to a Sequential model should have unique names. Name "{layer.name}" '
                              "is already the name of a layer in this model.")
@@ -298,14 +303,24 @@ class Sequential:
         return ["loss"] + list(self._metric_identifiers)
 
     # ---- data checks -----------------------------------------------------------------------
+    def _reads_indices(self):
+        """True when the first layer takes integer indices (Embedding) rather than features."""
+        return bool(self._layers) and self._layers[0]._reads_indices
+
+    def _features(self, x, argname="x"):
+        """x converted for the first layer: indices (as_indices) or float32 features (as_features)."""
+        return as_indices(x, argname) if self._reads_indices() else as_features(x, argname)
+
     def _prepare_x(self, x, where):
-        """x as float32; an unbuilt model is built for it here, as Keras builds on the first data."""
-        x = as_features(x)
+        """x as float32 (int32 or exact floats for indices); an unbuilt model is built for it here, as
+        Keras builds on the first data. Indices are checked here, all of them, before any step runs."""
+        x = self._features(x)
         if not self._layers:
             raise ValueError(f"{where}: the model has no layers")
         if not self.built:
             self._input_shape = tuple(x.shape[1:])
             self._maybe_build()
+            self._check_indices(x)
             return x
         expected = tuple(self._core.input_shape)
         if tuple(x.shape[1:]) != expected:
@@ -317,7 +332,13 @@ class Sequential:
                                  f"{x.shape}")
             raise ValueError(f'Input 0 of layer "{first}" is incompatible with the layer: expected shape='
                              f"{(None, *expected)}, found shape={x.shape}")
+        self._check_indices(x)
         return x
+
+    def _check_indices(self, x):
+        # The layer's own check over the whole array: the position it names is x's, not a batch's.
+        if self._reads_indices():
+            self._layers[0]._core.check_indices(x)
 
     def _prepare_xy(self, x, y, where):
         x = self._prepare_x(x, where)
@@ -368,7 +389,7 @@ class Sequential:
                 raise ValueError("fit: when x is a dataset it yields (x, y); y must not be given")
             if validation_split:
                 raise ValueError("fit: validation_split is not supported with a dataset; pass validation_data")
-            dataset = DatasetEpochs(x, steps_per_epoch)
+            dataset = DatasetEpochs(x, steps_per_epoch, features=self._features)
             steps = steps_per_epoch
             if dataset.plan_arrays is not None:
                 x, y = dataset.plan_arrays

@@ -24,6 +24,7 @@ Json spec_for(const std::string& cls) {
       {"Reshape", R"({"target_shape": [2, -1]})"},
       {"BatchNormalization", R"({"momentum": 0.5, "epsilon": 0.01, "center": false, "synchronized": true})"},
       {"LayerNormalization", R"({"axis": [-1], "epsilon": 1e-5, "scale": false})"},
+      {"Embedding", R"({"input_dim": 7, "output_dim": 3, "mask_zero": true})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -35,7 +36,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 11u);
+  EXPECT_EQ(names.size(), 12u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -75,7 +76,7 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
     EXPECT_STREQ(e.what(),
                  "[layers] unknown layer class 'Conv3D'; known: Dense, Activation, Flatten, Dropout, Conv2D, "
                  "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Reshape, BatchNormalization, "
-                 "LayerNormalization");
+                 "LayerNormalization, Embedding");
   }
 }
 

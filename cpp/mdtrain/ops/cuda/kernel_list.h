@@ -110,6 +110,14 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaConvKernels.GlobalAvgPool2dMatchesCpu"},
     {"global_avg_pool2d_backward_kernel", "ops/cuda/conv_kernels.cu", "", "one division per element",
      "CudaConvKernels.GlobalAvgPool2dBackwardMatchesCpu"},
+    // ops/embedding.h
+    {"embedding_rows_kernel", "ops/cuda/embedding_kernels.cu", "math::embedding_row", "",
+     "CudaEmbeddingKernels.RowsMatchCpuAndFindTheFirstBadIndex"},
+    {"embedding_lookup_kernel", "ops/cuda/embedding_kernels.cu", "", "data movement (rows of the table)",
+     "CudaEmbeddingKernels.LookupMatchesCpuBitwise"},
+    {"embedding_scatter_add_kernel", "ops/cuda/embedding_kernels.cu", "",
+     "a per-column sum of dy rows in index order, as the CPU loop adds",
+     "CudaEmbeddingKernels.ScatterAddMatchesCpuBitwise"},
 };
 
 }  // namespace mdtrain::cuda

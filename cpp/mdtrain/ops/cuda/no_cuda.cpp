@@ -6,6 +6,7 @@
 #include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
+#include "mdtrain/ops/cuda/embedding_kernels.h"
 #include "mdtrain/ops/cuda/kernels.h"
 #include "mdtrain/ops/cuda/loss_kernels.h"
 #include "mdtrain/ops/cuda/normalization_kernels.h"
@@ -95,5 +96,10 @@ void global_avg_pool2d(const Tensor&, std::int64_t, std::int64_t, std::int64_t, 
 void global_avg_pool2d_backward(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unavailable("global_avg_pool2d_backward");
 }
+
+// ops/cuda/embedding_kernels.h
+std::int64_t embedding_rows(const Tensor&, std::int64_t, Tensor&) { unavailable("embedding_rows"); }
+void embedding_lookup(const Tensor&, const Tensor&, Tensor&) { unavailable("embedding_lookup"); }
+void embedding_scatter_add(const Tensor&, const Tensor&, Tensor&) { unavailable("embedding_scatter_add"); }
 
 }  // namespace mdtrain::cuda
