@@ -339,7 +339,7 @@ def apply_gradients(optimizer, grads_and_vars):
                             "float64 variables can be trained")
         storage, commit = v._update_storage()
         values.append(storage)
-        grads.append(np.ascontiguousarray(g._value, dtype=storage.dtype))
+        grads.append(np.asarray(g._value, dtype=storage.dtype, order="C"))  # keeps 0-d arrays 0-d
         commits.append(commit)
         names.append(v.path)
     _core().tape_optimizer_apply(core, values, grads, names)

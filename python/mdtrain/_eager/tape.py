@@ -305,7 +305,8 @@ class GradientTape:
                     if i is not None and i not in seen:
                         seen.add(i)
                         stack.append(i)
-            source_ids = {s._id for s in sources}
+            # A source the tape never watched (nor computed from watched values) gets no gradient.
+            source_ids = {s._id for s in sources if s._id in self._tracked}
             reached = set(source_ids)
             relevant = []
             for index, node in enumerate(nodes):
@@ -331,7 +332,7 @@ class GradientTape:
                         _accumulate(grads, i, g)
             result = []
             for s in sources:
-                g = grads.get(s._id)
+                g = grads.get(s._id) if s._id in source_ids else None
                 if g is not None and g.dtype != s.dtype and s.dtype.is_floating and g.dtype.is_floating:
                     g = ops.cast(g, s.dtype)
                 if g is None and unconnected is UnconnectedGradients.ZERO:

@@ -223,8 +223,9 @@ class EagerTensor:
         return f"<tf.Tensor: shape={self.shape}, dtype={self.dtype.name}, numpy={text}>"
 
     def __str__(self):
-        return f"tf.Tensor({np.array2string(self._value, **_NUMPY_TEXT) if self._value.ndim else self._value[()]}, " \
-               f"shape={self.shape}, dtype={self.dtype.name})"
+        value = self._value
+        text = np.array2string(value, **_NUMPY_TEXT) if value.ndim else str(value[()])
+        return f"tf.Tensor({text}, shape={self.shape}, dtype={self.dtype.name})"
 
     def __reduce__(self):
         return _rebuild, (self._value.copy(),)
@@ -289,6 +290,8 @@ def _python_dtype(value):
             elif isinstance(item, (str, bytes)):
                 kinds.add("s")
         value_kinds = kinds
+    elif isinstance(value, (np.generic, np.ndarray)):
+        return None  # NumPy values keep their dtype (np.float64 is also a Python float)
     elif isinstance(value, bool):
         value_kinds = {"b"}
     elif isinstance(value, numbers.Integral) and not isinstance(value, np.integer):

@@ -181,7 +181,10 @@ class Variable:
     def __repr__(self):
         text = repr(EagerTensor(self._read_array()))
         numpy_text = text[text.index("numpy=") + len("numpy="):-1]
-        return f"<tf.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, numpy={numpy_text}>"
+        return f"<tf.Variable '{self._repr_name()}' shape={self.shape} dtype={self.dtype.name}, numpy={numpy_text}>"
+
+    def _repr_name(self):
+        return self.name
 
     def __str__(self):
         return repr(self)
@@ -241,6 +244,9 @@ class ModelWeight(Variable):
 
     @property
     def path(self):
+        return self._name
+
+    def _repr_name(self):
         return self._name
 
     def __deepcopy__(self, memo):
