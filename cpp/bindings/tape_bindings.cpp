@@ -93,8 +93,8 @@ py::tuple layer_regularization(Layer& layer) {
 void optimizer_apply(Optimizer& optimizer, const std::vector<py::array>& values, const std::vector<py::array>& grads,
                      const std::vector<std::string>& names) {
   MDTRAIN_CHECK(values.size() == grads.size() && values.size() == names.size(), std::invalid_argument,
-                "[tape] apply_gradients: ", values.size(), " variables, ", grads.size(), " gradients and ", names.size(),
-                " names");
+                "[tape] apply_gradients: ", values.size(), " variables, ", grads.size(), " gradients and ",
+                names.size(), " names");
   std::vector<Parameter> params(values.size());
   ParameterList list;
   for (std::size_t i = 0; i < values.size(); ++i) {
