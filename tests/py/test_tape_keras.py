@@ -89,8 +89,7 @@ def test_regularization_losses_train_like_fit():
         loss = loss + tf.nn.scale_regularization_loss(model.losses)
     grads = tape.gradient(loss, model.trainable_variables)
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    for wa, wb in zip(reference.get_weights(), model.get_weights()):
-        np.testing.assert_allclose(wa, wb, rtol=1e-6, atol=1e-7)
+    _assert_same_weights(reference, model)
 
 
 def test_model_called_twice_on_one_tape():
@@ -297,3 +296,40 @@ def test_second_derivative_through_a_layer_is_a_clear_error():
         penalty = tf.reduce_sum(gx * gx)
     with pytest.raises(LookupError, match="Dense"):
         outer.gradient(penalty, x)
+
+
+def test_assigned_weights_reach_every_replica_and_tape_steps_refuse_replicas(logical_cpus):
+    logical_cpus(2)
+    x, y = _data(16)
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = _model()
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    model.fit(x, y, batch_size=8, verbose=0)
+    model.trainable_variables[0].assign(np.zeros((20, 16), np.float32))
+    assert not np.any(model._core.replica_weights(1)[0])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+
+    def step(inputs):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(inputs[0], training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    with pytest.raises(NotImplementedError, match="inside strategy.run with 2 replicas"):
+        strategy.run(step, args=((x, y),))
+
+
+def test_minimize_apply_and_build():
+    v = tf.Variable([1.0, -1.0])
+    optimizer = tf.keras.optimizers.SGD(0.25)
+    optimizer.minimize(lambda: tf.reduce_sum(v * v), [v])
+    assert v.numpy().tolist() == [0.5, -0.5]
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(v * v)
+    optimizer.minimize(loss, [v], tape=tape)
+    assert v.numpy().tolist() == [0.25, -0.25]
+    other = tf.keras.optimizers.SGD(1.0)
+    other.build([v])
+    other.apply([tf.constant([0.25, 0.25])])
+    assert v.numpy().tolist() == [0.0, -0.5] and int(other.iterations) == 1

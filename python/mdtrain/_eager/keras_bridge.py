@@ -323,6 +323,14 @@ def apply_gradients(optimizer, grads_and_vars):
         raise ValueError(f"apply_gradients: {type(optimizer).__name__} was first applied to {len(known)} variables "
                          f"and is now given {len(ids)} others (or in another order). An optimizer updates one "
                          "fixed list of variables; create another optimizer for another list.")
+    from mdtrain import distribute
+
+    context = distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        # Each replica would apply its own gradients: several steps where TF takes one.
+        raise NotImplementedError(f"apply_gradients inside strategy.run with {context.num_replicas_in_sync} replicas "
+                                  "is not supported yet (the tape is not wired to strategies); call "
+                                  "model.train_step((x, y)) inside strategy.run instead (docs/strategies.md)")
     core = optimizer._live()
     model_core = optimizer._model_core
     if model_core is not None and model_core.strategy is not None and model_core.strategy.num_replicas_in_sync > 1:
