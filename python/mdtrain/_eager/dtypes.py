@@ -120,10 +120,17 @@ _BY_NAME.update({"half": float16, "double": float64})
 _PYTHON = {float: float32, int: int32, builtins.bool: bool, str: string, bytes: string, object: string}
 
 
+_BY_NUMPY = {d._np: d for d in _ALL if d is not string}
+
+
 def as_dtype(type_value):
     """tf.as_dtype: a DType from a DType, its name, a NumPy dtype or type, or a Python type."""
     if isinstance(type_value, DType):
         return type_value
+    if isinstance(type_value, np.dtype):  # the common case: a tensor's array dtype
+        found = _BY_NUMPY.get(type_value)
+        if found is not None:
+            return found
     if isinstance(type_value, str):
         found = _BY_NAME.get(type_value)
         if found is not None:

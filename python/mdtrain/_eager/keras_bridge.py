@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 
+from mdtrain import _core
 from mdtrain._eager import dtypes
 from mdtrain._eager import ops
 from mdtrain._eager import tape as _tape
@@ -84,13 +85,13 @@ def _run_layer(layer, x, training, step, model=None):
         _tape.variable_accessed(w)
     tapes = _tape.recording_tapes([x] + weights)
     x_array = np.ascontiguousarray(x._value, dtype=np.float32)
-    y_array, logits_array = _core().tape_layer_forward(core, x_array, training, step)
+    y_array, logits_array = _core.tape_layer_forward(core, x_array, training, step)
     y = wrap(y_array)
     logits = None
     activation = None
     if logits_array is not None:
         logits = wrap(logits_array)
-        activation = _core().tape_layer_activation(core)
+        activation = _core.tape_layer_activation(core)
         y._keras_logits = (logits, activation)
     if not tapes:
         return y
@@ -104,7 +105,7 @@ def _run_layer(layer, x, training, step, model=None):
         with _holding(model, "gradient"):
             if layer.__dict__.get("_tape_serial") != serial:
                 # Not the layer's last forward: restore this call's buffers (see the module doc).
-                _core().tape_layer_forward(core, x_array, training, step, 0, True)
+                _core.tape_layer_forward(core, x_array, training, step, 0, True)
                 layer._tape_serial = serial
             if glogits is None:
                 g, from_logits = gy._value, False
@@ -113,7 +114,7 @@ def _run_layer(layer, x, training, step, model=None):
             else:
                 g = glogits._value + _activation_backward(activation, y._value, gy._value)
                 from_logits = True
-            dx, weight_grads = _core().tape_layer_backward(core, np.ascontiguousarray(g, dtype=np.float32),
+            dx, weight_grads = _core.tape_layer_backward(core, np.ascontiguousarray(g, dtype=np.float32),
                                                            from_logits, need_dx)
         results = [wrap(dx) if dx is not None else None] + [wrap(g) for g in weight_grads[:len(weights)]]
         _tape.record_opaque(name, [t for t in (gy, glogits, x) if t is not None] + weights,
@@ -122,12 +123,6 @@ def _run_layer(layer, x, training, step, model=None):
 
     _tape.record(tapes, name, [x] + weights, [y] if logits is None else [y, logits], backward)
     return y
-
-
-def _core():
-    from mdtrain import _core as core
-
-    return core
 
 
 def call_layer(layer, inputs, training=None):
@@ -142,7 +137,7 @@ def call_layer(layer, inputs, training=None):
             raise ValueError(f"Layer '{layer.name}' needs inputs with a batch axis, got a scalar")
         from mdtrain import _random
 
-        _core().tape_build_layer(layer._core, list(x.shape[1:]), _random.draw_seed())
+        _core.tape_build_layer(layer._core, list(x.shape[1:]), _random.draw_seed())
     training = bool(training)
     step = layer.__dict__.get("_tape_training_calls", 0)
     with _holding(model, f"layer '{layer.name}'"):
@@ -200,7 +195,7 @@ def layer_losses(layer):
     weights = _trainable_variables(layer)
     for w in weights:
         _tape.variable_accessed(w)
-    value, grads = _core().tape_layer_regularization(layer._core)
+    value, grads = _core.tape_layer_regularization(layer._core)
     out = wrap(np.asarray(value, dtype=np.float32))
     tapes = _tape.recording_tapes(weights)
     if tapes:
@@ -220,7 +215,7 @@ def layer_losses(layer):
 def _logits_loss(loss, activation):
     cache = loss.__dict__.setdefault("_tape_logits_losses", {})
     if activation not in cache:
-        cache[activation] = _core().tape_logits_loss(loss._core, activation)
+        cache[activation] = _core.tape_logits_loss(loss._core, activation)
     return cache[activation]
 
 
@@ -269,7 +264,7 @@ def _loss_node(core, labels, target, reduction, loss):
     tapes = _tape.recording_tapes([target])
     if not tapes:
         return out
-    count = _core().tape_loss_sample_count(core, labels, array) if reduction == "sum_over_batch_size" else None
+    count = _core.tape_loss_sample_count(core, labels, array) if reduction == "sum_over_batch_size" else None
     name = f"{type(loss).__name__}"
 
     def backward(grads):
@@ -350,7 +345,7 @@ def apply_gradients(optimizer, grads_and_vars):
         grads.append(np.asarray(g._value, dtype=storage.dtype, order="C"))  # keeps 0-d arrays 0-d
         commits.append(commit)
         names.append(v.path)
-    _core().tape_optimizer_apply(core, values, grads, names)
+    _core.tape_optimizer_apply(core, values, grads, names)
     synced = set()  # a model's replicas take its new weights once
     for commit, v in zip(commits, variables):
         if isinstance(v, ModelWeight):

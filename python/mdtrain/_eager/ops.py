@@ -703,7 +703,8 @@ def stack(values, axis=0, name="stack"):
     axis %= ndim
     out = wrap(np.stack([t._value for t in tensors], axis=axis))
     lead = (slice(None),) * axis
-    _record("Pack", tensors, (out,), lambda grads: [getitem(grads[0], lead + (k,)) for k in builtins.range(len(tensors))])
+    _record("Pack", tensors, (out,),
+            lambda grads: [getitem(grads[0], lead + (k,)) for k in builtins.range(len(tensors))])
     return out
 
 

@@ -15,6 +15,8 @@ import itertools
 import threading
 import warnings
 
+import numpy as np
+
 _ids = itertools.count(1)
 
 
@@ -105,6 +107,20 @@ def variable_accessed(variable):
             tape._watch_one(variable)
 
 
+_VALUE_TYPES = None
+
+
+def _value_types():
+    """(EagerTensor, Variable): imported on first use (both modules import this one)."""
+    global _VALUE_TYPES
+    if _VALUE_TYPES is None:
+        from mdtrain._eager.tensor import EagerTensor
+        from mdtrain._eager.variables import Variable
+
+        _VALUE_TYPES = (EagerTensor, Variable)
+    return _VALUE_TYPES
+
+
 def _flatten(structure):
     if isinstance(structure, dict):
         return [leaf for key in sorted(structure) for leaf in _flatten(structure[key])]
@@ -114,15 +130,16 @@ def _flatten(structure):
 
 
 def _pack_like(structure, flat):
+    """`flat` (in _flatten's order) in the shape of `structure`."""
     it = iter(flat)
 
     def build(s):
         if isinstance(s, dict):
             built = {key: build(s[key]) for key in sorted(s)}
-            return type(s)((key, built[key]) for key in s) if type(s) is not dict else {k: built[k] for k in s}
+            return {key: built[key] for key in s}
         if isinstance(s, (list, tuple)):
             items = [build(x) for x in s]
-            if isinstance(s, tuple) and hasattr(s, "_fields"):
+            if isinstance(s, tuple) and hasattr(s, "_fields"):  # namedtuple
                 return type(s)(*items)
             return type(s)(items)
         return next(it)
@@ -163,10 +180,7 @@ class GradientTape:
         return False
 
     def _watch_one(self, value):
-        from mdtrain._eager.tensor import EagerTensor
-        from mdtrain._eager.variables import Variable
-
-        if not isinstance(value, (EagerTensor, Variable)):
+        if not isinstance(value, _value_types()):
             raise ValueError(f"Passed in object {value!r} of type {type(value).__name__!r}, not tf.Tensor or "
                              "tf.Variable or ExtensionType.")
         if not _floating(value.dtype):
@@ -175,7 +189,7 @@ class GradientTape:
             return
         if value._id not in self._tracked:
             self._tracked.add(value._id)
-            if isinstance(value, Variable):
+            if isinstance(value, _value_types()[1]):
                 self._watched_variables.append(value)
 
     def watch(self, tensor):
@@ -233,8 +247,6 @@ class GradientTape:
     def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE,
                  parallel_iterations=None, experimental_use_pfor=True):
         """d(target[i...])/d(source) stacked along target's shape, one backward pass per element."""
-        import numpy as np
-
         from mdtrain._eager import ops
 
         if self._nodes is None:
@@ -271,7 +283,7 @@ class GradientTape:
         from mdtrain._eager.variables import Variable
 
         for s in sources:
-            if not isinstance(s, (EagerTensor, Variable)):
+            if not isinstance(s, _value_types()):
                 raise ValueError(f"gradient: sources must be tensors or variables, got {s!r} of type "
                                  f"{type(s).__name__}")
         target_tensors = []

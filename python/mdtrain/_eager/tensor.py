@@ -9,7 +9,6 @@ import numpy as np
 
 from mdtrain._eager import dtypes
 from mdtrain._eager import tape as _tape
-from mdtrain._eager.errors import InvalidArgumentError
 
 
 class TensorShape:
@@ -418,5 +417,5 @@ def wrap(array):
     return EagerTensor(np.asarray(array))
 
 
-__all__ = ["EagerTensor", "TensorShape", "InvalidArgumentError", "constant", "convert_to_tensor", "is_tensor_like",
+__all__ = ["EagerTensor", "TensorShape", "constant", "convert_to_tensor", "is_tensor_like",
            "wrap"]

@@ -80,20 +80,24 @@ class Variable:
         value = self._read_array()
         return value.astype(dtype) if dtype is not None and np.dtype(dtype) != value.dtype else value.copy()
 
+    def _peek(self):
+        """The value's array without a copy, for its shape and dtype only."""
+        return self._array
+
     @property
     def dtype(self):
-        return dtypes.as_dtype(self._read_array().dtype)
+        return dtypes.as_dtype(self._peek().dtype)
 
     @property
     def shape(self):
-        return TensorShape(self._read_array().shape)
+        return TensorShape(self._peek().shape)
 
     def get_shape(self):
         return self.shape
 
     @property
     def ndim(self):
-        return self._read_array().ndim
+        return self._peek().ndim
 
     @property
     def name(self):
@@ -212,6 +216,11 @@ class ModelWeight(Variable):
         model = self._layer._owner()
         if model is not None:
             model._core.refresh_weights()
+        return _core.tape_weight_view(self._layer._core, self._index)
+
+    def _peek(self):
+        from mdtrain import _core
+
         return _core.tape_weight_view(self._layer._core, self._index)
 
     def _read_array(self):
