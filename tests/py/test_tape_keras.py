@@ -184,6 +184,11 @@ def test_loss_reductions_on_tensors():
     model = _model()
     pred = model(x)
     assert isinstance(pred, tf.Tensor) and pred.shape == (8, 3)
+    np.testing.assert_allclose(pred.numpy(), model.predict(x, verbose=0), rtol=1e-6)
+    # Outside a tape too, the loss comes from the softmax layer's logits, as evaluate computes it.
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    assert float(tf.keras.losses.SparseCategoricalCrossentropy()(y, pred)) == pytest.approx(
+        model.evaluate(x, y, batch_size=8, verbose=0), rel=1e-6)
     per_example = tf.keras.losses.SparseCategoricalCrossentropy(reduction=None)(y, pred)
     assert isinstance(per_example, tf.Tensor) and per_example.shape == (8,)
     mean = tf.keras.losses.SparseCategoricalCrossentropy()(y, pred)

@@ -22,7 +22,7 @@ from mdtrain import _core
 from mdtrain._eager import dtypes
 from mdtrain._eager import ops
 from mdtrain._eager import tape as _tape
-from mdtrain._eager.tensor import EagerTensor, convert_to_tensor, is_tensor_like, wrap
+from mdtrain._eager.tensor import convert_to_tensor, is_tensor_like, wrap
 from mdtrain._eager.variables import ModelWeight, Variable
 
 
@@ -150,13 +150,10 @@ def call_layer(layer, inputs, training=None):
 
 
 def call_model(model, inputs, training=None):
-    """model(inputs, training=...) on eager tensors. Outside any recording tape, an inference call
-    is model.predict (the C++ loop); otherwise the layers run one by one on the tape."""
+    """model(inputs, training=...) on eager tensors: the layers run one by one on the host copy of
+    the weights (recorded by the tapes that watch the input or the weights). Always this path, not
+    predict's, so that the output carries its logits for a loss, as inside a tape."""
     training = bool(training)
-    if not training and not _tape.any_recording():
-        x = np.asarray(inputs._value if isinstance(inputs, EagerTensor) else
-                       inputs._snapshot()._value if isinstance(inputs, Variable) else inputs)
-        return wrap(model.predict(x, batch_size=max(1, len(x)) if x.ndim else 1, verbose=0))
     x = _as_input(inputs)
     if x.ndim < 1:
         raise ValueError(f"Model '{model.name}' needs inputs with a batch axis, got a scalar")

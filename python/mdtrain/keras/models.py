@@ -633,8 +633,7 @@ class Sequential:
         return out
 
     def __call__(self, inputs, training=None, mask=None, **kwargs):
-        """The model on a batch, as a tensor. Inside a GradientTape, or with training=True, the
-        layers run one by one and the tape records them (docs/eager.md); otherwise it is predict."""
+        """The model on a batch, as a tensor; GradientTape records the call (docs/eager.md)."""
         from mdtrain._eager import keras_bridge
 
         return keras_bridge.call_model(self, inputs, training)
