@@ -157,7 +157,6 @@ class GradientTape:
         self._nodes = []
         self._tracked = set()
         self._watched_variables = []
-        self._used = False
 
     # ---- recording -----------------------------------------------------------------------
     def __enter__(self):
@@ -223,7 +222,6 @@ class GradientTape:
         self._nodes = []
         self._tracked = set()
         self._watched_variables = []
-        self._used = False
 
     # ---- differentiation -----------------------------------------------------------------
     def gradient(self, target, sources, output_gradients=None,

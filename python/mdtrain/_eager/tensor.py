@@ -359,8 +359,10 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None, _strict=Tru
     if array.dtype == object and inferred is not dtypes.string:
         raise ValueError(f"Attempt to convert a value ({value!r}) with an unsupported type ({type(value)}) to a "
                          "Tensor.")
-    if array.dtype.kind in "SU":
-        array = array.astype(object)
+    if array.dtype.kind in "SUO":
+        # TF's strings are bytes: tf.constant("abc").numpy() == b"abc".
+        array = np.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(array) \
+            if array.size else array.astype(object)
     if dtype is None:
         if inferred == "int":
             hint = dtypes.as_dtype(dtype_hint) if dtype_hint is not None else None
