@@ -199,6 +199,7 @@ def test_tensor_api():
     assert tf.constant(np.float64(1)).dtype == tf.float64 and tf.constant(1).dtype == tf.int32
     assert tf.constant([True]).dtype == tf.bool and tf.constant(2**40).dtype == tf.int64
     assert tf.constant(1.0, shape=[2, 2]).numpy().tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert tf.constant("abc").dtype == tf.string and tf.constant(["a", "bc"]).numpy().tolist() == [b"a", b"bc"]
     assert tf.convert_to_tensor([1, 2], dtype=tf.float64).dtype == tf.float64
     with pytest.raises(ValueError, match="requested dtype float64"):
         tf.convert_to_tensor(t, dtype=tf.float64)

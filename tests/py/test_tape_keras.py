@@ -51,15 +51,15 @@ def test_one_sgd_step_on_the_tape_equals_train_on_batch():
     _assert_same_weights(reference, model)
 
 
-@pytest.mark.parametrize("dropout", [None, 0.25])
-def test_adam_custom_loop_equals_fit(dropout):
+@pytest.mark.parametrize("dropout,batch_norm", [(None, False), (0.25, False), (None, True)])
+def test_adam_custom_loop_equals_fit(dropout, batch_norm):
     """The TF custom-training tutorial's loop shape (per-example losses, compute_average_loss)."""
     x, y = _data(96)
-    reference = _model(dropout=dropout)
+    reference = _model(dropout=dropout, batch_norm=batch_norm)
     reference.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy")
     reference.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
 
-    model = _model(dropout=dropout)
+    model = _model(dropout=dropout, batch_norm=batch_norm)
     optimizer = tf.keras.optimizers.Adam(0.01)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(reduction="none")
     for _ in range(2):
@@ -107,6 +107,48 @@ def test_model_called_twice_on_one_tape():
     both = tape.gradient(loss, model.trainable_variables)
     for g, a, b in zip(both, *parts):
         np.testing.assert_allclose(g.numpy(), a.numpy() + b.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_a_call_replayed_for_its_backward_draws_the_same_dropout_mask():
+    x, y = _data(32)
+    model = _model(dropout=0.5)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
+    model._tape_training_calls = 0  # the step Dropout keys its masks on (see docs/eager.md)
+    parts = []
+    for rows in (slice(0, 12), slice(12, 32)):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[rows], model(x[rows], training=True))
+        parts.append(tape.gradient(loss, model.trainable_variables))
+    model._tape_training_calls = 0
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y[:12], model(x[:12], training=True)) + loss_fn(y[12:], model(x[12:], training=True))
+    both = tape.gradient(loss, model.trainable_variables)
+    for g, a, b in zip(both, *parts):
+        np.testing.assert_allclose(g.numpy(), a.numpy() + b.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_one_step_of_a_cnn_on_the_tape_equals_train_on_batch():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(8, 8, 8, 2)).astype(np.float32)
+    y = rng.integers(0, 4, size=8)
+
+    def cnn():
+        tf.keras.utils.set_random_seed(4)
+        return tf.keras.Sequential([
+            tf.keras.layers.Conv2D(4, 3, activation="relu", input_shape=(8, 8, 2)),
+            tf.keras.layers.MaxPooling2D(), tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(4, activation="softmax")])
+
+    reference = cnn()
+    reference.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    reference.train_on_batch(x, y)
+    model = cnn()
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    with tf.GradientTape() as tape:
+        loss = tf.keras.losses.SparseCategoricalCrossentropy()(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    _assert_same_weights(reference, model)
 
 
 def test_batch_norm_statistics_update_once_per_training_call():
