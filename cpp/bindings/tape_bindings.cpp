@@ -26,9 +26,11 @@ py::array copy_out(const Tensor& t) {
   return numpy_from_tensor(host);
 }
 
-py::list grads_of(const std::vector<Parameter*>& params) {
+// Views of the weights' .grad buffers (valid until the layer's next backward: the caller copies
+// them, into memory it reuses), or copies.
+py::list grads_of(const std::vector<Parameter*>& params, bool copy) {
   py::list out;
-  for (auto* p : params) out.append(copy_out(p->grad));
+  for (auto* p : params) out.append(copy ? copy_out(p->grad) : numpy_from_tensor(p->grad));
   return out;
 }
 
@@ -61,7 +63,8 @@ py::tuple layer_forward(Layer& layer, const py::array& x, bool training, std::ui
 }
 
 // Backward of the layer's last forward from dL/dy, or from dL/d(logits) when `from_logits`.
-// Returns (dL/dx or None, [dL/dw for each trainable weight, in parameters() order]).
+// Returns (dL/dx or None, [dL/dw for each trainable weight, in parameters() order]); the weight
+// gradients are views of the layer's buffers, which its next backward overwrites.
 py::tuple layer_backward(Layer& layer, const py::array& grad, bool from_logits, bool need_input_grad) {
   Tensor g = tensor_from_numpy(grad);
   Tensor dx;
@@ -70,7 +73,7 @@ py::tuple layer_backward(Layer& layer, const py::array& grad, bool from_logits, 
     dx = from_logits ? layer.backward_from_logits(g, need_input_grad) : layer.backward(g, need_input_grad);
   }
   py::object dx_out = dx.defined() ? py::object(copy_out(dx)) : py::none();
-  return py::make_tuple(dx_out, grads_of(trainable_of(layer)));
+  return py::make_tuple(dx_out, grads_of(trainable_of(layer), false));
 }
 
 // (regularization_loss, [its gradient for each trainable weight]); the weights' .grad buffers are
@@ -83,7 +86,7 @@ py::tuple layer_regularization(Layer& layer) {
     p->grad.fill(0.0);
   }
   layer.add_regularization_gradients();
-  py::list grads = grads_of(params);
+  py::list grads = grads_of(params, true);
   for (std::size_t i = 0; i < params.size(); ++i) params[i]->grad.copy_from(saved[i]);
   return py::make_tuple(layer.regularization_loss(), grads);
 }

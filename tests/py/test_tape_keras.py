@@ -380,3 +380,26 @@ def test_minimize_apply_and_build():
     other.build([v])
     other.apply([tf.constant([0.25, 0.25])])
     assert v.numpy().tolist() == [0.0, -0.5] and int(other.iterations) == 1
+
+
+def test_gradients_kept_across_steps_keep_their_values():
+    """A layer's gradient arrays are reused only once nothing references them."""
+    x, y = _data(64)
+    model = _model()
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
+    kept_tensors, kept_arrays = [], []
+    for i in range(0, 64, 8):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[i:i + 8], model(x[i:i + 8], training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        if i < 32:
+            kept_tensors.append((grads, [g.numpy() for g in grads]))
+        else:
+            kept_arrays.append((np.asarray(grads[0]), grads[0].numpy()))  # the tensor itself is dropped
+        del grads
+    for grads, copies in kept_tensors:
+        for g, c in zip(grads, copies):
+            np.testing.assert_array_equal(g.numpy(), c)
+    for array, copy in kept_arrays:
+        np.testing.assert_array_equal(array, copy)
+    assert len({id(a) for a, _ in kept_arrays}) == len(kept_arrays)

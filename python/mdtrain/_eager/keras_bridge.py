@@ -14,6 +14,7 @@ C++ optimizer's update in place on them: with the same gradients, the same updat
 """
 import contextlib
 import json
+import sys
 import warnings
 
 import numpy as np
@@ -116,13 +117,43 @@ def _run_layer(layer, x, training, step, model=None):
                 from_logits = True
             dx, weight_grads = _core.tape_layer_backward(core, np.ascontiguousarray(g, dtype=np.float32),
                                                            from_logits, need_dx)
-        results = [wrap(dx) if dx is not None else None] + [wrap(g) for g in weight_grads[:len(weights)]]
+        results = [wrap(dx) if dx is not None else None] + _gradient_arrays(layer, weight_grads[:len(weights)])
         _tape.record_opaque(name, [t for t in (gy, glogits, x) if t is not None] + weights,
                             [r for r in results if r is not None])
         return results
 
     _tape.record(tapes, name, [x] + weights, [y] if logits is None else [y, logits], backward)
     return y
+
+
+def _gradient_arrays(layer, views):
+    """Tensors holding copies of a layer's weight gradients (`views` are the layer's own buffers,
+    which its next backward overwrites). A copy goes into an array an earlier backward returned
+    once nothing references it any more: writing fresh memory costs page faults, about as much
+    as the backward itself. A loop holds the previous step's gradients while it computes the
+    next ones, so a few arrays per weight take turns."""
+    pool = layer.__dict__.setdefault("_tape_gradient_pool", {})
+    out = []
+    for k, view in enumerate(views):
+        buffers = pool.setdefault(k, [])
+        target = None
+        for buffer in buffers:
+            # References: the list's, the loop variable's and getrefcount's argument: no one else's.
+            if buffer.shape == view.shape and sys.getrefcount(buffer) == 3:
+                target = buffer
+                break
+        if target is None:
+            target = view.copy()
+            if len(buffers) < _GRADIENT_BUFFERS:
+                buffers.append(target)
+        else:
+            target.flags.writeable = True
+            np.copyto(target, view)
+        out.append(wrap(target))
+    return out
+
+
+_GRADIENT_BUFFERS = 3
 
 
 def call_layer(layer, inputs, training=None):

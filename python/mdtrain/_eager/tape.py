@@ -131,20 +131,21 @@ def _flatten(structure):
 
 def _pack_like(structure, flat):
     """`flat` (in _flatten's order) in the shape of `structure`."""
-    it = iter(flat)
+    return _build(structure, iter(flat))
 
-    def build(s):
-        if isinstance(s, dict):
-            built = {key: build(s[key]) for key in sorted(s)}
-            return {key: built[key] for key in s}
-        if isinstance(s, (list, tuple)):
-            items = [build(x) for x in s]
-            if isinstance(s, tuple) and hasattr(s, "_fields"):  # namedtuple
-                return type(s)(*items)
-            return type(s)(items)
-        return next(it)
 
-    return build(structure)
+def _build(structure, items):
+    # Module-level, not a closure: a recursive closure is a reference cycle, which would keep the
+    # returned gradients alive until the garbage collector runs.
+    if isinstance(structure, dict):
+        built = {key: _build(structure[key], items) for key in sorted(structure)}
+        return {key: built[key] for key in structure}
+    if isinstance(structure, (list, tuple)):
+        values = [_build(x, items) for x in structure]
+        if isinstance(structure, tuple) and hasattr(structure, "_fields"):  # namedtuple
+            return type(structure)(*values)
+        return type(structure)(values)
+    return next(items)
 
 
 class GradientTape:
@@ -276,10 +277,8 @@ class GradientTape:
         return _pack_like(sources, out)
 
     def _gradient(self, targets, sources, output_gradients, unconnected):
-        from mdtrain._eager import ops
-        from mdtrain._eager.tensor import EagerTensor
-        from mdtrain._eager.variables import Variable
-
+        ops = _ops()
+        EagerTensor, Variable = _value_types()
         for s in sources:
             if not isinstance(s, _value_types()):
                 raise ValueError(f"gradient: sources must be tensors or variables, got {s!r} of type "
@@ -354,10 +353,21 @@ class GradientTape:
 
 
 def _accumulate(grads, key, g):
-    from mdtrain._eager import ops
-
     old = grads.get(key)
-    grads[key] = g if old is None else ops.add(old, g)
+    grads[key] = g if old is None else _ops().add(old, g)
+
+
+_OPS = None
+
+
+def _ops():
+    """The ops module (imported on first use: it imports this one)."""
+    global _OPS
+    if _OPS is None:
+        from mdtrain._eager import ops
+
+        _OPS = ops
+    return _OPS
 
 
 def _unconnected(value):

@@ -209,6 +209,22 @@ class ModelWeight(Variable):
         self._name = name
         self._weight_trainable = trainable
         self._constraint = None
+        # A built layer's weights keep their shape and dtype: read once, not at every use.
+        view = self._peek()
+        self._dtype = dtypes.as_dtype(view.dtype)
+        self._shape = TensorShape(view.shape)
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def ndim(self):
+        return len(self._shape)
 
     def _view(self):
         from mdtrain import _core
