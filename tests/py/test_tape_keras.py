@@ -403,3 +403,17 @@ def test_gradients_kept_across_steps_keep_their_values():
     for array, copy in kept_arrays:
         np.testing.assert_array_equal(array, copy)
     assert len({id(a) for a, _ in kept_arrays}) == len(kept_arrays)
+
+
+def test_persistent_tape_and_two_tapes_over_one_model_call():
+    x, y = _data(16)
+    model = _model(batch_norm=True, dropout=0.3)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
+    with tf.GradientTape(persistent=True) as tape, tf.GradientTape() as other:
+        loss = loss_fn(y, model(x, training=True))
+    first = tape.gradient(loss, model.trainable_variables)
+    second = tape.gradient(loss, model.trainable_variables)
+    third = other.gradient(loss, model.trainable_variables)
+    for a, b, c in zip(first, second, third):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(a.numpy(), c.numpy())
