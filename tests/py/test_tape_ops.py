@@ -213,3 +213,22 @@ def test_stop_gradient_and_int_casts_block_gradients():
         b = tf.cast(tf.cast(x, tf.int32), tf.float32) * 2.0
     assert tape.gradient(a, x).numpy().tolist() == [3.0, 6.0]
     assert tape.gradient(b, x) is None
+
+
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra.numpy import mutually_broadcastable_shapes
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    given = None
+
+if given is not None:
+    @settings(max_examples=25, deadline=None)
+    @given(shapes=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=3),
+           op=st.sampled_from(["add", "subtract", "multiply", "divide", "maximum"]))
+    def test_broadcasting_binary_gradients(shapes, op):
+        """Any two broadcast-compatible shapes: each gradient has its input's shape and value."""
+        a, b = _apart(*shapes.input_shapes[0]), _apart(*shapes.input_shapes[1]) + 0.013
+        if op == "divide":
+            b = np.abs(b) + 0.5
+        _check_gradient(getattr(tf.math, op), [a, b])
