@@ -1,6 +1,6 @@
 """Eager tensors, tf.Variable, GradientTape and the tf.* ops with gradients (docs/eager.md).
 
-The `tf` namespace (mdtrain/__init__.py) exports what _EXPORTS names; tf.math, tf.nn, tf.errors
+The `tf` namespace (mdtrain/__init__.py) takes what exports() returns; tf.math, tf.nn, tf.errors
 and tf.dtypes are modules of this package.
 """
 from mdtrain._eager import dtypes, errors, ops  # noqa: F401

@@ -15,10 +15,10 @@ from mdtrain.keras._serialization import dumps, to_config
 _BASE_KWARGS = {"name", "input_shape", "input_dim", "batch_input_shape", "batch_size", "dtype", "trainable"}
 
 
-def _keras_bridge():
-    from mdtrain._eager import keras_bridge  # here: mdtrain._eager imports keras lazily too
+def _keras_layers():
+    from mdtrain._eager import keras_layers  # here: mdtrain._eager imports keras lazily too
 
-    return keras_bridge
+    return keras_layers
 
 
 def _core_layer(class_name, config):
@@ -106,7 +106,7 @@ class Layer:
     # the objects GradientTape and optimizer.apply_gradients take (docs/eager.md).
     @property
     def variables(self):
-        return _keras_bridge().layer_variables(self)
+        return _keras_layers().layer_variables(self)
 
     weights = variables
 
@@ -127,11 +127,11 @@ class Layer:
     @property
     def losses(self):
         """The layer's weight penalty as a list of one scalar tensor (empty without regularizers)."""
-        return _keras_bridge().layer_losses(self)
+        return _keras_layers().layer_losses(self)
 
     def __call__(self, inputs, training=None, **kwargs):
         """The layer on an eager tensor (recorded by GradientTape); builds a layer of no model."""
-        return _keras_bridge().call_layer(self, inputs, training)
+        return _keras_layers().call_layer(self, inputs, training)
 
     def count_params(self):
         if not self.built:

@@ -25,11 +25,11 @@ class Loss:
         """The loss of a batch, reduced as `reduction` says: the mean over the batch
         ("sum_over_batch_size"), the sum ("sum"), or one value per example (None / "none",
         shape y_pred.shape[:-1])."""
-        from mdtrain._eager import keras_bridge
+        from mdtrain._eager import keras_losses
 
-        if keras_bridge.is_eager_value(y_true) or keras_bridge.is_eager_value(y_pred):
+        if keras_losses.is_eager_value(y_true) or keras_losses.is_eager_value(y_pred):
             # Tensors in, a tensor out, differentiable by GradientTape (docs/eager.md).
-            return keras_bridge.call_loss(self, y_true, y_pred, sample_weight)
+            return keras_losses.call_loss(self, y_true, y_pred, sample_weight)
         if sample_weight is not None:
             raise NotImplementedError("sample_weight is not supported yet (except on tensors)")
         y_true, y_pred = _labels(y_true), np.ascontiguousarray(y_pred, dtype=np.float32)

@@ -634,9 +634,9 @@ class Sequential:
 
     def __call__(self, inputs, training=None, mask=None, **kwargs):
         """The model on a batch, as a tensor; GradientTape records the call (docs/eager.md)."""
-        from mdtrain._eager import keras_bridge
+        from mdtrain._eager import keras_layers
 
-        return keras_bridge.call_model(self, inputs, training)
+        return keras_layers.call_model(self, inputs, training)
 
     @_exclusive
     @_releases_workers_on_error

@@ -92,9 +92,9 @@ class Optimizer:
         """One update of each variable from its gradient: [(gradient, variable), ...]. Gradients
         that are None are skipped with a warning. The C++ update fit runs, on the variables' values
         in place (a model's weights, or a tf.Variable's value). Returns iterations."""
-        from mdtrain._eager import keras_bridge
+        from mdtrain._eager import keras_optimizers
 
-        return keras_bridge.apply_gradients(self, grads_and_vars)
+        return keras_optimizers.apply_gradients(self, grads_and_vars)
 
     def apply(self, grads, trainable_variables=None):
         """Keras 3's apply(grads, trainable_variables): apply_gradients(zip(grads, variables))."""

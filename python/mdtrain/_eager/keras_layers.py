@@ -1,4 +1,4 @@
-"""Keras layers, models, losses and optimizers on eager tensors and GradientTape.
+"""Keras layers and models on eager tensors and GradientTape.
 
 A layer call runs the C++ layer's forward and records one tape node whose backward runs the C++
 layer's backward; a Sequential call is its layers' calls in turn, so the gradients a tape gives
@@ -9,22 +9,20 @@ runs that call's forward again first (same input, same training flag and step, s
 dropout mask; non-trainable weights such as BatchNormalization's moving statistics are put back
 afterwards, so they are not updated twice). Re-running costs one forward and keeps no copies.
 
-Weights are ModelWeight variables (views of the C++ weights). optimizer.apply_gradients runs the
-C++ optimizer's update in place on them: with the same gradients, the same update fit makes.
+Weights are ModelWeight variables (views of the C++ weights); layer.losses are the weight
+penalties, differentiable on the tape.
 """
 import contextlib
 import json
 import sys
-import warnings
 
 import numpy as np
 
 from mdtrain import _core
-from mdtrain._eager import dtypes
-from mdtrain._eager import ops
+from mdtrain._eager import dtypes, ops
 from mdtrain._eager import tape as _tape
-from mdtrain._eager.tensor import convert_to_tensor, is_tensor_like, wrap
-from mdtrain._eager.variables import ModelWeight, Variable
+from mdtrain._eager.tensor import convert_to_tensor, wrap
+from mdtrain._eager.variables import ModelWeight
 
 
 # ---- variables of layers -----------------------------------------------------------------------
@@ -236,155 +234,3 @@ def layer_losses(layer):
 
         _tape.record(tapes, name, weights, [out], backward)
     return [out]
-
-
-# ---- losses ---------------------------------------------------------------------------------------
-
-def _logits_loss(loss, activation):
-    cache = loss.__dict__.setdefault("_tape_logits_losses", {})
-    if activation not in cache:
-        cache[activation] = _core.tape_logits_loss(loss._core, activation)
-    return cache[activation]
-
-
-def call_loss(loss, y_true, y_pred, sample_weight=None):
-    """A Keras loss on tensors: per-example values (reduction None), their sum or their mean, as a
-    tensor differentiable with respect to y_pred. When y_pred is the output of a softmax or sigmoid
-    layer, the loss is computed from that layer's logits, as Keras and fit do."""
-    from mdtrain.keras.losses import _labels
-
-    reduction = getattr(loss, "reduction", "sum_over_batch_size")
-    pred = convert_to_tensor(y_pred)
-    if not pred.dtype.is_floating:
-        pred = ops.cast(pred, dtypes.float32)
-    labels = _labels(np.asarray(y_true))
-    core, target = loss._core, pred
-    if pred._keras_logits is not None:
-        logits, activation = pred._keras_logits
-        logits_core = _logits_loss(loss, activation)
-        if logits_core is not None:
-            core, target = logits_core, logits
-    if sample_weight is None:
-        return _loss_node(core, labels, target, reduction, loss)
-    per_example = _loss_node(core, labels, target, None, loss)
-    weights = ops.cast(convert_to_tensor(sample_weight), per_example.dtype)
-    if weights.ndim > per_example.ndim:
-        weights = ops.reshape(weights, per_example.shape)
-    weighted = ops.multiply(per_example, weights)
-    if reduction is None:
-        return weighted
-    total = ops.reduce_sum(weighted)
-    if reduction == "sum":
-        return total
-    return ops.realdiv(total, max(int(np.prod(per_example.shape.as_list(), dtype=np.int64)), 1))
-
-
-def _loss_node(core, labels, target, reduction, loss):
-    array = np.ascontiguousarray(target._value)
-    dtype = array.dtype
-    if reduction is None:
-        value = np.asarray(core.per_sample(labels, array), dtype=dtype)
-    elif reduction == "sum":
-        value = np.asarray(core.sum(labels, array), dtype=dtype)
-    else:
-        value = np.asarray(core(labels, array), dtype=dtype)
-    out = wrap(value)
-    tapes = _tape.recording_tapes([target])
-    if not tapes:
-        return out
-    count = _core.tape_loss_sample_count(core, labels, array) if reduction == "sum_over_batch_size" else None
-    name = f"{type(loss).__name__}"
-
-    def backward(grads):
-        g = grads[0]._value
-        if reduction is None:
-            flat = g.reshape(-1)
-            if flat.size and np.all(flat == flat[0]):
-                _, d = core.gradient(labels, array, float(flat[0]))
-            else:
-                _, d = core.gradient(labels, array, 1.0)
-                d = d * g[..., None]
-        elif reduction == "sum":
-            _, d = core.gradient(labels, array, float(g))
-        else:
-            # fit's scale exactly (1 / batch) when the upstream gradient is 1.
-            scale = 1.0 / count if count > 0 else 0.0
-            if float(g) != 1.0:
-                scale *= float(g)
-            _, d = core.gradient(labels, array, scale)
-        result = wrap(np.asarray(d, dtype=dtype))
-        _tape.record_opaque(name, [grads[0], target], [result])
-        return [result]
-
-    _tape.record(tapes, name, [target], [out], backward)
-    return out
-
-
-# ---- optimizers -------------------------------------------------------------------------------------
-
-def apply_gradients(optimizer, grads_and_vars):
-    """Keras's optimizer.apply_gradients: one step of the C++ optimizer over these variables."""
-    pairs = list(grads_and_vars)
-    for g, v in pairs:
-        if not isinstance(v, Variable):
-            raise TypeError(f"apply_gradients: expected tf.Variable objects, got {v!r} of type {type(v).__name__}")
-    kept = [(g, v) for g, v in pairs if g is not None]
-    if pairs and not kept:
-        raise ValueError(f"No gradients provided for any variable: {[v.path for _, v in pairs]}.")
-    if len(kept) < len(pairs):
-        missing = [v.path for g, v in pairs if g is None]
-        warnings.warn(f"Gradients do not exist for variables {missing} when minimizing the loss. If using "
-                      "`model.compile()`, did you forget to provide a `loss` argument?", UserWarning, stacklevel=3)
-    if not kept:
-        return optimizer.iterations
-    variables = [v for _, v in kept]
-    ids = [v._id for v in variables]
-    known = optimizer.__dict__.get("_tape_variable_ids")
-    if known is None:
-        optimizer._tape_variable_ids = ids
-    elif known != ids:
-        raise ValueError(f"apply_gradients: {type(optimizer).__name__} was first applied to {len(known)} variables "
-                         f"and is now given {len(ids)} others (or in another order). An optimizer updates one "
-                         "fixed list of variables; create another optimizer for another list.")
-    from mdtrain import distribute
-
-    context = distribute.get_replica_context()
-    if context is not None and context.num_replicas_in_sync > 1:
-        # Each replica would apply its own gradients: several steps where TF takes one.
-        raise NotImplementedError(f"apply_gradients inside strategy.run with {context.num_replicas_in_sync} replicas "
-                                  "is not supported yet (the tape is not wired to strategies); call "
-                                  "model.train_step((x, y)) inside strategy.run instead (docs/strategies.md)")
-    core = optimizer._live()
-    model_core = optimizer._model_core
-    if model_core is not None and model_core.strategy is not None and model_core.strategy.num_replicas_in_sync > 1:
-        raise NotImplementedError("apply_gradients: the optimizer belongs to a model compiled under a strategy with "
-                                  "several replicas; custom loops under strategies are not supported yet")
-    values, grads, commits, names = [], [], [], []
-    for g, v in kept:
-        g = g._snapshot() if isinstance(g, Variable) else convert_to_tensor(g)
-        if g.shape != v.shape:
-            raise ValueError(f"apply_gradients: the gradient for variable '{v.path}' has shape {g.shape}, but the "
-                             f"variable has shape {v.shape}")
-        if not v.dtype.is_floating:
-            raise TypeError(f"apply_gradients: variable '{v.path}' has dtype {v.dtype.name}; only float32 and "
-                            "float64 variables can be trained")
-        storage, commit = v._update_storage()
-        values.append(storage)
-        grads.append(np.asarray(g._value, dtype=storage.dtype, order="C"))  # keeps 0-d arrays 0-d
-        commits.append(commit)
-        names.append(v.path)
-    _core.tape_optimizer_apply(core, values, grads, names)
-    synced = set()  # a model's replicas take its new weights once
-    for commit, v in zip(commits, variables):
-        if isinstance(v, ModelWeight):
-            model = v._layer._owner()
-            key = id(model) if model is not None else id(v)
-            if key in synced:
-                continue
-            synced.add(key)
-        commit()
-    return optimizer.iterations
-
-
-def is_eager_value(value):
-    return is_tensor_like(value)
