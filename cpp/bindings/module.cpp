@@ -45,4 +45,5 @@ PYBIND11_MODULE(_core, m) {
   init_data(m);
   init_distribute(m);
   init_ps(m);
+  init_tape(m);
 }

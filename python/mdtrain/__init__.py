@@ -20,6 +20,12 @@ from mdtrain import data, io, train  # noqa: E402
 from mdtrain._version import __version__  # noqa: E402
 from mdtrain.distribute import get_strategy  # noqa: E402,F401
 from mdtrain._tensor_spec import TensorSpec  # noqa: E402
+from mdtrain import _eager  # noqa: E402
+
+# Eager tensors and the tape (docs/eager.md): tf.constant, tf.Variable, tf.GradientTape, tf.matmul,
+# tf.float32, tf.math, tf.nn, ... (tf.range, tf.print, tf.abs, tf.pow and tf.round shadow the
+# builtins here only).
+globals().update(_eager.exports())
 
 # TF's top-level aliases of Keras modules (tf.losses.SparseCategoricalCrossentropy, ...).
 losses = keras.losses
@@ -36,4 +42,5 @@ def cmake_dir():
 
 
 __all__ = ["config", "data", "distribute", "io", "keras", "losses", "metrics", "optimizers", "train", "TensorSpec",
-           "cmake_dir", "get_strategy", "__version__"]
+           "cmake_dir", "get_strategy", "__version__"] + sorted(
+               name for name in _eager.exports() if name not in ("abs", "bool", "pow", "print", "range", "round"))

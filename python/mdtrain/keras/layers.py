@@ -15,6 +15,12 @@ from mdtrain.keras._serialization import dumps, to_config
 _BASE_KWARGS = {"name", "input_shape", "input_dim", "batch_input_shape", "batch_size", "dtype", "trainable"}
 
 
+def _keras_layers():
+    from mdtrain._eager import keras_layers  # here: mdtrain._eager imports keras lazily too
+
+    return keras_layers
+
+
 def _core_layer(class_name, config):
     """The C++ layer of a Keras config ({"name": ..., fields}; C++ checks the values)."""
     return _core.layer_from_config(dumps({"class_name": class_name, "config": config}))
@@ -100,23 +106,36 @@ class Layer:
         if model is not None:
             model._core.set_weights(model._core.get_weights())
 
+    # Weights as variables (views of the C++ weights: reading copies them, assign writes them),
+    # the objects GradientTape and optimizer.apply_gradients take (docs/eager.md).
     @property
-    def weights(self):
-        return self.get_weights()
+    def variables(self):
+        return _keras_layers().layer_variables(self)
+
+    weights = variables
 
     @property
-    def trainable_weights(self):
-        if not self.trainable:
-            return []
-        return [w for w, t in zip(self.get_weights(), self._core.weight_trainable()) if t]
+    def trainable_variables(self):
+        return [v for v in self.variables if v.trainable]
+
+    trainable_weights = trainable_variables
 
     @property
-    def non_trainable_weights(self):
+    def non_trainable_variables(self):
         """Weights the optimizer never updates (BatchNormalization's moving statistics), or all of
         them when the layer is not trainable."""
-        if not self.trainable:
-            return self.get_weights()
-        return [w for w, t in zip(self.get_weights(), self._core.weight_trainable()) if not t]
+        return [v for v in self.variables if not v.trainable]
+
+    non_trainable_weights = non_trainable_variables
+
+    @property
+    def losses(self):
+        """The layer's weight penalty as a list of one scalar tensor (empty without regularizers)."""
+        return _keras_layers().layer_losses(self)
+
+    def __call__(self, inputs, training=None, **kwargs):
+        """The layer on an eager tensor (recorded by GradientTape); builds a layer of no model."""
+        return _keras_layers().call_layer(self, inputs, training)
 
     def count_params(self):
         if not self.built:

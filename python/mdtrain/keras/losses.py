@@ -25,8 +25,13 @@ class Loss:
         """The loss of a batch, reduced as `reduction` says: the mean over the batch
         ("sum_over_batch_size"), the sum ("sum"), or one value per example (None / "none",
         shape y_pred.shape[:-1])."""
+        from mdtrain._eager import keras_losses
+
+        if keras_losses.is_eager_value(y_true) or keras_losses.is_eager_value(y_pred):
+            # Tensors in, a tensor out, differentiable by GradientTape (docs/eager.md).
+            return keras_losses.call_loss(self, y_true, y_pred, sample_weight)
         if sample_weight is not None:
-            raise NotImplementedError("sample_weight is not supported yet")
+            raise NotImplementedError("sample_weight is not supported yet (except on tensors)")
         y_true, y_pred = _labels(y_true), np.ascontiguousarray(y_pred, dtype=np.float32)
         reduction = getattr(self, "reduction", "sum_over_batch_size")
         if reduction is None:

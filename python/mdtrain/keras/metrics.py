@@ -27,7 +27,10 @@ class Metric:
         self._core.update(y_true, y_pred)
 
     def result(self):
-        return np.float32(self._core.result() if self._core is not None else 0.0)
+        """The metric's value as a float32 scalar tensor (float(), .numpy(), NumPy all accept it)."""
+        from mdtrain._eager.tensor import wrap
+
+        return wrap(np.asarray(self._core.result() if self._core is not None else 0.0, dtype=np.float32))
 
     def reset_state(self):
         if self._core is not None:

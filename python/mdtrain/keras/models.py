@@ -177,18 +177,31 @@ class Sequential:
     def set_weights(self, weights):
         self._core.set_weights([np.ascontiguousarray(w, dtype=np.float32) for w in weights])
 
+    # Weights as variables (views of the C++ weights), layer by layer: the order of get_weights(),
+    # and for the trainable ones the order the optimizer updates them in (docs/eager.md).
     @property
-    def weights(self):
-        return self.get_weights()
+    def variables(self):
+        return [w for layer in self._layers for w in layer.variables]
+
+    weights = variables
 
     @property
-    def trainable_weights(self):
-        return [w for layer in self._layers for w in layer.trainable_weights]
+    def trainable_variables(self):
+        return [w for layer in self._layers for w in layer.trainable_variables]
+
+    trainable_weights = trainable_variables
 
     @property
-    def non_trainable_weights(self):
+    def non_trainable_variables(self):
         """Weights no optimizer updates (BatchNormalization's moving statistics)."""
-        return [w for layer in self._layers for w in layer.non_trainable_weights]
+        return [w for layer in self._layers for w in layer.non_trainable_variables]
+
+    non_trainable_weights = non_trainable_variables
+
+    @property
+    def losses(self):
+        """The layers' weight penalties, one scalar tensor per regularized layer (differentiable)."""
+        return [loss for layer in self._layers for loss in layer.losses]
 
     def summary(self, line_length=None, print_fn=None, **kwargs):
         print_fn = print_fn or print
@@ -211,7 +224,7 @@ class Sequential:
                 lines.append("├" + "┼".join("─" * x for x in w) + "┤")
         lines.append("└" + "┴".join("─" * x for x in w) + "┘")
         total = self.count_params() if self.built else 0
-        fixed = sum(int(w.size) for w in self.non_trainable_weights) if self.built else 0
+        fixed = sum(w.shape.num_elements() for w in self.non_trainable_weights) if self.built else 0
 
         def size(n):
             b = 4 * n
@@ -658,8 +671,11 @@ class Sequential:
         cbs.on_predict_end()
         return out
 
-    def __call__(self, x, training=False):
-        return self.predict(x, batch_size=max(1, len(x)), verbose=0)
+    def __call__(self, inputs, training=None, mask=None, **kwargs):
+        """The model on a batch, as a tensor; GradientTape records the call (docs/eager.md)."""
+        from mdtrain._eager import keras_layers
+
+        return keras_layers.call_model(self, inputs, training)
 
     @_exclusive
     @_releases_workers_on_error

@@ -5,6 +5,8 @@ iterations read (and write) the live optimizer that trains the model.
 """
 import json
 
+import numpy as np
+
 from mdtrain import _core
 from mdtrain.keras.optimizers import schedules
 from mdtrain.keras.optimizers._learning_rate import LearningRateVariable
@@ -80,7 +82,47 @@ class Optimizer:
 
     @property
     def iterations(self):
-        return self._live().iterations
+        """The number of steps applied, as an int64 scalar tensor (int(), ==, .numpy() work)."""
+        from mdtrain._eager.tensor import wrap
+
+        return wrap(np.asarray(self._live().iterations, dtype=np.int64))
+
+    # ---- custom training loops (docs/eager.md) --------------------------------------------
+    def apply_gradients(self, grads_and_vars, name=None, skip_gradients_aggregation=False, **kwargs):
+        """One update of each variable from its gradient: [(gradient, variable), ...]. Gradients
+        that are None are skipped with a warning. The C++ update fit runs, on the variables' values
+        in place (a model's weights, or a tf.Variable's value). Returns iterations."""
+        from mdtrain._eager import keras_optimizers
+
+        return keras_optimizers.apply_gradients(self, grads_and_vars)
+
+    def apply(self, grads, trainable_variables=None):
+        """Keras 3's apply(grads, trainable_variables): apply_gradients(zip(grads, variables))."""
+        if trainable_variables is None:
+            trainable_variables = self.__dict__.get("_built_variables")
+            if trainable_variables is None:
+                raise ValueError("apply: pass trainable_variables, or build() the optimizer with them first")
+        return self.apply_gradients(zip(grads, trainable_variables))
+
+    def build(self, var_list):
+        """Keras 3's build(var_list): the variables later apply(grads) calls update."""
+        self._built_variables = list(var_list)
+
+    def minimize(self, loss, var_list, tape=None):
+        """Computes the gradients of `loss` (a callable, or a tensor recorded by `tape`) with
+        respect to var_list and applies them."""
+        from mdtrain._eager.tape import GradientTape
+
+        var_list = list(var_list() if callable(var_list) else var_list)
+        if callable(loss):
+            with GradientTape() as tape:
+                value = loss()
+        elif tape is None:
+            raise ValueError("minimize: `tape` is required when `loss` is a tensor")
+        else:
+            value = loss
+        grads = tape.gradient(value, var_list)
+        return self.apply_gradients(zip(grads, var_list))
 
     @property
     def name(self):
