@@ -55,13 +55,14 @@ def fashion():
     return (x / 255.0).astype(np.float32), y, (xt / 255.0).astype(np.float32), yt
 
 
-def seed_model(strategy, optimizer="adam"):
+def seed_model(strategy, optimizer="adam", steps_per_execution=1):
     with strategy.scope():
         # Named: the servers' checkpoints hold variables by name ("hidden/kernel").
         model = tf.keras.Sequential([tf.keras.layers.Flatten(input_shape=(28, 28), name="flatten"),
                                      tf.keras.layers.Dense(128, activation="relu", name="hidden"),
                                      tf.keras.layers.Dense(10, activation="softmax", name="output")])
-        model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                      steps_per_execution=steps_per_execution)
     return model
 
 
@@ -80,7 +81,7 @@ def test_seed_model_reaches_its_accuracy_with_two_servers_and_two_workers(make_s
     x, y, xt, yt = fashion
     strategy = make_strategy(variable_partitioner=Partitioners.MinSizePartitioner(min_shard_bytes=64 << 10,
                                                                                   max_shards=2))
-    model = seed_model(strategy)
+    model = seed_model(strategy, steps_per_execution=8)  # 8 steps per closure
     steps = len(x) // 128
     history = model.fit(x, y, batch_size=128, epochs=5, steps_per_epoch=steps, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]

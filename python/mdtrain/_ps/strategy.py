@@ -213,6 +213,7 @@ class _PsJob:
         self.configured = False
         self.checkpoint = None  # the directory of the last checkpoint (BackupAndRestore)
         self.checkpoint_position = None  # (epoch, step) it was taken at
+        self.array_iterators = {}  # fit's per-worker batches of the caller's arrays (see fit.py)
         if model.non_trainable_weights:
             raise ValueError(f"ParameterServerStrategy: model '{model.name}' has non-trainable weights "
                              "(BatchNormalization's moving statistics), which the parameter servers do not hold yet; "

@@ -248,6 +248,12 @@ class Sequential:
             raise ValueError("compile: a loss is required, e.g. loss='sparse_categorical_crossentropy'")
         if loss_weights is not None or weighted_metrics is not None:
             raise NotImplementedError("compile: loss_weights and weighted_metrics are not supported yet")
+        if isinstance(steps_per_execution, bool) or not isinstance(steps_per_execution, (int, np.integer)) \
+                or steps_per_execution < 1:
+            raise ValueError(f"compile: steps_per_execution must be a positive integer, got {steps_per_execution!r}")
+        # The C++ loop runs every step without returning to Python already; ParameterServerStrategy
+        # sends this many steps to a worker per closure.
+        self._steps_per_execution = int(steps_per_execution)
         strategy = self._compile_strategy()
         optimizer = _optimizers.get(optimizer)
         created = getattr(optimizer, "_creation_strategy", None)
