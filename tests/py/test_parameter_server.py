@@ -66,6 +66,20 @@ def seed_model(strategy, optimizer="adam", steps_per_execution=1):
     return model
 
 
+def kill_at_version(cluster, strategy, model, version, job, index):
+    """Kills task (job, index) once the servers applied `version` updates; returns an Event set then."""
+    killed = threading.Event()
+
+    def watch():
+        while not strategy._jobs or strategy._jobs[id(model)].versions()[0] < version:
+            time.sleep(0.02)
+        cluster.kill(job, index)
+        killed.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    return killed
+
+
 def test_partitioners_cut_axis_zero_as_tf_does():
     assert Partitioners.FixedShardsPartitioner(2)((10, 3), "float32") == [2, 1]
     assert Partitioners.FixedShardsPartitioner(4)((3,), "float32") == [3]
@@ -185,15 +199,7 @@ def test_worker_killed_mid_epoch_training_finishes_with_exact_step_count(fashion
         cluster.wait_until_serving()
         strategy = tf.distribute.experimental.ParameterServerStrategy(resolver_for(cluster), worker_timeout=2.0)
         model = seed_model(strategy)
-        killed = threading.Event()
-
-        def kill_worker_when_training():
-            while not strategy._jobs or strategy._jobs[id(model)].versions()[0] < 40:
-                time.sleep(0.02)
-            cluster.kill("worker", 1)
-            killed.set()
-
-        threading.Thread(target=kill_worker_when_training, daemon=True).start()
+        killed = kill_at_version(cluster, strategy, model, 40, "worker", 1)
         model.fit(x, y, batch_size=64, epochs=3, steps_per_epoch=60, verbose=0)
         assert killed.is_set()
         assert strategy._jobs[id(model)].stats()[0]["updates"] == 180  # every step once: none lost, none twice
@@ -216,13 +222,7 @@ def test_worker_restarted_while_running_a_closure_is_noticed_at_once(fashion, tm
         cluster.wait_until_serving()
         strategy = tf.distribute.experimental.ParameterServerStrategy(resolver_for(cluster), worker_timeout=30.0)
         model = seed_model(strategy)
-
-        def kill_worker_when_training():
-            while not strategy._jobs or strategy._jobs[id(model)].versions()[0] < 30:
-                time.sleep(0.02)
-            cluster.kill("worker", 0)
-
-        threading.Thread(target=kill_worker_when_training, daemon=True).start()
+        kill_at_version(cluster, strategy, model, 30, "worker", 0)
         started = time.monotonic()
         model.fit(x, y, batch_size=64, epochs=2, steps_per_epoch=60, verbose=0)
         assert time.monotonic() - started < 25  # not the 30 s worker_timeout: the new incarnation answered
@@ -239,13 +239,7 @@ def test_server_killed_restarts_from_checkpoint_and_checkpoints_load_with_other_
         strategy = tf.distribute.experimental.ParameterServerStrategy(
             resolver_for(cluster), variable_partitioner=Partitioners.FixedShardsPartitioner(2), timeout=3.0)
         model = seed_model(strategy)
-
-        def kill_server_when_training():
-            while not strategy._jobs or strategy._jobs[id(model)].versions()[0] < 70:
-                time.sleep(0.02)
-            cluster.kill("ps", 1)
-
-        threading.Thread(target=kill_server_when_training, daemon=True).start()
+        kill_at_version(cluster, strategy, model, 70, "ps", 1)
         callback = tf.keras.callbacks.BackupAndRestore(str(backup), save_freq=25, delete_checkpoint=False)
         model.fit(x, y, batch_size=64, epochs=2, steps_per_epoch=60, verbose=0, callbacks=[callback])
         assert cluster.restarts.get(("ps", 1), 0) == 1

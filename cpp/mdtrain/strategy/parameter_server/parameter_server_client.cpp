@@ -102,6 +102,16 @@ std::vector<std::string> ParameterServerClient::exchange(const std::vector<std::
   return replies;
 }
 
+std::vector<std::string> ParameterServerClient::ask_every_server(PsKind kind, std::vector<PsHeader>& headers) {
+  std::vector<std::string> requests;
+  headers.clear();
+  for (int s = 0; s < layout_.num_servers; ++s) {
+    headers.push_back(header(kind, s));
+    requests.push_back(encode_ps_message(headers.back(), nullptr, 0));
+  }
+  return exchange(requests, kind, headers);
+}
+
 std::vector<std::uint64_t> ParameterServerClient::pull(std::vector<Tensor>& values) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::size_t nv = layout_.variables.size();
@@ -111,13 +121,8 @@ std::vector<std::uint64_t> ParameterServerClient::pull(std::vector<Tensor>& valu
     if (!values[v].defined() || values[v].shape() != spec.shape || values[v].dtype() != spec.dtype)
       values[v] = Tensor(spec.shape, spec.dtype);
   }
-  std::vector<std::string> requests;
   std::vector<PsHeader> headers;
-  for (int s = 0; s < layout_.num_servers; ++s) {
-    headers.push_back(header(PsKind::Pull, s));
-    requests.push_back(encode_ps_message(headers.back(), nullptr, 0));
-  }
-  const auto replies = exchange(requests, PsKind::Pull, headers);
+  const auto replies = ask_every_server(PsKind::Pull, headers);
   std::vector<std::uint64_t> versions(layout_.num_servers);
   for (int s = 0; s < layout_.num_servers; ++s) {
     const PsMessage m = parse_ps_message(replies[s]);
@@ -156,19 +161,19 @@ PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients, con
   std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {
-    std::string payload;
+    std::vector<std::pair<const void*, std::size_t>> payload;
     for (std::size_t v = 0; v < nv; ++v) {
       const RowRange r = layout_.rows[v][s];
       if (r.empty()) continue;
-      const Tensor rows = gradients[v].rows(r.begin, r.end);
-      payload.append(static_cast<const char*>(rows.raw()), rows.nbytes());
+      const Tensor rows = gradients[v].rows(r.begin, r.end);  // a view: gradients[v] keeps it alive
+      payload.emplace_back(rows.raw(), rows.nbytes());
     }
     PsHeader h = header(PsKind::Push, s);
     h.dtype = ps_dtype_of(layout_.variables[0].dtype);
     h.weights_version = versions[s];
     h.step = step;
     headers.push_back(h);
-    requests.push_back(encode_ps_message(h, payload.data(), payload.size()));
+    requests.push_back(encode_ps_message(h, payload));
   }
   exchange(requests, PsKind::Push, headers);
   PushResult result;
@@ -186,7 +191,7 @@ void ParameterServerClient::assign(const std::vector<Tensor>& values) {
   std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {
-    std::string payload;
+    std::vector<std::pair<const void*, std::size_t>> payload;
     for (std::size_t v = 0; v < nv; ++v) {
       MDTRAIN_CHECK(values[v].shape() == layout_.variables[v].shape && values[v].dtype() == layout_.variables[v].dtype,
                     std::invalid_argument, "[ps] the value of '", layout_.variables[v].name,
@@ -194,12 +199,12 @@ void ParameterServerClient::assign(const std::vector<Tensor>& values) {
       const RowRange r = layout_.rows[v][s];
       if (r.empty()) continue;
       const Tensor rows = values[v].rows(r.begin, r.end);
-      payload.append(static_cast<const char*>(rows.raw()), rows.nbytes());
+      payload.emplace_back(rows.raw(), rows.nbytes());
     }
     PsHeader h = header(PsKind::Assign, s);
     h.dtype = ps_dtype_of(layout_.variables[0].dtype);
     headers.push_back(h);
-    requests.push_back(encode_ps_message(h, payload.data(), payload.size()));
+    requests.push_back(encode_ps_message(h, payload));
   }
   exchange(requests, PsKind::Assign, headers);
 }
@@ -240,13 +245,8 @@ Json ParameterServerClient::stats(int server) {
 
 std::vector<std::uint64_t> ParameterServerClient::versions() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::string> requests;
   std::vector<PsHeader> headers;
-  for (int s = 0; s < layout_.num_servers; ++s) {
-    headers.push_back(header(PsKind::Stats, s));
-    requests.push_back(encode_ps_message(headers.back(), nullptr, 0));
-  }
-  exchange(requests, PsKind::Stats, headers);
+  ask_every_server(PsKind::Stats, headers);
   std::vector<std::uint64_t> out;
   for (const auto& h : headers) out.push_back(h.weights_version);
   return out;
@@ -254,13 +254,8 @@ std::vector<std::uint64_t> ParameterServerClient::versions() {
 
 void ParameterServerClient::shutdown() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::string> requests;
   std::vector<PsHeader> headers;
-  for (int s = 0; s < layout_.num_servers; ++s) {
-    headers.push_back(header(PsKind::Shutdown, s));
-    requests.push_back(encode_ps_message(headers.back(), nullptr, 0));
-  }
-  exchange(requests, PsKind::Shutdown, headers);
+  ask_every_server(PsKind::Shutdown, headers);
 }
 
 }  // namespace mdtrain

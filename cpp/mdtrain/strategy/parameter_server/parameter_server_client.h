@@ -70,6 +70,8 @@ class ParameterServerClient {
   // replies; throws naming the first server that failed or timed out.
   std::vector<std::string> exchange(const std::vector<std::string>& requests, PsKind kind,
                                     std::vector<PsHeader>& headers);
+  // A request without payload to every server (pull, stats, shutdown); replies as exchange().
+  std::vector<std::string> ask_every_server(PsKind kind, std::vector<PsHeader>& headers);
   std::string describe(int server) const;
   PsHeader header(PsKind kind, int server);
 

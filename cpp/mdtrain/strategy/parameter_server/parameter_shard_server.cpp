@@ -179,13 +179,13 @@ std::string ParameterShardServer::handle(const std::string& request) {
     switch (m.header.kind) {
       case PsKind::Pull: {
         const auto vars = selected(m.header.variable);
-        std::string payload;
-        for (auto v : vars) payload.append(static_cast<const char*>(params_[v].value.raw()), params_[v].value.nbytes());
+        std::vector<std::pair<const void*, std::size_t>> payload;
+        for (auto v : vars) payload.emplace_back(params_[v].value.raw(), params_[v].value.nbytes());
         ++stats_.pulls;
         reply.kind = PsKind::PullReply;
         reply.dtype = dtype_;
         reply.weights_version = stats_.version;
-        return encode_ps_message(reply, payload.data(), payload.size());
+        return encode_ps_message(reply, payload);
       }
       case PsKind::Push: return handle_push(m, reply);
       case PsKind::Assign: {

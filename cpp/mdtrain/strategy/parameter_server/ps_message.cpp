@@ -73,7 +73,9 @@ PsDType ps_dtype_of(DType dtype) {
   fail<std::invalid_argument>("[ps] parameter server variables must be float32 or float64, got ", name_of(dtype));
 }
 
-std::string encode_ps_message(PsHeader header, const void* payload, std::size_t payload_bytes) {
+std::string encode_ps_message(PsHeader header, const std::vector<std::pair<const void*, std::size_t>>& pieces) {
+  std::size_t payload_bytes = 0;
+  for (const auto& piece : pieces) payload_bytes += piece.second;
   const std::size_t element = size_of(header.dtype);
   MDTRAIN_CHECK(payload_bytes % element == 0, std::invalid_argument, "[ps] payload of ", payload_bytes,
                 " bytes is not a whole number of elements");
@@ -92,8 +94,16 @@ std::string encode_ps_message(PsHeader header, const void* payload, std::size_t 
   put<std::uint64_t>(p + 32, header.weights_version);
   put<std::uint64_t>(p + 40, header.count);
   put<std::uint64_t>(p + 48, header.step);
-  if (payload_bytes) std::memcpy(p + kPsHeaderSize, payload, payload_bytes);
+  char* at = p + kPsHeaderSize;
+  for (const auto& [data, bytes] : pieces) {
+    if (bytes) std::memcpy(at, data, bytes);
+    at += bytes;
+  }
   return out;
+}
+
+std::string encode_ps_message(PsHeader header, const void* payload, std::size_t payload_bytes) {
+  return encode_ps_message(header, {{payload, payload_bytes}});
 }
 
 std::string encode_ps_text(PsHeader header, const std::string& text) {

@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "mdtrain/core/dtype.h"
 
@@ -89,6 +91,9 @@ PsDType ps_dtype_of(DType dtype);
 
 // Header + payload; `header.count` is set from `payload_bytes` and the dtype.
 std::string encode_ps_message(PsHeader header, const void* payload, std::size_t payload_bytes);
+// Header + the concatenation of `pieces` (pointer, bytes), written once into the message (the
+// shards of a pull or push are not first gathered into a buffer of their own).
+std::string encode_ps_message(PsHeader header, const std::vector<std::pair<const void*, std::size_t>>& pieces);
 // A message with a text payload (Error, Save/Load paths, StatsReply).
 std::string encode_ps_text(PsHeader header, const std::string& text);
 // Validates every field; throws std::invalid_argument("[ps] ...") naming the first bad one.
