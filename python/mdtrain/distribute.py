@@ -168,8 +168,9 @@ class Strategy:
 
     # ---- custom training loops ------------------------------------------------------------
     def experimental_distribute_dataset(self, dataset, options=None):
-        """Yields each global batch of `dataset` cut into per-replica slices (PerReplica values)."""
-        self._check_single_worker("experimental_distribute_dataset")
+        """Yields each global batch of `dataset` cut into per-replica slices (PerReplica values).
+        With several workers, every worker iterates the same global batches and keeps the slices
+        of its own replicas (as fit does)."""
         return DistributedDataset(dataset, self)
 
     def run(self, fn, args=(), kwargs=None):
@@ -181,18 +182,18 @@ class Strategy:
         from mdtrain._eager.replica_gradients import ReplicaGradients
 
         kwargs = kwargs or {}
-        self._check_single_worker("strategy.run")
         if _scopes.replica is not None:
             raise RuntimeError("strategy.run was called inside strategy.run (from a replica's function)")
-        n = self.num_replicas_in_sync
+        n = self._num_local_replicas
+        first = self._first_local_replica
         deferred = _DeferredStep()
-        gradients = ReplicaGradients(n)
+        gradients = ReplicaGradients(n, self._sum_across_workers if self._core.num_workers > 1 else None, first)
         results = []
         with self.scope():
-            # The replicas run one after another (see _eager/replica_gradients.py).
+            # This process's replicas run one after another (see _eager/replica_gradients.py).
             for r in range(n):
                 pick = lambda v, r=r: v.values[r] if isinstance(v, PerReplica) else v  # noqa: E731
-                _scopes.replica = (self, r)
+                _scopes.replica = (self, first + r)
                 _scopes.deferred = deferred
                 _scopes.gradients = gradients
                 try:
@@ -202,22 +203,52 @@ class Strategy:
                     _scopes.deferred = None
                     _scopes.gradients = None
             gradients.check_complete()
+            if deferred.models and self._core.num_workers > 1:
+                raise NotImplementedError("model.train_step inside strategy.run with several workers is not supported "
+                                          "yet: use a GradientTape step with optimizer.apply_gradients, or model.fit")
             deferred.run(n)
         resolve = lambda v: v.value if isinstance(v, _DeferredValue) else v  # noqa: E731
         results = [_map_structure(resolve, r) for r in results]
         return results[0] if n == 1 else PerReplica(results)
 
+    @property
+    def _num_local_replicas(self):
+        return len(self._core.devices)
+
+    @property
+    def _first_local_replica(self):
+        return self._core.worker_index * self._num_local_replicas
+
+    def _sum_across_workers(self, arrays):
+        """Arrays (this worker's values) -> the element-wise sums over the workers (in float64, rank
+        order, then back to each array's dtype). Every worker must call it at the same point."""
+        import numpy as np
+
+        flat = np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays]) if arrays else \
+            np.zeros(0)
+        self._core.sum_across_workers(flat)
+        out, offset = [], 0
+        for a in arrays:
+            a = np.asarray(a)
+            out.append(flat[offset:offset + a.size].reshape(a.shape).astype(a.dtype))
+            offset += a.size
+        return out
+
     def reduce(self, reduce_op, value, axis=None):
         """Sum or mean of a PerReplica value over replicas (axis: also reduce that axis of each).
 
         Tensors (what a tape's step returns) reduce to a tensor of their dtype, added in replica
-        order; other values (NumPy, Python numbers) to a float64 NumPy value."""
+        order; other values (NumPy, Python numbers) to a float64 NumPy value. With several workers
+        each worker's replicas are reduced first, then the workers' results are summed (float64,
+        rank order); every worker must call reduce at the same point."""
         import numpy as np
 
         op = ReduceOp(reduce_op.value if isinstance(reduce_op, ReduceOp) else str(reduce_op).upper())
         values = value.values if isinstance(value, PerReplica) else (value,)
         from mdtrain._eager import tensor as _tensor
 
+        if self._core.num_workers > 1:
+            return self._reduce_across_workers(op, values, axis)
         if any(isinstance(v, _tensor._TENSOR_TYPES) for v in values):
             return _reduce_tensors(op, values, axis)
         arrays = [np.asarray(v, dtype=np.float64) for v in values]
@@ -228,6 +259,21 @@ class Strategy:
         total = sum(arrays)
         return total / len(arrays) if op is ReduceOp.MEAN else total
 
+    def _reduce_across_workers(self, op, values, axis):
+        import numpy as np
+
+        from mdtrain._eager import tensor as _tensor
+
+        is_tensor = any(isinstance(v, _tensor._TENSOR_TYPES) for v in values)
+        local = _reduce_tensors(ReduceOp.SUM, values, axis) if is_tensor else \
+            sum(np.asarray(v, dtype=np.float64) if axis is None else np.asarray(v, dtype=np.float64).sum(axis=axis)
+                for v in values)
+        count = len(values) if axis is None else sum(np.shape(v)[axis] for v in values)
+        total, count = self._sum_across_workers([np.asarray(local), np.asarray(count, dtype=np.float64)])
+        if op is ReduceOp.MEAN:
+            total = (total / count).astype(total.dtype)
+        return _tensor.wrap(total) if is_tensor else total
+
     def experimental_local_results(self, value):
         """The values of this process's replicas, as a tuple (one value: a tuple of it)."""
         return value.values if isinstance(value, PerReplica) else (value,)
@@ -235,13 +281,12 @@ class Strategy:
     def experimental_distribute_values_from_function(self, value_fn):
         """PerReplica of value_fn(context) for each replica; context has replica_id_in_sync_group
         and num_replicas_in_sync (tf.distribute.experimental.ValueContext)."""
-        n = self.num_replicas_in_sync
-        return PerReplica([value_fn(ValueContext(r, n)) for r in range(n)])
+        n, first = self.num_replicas_in_sync, self._first_local_replica
+        return PerReplica([value_fn(ValueContext(first + r, n)) for r in range(self._num_local_replicas)])
 
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         """dataset_fn(tf.distribute.InputContext) builds this worker's input pipeline, batched to the
         per-replica batch size; each step gives its next element to each replica in turn."""
-        self._check_single_worker("distribute_datasets_from_function")
         context = InputContext(num_input_pipelines=self._core.num_workers, input_pipeline_id=self._core.worker_index,
                                num_replicas_in_sync=self.num_replicas_in_sync)
         return DistributedDataset(dataset_fn(context), self, split=False)
@@ -593,16 +638,19 @@ class DistributedDataset:
         import numpy as np
 
         n = self._strategy.num_replicas_in_sync
+        local = range(self._strategy._first_local_replica,
+                      self._strategy._first_local_replica + self._strategy._num_local_replicas)
         if self._split:
             for element in self._dataset:
                 def split(array):
                     array = np.asarray(array)
                     sizes = [len(array) // n + (1 if r < len(array) % n else 0) for r in range(n)]
                     bounds = np.cumsum([0] + sizes)
-                    return PerReplica([array[bounds[r]:bounds[r + 1]] for r in range(n)])
+                    return PerReplica([array[bounds[r]:bounds[r + 1]] for r in local])
 
                 yield _map_structure(split, element)
             return
+        n = len(local)
         group = []
         for element in self._dataset:
             group.append(element)

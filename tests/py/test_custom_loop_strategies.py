@@ -1,6 +1,12 @@
 """Custom training loops (GradientTape + optimizer.apply_gradients) inside strategy.run under
-MirroredStrategy on logical CPU devices: one update from the replicas' summed gradients, the
-weights fit gives; the distributed dataset and value helpers of tf.distribute."""
+MirroredStrategy on logical CPU devices, and under MultiWorkerMirroredStrategy (mdtrain.launch):
+one update from the replicas' summed gradients, the weights fit gives; the distributed dataset
+and value helpers of tf.distribute."""
+import os
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -9,6 +15,7 @@ from mdtrain.keras.datasets import DatasetNotFoundError
 
 GLOBAL_BATCH = 64
 EXAMPLES = 512  # 8 steps
+JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
 
 
 @pytest.fixture(scope="module")
@@ -211,3 +218,32 @@ def test_distributed_iterator_of_experimental_distribute_dataset(logical_cpus):
     assert [v.tolist() for v in iterator.get_next().values] == [[0, 1, 2], [3, 4]]
     assert [v.tolist() for v in next(iterator).values] == [[5, 6, 7], [8, 9]]
     assert not bool(iterator.get_next_as_optional().has_value())
+
+
+needs_mpi = pytest.mark.skipif(
+    shutil.which("mpirun") is None or not tf._core.mpi_available(),
+    reason="needs mpirun and an mdtrain built with MPI (apt-get install openmpi-bin libopenmpi-dev, reinstall)")
+
+
+@needs_mpi
+@pytest.mark.parametrize("optimizer,devices,input_mode", [("sgd", 1, "split"), ("adam", 2, "function")])
+def test_multi_worker_tutorial_loop_matches_one_process(logical_cpus, fashion, tmp_path, optimizer, devices,
+                                                        input_mode):
+    """2 workers x `devices` replicas (mdtrain.launch) give the weights of one process with as many
+    replicas, and of fit."""
+    x, y = fashion
+    out = tmp_path / "weights.npz"
+    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", str(devices),
+           os.path.join(JOBS, "custom_loop_job.py"), str(out), optimizer, input_mode]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with np.load(out) as f:
+        weights = [f[f"arr_{i}"] for i in range(4)]
+        losses = f["losses"]
+    logical_cpus(2 * devices)
+    strategy = tf.distribute.MirroredStrategy()
+    assert strategy.num_replicas_in_sync == 2 * devices
+    expected, expected_losses = _custom_loop(strategy, OPTIMIZERS[optimizer], x, y)
+    _assert_close(weights, expected)
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    _assert_close(weights, _fit(tf.distribute.MirroredStrategy(["/cpu:0"]), OPTIMIZERS[optimizer], x, y)[0])
