@@ -762,7 +762,8 @@ def has_strategy():
 
 
 def in_cross_replica_context():
-    return True
+    """False while strategy.run calls a replica's function, True elsewhere."""
+    return _scopes.replica is None
 
 
 def _current_scope():

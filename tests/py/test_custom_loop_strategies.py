@@ -247,3 +247,20 @@ def test_multi_worker_tutorial_loop_matches_one_process(logical_cpus, fashion, t
     _assert_close(weights, expected)
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
     _assert_close(weights, _fit(tf.distribute.MirroredStrategy(["/cpu:0"]), OPTIMIZERS[optimizer], x, y)[0])
+
+
+def test_replica_context_inside_run(logical_cpus):
+    logical_cpus(2)
+    strategy = tf.distribute.MirroredStrategy()
+    seen = []
+
+    def fn():
+        context = tf.distribute.get_replica_context()
+        seen.append((context.replica_id_in_sync_group, context.num_replicas_in_sync,
+                     tf.distribute.in_cross_replica_context()))
+
+    strategy.run(fn)
+    assert seen == [(0, 2, False), (1, 2, False)]
+    assert tf.distribute.in_cross_replica_context()
+    with pytest.raises(RuntimeError, match="inside strategy.run"):
+        strategy.run(lambda: strategy.run(fn))
