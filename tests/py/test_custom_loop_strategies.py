@@ -264,3 +264,25 @@ def test_replica_context_inside_run(logical_cpus):
     assert tf.distribute.in_cross_replica_context()
     with pytest.raises(RuntimeError, match="inside strategy.run"):
         strategy.run(lambda: strategy.run(fn))
+
+
+def test_an_optimizer_compiled_under_replicas_is_refused_in_a_tape_step(logical_cpus, fashion):
+    x, y = fashion
+    logical_cpus(2)
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = _seed_mlp()
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss=tf.keras.losses.SparseCategoricalCrossentropy())
+
+    def step(inputs):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(inputs[0], training=True))
+        model.optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                            model.trainable_variables))
+
+    before = model.get_weights()
+    batch = next(iter(strategy.experimental_distribute_dataset([(x[:8], y[:8])])))
+    with pytest.raises(NotImplementedError, match="own optimizer state"):
+        strategy.run(step, args=(batch,))
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
