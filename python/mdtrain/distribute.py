@@ -28,6 +28,7 @@ class _ScopeState(threading.local):
         self.stack = []
         self.replica = None  # (strategy, replica id) while strategy.run calls fn
         self.deferred = None  # the _DeferredStep collecting model.train_step calls in strategy.run
+        self.gradients = None  # the ReplicaGradients collecting apply_gradients calls in strategy.run
 
 
 class PerReplica:
@@ -38,6 +39,11 @@ class PerReplica:
 
     def __repr__(self):
         return f"PerReplica({list(self.values)!r})"
+
+
+def _replica_gradients():
+    """The collector of the replicas' apply_gradients calls in the running strategy.run."""
+    return _scopes.gradients
 
 
 def _map_structure(fn, structure):
@@ -162,8 +168,9 @@ class Strategy:
 
     # ---- custom training loops ------------------------------------------------------------
     def experimental_distribute_dataset(self, dataset, options=None):
-        """Yields each global batch of `dataset` cut into per-replica slices (PerReplica values)."""
-        self._check_single_worker("experimental_distribute_dataset")
+        """Yields each global batch of `dataset` cut into per-replica slices (PerReplica values).
+        With several workers, every worker iterates the same global batches and keeps the slices
+        of its own replicas (as fit does)."""
         return DistributedDataset(dataset, self)
 
     def run(self, fn, args=(), kwargs=None):
@@ -172,32 +179,78 @@ class Strategy:
         Inside fn, ``model.train_step((x, y))`` contributes this replica's slice; the step runs
         once for all replicas when every replica has called it, and the returned value becomes
         that replica's loss (sum of its losses / global batch, as TF's compute_average_loss)."""
+        from mdtrain._eager.replica_gradients import ReplicaGradients
+
         kwargs = kwargs or {}
-        self._check_single_worker("strategy.run")
-        n = self.num_replicas_in_sync
+        if _scopes.replica is not None:
+            raise RuntimeError("strategy.run was called inside strategy.run (from a replica's function)")
+        n = self._num_local_replicas
+        first = self._first_local_replica
         deferred = _DeferredStep()
+        gradients = ReplicaGradients(n, self._sum_across_workers if self._core.num_workers > 1 else None, first)
         results = []
         with self.scope():
+            # This process's replicas run one after another (see _eager/replica_gradients.py).
             for r in range(n):
                 pick = lambda v, r=r: v.values[r] if isinstance(v, PerReplica) else v  # noqa: E731
-                _scopes.replica = (self, r)
+                _scopes.replica = (self, first + r)
                 _scopes.deferred = deferred
+                _scopes.gradients = gradients
                 try:
                     results.append(fn(*_map_structure(pick, tuple(args)), **_map_structure(pick, kwargs)))
                 finally:
                     _scopes.replica = None
                     _scopes.deferred = None
+                    _scopes.gradients = None
+            gradients.check_complete()
+            if deferred.models and self._core.num_workers > 1:
+                raise NotImplementedError("model.train_step inside strategy.run with several workers is not supported "
+                                          "yet: use a GradientTape step with optimizer.apply_gradients, or model.fit")
             deferred.run(n)
         resolve = lambda v: v.value if isinstance(v, _DeferredValue) else v  # noqa: E731
         results = [_map_structure(resolve, r) for r in results]
         return results[0] if n == 1 else PerReplica(results)
 
+    @property
+    def _num_local_replicas(self):
+        return len(self._core.devices)
+
+    @property
+    def _first_local_replica(self):
+        return self._core.worker_index * self._num_local_replicas
+
+    def _sum_across_workers(self, arrays):
+        """Arrays (this worker's values) -> the element-wise sums over the workers (in float64, rank
+        order, then back to each array's dtype). Every worker must call it at the same point."""
+        import numpy as np
+
+        flat = np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays]) if arrays else \
+            np.zeros(0)
+        self._core.sum_across_workers(flat)
+        out, offset = [], 0
+        for a in arrays:
+            a = np.asarray(a)
+            out.append(flat[offset:offset + a.size].reshape(a.shape).astype(a.dtype))
+            offset += a.size
+        return out
+
     def reduce(self, reduce_op, value, axis=None):
-        """Sum or mean of a PerReplica value over replicas (axis: also reduce that axis of each)."""
+        """Sum or mean of a PerReplica value over replicas (axis: also reduce that axis of each).
+
+        Tensors (what a tape's step returns) reduce to a tensor of their dtype, added in replica
+        order; other values (NumPy, Python numbers) to a float64 NumPy value. With several workers
+        each worker's replicas are reduced first, then the workers' results are summed (float64,
+        rank order); every worker must call reduce at the same point."""
         import numpy as np
 
         op = ReduceOp(reduce_op.value if isinstance(reduce_op, ReduceOp) else str(reduce_op).upper())
         values = value.values if isinstance(value, PerReplica) else (value,)
+        from mdtrain._eager import tensor as _tensor
+
+        if self._core.num_workers > 1:
+            return self._reduce_across_workers(op, values, axis)
+        if any(isinstance(v, _tensor._TENSOR_TYPES) for v in values):
+            return _reduce_tensors(op, values, axis)
         arrays = [np.asarray(v, dtype=np.float64) for v in values]
         if axis is not None:
             total = sum(a.sum(axis=axis) for a in arrays)
@@ -205,6 +258,38 @@ class Strategy:
             return total / count if op is ReduceOp.MEAN else total
         total = sum(arrays)
         return total / len(arrays) if op is ReduceOp.MEAN else total
+
+    def _reduce_across_workers(self, op, values, axis):
+        import numpy as np
+
+        from mdtrain._eager import tensor as _tensor
+
+        is_tensor = any(isinstance(v, _tensor._TENSOR_TYPES) for v in values)
+        local = _reduce_tensors(ReduceOp.SUM, values, axis) if is_tensor else \
+            sum(np.asarray(v, dtype=np.float64) if axis is None else np.asarray(v, dtype=np.float64).sum(axis=axis)
+                for v in values)
+        count = len(values) if axis is None else sum(np.shape(v)[axis] for v in values)
+        total, count = self._sum_across_workers([np.asarray(local), np.asarray(count, dtype=np.float64)])
+        if op is ReduceOp.MEAN:
+            total = (total / count).astype(total.dtype)
+        return _tensor.wrap(total) if is_tensor else total
+
+    def experimental_local_results(self, value):
+        """The values of this process's replicas, as a tuple (one value: a tuple of it)."""
+        return value.values if isinstance(value, PerReplica) else (value,)
+
+    def experimental_distribute_values_from_function(self, value_fn):
+        """PerReplica of value_fn(context) for each replica; context has replica_id_in_sync_group
+        and num_replicas_in_sync (tf.distribute.experimental.ValueContext)."""
+        n, first = self.num_replicas_in_sync, self._first_local_replica
+        return PerReplica([value_fn(ValueContext(first + r, n)) for r in range(self._num_local_replicas)])
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        """dataset_fn(tf.distribute.InputContext) builds this worker's input pipeline, batched to the
+        per-replica batch size; each step gives its next element to each replica in turn."""
+        context = InputContext(num_input_pipelines=self._core.num_workers, input_pipeline_id=self._core.worker_index,
+                               num_replicas_in_sync=self.num_replicas_in_sync)
+        return DistributedDataset(dataset_fn(context), self, split=False)
 
 
 class OneDeviceStrategy(Strategy):
@@ -507,25 +592,159 @@ class MultiWorkerMirroredStrategy(Strategy):
                 f"devices={list(self._core.devices)}>")
 
 
-class DistributedDataset:
-    """A dataset whose global batches are split into per-replica slices, in replica order."""
+class ValueContext:
+    """tf.distribute.experimental.ValueContext: which replica a value function builds a value for."""
 
-    def __init__(self, dataset, strategy):
+    def __init__(self, replica_id_in_sync_group=0, num_replicas_in_sync=1):
+        self.replica_id_in_sync_group = replica_id_in_sync_group
+        self.num_replicas_in_sync = num_replicas_in_sync
+
+    def __repr__(self):
+        return (f"ValueContext(replica_id_in_sync_group={self.replica_id_in_sync_group}, "
+                f"num_replicas_in_sync={self.num_replicas_in_sync})")
+
+
+experimental.ValueContext = ValueContext
+
+
+def _per_replica_structure(values):
+    """Structures of per-replica values (one per replica) as one structure of PerReplica."""
+    first = values[0]
+    if isinstance(first, (tuple, list)):
+        return type(first)(_per_replica_structure([v[i] for v in values]) for i in range(len(first)))
+    if isinstance(first, dict):
+        return {k: _per_replica_structure([v[k] for v in values]) for k in first}
+    return PerReplica(values)
+
+
+class DistributedDataset:
+    """A dataset for strategy.run: each element a structure of PerReplica values, in replica order.
+
+    split=True (experimental_distribute_dataset): each global batch is cut into contiguous
+    per-replica slices whose sizes differ by at most one. split=False
+    (distribute_datasets_from_function): the dataset yields per-replica batches and each step
+    takes the next one for each replica in turn; replicas left without one at the end get an
+    empty batch of the same structure."""
+
+    def __init__(self, dataset, strategy, split=True):
         self._dataset = dataset
         self._strategy = strategy
+        self._split = split
 
     def __iter__(self):
+        return DistributedIterator(self._elements(), self)
+
+    def _elements(self):
         import numpy as np
 
         n = self._strategy.num_replicas_in_sync
-        for element in self._dataset:
-            def split(array):
-                array = np.asarray(array)
-                sizes = [len(array) // n + (1 if r < len(array) % n else 0) for r in range(n)]
-                bounds = np.cumsum([0] + sizes)
-                return PerReplica([array[bounds[r]:bounds[r + 1]] for r in range(n)])
+        local = range(self._strategy._first_local_replica,
+                      self._strategy._first_local_replica + self._strategy._num_local_replicas)
+        if self._split:
+            for element in self._dataset:
+                def split(array):
+                    array = np.asarray(array)
+                    sizes = [len(array) // n + (1 if r < len(array) % n else 0) for r in range(n)]
+                    bounds = np.cumsum([0] + sizes)
+                    return PerReplica([array[bounds[r]:bounds[r + 1]] for r in local])
 
-            yield _map_structure(split, element)
+                yield _map_structure(split, element)
+            return
+        n = len(local)
+        group = []
+        for element in self._dataset:
+            group.append(element)
+            if len(group) == n:
+                yield _per_replica_structure(group)
+                group = []
+        if group:
+            empty = _map_structure(lambda a: np.asarray(a)[:0], group[0])
+            yield _per_replica_structure(group + [empty] * (n - len(group)))
+
+    @property
+    def element_spec(self):
+        """The TensorSpec structure of one replica's value (batch dimension None), from the
+        dataset's element_spec (or its first element)."""
+        from mdtrain._tensor_spec import TensorSpec
+
+        spec = getattr(self._dataset, "element_spec", None)
+        if spec is not None:
+            return _map_structure(lambda s: TensorSpec((None,) + tuple(s.shape[1:]), s.dtype, s.name)
+                                  if isinstance(s, TensorSpec) and s.shape else s, spec)
+        import numpy as np
+
+        first = next(iter(self._dataset))
+        return _map_structure(lambda a: TensorSpec((None,) + np.shape(a)[1:], np.asarray(a).dtype), first)
+
+
+class DistributedIterator:
+    """iter(distributed_dataset): next(), get_next() (OutOfRangeError at the end) and
+    get_next_as_optional()."""
+
+    def __init__(self, elements, dataset):
+        self._elements = elements
+        self._dataset = dataset
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._elements)
+
+    def get_next(self):
+        try:
+            return next(self._elements)
+        except StopIteration:
+            from mdtrain._eager.errors import OutOfRangeError
+
+            raise OutOfRangeError(None, None, "End of sequence") from None
+
+    def get_next_as_optional(self):
+        try:
+            return _Optional(True, next(self._elements))
+        except StopIteration:
+            return _Optional(False, None)
+
+    @property
+    def element_spec(self):
+        return self._dataset.element_spec
+
+
+class _Optional:
+    """tf.experimental.Optional as get_next_as_optional returns it."""
+
+    def __init__(self, has_value, value):
+        self._has_value = has_value
+        self._value = value
+
+    def has_value(self):
+        from mdtrain._eager.tensor import wrap
+        import numpy as np
+
+        return wrap(np.asarray(self._has_value))
+
+    def get_value(self):
+        if not self._has_value:
+            from mdtrain._eager.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(None, None, "The optional does not have a value")
+        return self._value
+
+
+def _reduce_tensors(op, values, axis):
+    """strategy.reduce of tensors: added in replica order in their dtype (TF's reduce)."""
+    from mdtrain._eager import ops
+
+    if axis is not None:
+        total = ops.add_n([ops.reduce_sum(v, axis=axis) for v in values])
+        if op is ReduceOp.MEAN:
+            count = sum(int(ops.convert_to_tensor(v).shape[axis]) for v in values)
+            total = total / count
+        return total
+    total = values[0]
+    for v in values[1:]:
+        total = total + v
+    return total / len(values) if op is ReduceOp.MEAN else ops.convert_to_tensor(total)
 
 
 def get_strategy():
@@ -543,7 +762,8 @@ def has_strategy():
 
 
 def in_cross_replica_context():
-    return True
+    """False while strategy.run calls a replica's function, True elsewhere."""
+    return _scopes.replica is None
 
 
 def _current_scope():

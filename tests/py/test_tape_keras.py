@@ -345,7 +345,7 @@ def test_second_derivative_through_a_layer_is_a_clear_error():
         outer.gradient(penalty, x)
 
 
-def test_assigned_weights_reach_every_replica_and_tape_steps_refuse_replicas(logical_cpus):
+def test_assigned_weights_reach_every_replica_and_tape_steps_sum_replicas(logical_cpus):
     logical_cpus(2)
     x, y = _data(16)
     strategy = tf.distribute.MirroredStrategy()
@@ -363,8 +363,15 @@ def test_assigned_weights_reach_every_replica_and_tape_steps_refuse_replicas(log
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
-    with pytest.raises(NotImplementedError, match="inside strategy.run with 2 replicas"):
-        strategy.run(step, args=((x, y),))
+    # Both replicas get the whole batch: one update from the sum of their (equal) gradients.
+    before = [v.numpy() for v in model.trainable_variables]
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x, training=True))
+    grads = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+    strategy.run(step, args=((x, y),))
+    for w, b, g, r in zip(model.trainable_variables, before, grads, model._core.replica_weights(1)):
+        np.testing.assert_array_equal(w.numpy(), b - np.float32(0.1) * (g + g))
+        np.testing.assert_array_equal(r, w.numpy())
 
 
 def test_minimize_apply_and_build():

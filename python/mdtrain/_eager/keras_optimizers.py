@@ -38,15 +38,43 @@ def apply_gradients(optimizer, grads_and_vars):
 
     context = distribute.get_replica_context()
     if context is not None and context.num_replicas_in_sync > 1:
-        # Each replica would apply its own gradients: several steps where TF takes one.
-        raise NotImplementedError(f"apply_gradients inside strategy.run with {context.num_replicas_in_sync} replicas "
-                                  "is not supported yet (the tape is not wired to strategies); call "
-                                  "model.train_step((x, y)) inside strategy.run instead (docs/strategies.md)")
-    core = optimizer._live()
+        _check_not_compiled_under_replicas(optimizer)
+        # One update from the sum of all replicas' gradients (replica_gradients.py).
+        arrays = [(_gradient_array(g, v), v) for g, v in kept]
+        distribute._replica_gradients().add(optimizer, context.replica_id_in_sync_group, arrays,
+                                            lambda summed: _apply(optimizer, summed))
+        return optimizer.iterations
+    _check_not_compiled_under_replicas(optimizer)
+    _apply(optimizer, kept)
+    return optimizer.iterations
+
+
+def _check_not_compiled_under_replicas(optimizer):
     model_core = optimizer._model_core
     if model_core is not None and model_core.strategy is not None and model_core.strategy.num_replicas_in_sync > 1:
+        # Each replica of such a model holds its own optimizer state, which fit steps together.
         raise NotImplementedError("apply_gradients: the optimizer belongs to a model compiled under a strategy with "
-                                  "several replicas; custom loops under strategies are not supported yet")
+                                  "several replicas (each replica holds its own optimizer state); in a custom loop "
+                                  "use an optimizer the model was not compiled with, or model.train_step((x, y)) "
+                                  "inside strategy.run")
+
+
+def _gradient_array(g, v):
+    """A replica's gradient for `v`, checked, as an array of the variable's dtype."""
+    g = g._snapshot() if isinstance(g, Variable) else convert_to_tensor(g)
+    if g.shape != v.shape:
+        raise ValueError(f"apply_gradients: the gradient for variable '{v.path}' has shape {g.shape}, but the "
+                         f"variable has shape {v.shape}")
+    if not v.dtype.is_floating:
+        raise TypeError(f"apply_gradients: variable '{v.path}' has dtype {v.dtype.name}; only float32 and "
+                        "float64 variables can be trained")
+    return np.asarray(g._value, dtype=v.dtype.as_numpy_dtype)
+
+
+def _apply(optimizer, kept):
+    """One C++ optimizer step over the (gradient, variable) pairs."""
+    variables = [v for _, v in kept]
+    core = optimizer._live()
     values, grads, commits, names = [], [], [], []
     for g, v in kept:
         g = g._snapshot() if isinstance(g, Variable) else convert_to_tensor(g)
@@ -71,4 +99,3 @@ def apply_gradients(optimizer, grads_and_vars):
                 continue
             synced.add(key)
         commit()
-    return optimizer.iterations
