@@ -4,6 +4,7 @@ the chief. Accuracy of the seed model, exact weights in the deterministic mode, 
 server killed mid-training, checkpoints across server counts, and bad clusters."""
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -189,6 +190,24 @@ def test_synchronous_mode_aggregates_the_first_k_pushes(make_strategy, fashion):
         assert 2 * stats["updates"] <= stats["pushes_applied"] <= 2 * stats["updates"] + 1
         assert stats["pushes_applied"] + stats["pushes_dropped_late"] == 60
         assert stats["updates"] >= 20
+
+
+def test_stale_gradients_are_dropped_or_rescaled_and_logged(make_strategy, fashion, caplog):
+    x, y = fashion[0][:4096], fashion[1][:4096]
+    for policy, counter in (("drop", "pushes_dropped_stale"), ("rescale", "pushes_rescaled")):
+        # Two workers pushing concurrently: a gradient computed before the other's push is 1 stale.
+        strategy = make_strategy(max_staleness=0, staleness_policy=policy)
+        model = seed_model(strategy)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="mdtrain"):
+            model.fit(x, y, batch_size=64, epochs=1, steps_per_epoch=120, verbose=0)
+        servers = strategy._jobs[id(model)].stats()
+        for stats in servers:
+            assert stats[counter] > 0
+            assert stats["pushes_applied"] == stats["updates"] == 120 - stats["pushes_dropped_stale"]
+        logged = re.search(r"epoch 1: (\d+) stale gradients dropped, (\d+) rescaled", caplog.text)
+        assert (int(logged[1]), int(logged[2])) == (sum(s["pushes_dropped_stale"] for s in servers),
+                                                    sum(s["pushes_rescaled"] for s in servers))
 
 
 def test_worker_killed_mid_epoch_training_finishes_with_exact_step_count(fashion, tmp_path):

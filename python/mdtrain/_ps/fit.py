@@ -176,6 +176,7 @@ def fit(model, strategy, x, y, batch_size, epochs, verbose, callbacks, validatio
             epoch, step = job.checkpoint_position
             continue
         logs = _epoch_logs(results, cbs)
+        job.log_staleness(epoch)
         job.pull_into_model()
         if validation_data is not None and (epoch + 1) % validation_freq == 0:
             val_logs = model._core.evaluate(validation_data[0], validation_data[1],

@@ -280,6 +280,22 @@ class _PsJob:
     def save(self, directory):
         self.client.save(os.path.abspath(directory))
 
+    _STALENESS_COUNTERS = ("pushes_dropped_stale", "pushes_rescaled", "pushes_dropped_late")
+
+    def log_staleness(self, epoch):
+        """Logs the gradients the servers dropped or rescaled for staleness since the last call
+        (summed over servers: every push reaches each server holding a shard)."""
+        stats = self.stats()
+        totals = {k: sum(s[k] for s in stats) for k in self._STALENESS_COUNTERS}
+        seen = getattr(self, "_staleness_seen", dict.fromkeys(self._STALENESS_COUNTERS, 0))
+        new = {k: totals[k] - seen[k] for k in totals}
+        self._staleness_seen = totals
+        if any(new.values()):
+            _log.warning("ParameterServerStrategy: epoch %d: %d stale gradients dropped, %d rescaled, %d late "
+                         "(synchronous) dropped, counted per server", epoch + 1, new["pushes_dropped_stale"],
+                         new["pushes_rescaled"], new["pushes_dropped_late"])
+        return new
+
 
 class _WorkerStrategy(_distribute.Strategy):
     """On a worker: the strategy a worker's copy of a model is compiled under."""
