@@ -97,10 +97,11 @@ def test_seed_model_reaches_its_accuracy_with_two_servers_and_two_workers(make_s
     strategy = make_strategy(variable_partitioner=Partitioners.MinSizePartitioner(min_shard_bytes=64 << 10,
                                                                                   max_shards=2))
     model = seed_model(strategy, steps_per_execution=8)  # 8 steps per closure
-    steps = len(x) // 128
-    history = model.fit(x, y, batch_size=128, epochs=5, steps_per_epoch=steps, verbose=0)
+    steps = len(x) // 64
+    history = model.fit(x, y, batch_size=64, epochs=5, steps_per_epoch=steps, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
     loss, accuracy = model.evaluate(xt, yt, verbose=0)
+    print("test accuracy", accuracy)
     assert accuracy >= 0.86, accuracy
     job = strategy._jobs[id(model)]
     # The kernel (100,352 floats) was cut over both servers; every step was applied once by each.

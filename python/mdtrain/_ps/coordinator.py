@@ -394,18 +394,19 @@ class ClusterCoordinator:
 
     def _ps_failed(self, closure, error):
         """A parameter server did not answer this closure: restart the servers once for everyone."""
+        self._closure_failed(closure, self.restart_parameter_servers(error, closure.ps_generation))
+
+    def restart_parameter_servers(self, error, seen_generation=None):
+        """Restarts every server from the last checkpoint once per failure, however many closures
+        (or the chief) saw it; returns what to raise: ParameterServersRestored, or why it failed."""
         with self._recovery_lock:
-            outcome = None
-            if closure.ps_generation == self._ps_generation:
+            if seen_generation is None or seen_generation == self._ps_generation:
                 try:
-                    outcome = self.strategy._restart_parameter_servers(str(error))
+                    self._last_recovery = self.strategy._restart_parameter_servers(str(error))
                 except Exception as e:  # no checkpoint, or a server that does not come back
-                    outcome = e
+                    self._last_recovery = e
                 self._ps_generation += 1
-                self._last_recovery = outcome
-            else:
-                outcome = getattr(self, "_last_recovery", error)
-        self._closure_failed(closure, outcome)
+            return getattr(self, "_last_recovery", error)
 
     def _rebase(self, version):
         """The servers' version after they were (re)configured: the deterministic order restarts there."""

@@ -170,27 +170,38 @@ def fit(model, strategy, x, y, batch_size, epochs, verbose, callbacks, validatio
                 step += chunk
                 results += chunk_results
                 if backup is not None and backup.every is not None and step < steps:
-                    backup.save(epoch, step)
+                    _with_servers(coordinator, backup.save, epoch, step)
+            logs = _epoch_logs(results, cbs)
+            _with_servers(coordinator, job.log_staleness, epoch)
+            _with_servers(coordinator, job.pull_into_model)
+            if backup is not None:
+                _with_servers(coordinator, backup.save, epoch + 1, 0)
         except ParameterServersRestored as restored:
             _log.warning("fit: %s", restored)
             epoch, step = job.checkpoint_position
             continue
-        logs = _epoch_logs(results, cbs)
-        job.log_staleness(epoch)
-        job.pull_into_model()
         if validation_data is not None and (epoch + 1) % validation_freq == 0:
             val_logs = model._core.evaluate(validation_data[0], validation_data[1],
                                             check_batch_size(validation_batch_size, "fit", batch_size or 32), None)
             logs.update({"val_" + k: v for k, v in val_logs.items()})
         epoch, step = epoch + 1, 0
-        if backup is not None:
-            backup.save(epoch, 0)
         cbs.on_epoch_end(epoch - 1, logs)
     job.pull_into_model()
     cbs.on_train_end(logs)
     if backup is not None and backup.callback.delete_checkpoint and not model.stop_training:
         backup.delete()
     return model.history
+
+
+def _with_servers(coordinator, fn, *args):
+    """A call of the chief's to the servers between steps: a server that does not answer restarts
+    them all from the last checkpoint, as a worker's failed step does."""
+    try:
+        return fn(*args)
+    except TimeoutError as e:
+        if not str(e).startswith("[ps] ps "):
+            raise
+        raise coordinator.restart_parameter_servers(e) from None
 
 
 def _epoch_logs(results, cbs):
