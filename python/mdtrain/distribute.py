@@ -748,13 +748,28 @@ def _reduce_tensors(op, values, axis):
 
 
 def get_strategy():
-    """The strategy of the innermost scope, or the default one-device strategy."""
+    """The strategy of the innermost scope, else the one keras.distribution.set_distribution made
+    global, else the default one-device strategy."""
     global _default_strategy
     if _scopes.stack:
         return _scopes.stack[-1]
+    if _global is not None:
+        return _global
     if _default_strategy is None:
         _default_strategy = _DefaultStrategy("/cpu:0")
     return _default_strategy
+
+
+_global = None  # keras.distribution.set_distribution's distribution
+
+
+def _global_strategy():
+    return _global
+
+
+def _set_global_strategy(strategy):
+    global _global
+    _global = strategy
 
 
 def has_strategy():

@@ -275,7 +275,10 @@ class Sequential:
         metrics = list(metrics or [])
         identifiers = [_metrics._metric_identifier(m) for m in metrics]
         self._warn_softmax_with_logits(loss)
-        self._core.compile(loss._core, optimizer._make_core(), identifiers, strategy._core)
+        # A strategy whose layout depends on the model (keras.distribution.ModelParallel) makes its
+        # C++ strategy for this model; the others have one for every model.
+        core_strategy = strategy._core_for(self) if hasattr(strategy, "_core_for") else strategy._core
+        self._core.compile(loss._core, optimizer._make_core(), identifiers, core_strategy)
         optimizer._attach(self._core)
         place = getattr(strategy, "_compiled", None)
         if place is not None:

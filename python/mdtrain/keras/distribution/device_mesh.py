@@ -1,4 +1,4 @@
-"""keras.distribution: the device mesh (the subset mdtrain supports).
+"""keras.distribution.DeviceMesh and list_devices.
 
 Follows Keras 3's ``keras.distribution`` (keras/src/distribution/distribution_lib.py):
 ``DeviceMesh(shape, axis_names, devices=None)`` with properties ``shape``, ``axis_names`` and
