@@ -48,6 +48,11 @@ class Loss {
   // positions of y_pred except its last axis (the batch size for (batch, classes) predictions),
   // less the positions whose label is ignore_class for SparseCategoricalCrossentropy.
   virtual std::int64_t sample_count(const Tensor& y_true, const Tensor& y_pred) const;
+  // Whether sample_count depends on the label values (ignore_class), not only on the shapes: a
+  // strategy then sums counted_labels() over the replicas of a step before scaling gradients.
+  virtual bool counts_labels() const { return false; }
+  // The labels of y_true that count towards sample_count (all of them unless some are ignored).
+  virtual std::int64_t counted_labels(const Tensor& y_true) const { return y_true.numel(); }
 
   // The single-device convenience: Keras's loss value (the mean; 0 for an empty batch) with its
   // gradient in *dpred when given.
@@ -114,6 +119,8 @@ class SparseCategoricalCrossentropy : public Loss {
   double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
   void validate(const Tensor& y_true, const Tensor& y_pred) const override;
   std::int64_t sample_count(const Tensor& y_true, const Tensor& y_pred) const override;
+  bool counts_labels() const override { return ignore_class_.has_value(); }
+  std::int64_t counted_labels(const Tensor& y_true) const override;
   Json config() const override;
   std::unique_ptr<Loss> clone() const override;
 

@@ -241,6 +241,10 @@ void SparseCategoricalCrossentropy::validate(const Tensor& y_true, const Tensor&
 
 std::int64_t SparseCategoricalCrossentropy::sample_count(const Tensor& y_true, const Tensor& y_pred) const {
   validate_shapes(y_true, y_pred);
+  return counted_labels(y_true);
+}
+
+std::int64_t SparseCategoricalCrossentropy::counted_labels(const Tensor& y_true) const {
   const std::int64_t rows = y_true.numel();
   return ignore_class_ ? rows - ops::count_equal(y_true, static_cast<double>(*ignore_class_)) : rows;
 }

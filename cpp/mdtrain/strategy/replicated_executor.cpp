@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "mdtrain/ops/ops.h"
+#include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/batch_split.h"
 #include "mdtrain/strategy/communicator_sums.h"
 #include "mdtrain/strategy/strategy.h"
@@ -146,7 +147,6 @@ void ReplicatedExecutor::gather_batch(Replica& rep, const GlobalBatch& batch, st
 
 StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[engine] a training batch needs at least one example");
-  const double scale = 1.0 / static_cast<double>(batch.count);
   StepLoss result;
   // Keras adds the weight penalties of the weights the step starts from.
   result.regularization = replicas_.front()->net->regularization_loss();
@@ -180,20 +180,24 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
     }
     if (rows > 0) {
       gather_batch(rep, batch, first, rows);
+      const std::int64_t labels = global_label_count(rep, true);
       Tensor pred = net.forward(rep.x_batch, ctx);
       ensure_buffer(rep.dpred, pred.shape(), pred.dtype(), pred.device());
+      const BatchLossScale ls = batch_loss_scale(*rep.loss, rep.y_batch, pred, batch.count, labels);
       if (rep.logits_loss) {
-        rep.loss_sum = rep.logits_loss->forward_backward(rep.y_batch, net.logits(), scale, &rep.dpred);
+        rep.loss_sum = rep.logits_loss->forward_backward(rep.y_batch, net.logits(), ls.grad_scale, &rep.dpred);
         net.backward_from_logits(rep.dpred, on_final);
       } else {
-        rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, scale, &rep.dpred);
+        rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, ls.grad_scale, &rep.dpred);
         net.backward(rep.dpred, on_final);
       }
+      rep.loss_sum *= ls.report_factor;
       if (outputs) outputs->on_replica_output(local, rep.y_batch, pred);
     } else {
       // No rows: zero gradients, but still every collective the layers run in training
       // (synchronized BatchNormalization's statistics) and every bucket's, in the order the
       // other replicas run them.
+      global_label_count(rep, false);
       net.packed_grads().fill(0.0);
       net.step_without_rows(ctx, on_final);
     }
@@ -252,19 +256,33 @@ StepLoss ReplicatedExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSi
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[engine] an evaluation batch needs at least one example");
   for_each_slice(batch.count, [&](Replica& rep, int local, std::int64_t first, std::int64_t rows) {
     rep.loss_sum = 0;
-    if (rows == 0) return;
+    if (rows == 0) {
+      global_label_count(rep, false);
+      return;
+    }
     gather_batch(rep, batch, first, rows);
+    const std::int64_t labels = global_label_count(rep, true);
     ForwardContext ctx;
     ctx.global_row_offset = first;
     Tensor pred = rep.net->forward(rep.x_batch, ctx);
     rep.loss_sum = rep.logits_loss ? rep.logits_loss->forward_backward(rep.y_batch, rep.net->logits(), 1.0, nullptr)
                                    : rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr);
+    rep.loss_sum *= batch_loss_scale(*rep.loss, rep.y_batch, pred, batch.count, labels).report_factor;
     if (outputs) outputs->on_replica_output(local, rep.y_batch, pred);
   });
   StepLoss result;
   result.sum = sum_of_replica_losses(batch.count);
   result.regularization = replicas_.front()->net->regularization_loss();
   return result;
+}
+
+std::int64_t ReplicatedExecutor::global_label_count(Replica& rep, bool has_rows) {
+  // Only a loss whose divisor depends on the labels (ignore_class) needs every replica's count;
+  // every replica joins the sum, before any collective of the forward.
+  if (!rep.loss->counts_labels()) return -1;
+  double count = has_rows ? static_cast<double>(rep.loss->counted_labels(rep.y_batch)) : 0.0;
+  rep.comm->all_reduce(&count, 1, DType::Float64, ReduceOp::Sum);
+  return static_cast<std::int64_t>(count);
 }
 
 double ReplicatedExecutor::sum_of_replica_losses(std::int64_t count) {

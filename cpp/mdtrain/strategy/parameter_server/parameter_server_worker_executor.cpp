@@ -5,6 +5,7 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/ops.h"
+#include "mdtrain/strategy/batch_loss_scale.h"
 
 namespace mdtrain {
 
@@ -113,14 +114,16 @@ StepLoss ParameterServerWorkerExecutor::train_step(const GlobalBatch& batch, Rep
   gather_batch(batch);
   Tensor pred = primary_.forward(x_batch_, ctx);
   ensure_buffer(dpred_, pred.shape(), pred.dtype());
-  const double scale = 1.0 / static_cast<double>(batch.count);
+  // A worker's batch is the whole global batch of its step (asynchronous training).
+  const BatchLossScale ls = batch_loss_scale(*loss_, y_batch_, pred, batch.count, loss_->counted_labels(y_batch_));
   if (logits_loss_) {
-    loss_sum_ = logits_loss_->forward_backward(y_batch_, primary_.logits(), scale, &dpred_);
+    loss_sum_ = logits_loss_->forward_backward(y_batch_, primary_.logits(), ls.grad_scale, &dpred_);
     primary_.backward_from_logits(dpred_, {});
   } else {
-    loss_sum_ = loss_->forward_backward(y_batch_, pred, scale, &dpred_);
+    loss_sum_ = loss_->forward_backward(y_batch_, pred, ls.grad_scale, &dpred_);
     primary_.backward(dpred_, {});
   }
+  loss_sum_ *= ls.report_factor;
   if (outputs) outputs->on_replica_output(0, y_batch_, pred);
   primary_.add_regularization_gradients();
   auto& stats = strategy_.stats();
@@ -161,6 +164,7 @@ StepLoss ParameterServerWorkerExecutor::test_step(const GlobalBatch& batch, Repl
   Tensor pred = primary_.forward(x_batch_, ctx);
   loss_sum_ = logits_loss_ ? logits_loss_->forward_backward(y_batch_, primary_.logits(), 1.0, nullptr)
                            : loss_->forward_backward(y_batch_, pred, 1.0, nullptr);
+  loss_sum_ *= batch_loss_scale(*loss_, y_batch_, pred, batch.count, loss_->counted_labels(y_batch_)).report_factor;
   if (outputs) outputs->on_replica_output(0, y_batch_, pred);
   StepLoss result;
   result.sum = loss_sum_;

@@ -1,0 +1,39 @@
+#pragma once
+// Keras's "sum_over_batch_size" divides a batch's summed loss by its sample count: every position
+// of y_pred except its last axis (batch x time for (batch, time, classes) outputs), less the labels
+// ignore_class drops. Executors sum what each replica's slice reports and divide by the global
+// batch's rows (the running mean of fit weighs batches by their rows, as Keras's loss tracker
+// does); BatchLossScale turns a slice's Loss::forward_backward into exactly that.
+#include <cstdint>
+
+#include "mdtrain/core/tensor.h"
+#include "mdtrain/nn/loss.h"
+
+namespace mdtrain {
+
+struct BatchLossScale {
+  double grad_scale = 1;     // what to pass to forward_backward in a training step
+  double report_factor = 1;  // forward_backward's sum times this, summed over slices, / global rows = the loss
+};
+
+// `global_rows`: rows of the whole global batch. `global_labels`: for a loss that counts_labels(),
+// the sum of counted_labels() over every slice of the global batch; ignored otherwise. For a
+// (batch, classes) output without ignored labels both factors are exactly 1 / global_rows and 1.
+inline BatchLossScale batch_loss_scale(const Loss& loss, const Tensor& y_true, const Tensor& y_pred,
+                                       std::int64_t global_rows, std::int64_t global_labels) {
+  BatchLossScale s;
+  if (loss.counts_labels()) {
+    // Keras's divide_no_nan: a batch whose every label is ignored has loss and gradient 0.
+    s.grad_scale = global_labels > 0 ? 1.0 / static_cast<double>(global_labels) : 0.0;
+    s.report_factor = global_labels > 0 ? static_cast<double>(global_rows) / static_cast<double>(global_labels) : 0.0;
+    return s;
+  }
+  const std::int64_t rows = y_pred.ndim() > 0 ? y_pred.dim(0) : 0;
+  const double per_row =
+      rows > 0 ? static_cast<double>(loss.sample_count(y_true, y_pred)) / static_cast<double>(rows) : 1.0;
+  s.grad_scale = 1.0 / static_cast<double>(global_rows) / per_row;
+  s.report_factor = 1.0 / per_row;
+  return s;
+}
+
+}  // namespace mdtrain
