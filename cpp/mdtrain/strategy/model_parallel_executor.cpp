@@ -56,8 +56,9 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
   batch_size_ = strategy_.batch_axis() ? mesh.axis_size(*strategy_.batch_axis()) : 1;
 
   auto model_comms = strategy_.make_axis_communicators(mesh, {strategy_.model_axis()});
-  auto batch_comms = strategy_.make_axis_communicators(
-      mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()} : std::vector<std::string>{});
+  auto batch_comms =
+      strategy_.make_axis_communicators(mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()}
+                                                                     : std::vector<std::string>{});
   const Optimizer::State whole_state = optimizer.state();
   for (int d = 0; d < mesh.num_devices(); ++d) {
     auto s = std::make_unique<Shard>();
@@ -137,8 +138,9 @@ void ModelParallelExecutor::run_devices(F&& fn) {
 void ModelParallelExecutor::remake_communicators() {
   const DeviceMesh mesh = strategy_.mesh();
   auto model_comms = strategy_.make_axis_communicators(mesh, {strategy_.model_axis()});
-  auto batch_comms = strategy_.make_axis_communicators(
-      mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()} : std::vector<std::string>{});
+  auto batch_comms =
+      strategy_.make_axis_communicators(mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()}
+                                                                     : std::vector<std::string>{});
   for (std::size_t d = 0; d < shards_.size(); ++d) {
     shards_[d]->model_comm = std::move(model_comms[d]);
     shards_[d]->batch_comm = std::move(batch_comms[d]);
@@ -325,7 +327,8 @@ std::vector<std::int64_t> ModelParallelExecutor::optimizer_state_bytes() const {
 std::vector<std::int64_t> ModelParallelExecutor::parameter_bytes() const {
   std::vector<std::int64_t> out;
   for (const auto& s : shards_)
-    out.push_back(static_cast<std::int64_t>(s->net->packed_values().nbytes() + s->net->non_trainable_values().nbytes()));
+    out.push_back(
+        static_cast<std::int64_t>(s->net->packed_values().nbytes() + s->net->non_trainable_values().nbytes()));
   return out;
 }
 

@@ -39,8 +39,8 @@ ModelParallelStrategy::ModelParallelStrategy(DeviceMesh mesh, WeightLayouts layo
         MDTRAIN_CHECK(mesh_.has_axis(*axis), std::invalid_argument, "[model_parallel] layout ", layout_string(layout),
                       " for '", key, "': axis '", *axis, "' is not in the mesh ", mesh_.to_string());
         MDTRAIN_CHECK(*axis == model_axis_, std::invalid_argument, "[model_parallel] layout ", layout_string(layout),
-                      " for '", key, "': weights are split along the model axis '", model_axis_, "' only, not '",
-                      *axis, "'");
+                      " for '", key, "': weights are split along the model axis '", model_axis_, "' only, not '", *axis,
+                      "'");
       }
 }
 

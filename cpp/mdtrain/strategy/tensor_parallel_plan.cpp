@@ -75,15 +75,14 @@ TensorParallelPlan::TensorParallelPlan(LayerStack& primary, const WeightLayouts&
       if (!layout[d]) continue;
       MDTRAIN_CHECK(mesh.has_axis(*layout[d]), std::invalid_argument, where, ": axis '", *layout[d],
                     "' is not in the mesh ", mesh.to_string());
-      MDTRAIN_CHECK(*layout[d] == model_axis, std::invalid_argument, where, ": weights are split along the model axis '",
-                    model_axis, "' only, not '", *layout[d], "'");
+      MDTRAIN_CHECK(*layout[d] == model_axis, std::invalid_argument, where,
+                    ": weights are split along the model axis '", model_axis, "' only, not '", *layout[d], "'");
       MDTRAIN_CHECK(dim < 0, std::invalid_argument, where, ": a weight is split along one dimension at most");
       dim = static_cast<int>(d);
     }
     if (dim >= 0)
-      MDTRAIN_CHECK(weight->value.dim(dim) % shards_ == 0, std::invalid_argument, where, ": dimension ", dim,
-                    " (size ", weight->value.dim(dim), ") is not divisible by the size ", shards_, " of axis '",
-                    model_axis, "'");
+      MDTRAIN_CHECK(weight->value.dim(dim) % shards_ == 0, std::invalid_argument, where, ": dimension ", dim, " (size ",
+                    weight->value.dim(dim), ") is not divisible by the size ", shards_, " of axis '", model_axis, "'");
     requested[key] = dim;
   }
   auto request = [&](const std::string& key) -> std::optional<int> {
@@ -127,8 +126,7 @@ TensorParallelPlan::TensorParallelPlan(LayerStack& primary, const WeightLayouts&
       check_bias(*k == 1);
     } else if (dynamic_cast<Conv2D*>(&layer)) {
       const auto k = request(kernel);
-      if (!k || *k != 3)
-        refuse(first, "Conv2D is split by output channels only: kernel (None, None, None, 'model')");
+      if (!k || *k != 3) refuse(first, "Conv2D is split by output channels only: kernel (None, None, None, 'model')");
       plan.kind = Kind::ColumnConv2D;
       split_dims_[kernel] = 3;
       check_bias(true);
@@ -185,9 +183,7 @@ std::unique_ptr<LayerStack> TensorParallelPlan::build_shard(LayerStack& primary,
     const LayerPlan& plan = layers_[i];
     std::shared_ptr<Layer> out;
     switch (plan.kind) {
-      case Kind::Replicated:
-        out = layer.clone();
-        break;
+      case Kind::Replicated: out = layer.clone(); break;
       case Kind::ColumnDense: {
         Json c = layer.config();
         const Activation act = parse_activation(c.get("activation", "linear").as_string());
@@ -213,9 +209,7 @@ std::unique_ptr<LayerStack> TensorParallelPlan::build_shard(LayerStack& primary,
                                                Activation::Linear);
         break;
       }
-      case Kind::RowDense:
-        out = std::make_shared<RowParallelDense>(layer.config(), group, plan.input_split);
-        break;
+      case Kind::RowDense: out = std::make_shared<RowParallelDense>(layer.config(), group, plan.input_split); break;
       case Kind::RowEmbedding:
         out = std::make_shared<VocabParallelEmbedding>(layer.name(), dynamic_cast<Embedding&>(layer).options(), group);
         break;
@@ -237,8 +231,8 @@ std::unique_ptr<LayerStack> TensorParallelPlan::build_shard(LayerStack& primary,
 
 namespace {
 void check_same_weights(const ParameterList& a, const ParameterList& b) {
-  MDTRAIN_CHECK(a.size() == b.size(), std::logic_error, "[model_parallel] a shard has ", b.size(), " weights, the model ",
-                a.size());
+  MDTRAIN_CHECK(a.size() == b.size(), std::logic_error, "[model_parallel] a shard has ", b.size(),
+                " weights, the model ", a.size());
   for (std::size_t i = 0; i < a.size(); ++i)
     MDTRAIN_CHECK(a[i]->name == b[i]->name, std::logic_error, "[model_parallel] shard weight '", b[i]->name,
                   "' where the model has '", a[i]->name, "'");
@@ -250,10 +244,8 @@ void TensorParallelPlan::scatter(LayerStack& primary, LayerStack& shard, int k) 
   check_same_weights(from, to);
   for (std::size_t i = 0; i < from.size(); ++i) {
     const int d = split_dim(from[i]->name);
-    if (d < 0)
-      to[i]->value.copy_from(from[i]->value);
-    else
-      copy_piece_out(from[i]->value, d, k, shards_, to[i]->value);
+    if (d < 0) to[i]->value.copy_from(from[i]->value);
+    else copy_piece_out(from[i]->value, d, k, shards_, to[i]->value);
   }
 }
 
@@ -262,10 +254,8 @@ void TensorParallelPlan::gather(LayerStack& shard, int k, LayerStack& primary) c
   check_same_weights(to, from);
   for (std::size_t i = 0; i < from.size(); ++i) {
     const int d = split_dim(from[i]->name);
-    if (d >= 0)
-      copy_piece_in(from[i]->value, d, k, shards_, to[i]->value);
-    else if (k == 0)
-      to[i]->value.copy_from(from[i]->value);
+    if (d >= 0) copy_piece_in(from[i]->value, d, k, shards_, to[i]->value);
+    else if (k == 0) to[i]->value.copy_from(from[i]->value);
   }
 }
 

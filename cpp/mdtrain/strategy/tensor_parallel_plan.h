@@ -59,8 +59,8 @@ class TensorParallelPlan {
  private:
   struct LayerPlan {
     Kind kind = Kind::Replicated;
-    bool gather_output = true;      // column-parallel: gather the output
-    bool input_split = false;       // row-parallel: the input arrives split
+    bool gather_output = true;        // column-parallel: gather the output
+    bool input_split = false;         // row-parallel: the input arrives split
     std::int64_t whole_features = 0;  // split activations: the unsharded last dimension
   };
   std::vector<LayerPlan> layers_;

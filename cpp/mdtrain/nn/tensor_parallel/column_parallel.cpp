@@ -8,7 +8,8 @@ namespace mdtrain {
 ColumnParallel::ColumnParallel(std::unique_ptr<Layer> inner, ShardGroup* group, bool gather_output,
                                Activation activation)
     : Layer(inner->name()), inner_(std::move(inner)), group_(group), gather_(gather_output), activation_(activation) {
-  MDTRAIN_CHECK(group_ != nullptr, std::invalid_argument, "[tensor_parallel] layer \"", name_, "\" needs a shard group");
+  MDTRAIN_CHECK(group_ != nullptr, std::invalid_argument, "[tensor_parallel] layer \"", name_,
+                "\" needs a shard group");
   MDTRAIN_CHECK(gather_ || activation_ == Activation::Linear, std::invalid_argument, "[tensor_parallel] layer \"",
                 name_, "\": an output that stays split takes its activation in the inner layer");
 }
@@ -39,9 +40,7 @@ Tensor ColumnParallel::forward(const Tensor& x, const ForwardContext& ctx) {
   return y_;
 }
 
-Activation ColumnParallel::output_activation() const {
-  return gather_ ? activation_ : inner_->output_activation();
-}
+Activation ColumnParallel::output_activation() const { return gather_ ? activation_ : inner_->output_activation(); }
 
 Tensor ColumnParallel::logits() const {
   if (!gather_) return inner_->logits();

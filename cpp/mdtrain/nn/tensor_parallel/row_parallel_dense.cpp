@@ -25,7 +25,8 @@ RowParallelDense::RowParallelDense(const Json& dense_config, ShardGroup* group, 
       use_bias_(dense_config.get("use_bias", true).as_bool()),
       activation_(parse_activation(dense_config.get("activation", "linear").as_string())),
       bias_regularizer_(make_regularizer(dense_config.get("bias_regularizer", Json()))) {
-  MDTRAIN_CHECK(group_ != nullptr, std::invalid_argument, "[tensor_parallel] layer \"", name_, "\" needs a shard group");
+  MDTRAIN_CHECK(group_ != nullptr, std::invalid_argument, "[tensor_parallel] layer \"", name_,
+                "\" needs a shard group");
   std::unique_ptr<Layer> inner = Dense::from_config(inner_config(config_));
   inner_.reset(static_cast<Dense*>(inner.release()));
 }

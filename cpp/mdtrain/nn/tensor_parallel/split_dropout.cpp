@@ -26,8 +26,9 @@ Tensor SplitDropout::forward(const Tensor& x, const ForwardContext& ctx) {
   const auto first_run = static_cast<std::uint64_t>(ctx.global_row_offset * runs_per_row);
   for (std::int64_t q = 0; q < runs; ++q) {
     Tensor m = m2.rows(q, q + 1), y = y2.rows(q, q + 1);
-    const std::uint64_t first = (first_run + static_cast<std::uint64_t>(q)) * static_cast<std::uint64_t>(whole_features_) +
-                                static_cast<std::uint64_t>(offset_);
+    const std::uint64_t first =
+        (first_run + static_cast<std::uint64_t>(q)) * static_cast<std::uint64_t>(whole_features_) +
+        static_cast<std::uint64_t>(offset_);
     ops::dropout(x2.rows(q, q + 1), rate_, seed_, ctx.step, first, m, y);
   }
   return y_;

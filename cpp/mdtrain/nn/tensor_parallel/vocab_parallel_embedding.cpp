@@ -12,7 +12,8 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string name, Embedding::Opti
       options_(std::move(options)),
       group_(group),
       regularizer_(make_regularizer(options_.embeddings_regularizer)) {
-  MDTRAIN_CHECK(group_ != nullptr, std::invalid_argument, "[tensor_parallel] layer \"", name_, "\" needs a shard group");
+  MDTRAIN_CHECK(group_ != nullptr, std::invalid_argument, "[tensor_parallel] layer \"", name_,
+                "\" needs a shard group");
   MDTRAIN_CHECK(options_.input_dim % group_->size() == 0, std::invalid_argument, "[model_parallel] layer \"", name_,
                 "\": a vocabulary of ", options_.input_dim, " rows cannot be split into ", group_->size(), " shards");
 }
