@@ -4,6 +4,8 @@
 #include "bindings.h"
 #include "mdtrain/strategy/central_storage_strategy.h"
 #include "mdtrain/strategy/mirrored_strategy.h"
+#include "mdtrain/strategy/model_parallel_executor.h"
+#include "mdtrain/strategy/model_parallel_strategy.h"
 #include "mdtrain/strategy/multi_worker_mirrored_strategy.h"
 #include "mdtrain/strategy/one_device_strategy.h"
 #include "mdtrain/distribute/optional_backends.h"
@@ -15,6 +17,14 @@ std::vector<Device> parse_devices(const std::vector<std::string>& names) {
   std::vector<Device> out;
   for (const auto& n : names) out.push_back(Device::parse(n));
   return out;
+}
+
+// The executor of the model compiled last under `s`, for its per-device reports.
+ModelParallelExecutor& compiled_executor(const ModelParallelStrategy& s) {
+  MDTRAIN_CHECK(s.executor() != nullptr, std::logic_error,
+                "[model_parallel] no model is compiled and trained under this strategy yet: the per-device reports "
+                "exist once a model has run a step under it");
+  return *s.executor();
 }
 }  // namespace
 
@@ -92,6 +102,25 @@ void init_strategy(py::module_& m) {
             std::copy(values.begin(), values.end(), buf.mutable_data(0));
           },
           py::arg("data"));
+  py::class_<ModelParallelStrategy, Strategy, std::shared_ptr<ModelParallelStrategy>>(m, "ModelParallelStrategy")
+      .def(py::init([](const DeviceMesh& mesh, const std::map<std::string, WeightLayout>& layouts,
+                       const std::optional<std::string>& batch_dim_name) {
+             return std::make_shared<ModelParallelStrategy>(mesh, WeightLayouts(layouts.begin(), layouts.end()),
+                                                            batch_dim_name);
+           }),
+           py::arg("mesh"), py::arg("layouts"), py::arg("batch_dim_name") = py::none())
+      .def_property_readonly("model_axis", &ModelParallelStrategy::model_axis)
+      .def_property_readonly("batch_axis", &ModelParallelStrategy::batch_axis)
+      .def_property_readonly("mesh", &ModelParallelStrategy::mesh)
+      .def_property_readonly("layouts", &ModelParallelStrategy::layouts)
+      // Per device, in mesh order: bytes of the weights it holds, of its optimizer's slots, and
+      // moved over the model axis in the last training step (of the model compiled last).
+      .def("parameter_bytes_per_device",
+           [](const ModelParallelStrategy& s) { return compiled_executor(s).parameter_bytes(); })
+      .def("optimizer_state_bytes_per_device",
+           [](const ModelParallelStrategy& s) { return compiled_executor(s).optimizer_state_bytes(); })
+      .def("model_axis_bytes_per_step",
+           [](const ModelParallelStrategy& s) { return compiled_executor(s).model_axis_bytes(); });
   m.def("mpi_available", &mpi_available);
 }
 

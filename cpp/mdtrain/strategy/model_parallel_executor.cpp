@@ -24,6 +24,7 @@ struct ModelParallelExecutor::Shard {
   std::unique_ptr<Optimizer> optimizer;
   Tensor x_batch, y_batch, dpred;
   double loss_sum = 0;
+  std::int64_t step_bytes = 0;  // model-axis bytes of the last training step
   StepProfile profile;
 };
 
@@ -180,6 +181,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
     LayerStack& net = *s.net;
     const RowSlice slice = slice_of(batch.count, batch_size_, s.batch);
     s.loss_sum = 0;
+    const std::int64_t bytes_before = s.group.bytes();
     auto t = Clock::now();
     ForwardContext ctx;
     ctx.training = true;
@@ -210,6 +212,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
       net.step_without_rows(ctx, {});
     }
     s.profile.compute += seconds_since(t);
+    s.step_bytes = s.group.bytes() - bytes_before;
     t = Clock::now();
     if (zero_) zero_->reduce_scatter_own_range(net, *s.batch_comm);
     s.profile.allreduce += seconds_since(t);
@@ -334,7 +337,7 @@ std::vector<std::int64_t> ModelParallelExecutor::parameter_bytes() const {
 
 std::vector<std::int64_t> ModelParallelExecutor::model_axis_bytes() const {
   std::vector<std::int64_t> out;
-  for (const auto& s : shards_) out.push_back(s->group.bytes());
+  for (const auto& s : shards_) out.push_back(s->step_bytes);
   return out;
 }
 

@@ -66,8 +66,8 @@ class ModelParallelExecutor final : public StepExecutor {
 
   // Bytes of the weights each device holds: its packed trainable values and non-trainable ones.
   std::vector<std::int64_t> parameter_bytes() const;
-  // Bytes each device moved over the model axis (all-reduced and gathered results) since the
-  // last reset_profile(); divide by its profile's steps for a step's traffic.
+  // Bytes each device moved over the model axis (all-reduced and gathered results) in the last
+  // training step.
   std::vector<std::int64_t> model_axis_bytes() const;
   const TensorParallelPlan& plan() const { return *plan_; }
 
