@@ -105,8 +105,17 @@ void init_strategy(py::module_& m) {
   py::class_<ModelParallelStrategy, Strategy, std::shared_ptr<ModelParallelStrategy>>(m, "ModelParallelStrategy")
       .def(py::init([](const DeviceMesh& mesh, const std::map<std::string, WeightLayout>& layouts,
                        const std::optional<std::string>& batch_dim_name) {
+             // A mesh across workers (DeviceMesh.for_workers): join the MPI job over this worker's
+             // devices (listed first in the mesh), as MultiWorkerMirroredStrategy does.
+             std::shared_ptr<Strategy> workers;
+             if (mesh.num_workers() > 1) {
+               const auto& all = mesh.devices();
+               std::vector<Device> local(all.begin(), all.begin() + mesh.local_device_count());
+               py::gil_scoped_release release;  // joining the MPI job waits for the other workers
+               workers = std::make_shared<MultiWorkerMirroredStrategy>(local, "threads", true);
+             }
              return std::make_shared<ModelParallelStrategy>(mesh, WeightLayouts(layouts.begin(), layouts.end()),
-                                                            batch_dim_name);
+                                                            batch_dim_name, workers);
            }),
            py::arg("mesh"), py::arg("layouts"), py::arg("batch_dim_name") = py::none())
       .def_property_readonly("model_axis", &ModelParallelStrategy::model_axis)

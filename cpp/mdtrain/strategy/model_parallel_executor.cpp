@@ -1,5 +1,6 @@
 #include "mdtrain/strategy/model_parallel_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <limits>
@@ -61,9 +62,9 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
       strategy_.make_axis_communicators(mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()}
                                                                      : std::vector<std::string>{});
   const Optimizer::State whole_state = optimizer.state();
-  for (int d = 0; d < mesh.num_devices(); ++d) {
+  for (int d = 0; d < strategy_.num_local_replicas(); ++d) {
     auto s = std::make_unique<Shard>();
-    const std::vector<int> at = mesh.coordinates(d);
+    const std::vector<int> at = mesh.coordinates(strategy_.first_local_replica() + d);
     s->model = at[static_cast<std::size_t>(mesh.axis_index(strategy_.model_axis()))];
     s->batch = strategy_.batch_axis() ? at[static_cast<std::size_t>(mesh.axis_index(*strategy_.batch_axis()))] : 0;
     s->model_comm = std::move(model_comms[static_cast<std::size_t>(d)]);
@@ -73,7 +74,12 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
     s->logits_loss = loss.on_logits_of(s->net->output_activation());
     shards_.push_back(std::move(s));
   }
-  if (batch_size_ > 1) zero_.emplace(shards_.front()->net->trainable_count(), batch_size_);
+  for (const auto& s : shards_)
+    if (local_batches_.empty() || local_batches_.back() != s->batch) local_batches_.push_back(s->batch);
+  // ZeRO-1 over the batch axis inside one process. Across workers each worker keeps its shards'
+  // whole optimizer state (as MultiWorkerMirrored does), so any worker can write a checkpoint.
+  if (batch_size_ > 1 && strategy_.num_workers() == 1)
+    zero_.emplace(shards_.front()->net->trainable_count(), batch_size_);
   for (auto& s : shards_) {
     // A fresh optimizer over this shard's weights: the clone forgets slots shaped for whole
     // weights (hold_only re-cuts), then takes its pieces of the whole state.
@@ -163,7 +169,7 @@ double ModelParallelExecutor::regularization_loss() const {
   // Sharded layers report their shard's share; replicated layers are counted once (model shard 0).
   double total = 0;
   for (int m = 0; m < model_size_; ++m) {
-    const auto& layers = shard_at(0, m).net->layers();
+    const auto& layers = shard_at(local_batches_.front(), m).net->layers();
     for (std::size_t i = 0; i < layers.size(); ++i)
       if (plan_->sharded(i) || m == 0) total += layers[i]->regularization_loss();
   }
@@ -215,6 +221,8 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
     s.step_bytes = s.group.bytes() - bytes_before;
     t = Clock::now();
     if (zero_) zero_->reduce_scatter_own_range(net, *s.batch_comm);
+    else if (batch_size_ > 1)
+      GradientReducer(*s.batch_comm, strategy_.gradient_bucket_bytes()).reduce(net.packed_grads());
     s.profile.allreduce += seconds_since(t);
     t = Clock::now();
     net.add_regularization_gradients();
@@ -233,7 +241,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
   });
   wall_ += seconds_since(step_start);
   primary_stale_ = true;
-  for (int b = 0; b < batch_size_; ++b) result.sum += shard_at(b, 0).loss_sum;  // batch order
+  result.sum = sum_of_losses();
   return result;
 }
 
@@ -256,14 +264,30 @@ StepLoss ModelParallelExecutor::test_step(const GlobalBatch& batch, ReplicaOutpu
     }
   });
   StepLoss result;
-  for (int b = 0; b < batch_size_; ++b) result.sum += shard_at(b, 0).loss_sum;
+  result.sum = sum_of_losses();
   result.regularization = regularization_loss();
   return result;
 }
 
+double ModelParallelExecutor::sum_of_losses() {
+  double sum = 0;
+  for (int b : local_batches_) sum += shard_at(b, 0).loss_sum;  // batch order
+  if (strategy_.num_workers() > 1) {
+    // Every worker must see the same loss (callbacks decide on it): summed in worker order.
+    std::vector<double> v{sum};
+    strategy_.sum_across_workers(v);
+    sum = v.front();
+  }
+  return sum;
+}
+
 void ModelParallelExecutor::predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
+  // Every worker predicts every row (each process returns the result), cut among its own batch
+  // groups: a forward runs collectives on the model axis only.
+  const auto groups = static_cast<std::int64_t>(local_batches_.size());
   run_devices([&](Shard& s, int) {
-    const RowSlice slice = slice_of(count, batch_size_, s.batch);
+    const auto group = std::find(local_batches_.begin(), local_batches_.end(), s.batch) - local_batches_.begin();
+    const RowSlice slice = slice_of(count, groups, group);
     if (slice.rows == 0) return;
     ForwardContext ctx;
     ctx.global_row_offset = slice.first;
@@ -298,7 +322,7 @@ Optimizer::State ModelParallelExecutor::optimizer_state() const {
   std::vector<Optimizer::State> per_model;
   for (int m = 0; m < model_size_; ++m) {
     if (!zero_) {
-      per_model.push_back(shard_at(0, m).optimizer->state());
+      per_model.push_back(shard_at(local_batches_.front(), m).optimizer->state());
       continue;
     }
     std::vector<Optimizer::State> states;
@@ -349,7 +373,7 @@ void ModelParallelExecutor::broadcast_weights_from_primary() {
 
 void ModelParallelExecutor::refresh_primary() {
   if (!primary_stale_) return;
-  for (int m = 0; m < model_size_; ++m) plan_->gather(*shard_at(0, m).net, m, primary_);
+  for (int m = 0; m < model_size_; ++m) plan_->gather(*shard_at(local_batches_.front(), m).net, m, primary_);
   primary_stale_ = false;
 }
 

@@ -29,6 +29,10 @@ class ModelParallelStrategy;
 // gradients on every device of a model group (their inputs and output gradients are the summed or
 // gathered ones), so they stay identical without a model-axis reduction.
 //
+// Across MPI workers (the model axis inside each worker, the batch axis across them) the batch
+// axis's sum is an all-reduce (GradientReducer) and each worker keeps its shards' whole optimizer
+// state, as MultiWorkerMirrored does, so any worker can write a checkpoint.
+//
 // The primary keeps the unsharded weights: refresh_primary gathers the shards into it (checkpoints
 // and get_weights hold logical tensors), broadcast_weights_from_primary scatters it, and
 // optimizer_state() is the unsharded state, so any strategy loads what this one saves.
@@ -78,6 +82,8 @@ class ModelParallelExecutor final : public StepExecutor {
   void remake_communicators();
   void gather_batch(Shard& s, const GlobalBatch& batch, std::int64_t first, std::int64_t rows);
   double regularization_loss() const;
+  // The step's loss sum over every batch group (of every worker).
+  double sum_of_losses();
   Shard& shard_at(int batch, int model) const;
 
   LayerStack& primary_;
@@ -85,7 +91,8 @@ class ModelParallelExecutor final : public StepExecutor {
   std::optional<TensorParallelPlan> plan_;
   std::vector<std::unique_ptr<Shard>> shards_;  // mesh order
   int batch_size_ = 1, model_size_ = 1;         // the axes' sizes
-  std::optional<ZeroShards> zero_;              // set when the batch axis has several groups
+  std::vector<int> local_batches_;              // this worker's batch coordinates, ascending
+  std::optional<ZeroShards> zero_;              // set when one process has several batch groups
   bool communicators_broken_ = false;
   bool primary_stale_ = false;
   double wall_ = 0;

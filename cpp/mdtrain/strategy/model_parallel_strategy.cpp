@@ -8,8 +8,6 @@ namespace mdtrain {
 
 namespace {
 std::string model_axis_of(const DeviceMesh& mesh, const std::optional<std::string>& batch_axis) {
-  MDTRAIN_CHECK(mesh.num_workers() == 1, std::invalid_argument,
-                "[model_parallel] a mesh across workers is not supported yet: ", mesh.to_string());
   for (const auto& d : mesh.devices())
     MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[model_parallel] ", d.to_string(),
                   ": model parallelism runs on logical CPU devices for now");
@@ -24,15 +22,35 @@ std::string model_axis_of(const DeviceMesh& mesh, const std::optional<std::strin
                 batch_axis ? "'" + *batch_axis + "'" : std::string("(none)"), ", got ", others.size());
   return others.front();
 }
+
+std::vector<Device> local_devices(const DeviceMesh& mesh, const std::shared_ptr<Strategy>& workers) {
+  if (!workers) {
+    MDTRAIN_CHECK(mesh.num_workers() == 1, std::invalid_argument, "[model_parallel] the mesh ", mesh.to_string(),
+                  " spans ", mesh.num_workers(), " workers: pass the strategy that joined them");
+    return mesh.devices();
+  }
+  MDTRAIN_CHECK(mesh.num_workers() == workers->num_workers() &&
+                    mesh.local_device_count() == workers->num_local_replicas(),
+                std::invalid_argument, "[model_parallel] the mesh ", mesh.to_string(), " covers ", mesh.num_workers(),
+                " workers of ", mesh.local_device_count(), " devices; the job has ", workers->num_workers(),
+                " workers of ", workers->num_local_replicas());
+  return workers->devices();
+}
 }  // namespace
 
 ModelParallelStrategy::ModelParallelStrategy(DeviceMesh mesh, WeightLayouts layouts,
-                                             std::optional<std::string> batch_axis)
-    : Strategy(mesh.devices()),
+                                             std::optional<std::string> batch_axis, std::shared_ptr<Strategy> workers)
+    : Strategy(local_devices(mesh, workers)),
+      workers_(std::move(workers)),
       mesh_(std::move(mesh)),
       layouts_(std::move(layouts)),
       batch_axis_(std::move(batch_axis)),
       model_axis_(model_axis_of(mesh_, batch_axis_)) {
+  // Each model group inside one worker: the model axis is the innermost, and for_workers has
+  // checked that its size divides the worker's devices.
+  MDTRAIN_CHECK(mesh_.num_workers() == 1 || (mesh_.num_axes() > 1 && mesh_.axis_names().back() == model_axis_),
+                std::invalid_argument, "[model_parallel] across workers the model axis '", model_axis_,
+                "' must be the last axis of the mesh (inside a worker), got ", mesh_.to_string());
   for (const auto& [key, layout] : layouts_)
     for (const auto& axis : layout)
       if (axis) {
@@ -47,6 +65,7 @@ ModelParallelStrategy::ModelParallelStrategy(DeviceMesh mesh, WeightLayouts layo
 ModelParallelStrategy::~ModelParallelStrategy() = default;
 
 std::vector<std::unique_ptr<Communicator>> ModelParallelStrategy::make_replica_communicators() const {
+  if (workers_) return workers_->make_replica_communicators();
   return create_communicators("threads", num_replicas_in_sync());
 }
 
