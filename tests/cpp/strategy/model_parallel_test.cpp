@@ -257,6 +257,18 @@ INSTANTIATE_TEST_SUITE_P(EveryShardedLayer, ModelParallelMatchesOneDevice,
                          ::testing::Combine(::testing::Range(0, 5), ::testing::Bool(),
                                             ::testing::Values(std::string("sgd"), std::string("adam"))));
 
+TEST(ModelParallel, FourModelShardsMatchOneDevice) {
+  for (const Case& c : {fg_pair(), embedding_by_rows()}) {
+    SCOPED_TRACE(c.name);
+    auto reference = make_model(c, nullptr, "adam");
+    auto split = make_model(c, model_parallel(DeviceMesh({4}, {"model"}, cpus(4)), c.layouts), "adam");
+    train(*reference, c, 2);
+    train(*split, c, 2);
+    const auto want = reference->get_weights(), got = split->get_weights();
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_LE(worst_gap(got[i], want[i]), kTolerance) << i;
+  }
+}
+
 // Megatron's f/g pairing: the column-parallel Dense feeding the row-parallel one through ReLU,
 // Dropout and tanh keeps its output split (no gather), its Dropout drawing the unsharded masks
 // (the equality above); the softmax output gathers.
