@@ -129,7 +129,41 @@ void init_strategy(py::module_& m) {
       .def("optimizer_state_bytes_per_device",
            [](const ModelParallelStrategy& s) { return compiled_executor(s).optimizer_state_bytes(); })
       .def("model_axis_bytes_per_step",
-           [](const ModelParallelStrategy& s) { return compiled_executor(s).model_axis_bytes(); });
+           [](const ModelParallelStrategy& s) { return compiled_executor(s).model_axis_bytes(); })
+      // Host-side coordination between workers, as on MultiWorkerMirroredStrategy (no-ops in one
+      // process), for the Python front end's multi-worker checks.
+      .def(
+          "broadcast_from_chief",
+          [](ModelParallelStrategy& s, py::array_t<std::uint8_t, py::array::c_style> data) {
+            auto* workers = dynamic_cast<MultiWorkerMirroredStrategy*>(s.workers().get());
+            if (!workers) return;
+            auto buf = data.mutable_unchecked<1>();
+            void* ptr = buf.shape(0) ? buf.mutable_data(0) : nullptr;
+            const std::size_t n = static_cast<std::size_t>(buf.shape(0));
+            py::gil_scoped_release release;
+            workers->broadcast_from_chief(ptr, n);
+          },
+          py::arg("data"))
+      .def("barrier",
+           [](ModelParallelStrategy& s) {
+             auto* workers = dynamic_cast<MultiWorkerMirroredStrategy*>(s.workers().get());
+             if (!workers) return;
+             py::gil_scoped_release release;
+             workers->barrier();
+           })
+      .def(
+          "sum_across_workers",
+          [](ModelParallelStrategy& s, py::array_t<double, py::array::c_style> data) {
+            auto buf = data.mutable_unchecked<1>();
+            if (buf.shape(0) == 0) return;
+            std::vector<double> values(buf.data(0), buf.data(0) + buf.shape(0));
+            {
+              py::gil_scoped_release release;
+              s.sum_across_workers(values);
+            }
+            std::copy(values.begin(), values.end(), buf.mutable_data(0));
+          },
+          py::arg("data"));
   m.def("mpi_available", &mpi_available);
 }
 

@@ -2,6 +2,11 @@
 batch_dim_name)), as keras.distribution.ModelParallel calls it: a Keras model split by a layout per
 weight trains to the weights of the unsharded model on one device (float32 rounding), each device
 holds its share of the weights and optimizer state, and bad layouts are ValueErrors."""
+import os
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -78,3 +83,15 @@ def test_bad_layouts_are_value_errors(logical_cpus, blobs):
         model.fit(x, y % 4, epochs=1, batch_size=50, verbose=0)
     with pytest.raises(RuntimeError, match="no model is compiled"):
         _core.ModelParallelStrategy(mesh, {}, None).parameter_bytes_per_device()
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or not _core.mpi_available(),
+                    reason="needs mpirun and an mdtrain built with MPI")
+def test_batch_axis_across_mpi_workers_model_axis_inside():
+    """2 workers x 2 logical CPU devices: the split model trains like one device, every worker
+    holding the same weights (tests/py/jobs/model_parallel_job.py checks and exits non-zero)."""
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "model_parallel_job.py")
+    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "worker 0 of 2: OK" in proc.stdout and "worker 1 of 2: OK" in proc.stdout, proc.stdout

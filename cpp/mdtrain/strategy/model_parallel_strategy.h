@@ -49,6 +49,9 @@ class ModelParallelStrategy : public Strategy {
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
 
   const WeightLayouts& layouts() const { return layouts_; }
+  // The strategy that joined the MPI job (null in one process): host-side coordination between
+  // workers goes through it.
+  const std::shared_ptr<Strategy>& workers() const { return workers_; }
   const std::string& model_axis() const { return model_axis_; }
   const std::optional<std::string>& batch_axis() const { return batch_axis_; }
 
