@@ -384,6 +384,10 @@ TEST(ModelParallel, EachDeviceHoldsItsShareOfWeightsAndOptimizerState) {
       for (auto* p : net.trainable_parameters()) viewed += static_cast<std::int64_t>(p->value.nbytes());
       EXPECT_EQ(viewed, static_cast<std::int64_t>(net.packed_values().nbytes()));
     }
+    // The last step had 1 row (29 = 4 x 7 + 1). Model-axis traffic per device: dense_1's partial
+    // products (8 floats a row), dense_2's gathered output (4) and its summed input gradient (8);
+    // nothing for dense's split output (f/g pairing) nor its input gradient (first layer).
+    for (auto bytes : strategy->executor()->model_axis_bytes()) EXPECT_EQ(bytes, 1 * (8 + 4 + 8) * 4);
   }
   {
     // 2x2: the model axis splits by the layouts, ZeRO-1 splits each shard's state over the batch axis.

@@ -53,6 +53,8 @@ void RowParallelDense::build_weights(const Shape& input_shape, std::uint64_t see
 Tensor RowParallelDense::forward(const Tensor& x, const ForwardContext& ctx) {
   check_input(x);
   Tensor in = x;
+  last_output_shape_ = x.shape();
+  last_output_shape_.back() = units_;
   if (!input_split_) {
     Shape piece = x.shape();
     piece.back() /= group_->size();
@@ -75,15 +77,13 @@ Tensor RowParallelDense::forward(const Tensor& x, const ForwardContext& ctx) {
   } else {
     ops::bias_activation(z_, b, activation_, y_);
   }
-  Shape out = x.shape();
-  out.back() = units_;
-  return y_.reshape(out);
+  return y_.reshape(last_output_shape_);
 }
 
 Tensor RowParallelDense::logits() const {
   MDTRAIN_CHECK(keeps_preactivation(activation_), std::logic_error, "[dense] layer \"", name_,
                 "\" keeps no logits for activation ", name_of(activation_));
-  return z_;
+  return z_.reshape(last_output_shape_);
 }
 
 Tensor RowParallelDense::backward(const Tensor& dy, bool need_input_grad) {

@@ -56,6 +56,7 @@ class RowParallelDense : public Layer {
   // Per call: this shard's piece of a whole input, the summed pre-activation (+ bias), the output,
   // the activation gradient, the gathered input-gradient pieces and the whole input gradient.
   Tensor x_piece_, z_, y_, dz_, blocks_, dx_;
+  Shape last_output_shape_;
 };
 
 }  // namespace mdtrain
