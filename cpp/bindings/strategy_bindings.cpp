@@ -4,6 +4,8 @@
 #include "bindings.h"
 #include "mdtrain/strategy/central_storage_strategy.h"
 #include "mdtrain/strategy/mirrored_strategy.h"
+#include "mdtrain/strategy/model_parallel_executor.h"
+#include "mdtrain/strategy/model_parallel_strategy.h"
 #include "mdtrain/strategy/multi_worker_mirrored_strategy.h"
 #include "mdtrain/strategy/one_device_strategy.h"
 #include "mdtrain/distribute/optional_backends.h"
@@ -15,6 +17,14 @@ std::vector<Device> parse_devices(const std::vector<std::string>& names) {
   std::vector<Device> out;
   for (const auto& n : names) out.push_back(Device::parse(n));
   return out;
+}
+
+// The executor of the model compiled last under `s`, for its per-device reports.
+ModelParallelExecutor& compiled_executor(const ModelParallelStrategy& s) {
+  MDTRAIN_CHECK(s.executor() != nullptr, std::logic_error,
+                "[model_parallel] no model is compiled and trained under this strategy yet: the per-device reports "
+                "exist once a model has run a step under it");
+  return *s.executor();
 }
 }  // namespace
 
@@ -82,6 +92,68 @@ void init_strategy(py::module_& m) {
           "sum_across_workers",
           [](MultiWorkerMirroredStrategy& s, py::array_t<double, py::array::c_style> data) {
             // In place: every worker gets the element-wise sum (rank order) over all workers.
+            auto buf = data.mutable_unchecked<1>();
+            if (buf.shape(0) == 0) return;
+            std::vector<double> values(buf.data(0), buf.data(0) + buf.shape(0));
+            {
+              py::gil_scoped_release release;
+              s.sum_across_workers(values);
+            }
+            std::copy(values.begin(), values.end(), buf.mutable_data(0));
+          },
+          py::arg("data"));
+  py::class_<ModelParallelStrategy, Strategy, std::shared_ptr<ModelParallelStrategy>>(m, "ModelParallelStrategy")
+      .def(py::init([](const DeviceMesh& mesh, const std::map<std::string, WeightLayout>& layouts,
+                       const std::optional<std::string>& batch_dim_name) {
+             // A mesh across workers (DeviceMesh.for_workers): join the MPI job over this worker's
+             // devices (listed first in the mesh), as MultiWorkerMirroredStrategy does.
+             std::shared_ptr<Strategy> workers;
+             if (mesh.num_workers() > 1) {
+               const auto& all = mesh.devices();
+               std::vector<Device> local(all.begin(), all.begin() + mesh.local_device_count());
+               py::gil_scoped_release release;  // joining the MPI job waits for the other workers
+               workers = std::make_shared<MultiWorkerMirroredStrategy>(local, "threads", true);
+             }
+             return std::make_shared<ModelParallelStrategy>(mesh, WeightLayouts(layouts.begin(), layouts.end()),
+                                                            batch_dim_name, workers);
+           }),
+           py::arg("mesh"), py::arg("layouts"), py::arg("batch_dim_name") = py::none())
+      .def_property_readonly("model_axis", &ModelParallelStrategy::model_axis)
+      .def_property_readonly("batch_axis", &ModelParallelStrategy::batch_axis)
+      .def_property_readonly("mesh", &ModelParallelStrategy::mesh)
+      .def_property_readonly("layouts", &ModelParallelStrategy::layouts)
+      // Per device, in mesh order: bytes of the weights it holds, of its optimizer's slots, and
+      // moved over the model axis in the last training step (of the model compiled last).
+      .def("parameter_bytes_per_device",
+           [](const ModelParallelStrategy& s) { return compiled_executor(s).parameter_bytes(); })
+      .def("optimizer_state_bytes_per_device",
+           [](const ModelParallelStrategy& s) { return compiled_executor(s).optimizer_state_bytes(); })
+      .def("model_axis_bytes_per_step",
+           [](const ModelParallelStrategy& s) { return compiled_executor(s).model_axis_bytes(); })
+      // Host-side coordination between workers, as on MultiWorkerMirroredStrategy (no-ops in one
+      // process), for the Python front end's multi-worker checks.
+      .def(
+          "broadcast_from_chief",
+          [](ModelParallelStrategy& s, py::array_t<std::uint8_t, py::array::c_style> data) {
+            auto* workers = dynamic_cast<MultiWorkerMirroredStrategy*>(s.workers().get());
+            if (!workers) return;
+            auto buf = data.mutable_unchecked<1>();
+            void* ptr = buf.shape(0) ? buf.mutable_data(0) : nullptr;
+            const std::size_t n = static_cast<std::size_t>(buf.shape(0));
+            py::gil_scoped_release release;
+            workers->broadcast_from_chief(ptr, n);
+          },
+          py::arg("data"))
+      .def("barrier",
+           [](ModelParallelStrategy& s) {
+             auto* workers = dynamic_cast<MultiWorkerMirroredStrategy*>(s.workers().get());
+             if (!workers) return;
+             py::gil_scoped_release release;
+             workers->barrier();
+           })
+      .def(
+          "sum_across_workers",
+          [](ModelParallelStrategy& s, py::array_t<double, py::array::c_style> data) {
             auto buf = data.mutable_unchecked<1>();
             if (buf.shape(0) == 0) return;
             std::vector<double> values(buf.data(0), buf.data(0) + buf.shape(0));

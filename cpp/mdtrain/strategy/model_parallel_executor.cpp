@@ -1,0 +1,405 @@
+#include "mdtrain/strategy/model_parallel_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <limits>
+#include <mutex>
+
+#include "mdtrain/nn/tensor_parallel/dim_slices.h"
+#include "mdtrain/ops/ops.h"
+#include "mdtrain/strategy/batch_split.h"
+#include "mdtrain/strategy/communicator_shard_group.h"
+#include "mdtrain/strategy/communicator_sums.h"
+#include "mdtrain/strategy/model_parallel_strategy.h"
+
+namespace mdtrain {
+
+struct ModelParallelExecutor::Shard {
+  int batch = 0, model = 0;  // mesh coordinates along the batch and model axes
+  std::unique_ptr<Communicator> model_comm, batch_comm;
+  CommunicatorShardGroup group{model_comm};  // what the sharded layers see of the model group
+  CommunicatorSums batch_sums{batch_comm};   // what synchronized statistics see of the batch axis
+  std::unique_ptr<LayerStack> net;
+  std::unique_ptr<Loss> loss, logits_loss;
+  std::unique_ptr<Optimizer> optimizer;
+  Tensor x_batch, y_batch, dpred;
+  double loss_sum = 0;
+  std::int64_t step_bytes = 0;  // model-axis bytes of the last training step
+  StepProfile profile;
+};
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// "dense/kernel/momentum" -> "dense/kernel".
+std::string weight_of_slot(const std::string& slot) { return slot.substr(0, slot.rfind('/')); }
+}  // namespace
+
+ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStrategy& strategy, const Loss& loss,
+                                             const Optimizer& optimizer)
+    : primary_([&]() -> LayerStack& {
+        auto* stack = dynamic_cast<LayerStack*>(&primary);
+        MDTRAIN_CHECK(stack != nullptr, std::invalid_argument,
+                      "[model_parallel] ModelParallel splits Sequential models only for now (this model is a layer "
+                      "graph)");
+        return *stack;
+      }()),
+      strategy_(strategy) {
+  MDTRAIN_CHECK(primary_.built(), std::logic_error, "[model_parallel] the model must be built before training");
+  const auto& opts = optimizer.options();
+  MDTRAIN_CHECK(!opts.clipnorm && !opts.global_clipnorm, std::invalid_argument,
+                "[model_parallel] clipnorm and global_clipnorm are not supported under ModelParallel (the norm of a "
+                "split weight spans its shards); use clipvalue");
+  const DeviceMesh mesh = strategy_.mesh();
+  plan_.emplace(primary_, strategy_.layouts(), mesh, strategy_.model_axis());
+  model_size_ = mesh.axis_size(strategy_.model_axis());
+  batch_size_ = strategy_.batch_axis() ? mesh.axis_size(*strategy_.batch_axis()) : 1;
+
+  auto model_comms = strategy_.make_axis_communicators(mesh, {strategy_.model_axis()});
+  auto batch_comms =
+      strategy_.make_axis_communicators(mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()}
+                                                                     : std::vector<std::string>{});
+  const Optimizer::State whole_state = optimizer.state();
+  for (int d = 0; d < strategy_.num_local_replicas(); ++d) {
+    auto s = std::make_unique<Shard>();
+    const std::vector<int> at = mesh.coordinates(strategy_.first_local_replica() + d);
+    s->model = at[static_cast<std::size_t>(mesh.axis_index(strategy_.model_axis()))];
+    s->batch = strategy_.batch_axis() ? at[static_cast<std::size_t>(mesh.axis_index(*strategy_.batch_axis()))] : 0;
+    s->model_comm = std::move(model_comms[static_cast<std::size_t>(d)]);
+    s->batch_comm = std::move(batch_comms[static_cast<std::size_t>(d)]);
+    s->net = plan_->build_shard(primary_, &s->group);
+    s->loss = loss.clone();
+    s->logits_loss = loss.on_logits_of(s->net->output_activation());
+    shards_.push_back(std::move(s));
+  }
+  for (const auto& s : shards_)
+    if (local_batches_.empty() || local_batches_.back() != s->batch) local_batches_.push_back(s->batch);
+  // ZeRO-1 over the batch axis inside one process. Across workers each worker keeps its shards'
+  // whole optimizer state (as MultiWorkerMirrored does), so any worker can write a checkpoint.
+  if (batch_size_ > 1 && strategy_.num_workers() == 1)
+    zero_.emplace(shards_.front()->net->trainable_count(), batch_size_);
+  for (auto& s : shards_) {
+    // A fresh optimizer over this shard's weights: the clone forgets slots shaped for whole
+    // weights (hold_only re-cuts), then takes its pieces of the whole state.
+    s->optimizer = optimizer.clone();
+    const auto range = zero_ ? zero_->range_of(s->batch)
+                             : std::pair<std::int64_t, std::int64_t>{0, std::numeric_limits<std::int64_t>::max()};
+    s->optimizer->hold_only(range.first, range.second);
+    if (whole_state.size() > 1) {
+      Optimizer::State mine;
+      for (const auto& [name, t] : whole_state) {
+        const int dim = name == "iterations" ? -1 : plan_->split_dim(weight_of_slot(name));
+        if (dim < 0) {
+          mine.emplace_back(name, t);
+          continue;
+        }
+        Shape piece = t.shape();
+        piece[static_cast<std::size_t>(dim)] /= model_size_;
+        Tensor part(piece, t.dtype());
+        copy_piece_out(t, dim, s->model, model_size_, part);
+        mine.emplace_back(name, part);
+      }
+      s->optimizer->set_state(mine);
+    }
+  }
+}
+
+ModelParallelExecutor::~ModelParallelExecutor() { strategy_.forget_executor(this); }
+
+ModelParallelExecutor::Shard& ModelParallelExecutor::shard_at(int batch, int model) const {
+  for (const auto& s : shards_)
+    if (s->batch == batch && s->model == model) return *s;
+  fail<std::logic_error>("[model_parallel] no device at batch ", batch, ", model ", model);
+}
+
+template <class F>
+void ModelParallelExecutor::run_devices(F&& fn) {
+  if (communicators_broken_) remake_communicators();
+  // The first device to fail is the one to report; it releases peers waiting in its groups.
+  std::exception_ptr first_failure;
+  std::mutex failure_mutex;
+  try {
+    strategy_.run_replicas([&](int d) {
+      Shard& s = *shards_[static_cast<std::size_t>(d)];
+      try {
+        fn(s, d);
+      } catch (const std::exception& e) {
+        {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          if (!first_failure) first_failure = std::current_exception();
+        }
+        s.model_comm->abort(e.what());
+        s.batch_comm->abort(e.what());
+        throw;
+      }
+    });
+  } catch (...) {
+    communicators_broken_ = true;  // an aborted group cannot be reused
+    if (first_failure) std::rethrow_exception(first_failure);
+    throw;
+  }
+}
+
+void ModelParallelExecutor::remake_communicators() {
+  const DeviceMesh mesh = strategy_.mesh();
+  auto model_comms = strategy_.make_axis_communicators(mesh, {strategy_.model_axis()});
+  auto batch_comms =
+      strategy_.make_axis_communicators(mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()}
+                                                                     : std::vector<std::string>{});
+  for (std::size_t d = 0; d < shards_.size(); ++d) {
+    shards_[d]->model_comm = std::move(model_comms[d]);
+    shards_[d]->batch_comm = std::move(batch_comms[d]);
+  }
+  communicators_broken_ = false;
+}
+
+void ModelParallelExecutor::gather_batch(Shard& s, const GlobalBatch& batch, std::int64_t first, std::int64_t rows) {
+  Shape xs = batch.x.shape(), ys = batch.y.shape();
+  xs[0] = rows;
+  ys[0] = rows;
+  ensure_buffer(s.x_batch, xs, batch.x.dtype());
+  ensure_buffer(s.y_batch, ys, batch.y.dtype());
+  ops::gather_rows(batch.x, batch.indices + first, rows, s.x_batch);
+  ops::gather_rows(batch.y, batch.indices + first, rows, s.y_batch);
+}
+
+double ModelParallelExecutor::regularization_loss() const {
+  // Sharded layers report their shard's share; replicated layers are counted once (model shard 0).
+  double total = 0;
+  for (int m = 0; m < model_size_; ++m) {
+    const auto& layers = shard_at(local_batches_.front(), m).net->layers();
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      if (plan_->sharded(i) || m == 0) total += layers[i]->regularization_loss();
+  }
+  return total;
+}
+
+StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
+  MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[model_parallel] a training batch needs at least one example");
+  const double scale = 1.0 / static_cast<double>(batch.count);
+  StepLoss result;
+  result.regularization = regularization_loss();  // Keras adds the penalties of the starting weights
+  const auto step = static_cast<std::uint64_t>(shards_.front()->optimizer->iterations());
+  const auto step_start = Clock::now();
+  run_devices([&](Shard& s, int d) {
+    LayerStack& net = *s.net;
+    const RowSlice slice = slice_of(batch.count, batch_size_, s.batch);
+    s.loss_sum = 0;
+    const std::int64_t bytes_before = s.group.bytes();
+    auto t = Clock::now();
+    ForwardContext ctx;
+    ctx.training = true;
+    ctx.step = step;
+    ctx.global_row_offset = slice.first;
+    ctx.replicas = batch_size_ > 1 ? &s.batch_sums : nullptr;
+    if (slice.rows > 0) {
+      gather_batch(s, batch, slice.first, slice.rows);
+      Tensor pred = net.forward(s.x_batch, ctx);
+      ensure_buffer(s.dpred, pred.shape(), pred.dtype());
+      // Every device of a model group computes the same whole output and loss; shard 0 reports.
+      double sum = 0;
+      if (s.logits_loss) {
+        sum = s.logits_loss->forward_backward(s.y_batch, net.logits(), scale, &s.dpred);
+        net.backward_from_logits(s.dpred);
+      } else {
+        sum = s.loss->forward_backward(s.y_batch, pred, scale, &s.dpred);
+        net.backward(s.dpred);
+      }
+      if (s.model == 0) {
+        s.loss_sum = sum;
+        if (outputs) outputs->on_replica_output(d, s.y_batch, pred);
+      }
+    } else {
+      // The whole model group has no rows: it skips its model-axis collectives together, but
+      // joins the batch axis's with zero gradients.
+      net.packed_grads().fill(0.0);
+      net.step_without_rows(ctx, {});
+    }
+    s.profile.compute += seconds_since(t);
+    s.step_bytes = s.group.bytes() - bytes_before;
+    t = Clock::now();
+    if (zero_) zero_->reduce_scatter_own_range(net, *s.batch_comm);
+    else if (batch_size_ > 1)
+      GradientReducer(*s.batch_comm, strategy_.gradient_bucket_bytes()).reduce(net.packed_grads());
+    s.profile.allreduce += seconds_since(t);
+    t = Clock::now();
+    net.add_regularization_gradients();
+    if (zero_) {
+      const auto [begin, end] = zero_->range_of(s.batch);
+      s.optimizer->apply(net.trainable_parameters(), begin, end);
+      s.profile.update += seconds_since(t);
+      t = Clock::now();
+      zero_->gather_ranges(net, *s.batch_comm);
+      s.profile.allreduce += seconds_since(t);
+    } else {
+      s.optimizer->apply(net.trainable_parameters());
+      s.profile.update += seconds_since(t);
+    }
+    s.profile.steps += 1;
+  });
+  wall_ += seconds_since(step_start);
+  primary_stale_ = true;
+  result.sum = sum_of_losses();
+  return result;
+}
+
+StepLoss ModelParallelExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
+  MDTRAIN_CHECK(batch.count > 0, std::invalid_argument,
+                "[model_parallel] an evaluation batch needs at least one example");
+  run_devices([&](Shard& s, int d) {
+    s.loss_sum = 0;
+    const RowSlice slice = slice_of(batch.count, batch_size_, s.batch);
+    if (slice.rows == 0) return;
+    gather_batch(s, batch, slice.first, slice.rows);
+    ForwardContext ctx;
+    ctx.global_row_offset = slice.first;
+    Tensor pred = s.net->forward(s.x_batch, ctx);
+    const double sum = s.logits_loss ? s.logits_loss->forward_backward(s.y_batch, s.net->logits(), 1.0, nullptr)
+                                     : s.loss->forward_backward(s.y_batch, pred, 1.0, nullptr);
+    if (s.model == 0) {
+      s.loss_sum = sum;
+      if (outputs) outputs->on_replica_output(d, s.y_batch, pred);
+    }
+  });
+  StepLoss result;
+  result.sum = sum_of_losses();
+  result.regularization = regularization_loss();
+  return result;
+}
+
+double ModelParallelExecutor::sum_of_losses() {
+  double sum = 0;
+  for (int b : local_batches_) sum += shard_at(b, 0).loss_sum;  // batch order
+  if (strategy_.num_workers() > 1) {
+    // Every worker must see the same loss (callbacks decide on it): summed in worker order.
+    std::vector<double> v{sum};
+    strategy_.sum_across_workers(v);
+    sum = v.front();
+  }
+  return sum;
+}
+
+void ModelParallelExecutor::predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
+  // Every worker predicts every row (each process returns the result), cut among its own batch
+  // groups: a forward runs collectives on the model axis only.
+  const auto groups = static_cast<std::int64_t>(local_batches_.size());
+  run_devices([&](Shard& s, int) {
+    const auto group = std::find(local_batches_.begin(), local_batches_.end(), s.batch) - local_batches_.begin();
+    const RowSlice slice = slice_of(count, groups, group);
+    if (slice.rows == 0) return;
+    ForwardContext ctx;
+    ctx.global_row_offset = slice.first;
+    Tensor pred = s.net->forward(x.rows(begin + slice.first, begin + slice.first + slice.rows), ctx);
+    if (s.model != 0) return;
+    Tensor dst = out.rows(begin + slice.first, begin + slice.first + slice.rows);
+    dst.copy_from(pred);
+  });
+}
+
+Network& ModelParallelExecutor::replica_network(int r) {
+  MDTRAIN_CHECK(r >= 0 && r < num_replicas(), std::out_of_range, "[model_parallel] device ", r, " out of range for ",
+                num_replicas(), " devices");
+  return *shards_[static_cast<std::size_t>(r)]->net;
+}
+
+std::vector<double> ModelParallelExecutor::replica_loss_sums() const {
+  std::vector<double> out;
+  for (const auto& s : shards_) out.push_back(s->loss_sum);
+  return out;
+}
+
+Optimizer& ModelParallelExecutor::optimizer() { return *shards_.front()->optimizer; }
+
+void ModelParallelExecutor::set_learning_rate(double lr) {
+  for (auto& s : shards_) s->optimizer->set_learning_rate(lr);
+}
+
+Optimizer::State ModelParallelExecutor::optimizer_state() const {
+  // Per model shard: the batch group's ZeRO ranges stitched into the shard's whole state; then the
+  // shards' pieces put side by side into the unsharded tensors.
+  std::vector<Optimizer::State> per_model;
+  for (int m = 0; m < model_size_; ++m) {
+    if (!zero_) {
+      per_model.push_back(shard_at(local_batches_.front(), m).optimizer->state());
+      continue;
+    }
+    std::vector<Optimizer::State> states;
+    for (int b = 0; b < batch_size_; ++b) states.push_back(shard_at(b, m).optimizer->state());
+    per_model.push_back(zero_->stitch(states, *shard_at(0, m).net));
+  }
+  Optimizer::State whole = per_model.front();
+  for (auto& [name, t] : whole) {
+    const int dim = name == "iterations" ? -1 : plan_->split_dim(weight_of_slot(name));
+    if (dim < 0) continue;
+    Shape shape = t.shape();
+    shape[static_cast<std::size_t>(dim)] *= model_size_;
+    Tensor joined(shape, t.dtype());
+    for (int m = 0; m < model_size_; ++m) {
+      for (const auto& [other, piece] : per_model[static_cast<std::size_t>(m)])
+        if (other == name) copy_piece_in(piece, dim, m, model_size_, joined);
+    }
+    t = joined;
+  }
+  return whole;
+}
+
+std::vector<std::int64_t> ModelParallelExecutor::optimizer_state_bytes() const {
+  std::vector<std::int64_t> out;
+  for (const auto& s : shards_) out.push_back(s->optimizer->state_bytes());
+  return out;
+}
+
+std::vector<std::int64_t> ModelParallelExecutor::parameter_bytes() const {
+  std::vector<std::int64_t> out;
+  for (const auto& s : shards_)
+    out.push_back(
+        static_cast<std::int64_t>(s->net->packed_values().nbytes() + s->net->non_trainable_values().nbytes()));
+  return out;
+}
+
+std::vector<std::int64_t> ModelParallelExecutor::model_axis_bytes() const {
+  std::vector<std::int64_t> out;
+  for (const auto& s : shards_) out.push_back(s->step_bytes);
+  return out;
+}
+
+void ModelParallelExecutor::broadcast_weights_from_primary() {
+  MDTRAIN_CHECK(!primary_stale_, std::logic_error,
+                "[model_parallel] the host weights are older than the shards': refresh_primary() before changing them");
+  for (auto& s : shards_) plan_->scatter(primary_, *s->net, s->model);
+}
+
+void ModelParallelExecutor::refresh_primary() {
+  if (!primary_stale_) return;
+  for (int m = 0; m < model_size_; ++m) plan_->gather(*shard_at(local_batches_.front(), m).net, m, primary_);
+  primary_stale_ = false;
+}
+
+void ModelParallelExecutor::abort(const std::string& reason) {
+  for (auto& s : shards_) {
+    s->model_comm->abort(reason);
+    s->batch_comm->abort(reason);
+  }
+  communicators_broken_ = true;
+}
+
+std::vector<StepProfile> ModelParallelExecutor::profile() const {
+  std::vector<StepProfile> out;
+  for (const auto& s : shards_) {
+    out.push_back(s->profile);
+    out.back().wall = wall_;
+  }
+  return out;
+}
+
+void ModelParallelExecutor::reset_profile() {
+  for (auto& s : shards_) {
+    s->profile = StepProfile{};
+    s->group.reset_bytes();
+  }
+  wall_ = 0;
+}
+
+}  // namespace mdtrain

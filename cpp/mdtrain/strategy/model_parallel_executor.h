@@ -1,0 +1,101 @@
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/nn/loss.h"
+#include "mdtrain/strategy/step_executor.h"
+#include "mdtrain/strategy/tensor_parallel_plan.h"
+#include "mdtrain/strategy/zero_shards.h"
+
+namespace mdtrain {
+
+class ModelParallelStrategy;
+
+// The step of ModelParallelStrategy (tensor parallelism, optionally x data parallelism): one
+// device per mesh position (batch b, model m), one thread each.
+//
+// Device (b, m) trains shard m of the model (TensorParallelPlan::build_shard of the primary): its
+// sharded layers talk over the model-axis communicator (a CommunicatorShardGroup), so every device
+// of a model group computes the same whole outputs and loss. The global batch is cut along the
+// batch axis as the replicated executor cuts it among replicas (slice_of: uneven, possibly empty
+// slices); every device of model group b sees slice b. After backward each shard's packed
+// gradients are summed over the batch axis — reduce-scattered in ZeRO-1 ranges (ZeroShards), each
+// device updates its range of its shard with its own optimizer (which holds only that range's
+// slots), and the ranges are all-gathered — so weights and optimizer state are split along the
+// model axis by the layouts and along the batch axis by ZeRO-1. Replicated weights get identical
+// gradients on every device of a model group (their inputs and output gradients are the summed or
+// gathered ones), so they stay identical without a model-axis reduction.
+//
+// Across MPI workers (the model axis inside each worker, the batch axis across them) the batch
+// axis's sum is an all-reduce (GradientReducer) and each worker keeps its shards' whole optimizer
+// state, as MultiWorkerMirrored does, so any worker can write a checkpoint.
+//
+// The primary keeps the unsharded weights: refresh_primary gathers the shards into it (checkpoints
+// and get_weights hold logical tensors), broadcast_weights_from_primary scatters it, and
+// optimizer_state() is the unsharded state, so any strategy loads what this one saves.
+class ModelParallelExecutor final : public StepExecutor {
+ public:
+  // `primary` must be a built LayerStack (a layer graph is refused for now). Throws
+  // std::invalid_argument("[model_parallel] ...") for layouts that do not fit its layers and for
+  // clipping by norm (the norm of a whole weight spans shards).
+  ModelParallelExecutor(Network& primary, ModelParallelStrategy& strategy, const Loss& loss,
+                        const Optimizer& optimizer);
+  ~ModelParallelExecutor() override;
+
+  StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
+
+  // One "replica" per device, in mesh order; their networks are the shards.
+  int num_replicas() const override { return static_cast<int>(shards_.size()); }
+  Network& replica_network(int replica) override;
+  std::vector<double> replica_loss_sums() const override;
+
+  Optimizer& optimizer() override;
+  void set_learning_rate(double lr) override;
+  Optimizer::State optimizer_state() const override;
+  std::vector<std::int64_t> optimizer_state_bytes() const override;
+
+  void broadcast_weights_from_primary() override;
+  void refresh_primary() override;
+  bool primary_stale() const override { return primary_stale_; }
+
+  void abort(const std::string& reason) override;
+
+  std::vector<StepProfile> profile() const override;
+  void reset_profile() override;
+
+  // Bytes of the weights each device holds: its packed trainable values and non-trainable ones.
+  std::vector<std::int64_t> parameter_bytes() const;
+  // Bytes each device moved over the model axis (all-reduced and gathered results) in the last
+  // training step.
+  std::vector<std::int64_t> model_axis_bytes() const;
+  const TensorParallelPlan& plan() const { return *plan_; }
+
+ private:
+  struct Shard;
+  template <class F>
+  void run_devices(F&& fn);
+  void remake_communicators();
+  void gather_batch(Shard& s, const GlobalBatch& batch, std::int64_t first, std::int64_t rows);
+  double regularization_loss() const;
+  // The step's loss sum over every batch group (of every worker).
+  double sum_of_losses();
+  Shard& shard_at(int batch, int model) const;
+
+  LayerStack& primary_;
+  ModelParallelStrategy& strategy_;
+  std::optional<TensorParallelPlan> plan_;
+  std::vector<std::unique_ptr<Shard>> shards_;  // mesh order
+  int batch_size_ = 1, model_size_ = 1;         // the axes' sizes
+  std::vector<int> local_batches_;              // this worker's batch coordinates, ascending
+  std::optional<ZeroShards> zero_;              // set when one process has several batch groups
+  bool communicators_broken_ = false;
+  bool primary_stale_ = false;
+  double wall_ = 0;
+};
+
+}  // namespace mdtrain

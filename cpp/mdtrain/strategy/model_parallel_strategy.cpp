@@ -1,0 +1,79 @@
+#include "mdtrain/strategy/model_parallel_strategy.h"
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/registry.h"
+#include "mdtrain/strategy/model_parallel_executor.h"
+
+namespace mdtrain {
+
+namespace {
+std::string model_axis_of(const DeviceMesh& mesh, const std::optional<std::string>& batch_axis) {
+  for (const auto& d : mesh.devices())
+    MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[model_parallel] ", d.to_string(),
+                  ": model parallelism runs on logical CPU devices for now");
+  if (batch_axis)
+    MDTRAIN_CHECK(mesh.has_axis(*batch_axis), std::invalid_argument, "[model_parallel] the batch axis '", *batch_axis,
+                  "' is not in the mesh ", mesh.to_string());
+  std::vector<std::string> others;
+  for (const auto& a : mesh.axis_names())
+    if (!batch_axis || a != *batch_axis) others.push_back(a);
+  MDTRAIN_CHECK(others.size() == 1, std::invalid_argument, "[model_parallel] the mesh ", mesh.to_string(),
+                " needs exactly one model axis besides the batch axis ",
+                batch_axis ? "'" + *batch_axis + "'" : std::string("(none)"), ", got ", others.size());
+  return others.front();
+}
+
+std::vector<Device> local_devices(const DeviceMesh& mesh, const std::shared_ptr<Strategy>& workers) {
+  if (!workers) {
+    MDTRAIN_CHECK(mesh.num_workers() == 1, std::invalid_argument, "[model_parallel] the mesh ", mesh.to_string(),
+                  " spans ", mesh.num_workers(), " workers: pass the strategy that joined them");
+    return mesh.devices();
+  }
+  MDTRAIN_CHECK(mesh.num_workers() == workers->num_workers() &&
+                    mesh.local_device_count() == workers->num_local_replicas(),
+                std::invalid_argument, "[model_parallel] the mesh ", mesh.to_string(), " covers ", mesh.num_workers(),
+                " workers of ", mesh.local_device_count(), " devices; the job has ", workers->num_workers(),
+                " workers of ", workers->num_local_replicas());
+  return workers->devices();
+}
+}  // namespace
+
+ModelParallelStrategy::ModelParallelStrategy(DeviceMesh mesh, WeightLayouts layouts,
+                                             std::optional<std::string> batch_axis, std::shared_ptr<Strategy> workers)
+    : Strategy(local_devices(mesh, workers)),
+      workers_(std::move(workers)),
+      mesh_(std::move(mesh)),
+      layouts_(std::move(layouts)),
+      batch_axis_(std::move(batch_axis)),
+      model_axis_(model_axis_of(mesh_, batch_axis_)) {
+  // Each model group inside one worker: the model axis is the innermost, and for_workers has
+  // checked that its size divides the worker's devices.
+  MDTRAIN_CHECK(mesh_.num_workers() == 1 || (mesh_.num_axes() > 1 && mesh_.axis_names().back() == model_axis_),
+                std::invalid_argument, "[model_parallel] across workers the model axis '", model_axis_,
+                "' must be the last axis of the mesh (inside a worker), got ", mesh_.to_string());
+  for (const auto& [key, layout] : layouts_)
+    for (const auto& axis : layout)
+      if (axis) {
+        MDTRAIN_CHECK(mesh_.has_axis(*axis), std::invalid_argument, "[model_parallel] layout ", layout_string(layout),
+                      " for '", key, "': axis '", *axis, "' is not in the mesh ", mesh_.to_string());
+        MDTRAIN_CHECK(*axis == model_axis_, std::invalid_argument, "[model_parallel] layout ", layout_string(layout),
+                      " for '", key, "': weights are split along the model axis '", model_axis_, "' only, not '", *axis,
+                      "'");
+      }
+}
+
+ModelParallelStrategy::~ModelParallelStrategy() = default;
+
+std::vector<std::unique_ptr<Communicator>> ModelParallelStrategy::make_replica_communicators() const {
+  if (workers_) return workers_->make_replica_communicators();
+  return create_communicators("threads", num_replicas_in_sync());
+}
+
+std::unique_ptr<StepExecutor> ModelParallelStrategy::make_executor(Network& primary, const Loss& loss,
+                                                                   const Optimizer& optimizer) {
+  auto executor = std::make_unique<ModelParallelExecutor>(primary, *this, loss, optimizer);
+  executor_ = executor.get();
+  return executor;
+}
+
+}  // namespace mdtrain

@@ -1,0 +1,71 @@
+#pragma once
+// How a model's layers are split over the model axis of a mesh, from a layout per weight (Keras 3's
+// LayoutMap: "layer/weight" -> one mesh axis name or none per dimension; absent weights are
+// replicated), and the sharded copy of the model each shard trains.
+//
+// Supported layouts (n = the model axis size, which must divide the split dimension):
+// - Dense kernel (None, model): column-parallel (output features split); its bias follows
+//   (("model",) or absent). Dense kernel (model, None): row-parallel (input features split, partial
+//   sums all-reduced, the bias, replicated, added once).
+// - Conv2D kernel (None, None, None, model): split by output channels; its bias follows.
+// - Embedding embeddings (model, None): split by rows (vocabulary); (None, model): by columns.
+// A column-parallel layer (Dense, Conv2D, Embedding by columns) whose output reaches a row-parallel
+// Dense through element-wise layers only (Dropout, Activation other than softmax) keeps it split
+// (Megatron's f/g pairing: no gather; Dropout draws the unsharded masks); otherwise it gathers it.
+// Anything else is std::invalid_argument("[model_parallel] ...") naming the layer, the weight and
+// the layout.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/nn/tensor_parallel/shard_group.h"
+#include "mdtrain/strategy/device_mesh.h"
+
+namespace mdtrain {
+
+// One mesh axis name per dimension of a weight; nullopt: that dimension is not split.
+using WeightLayout = std::vector<std::optional<std::string>>;
+using WeightLayouts = std::map<std::string, WeightLayout>;
+
+// "(None, 'model')", for messages.
+std::string layout_string(const WeightLayout& layout);
+
+class TensorParallelPlan {
+ public:
+  enum class Kind { Replicated, ColumnDense, RowDense, ColumnConv2D, RowEmbedding, ColumnEmbedding, SplitDropout };
+
+  // Validates `layouts` against the primary's layers and the mesh (model axis `model_axis`, of
+  // size model_axis_size) and decides each layer's form.
+  TensorParallelPlan(LayerStack& primary, const WeightLayouts& layouts, const DeviceMesh& mesh,
+                     const std::string& model_axis);
+
+  int num_shards() const { return shards_; }
+  Kind kind(std::size_t layer) const { return layers_[layer].kind; }
+  // Whether layer i's weights are split (its regularization penalty is then a share per shard).
+  bool sharded(std::size_t layer) const;
+  // The dimension along which a weight is split, or -1 when it is replicated.
+  int split_dim(const std::string& weight) const;
+
+  // Shard k's model: the primary's layers in their sharded forms, talking through `group` (which
+  // must outlive it), with shard k's pieces of the primary's weights.
+  std::unique_ptr<LayerStack> build_shard(LayerStack& primary, ShardGroup* group) const;
+  // Copies the primary's weights into shard k's network (its pieces), or shard k's pieces back.
+  void scatter(LayerStack& primary, LayerStack& shard, int k) const;
+  void gather(LayerStack& shard, int k, LayerStack& primary) const;
+
+ private:
+  struct LayerPlan {
+    Kind kind = Kind::Replicated;
+    bool gather_output = true;        // column-parallel: gather the output
+    bool input_split = false;         // row-parallel: the input arrives split
+    std::int64_t whole_features = 0;  // split activations: the unsharded last dimension
+  };
+  std::vector<LayerPlan> layers_;
+  std::map<std::string, int> split_dims_;
+  int shards_ = 1;
+};
+
+}  // namespace mdtrain
