@@ -8,6 +8,7 @@
 
 #include "mdtrain/nn/tensor_parallel/dim_slices.h"
 #include "mdtrain/ops/ops.h"
+#include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/batch_split.h"
 #include "mdtrain/strategy/communicator_shard_group.h"
 #include "mdtrain/strategy/communicator_sums.h"
@@ -178,7 +179,6 @@ double ModelParallelExecutor::regularization_loss() const {
 
 StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[model_parallel] a training batch needs at least one example");
-  const double scale = 1.0 / static_cast<double>(batch.count);
   StepLoss result;
   result.regularization = regularization_loss();  // Keras adds the penalties of the starting weights
   const auto step = static_cast<std::uint64_t>(shards_.front()->optimizer->iterations());
@@ -196,24 +196,27 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
     ctx.replicas = batch_size_ > 1 ? &s.batch_sums : nullptr;
     if (slice.rows > 0) {
       gather_batch(s, batch, slice.first, slice.rows);
+      const std::int64_t labels = global_label_count(s, true);
       Tensor pred = net.forward(s.x_batch, ctx);
       ensure_buffer(s.dpred, pred.shape(), pred.dtype());
+      const BatchLossScale ls = batch_loss_scale(*s.loss, s.y_batch, pred, batch.count, labels);
       // Every device of a model group computes the same whole output and loss; shard 0 reports.
       double sum = 0;
       if (s.logits_loss) {
-        sum = s.logits_loss->forward_backward(s.y_batch, net.logits(), scale, &s.dpred);
+        sum = s.logits_loss->forward_backward(s.y_batch, net.logits(), ls.grad_scale, &s.dpred);
         net.backward_from_logits(s.dpred);
       } else {
-        sum = s.loss->forward_backward(s.y_batch, pred, scale, &s.dpred);
+        sum = s.loss->forward_backward(s.y_batch, pred, ls.grad_scale, &s.dpred);
         net.backward(s.dpred);
       }
       if (s.model == 0) {
-        s.loss_sum = sum;
+        s.loss_sum = sum * ls.report_factor;
         if (outputs) outputs->on_replica_output(d, s.y_batch, pred);
       }
     } else {
       // The whole model group has no rows: it skips its model-axis collectives together, but
       // joins the batch axis's with zero gradients.
+      global_label_count(s, false);
       net.packed_grads().fill(0.0);
       net.step_without_rows(ctx, {});
     }
@@ -251,15 +254,19 @@ StepLoss ModelParallelExecutor::test_step(const GlobalBatch& batch, ReplicaOutpu
   run_devices([&](Shard& s, int d) {
     s.loss_sum = 0;
     const RowSlice slice = slice_of(batch.count, batch_size_, s.batch);
-    if (slice.rows == 0) return;
+    if (slice.rows == 0) {
+      global_label_count(s, false);
+      return;
+    }
     gather_batch(s, batch, slice.first, slice.rows);
+    const std::int64_t labels = global_label_count(s, true);
     ForwardContext ctx;
     ctx.global_row_offset = slice.first;
     Tensor pred = s.net->forward(s.x_batch, ctx);
     const double sum = s.logits_loss ? s.logits_loss->forward_backward(s.y_batch, s.net->logits(), 1.0, nullptr)
                                      : s.loss->forward_backward(s.y_batch, pred, 1.0, nullptr);
     if (s.model == 0) {
-      s.loss_sum = sum;
+      s.loss_sum = sum * batch_loss_scale(*s.loss, s.y_batch, pred, batch.count, labels).report_factor;
       if (outputs) outputs->on_replica_output(d, s.y_batch, pred);
     }
   });
@@ -267,6 +274,16 @@ StepLoss ModelParallelExecutor::test_step(const GlobalBatch& batch, ReplicaOutpu
   result.sum = sum_of_losses();
   result.regularization = regularization_loss();
   return result;
+}
+
+std::int64_t ModelParallelExecutor::global_label_count(Shard& s, bool has_rows) {
+  // Only a loss whose divisor depends on the labels (ignore_class) needs the count of the whole
+  // global batch: every device of a model group holds the same rows, so summing over the batch
+  // axis (which spans the workers) counts each row once. Every device joins, rows or not.
+  if (!s.loss->counts_labels()) return -1;
+  double count = has_rows ? static_cast<double>(s.loss->counted_labels(s.y_batch)) : 0.0;
+  if (batch_size_ > 1) s.batch_comm->all_reduce(&count, 1, DType::Float64, ReduceOp::Sum);
+  return static_cast<std::int64_t>(count);
 }
 
 double ModelParallelExecutor::sum_of_losses() {
