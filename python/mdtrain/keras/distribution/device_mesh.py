@@ -15,6 +15,9 @@ process's logical devices (a multi-worker job's global mesh is built by its stra
 The mesh itself is the C++ ``DeviceMesh`` (cpp/mdtrain/strategy/device_mesh.h), which strategies use
 to split communicators per axis.
 """
+import os
+import re
+
 import numpy as np
 
 from mdtrain import _core
@@ -25,16 +28,66 @@ __all__ = ["DeviceMesh", "list_devices"]
 
 def list_devices(device_type=None):
     """Every device of ``device_type`` (``"cpu"``, ``"gpu"`` or ``"tpu"``, any case), as ``"cpu:0"``-style
-    strings. ``None``: the GPUs if there are any, else the (logical) CPU devices, as Keras does."""
+    strings. ``None``: the GPUs if there are any, else the (logical) CPU devices, as Keras does.
+
+    In a job of several processes (started by an MPI launcher, e.g. ``python -m mdtrain.launch -n 2``)
+    the global devices are returned, as Keras does in a distributed setting: every worker's local
+    devices, worker by worker, named the TensorFlow way (``"/job:worker/replica:0/task:1/device:CPU:0"``).
+    """
     if device_type is not None:
         if not isinstance(device_type, str) or device_type.lower() not in ("cpu", "gpu", "tpu"):
             raise ValueError(f"device_type must be one of 'cpu', 'gpu' or 'tpu' (or None), got {device_type!r}")
         device_type = device_type.lower()
         if device_type == "tpu":
             return []  # mdtrain has no TPU backend: there are none, as in Keras without TPUs
-        return _keras_names(_config.list_logical_devices(device_type.upper()))
-    gpus = _config.list_logical_devices("GPU")
-    return _keras_names(gpus or _config.list_logical_devices("CPU"))
+        local = _keras_names(_config.list_logical_devices(device_type.upper()))
+    else:
+        gpus = _config.list_logical_devices("GPU")
+        local = _keras_names(gpus or _config.list_logical_devices("CPU"))
+    workers = _worker_count()
+    if workers == 1:
+        return local
+    # Every worker of an mdtrain job has the same local devices (one process per host slot).
+    return [_global_name(w, d) for w in range(workers) for d in local]
+
+
+def _worker_count():
+    """The processes of this job: 1 unless an MPI launcher started it."""
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS"):
+        try:
+            return max(1, int(os.environ[name]))
+        except (KeyError, ValueError):
+            continue
+    return 1
+
+
+def _global_name(worker, keras_name):
+    kind, index = keras_name.split(":")
+    return f"/job:worker/replica:0/task:{worker}/device:{kind.upper()}:{index}"
+
+
+_GLOBAL = re.compile(r"^/job:[a-z]+(?:/replica:\d+)?/task:(\d+)/device:([A-Za-z]+):(\d+)$")
+
+
+def _split_global(names):
+    """For global device names (with ``/task:``): (num_workers, the local devices of each worker) after
+    checking that the devices fill the workers in order, the same local devices on each. None when no
+    name is global; a ValueError when only some are or the order is not worker-major."""
+    parsed = [_GLOBAL.match(n) for n in names]
+    if not any(parsed):
+        return None
+    if not all(parsed):
+        raise ValueError(f"devices: mix of global ('/job:worker/.../task:i/device:...') and local device names: {names}")
+    tasks = [int(m.group(1)) for m in parsed]
+    local = [f"{m.group(2).lower()}:{m.group(3)}" for m in parsed]
+    workers = _worker_count()
+    per_worker = len(names) // workers if len(names) % workers == 0 else 0
+    expected = [w for w in range(workers) for _ in range(per_worker)]
+    if tasks != expected or any(local[i] != local[i % per_worker] for i in range(len(local))):
+        raise ValueError(f"devices: a mesh across the {workers} workers of this job must list every worker's devices "
+                         f"in worker order, the same local devices for each (as list_devices() gives them); got "
+                         f"tasks {tasks} with devices {local}")
+    return workers, local[:per_worker]
 
 
 def _keras_names(logical_devices):
@@ -106,10 +159,16 @@ class DeviceMesh:
             raise ValueError(f"shape does not match the number of devices. Received: shape={shape}; "
                              f"devices.shape={device_array.shape}")
         flat = [str(d) for d in device_array.reshape(-1)]
-        _check_devices_exist(flat)
-        # The C++ mesh checks the rest (axis names unique and non-empty, devices distinct) and
-        # raises ValueError with a "[mesh]" message naming the argument.
-        self._core = _core.DeviceMesh(dims, names, flat)
+        across_workers = _split_global(flat)
+        # The C++ mesh checks the rest (axis names unique and non-empty, devices distinct, a last
+        # axis that stays inside a worker) and raises ValueError with a "[mesh]" message.
+        if across_workers is None:
+            _check_devices_exist(flat)
+            self._core = _core.DeviceMesh(dims, names, flat)
+        else:
+            workers, local = across_workers
+            _check_devices_exist(local)
+            self._core = _core.DeviceMesh.for_workers(dims, names, workers, local)
         self._shape = shape
         self._axis_names = axis_names
         self._devices = np.array(flat).reshape(dims)

@@ -13,6 +13,7 @@ model.compile(...)`` and then ``fit``, or ``set_distribution(dist)`` for every m
 """
 import contextlib
 import warnings
+import weakref
 
 import numpy as np
 
@@ -146,6 +147,7 @@ class ModelParallel(Distribution):
         super().__init__(mesh, batch_dim_name or mesh.axis_names[0], auto_shard_dataset)
         self._layout_map = layout_map
         self._unlaid_core = None
+        self._model_cores = weakref.WeakKeyDictionary()  # model -> the C++ strategy with its layouts
 
     @property
     def layout_map(self):
@@ -172,11 +174,41 @@ class ModelParallel(Distribution):
             self._unlaid_core = self._make_core({})
         return self._unlaid_core
 
+    @property
+    def num_replicas_in_sync(self):
+        """Model replicas training on different rows: the size of the batch axis."""
+        return self.num_model_replicas
+
+    def run(self, fn, args=(), kwargs=None):
+        raise NotImplementedError("strategy.run (custom training loops) under ModelParallel is not supported: a "
+                                  "replica's tape would see only its shard of each split weight. Train with "
+                                  "model.fit / evaluate / predict, or use MirroredStrategy for custom loops.")
+
+    def memory_per_device(self, model):
+        """Measured bytes each device holds for ``model`` after it trained at least one step: a list in
+        mesh order of ``{"device", "weights", "optimizer_state"}`` (the allocations, not shapes)."""
+        core = self._compiled_core(model)
+        devices = [str(d) for d in self.device_mesh.devices.reshape(-1)]
+        return [{"device": d, "weights": int(w), "optimizer_state": int(o)}
+                for d, w, o in zip(devices, core.parameter_bytes_per_device(), core.optimizer_state_bytes_per_device())]
+
+    def model_axis_bytes_per_step(self, model):
+        """Bytes each device sent and received over the model axis in ``model``'s last training step."""
+        return [int(b) for b in self._compiled_core(model).model_axis_bytes_per_step()]
+
+    def _compiled_core(self, model):
+        core = self._model_cores.get(model)
+        if core is None:
+            raise ValueError(f"model '{getattr(model, 'name', model)}' was not compiled under this ModelParallel")
+        return core
+
     def _core_for(self, model):
         """The C++ strategy for ``model``: its weights' layouts resolved against the map (strictly)."""
         resolved = self._layout_map.resolve(model)
         layouts = {r.path: list(r.axes) for r in resolved if any(a is not None for a in r.axes)}
-        return self._make_core(layouts)
+        core = self._make_core(layouts)
+        self._model_cores[model] = core
+        return core
 
     def _make_core(self, layouts):
         if not hasattr(_core, "ModelParallelStrategy"):
