@@ -77,7 +77,8 @@ def _split_global(names):
     if not any(parsed):
         return None
     if not all(parsed):
-        raise ValueError(f"devices: mix of global ('/job:worker/.../task:i/device:...') and local device names: {names}")
+        raise ValueError(f"devices: mix of global ('/job:worker/.../task:i/device:...') and local device names: "
+                         f"{names}")
     tasks = [int(m.group(1)) for m in parsed]
     local = [f"{m.group(2).lower()}:{m.group(3)}" for m in parsed]
     workers = _worker_count()
