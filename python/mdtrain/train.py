@@ -36,7 +36,7 @@ class Checkpoint:
 
     The optimizer is the model's own (compiled with it: its state is stored with the model, as
     Keras does) or a custom loop's (never compiled; it updates the model's variables through
-    apply_gradients): its slots are stored under /checkpoint/optimizers/<name>, keyed by the
+    apply_gradients; with a compiled model, only once it has updated them): its slots are stored under /checkpoint/optimizers/<name>, keyed by the
     variable's position in model.trainable_variables, so a new model of the same architecture
     (whose layers have other names) restores them."""
 
@@ -64,7 +64,11 @@ class Checkpoint:
         for name, opt in optimizers:
             if self._model is not None and self._model.optimizer is opt:
                 continue
-            if self._model is None or opt._model_core is not None:
+            applied = opt.__dict__.get("_tape_variable_ids")
+            loop_optimizer = self._model is not None and opt._model_core is None and (
+                self._model.optimizer is None or
+                applied == [v._id for v in self._model.trainable_variables])
+            if not loop_optimizer:
                 raise ValueError(f"tf.train.Checkpoint: {name}= must be the optimizer of the checkpointed model "
                                  "(the one it was compiled with, or a custom loop's optimizer of its variables)")
             self._loop_optimizers[name] = opt
