@@ -50,6 +50,9 @@ class PerReplica:
             return first
         raise TypeError("this PerReplica value holds no tuple, list or dict to unpack or index")
 
+    def __bool__(self):  # a value, whatever __len__ says
+        return True
+
     def __len__(self):
         return len(self._structured())
 
