@@ -84,6 +84,7 @@ def test_methods_bind_self_and_keep_one_function_per_instance():
     assert float(a.scale(1.0)) == 2.0 and float(b.scale(1.0)) == 3.0
     assert a.scale is a.scale and a.scale is not b.scale
     assert Scaler.scale.python_function is a.scale.python_function
+    assert float(Scaler.scale(b, 2.0)) == 6.0  # called on the class with the instance
     with pytest.raises(TypeError, match="shape"):
         a.scale(np.ones(2))
 

@@ -167,6 +167,7 @@ class Function:
         self._traces = set()
         self._signature = self._python_signature()
         self._input_signature = None
+        self._unbound_method = False
         if input_signature is not None:
             if not isinstance(input_signature, (tuple, list)):
                 raise TypeError(f"input_signature must be a list or tuple of TensorSpec, got {input_signature!r}")
@@ -191,8 +192,10 @@ class Function:
         positional = [p for p in self._signature.parameters.values()
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         has_varargs = any(p.kind == p.VAR_POSITIONAL for p in self._signature.parameters.values())
-        if self._instance is None and positional and positional[0].name in ("self", "cls"):
+        if self._instance is None and positional and positional[0].name in ("self", "cls") and \
+                len(positional) > len(self._input_signature):
             positional = positional[1:]  # a method, decorated in its class: bound by __get__
+            self._unbound_method = True
         if len(self._input_signature) > len(positional) and not has_varargs:
             raise TypeError(f"tf.function {self._name}: input_signature has {len(self._input_signature)} "
                             f"entries but the function takes {len(positional)} positional parameter(s)")
@@ -255,13 +258,15 @@ class Function:
                             f"Received args: {args!r} and kwargs: {kwargs!r} for signature: "
                             f"{self._input_signature!r}.") from None
         params = list(self._signature.parameters.values())
+        if self._unbound_method:  # Class.method(instance, ...): the instance is not in the signature
+            params = params[1:]
         specs = list(self._input_signature)
         try:
             for p in params:
                 if p.kind == p.VAR_POSITIONAL:
                     values = bound.arguments.get(p.name, ())
                     if len(values) > len(specs):
-                        raise _BindingError(f"too many positional arguments for the input_signature")
+                        raise _BindingError("too many positional arguments for the input_signature")
                     bound.arguments[p.name] = tuple(_convert(v, s, f"argument {p.name}[{i}]")
                                                     for i, (v, s) in enumerate(zip(values, specs)))
                     specs = specs[len(values):]
