@@ -143,11 +143,10 @@ def _trace_key(value, relaxed):
         return ("dict",) + tuple((k, _trace_key(value[k], relaxed)) for k in sorted(value, key=repr))
     if isinstance(value, np.ndarray):  # TF converts arrays to tensors
         return ("tensor", value.dtype.name, value.ndim if relaxed else value.shape)
-    try:
-        hash(value)
+    if value is None or isinstance(value, (bool, numbers.Number, str, bytes)):
         return ("value", type(value).__name__, value)
-    except TypeError:
-        return ("object", id(value))
+    # Other objects (a model, an iterator) by identity, without keeping them alive.
+    return ("object", type(value).__name__, id(value))
 
 
 class Function:
