@@ -83,8 +83,10 @@ def print_table(rows, columns):
 
 
 def find_python_with(module):
-    """An interpreter that can import `module` (this one, $MDTRAIN_BENCH_PYTHON, or /opt/tfenv), or None."""
-    candidates = [os.environ.get("MDTRAIN_BENCH_PYTHON"), sys.executable, "/opt/tfenv/bin/python"]
+    """An interpreter that can import `module` (this one, $MDTRAIN_BENCH_PYTHON, /opt/tfenv, or the
+    venv the test command makes in ~/.cache/mdtrain/tfenv), or None."""
+    candidates = [os.environ.get("MDTRAIN_BENCH_PYTHON"), sys.executable, "/opt/tfenv/bin/python",
+                  os.path.expanduser("~/.cache/mdtrain/tfenv/bin/python")]
     for py in candidates:
         if py and os.path.exists(py):
             ok = subprocess.run([py, "-c", f"import {module}"], capture_output=True).returncode == 0

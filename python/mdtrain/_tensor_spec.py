@@ -19,10 +19,12 @@ def _as_shape(shape):
 
 
 class TensorSpec:
-    """tf.TensorSpec(shape, dtype=float32, name=None). dtype is a NumPy dtype."""
+    """tf.TensorSpec(shape, dtype=float32, name=None). dtype is stored as a NumPy dtype (a tf.DType
+    such as tf.float32 is accepted and compares equal to it)."""
 
     def __init__(self, shape, dtype=np.float32, name=None):
         self.shape = _as_shape(shape)
+        dtype = getattr(dtype, "as_numpy_dtype", dtype)  # tf.float32 -> np.float32
         try:
             self.dtype = np.dtype(dtype)
         except TypeError:

@@ -40,6 +40,31 @@ class PerReplica:
     def __repr__(self):
         return f"PerReplica({list(self.values)!r})"
 
+    # strategy.run of a function returning a tuple (or dict) gives one PerReplica of them; TF gives
+    # the tuple of PerReplica values, so unpacking and indexing work that way too:
+    # `index, outputs = strategy.run(predict, ...)`.
+    def _structured(self):
+        first = self.values[0] if self.values else None
+        if isinstance(first, (tuple, list, dict)) and all(
+                type(v) is type(first) and len(v) == len(first) for v in self.values):
+            return first
+        raise TypeError("this PerReplica value holds no tuple, list or dict to unpack or index")
+
+    def __bool__(self):  # a value, whatever __len__ says
+        return True
+
+    def __len__(self):
+        return len(self._structured())
+
+    def __iter__(self):
+        first = self._structured()
+        keys = list(first) if isinstance(first, dict) else range(len(first))
+        return iter([PerReplica([v[k] for v in self.values]) for k in keys])
+
+    def __getitem__(self, key):
+        self._structured()
+        return PerReplica([v[key] for v in self.values])
+
 
 def _replica_gradients():
     """The collector of the replicas' apply_gradients calls in the running strategy.run."""
@@ -104,6 +129,21 @@ class _DeferredStep:
 
 class _DeferredValue:
     value = None
+
+
+def _run_output(value):
+    """A replica's result as strategy.run returns it: deferred train_step losses resolved, NumPy
+    arrays (what the distributed datasets' slices compute to) as tensors, as TF's run returns
+    tensors. Python numbers stay as they are."""
+    import numpy as np
+
+    if isinstance(value, _DeferredValue):
+        return value.value
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biuf":
+        from mdtrain._eager.tensor import wrap
+
+        return wrap(np.asarray(value))
+    return value
 
 
 _scopes = _ScopeState()
@@ -207,8 +247,7 @@ class Strategy:
                 raise NotImplementedError("model.train_step inside strategy.run with several workers is not supported "
                                           "yet: use a GradientTape step with optimizer.apply_gradients, or model.fit")
             deferred.run(n)
-        resolve = lambda v: v.value if isinstance(v, _DeferredValue) else v  # noqa: E731
-        results = [_map_structure(resolve, r) for r in results]
+        results = [_map_structure(_run_output, r) for r in results]
         return results[0] if n == 1 else PerReplica(results)
 
     @property

@@ -7,6 +7,7 @@ such as a step counter) go under /checkpoint/<name>. Unlike TensorFlow's two-fil
 (prefix.index, prefix.data-*), the path save() returns names the file itself ("<prefix>-<n>.weights.h5").
 The directory's "checkpoint" file lists the checkpoints in TensorFlow's text form.
 """
+import json
 import os
 import re
 
@@ -33,7 +34,11 @@ def _file(path):
 class Checkpoint:
     """Checkpoint(model=..., optimizer=..., step=<variable>, ...).
 
-    The optimizer may only be the model's own (its state is stored with the model, as Keras does)."""
+    The optimizer is the model's own (compiled with it: its state is stored with the model, as
+    Keras does) or a custom loop's (never compiled; it updates the model's variables through
+    apply_gradients; with a compiled model, only once it has updated them): its slots are stored under /checkpoint/optimizers/<name>, keyed by the
+    variable's position in model.trainable_variables, so a new model of the same architecture
+    (whose layers have other names) restores them."""
 
     def __init__(self, root=None, **kwargs):
         from mdtrain.keras.models import Sequential
@@ -55,9 +60,18 @@ class Checkpoint:
             else:
                 raise TypeError(f"tf.train.Checkpoint: {name}={obj!r} cannot be checkpointed (models, their "
                                 "optimizer and variables can)")
+        self._loop_optimizers = {}
         for name, opt in optimizers:
-            if self._model is None or self._model.optimizer is not opt:
-                raise ValueError(f"tf.train.Checkpoint: {name}= must be the optimizer of the checkpointed model")
+            if self._model is not None and self._model.optimizer is opt:
+                continue
+            applied = opt.__dict__.get("_tape_variable_ids")
+            loop_optimizer = self._model is not None and opt._model_core is None and (
+                self._model.optimizer is None or
+                applied == [v._id for v in self._model.trainable_variables])
+            if not loop_optimizer:
+                raise ValueError(f"tf.train.Checkpoint: {name}= must be the optimizer of the checkpointed model "
+                                 "(the one it was compiled with, or a custom loop's optimizer of its variables)")
+            self._loop_optimizers[name] = opt
         self._include_optimizer = bool(optimizers) or self._model is not None
         self.save_counter = _Counter()
 
@@ -76,7 +90,35 @@ class Checkpoint:
                 group.attrs["save_counter"] = self.save_counter.value
                 for name, var in self._values.items():
                     group.create_dataset(name, data=np.asarray(var.numpy()))
+                for name, opt in self._loop_optimizers.items():
+                    self._write_loop_optimizer(group.create_group(f"optimizers/{name}"), opt)
         return path
+
+    def _write_loop_optimizer(self, group, optimizer):
+        """A custom loop optimizer's state; slot names say the variable's trainable index."""
+        paths = [v.path for v in self._model.trainable_variables]
+        names = []
+        for i, (state_name, value) in enumerate(optimizer._standalone.state()):
+            var, _, kind = state_name.rpartition("/")
+            names.append(f"{paths.index(var)}/{kind}" if var in paths else state_name)
+            group.create_dataset(str(i), data=np.asarray(value))
+        group.attrs["names"] = json.dumps(names)
+
+    def _read_loop_optimizer(self, group, optimizer, path):
+        variables = self._model.trainable_variables
+        state = []
+        for i, saved in enumerate(json.loads(group.attrs["names"])):
+            index, _, kind = saved.partition("/")
+            if index.isdigit():
+                if int(index) >= len(variables):
+                    raise ValueError(f"tf.train.Checkpoint: {path} holds optimizer slots for more variables than "
+                                     f"the model's {len(variables)}")
+                saved = f"{variables[int(index)].path}/{kind}"
+            state.append((saved, np.asarray(group[str(i)][()])))
+        optimizer._standalone.set_state(state)
+        # The optimizer now holds slots for the model's variables: apply_gradients continues them.
+        if optimizer.__dict__.get("_tape_variable_ids") is None and len(state) > 1:
+            optimizer._tape_variable_ids = [v._id for v in variables]
 
     def save(self, file_prefix):
         """Writes "<file_prefix>-<n>.weights.h5" (n counts saves) and records it in the directory's
@@ -95,6 +137,8 @@ class Checkpoint:
         path = _file(save_path) if not os.path.exists(os.fspath(save_path)) else os.fspath(save_path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"tf.train.Checkpoint: no checkpoint at {save_path}")
+        if self._model is not None and not self._model.built:
+            return self._defer(path)
         if self._model is not None:
             _keras_weights.read(self._model, path, "tf.train.Checkpoint", self._include_optimizer)
         with _h5py().File(path, "r") as f:
@@ -103,11 +147,30 @@ class Checkpoint:
                 if group is None or name not in group:
                     raise ValueError(f"tf.train.Checkpoint: {path} holds no value for {name!r}")
                 var.assign(group[name][()])
+            for name, opt in self._loop_optimizers.items():
+                if group is not None and f"optimizers/{name}" in group:
+                    self._read_loop_optimizer(group[f"optimizers/{name}"], opt, path)
             if group is not None and "save_counter" in group.attrs:
                 self.save_counter.value = int(group.attrs["save_counter"])
         return _LoadStatus()
 
     restore = read
+
+    def _defer(self, path):
+        """TF restores into variables created later (deferred restoration): a model that is not
+        built yet (no input shape) takes the checkpoint when it is built, by fit, predict, build
+        or its first call, whichever comes first."""
+        model, checkpoint = self._model, self
+        build = model._maybe_build  # every way a Sequential gets built goes through it
+
+        def build_then_restore():
+            build()
+            if model.built and model.__dict__.get("_maybe_build") is build_then_restore:
+                del model._maybe_build
+                checkpoint.read(path)
+
+        model._maybe_build = build_then_restore
+        return _LoadStatus()
 
 
 class _Counter:

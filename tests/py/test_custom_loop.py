@@ -91,3 +91,18 @@ def test_train_step_on_some_replicas_only_is_an_error(logical_cpus, blobs):
     batch = next(iter(strategy.experimental_distribute_dataset([(x[:8], y[:8])])))
     with pytest.raises(RuntimeError, match="every replica"):
         strategy.run(step, args=(batch,))
+
+
+def test_run_results_unpack_like_tf_and_numpy_results_are_tensors(logical_cpus):
+    # TF's run returns the structure of per-replica values: `index, outputs = strategy.run(...)`.
+    logical_cpus(2)
+    strategy = tf.distribute.MirroredStrategy()
+    dist = strategy.experimental_distribute_dataset(tf.data.Dataset.range(6).enumerate().batch(6))
+    index, values = next(iter(dist))
+    out_index, outputs = strategy.run(lambda i, v: (i, 2 * v), args=(index, values))
+    local = strategy.experimental_local_results(outputs)
+    assert all(isinstance(v, tf.Tensor) for v in local)
+    assert [v.numpy().tolist() for v in local] == [[0, 2, 4], [6, 8, 10]]
+    assert [v.numpy().tolist() for v in strategy.experimental_local_results(out_index)] == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(TypeError, match="no tuple"):
+        iter(strategy.run(lambda: 1.0))

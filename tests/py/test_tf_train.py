@@ -170,3 +170,44 @@ def test_schedule_learning_rate_reads_the_current_value(blobs):
     assert model.optimizer.learning_rate.numpy() == pytest.approx(0.1)
     model.fit(x, y, batch_size=100, epochs=1, verbose=0)  # 6 steps
     assert model.optimizer.learning_rate.numpy() == pytest.approx(0.05, rel=1e-6)
+
+
+def _loop_model(seed):
+    tf.keras.utils.set_random_seed(seed)
+    return tf.keras.Sequential([tf.keras.layers.Dense(6, activation="relu"), tf.keras.layers.Dense(3)])
+
+
+def _loop_step(model, optimizer, x, y):
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+
+def test_checkpoint_of_a_custom_loop_restores_into_a_new_unbuilt_model(tmp_path):
+    # TF's custom-training tutorial: Checkpoint(optimizer=..., model=...) of an uncompiled model
+    # trained with apply_gradients, restored into a new model that is built afterwards.
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(16, 5)).astype(np.float32), rng.integers(0, 3, size=16)
+    model, optimizer = _loop_model(0), tf.keras.optimizers.Adam(0.01)
+    for _ in range(3):
+        _loop_step(model, optimizer, x, y)
+    path = tf.train.Checkpoint(optimizer=optimizer, model=model).save(os.path.join(tmp_path, "ckpt"))
+    _loop_step(model, optimizer, x, y)
+    expected = model.get_weights()
+
+    new_model, new_optimizer = _loop_model(1), tf.keras.optimizers.Adam(0.01)
+    tf.train.Checkpoint(optimizer=new_optimizer, model=new_model).restore(tf.train.latest_checkpoint(tmp_path))
+    assert path.endswith("ckpt-1.weights.h5") and not new_model.built
+    new_model(x)  # built here: the deferred restore applies
+    assert int(new_optimizer.iterations) == 3
+    _loop_step(new_model, new_optimizer, x, y)  # Adam continues from the restored slots
+    for a, b in zip(expected, new_model.get_weights()):
+        assert np.array_equal(a, b)
+
+
+def test_checkpoint_refuses_a_fresh_optimizer_beside_a_compiled_model(blobs):
+    model = trained(blobs)
+    with pytest.raises(ValueError, match="custom loop's optimizer"):
+        tf.train.Checkpoint(model=model, optimizer=tf.keras.optimizers.SGD())

@@ -6,6 +6,7 @@ and tf.dtypes are modules of this package.
 from mdtrain._eager import dtypes, errors, ops  # noqa: F401
 from mdtrain._eager import math_namespace, nn_namespace  # noqa: F401
 from mdtrain._eager.dtypes import DType, as_dtype  # noqa: F401
+from mdtrain._eager.function import Function, function  # noqa: F401
 from mdtrain._eager.tape import GradientTape, UnconnectedGradients  # noqa: F401
 from mdtrain._eager.tensor import EagerTensor, TensorShape, constant, convert_to_tensor  # noqa: F401
 from mdtrain._eager.variables import Variable  # noqa: F401
@@ -30,5 +31,5 @@ def exports():
     out.update(Tensor=EagerTensor, TensorShape=TensorShape, Variable=Variable, GradientTape=GradientTape,
                UnconnectedGradients=UnconnectedGradients, DType=DType, as_dtype=as_dtype, constant=constant,
                convert_to_tensor=convert_to_tensor, newaxis=None, math=math_namespace, nn=nn_namespace,
-               errors=errors, dtypes=dtypes)
+               errors=errors, dtypes=dtypes, function=function)
     return out

@@ -47,6 +47,24 @@ class Loss:
 _REDUCTIONS = ("sum_over_batch_size", "sum", None)
 
 
+class Reduction:
+    """tf.keras.losses.Reduction (TF's legacy names, still in tf.keras): the reduction strings."""
+
+    AUTO = "auto"
+    NONE = "none"
+    SUM = "sum"
+    SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+
+    @classmethod
+    def all(cls):
+        return (cls.AUTO, cls.NONE, cls.SUM, cls.SUM_OVER_BATCH_SIZE)
+
+    @classmethod
+    def validate(cls, key):
+        if key not in cls.all():
+            raise ValueError(f"Invalid Reduction Key: {key}. Expected keys are \"{cls.all()}\"")
+
+
 def _check_reduction(reduction, owner):
     """Keras 3's reductions ("auto" is "sum_over_batch_size", "none" is None); anything else is a
     ValueError, never a silent mean."""
