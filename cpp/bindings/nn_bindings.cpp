@@ -5,6 +5,7 @@
 #include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/layer_factory.h"
+#include "mdtrain/nn/merge_layer.h"
 
 namespace mdtrain::bindings {
 
@@ -80,6 +81,10 @@ void init_nn(py::module_& m) {
           py::arg("x"),
           "Raises ValueError naming the first index of x (rows of inputs) that is not a whole number in "
           "[0, input_dim), before any training step runs.");
+  py::class_<MergeLayer, Layer, std::shared_ptr<MergeLayer>>(m, "MergeLayer")
+      .def("merged_shape", &MergeLayer::merged_shape, py::arg("input_shapes"),
+           "The output shape (batch axis excluded) for these input shapes; ValueError naming the layer "
+           "and the shapes when they cannot be merged.");
   m.def(
       "layer_from_config",
       [](const std::string& spec) { return std::shared_ptr<Layer>(layer_from_config(Json::parse(spec))); },

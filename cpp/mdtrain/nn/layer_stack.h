@@ -6,6 +6,7 @@
 
 #include "mdtrain/nn/layer.h"
 #include "mdtrain/nn/network.h"
+#include "mdtrain/nn/packed_parameters.h"
 
 namespace mdtrain {
 
@@ -25,14 +26,14 @@ class LayerStack final : public Network {
 
   // Adding to a built stack builds the new layer on the current output shape.
   void add(std::shared_ptr<Layer> layer);
-  const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
+  const std::vector<std::shared_ptr<Layer>>& layers() const override { return layers_; }
 
   // Builds every layer for inputs shaped (batch, *input_shape); layer i is seeded from (seed, i).
   void build(const Shape& input_shape, std::uint64_t seed, DType dtype = DType::Float32);
   bool built() const override { return built_; }
-  const Shape& input_shape() const { return input_shape_; }
-  Shape output_shape() const;
-  DType dtype() const { return dtype_; }
+  const Shape& input_shape() const override { return input_shape_; }
+  Shape output_shape() const override;
+  DType dtype() const override { return dtype_; }
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   // GradientsFinal (Network): layers are packed in order and backward runs last to first, so the
@@ -61,15 +62,15 @@ class LayerStack final : public Network {
   ParameterList trainable_parameters() override;
   ParameterList non_trainable_parameters() override;
   // Elements of all weights (Keras's count_params), of the trainable ones (the packed buffers).
-  std::int64_t parameter_count() const { return packed_values_.numel() + non_trainable_values_.numel(); }
-  std::int64_t trainable_count() const override { return packed_values_.numel(); }
-  Tensor& packed_values() override { return packed_values_; }
-  Tensor& packed_grads() override { return packed_grads_; }
+  std::int64_t parameter_count() const { return packed_.values.numel() + packed_.non_trainable.numel(); }
+  std::int64_t trainable_count() const override { return packed_.values.numel(); }
+  Tensor& packed_values() override { return packed_.values; }
+  Tensor& packed_grads() override { return packed_.grads; }
   // The non-trainable weights' values, packed in parameters() order.
-  Tensor& non_trainable_values() override { return non_trainable_values_; }
+  Tensor& non_trainable_values() override { return packed_.non_trainable; }
   // The same buffers followed by kPackedPadding zero elements (Network::kPackedPadding).
-  Tensor& padded_values() override { return padded_values_; }
-  Tensor& padded_grads() override { return padded_grads_; }
+  Tensor& padded_values() override { return packed_.padded_values; }
+  Tensor& padded_grads() override { return packed_.padded_grads; }
 
   double regularization_loss() const override;
   void add_regularization_gradients() override;
@@ -88,10 +89,9 @@ class LayerStack final : public Network {
   void check_device_support(const Device& device) const override;
 
  private:
-  void pack_parameters();
+  void pack_parameters() { packed_.pack(layers_, dtype_, device_); }
   // Tells on_final (if any) that layer i's gradients, and all after them, are written.
   void layer_done(std::size_t i, const GradientsFinal& on_final) const;
-  static std::uint64_t layer_seed(std::uint64_t seed, std::size_t index);
 
   std::vector<std::shared_ptr<Layer>> layers_;
   bool built_ = false;
@@ -99,12 +99,7 @@ class LayerStack final : public Network {
   Shape input_shape_;
   DType dtype_ = DType::Float32;
   Device device_;
-  Tensor packed_values_, packed_grads_;
-  Tensor padded_values_, padded_grads_;
-  Tensor non_trainable_values_;
-  // Per layer, the element of packed_grads() where its trainable parameters begin (where the
-  // next layer's begin when it has none).
-  std::vector<std::int64_t> first_grad_element_;
+  PackedParameters packed_;
 };
 
 }  // namespace mdtrain
