@@ -2,6 +2,7 @@
 GIL released; Python callbacks run on the calling thread between steps."""
 import functools
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -150,17 +151,14 @@ class Model:
         excluded; a list of them for several inputs): the graph it records is the model."""
         several = isinstance(input_shapes, list)
         inputs = [_keras_tensor.Input(shape=s) for s in (input_shapes if several else [input_shapes])]
+        args = [inputs if several else inputs[0]]
+        takes_training = "training" in inspect.signature(self.call).parameters
         try:
-            outputs = self.call(inputs if several else inputs[0], training=None)
+            outputs = self.call(*args, training=None) if takes_training else self.call(*args)
         except _keras_tensor.TracingError as e:
             raise TypeError(f"Model '{self.name}' ({type(self).__name__}): call() cannot be traced into a graph of "
                             f"layers: {e}. mdtrain runs subclassed models (fit, predict, model(x)) as that graph; "
                             "call() may only call layers (and +, * between their outputs).") from None
-        except TypeError as e:
-            if "training" in str(e) and "argument" in str(e):
-                outputs = self.call(inputs if several else inputs[0])
-            else:
-                raise
         for out in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
             if not isinstance(out, _keras_tensor.KerasTensor):
                 raise TypeError(f"Model '{self.name}' ({type(self).__name__}): call() returned {type(out).__name__} "
