@@ -54,6 +54,14 @@ class KerasTensor:
     def __index__(self):
         self._no_value("an index")
 
+    def _not_traceable(self, *args):
+        raise TracingError(f"this operation on {self!r} cannot be traced: between symbolic tensors only + and * "
+                           "(the Add and Multiply layers) are supported; express the rest with layers")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _not_traceable
+    __sub__ = __rsub__ = __truediv__ = __rtruediv__ = __matmul__ = __rmatmul__ = __pow__ = _not_traceable
+    __neg__ = __abs__ = __getitem__ = _not_traceable
+
     def __iter__(self):
         raise TracingError(f"{self!r} cannot be iterated over: it has one batch axis of unknown size")
 

@@ -128,6 +128,7 @@ class Model:
         core = _core.Model.functional(self.name, _random.draw_seed(), [list(t.shape[1:]) for t in inputs],
                                       [t.name for t in inputs], [(layer._core, ids) for layer, ids in nodes],
                                       output_values)
+        self._layers = [layer for layer, _ in nodes]
         self._adopt_core(core, single_output)
 
     def _adopt_core(self, core, single_output=True):
