@@ -215,3 +215,38 @@ def test_residual_cnn_under_multi_worker_mirrored_equals_mirrored(tmp_path):
         for a, b in zip(mwms, weights_of(tmp_path / f"{strategy}.npz")):
             np.testing.assert_array_equal(a, b)
     assert mwms[-1] > 0.6  # the test accuracy after one epoch
+
+
+def test_keras_functional_files_load_and_predict_the_same_both_ways(tmp_path):
+    from keras_oracle import run_keras
+
+    x = np.random.default_rng(0).random((16, 6, 6, 1)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run_keras("""
+        import keras, numpy as np
+        L = keras.layers
+        inputs = keras.Input((6, 6, 1), name="image")
+        stem = L.Conv2D(4, 3, padding="same", activation="relu", name="stem")(inputs)
+        h = L.Conv2D(4, 3, padding="same", name="inner")(stem)
+        r = L.Activation("relu", name="relu")(L.Add(name="residual")([stem, h]))
+        flat = L.Flatten(name="flat")(r)
+        both = L.Concatenate(name="cat")([flat, L.Dense(5, activation="tanh", name="side")(flat)])
+        gated = L.Multiply(name="gate")([both, L.Dense(149, activation="sigmoid", name="g")(both)])
+        model = keras.Model(inputs, L.Dense(3, activation="softmax", name="out")(gated))
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        model.save("keras_made.keras")
+        np.save("keras_pred.npy", model.predict(np.load("x.npy"), verbose=0))
+    """, cwd=tmp_path)
+    model = keras.models.load_model(tmp_path / "keras_made.keras")
+    assert [l.name for l in model.layers] == ["stem", "inner", "residual", "relu", "flat", "side", "cat", "g", "gate",
+                                              "out"]
+    predicted = model.predict(x, verbose=0)
+    np.testing.assert_allclose(predicted, np.load(tmp_path / "keras_pred.npy"), rtol=1e-5, atol=1e-6)
+    model.save(tmp_path / "mdtrain_made.keras")
+    np.save(tmp_path / "mdtrain_pred.npy", predicted)
+    run_keras("""
+        import keras, numpy as np
+        model = keras.models.load_model("mdtrain_made.keras")
+        np.testing.assert_allclose(model.predict(np.load("x.npy"), verbose=0), np.load("mdtrain_pred.npy"),
+                                   rtol=1e-5, atol=1e-6)
+    """, cwd=tmp_path)
