@@ -109,7 +109,7 @@ void LayerGraph::build(std::uint64_t seed, DType dtype) {
   }
   dtype_ = dtype;
   built_ = true;
-  packed_.pack(layers_, dtype_, device_);
+  pack_parameters();
 }
 
 void LayerGraph::check_built() const {
@@ -240,7 +240,7 @@ void LayerGraph::run_backward(const Tensor* dy, const Tensor* dlogits, const Gra
         if (need) accumulate(node.inputs[0], dx);
       }
     }
-    if (on_final) on_final(packed_.first_grad_element[i]);
+    layer_done(i, on_final);
   }
 }
 
@@ -265,7 +265,7 @@ void LayerGraph::step_without_rows(const ForwardContext& ctx, const GradientsFin
   for (auto& node : nodes_) node.layer->forward_without_rows(ctx);
   for (std::size_t i = nodes_.size(); i-- > 0;) {
     nodes_[i].layer->backward_without_rows(!reads_only_inputs(nodes_[i]));
-    if (on_final) on_final(packed_.first_grad_element[i]);
+    layer_done(i, on_final);
   }
 }
 
@@ -286,7 +286,7 @@ std::unique_ptr<LayerGraph> LayerGraph::clone_to(const Device& device) const {
   copy->set_outputs(outputs_);
   copy->built_ = built_;
   copy->dtype_ = dtype_;
-  if (built_) copy->packed_.pack(copy->layers_, copy->dtype_, device);
+  if (built_) copy->pack_parameters();
   return copy;
 }
 

@@ -5,8 +5,7 @@
 #include <vector>
 
 #include "mdtrain/nn/layer.h"
-#include "mdtrain/nn/network.h"
-#include "mdtrain/nn/packed_parameters.h"
+#include "mdtrain/nn/packed_network.h"
 
 namespace mdtrain {
 
@@ -20,7 +19,7 @@ namespace mdtrain {
 //
 // Several inputs (or outputs) travel packed at the Network boundary: x is (batch, sum of the
 // inputs' sizes), each input's elements flattened one after another, and so is the output.
-class LayerGraph final : public Network {
+class LayerGraph final : public PackedNetwork {
  public:
   struct Node {
     std::shared_ptr<Layer> layer;  // a MergeLayer when it reads several values
@@ -51,12 +50,9 @@ class LayerGraph final : public Network {
   std::vector<Shape> output_shapes() const;
 
   bool built() const override { return built_; }
-  const std::vector<std::shared_ptr<Layer>>& layers() const override { return layers_; }
   // The packed shapes at the boundary: the one input's (output's) shape, or (total size,).
   const Shape& input_shape() const override { return packed_input_shape_; }
   Shape output_shape() const override;
-  DType dtype() const override { return dtype_; }
-  const Device& device() const override { return device_; }
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   void backward(const Tensor& dy, const GradientsFinal& on_final) override;
@@ -67,22 +63,9 @@ class LayerGraph final : public Network {
   void backward_from_logits(const Tensor& dlogits, const GradientsFinal& on_final) override;
   void step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) override;
 
-  ParameterList parameters() override { return parameters_of(layers_); }
-  ParameterList trainable_parameters() override { return trainable_parameters_of(layers_); }
-  ParameterList non_trainable_parameters() override { return non_trainable_parameters_of(layers_); }
-  std::int64_t trainable_count() const override { return packed_.values.numel(); }
-  Tensor& packed_values() override { return packed_.values; }
-  Tensor& packed_grads() override { return packed_.grads; }
-  Tensor& non_trainable_values() override { return packed_.non_trainable; }
-  Tensor& padded_values() override { return packed_.padded_values; }
-  Tensor& padded_grads() override { return packed_.padded_grads; }
-  double regularization_loss() const override { return regularization_loss_of(layers_); }
-  void add_regularization_gradients() override { add_regularization_gradients_of(layers_); }
-
   // A deep copy (layers, weights, connections) with its packed parameters on `device`.
   std::unique_ptr<LayerGraph> clone_to(const Device& device) const;
   std::unique_ptr<Network> replicate(const Device& device) const override { return clone_to(device); }
-  void check_device_support(const Device& device) const override { check_layers_device_support(layers_, device); }
 
  private:
   void check_built() const;
@@ -95,13 +78,9 @@ class LayerGraph final : public Network {
   std::vector<Shape> input_shapes_;
   std::vector<Node> nodes_;
   std::vector<int> outputs_;
-  LayerList layers_;          // nodes_' layers, in node order
   std::vector<int> readers_;  // per value: how many node inputs and outputs read it
   bool built_ = false;
-  DType dtype_ = DType::Float32;
-  Device device_;
   Shape packed_input_shape_;
-  PackedParameters packed_;
   std::vector<Tensor> values_;        // per value, the last forward's
   std::vector<Tensor> grads_;         // per value, during backward
   std::vector<Tensor> accumulators_;  // per value read more than once: the summed gradient

@@ -48,10 +48,6 @@ Tensor LayerStack::forward(const Tensor& x, const ForwardContext& ctx) {
   return h;
 }
 
-void LayerStack::layer_done(std::size_t i, const GradientsFinal& on_final) const {
-  if (on_final) on_final(packed_.first_grad_element[i]);
-}
-
 void LayerStack::backward(const Tensor& dy, const GradientsFinal& on_final) {
   Tensor g = dy;
   for (std::size_t i = layers_.size(); i-- > 0;) {
@@ -85,15 +81,7 @@ void LayerStack::backward_from_logits(const Tensor& dlogits, const GradientsFina
   }
 }
 
-ParameterList LayerStack::parameters() { return parameters_of(layers_); }
-ParameterList LayerStack::trainable_parameters() { return trainable_parameters_of(layers_); }
-ParameterList LayerStack::non_trainable_parameters() { return non_trainable_parameters_of(layers_); }
-double LayerStack::regularization_loss() const { return regularization_loss_of(layers_); }
-void LayerStack::add_regularization_gradients() { add_regularization_gradients_of(layers_); }
-
 std::unique_ptr<LayerStack> LayerStack::clone() const { return clone_to(device_); }
-
-void LayerStack::check_device_support(const Device& device) const { check_layers_device_support(layers_, device); }
 
 std::unique_ptr<LayerStack> LayerStack::clone_to(const Device& device) const {
   check_device_support(device);

@@ -684,28 +684,28 @@ class _Merge(Layer):
         return self._eager(tensors)
 
 
+def _fold(op_name, tensors):
+    """tensors[0] op tensors[1] op ..., in input order (as the C++ layer folds them)."""
+    from mdtrain._eager import ops
+
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = getattr(ops, op_name)(out, t)
+    return out
+
+
 class Add(_Merge):
     """keras.layers.Add: the element-wise sum of inputs of one shape."""
 
     def _eager(self, tensors):
-        from mdtrain._eager import ops
-
-        out = tensors[0]
-        for t in tensors[1:]:
-            out = ops.add(out, t)
-        return out
+        return _fold("add", tensors)
 
 
 class Multiply(_Merge):
     """keras.layers.Multiply: the element-wise product of inputs of one shape."""
 
     def _eager(self, tensors):
-        from mdtrain._eager import ops
-
-        out = tensors[0]
-        for t in tensors[1:]:
-            out = ops.multiply(out, t)
-        return out
+        return _fold("multiply", tensors)
 
 
 class Concatenate(_Merge):
