@@ -250,3 +250,25 @@ def test_keras_functional_files_load_and_predict_the_same_both_ways(tmp_path):
         np.testing.assert_allclose(model.predict(np.load("x.npy"), verbose=0), np.load("mdtrain_pred.npy"),
                                    rtol=1e-5, atol=1e-6)
     """, cwd=tmp_path)
+
+
+@pytest.mark.skipif(not tf._core.zmq_available(), reason="mdtrain was built without ZeroMQ (libzmq3-dev)")
+def test_parameter_server_workers_train_a_functional_model(tmp_path, blobs):
+    """The workers load the chief's model file (a Functional config) and run the graph's steps."""
+    from mdtrain._ps.local_cluster import LocalCluster
+
+    x, y = blobs
+    with LocalCluster(1, 2, log_dir=str(tmp_path)) as cluster:
+        cluster.wait_until_serving()
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster.cluster),
+                                                                         task_type="chief", task_id=0)
+        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+        try:
+            with strategy.scope():
+                model = residual_mlp(seed=6)
+                model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy", metrics=["accuracy"])
+            model.fit(x, y, batch_size=32, epochs=3, steps_per_epoch=len(x) // 32, verbose=0)
+            _, accuracy = model.evaluate(x, y, verbose=0)
+        finally:
+            strategy._close()
+    assert accuracy > 0.9
