@@ -184,6 +184,9 @@ def functional_from_keras(config):
             values[name] = Input(shape=tuple(shape[1:]), name=name)
             continue
         nodes = entry.get("inbound_nodes") or []
+        if not nodes:
+            raise UnsupportedKerasObject(f"Functional model: layer {name!r} has no inbound node (it is called on "
+                                         "nothing)")
         if len(nodes) != 1:
             raise UnsupportedKerasObject(f"layer {name!r} is called {len(nodes)} times; mdtrain supports layers "
                                          "called once (no shared layers)")
@@ -202,6 +205,10 @@ def functional_from_keras(config):
         values[name] = layer_from_keras(entry)(inputs)
     ins, ins_list = _histories(inner.get("input_layers") or [])
     outs, outs_list = _histories(inner.get("output_layers") or [])
+    unknown = [n for n in ins + outs if n not in values]
+    if unknown or not ins or not outs:
+        raise UnsupportedKerasObject(f"Functional model: input_layers/output_layers name {unknown or 'nothing'}, "
+                                     f"not layers of the model")
     inputs = [values[n] for n in ins]
     outputs = [values[n] for n in outs]
     return _models.Model(inputs if ins_list else inputs[0], outputs if outs_list else outputs[0],
