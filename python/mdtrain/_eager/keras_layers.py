@@ -206,8 +206,14 @@ def _call_graph(model, inputs, training):
     call as above (merge layers as eager ops), so GradientTape sees the same graph fit trains. A
     subclassed model is traced on the first call (its call() becomes the graph)."""
     training = bool(training)
-    several = isinstance(inputs, (list, tuple)) and len(inputs) > 1 and not np.isscalar(inputs[0]) \
-        and np.ndim(inputs[0]) >= 1 and not isinstance(inputs[0], (int, float))
+    if model._graph is not None:
+        several = len(model._graph.input_shapes) > 1
+    else:  # not traced yet: a list of arrays or tensors is one per input
+        several = isinstance(inputs, (list, tuple)) and len(inputs) > 1 and all(hasattr(a, "shape") for a in inputs)
+    if several and (not isinstance(inputs, (list, tuple)) or len(inputs) != len(model._graph.input_shapes
+                                                                              if model._graph else inputs)):
+        raise ValueError(f"Model '{model.name}' has {len(model._graph.input_shapes)} inputs; call it on a list of "
+                         f"{len(model._graph.input_shapes)} tensors")
     xs = [_as_input(x) for x in (inputs if several else [inputs])]
     for x in xs:
         if x.ndim < 1:

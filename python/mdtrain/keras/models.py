@@ -301,6 +301,10 @@ class Model:
             print_fn(line)
 
     def get_config(self):
+        if self._graph is not None:  # Keras's Functional config: layers with their inbound nodes
+            config = json.loads(self._core.config_json())["config"]
+            config.pop("seed", None)
+            return config
         return {"name": self.name, "layers": [{"class_name": type(l).__name__, "config": l.get_config()}
                                                 for l in self._layers]}
 
