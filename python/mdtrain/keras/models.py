@@ -1,4 +1,4 @@
-"""keras.Sequential and load_model. The loops (fit's epochs, evaluate, predict) run in C++ with the
+"""keras.Model (functional and subclassed), keras.Sequential and load_model. The loops (fit's epochs, evaluate, predict) run in C++ with the
 GIL released; Python callbacks run on the calling thread between steps."""
 import functools
 import hashlib
@@ -201,10 +201,6 @@ class Model:
     @property
     def built(self):
         return self._core is not None and self._core.built
-
-    @property
-    def inputs_count(self):
-        return 1 if self._graph is None else len(self._graph.input_shapes)
 
     @property
     def input_shape(self):
