@@ -1,5 +1,6 @@
-"""keras.Model (functional and subclassed), keras.Sequential and load_model. The loops (fit's epochs, evaluate, predict) run in C++ with the
-GIL released; Python callbacks run on the calling thread between steps."""
+"""keras.Model (functional and subclassed), keras.Sequential and load_model. The loops (fit's
+epochs, evaluate, predict) run in C++ with the GIL released; Python callbacks run on the calling
+thread between steps."""
 import functools
 import hashlib
 import inspect
