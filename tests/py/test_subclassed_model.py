@@ -146,3 +146,23 @@ def test_several_inputs(blobs):
     assert history.history["accuracy"][-1] > 0.85
     np.testing.assert_allclose(model([x[:, :10], x[:, 10:]]).numpy(),
                                model.predict([x[:, :10], x[:, 10:]], verbose=0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_failed_trace_leaves_the_layers_free_for_the_next_one(blobs):
+    x, _ = blobs
+
+    class FirstTryFails(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = layers.Dense(2)
+            self.fail = True
+
+        def call(self, inputs, training=None):
+            h = self.dense(inputs)
+            return np.tanh(h) if self.fail else h
+
+    model = FirstTryFails()
+    with pytest.raises(TypeError, match="cannot be traced"):
+        model(x)
+    model.fail = False
+    assert model(x).shape == (600, 2)

@@ -8,6 +8,27 @@ call() is traced the same way, so fit runs one graph whatever wrote it.
 from mdtrain.keras import _naming
 
 
+class _Trace:
+    """While a subclassed model's call() is traced: the layers it called, so that a trace that
+    fails can forget those calls (the layers may then be called again)."""
+
+    active = None
+
+    def __enter__(self):
+        self.outer, self.layers = _Trace.active, []
+        _Trace.active = self
+        return self
+
+    def __exit__(self, kind, value, tb):
+        _Trace.active = self.outer
+        if kind is not None:
+            for layer in self.layers:
+                layer._symbolic_node = None
+
+
+tracing = _Trace
+
+
 class TracingError(TypeError):
     """A subclassed model's call() did something a graph of layers cannot hold."""
 
@@ -158,6 +179,8 @@ def call_symbolic(layer, inputs):
                          f"{given}: {e}") from None
     node = _Node(layer, tensors)
     layer._symbolic_node = node
+    if _Trace.active is not None:
+        _Trace.active.layers.append(layer)
     node.output = KerasTensor((None, *out), "float32", node=node, name=layer.name)
     return node.output
 

@@ -156,17 +156,19 @@ class Model:
         args = [inputs if several else inputs[0]]
         takes_training = "training" in inspect.signature(self.call).parameters
         try:
-            outputs = self.call(*args, training=None) if takes_training else self.call(*args)
+            with _keras_tensor.tracing():
+                outputs = self.call(*args, training=None) if takes_training else self.call(*args)
+                for out in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
+                    if not isinstance(out, _keras_tensor.KerasTensor):
+                        raise TypeError(f"Model '{self.name}' ({type(self).__name__}): call() returned "
+                                        f"{type(out).__name__} instead of layer outputs, so it cannot be traced into "
+                                        "a graph of layers (mdtrain runs subclassed models as that graph; call() may "
+                                        "only call layers)")
+                self._attach_graph(inputs, outputs)
         except _keras_tensor.TracingError as e:
             raise TypeError(f"Model '{self.name}' ({type(self).__name__}): call() cannot be traced into a graph of "
                             f"layers: {e}. mdtrain runs subclassed models (fit, predict, model(x)) as that graph; "
                             "call() may only call layers (and +, * between their outputs).") from None
-        for out in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
-            if not isinstance(out, _keras_tensor.KerasTensor):
-                raise TypeError(f"Model '{self.name}' ({type(self).__name__}): call() returned {type(out).__name__} "
-                                "instead of layer outputs, so it cannot be traced into a graph of layers (mdtrain "
-                                "runs subclassed models as that graph; call() may only call layers)")
-        self._attach_graph(inputs, outputs)
 
     def call(self, inputs, training=None):
         """The model on inputs (a subclass defines it; a functional model runs its graph)."""
