@@ -77,9 +77,37 @@ void init_model(py::module_& m) {
       .def("add", &Model::add)
       .def("build", &Model::build, py::arg("input_shape"))
       .def_property_readonly("built", &Model::built)
-      .def_property_readonly("layers", [](Model& m) { return m.stack().layers(); })
-      .def_property_readonly("input_shape", [](Model& m) { return m.stack().input_shape(); })
-      .def_property_readonly("output_shape", [](Model& m) { return m.stack().output_shape(); })
+      .def_static(
+          "functional",
+          [](const std::string& name, std::uint64_t seed, const std::vector<Shape>& input_shapes,
+             const std::vector<std::string>& input_names,
+             const std::vector<std::pair<std::shared_ptr<Layer>, std::vector<int>>>& nodes,
+             const std::vector<int>& outputs) {
+            auto graph = std::make_unique<LayerGraph>(input_shapes);
+            for (const auto& [layer, inputs] : nodes) graph->add_node(layer, inputs);
+            graph->set_outputs(outputs);
+            return std::make_shared<Model>(name, seed, std::move(graph), input_names);
+          },
+          py::arg("name"), py::arg("seed"), py::arg("input_shapes"), py::arg("input_names"), py::arg("nodes"),
+          py::arg("outputs"),
+          "A functional model: nodes are (layer, [value numbers]); values 0..inputs-1 are the inputs.")
+      .def_property_readonly("is_functional", &Model::is_functional)
+      .def("graph_structure",
+           [](Model& m) {
+             LayerGraph& g = m.graph();
+             py::dict out;
+             out["input_shapes"] = g.input_shapes();
+             out["input_names"] = m.input_names();
+             py::list nodes;
+             for (const auto& node : g.nodes()) nodes.append(py::make_tuple(node.layer, node.inputs));
+             out["nodes"] = nodes;
+             out["outputs"] = g.outputs();
+             out["output_shapes"] = g.output_shapes();
+             return out;
+           })
+      .def_property_readonly("layers", [](Model& m) { return m.network().layers(); })
+      .def_property_readonly("input_shape", [](Model& m) { return m.network().input_shape(); })
+      .def_property_readonly("output_shape", [](Model& m) { return m.network().output_shape(); })
       .def("compile", &Model::compile, py::arg("loss"), py::arg("optimizer"), py::arg("metrics"), py::arg("strategy"))
       .def_property_readonly("compiled", &Model::compiled)
       .def_property_readonly("strategy", &Model::strategy)

@@ -5,6 +5,9 @@
 #include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/layer_factory.h"
+#include "mdtrain/nn/concatenate.h"
+#include "mdtrain/nn/elementwise_merge.h"
+#include "mdtrain/nn/merge_layer.h"
 
 namespace mdtrain::bindings {
 
@@ -80,6 +83,13 @@ void init_nn(py::module_& m) {
           py::arg("x"),
           "Raises ValueError naming the first index of x (rows of inputs) that is not a whole number in "
           "[0, input_dim), before any training step runs.");
+  py::class_<MergeLayer, Layer, std::shared_ptr<MergeLayer>>(m, "MergeLayer")
+      .def("merged_shape", &MergeLayer::merged_shape, py::arg("input_shapes"),
+           "The output shape (batch axis excluded) for these input shapes; ValueError naming the layer "
+           "and the shapes when they cannot be merged.");
+  py::class_<Add, MergeLayer, std::shared_ptr<Add>>(m, "Add");
+  py::class_<Multiply, MergeLayer, std::shared_ptr<Multiply>>(m, "Multiply");
+  py::class_<Concatenate, MergeLayer, std::shared_ptr<Concatenate>>(m, "Concatenate");
   m.def(
       "layer_from_config",
       [](const std::string& spec) { return std::shared_ptr<Layer>(layer_from_config(Json::parse(spec))); },

@@ -5,6 +5,7 @@
 
 #include "mdtrain/core/allocation_budget.h"
 #include "mdtrain/core/rng.h"
+#include "mdtrain/model/functional_config.h"
 #include "mdtrain/model/model_file.h"
 #include "mdtrain/nn/layer_factory.h"
 #include "mdtrain/ops/ops.h"
@@ -39,24 +40,54 @@ class Model::BusyGuard {
 Model::Model(std::string name, std::uint64_t seed) : name_(std::move(name)), seed_(seed) {
   MDTRAIN_CHECK(seed <= kMaxSeed, std::invalid_argument, "[sequential] model \"", name_,
                 "\": seed must be below 2^53 (it is saved as a JSON number), got ", seed);
+  auto stack = std::make_unique<LayerStack>();
+  stack_ = stack.get();
+  network_ = std::move(stack);
+}
+
+Model::Model(std::string name, std::uint64_t seed, std::unique_ptr<LayerGraph> graph,
+             std::vector<std::string> input_names)
+    : name_(std::move(name)), seed_(seed), input_names_(std::move(input_names)) {
+  MDTRAIN_CHECK(seed <= kMaxSeed, std::invalid_argument, "[functional] model \"", name_,
+                "\": seed must be below 2^53 (it is saved as a JSON number), got ", seed);
+  MDTRAIN_CHECK(graph != nullptr, std::invalid_argument, "[functional] model \"", name_, "\" needs a graph");
+  MDTRAIN_CHECK(input_names_.size() == static_cast<std::size_t>(graph->num_inputs()), std::invalid_argument,
+                "[functional] model \"", name_, "\" has ", graph->num_inputs(), " inputs but ", input_names_.size(),
+                " input names");
+  graph->build(seed_);
+  graph_ = graph.get();
+  network_ = std::move(graph);
+}
+
+Network& Model::network() {
+  refresh_weights();
+  return *network_;
+}
+
+LayerGraph& Model::graph() {
+  MDTRAIN_CHECK(graph_ != nullptr, std::logic_error, "[model] model \"", name_, "\" is not a functional model");
+  refresh_weights();
+  return *graph_;
 }
 
 void Model::add(std::shared_ptr<Layer> layer) {
   BusyGuard busy(*this, "add");
+  MDTRAIN_CHECK(stack_ != nullptr, std::logic_error, "[functional] model \"", name_,
+                "\" is a functional model: its layers come from its inputs and outputs, not add()");
   release_engine();
-  stack_.add(std::move(layer));
+  stack_->add(std::move(layer));
 }
 
 void Model::build(const Shape& input_shape) {
   BusyGuard busy(*this, "build");
-  if (stack_.built()) {
-    MDTRAIN_CHECK(stack_.input_shape() == input_shape, std::invalid_argument, "[sequential] model \"", name_,
-                  "\" is already built for input shape ", to_string(stack_.input_shape()), ", not ",
+  if (network_->built()) {
+    MDTRAIN_CHECK(network_->input_shape() == input_shape, std::invalid_argument, "[sequential] model \"", name_,
+                  "\" is already built for input shape ", to_string(network_->input_shape()), ", not ",
                   to_string(input_shape));
     return;
   }
   release_engine();
-  stack_.build(input_shape, seed_);
+  stack_->build(input_shape, seed_);
 }
 
 void Model::compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer, std::vector<std::string> metrics,
@@ -113,23 +144,25 @@ void Model::refresh_weights() {
 }
 
 LayerStack& Model::stack() {
+  MDTRAIN_CHECK(stack_ != nullptr, std::logic_error, "[model] model \"", name_,
+                "\" is a functional model, not a Sequential one");
   refresh_weights();
-  return stack_;
+  return *stack_;
 }
 
 TrainEngine& Model::engine(const Shape& y_shape) {
   BusyGuard busy(*this, "engine");
   loss();  // throws if not compiled
-  MDTRAIN_CHECK(stack_.built(), std::logic_error, "[model] model \"", name_,
+  MDTRAIN_CHECK(network_->built(), std::logic_error, "[model] model \"", name_,
                 "\" is not built: train it on data or call build(input_shape)");
   if (!engine_) {
-    engine_ = std::make_unique<TrainEngine>(stack_, strategy_, *loss_, *optimizer_);
+    engine_ = std::make_unique<TrainEngine>(*network_, strategy_, *loss_, *optimizer_);
     if (!metrics_.empty()) engine_->set_metrics(metrics_);
   }
   // Metric names like "accuracy" resolve against the label shape, known with the first labels.
   if (metrics_.size() != metric_names_.size() && !y_shape.empty()) {
     Shape pred_shape{-1};
-    for (auto d : stack_.output_shape()) pred_shape.push_back(d);
+    for (auto d : network_->output_shape()) pred_shape.push_back(d);
     Shape true_shape = y_shape;
     true_shape[0] = -1;
     for (const auto& name : metric_names_) metrics_.push_back(make_metric(name, loss_.get(), true_shape, pred_shape));
@@ -149,7 +182,7 @@ void Model::check_data(const Tensor& x, const Tensor* y, const char* where) cons
 }
 
 void Model::ensure_built_for(const Tensor& x) {
-  if (!stack_.built()) build(Shape(x.shape().begin() + 1, x.shape().end()));
+  if (!network_->built()) build(Shape(x.shape().begin() + 1, x.shape().end()));
 }
 
 Model::EpochResult Model::train_epoch(const Tensor& x, const Tensor& y, const std::int64_t* order,
@@ -228,14 +261,14 @@ Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
                 batch_size);
   ensure_built_for(x);
   Shape out_shape{x.dim(0)};
-  for (auto d : stack_.output_shape()) out_shape.push_back(d);
-  Tensor out(out_shape, stack_.dtype());
+  for (auto d : network_->output_shape()) out_shape.push_back(d);
+  Tensor out(out_shape, network_->dtype());
   if (!compiled()) {
     // Keras predicts with an uncompiled model too: run the stack directly on one device.
     for (std::int64_t begin = 0; begin < x.dim(0); begin += batch_size) {
       const std::int64_t end = std::min(x.dim(0), begin + batch_size);
       Tensor dst = out.rows(begin, end);
-      dst.copy_from(stack_.forward(x.rows(begin, end), ForwardContext{}));
+      dst.copy_from(network_->forward(x.rows(begin, end), ForwardContext{}));
     }
     return out;
   }
@@ -270,14 +303,14 @@ Logs Model::test_on_batch(const Tensor& x, const Tensor& y) {
 std::vector<Tensor> Model::get_weights() {
   refresh_weights();
   std::vector<Tensor> out;
-  for (auto* p : stack_.parameters()) out.push_back(p->value.clone());
+  for (auto* p : network_->parameters()) out.push_back(p->value.clone());
   return out;
 }
 
 void Model::set_weights(const std::vector<Tensor>& weights) {
   BusyGuard busy(*this, "set_weights");
   refresh_weights();  // the primary must be current before it is broadcast
-  auto params = stack_.parameters();
+  auto params = network_->parameters();
   MDTRAIN_CHECK(weights.size() == params.size(), std::invalid_argument, "[set_weights] model \"", name_,
                 "\" expects a list of ", params.size(), " arrays, got ", weights.size());
   for (std::size_t i = 0; i < params.size(); ++i)
@@ -294,15 +327,17 @@ void Model::abort_collectives(const std::string& reason) {
 }
 
 Json Model::config() const {
+  if (graph_ != nullptr) return functional_config(*graph_, input_names_, name_, seed_);
+  const LayerStack& stack = *stack_;
   Json layers = Json::array();
-  for (const auto& l : stack_.layers()) layers.push_back(layer_to_config(*l));
+  for (const auto& l : stack.layers()) layers.push_back(layer_to_config(*l));
   Json c = Json::object();
   c.set("name", name_);
   c.set("seed", static_cast<double>(seed_));
   Json shape = Json::array();
-  if (stack_.built())
-    for (auto d : stack_.input_shape()) shape.push_back(Json(d));
-  c.set("input_shape", stack_.built() ? shape : Json());
+  if (stack.built())
+    for (auto d : stack.input_shape()) shape.push_back(Json(d));
+  c.set("input_shape", stack.built() ? shape : Json());
   c.set("layers", layers);
   Json j = Json::object();
   j.set("class_name", "Sequential");
@@ -316,7 +351,7 @@ void Model::save(const std::string& path, const Json& metadata) {
   file.model = config();
   file.metadata = metadata;
   refresh_weights();
-  for (auto* p : stack_.parameters()) file.weights.push_back({p->name, p->value.clone()});
+  for (auto* p : network_->parameters()) file.weights.push_back({p->name, p->value.clone()});
   if (compiled()) {
     Json compile = Json::object();
     compile.set("loss", loss_->config());
@@ -341,14 +376,23 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Stra
                           cat("building the model '", path, "' describes"));
   try {
     const Json& c = file.model.at("config");
-    auto model =
-        std::make_unique<Model>(c.at("name").as_string(), static_cast<std::uint64_t>(c.get("seed", 0).as_number()));
-    for (const auto& spec : c.at("layers").as_array()) model->add(std::shared_ptr<Layer>(layer_from_config(spec)));
-    if (!c.get("input_shape", Json()).is_null()) {
-      Shape shape;
-      for (const auto& d : c.at("input_shape").as_array()) shape.push_back(d.as_int());
-      model->build(shape);
-      auto params = model->stack_.parameters();
+    const auto seed = static_cast<std::uint64_t>(c.get("seed", 0).as_number());
+    std::unique_ptr<Model> model;
+    if (file.model.at("class_name").as_string() == "Functional") {
+      std::vector<std::string> input_names;
+      auto graph = graph_from_config(c, &input_names);
+      model = std::make_unique<Model>(c.at("name").as_string(), seed, std::move(graph), std::move(input_names));
+    } else {
+      model = std::make_unique<Model>(c.at("name").as_string(), seed);
+      for (const auto& spec : c.at("layers").as_array()) model->add(std::shared_ptr<Layer>(layer_from_config(spec)));
+      if (!c.get("input_shape", Json()).is_null()) {
+        Shape shape;
+        for (const auto& d : c.at("input_shape").as_array()) shape.push_back(d.as_int());
+        model->build(shape);
+      }
+    }
+    if (model->built()) {
+      auto params = model->network_->parameters();
       MDTRAIN_CHECK(file.weights.size() == params.size(), std::invalid_argument, "[load_model] '", path, "' holds ",
                     file.weights.size(), " weights for a model with ", params.size());
       std::vector<Tensor> weights;

@@ -9,6 +9,7 @@
 #include "mdtrain/model/logs.h"
 #include "mdtrain/model/metric.h"
 #include "mdtrain/model/train_engine.h"
+#include "mdtrain/nn/layer_graph.h"
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/optim/optimizer.h"
@@ -16,8 +17,9 @@
 
 namespace mdtrain {
 
-// keras.Sequential for the C++ API and the engine behind the Python one: layers, compile state
-// and the training loops (fit's epoch loop, evaluate, predict) with their batching in C++.
+// keras.Sequential and keras.Model (functional) for the C++ API and the engine behind the Python
+// ones: a Network (a LayerStack, or a LayerGraph), compile state and the training loops (fit's
+// epoch loop, evaluate, predict) with their batching in C++.
 //
 // One loop at a time: while a thread runs a loop or changes the model (add, build, compile,
 // set_weights, ...), another thread doing the same gets std::runtime_error("[model] ... is busy")
@@ -36,6 +38,9 @@ class Model {
   };
 
   explicit Model(std::string name = "sequential", std::uint64_t seed = 0);
+  // A functional model: `graph` (nodes and outputs set, not built) is built here from `seed`;
+  // its inputs are named `input_names` in the architecture (Keras's InputLayers).
+  Model(std::string name, std::uint64_t seed, std::unique_ptr<LayerGraph> graph, std::vector<std::string> input_names);
 
   // Called between any two steps of the training and evaluation loops, on the calling thread; it
   // may throw to abandon the loop (the Python bindings use it to honour Ctrl-C). Empty: none.
@@ -47,12 +52,18 @@ class Model {
   // from the replicas first (TrainEngine::refresh_primary); call it again after more training
   // rather than keeping the reference across steps.
   LayerStack& stack();
+  // The same for any model: its Network (a LayerStack or a LayerGraph).
+  Network& network();
+  // The graph of a functional model (std::logic_error for a Sequential one).
+  LayerGraph& graph();
+  bool is_functional() const { return graph_ != nullptr; }
+  const std::vector<std::string>& input_names() const { return input_names_; }
   // Brings the host weights up to date with the replicas (a copy from GPU replica 0 when training
   // ran since the last one; nothing on CPU devices). Every accessor of the weights calls it.
   void refresh_weights();
   void add(std::shared_ptr<Layer> layer);
   void build(const Shape& input_shape);
-  bool built() const { return stack_.built(); }
+  bool built() const { return network_->built(); }
 
   // Replaces any earlier compile. `metrics` are Keras names ("accuracy", "mae", ...), resolved
   // against the loss and the model's output shape once the model is built.
@@ -120,7 +131,10 @@ class Model {
 
   std::string name_;
   std::uint64_t seed_;
-  LayerStack stack_;
+  std::unique_ptr<Network> network_;
+  LayerStack* stack_ = nullptr;  // network_, when Sequential
+  LayerGraph* graph_ = nullptr;  // network_, when functional
+  std::vector<std::string> input_names_;
   std::shared_ptr<Loss> loss_;
   std::shared_ptr<Optimizer> optimizer_;
   std::vector<std::string> metric_names_;

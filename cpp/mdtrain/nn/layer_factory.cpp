@@ -5,9 +5,11 @@
 
 #include "mdtrain/nn/activation_layer.h"
 #include "mdtrain/nn/batch_normalization.h"
+#include "mdtrain/nn/concatenate.h"
 #include "mdtrain/nn/conv2d.h"
 #include "mdtrain/nn/dense.h"
 #include "mdtrain/nn/dropout.h"
+#include "mdtrain/nn/elementwise_merge.h"
 #include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
@@ -37,6 +39,9 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"BatchNormalization", &BatchNormalization::from_config},
       {"LayerNormalization", &LayerNormalization::from_config},
       {"Embedding", &Embedding::from_config},
+      {"Add", &Add::from_config},
+      {"Multiply", &Multiply::from_config},
+      {"Concatenate", &Concatenate::from_config},
   };
   return classes;
 }

@@ -1,7 +1,5 @@
 #include "mdtrain/nn/layer_stack.h"
 
-#include <set>
-
 namespace mdtrain {
 
 void LayerStack::add(std::shared_ptr<Layer> layer) {
@@ -24,14 +22,6 @@ void LayerStack::add(std::shared_ptr<Layer> layer) {
   }
 }
 
-std::uint64_t LayerStack::layer_seed(std::uint64_t seed, std::size_t index) {
-  // Distinct, well-mixed seed per layer position (splitmix64 step).
-  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 void LayerStack::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
   MDTRAIN_CHECK(!layers_.empty(), std::invalid_argument, "[sequential] cannot build a model with no layers");
   Shape shape = input_shape;
@@ -51,52 +41,11 @@ Shape LayerStack::output_shape() const {
   return layers_.back()->output_shape();
 }
 
-void LayerStack::pack_parameters() {
-  ParameterList trainable = trainable_parameters(), fixed = non_trainable_parameters();
-  std::int64_t total = 0, fixed_total = 0;
-  for (auto* p : trainable) total += p->value.numel();
-  for (auto* p : fixed) fixed_total += p->value.numel();
-  padded_values_ = Tensor::zeros({total + kPackedPadding}, dtype_, device_);
-  padded_grads_ = Tensor::zeros({total + kPackedPadding}, dtype_, device_);
-  packed_values_ = padded_values_.rows(0, total);
-  packed_grads_ = padded_grads_.rows(0, total);
-  non_trainable_values_ = Tensor::zeros({fixed_total}, dtype_, device_);
-  first_grad_element_.clear();
-  std::int64_t first = 0;
-  for (auto& layer : layers_) {
-    first_grad_element_.push_back(first);
-    for (auto* p : layer->parameters())
-      if (p->trainable) first += p->value.numel();
-  }
-  std::int64_t offset = 0;
-  for (auto* p : trainable) {
-    const std::int64_t n = p->value.numel();
-    Tensor value = packed_values_.rows(offset, offset + n).reshape(p->value.shape());
-    value.copy_from(p->value);
-    p->value = value;
-    p->grad = packed_grads_.rows(offset, offset + n).reshape(p->value.shape());
-    offset += n;
-  }
-  offset = 0;
-  for (auto* p : fixed) {
-    const std::int64_t n = p->value.numel();
-    Tensor value = non_trainable_values_.rows(offset, offset + n).reshape(p->value.shape());
-    value.copy_from(p->value);
-    p->value = value;
-    p->grad = Tensor();  // nothing may write a gradient the optimizer would never read
-    offset += n;
-  }
-}
-
 Tensor LayerStack::forward(const Tensor& x, const ForwardContext& ctx) {
   MDTRAIN_CHECK(built_, std::logic_error, "[sequential] the model is not built yet");
   Tensor h = x;
   for (auto& layer : layers_) h = layer->forward(h, ctx);
   return h;
-}
-
-void LayerStack::layer_done(std::size_t i, const GradientsFinal& on_final) const {
-  if (on_final) on_final(first_grad_element_[i]);
 }
 
 void LayerStack::backward(const Tensor& dy, const GradientsFinal& on_final) {
@@ -132,45 +81,7 @@ void LayerStack::backward_from_logits(const Tensor& dlogits, const GradientsFina
   }
 }
 
-ParameterList LayerStack::parameters() {
-  ParameterList all;
-  for (auto& layer : layers_)
-    for (auto* p : layer->parameters()) all.push_back(p);
-  return all;
-}
-
-ParameterList LayerStack::trainable_parameters() {
-  ParameterList out;
-  for (auto* p : parameters())
-    if (p->trainable) out.push_back(p);
-  return out;
-}
-
-ParameterList LayerStack::non_trainable_parameters() {
-  ParameterList out;
-  for (auto* p : parameters())
-    if (!p->trainable) out.push_back(p);
-  return out;
-}
-
-double LayerStack::regularization_loss() const {
-  double l = 0;
-  for (const auto& layer : layers_) l += layer->regularization_loss();
-  return l;
-}
-
-void LayerStack::add_regularization_gradients() {
-  for (auto& layer : layers_) layer->add_regularization_gradients();
-}
-
 std::unique_ptr<LayerStack> LayerStack::clone() const { return clone_to(device_); }
-
-void LayerStack::check_device_support(const Device& device) const {
-  if (device.is_cpu()) return;
-  for (const auto& layer : layers_)
-    MDTRAIN_CHECK(layer->has_cuda_kernels(), std::invalid_argument, "[layers] ", layer->class_name(), " (layer \"",
-                  layer->name(), "\") has no CUDA kernels yet; train it on CPU devices, not ", device.to_string());
-}
 
 std::unique_ptr<LayerStack> LayerStack::clone_to(const Device& device) const {
   check_device_support(device);

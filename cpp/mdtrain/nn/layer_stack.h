@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "mdtrain/nn/layer.h"
-#include "mdtrain/nn/network.h"
+#include "mdtrain/nn/packed_network.h"
 
 namespace mdtrain {
 
@@ -17,7 +17,7 @@ namespace mdtrain {
 // Non-trainable weights (BatchNormalization's moving statistics) have no gradient and are no
 // optimizer's business: their values live in a third buffer, outside those ranges, updated by
 // their layers in training forwards.
-class LayerStack final : public Network {
+class LayerStack final : public PackedNetwork {
  public:
   LayerStack() = default;
   LayerStack(const LayerStack&) = delete;
@@ -25,14 +25,12 @@ class LayerStack final : public Network {
 
   // Adding to a built stack builds the new layer on the current output shape.
   void add(std::shared_ptr<Layer> layer);
-  const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
 
   // Builds every layer for inputs shaped (batch, *input_shape); layer i is seeded from (seed, i).
   void build(const Shape& input_shape, std::uint64_t seed, DType dtype = DType::Float32);
   bool built() const override { return built_; }
-  const Shape& input_shape() const { return input_shape_; }
-  Shape output_shape() const;
-  DType dtype() const { return dtype_; }
+  const Shape& input_shape() const override { return input_shape_; }
+  Shape output_shape() const override;
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   // GradientsFinal (Network): layers are packed in order and backward runs last to first, so the
@@ -55,25 +53,6 @@ class LayerStack final : public Network {
   void backward_from_logits(const Tensor& dlogits, const GradientsFinal& on_final) override;
   void backward_from_logits(const Tensor& dlogits) { backward_from_logits(dlogits, {}); }
 
-  // Every weight in get_weights() order (layer by layer, each layer's Keras order).
-  ParameterList parameters() override;
-  // The trainable ones, in packed order (the optimizer's element order), and the others.
-  ParameterList trainable_parameters() override;
-  ParameterList non_trainable_parameters() override;
-  // Elements of all weights (Keras's count_params), of the trainable ones (the packed buffers).
-  std::int64_t parameter_count() const { return packed_values_.numel() + non_trainable_values_.numel(); }
-  std::int64_t trainable_count() const override { return packed_values_.numel(); }
-  Tensor& packed_values() override { return packed_values_; }
-  Tensor& packed_grads() override { return packed_grads_; }
-  // The non-trainable weights' values, packed in parameters() order.
-  Tensor& non_trainable_values() override { return non_trainable_values_; }
-  // The same buffers followed by kPackedPadding zero elements (Network::kPackedPadding).
-  Tensor& padded_values() override { return padded_values_; }
-  Tensor& padded_grads() override { return padded_grads_; }
-
-  double regularization_loss() const override;
-  void add_regularization_gradients() override;
-
   // A deep copy (layers, weights), built and packed on the same device as this stack.
   std::unique_ptr<LayerStack> clone() const;
   // The same deep copy with its packed parameters (values, gradients, non-trainable weights) on
@@ -81,30 +60,11 @@ class LayerStack final : public Network {
   // their weights move. Throws like check_device_support before allocating anything.
   std::unique_ptr<LayerStack> clone_to(const Device& device) const;
   std::unique_ptr<Network> replicate(const Device& device) const override { return clone_to(device); }
-  // Where the packed parameters live (the host unless clone_to placed them elsewhere).
-  const Device& device() const override { return device_; }
-  // Throws std::invalid_argument("[layers] Conv2D has no CUDA kernels yet; train it on CPU
-  // devices") naming the first layer that cannot run on `device`. Any layer runs on a CPU device.
-  void check_device_support(const Device& device) const override;
 
  private:
-  void pack_parameters();
-  // Tells on_final (if any) that layer i's gradients, and all after them, are written.
-  void layer_done(std::size_t i, const GradientsFinal& on_final) const;
-  static std::uint64_t layer_seed(std::uint64_t seed, std::size_t index);
-
-  std::vector<std::shared_ptr<Layer>> layers_;
   bool built_ = false;
   std::uint64_t seed_ = 0;
   Shape input_shape_;
-  DType dtype_ = DType::Float32;
-  Device device_;
-  Tensor packed_values_, packed_grads_;
-  Tensor padded_values_, padded_grads_;
-  Tensor non_trainable_values_;
-  // Per layer, the element of packed_grads() where its trainable parameters begin (where the
-  // next layer's begin when it has none).
-  std::vector<std::int64_t> first_grad_element_;
 };
 
 }  // namespace mdtrain

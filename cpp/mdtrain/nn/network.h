@@ -1,7 +1,7 @@
 #pragma once
 // Network: what a strategy sees of a model's layers. A strategy replicates, feeds and
 // synchronizes a Network without knowing how its layers are connected: the Sequential body
-// (LayerStack) is one; a layer graph (the Functional API) will be another, and strategies will
+// (LayerStack) is one; a layer graph (LayerGraph, the Functional API) is another, and strategies
 // run it unchanged.
 //
 // The contract every implementation keeps, because strategies build on it:
@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "mdtrain/core/device.h"
 #include "mdtrain/core/parameter.h"
@@ -28,6 +29,11 @@ class Network {
   virtual ~Network() = default;
 
   virtual bool built() const = 0;
+  // Every layer, in packed order; the input and output shapes (batch axis excluded) and dtype.
+  virtual const std::vector<std::shared_ptr<Layer>>& layers() const = 0;
+  virtual const Shape& input_shape() const = 0;
+  virtual Shape output_shape() const = 0;
+  virtual DType dtype() const = 0;
   // Where the packed parameters live (the host unless replicate() placed them elsewhere).
   virtual const Device& device() const = 0;
 

@@ -182,6 +182,8 @@ def call_model(model, inputs, training=None):
     """model(inputs, training=...) on eager tensors: the layers run one by one on the host copy of
     the weights (recorded by the tapes that watch the input or the weights). Always this path, not
     predict's, so that the output carries its logits for a loss, as inside a tape."""
+    if model._graph is not None or model._core is None:
+        return _call_graph(model, inputs, training)
     training = bool(training)
     x = _as_input(inputs)
     if x.ndim < 1:
@@ -197,6 +199,47 @@ def call_model(model, inputs, training=None):
     if training:
         model._tape_training_calls = step + 1
     return h
+
+
+def _call_graph(model, inputs, training):
+    """model(inputs) for a functional or subclassed model: its graph's nodes in order, each a layer
+    call as above (merge layers as eager ops), so GradientTape sees the same graph fit trains. A
+    subclassed model is traced on the first call (its call() becomes the graph)."""
+    training = bool(training)
+    if model._graph is not None:
+        several = len(model._graph.input_shapes) > 1
+    else:  # not traced yet: a list of arrays or tensors is one per input
+        several = isinstance(inputs, (list, tuple)) and len(inputs) > 1 and all(hasattr(a, "shape") for a in inputs)
+    if several and (not isinstance(inputs, (list, tuple)) or len(inputs) != len(model._graph.input_shapes
+                                                                              if model._graph else inputs)):
+        raise ValueError(f"Model '{model.name}' has {len(model._graph.input_shapes)} inputs; call it on a list of "
+                         f"{len(model._graph.input_shapes)} tensors")
+    xs = [_as_input(x) for x in (inputs if several else [inputs])]
+    for x in xs:
+        if x.ndim < 1:
+            raise ValueError(f"Model '{model.name}' needs inputs with a batch axis, got a scalar")
+    with _holding(model, "__call__"):
+        if model._core is None:
+            model.build([(None, *x.shape[1:]) for x in xs] if several else (None, *xs[0].shape[1:]))
+        graph = model._graph
+        if len(xs) != len(graph.input_shapes):
+            raise ValueError(f"Model '{model.name}' has {len(graph.input_shapes)} inputs, got {len(xs)}")
+        for k, (x, shape) in enumerate(zip(xs, graph.input_shapes)):
+            if tuple(x.shape[1:]) != shape:
+                raise ValueError(f"Input {k} of model '{model.name}' is incompatible: expected shape "
+                                 f"{(None, *shape)}, found shape {tuple(x.shape)}")
+        model._core.refresh_weights()
+        step = model.__dict__.get("_tape_training_calls", 0)
+        values = list(xs)
+        for layer, ids in graph.nodes:
+            if getattr(layer, "_merge", False):
+                values.append(layer._eager([values[i] for i in ids]))
+            else:
+                values.append(_run_layer(layer, values[ids[0]], training, step, model))
+    if training:
+        model._tape_training_calls = step + 1
+    outs = [values[i] for i in graph.outputs]
+    return outs[0] if graph.single_output else outs
 
 
 # ---- regularization losses ------------------------------------------------------------------------

@@ -2,9 +2,7 @@
 from mdtrain.keras import (backend, callbacks, datasets, distribution, initializers, layers, losses, metrics,
                            models, optimizers, regularizers, utils)
 from mdtrain.keras.layers import Input
-from mdtrain.keras.models import Sequential, load_model
-
-Model = Sequential  # functional models are not supported; Sequential is the one model class
+from mdtrain.keras.models import Model, Sequential, load_model
 
 __all__ = ["Input", "Model", "Sequential", "load_model", "backend", "callbacks", "datasets", "distribution",
            "initializers", "layers", "losses", "metrics", "models", "optimizers", "regularizers", "utils"]

@@ -1,7 +1,7 @@
 """The .keras file of Keras 3: a zip of config.json, metadata.json and model.weights.h5.
 
 Written to a temporary file and renamed over the target (mdtrain._atomic), so a failed save
-leaves the previous file intact. Read back into an mdtrain Sequential model; what mdtrain does
+leaves the previous file intact. Read back into an mdtrain Sequential or functional model; what mdtrain does
 not support is named in the error.
 """
 import datetime
@@ -66,12 +66,15 @@ def load(path, compile=True):
             raise ValueError(f"load_model: {path} has a malformed config.json: {e}") from None
         weights = _read_member(z, "model.weights.h5", path)
     try:
-        name, input_shape, layers = _keras_config.model_from_keras(config)
+        if isinstance(config, dict) and config.get("class_name") in ("Functional", "Model"):
+            model = _keras_config.functional_from_keras(config)
+        else:
+            name, input_shape, layers = _keras_config.model_from_keras(config)
+            model = Sequential(layers, name=name)
+            if input_shape is not None:
+                model.build((None, *input_shape))
     except _keras_config.UnsupportedKerasObject as e:
         raise ValueError(f"load_model: {path}: {e}") from None
-    model = Sequential(layers, name=name)
-    if input_shape is not None:
-        model.build((None, *input_shape))
     compile_config = config.get("compile_config") if compile else None
     if compile_config and compile_config.get("loss") is not None:
         try:

@@ -1,4 +1,4 @@
-"""A Sequential model's configuration in Keras 3's config.json form, both ways.
+"""A model's configuration (Sequential or Functional) in Keras 3's config.json form, both ways.
 
 Keras 3 writes every object as {"module", "class_name", "config", "registered_name"}; layers add
 "build_config" and the model "compile_config". Writing, mdtrain's own configs (which already use
@@ -7,6 +7,7 @@ object of the same class; a Keras argument mdtrain does not have is dropped when
 default (None, False, ...) and is an error naming the layer and argument otherwise.
 """
 import inspect
+import json
 
 from mdtrain.keras import initializers as _initializers
 from mdtrain.keras import layers as _layers
@@ -38,8 +39,53 @@ def _keras_value(key, value):
 
 
 # ---- mdtrain -> Keras ----------------------------------------------------------------------
+def _layer_to_keras(layer, input_shape):
+    config = {k: _keras_value(k, v) for k, v in layer.get_config().items() if k != "batch_input_shape"}
+    config["dtype"] = dict(_FLOAT32)
+    entry = _wrap("keras.layers", type(layer).__name__, config)
+    entry["build_config"] = {"input_shape": input_shape}
+    return entry
+
+
+def _history_list(histories):
+    """input_layers/output_layers as Keras writes them: one [name, 0, 0], or a list of them."""
+    return histories[0] if len(histories) == 1 else histories
+
+
+def functional_to_keras(model):
+    """config.json's content for a functional (or traced subclassed) model: the C++ Functional
+    config (model/functional_config.h) with each layer written as Keras writes it."""
+    native = json.loads(model._core.config_json())["config"]
+    by_name = {layer.name: layer for layer in model._layers}
+    layers = []
+    for entry in native["layers"]:
+        if entry["class_name"] == "InputLayer":
+            c = entry["config"]
+            out = _wrap("keras.layers", "InputLayer", {"batch_shape": c["batch_shape"], "dtype": "float32",
+                                                       "sparse": False, "ragged": False, "name": c["name"]})
+        else:
+            args = entry["inbound_nodes"][0]["args"][0]
+            tensors = args if isinstance(args, list) else [args]
+            shapes = [t["config"]["shape"] for t in tensors]
+            out = _layer_to_keras(by_name[entry["name"]], shapes if isinstance(args, list) else shapes[0])
+        out["name"] = entry["name"]
+        out["inbound_nodes"] = entry["inbound_nodes"]
+        layers.append(out)
+    out = _wrap("keras.src.models.functional", "Functional",
+                {"name": model.name, "trainable": True, "layers": layers,
+                 "input_layers": _history_list(native["input_layers"]),
+                 "output_layers": _history_list(native["output_layers"])})
+    out["registered_name"] = "Functional"
+    out["build_config"] = {"input_shape": None}
+    if model.optimizer is not None and model.loss is not None:
+        out["compile_config"] = compile_to_keras(model)
+    return out
+
+
 def model_to_keras(model):
-    """config.json's content for a built Sequential model (with compile_config when compiled)."""
+    """config.json's content for a built model (with compile_config when compiled)."""
+    if model._graph is not None:
+        return functional_to_keras(model)
     input_shape = [None, *model._core.input_shape]
     # A model starting with an Embedding reads integer indices: Keras declares such inputs int32.
     input_dtype = "int32" if model._reads_indices() else "float32"
@@ -47,11 +93,7 @@ def model_to_keras(model):
                     {"batch_shape": input_shape, "dtype": input_dtype, "sparse": False, "ragged": False,
                      "name": "input_layer"})]
     for layer in model._layers:
-        config = {k: _keras_value(k, v) for k, v in layer.get_config().items() if k != "batch_input_shape"}
-        config["dtype"] = dict(_FLOAT32)
-        entry = _wrap("keras.layers", type(layer).__name__, config)
-        entry["build_config"] = {"input_shape": [None, *layer.input_shape[1:]]}
-        layers.append(entry)
+        layers.append(_layer_to_keras(layer, [None, *layer.input_shape[1:]]))
     out = _wrap("keras", "Sequential", {"name": model.name, "trainable": True, "dtype": dict(_FLOAT32),
                                          "layers": layers, "build_input_shape": input_shape})
     out["build_config"] = {"input_shape": input_shape}
@@ -119,11 +161,66 @@ def layer_from_keras(entry):
     return cls(**_kwargs(cls, config, f"layer {name!r} ({class_name})"))
 
 
+def _histories(value):
+    """Layer names of input_layers/output_layers: [name, 0, 0] or a list of them."""
+    if value and isinstance(value[0], str):
+        return [value[0]], False
+    return [h[0] for h in value], True
+
+
+def functional_from_keras(config):
+    """An mdtrain keras.Model for a Keras Functional config: each layer made as layer_from_keras
+    makes it and called on its inbound tensors, so the graph is checked as if written in Python."""
+    from mdtrain.keras import models as _models
+    from mdtrain.keras._keras_tensor import Input
+
+    inner = config.get("config") or {}
+    values = {}
+    for entry in inner.get("layers", []):
+        name = entry.get("name") or (entry.get("config") or {}).get("name")
+        if entry.get("class_name") == "InputLayer":
+            lc = entry.get("config") or {}
+            shape = lc.get("batch_shape") or lc.get("batch_input_shape")
+            values[name] = Input(shape=tuple(shape[1:]), name=name)
+            continue
+        nodes = entry.get("inbound_nodes") or []
+        if not nodes:
+            raise UnsupportedKerasObject(f"Functional model: layer {name!r} has no inbound node (it is called on "
+                                         "nothing)")
+        if len(nodes) != 1:
+            raise UnsupportedKerasObject(f"layer {name!r} is called {len(nodes)} times; mdtrain supports layers "
+                                         "called once (no shared layers)")
+        node = nodes[0]
+        if not isinstance(node, dict) or node.get("kwargs"):
+            raise UnsupportedKerasObject(f"layer {name!r}: call arguments {node!r} are not supported by mdtrain")
+        args = node["args"][0]
+
+        def tensor(t):
+            history = t["config"]["keras_history"][0]
+            if history not in values:
+                raise ValueError(f"layer {name!r} reads {history!r}, which is not defined before it")
+            return values[history]
+
+        inputs = [tensor(t) for t in args] if isinstance(args, list) else tensor(args)
+        values[name] = layer_from_keras(entry)(inputs)
+    ins, ins_list = _histories(inner.get("input_layers") or [])
+    outs, outs_list = _histories(inner.get("output_layers") or [])
+    unknown = [n for n in ins + outs if n not in values]
+    if unknown or not ins or not outs:
+        raise UnsupportedKerasObject(f"Functional model: input_layers/output_layers name {unknown or 'nothing'}, "
+                                     f"not layers of the model")
+    inputs = [values[n] for n in ins]
+    outputs = [values[n] for n in outs]
+    return _models.Model(inputs if ins_list else inputs[0], outputs if outs_list else outputs[0],
+                         name=inner.get("name"))
+
+
 def model_from_keras(config):
     """(name, input_shape or None, [mdtrain layers]) of a Keras Sequential config."""
     if not isinstance(config, dict) or config.get("class_name") != "Sequential":
         found = config.get("class_name") if isinstance(config, dict) else type(config).__name__
-        raise UnsupportedKerasObject(f"model class {found!r} is not supported by mdtrain (only Sequential)")
+        raise UnsupportedKerasObject(f"model class {found!r} is not supported by mdtrain (only Sequential and "
+                                     "Functional)")
     inner = config.get("config") or {}
     input_shape, layers = None, []
     for entry in inner.get("layers", []):

@@ -131,6 +131,10 @@ def write(model, path, include_optimizer=True):
     with h5py.File(path, "w") as f:
         f.create_group("vars").attrs["name"] = model.name
         layers = f.create_group("layers", track_order=True)
+        if model._graph is not None:  # Keras lists a functional model's InputLayers among its layers
+            for k, name in enumerate(model._graph.input_names):
+                layers.create_group("input_layer" if k == 0 else f"input_layer_{k}").create_group(
+                    "vars").attrs["name"] = name
         for layer, key in zip(model._layers, layer_keys(model)):
             group = layers.create_group(key).create_group("vars")
             group.attrs["name"] = layer.name
@@ -163,6 +167,16 @@ def read(model, path, where, include_optimizer=True):
             raise ValueError(f"{where}: {path} has no 'layers' group: not a Keras 3 weights file")
         stored = f["layers"]
         names = layer_keys(model)
+        if model._graph is not None:
+            # Keras numbers a functional model's layer groups in its own graph order; each group
+            # names its layer, so match by name where every layer is found that way.
+            by_name = {}
+            for key in stored:
+                vars_group = stored[key].get("vars")
+                if vars_group is not None and "name" in vars_group.attrs:
+                    by_name[vars_group.attrs["name"]] = key
+            if all(layer.name in by_name for layer in model._layers):
+                names = [by_name[layer.name] for layer in model._layers]
         missing = [n for n in names if n not in stored]
         if missing:
             raise ValueError(f"{where}: {path} holds layers {sorted(stored.keys())}, model '{model.name}' needs "

@@ -1,7 +1,9 @@
-"""keras.Sequential and load_model. The loops (fit's epochs, evaluate, predict) run in C++ with the
-GIL released; Python callbacks run on the calling thread between steps."""
+"""keras.Model (functional and subclassed), keras.Sequential and load_model. The loops (fit's
+epochs, evaluate, predict) run in C++ with the GIL released; Python callbacks run on the calling
+thread between steps."""
 import functools
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -13,13 +15,14 @@ import numpy as np
 
 from mdtrain import _core, _random
 from mdtrain import distribute as _distribute
-from mdtrain.keras import _keras_archive, _keras_weights, _naming
+from mdtrain.keras import _keras_archive, _keras_tensor, _keras_weights, _naming
 from mdtrain.keras import callbacks as _callbacks
 from mdtrain.keras import losses as _losses
 from mdtrain.keras import metrics as _metrics
 from mdtrain.keras import optimizers as _optimizers
 from mdtrain.keras._data_adapter import (DatasetEpochs, as_features, as_indices, as_labels, check_batch_size,
                                          check_count, check_lengths, is_dataset, materialize, train_validation_split)
+from mdtrain.keras._keras_tensor import KerasTensor
 from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer
 
 
@@ -65,22 +68,41 @@ def _releases_workers_on_error(method):
     return run
 
 
-class Sequential:
-    """A stack of layers trained as one model (keras.Sequential)."""
+class Model:
+    """keras.Model: a graph of layers trained as one model. Three ways to make one, as in Keras:
+    Model(inputs, outputs) on keras.Input tensors (the Functional API); a subclass defining
+    __init__ (layers as attributes) and call(inputs, training=None), traced into the same graph
+    the first time it is built, called or trained; and Sequential, a subclass of its own. The
+    loops (fit, evaluate, predict), saving and the weights are this class's for all three."""
 
-    def __init__(self, layers=None, name=None, trainable=True):
-        name = name or _naming.unique_name("sequential")
-        self._init_state(_core.Model(name, _random.draw_seed()))
-        for layer in layers or []:
-            self.add(layer)
+    def __init__(self, *args, **kwargs):
+        inputs = kwargs.pop("inputs", args[0] if len(args) > 0 else None)
+        outputs = kwargs.pop("outputs", args[1] if len(args) > 1 else None)
+        name = kwargs.pop("name", None)
+        kwargs.pop("trainable", None)
+        if len(args) > 2 or kwargs:
+            raise TypeError(f"keras.Model: unexpected arguments {list(args[2:]) + sorted(kwargs)}")
+        if inputs is None and outputs is None:
+            if type(self).call is Model.call:
+                raise TypeError("keras.Model() needs inputs and outputs (the Functional API: "
+                                "keras.Model(inputs, outputs)), or subclass it and define call()")
+            self._init_state(None, name or _naming.unique_name(_naming.to_snake_case(type(self).__name__)))
+            return
+        if inputs is None or outputs is None:
+            raise ValueError("keras.Model: give both inputs and outputs (keras.Model(inputs, outputs))")
+        self._init_state(None, name or _naming.unique_name("functional"))
+        self._attach_graph(inputs, outputs)
 
-    def _init_state(self, core):
-        """The Python state of a model around its C++ core (a new one, or one load_model read)."""
+    def _init_state(self, core, name=None):
+        """The Python state of a model around its C++ core (a new one, or one load_model read; None
+        for a subclassed model until call() is traced)."""
         self._busy = threading.RLock()  # held by the thread running a loop on this model
-        self.name = core.name
+        self.name = core.name if core is not None else name
         self._core = core
         self._layers = []
         self._input_shape = None
+        self._graph = None  # a functional model's structure (_FunctionalGraph)
+        self._pending_compile = None  # compile() of a subclassed model not traced yet
         # The strategy whose scope the model was created in (None: created outside any scope).
         self._creation_strategy = _distribute._current_scope()
         self._strategy = None
@@ -94,69 +116,110 @@ class Sequential:
         self._workers_synced = False
         self._fit_batch_size = self._fit_steps = None  # of the running fit, for BackupAndRestore
 
-    # ---- structure ------------------------------------------------------------------------
-    @_exclusive
-    def add(self, layer):
-        if isinstance(layer, InputLayer):
-            if self._layers:
-                raise ValueError("An Input must be the first thing added to a Sequential model")
-            self._input_shape = layer.shape
-            return
-        if not isinstance(layer, Layer):
-            raise TypeError(f"The added layer must be an instance of class Layer. Received: layer={layer!r} "
-                            f"of type {type(layer)}.")
-        if layer._reads_indices and self._layers:
-            # Its inputs are row numbers, which have no gradient: the layers before it could not train.
-            raise ValueError(f'{type(layer).__name__} layer "{layer.name}" must be the first layer of Sequential model '
-                             f"'{self.name}' (it follows \"{self._layers[-1].name}\"): its inputs are integer "
-                             "indices, which are not differentiable, so no layer before it could be trained")
-        if any(existing.name == layer.name for existing in self._layers):
-            raise ValueError(f'All layers added to a Sequential model should have unique names. Name "{layer.name}" '
-                             "is already the name of a layer in this model.")
-        if not self._layers and self._input_shape is None and layer._declared_input_shape is not None:
-            self._input_shape = layer._declared_input_shape
-        self._core.add(layer._core)
-        layer._model = weakref.ref(self)
-        self._layers.append(layer)
-        if self._input_shape is not None:
-            self._maybe_build()
+    # ---- structure: the functional graph, and tracing a subclassed model into one ---------------
+    def _attach_graph(self, inputs, outputs):
+        """Makes the C++ functional model of the graph between inputs and outputs (KerasTensors)."""
+        single_output = not isinstance(outputs, (list, tuple))
+        inputs = _keras_tensor.as_tensor_list(inputs, "inputs")
+        outputs = _keras_tensor.as_tensor_list(outputs, "outputs")
+        nodes, output_values = _keras_tensor.collect_graph(inputs, outputs, self.name)
+        if not nodes:
+            raise ValueError(f"keras.Model '{self.name}': the outputs are the inputs; a model needs at least one "
+                             "layer between them")
+        core = _core.Model.functional(self.name, _random.draw_seed(), [list(t.shape[1:]) for t in inputs],
+                                      [t.name for t in inputs], [(layer._core, ids) for layer, ids in nodes],
+                                      output_values)
+        self._layers = [layer for layer, _ in nodes]
+        self._adopt_core(core, single_output)
+
+    def _adopt_core(self, core, single_output=True):
+        """Takes a functional C++ model (new, or read by load_model) and its layers."""
+        structure = core.graph_structure()
+        core_layers = [c for c, _ in structure["nodes"]]
+        if not self._layers:
+            self._layers = [_wrap_core_layer(c) for c in core_layers]
+        for layer in self._layers:
+            layer._model = weakref.ref(self)
+            layer._symbolic_node = None
+        self._core = core
+        self._graph = _FunctionalGraph(structure, self._layers, single_output)
+        self._input_shape = tuple(core.input_shape)
+        if self._pending_compile is not None:
+            pending, self._pending_compile = self._pending_compile, None
+            self._compile_core(*pending)
+
+    def _trace(self, input_shapes):
+        """A subclassed model's call() run once on keras.Input tensors of these shapes (batch axis
+        excluded; a list of them for several inputs): the graph it records is the model."""
+        several = isinstance(input_shapes, list)
+        inputs = [_keras_tensor.Input(shape=s) for s in (input_shapes if several else [input_shapes])]
+        args = [inputs if several else inputs[0]]
+        takes_training = "training" in inspect.signature(self.call).parameters
+        try:
+            with _keras_tensor.tracing():
+                outputs = self.call(*args, training=None) if takes_training else self.call(*args)
+                for out in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
+                    if not isinstance(out, _keras_tensor.KerasTensor):
+                        raise TypeError(f"Model '{self.name}' ({type(self).__name__}): call() returned "
+                                        f"{type(out).__name__} instead of layer outputs, so it cannot be traced into "
+                                        "a graph of layers (mdtrain runs subclassed models as that graph; call() may "
+                                        "only call layers)")
+                self._attach_graph(inputs, outputs)
+        except _keras_tensor.TracingError as e:
+            raise TypeError(f"Model '{self.name}' ({type(self).__name__}): call() cannot be traced into a graph of "
+                            f"layers: {e}. mdtrain runs subclassed models (fit, predict, model(x)) as that graph; "
+                            "call() may only call layers (and +, * between their outputs).") from None
+
+    def call(self, inputs, training=None):
+        """The model on inputs (a subclass defines it; a functional model runs its graph)."""
+        if self._graph is None:
+            raise NotImplementedError(f"Model '{self.name}': a subclass of keras.Model must define call()")
+        from mdtrain._eager import keras_layers
+
+        return keras_layers.call_model(self, inputs, training)
+
+    def _maybe_build(self):
+        if self._core is None and self._input_shape is not None:
+            self._trace(self._input_shape)
 
     @_exclusive
-    def pop(self):
-        raise NotImplementedError("Sequential.pop is not supported yet")
+    def build(self, input_shape=None):
+        """input_shape includes the batch axis, as in Keras: build((None, 784)); a list of such
+        shapes for several inputs. A subclassed model traces call() here."""
+        if input_shape is None:
+            if self._core is None:
+                raise ValueError(f"build: model '{self.name}' needs an input_shape")
+            return
+        several = isinstance(input_shape, list) and input_shape and isinstance(input_shape[0], (list, tuple))
+        shape = [tuple(s)[1:] for s in input_shape] if several else tuple(input_shape)[1:]
+        if self._core is not None:
+            return
+        self._input_shape = shape
+        self._maybe_build()
 
     @property
     def layers(self):
         return list(self._layers)
 
-    def _maybe_build(self):
-        if self._layers and not self._core.built and self._input_shape is not None:
-            if any(d is None for d in self._input_shape):
-                raise ValueError(f"Sequential: input shape {self._input_shape} has an unknown dimension")
-            self._core.build(list(self._input_shape))
-
-    @_exclusive
-    def build(self, input_shape=None):
-        """input_shape includes the batch axis, as in Keras: build((None, 784))."""
-        if input_shape is not None:
-            shape = tuple(input_shape)[1:]
-            if self._core.built and tuple(self._core.input_shape) != shape:
-                raise ValueError(f"Sequential model '{self.name}' is already built for input shape "
-                                 f"{(None, *self._core.input_shape)}, not {tuple(input_shape)}")
-            self._input_shape = shape
-        self._maybe_build()
-
     @property
     def built(self):
-        return self._core.built
+        return self._core is not None and self._core.built
 
     @property
     def input_shape(self):
-        return (None, *self._core.input_shape) if self.built else None
+        if not self.built:
+            return None
+        if self._graph is not None and len(self._graph.input_shapes) > 1:
+            return [(None, *s) for s in self._graph.input_shapes]
+        return (None, *self._core.input_shape)
 
     @property
     def output_shape(self):
-        return (None, *self._core.output_shape) if self.built else None
+        if not self.built:
+            return None
+        if self._graph is not None and not self._graph.single_output:
+            return [(None, *s) for s in self._graph.output_shapes]
+        return (None, *self._core.output_shape)
 
     def count_params(self):
         if not self.built:
@@ -237,6 +300,10 @@ class Sequential:
             print_fn(line)
 
     def get_config(self):
+        if self._graph is not None:  # Keras's Functional config: layers with their inbound nodes
+            config = json.loads(self._core.config_json())["config"]
+            config.pop("seed", None)
+            return config
         return {"name": self.name, "layers": [{"class_name": type(l).__name__, "config": l.get_config()}
                                                 for l in self._layers]}
 
@@ -274,7 +341,18 @@ class Sequential:
             raise NotImplementedError("compile: per-output metric dicts are not supported (single-output models)")
         metrics = list(metrics or [])
         identifiers = [_metrics._metric_identifier(m) for m in metrics]
+        if self._graph is not None and len(self._graph.output_shapes) > 1:
+            raise NotImplementedError(f"compile: model '{self.name}' has {len(self._graph.output_shapes)} outputs; "
+                                      "mdtrain trains models with one output only (predict works with several)")
         self._warn_softmax_with_logits(loss)
+        if self._core is None:  # a subclassed model: compiled once call() is traced
+            self._pending_compile = (strategy, optimizer, loss, identifiers)
+            self.optimizer, self.loss, self._metric_identifiers = optimizer, loss, identifiers
+            self._strategy = strategy
+            return
+        self._compile_core(strategy, optimizer, loss, identifiers)
+
+    def _compile_core(self, strategy, optimizer, loss, identifiers):
         # A strategy whose layout depends on the model (keras.distribution.ModelParallel) makes its
         # C++ strategy for this model; the others have one for every model.
         core_strategy = strategy._core_for(self) if hasattr(strategy, "_core_for") else strategy._core
@@ -330,14 +408,20 @@ class Sequential:
         return bool(self._layers) and self._layers[0]._reads_indices
 
     def _features(self, x, argname="x"):
-        """x converted for the first layer: indices (as_indices) or float32 features (as_features)."""
+        """x converted for the first layer: indices (as_indices) or float32 features (as_features);
+        the inputs of a model with several, packed into one array (_FunctionalGraph.pack_inputs)."""
+        if self._graph is not None and len(self._graph.input_shapes) > 1:
+            return self._graph.pack_inputs(x, argname)
         return as_indices(x, argname) if self._reads_indices() else as_features(x, argname)
 
     def _prepare_x(self, x, where):
         """x as float32 (int32 or exact floats for indices); an unbuilt model is built for it here, as
         Keras builds on the first data. Indices are checked here, all of them, before any step runs."""
+        if self._core is None and _several_arrays(x):  # a subclassed model with several inputs
+            self._input_shape = [tuple(np.shape(a)[1:]) for a in x]
+            self._maybe_build()
         x = self._features(x)
-        if not self._layers:
+        if not self._layers and self._core is not None:
             raise ValueError(f"{where}: the model has no layers")
         if not self.built:
             self._input_shape = tuple(x.shape[1:])
@@ -678,11 +762,17 @@ class Sequential:
         else:
             out = self._core.predict(x, batch_size)
         cbs.on_predict_end()
+        if self._graph is not None and not self._graph.single_output:
+            return self._graph.unpack_outputs(out)
         return out
 
     def __call__(self, inputs, training=None, mask=None, **kwargs):
         """The model on a batch, as a tensor; GradientTape records the call (docs/eager.md)."""
         from mdtrain._eager import keras_layers
+
+        if _keras_tensor.is_symbolic(inputs):
+            raise NotImplementedError(f"Model '{self.name}' was called on symbolic tensors: using a model as a "
+                                      "layer of another model is not supported yet")
 
         return keras_layers.call_model(self, inputs, training)
 
@@ -798,6 +888,116 @@ class Sequential:
         self.set_weights(other.get_weights())
 
 
+class Sequential(Model):
+    """A stack of layers trained as one model (keras.Sequential)."""
+
+    def __init__(self, layers=None, name=None, trainable=True):
+        name = name or _naming.unique_name("sequential")
+        self._init_state(_core.Model(name, _random.draw_seed()))
+        for layer in layers or []:
+            self.add(layer)
+
+    # ---- structure ------------------------------------------------------------------------
+    @_exclusive
+    def add(self, layer):
+        if isinstance(layer, (InputLayer, KerasTensor)):
+            if self._layers:
+                raise ValueError("An Input must be the first thing added to a Sequential model")
+            if isinstance(layer, KerasTensor) and layer._node is not None:
+                raise ValueError(f"Sequential.add takes layers or a keras.Input, not the output of layer "
+                                 f"'{layer._node.layer.name}'; use keras.Model(inputs, outputs) for graphs")
+            self._input_shape = layer.shape[1:] if isinstance(layer, KerasTensor) else layer.shape
+            return
+        if not isinstance(layer, Layer):
+            raise TypeError(f"The added layer must be an instance of class Layer. Received: layer={layer!r} "
+                            f"of type {type(layer)}.")
+        if layer._reads_indices and self._layers:
+            # Its inputs are row numbers, which have no gradient: the layers before it could not train.
+            raise ValueError(f'{type(layer).__name__} layer "{layer.name}" must be the first layer of Sequential model '
+                             f"'{self.name}' (it follows \"{self._layers[-1].name}\"): its inputs are integer "
+                             "indices, which are not differentiable, so no layer before it could be trained")
+        if any(existing.name == layer.name for existing in self._layers):
+            raise ValueError(f'All layers added to a Sequential model should have unique names. Name "{layer.name}" '
+                             "is already the name of a layer in this model.")
+        if not self._layers and self._input_shape is None and layer._declared_input_shape is not None:
+            self._input_shape = layer._declared_input_shape
+        self._core.add(layer._core)
+        layer._model = weakref.ref(self)
+        self._layers.append(layer)
+        if self._input_shape is not None:
+            self._maybe_build()
+
+    @_exclusive
+    def pop(self):
+        raise NotImplementedError("Sequential.pop is not supported yet")
+
+    def _maybe_build(self):
+        if self._layers and not self._core.built and self._input_shape is not None:
+            if any(d is None for d in self._input_shape):
+                raise ValueError(f"Sequential: input shape {self._input_shape} has an unknown dimension")
+            self._core.build(list(self._input_shape))
+
+    @_exclusive
+    def build(self, input_shape=None):
+        """input_shape includes the batch axis, as in Keras: build((None, 784))."""
+        if input_shape is not None:
+            shape = tuple(input_shape)[1:]
+            if self._core.built and tuple(self._core.input_shape) != shape:
+                raise ValueError(f"Sequential model '{self.name}' is already built for input shape "
+                                 f"{(None, *self._core.input_shape)}, not {tuple(input_shape)}")
+            self._input_shape = shape
+        self._maybe_build()
+
+
+def _several_arrays(x):
+    return isinstance(x, (list, tuple)) and len(x) > 1 and all(isinstance(a, np.ndarray) for a in x)
+
+
+class _FunctionalGraph:
+    """What Python keeps of a functional model's graph (C++ runs it; see nn/layer_graph.h): the
+    nodes as (layer, value numbers) for model(x) on eager tensors, and the input and output shapes
+    for packing several inputs (outputs) into one array at the C++ boundary."""
+
+    def __init__(self, structure, layers, single_output):
+        self.input_shapes = [tuple(s) for s in structure["input_shapes"]]
+        self.input_names = list(structure["input_names"])
+        self.nodes = [(layer, list(ids)) for layer, (_, ids) in zip(layers, structure["nodes"])]
+        self.outputs = list(structure["outputs"])
+        self.output_shapes = [tuple(s) for s in structure["output_shapes"]]
+        self.single_output = single_output and len(self.outputs) == 1
+
+    def pack_inputs(self, x, argname):
+        """The inputs (a list or tuple, one array per input) as one float32 array (batch, total):
+        each input flattened, side by side, in input order."""
+        count = len(self.input_shapes)
+        if isinstance(x, dict):
+            missing = [n for n in self.input_names if n not in x]
+            if missing:
+                raise ValueError(f"{argname}: no array for inputs {missing} (inputs: {self.input_names})")
+            x = [x[n] for n in self.input_names]
+        if not isinstance(x, (list, tuple)) or len(x) != count:
+            raise ValueError(f"{argname}: the model has {count} inputs {self.input_names}; pass a list of {count} "
+                             f"arrays, got {type(x).__name__}" + (f" of {len(x)}" if isinstance(x, (list, tuple))
+                                                                  else ""))
+        arrays = [as_features(a, f"{argname}[{k}]") for k, a in enumerate(x)]
+        for k, (a, shape) in enumerate(zip(arrays, self.input_shapes)):
+            if tuple(a.shape[1:]) != shape:
+                raise ValueError(f"{argname}: input {k} ('{self.input_names[k]}') expects shape {(None, *shape)}, "
+                                 f"got {a.shape}")
+            if len(a) != len(arrays[0]):
+                raise ValueError(f"{argname}: every input must have the same number of samples, got "
+                                 f"{[len(b) for b in arrays]}")
+        return np.ascontiguousarray(np.concatenate([a.reshape(len(a), -1) for a in arrays], axis=1))
+
+    def unpack_outputs(self, out):
+        parts, begin = [], 0
+        for shape in self.output_shapes:
+            size = int(np.prod(shape))
+            parts.append(out[:, begin:begin + size].reshape((len(out), *shape)))
+            begin += size
+        return parts
+
+
 def _starts_with(path, magic):
     if not os.path.isfile(path):  # a pipe or device: never opened here (it could block); the reader refuses it
         return False
@@ -834,12 +1034,17 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
         return _keras_archive.load(filepath, compile=compile)
     strategy = _distribute.get_strategy()
     core, metadata = _core.load_model(filepath, strategy._core)
-    model = Sequential.__new__(Sequential)
-    model._init_state(core)
-    model._layers = [_wrap_core_layer(l) for l in core.layers]
-    for layer in model._layers:
-        layer._model = weakref.ref(model)
-    model._input_shape = tuple(core.input_shape) if core.built else None
+    if core.is_functional:
+        model = Model.__new__(Model)
+        model._init_state(None, core.name)
+        model._adopt_core(core, single_output=len(core.graph_structure()["outputs"]) == 1)
+    else:
+        model = Sequential.__new__(Sequential)
+        model._init_state(core)
+        model._layers = [_wrap_core_layer(l) for l in core.layers]
+        for layer in model._layers:
+            layer._model = weakref.ref(model)
+        model._input_shape = tuple(core.input_shape) if core.built else None
     if core.compiled:
         config = json.loads(core.optimizer().config_json())
         cls = getattr(_optimizers, config["class_name"])

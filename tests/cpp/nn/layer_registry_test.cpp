@@ -25,6 +25,9 @@ Json spec_for(const std::string& cls) {
       {"BatchNormalization", R"({"momentum": 0.5, "epsilon": 0.01, "center": false, "synchronized": true})"},
       {"LayerNormalization", R"({"axis": [-1], "epsilon": 1e-5, "scale": false})"},
       {"Embedding", R"({"input_dim": 7, "output_dim": 3, "mask_zero": true})"},
+      {"Add", "{}"},
+      {"Multiply", "{}"},
+      {"Concatenate", R"({"axis": 1})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -36,7 +39,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 12u);
+  EXPECT_EQ(names.size(), 15u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -76,7 +79,7 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
     EXPECT_STREQ(e.what(),
                  "[layers] unknown layer class 'Conv3D'; known: Dense, Activation, Flatten, Dropout, Conv2D, "
                  "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Reshape, BatchNormalization, "
-                 "LayerNormalization, Embedding");
+                 "LayerNormalization, Embedding, Add, Multiply, Concatenate");
   }
 }
 

@@ -1,0 +1,293 @@
+#include "mdtrain/nn/layer_graph.h"
+
+#include <cstring>
+
+#include "mdtrain/core/dtype_dispatch.h"
+#include "mdtrain/nn/merge_layer.h"
+
+namespace mdtrain {
+
+namespace {
+
+std::int64_t row_elements(const Shape& shape) { return numel(shape); }
+
+// Copies rows of `part` (batch, ...) into columns [offset, offset + part's row size) of `packed`
+// (batch, total), or back when `to_packed` is false.
+void copy_columns(Tensor& packed, std::int64_t offset, Tensor& part, bool to_packed) {
+  const std::int64_t rows = part.dim(0), width = part.row_size(), total = packed.row_size();
+  const auto elem = static_cast<std::int64_t>(size_of(packed.dtype()));
+  auto* p = static_cast<char*>(packed.raw());
+  auto* q = static_cast<char*>(part.raw());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    char* in_packed = p + (r * total + offset) * elem;
+    char* in_part = q + r * width * elem;
+    if (to_packed) std::memcpy(in_packed, in_part, static_cast<std::size_t>(width * elem));
+    else std::memcpy(in_part, in_packed, static_cast<std::size_t>(width * elem));
+  }
+}
+
+Shape batched(std::int64_t batch, const Shape& shape) {
+  Shape out{batch};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+}  // namespace
+
+LayerGraph::LayerGraph(std::vector<Shape> input_shapes) : input_shapes_(std::move(input_shapes)) {
+  MDTRAIN_CHECK(!input_shapes_.empty(), std::invalid_argument, "[functional] a model needs at least one input");
+  readers_.assign(input_shapes_.size(), 0);
+  if (input_shapes_.size() == 1) {
+    packed_input_shape_ = input_shapes_[0];
+  } else {
+    std::int64_t total = 0;
+    for (const auto& s : input_shapes_) total += row_elements(s);
+    packed_input_shape_ = {total};
+  }
+}
+
+int LayerGraph::add_node(std::shared_ptr<Layer> layer, std::vector<int> inputs) {
+  MDTRAIN_CHECK(layer != nullptr, std::invalid_argument, "[functional] cannot add a null layer");
+  MDTRAIN_CHECK(!built_, std::logic_error, "[functional] the graph is built: no node can be added");
+  const int value = num_inputs() + static_cast<int>(nodes_.size());
+  for (const auto& l : layers_) {
+    MDTRAIN_CHECK(l != layer, std::invalid_argument, "[functional] layer \"", layer->name(),
+                  "\" is called more than once; mdtrain does not share a layer between calls yet (create one "
+                  "layer per call)");
+    MDTRAIN_CHECK(l->name() != layer->name(), std::invalid_argument, "[functional] a layer named \"", layer->name(),
+                  "\" is already in the model; layer names must be unique");
+  }
+  const bool merge = dynamic_cast<MergeLayer*>(layer.get()) != nullptr;
+  MDTRAIN_CHECK(merge ? inputs.size() >= 2 : inputs.size() == 1, std::invalid_argument, "[functional] layer \"",
+                layer->name(), "\" (", layer->class_name(), ") ",
+                merge ? "should be called on a list of at least 2 inputs" : "takes exactly one input", ", got ",
+                inputs.size());
+  for (int v : inputs)
+    MDTRAIN_CHECK(v >= 0 && v < value, std::invalid_argument, "[functional] layer \"", layer->name(), "\" reads value ",
+                  v, ", which is not defined before it (values 0..", value - 1, ")");
+  for (int v : inputs) ++readers_[static_cast<std::size_t>(v)];
+  readers_.push_back(0);
+  layers_.push_back(layer);
+  nodes_.push_back({std::move(layer), std::move(inputs)});
+  return value;
+}
+
+void LayerGraph::set_outputs(std::vector<int> outputs) {
+  MDTRAIN_CHECK(!outputs.empty(), std::invalid_argument, "[functional] a model needs at least one output");
+  const int values = num_inputs() + static_cast<int>(nodes_.size());
+  std::vector<bool> needed(static_cast<std::size_t>(values), false);
+  for (int v : outputs) {
+    MDTRAIN_CHECK(v >= 0 && v < values, std::invalid_argument, "[functional] output value ", v,
+                  " is not defined (values 0..", values - 1, ")");
+    needed[static_cast<std::size_t>(v)] = true;
+  }
+  for (std::size_t i = nodes_.size(); i-- > 0;) {
+    const std::size_t value = static_cast<std::size_t>(num_inputs()) + i;
+    MDTRAIN_CHECK(needed[value], std::invalid_argument, "[functional] layer \"", nodes_[i].layer->name(),
+                  "\" does not contribute to any output of the model");
+    for (int v : nodes_[i].inputs) needed[static_cast<std::size_t>(v)] = true;
+  }
+  for (int v : outputs_) --readers_[static_cast<std::size_t>(v)];
+  outputs_ = std::move(outputs);
+  for (int v : outputs_) ++readers_[static_cast<std::size_t>(v)];
+}
+
+void LayerGraph::build(std::uint64_t seed, DType dtype) {
+  MDTRAIN_CHECK(!nodes_.empty(), std::invalid_argument, "[functional] cannot build a model with no layers");
+  MDTRAIN_CHECK(!outputs_.empty(), std::invalid_argument, "[functional] the model's outputs are not set");
+  std::vector<Shape> shapes = input_shapes_;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    Node& node = nodes_[i];
+    if (auto* merge = dynamic_cast<MergeLayer*>(node.layer.get())) {
+      std::vector<Shape> in;
+      for (int v : node.inputs) in.push_back(shapes[static_cast<std::size_t>(v)]);
+      merge->build_inputs(in, dtype);
+    } else {
+      node.layer->build(shapes[static_cast<std::size_t>(node.inputs[0])], layer_seed(seed, i), dtype);
+    }
+    shapes.push_back(node.layer->output_shape());
+  }
+  dtype_ = dtype;
+  built_ = true;
+  pack_parameters();
+}
+
+void LayerGraph::check_built() const {
+  MDTRAIN_CHECK(built_, std::logic_error, "[functional] the model is not built yet");
+}
+
+Shape LayerGraph::value_shape(int value) const {
+  if (value < num_inputs()) return input_shapes_[static_cast<std::size_t>(value)];
+  check_built();
+  return nodes_[static_cast<std::size_t>(value - num_inputs())].layer->output_shape();
+}
+
+std::vector<Shape> LayerGraph::output_shapes() const {
+  std::vector<Shape> out;
+  for (int v : outputs_) out.push_back(value_shape(v));
+  return out;
+}
+
+Shape LayerGraph::output_shape() const {
+  check_built();
+  if (outputs_.size() == 1) return value_shape(outputs_[0]);
+  std::int64_t total = 0;
+  for (const auto& s : output_shapes()) total += row_elements(s);
+  return {total};
+}
+
+bool LayerGraph::reads_only_inputs(const Node& node) const {
+  for (int v : node.inputs)
+    if (v >= num_inputs()) return false;
+  return true;
+}
+
+Tensor LayerGraph::forward(const Tensor& x, const ForwardContext& ctx) {
+  check_built();
+  const auto ni = static_cast<std::size_t>(num_inputs());
+  values_.assign(ni + nodes_.size(), Tensor());
+  if (ni == 1) {
+    values_[0] = x;
+  } else {
+    MDTRAIN_CHECK(x.ndim() == 2 && x.dim(1) == packed_input_shape_[0], std::invalid_argument,
+                  "[functional] a model with ", ni, " inputs takes them packed as (batch, ", packed_input_shape_[0],
+                  "), got ", to_string(x.shape()));
+    input_buffers_.resize(ni);
+    Tensor packed = x;
+    std::int64_t offset = 0;
+    for (std::size_t k = 0; k < ni; ++k) {
+      ensure_buffer(input_buffers_[k], batched(x.dim(0), input_shapes_[k]), x.dtype(), x.device());
+      copy_columns(packed, offset, input_buffers_[k], false);
+      offset += row_elements(input_shapes_[k]);
+      values_[k] = input_buffers_[k];
+    }
+  }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    if (auto* merge = dynamic_cast<MergeLayer*>(node.layer.get())) {
+      std::vector<Tensor> in;
+      for (int v : node.inputs) in.push_back(values_[static_cast<std::size_t>(v)]);
+      values_[ni + i] = merge->forward_inputs(in);
+    } else {
+      values_[ni + i] = node.layer->forward(values_[static_cast<std::size_t>(node.inputs[0])], ctx);
+    }
+  }
+  if (outputs_.size() == 1) return values_[static_cast<std::size_t>(outputs_[0])];
+  output_buffer_.resize(1);
+  ensure_buffer(output_buffer_[0], batched(x.dim(0), output_shape()), dtype_, x.device());
+  std::int64_t offset = 0;
+  for (int v : outputs_) {
+    Tensor part = values_[static_cast<std::size_t>(v)];
+    copy_columns(output_buffer_[0], offset, part, true);
+    offset += part.row_size();
+  }
+  return output_buffer_[0];
+}
+
+void LayerGraph::accumulate(int value, const Tensor& g) {
+  if (value < num_inputs()) return;
+  const auto v = static_cast<std::size_t>(value);
+  if (readers_[v] == 1) {
+    grads_[v] = g;
+    return;
+  }
+  if (!grads_[v].defined()) {
+    accumulators_.resize(readers_.size());
+    ensure_buffer(accumulators_[v], g.shape(), g.dtype(), g.device());
+    accumulators_[v].copy_from(g);
+    grads_[v] = accumulators_[v];
+    return;
+  }
+  dispatch_floating(g.dtype(), "functional", [&](auto tag) {
+    using T = decltype(tag);
+    T* sum = grads_[v].template data<T>();
+    const T* add = g.template data<T>();
+    for (std::int64_t i = 0, n = g.numel(); i < n; ++i) sum[i] += add[i];
+  });
+}
+
+void LayerGraph::run_backward(const Tensor* dy, const Tensor* dlogits, const GradientsFinal& on_final) {
+  check_built();
+  const auto ni = static_cast<std::size_t>(num_inputs());
+  grads_.assign(ni + nodes_.size(), Tensor());
+  if (dy != nullptr) {
+    if (outputs_.size() == 1) {
+      accumulate(outputs_[0], *dy);
+    } else {
+      Tensor packed = *dy;
+      std::int64_t offset = 0;
+      for (int v : outputs_) {
+        Tensor part(batched(dy->dim(0), value_shape(v)), dy->dtype(), dy->device());
+        copy_columns(packed, offset, part, false);
+        offset += part.row_size();
+        accumulate(v, part);
+      }
+    }
+  }
+  for (std::size_t i = nodes_.size(); i-- > 0;) {
+    const Node& node = nodes_[i];
+    const bool need = !reads_only_inputs(node);
+    if (dlogits != nullptr && i + 1 == nodes_.size()) {
+      Tensor dx = node.layer->backward_from_logits(*dlogits, need);
+      if (need) accumulate(node.inputs[0], dx);
+    } else {
+      Tensor g = grads_[ni + i];
+      if (auto* merge = dynamic_cast<MergeLayer*>(node.layer.get())) {
+        std::vector<Tensor> dx = merge->backward_inputs(g);
+        for (std::size_t k = 0; k < dx.size(); ++k) accumulate(node.inputs[k], dx[k]);
+      } else {
+        Tensor dx = node.layer->backward(g, need);
+        if (need) accumulate(node.inputs[0], dx);
+      }
+    }
+    layer_done(i, on_final);
+  }
+}
+
+void LayerGraph::backward(const Tensor& dy, const GradientsFinal& on_final) { run_backward(&dy, nullptr, on_final); }
+
+Activation LayerGraph::output_activation() const {
+  if (outputs_.size() != 1 || nodes_.empty() || outputs_[0] != num_inputs() + static_cast<int>(nodes_.size()) - 1)
+    return Activation::Linear;
+  return nodes_.back().layer->output_activation();
+}
+
+Tensor LayerGraph::logits() const { return nodes_.back().layer->logits(); }
+
+void LayerGraph::backward_from_logits(const Tensor& dlogits, const GradientsFinal& on_final) {
+  MDTRAIN_CHECK(output_activation() != Activation::Linear, std::logic_error,
+                "[functional] the model's output has no logits");
+  run_backward(nullptr, &dlogits, on_final);
+}
+
+void LayerGraph::step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) {
+  check_built();
+  for (auto& node : nodes_) node.layer->forward_without_rows(ctx);
+  for (std::size_t i = nodes_.size(); i-- > 0;) {
+    nodes_[i].layer->backward_without_rows(!reads_only_inputs(nodes_[i]));
+    layer_done(i, on_final);
+  }
+}
+
+std::unique_ptr<LayerGraph> LayerGraph::clone_to(const Device& device) const {
+  check_device_support(device);
+  if (!device.is_cpu()) {
+    // Packing several inputs or outputs and summing gradients run on the host only for now.
+    bool host_only = input_shapes_.size() > 1 || outputs_.size() > 1;
+    for (int r : readers_) host_only = host_only || r > 1;
+    MDTRAIN_CHECK(!host_only, std::invalid_argument,
+                  "[functional] a model with several inputs or outputs, or a value read by several layers, has "
+                  "no CUDA path yet; train it on CPU devices, not ",
+                  device.to_string());
+  }
+  auto copy = std::make_unique<LayerGraph>(input_shapes_);
+  copy->device_ = device;
+  for (const auto& node : nodes_) copy->add_node(std::shared_ptr<Layer>(node.layer->clone()), node.inputs);
+  copy->set_outputs(outputs_);
+  copy->built_ = built_;
+  copy->dtype_ = dtype_;
+  if (built_) copy->pack_parameters();
+  return copy;
+}
+
+}  // namespace mdtrain
