@@ -6,6 +6,7 @@
 #include <limits>
 #include <mutex>
 
+#include "mdtrain/core/memory_stats.h"
 #include "mdtrain/nn/tensor_parallel/dim_slices.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
@@ -63,7 +64,13 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
       strategy_.make_axis_communicators(mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()}
                                                                      : std::vector<std::string>{});
   const Optimizer::State whole_state = optimizer.state();
+  // The primary's unsharded weights are the host's copy (checkpoints, get_weights), not a device's:
+  // each device's memory is its shard's.
+  move_to_host(primary_.packed_values().storage());
+  move_to_host(primary_.packed_grads().storage());
+  move_to_host(primary_.non_trainable_values().storage());
   for (int d = 0; d < strategy_.num_local_replicas(); ++d) {
+    const DeviceMemoryScope on_device(strategy_.devices()[static_cast<std::size_t>(d)]);
     auto s = std::make_unique<Shard>();
     const std::vector<int> at = mesh.coordinates(strategy_.first_local_replica() + d);
     s->model = at[static_cast<std::size_t>(mesh.axis_index(strategy_.model_axis()))];
@@ -81,7 +88,9 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
   // whole optimizer state (as MultiWorkerMirrored does), so any worker can write a checkpoint.
   if (batch_size_ > 1 && strategy_.num_workers() == 1)
     zero_.emplace(shards_.front()->net->trainable_count(), batch_size_);
-  for (auto& s : shards_) {
+  for (std::size_t d = 0; d < shards_.size(); ++d) {
+    Shard* s = shards_[d].get();
+    const DeviceMemoryScope on_device(strategy_.devices()[d]);
     // A fresh optimizer over this shard's weights: the clone forgets slots shaped for whole
     // weights (hold_only re-cuts), then takes its pieces of the whole state.
     s->optimizer = optimizer.clone();
@@ -124,6 +133,7 @@ void ModelParallelExecutor::run_devices(F&& fn) {
   try {
     strategy_.run_replicas([&](int d) {
       Shard& s = *shards_[static_cast<std::size_t>(d)];
+      const DeviceMemoryScope on_device(strategy_.devices()[static_cast<std::size_t>(d)]);
       try {
         fn(s, d);
       } catch (const std::exception& e) {
@@ -188,6 +198,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
     const RowSlice slice = slice_of(batch.count, batch_size_, s.batch);
     s.loss_sum = 0;
     const std::int64_t bytes_before = s.group.bytes();
+    const double model_axis_before = s.group.seconds();
     auto t = Clock::now();
     ForwardContext ctx;
     ctx.training = true;
@@ -220,7 +231,10 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
       net.packed_grads().fill(0.0);
       net.step_without_rows(ctx, {});
     }
-    s.profile.compute += seconds_since(t);
+    // The model axis's collectives ran inside forward and backward: communication, not compute.
+    const double model_axis = s.group.seconds() - model_axis_before;
+    s.profile.compute += seconds_since(t) - model_axis;
+    s.profile.allreduce += model_axis;
     s.step_bytes = s.group.bytes() - bytes_before;
     t = Clock::now();
     if (zero_) zero_->reduce_scatter_own_range(net, *s.batch_comm);
