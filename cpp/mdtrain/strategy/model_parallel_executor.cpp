@@ -78,6 +78,9 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
     s->model_comm = std::move(model_comms[static_cast<std::size_t>(d)]);
     s->batch_comm = std::move(batch_comms[static_cast<std::size_t>(d)]);
     s->net = plan_->build_shard(primary_, &s->group);
+    // Built from the host copy; a GPU's shard is then copied to its GPU (its buffers follow).
+    const Device& device = strategy_.devices()[static_cast<std::size_t>(d)];
+    if (!device.is_cpu()) s->net = s->net->clone_to(device);
     s->loss = loss.clone();
     s->logits_loss = loss.on_logits_of(s->net->output_activation());
     shards_.push_back(std::move(s));
@@ -86,7 +89,8 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
     if (local_batches_.empty() || local_batches_.back() != s->batch) local_batches_.push_back(s->batch);
   // ZeRO-1 over the batch axis inside one process. Across workers each worker keeps its shards'
   // whole optimizer state (as MultiWorkerMirrored does), so any worker can write a checkpoint.
-  if (batch_size_ > 1 && strategy_.num_workers() == 1)
+  // On GPUs every device applies its shard's whole update, as MirroredStrategy's GPU replicas do.
+  if (batch_size_ > 1 && strategy_.num_workers() == 1 && strategy_.devices().front().is_cpu())
     zero_.emplace(shards_.front()->net->trainable_count(), batch_size_);
   for (std::size_t d = 0; d < shards_.size(); ++d) {
     Shard* s = shards_[d].get();
@@ -170,8 +174,8 @@ void ModelParallelExecutor::gather_batch(Shard& s, const GlobalBatch& batch, std
   Shape xs = batch.x.shape(), ys = batch.y.shape();
   xs[0] = rows;
   ys[0] = rows;
-  ensure_buffer(s.x_batch, xs, batch.x.dtype());
-  ensure_buffer(s.y_batch, ys, batch.y.dtype());
+  ensure_buffer(s.x_batch, xs, batch.x.dtype(), s.net->device());
+  ensure_buffer(s.y_batch, ys, batch.y.dtype(), s.net->device());
   ops::gather_rows(batch.x, batch.indices + first, rows, s.x_batch);
   ops::gather_rows(batch.y, batch.indices + first, rows, s.y_batch);
 }
@@ -209,7 +213,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
       gather_batch(s, batch, slice.first, slice.rows);
       const std::int64_t labels = global_label_count(s, true);
       Tensor pred = net.forward(s.x_batch, ctx);
-      ensure_buffer(s.dpred, pred.shape(), pred.dtype());
+      ensure_buffer(s.dpred, pred.shape(), pred.dtype(), pred.device());
       const BatchLossScale ls = batch_loss_scale(*s.loss, s.y_batch, pred, batch.count, labels);
       // Every device of a model group computes the same whole output and loss; shard 0 reports.
       double sum = 0;
@@ -322,7 +326,13 @@ void ModelParallelExecutor::predict_step(const Tensor& x, std::int64_t begin, st
     if (slice.rows == 0) return;
     ForwardContext ctx;
     ctx.global_row_offset = slice.first;
-    Tensor pred = s.net->forward(x.rows(begin + slice.first, begin + slice.first + slice.rows), ctx);
+    Tensor in = x.rows(begin + slice.first, begin + slice.first + slice.rows);
+    if (in.device() != s.net->device()) {
+      ensure_buffer(s.x_batch, in.shape(), in.dtype(), s.net->device());
+      s.x_batch.copy_from(in);
+      in = s.x_batch;
+    }
+    Tensor pred = s.net->forward(in, ctx);
     if (s.model != 0) return;
     Tensor dst = out.rows(begin + slice.first, begin + slice.first + slice.rows);
     dst.copy_from(pred);
