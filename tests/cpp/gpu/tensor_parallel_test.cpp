@@ -70,7 +70,7 @@ TEST(GpuTensorParallel, MegatronPairOnTwoGpusTrainsLikeOneGpu) {
   const Device second{kind, 1};
   const std::int64_t before = memory_info(second).current;
   for (auto* m : {split.get(), single.get()})
-    for (int epoch = 0; epoch < 2; ++epoch) m->train_epoch(x, y, order.data(), kRows, kBatch, kRows / kBatch);
+    for (int epoch = 0; epoch < 2; ++epoch) m->train_epoch(x, y, order.data(), kRows, kBatch, kRows / kBatch, nullptr);
   expect_weights_close(split->get_weights(), single->get_weights(), "2 GPUs vs 1");
   // GPU 1 holds half of hidden0 and hidden1's kernels (and hidden0's bias), and whole copies of
   // the rest: weights, gradients and Adam's two slots, plus activations.
