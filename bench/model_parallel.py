@@ -7,7 +7,7 @@ spent in collectives, model axis included), and measured peak memory per device
 (tf.config.experimental.get_memory_info: weights, gradients, optimizer state and activations each
 device allocated). Ratios are to the 1-device run of the same invocation.
 
-    python bench/model_parallel.py [--steps 20] [--repeats 2]
+    python bench/model_parallel.py [--steps 20] [--repeats 3]
 """
 import argparse
 import gc
@@ -54,7 +54,9 @@ def params_of(model):
     return sum(int(w.size) for w in model.get_weights())
 
 
-def run_case(tf, name, devices, make, x, y, steps, repeats):
+def setup_case(tf, name, devices, make, x, y, steps):
+    """Builds, compiles and warms up one setup, then trains `steps` steps with the memory peaks reset:
+    the bytes each device held at most while training (minus what it held before the setup)."""
     info = tf.config.experimental.get_memory_info
     names = [f"CPU:{i}" for i in range(devices)]
     gc.collect()
@@ -68,17 +70,10 @@ def run_case(tf, name, devices, make, x, y, steps, repeats):
     model.fit(x, y, batch_size=BATCH, epochs=1, steps_per_epoch=3, shuffle=False, verbose=0)  # warm-up
     for n in names:
         tf.config.experimental.reset_memory_stats(n)
-    model.step_time_breakdown(reset=True)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        model.fit(x, y, batch_size=BATCH, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
-        best = min(best, (time.perf_counter() - t) / steps)
-    split = model.step_time_breakdown()
+    model.fit(x, y, batch_size=BATCH, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
     peaks = [info(n)["peak"] - baseline[n] for n in names]
     # Bytes each device moves per step: the gradients it sums over the data axis (all-reduce, or
     # ZeRO-1's reduce-scatter + all-gather: the same volume) plus the model axis's activations.
-    total = params_of(model)
     if strategy is None:
         comm_bytes = 0
     elif isinstance(strategy, tf.keras.distribution.ModelParallel):
@@ -87,28 +82,43 @@ def run_case(tf, name, devices, make, x, y, steps, repeats):
         batch_axis = memory[0]["weights"] if strategy.device_mesh.shape[0] > 1 else 0
         comm_bytes = model_axis + batch_axis
     else:
-        comm_bytes = total * 4
-    row = {"setup": name, "devices": devices, "step_ms": best * 1e3, "compute_ms": split["compute"] * 1e3,
-           "comm_ms": split["communication"] * 1e3, "update_ms": split["update"] * 1e3,
-           "comm_MB": comm_bytes / 1e6, "peak_MiB": [p / 2**20 for p in peaks],
-           "host_copy_MiB": tf._core.host_memory_info()["current"] / 2**20 if strategy is not None and
-           isinstance(strategy, tf.keras.distribution.ModelParallel) else 0.0}
-    del model, strategy
-    gc.collect()
-    return row
+        comm_bytes = params_of(model) * 4
+    row = {"setup": name, "devices": devices, "comm_MB": comm_bytes / 1e6, "peak_MiB": [p / 2**20 for p in peaks]}
+    return model, row
+
+
+def time_round(model, x, y, steps):
+    """Seconds per step of `steps` training steps, and the step profile of those steps."""
+    model.step_time_breakdown(reset=True)
+    t = time.perf_counter()
+    model.fit(x, y, batch_size=BATCH, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
+    return (time.perf_counter() - t) / steps, model.step_time_breakdown()
 
 
 def main():
     parser = argparse.ArgumentParser(description="tensor vs data parallelism, wide MLP")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     os.environ["MDTRAIN_NUM_CPU_DEVICES"] = "4"
     import mdtrain as tf
 
     x, y, _, _ = _common.fashion_mnist_flat()
     x, y = x[:BATCH * args.steps], y[:BATCH * args.steps]
-    rows = [run_case(tf, name, n, make, x, y, args.steps, args.repeats) for name, n, make in cases(tf)]
+    built = [setup_case(tf, name, n, make, x, y, args.steps) for name, n, make in cases(tf)]
+    # The setups take turns, round after round, and each keeps its best round: a machine whose load
+    # changes (other processes on the 2 cores) slows every setup alike instead of whichever ran then.
+    best = [None] * len(built)
+    for _ in range(args.repeats):
+        for i, (model, _row) in enumerate(built):
+            seconds, split = time_round(model, x, y, args.steps)
+            if best[i] is None or seconds < best[i][0]:
+                best[i] = (seconds, split)
+    rows = []
+    for (model, row), (seconds, split) in zip(built, best):
+        row.update({"step_ms": seconds * 1e3, "compute_ms": split["compute"] * 1e3,
+                    "comm_ms": split["communication"] * 1e3, "update_ms": split["update"] * 1e3})
+        rows.append(row)
     one = rows[0]
     table = []
     for r in rows:
@@ -120,7 +130,7 @@ def main():
                       "peak_MiB/device": "/".join(f"{p:.0f}" for p in r["peak_MiB"]),
                       "peak_vs_1": f"{r['max_peak_vs_1']:.2f}"})
     print(f"wide MLP 784-{'-'.join(map(str, HIDDEN))}-10, Adam, batch {BATCH}, {args.steps} steps, best of "
-          f"{args.repeats}; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; comm_MB: bytes each "
+          f"{args.repeats} rounds taken in turn; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; comm_MB: bytes each "
           "device moves per step; peak: measured bytes each device held at most (weights, gradients, optimizer "
           "state, activations)")
     _common.print_table(table, ["setup", "step_ms", "vs_1", "compute_ms", "comm_ms", "update_ms", "comm_MB/step",
