@@ -3,6 +3,7 @@
 #include "bindings.h"
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/core/cuda/runtime.h"
+#include "mdtrain/core/memory_stats.h"
 #include "mdtrain/ops/ops.h"
 
 namespace mdtrain::bindings {
@@ -70,6 +71,26 @@ void init_core(py::module_& m) {
         "Threads one CPU op may split its work over (the BLAS runs single-threaded).");
   m.def("set_cpu_threads", &ops::set_cpu_threads, py::arg("threads"));
   m.def("available_communicators", &available_backends);
+  m.def(
+      "memory_info",
+      [](const std::string& device) {
+        const MemoryInfo info = memory_info(Device::parse(device));
+        py::dict d;
+        d["current"] = info.current;
+        d["peak"] = info.peak;
+        return d;
+      },
+      py::arg("device"), "Bytes a device holds now and at most since the last reset (core/memory_stats.h).");
+  m.def(
+      "reset_memory_stats", [](const std::string& device) { reset_memory_stats(Device::parse(device)); },
+      py::arg("device"));
+  m.def("host_memory_info", []() {
+    const MemoryInfo info = host_memory_info();
+    py::dict d;
+    d["current"] = info.current;
+    d["peak"] = info.peak;
+    return d;
+  });
   m.def("parse_device", [](const std::string& s) {
     Device d = Device::parse(s);
     return py::make_tuple(d.kind == DeviceKind::CPU ? "CPU" : "GPU", d.index);

@@ -159,6 +159,35 @@ def _init_threads():
 
 _init_threads()
 
+def _memory_device(device):
+    """'GPU:0', '/device:CPU:1', ... -> 'CPU:1' for one existing device; ValueError like TF's otherwise."""
+    import re
+    if not isinstance(device, str) or not re.search(r"(cpu|gpu):\d+$", device.strip().lower()):
+        raise ValueError(f"Failed parsing device name: {device!r}. Note a valid device string should at least "
+                         f"contain a device type and a device index, like \"GPU:0\".")
+    kind, index = _core.parse_device(device)
+    if index >= len(list_logical_devices(kind)):
+        raise ValueError(f"No matching devices found for {device!r}")
+    return f"{kind}:{index}"
+
+
+def get_memory_info(device):
+    """tf.config.experimental.get_memory_info: {"current": bytes, "peak": bytes} for one device.
+
+    Measured: every allocation is charged to a device and every release credited back. Unlike TF,
+    CPU devices are tracked too: logical CPU devices share one heap, so a CPU allocation counts for
+    the device whose work allocated it (a replica's or a shard's weights, optimizer state,
+    activations); anything else counts for CPU:0, the host. Under ModelParallel the host's
+    unsharded copy of the model (what get_weights and checkpoints read) counts for no device.
+    "peak" is the most held at once since the last reset_memory_stats(device)."""
+    return dict(_core.memory_info(_memory_device(device)))
+
+
+def reset_memory_stats(device):
+    """tf.config.experimental.reset_memory_stats: sets the device's peak to its current bytes."""
+    _core.reset_memory_stats(_memory_device(device))
+
+
 # tf.config.experimental spells some of these differently.
 experimental = types.SimpleNamespace(
     list_physical_devices=list_physical_devices,
@@ -167,4 +196,6 @@ experimental = types.SimpleNamespace(
     get_virtual_device_configuration=get_logical_device_configuration,
     VirtualDeviceConfiguration=LogicalDeviceConfiguration,
     set_memory_growth=lambda device, enable: None,
+    get_memory_info=get_memory_info,
+    reset_memory_stats=reset_memory_stats,
 )

@@ -104,3 +104,41 @@ def test_layer_weights_read_after_gpu_training_are_the_trained_ones(blobs):
     # A layer's set_weights reaches the replica, and training continues from it.
     first.set_weights([np.zeros_like(w) for w in first.get_weights()])
     assert not model._core.replica_weights(0)[0].any()
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_model_parallel_splits_a_megatron_pair_over_two_gpus(blobs):
+    """ModelParallel on a 2-GPU model axis (NCCL): hidden0 column-parallel, hidden1 row-parallel;
+    one epoch equals one CPU device to float32 tolerance, and each GPU holds about half the model."""
+    if _GPUS < 2:
+        pytest.skip(f"needs 2 GPUs, this process sees {_GPUS}")
+    x, y = blobs
+    distribution = tf.keras.distribution
+    mesh = distribution.DeviceMesh((2,), ("model",), devices=["gpu:0", "gpu:1"])
+    layout_map = distribution.LayoutMap(mesh)
+    layout_map["hidden0/kernel"] = (None, "model")
+    layout_map["hidden0/bias"] = ("model",)
+    layout_map["hidden1/kernel"] = ("model", None)
+
+    def mlp():
+        tf.keras.utils.set_random_seed(5)
+        return tf.keras.Sequential([tf.keras.Input((x.shape[1],)),
+                                    tf.keras.layers.Dense(256, activation="relu", name="hidden0"),
+                                    tf.keras.layers.Dense(256, activation="relu", name="hidden1"),
+                                    tf.keras.layers.Dense(3, name="out")])
+
+    mp = distribution.ModelParallel(layout_map=layout_map)
+    with mp.scope():
+        split = mlp()
+        split.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        one = mlp()
+        one.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    h_split = split.fit(x, y, epochs=1, batch_size=64, shuffle=False, verbose=0)
+    h_one = one.fit(x, y, epochs=1, batch_size=64, shuffle=False, verbose=0)
+    np.testing.assert_allclose(h_split.history["loss"], h_one.history["loss"], rtol=1e-3, atol=1e-4)
+    for a, b in zip(split.get_weights(), one.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+    for m, gpu in zip(mp.memory_per_device(split), ["GPU:0", "GPU:1"]):
+        assert tf.config.experimental.get_memory_info(gpu)["current"] >= 2 * m["weights"] + m["optimizer_state"]

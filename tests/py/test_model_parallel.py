@@ -5,6 +5,7 @@ share of the weights and optimizer state (measured allocations), checkpoints hol
 and what is not supported is a ValueError / NotImplementedError naming the layer or the call."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,6 +159,7 @@ def test_2_workers_x_2_devices_train_the_seed_model_and_wide_mlp_like_one_device
     cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]  # wide: 4096
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    # the two workers share stdout, so their lines may run together: find each report wherever it is
+    results = [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", proc.stdout)]
     assert len(results) == 2  # both workers checked and printed
     assert results[0] == results[1]  # every worker saw the same losses

@@ -3,13 +3,16 @@
 #include <cctype>
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 #include "mdtrain/core/allocator.h"
+#include "mdtrain/core/caching_allocator.h"
 #include "mdtrain/core/device.h"
 #include "mdtrain/core/cuda/device_memory.h"
 #include "mdtrain/core/dtype.h"
 #include "mdtrain/core/allocation_budget.h"
 #include "mdtrain/core/errors.h"
+#include "mdtrain/core/memory_stats.h"
 #include "mdtrain/core/shape.h"
 
 namespace mdtrain {
@@ -82,7 +85,12 @@ Device Device::parse(const std::string& text) {
 }
 
 std::shared_ptr<void> allocate(const Device& device, std::size_t bytes) {
-  if (!device.is_cpu()) return cuda::allocate(device, bytes);  // the device's caching allocator
+  if (!device.is_cpu()) {
+    // The device's caching allocator; charged to the GPU by its size class (what the block holds).
+    std::shared_ptr<void> block = cuda::allocate(device, bytes);
+    void* p = block.get();
+    return memory_accounting::charge(device, p, CachingAllocator::size_class(bytes), nullptr, std::move(block));
+  }
   AllocationBudget::charge(bytes);
   constexpr std::size_t kAlign = 64;
   std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
@@ -91,7 +99,8 @@ std::shared_ptr<void> allocate(const Device& device, std::size_t bytes) {
   if (!p)
     fail<AllocationError>("[allocator] cannot allocate ", bytes, " bytes (", bytes / (1 << 20), " MiB) on ",
                           device.to_string());
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return memory_accounting::charge(
+      device, p, rounded, [](void* q) { std::free(q); }, nullptr);
 }
 
 }  // namespace mdtrain

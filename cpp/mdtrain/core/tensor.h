@@ -57,6 +57,8 @@ class Tensor {
   void fill(double value);
   // Element count of trailing dimensions: the size of one row along axis 0.
   std::int64_t row_size() const;
+  // The allocation this tensor views (shared by its copies and views).
+  const std::shared_ptr<void>& storage() const { return storage_; }
   // True when both tensors refer to the very same elements.
   bool same_storage(const Tensor& other) const { return raw() == other.raw(); }
 

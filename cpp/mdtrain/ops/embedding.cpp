@@ -132,4 +132,20 @@ void embedding_scatter_add(const Tensor& dy, const Tensor& rows, Tensor& grad) {
   });
 }
 
+void embedding_shard_rows(const Tensor& rows, std::int64_t first, std::int64_t held, Tensor& local, Tensor& keep) {
+  check_matrix("embedding_shard_rows", "keep", keep);
+  const std::int64_t count = keep.dim(0), dim = keep.dim(1);
+  check_rows("embedding_shard_rows", rows, count, keep);
+  check_rows("embedding_shard_rows", local, count, keep);
+  MDTRAIN_CHECK(first >= 0 && held >= 0, std::invalid_argument, "[embedding] embedding_shard_rows: rows [", first, ", ",
+                first + held, ") are not a shard of a table");
+  if (count == 0) return;
+  if (!keep.device().is_cpu()) return cuda::embedding_shard_rows(rows, first, held, local, keep);
+  dispatch_floating(keep.dtype(), "embedding", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::embedding_shard_rows<T>(rows.data<std::int64_t>(), count, first, held, dim, local.data<std::int64_t>(),
+                                 keep.data<T>());
+  });
+}
+
 }  // namespace mdtrain::ops

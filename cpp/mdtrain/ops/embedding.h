@@ -33,4 +33,11 @@ void embedding_lookup(const Tensor& table, const Tensor& rows, Tensor& out);
 // any thread split). dy (count, dim), grad (table_rows, dim).
 void embedding_scatter_add(const Tensor& dy, const Tensor& rows, Tensor& grad);
 
+// For a table split by rows (shard holding rows [first, first + held) of the whole): local[i] =
+// math::shard_row(rows[i], first, held), or 0 for rows another shard holds; keep (count, dim),
+// float32 or float64, = 1 on the rows of held indices and 0 on the others (a lookup through local
+// times keep is this shard's share of the whole lookup). rows and local int64 (count,), all three in
+// one memory.
+void embedding_shard_rows(const Tensor& rows, std::int64_t first, std::int64_t held, Tensor& local, Tensor& keep);
+
 }  // namespace mdtrain::ops

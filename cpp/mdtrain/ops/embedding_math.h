@@ -29,4 +29,11 @@ MDTRAIN_HD std::int64_t embedding_row(T value, std::int64_t rows) {
   }
 }
 
+// A table split by rows over shards (tensor parallelism): the row of this shard's table (rows
+// [first, first + held) of the whole) that whole-table row `row` is, or -1 when another shard
+// holds it.
+MDTRAIN_HD std::int64_t shard_row(std::int64_t row, std::int64_t first, std::int64_t held) {
+  return row >= first && row < first + held ? row - first : -1;
+}
+
 }  // namespace mdtrain::math

@@ -6,6 +6,7 @@
 #include <limits>
 #include <mutex>
 
+#include "mdtrain/core/memory_stats.h"
 #include "mdtrain/nn/tensor_parallel/dim_slices.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
@@ -63,7 +64,13 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
       strategy_.make_axis_communicators(mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()}
                                                                      : std::vector<std::string>{});
   const Optimizer::State whole_state = optimizer.state();
+  // The primary's unsharded weights are the host's copy (checkpoints, get_weights), not a device's:
+  // each device's memory is its shard's.
+  move_to_host(primary_.packed_values().storage());
+  move_to_host(primary_.packed_grads().storage());
+  move_to_host(primary_.non_trainable_values().storage());
   for (int d = 0; d < strategy_.num_local_replicas(); ++d) {
+    const DeviceMemoryScope on_device(strategy_.devices()[static_cast<std::size_t>(d)]);
     auto s = std::make_unique<Shard>();
     const std::vector<int> at = mesh.coordinates(strategy_.first_local_replica() + d);
     s->model = at[static_cast<std::size_t>(mesh.axis_index(strategy_.model_axis()))];
@@ -71,6 +78,9 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
     s->model_comm = std::move(model_comms[static_cast<std::size_t>(d)]);
     s->batch_comm = std::move(batch_comms[static_cast<std::size_t>(d)]);
     s->net = plan_->build_shard(primary_, &s->group);
+    // Built from the host copy; a GPU's shard is then copied to its GPU (its buffers follow).
+    const Device& device = strategy_.devices()[static_cast<std::size_t>(d)];
+    if (!device.is_cpu()) s->net = s->net->clone_to(device);
     s->loss = loss.clone();
     s->logits_loss = loss.on_logits_of(s->net->output_activation());
     shards_.push_back(std::move(s));
@@ -79,9 +89,12 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
     if (local_batches_.empty() || local_batches_.back() != s->batch) local_batches_.push_back(s->batch);
   // ZeRO-1 over the batch axis inside one process. Across workers each worker keeps its shards'
   // whole optimizer state (as MultiWorkerMirrored does), so any worker can write a checkpoint.
-  if (batch_size_ > 1 && strategy_.num_workers() == 1)
+  // On GPUs every device applies its shard's whole update, as MirroredStrategy's GPU replicas do.
+  if (batch_size_ > 1 && strategy_.num_workers() == 1 && strategy_.devices().front().is_cpu())
     zero_.emplace(shards_.front()->net->trainable_count(), batch_size_);
-  for (auto& s : shards_) {
+  for (std::size_t d = 0; d < shards_.size(); ++d) {
+    Shard* s = shards_[d].get();
+    const DeviceMemoryScope on_device(strategy_.devices()[d]);
     // A fresh optimizer over this shard's weights: the clone forgets slots shaped for whole
     // weights (hold_only re-cuts), then takes its pieces of the whole state.
     s->optimizer = optimizer.clone();
@@ -124,6 +137,7 @@ void ModelParallelExecutor::run_devices(F&& fn) {
   try {
     strategy_.run_replicas([&](int d) {
       Shard& s = *shards_[static_cast<std::size_t>(d)];
+      const DeviceMemoryScope on_device(strategy_.devices()[static_cast<std::size_t>(d)]);
       try {
         fn(s, d);
       } catch (const std::exception& e) {
@@ -160,8 +174,8 @@ void ModelParallelExecutor::gather_batch(Shard& s, const GlobalBatch& batch, std
   Shape xs = batch.x.shape(), ys = batch.y.shape();
   xs[0] = rows;
   ys[0] = rows;
-  ensure_buffer(s.x_batch, xs, batch.x.dtype());
-  ensure_buffer(s.y_batch, ys, batch.y.dtype());
+  ensure_buffer(s.x_batch, xs, batch.x.dtype(), s.net->device());
+  ensure_buffer(s.y_batch, ys, batch.y.dtype(), s.net->device());
   ops::gather_rows(batch.x, batch.indices + first, rows, s.x_batch);
   ops::gather_rows(batch.y, batch.indices + first, rows, s.y_batch);
 }
@@ -188,6 +202,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
     const RowSlice slice = slice_of(batch.count, batch_size_, s.batch);
     s.loss_sum = 0;
     const std::int64_t bytes_before = s.group.bytes();
+    const double model_axis_before = s.group.seconds();
     auto t = Clock::now();
     ForwardContext ctx;
     ctx.training = true;
@@ -198,7 +213,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
       gather_batch(s, batch, slice.first, slice.rows);
       const std::int64_t labels = global_label_count(s, true);
       Tensor pred = net.forward(s.x_batch, ctx);
-      ensure_buffer(s.dpred, pred.shape(), pred.dtype());
+      ensure_buffer(s.dpred, pred.shape(), pred.dtype(), pred.device());
       const BatchLossScale ls = batch_loss_scale(*s.loss, s.y_batch, pred, batch.count, labels);
       // Every device of a model group computes the same whole output and loss; shard 0 reports.
       double sum = 0;
@@ -220,7 +235,10 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
       net.packed_grads().fill(0.0);
       net.step_without_rows(ctx, {});
     }
-    s.profile.compute += seconds_since(t);
+    // The model axis's collectives ran inside forward and backward: communication, not compute.
+    const double model_axis = s.group.seconds() - model_axis_before;
+    s.profile.compute += seconds_since(t) - model_axis;
+    s.profile.allreduce += model_axis;
     s.step_bytes = s.group.bytes() - bytes_before;
     t = Clock::now();
     if (zero_) zero_->reduce_scatter_own_range(net, *s.batch_comm);
@@ -308,7 +326,13 @@ void ModelParallelExecutor::predict_step(const Tensor& x, std::int64_t begin, st
     if (slice.rows == 0) return;
     ForwardContext ctx;
     ctx.global_row_offset = slice.first;
-    Tensor pred = s.net->forward(x.rows(begin + slice.first, begin + slice.first + slice.rows), ctx);
+    Tensor in = x.rows(begin + slice.first, begin + slice.first + slice.rows);
+    if (in.device() != s.net->device()) {
+      ensure_buffer(s.x_batch, in.shape(), in.dtype(), s.net->device());
+      s.x_batch.copy_from(in);
+      in = s.x_batch;
+    }
+    Tensor pred = s.net->forward(in, ctx);
     if (s.model != 0) return;
     Tensor dst = out.rows(begin + slice.first, begin + slice.first + slice.rows);
     dst.copy_from(pred);

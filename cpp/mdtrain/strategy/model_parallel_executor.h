@@ -15,7 +15,9 @@ namespace mdtrain {
 class ModelParallelStrategy;
 
 // The step of ModelParallelStrategy (tensor parallelism, optionally x data parallelism): one
-// device per mesh position (batch b, model m), one thread each.
+// device per mesh position (batch b, model m), one thread each. On GPUs each device's shard, batch
+// slice and buffers live on its GPU, and every device applies its shard's whole update (no ZeRO-1,
+// as MirroredStrategy on GPUs).
 //
 // Device (b, m) trains shard m of the model (TensorParallelPlan::build_shard of the primary): its
 // sharded layers talk over the model-axis communicator (a CommunicatorShardGroup), so every device

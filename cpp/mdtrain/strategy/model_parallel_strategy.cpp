@@ -1,5 +1,6 @@
 #include "mdtrain/strategy/model_parallel_strategy.h"
 
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/strategy/model_parallel_executor.h"
@@ -8,9 +9,16 @@ namespace mdtrain {
 
 namespace {
 std::string model_axis_of(const DeviceMesh& mesh, const std::optional<std::string>& batch_axis) {
-  for (const auto& d : mesh.devices())
-    MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[model_parallel] ", d.to_string(),
-                  ": model parallelism runs on logical CPU devices for now");
+  const bool gpus = !mesh.devices().front().is_cpu();
+  for (const auto& d : mesh.devices()) {
+    MDTRAIN_CHECK(d.is_cpu() != gpus, std::invalid_argument, "[model_parallel] ", d.to_string(),
+                  ": devices must all be CPU devices or all GPUs, got ", mesh.devices().front().to_string(), " and ",
+                  d.to_string());
+    if (!d.is_cpu())
+      MDTRAIN_CHECK(d.index >= 0 && d.index < cuda::device_count(), std::invalid_argument, "[model_parallel] ",
+                    d.to_string(), " is not a visible GPU (this process sees ", cuda::device_count(), ")",
+                    cuda::device_count() == 0 ? ": " + cuda::unavailable_reason() : std::string());
+  }
   if (batch_axis)
     MDTRAIN_CHECK(mesh.has_axis(*batch_axis), std::invalid_argument, "[model_parallel] the batch axis '", *batch_axis,
                   "' is not in the mesh ", mesh.to_string());
@@ -66,7 +74,9 @@ ModelParallelStrategy::~ModelParallelStrategy() = default;
 
 std::vector<std::unique_ptr<Communicator>> ModelParallelStrategy::make_replica_communicators() const {
   if (workers_) return workers_->make_replica_communicators();
-  return create_communicators("threads", num_replicas_in_sync());
+  // As MirroredStrategy: in-process threads between CPU devices, NCCL between GPUs; the axes'
+  // groups are split from this one (ncclCommSplit on GPUs).
+  return create_communicators(devices().front().is_cpu() ? "threads" : "nccl", num_replicas_in_sync());
 }
 
 std::unique_ptr<StepExecutor> ModelParallelStrategy::make_executor(Network& primary, const Loss& loss,

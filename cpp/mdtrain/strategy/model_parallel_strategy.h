@@ -10,7 +10,8 @@ namespace mdtrain {
 
 class ModelParallelExecutor;
 
-// Keras 3's keras.distribution.ModelParallel on logical CPU devices (threads): a mesh with a model
+// Keras 3's keras.distribution.ModelParallel on logical CPU devices or GPUs (one thread each; NCCL
+// between GPUs, as MirroredStrategy): a mesh with a model
 // axis (tensor parallelism: weights split by a layout per weight, see TensorParallelPlan) and
 // optionally a batch axis (data parallelism between the model groups: the hybrid batch x model
 // mesh). Each device trains its shard of the model on its batch group's slice of the global
@@ -24,13 +25,12 @@ class ModelParallelExecutor;
 // worker's devices (`workers`).
 class ModelParallelStrategy : public Strategy {
  public:
-  // `mesh`: one process's CPU devices; its axes are `batch_axis` (if given) and one model axis
-  // (the other one). `layouts`: "layer/weight" -> one axis name or none per dimension; weights not
-  // named are replicated. Throws std::invalid_argument("[model_parallel] ...") on a mesh without a
-  // model axis, a batch axis not in the mesh, a layout naming an axis that is not the model axis,
-  // GPUs (not supported yet), or a mesh across workers without `workers` (the strategy that joined
-  // the MPI job, with this worker's devices) or whose model axis would span workers. Layouts are
-  // checked against the layers when a model is compiled.
+  // `mesh`: one process's devices (all CPU devices or all GPUs); its axes are `batch_axis` (if given) and one model
+  // axis (the other one). `layouts`: "layer/weight" -> one axis name or none per dimension; weights not named are
+  // replicated. Throws std::invalid_argument("[model_parallel] ...") on a mesh without a model axis, a batch axis not
+  // in the mesh, a layout naming an axis that is not the model axis, a mix of CPU devices and GPUs, a GPU this process
+  // cannot see, or a mesh across workers without `workers` (the strategy that joined the MPI job, with this worker's
+  // devices) or whose model axis would span workers. Layouts are checked against the layers when a model is compiled.
   ModelParallelStrategy(DeviceMesh mesh, WeightLayouts layouts, std::optional<std::string> batch_axis,
                         std::shared_ptr<Strategy> workers = nullptr);
   ~ModelParallelStrategy() override;

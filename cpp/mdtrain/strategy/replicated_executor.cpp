@@ -4,6 +4,7 @@
 #include <exception>
 #include <mutex>
 
+#include "mdtrain/core/memory_stats.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/batch_split.h"
@@ -72,6 +73,7 @@ ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, con
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_unique<Replica>();
     const Device& device = strategy_.devices()[static_cast<std::size_t>(r)];
+    const DeviceMemoryScope on_device(device);
     if (r == 0 && primary_is_replica0_) {
       rep->net = &primary_;
     } else {
@@ -103,6 +105,7 @@ void ReplicatedExecutor::for_each_slice(std::int64_t count, F&& fn, bool across_
     strategy_.run_replicas([&](int local) {
       const RowSlice slice = slice_of(count, parts, offset + local);
       Replica& rep = *replicas_[static_cast<std::size_t>(local)];
+      const DeviceMemoryScope on_device(strategy_.devices()[static_cast<std::size_t>(local)]);
       try {
         fn(rep, local, slice.first, slice.rows);
       } catch (const std::exception& e) {

@@ -35,10 +35,12 @@ struct StepLoss {
 // compute / communication / idle split).
 struct StepProfile {
   std::int64_t steps = 0;
-  double wall = 0;       // whole steps, as seen by the caller
-  double compute = 0;    // gather + forward + loss + backward
-  double allreduce = 0;  // in gradient collectives (data movement and waiting for peers)
-  double update = 0;     // regularization gradients + optimizer
+  double wall = 0;     // whole steps, as seen by the caller
+  double compute = 0;  // gather + forward + loss + backward (their collectives excluded)
+  // In collectives (data movement and waiting for peers): the gradients', and under tensor
+  // parallelism the model axis's (activations summed or gathered inside forward and backward).
+  double allreduce = 0;
+  double update = 0;  // regularization gradients + optimizer
 };
 
 // Sees each replica's labels and predictions after its forward (for metrics), on that replica's

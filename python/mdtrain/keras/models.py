@@ -812,7 +812,8 @@ class Model:
         Returns {"steps", "step", "compute", "communication", "update", "idle"}: "step" is the
         wall time of a whole step; "compute" the slowest replica's gather + forward + loss +
         backward; "communication" the gradient exchange (moving data and waiting for the other
-        replicas); "update" the optimizer; "idle" what is left (thread hand-offs, the Python loop).
+        replicas), under ModelParallel also the model axis's collectives inside forward and backward
+        (not counted as compute); "update" the optimizer; "idle" what is left (thread hand-offs, the Python loop).
         reset=True starts a new measurement after reading this one."""
         if self.loss is None or not self.built:
             raise RuntimeError("step_time_breakdown: compile and train the model first")

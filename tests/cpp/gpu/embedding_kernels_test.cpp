@@ -88,6 +88,23 @@ TEST(CudaEmbeddingKernels, ScatterAddMatchesCpuBitwise) {
   }
 }
 
+TEST(CudaEmbeddingKernels, ShardRowsMatchCpu) {
+  MDTRAIN_REQUIRE_GPU();
+  // Shard 1 of a 77-row table cut in rows of 25: it holds rows [25, 50); 50..76 are another's.
+  Tensor rows_x = random_labels({3000}, DType::Int64, 5, 77);
+  Tensor rows({3000}, DType::Int64);
+  ASSERT_EQ(ops::embedding_rows(rows_x, 77, rows).position, -1);
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    SCOPED_TRACE(name_of(dt));
+    Tensor want_local({3000}, DType::Int64), want_keep({3000, 7}, dt);
+    Tensor got_local({3000}, DType::Int64, kGpu), got_keep({3000, 7}, dt, kGpu);
+    ops::embedding_shard_rows(rows, 25, 25, want_local, want_keep);
+    ops::embedding_shard_rows(to_gpu(rows), 25, 25, got_local, got_keep);
+    EXPECT_TRUE(same_bytes(got_local, want_local));
+    EXPECT_TRUE(same_bytes(got_keep, want_keep));
+  }
+}
+
 TEST(CudaEmbeddingKernels, LayerOnTheGpuMatchesTheHost) {
   MDTRAIN_REQUIRE_GPU();
   Embedding::Options o;

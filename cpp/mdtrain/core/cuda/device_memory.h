@@ -25,6 +25,10 @@ std::shared_ptr<void> allocate_pinned(std::size_t bytes);
 
 // Copies `bytes` between any two of host memory and GPU memory (also GPU to another GPU).
 void copy(void* dst, const Device& dst_device, const void* src, const Device& src_device, std::size_t bytes);
+// `rows` runs of `width` bytes: run r from src + r * src_pitch to dst + r * dst_pitch (one
+// cudaMemcpy2D), between any two of host memory and GPU memory, ordered and synchronised as copy().
+void copy_strided(void* dst, const Device& dst_device, std::size_t dst_pitch, const void* src, const Device& src_device,
+                  std::size_t src_pitch, std::size_t width, std::size_t rows);
 // Sets `bytes` of GPU memory to zero.
 void zero(void* dst, const Device& device, std::size_t bytes);
 // Sets `count` elements of `dtype` at `dst` on a GPU to `value` (converted as a static_cast would).

@@ -48,6 +48,10 @@ std::shared_ptr<void> allocate(const Device& device, std::size_t) {
 }
 std::shared_ptr<void> allocate_pinned(std::size_t) { unavailable("pinned host memory"); }
 void copy(void*, const Device&, const void*, const Device&, std::size_t) { unavailable("copy"); }
+void copy_strided(void*, const Device&, std::size_t, const void*, const Device&, std::size_t, std::size_t,
+                  std::size_t) {
+  unavailable("copy");
+}
 void zero(void*, const Device&, std::size_t) { unavailable("zero"); }
 void fill(void*, const Device&, DType, std::int64_t, double) { unavailable("fill"); }
 MemoryStats memory_stats(int device) {

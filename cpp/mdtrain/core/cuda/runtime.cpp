@@ -328,6 +328,26 @@ void copy(void* dst, const Device& dst_device, const void* src, const Device& sr
   }
 }
 
+void copy_strided(void* dst, const Device& dst_device, std::size_t dst_pitch, const void* src, const Device& src_device,
+                  std::size_t src_pitch, std::size_t width, std::size_t rows) {
+  if (width == 0 || rows == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, width);
+    return;
+  }
+  // As copy(): the destination GPU's stream (the source's for a host destination) orders it.
+  const int device = dst_device.is_cpu() ? gpu_index(src_device, "copy") : gpu_index(dst_device, "copy");
+  DeviceGuard guard(device);
+  const Stream& stream = compute_stream(device);
+  if (!dst_device.is_cpu() && !src_device.is_cpu() && dst_device.index != src_device.index)
+    compute_stream(src_device.index).synchronize();
+  MDTRAIN_CUDA_CHECK(
+      cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, stream.handle()));
+  // Host memory on either side is read or reused by the caller next.
+  if (dst_device.is_cpu() || src_device.is_cpu()) stream.synchronize();
+}
+
 void zero(void* dst, const Device& device, std::size_t bytes) {
   if (bytes == 0) return;
   const int index = gpu_index(device, "zero");

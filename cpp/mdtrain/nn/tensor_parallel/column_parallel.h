@@ -42,6 +42,8 @@ class ColumnParallel : public Layer {
   double regularization_loss() const override { return inner_->regularization_loss(); }
   void add_regularization_gradients() override { inner_->add_regularization_gradients(); }
   std::unique_ptr<Layer> clone() const override;
+  // The gather and the slicing are device-generic; the inner layer decides.
+  bool has_cuda_kernels() const override { return inner_->has_cuda_kernels(); }
   Json config() const override { return inner_->config(); }
 
   bool gathers_output() const { return gather_; }

@@ -1,8 +1,7 @@
 #include "mdtrain/nn/tensor_parallel/dim_slices.h"
 
-#include <cstring>
-
 #include "mdtrain/core/errors.h"
+#include "mdtrain/ops/strided_copy.h"
 
 namespace mdtrain {
 
@@ -10,12 +9,9 @@ namespace {
 
 struct PieceGeometry {
   std::int64_t outer = 1, whole_dim = 0, piece_dim = 0, inner = 1;
-  std::size_t elem = 0;
 };
 
 PieceGeometry geometry(const Tensor& whole, const Tensor& part, int dim, int k, int n) {
-  MDTRAIN_CHECK(whole.device().is_cpu() && part.device().is_cpu(), std::invalid_argument,
-                "[tensor_parallel] pieces of tensors are cut in host memory");
   MDTRAIN_CHECK(whole.dtype() == part.dtype() && dim >= 0 && dim < whole.ndim() && whole.ndim() == part.ndim() &&
                     n >= 1 && k >= 0 && k < n && whole.dim(dim) % n == 0,
                 std::invalid_argument, "[tensor_parallel] piece ", k, " of ", n, " along dimension ", dim, " of ",
@@ -31,7 +27,6 @@ PieceGeometry geometry(const Tensor& whole, const Tensor& part, int dim, int k, 
   }
   g.whole_dim = whole.dim(dim);
   g.piece_dim = g.whole_dim / n;
-  g.elem = size_of(whole.dtype());
   return g;
 }
 
@@ -39,22 +34,14 @@ PieceGeometry geometry(const Tensor& whole, const Tensor& part, int dim, int k, 
 
 void copy_piece_out(const Tensor& whole, int dim, int k, int n, Tensor& part) {
   const PieceGeometry g = geometry(whole, part, dim, k, n);
-  const auto* src = static_cast<const char*>(whole.raw());
-  auto* dst = static_cast<char*>(part.raw());
-  const std::size_t run = static_cast<std::size_t>(g.piece_dim * g.inner) * g.elem;
-  for (std::int64_t o = 0; o < g.outer; ++o)
-    std::memcpy(dst + static_cast<std::size_t>(o) * run,
-                src + static_cast<std::size_t>((o * g.whole_dim + k * g.piece_dim) * g.inner) * g.elem, run);
+  const std::int64_t run = g.piece_dim * g.inner;
+  ops::copy_runs(whole, k * run, g.whole_dim * g.inner, part, 0, run, g.outer, run);
 }
 
 void copy_piece_in(const Tensor& part, int dim, int k, int n, Tensor& whole) {
   const PieceGeometry g = geometry(whole, part, dim, k, n);
-  const auto* src = static_cast<const char*>(part.raw());
-  auto* dst = static_cast<char*>(whole.raw());
-  const std::size_t run = static_cast<std::size_t>(g.piece_dim * g.inner) * g.elem;
-  for (std::int64_t o = 0; o < g.outer; ++o)
-    std::memcpy(dst + static_cast<std::size_t>((o * g.whole_dim + k * g.piece_dim) * g.inner) * g.elem,
-                src + static_cast<std::size_t>(o) * run, run);
+  const std::int64_t run = g.piece_dim * g.inner;
+  ops::copy_runs(part, 0, run, whole, k * run, g.whole_dim * g.inner, g.outer, run);
 }
 
 void interleave_last_dim(const Tensor& blocks, int n, Tensor& whole) {
@@ -63,13 +50,9 @@ void interleave_last_dim(const Tensor& blocks, int n, Tensor& whole) {
                 std::invalid_argument, "[tensor_parallel] ", n, " gathered pieces of ", blocks.numel(),
                 " elements do not make ", to_string(whole.shape()));
   const std::int64_t last = whole.dim(whole.ndim() - 1), piece = last / n, rows = last ? whole.numel() / last : 0;
-  const std::size_t elem = size_of(whole.dtype()), run = static_cast<std::size_t>(piece) * elem;
-  const auto* src = static_cast<const char*>(blocks.raw());
-  auto* dst = static_cast<char*>(whole.raw());
-  for (int k = 0; k < n; ++k)
-    for (std::int64_t r = 0; r < rows; ++r)
-      std::memcpy(dst + static_cast<std::size_t>(r * last + k * piece) * elem,
-                  src + static_cast<std::size_t>(k * rows + r) * run, run);
+  // Block k holds `rows` runs of `piece` elements, one after another; in the whole they are
+  // columns [k * piece, (k + 1) * piece) of every row.
+  for (int k = 0; k < n; ++k) ops::copy_runs(blocks, k * rows * piece, piece, whole, k * piece, last, rows, piece);
 }
 
 }  // namespace mdtrain

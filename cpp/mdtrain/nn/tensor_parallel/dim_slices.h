@@ -2,7 +2,8 @@
 // Equal pieces of a tensor along one dimension: piece k of n along `dim` holds indices
 // [k * d / n, (k + 1) * d / n) of that dimension (d = the whole size). How a sharded weight is cut
 // from its unsharded tensor and put back, and how a split activation (its last dimension cut) is
-// cut from or assembled into the whole. Host memory only.
+// cut from or assembled into the whole. Host memory, a GPU, or one of each (a weight scattered from
+// the host copy to a GPU shard).
 #include "mdtrain/core/tensor.h"
 
 namespace mdtrain {

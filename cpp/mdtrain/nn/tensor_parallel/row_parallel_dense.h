@@ -34,6 +34,7 @@ class RowParallelDense : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  bool has_cuda_kernels() const override { return true; }
   Json config() const override { return config_; }
 
   bool input_split() const { return input_split_; }

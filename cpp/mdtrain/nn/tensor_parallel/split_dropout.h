@@ -19,6 +19,8 @@ class SplitDropout : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
+  // One ops::dropout per run of this shard's features (a launch per row on a GPU: correct, not fast).
+  bool has_cuda_kernels() const override { return true; }
   Json config() const override;
 
  private:

@@ -1,9 +1,8 @@
 #include "mdtrain/nn/tensor_parallel/vocab_parallel_embedding.h"
 
-#include <cstring>
-
 #include "mdtrain/nn/initializer.h"
 #include "mdtrain/ops/embedding.h"
+#include "mdtrain/ops/ops.h"
 
 namespace mdtrain {
 
@@ -40,19 +39,12 @@ Tensor VocabParallelEmbedding::forward(const Tensor& x, const ForwardContext&) {
   const std::int64_t n = x.numel(), dim = options_.output_dim, held = table_.value.dim(0),
                      first = group_->rank() * held;
   ensure_buffer(local_rows_, {n}, DType::Int64, x.device());
-  held_.assign(static_cast<std::size_t>(n), 0);
-  const auto* rows = rows_.data<std::int64_t>();
-  auto* local = local_rows_.data<std::int64_t>();
-  for (std::int64_t i = 0; i < n; ++i) {
-    const bool mine = rows[i] >= first && rows[i] < first + held;
-    held_[static_cast<std::size_t>(i)] = mine;
-    local[i] = mine ? rows[i] - first : 0;
-  }
+  ensure_buffer(keep_, {n, dim}, dtype_, x.device());
+  ops::embedding_shard_rows(rows_, first, held, local_rows_, keep_);
   ensure_buffer(y_, {n, dim}, dtype_, x.device());
   ops::embedding_lookup(table_.value, local_rows_, y_);
-  for (std::int64_t i = 0; i < n; ++i)
-    if (!held_[static_cast<std::size_t>(i)]) y_.rows(i, i + 1).fill(0.0);
-  group_->sum(y_);  // one non-zero term per element: exactly the unsharded lookup
+  ops::multiply(y_, keep_, y_);  // rows of other shards' indices: zeros (x * 0; the table is finite)
+  group_->sum(y_);               // one non-zero term per element: exactly the unsharded lookup
   Shape out = x.shape();
   out.push_back(dim);
   return y_.reshape(out);
@@ -65,11 +57,9 @@ Tensor VocabParallelEmbedding::backward(const Tensor& dy, bool need_input_grad) 
   const std::int64_t dim = options_.output_dim;
   Tensor dy2 = dy.reshape({-1, dim});
   ensure_buffer(dy_held_, dy2.shape(), dtype_, dy2.device());
-  dy_held_.copy_from(dy2);
   // Indices of other shards add zeros into row 0 (x + 0 is x), so the held rows' sums are taken
   // in index order exactly as the unsharded layer takes them.
-  for (std::int64_t i = 0; i < dy2.dim(0); ++i)
-    if (!held_[static_cast<std::size_t>(i)]) dy_held_.rows(i, i + 1).fill(0.0);
+  ops::multiply(dy2, keep_, dy_held_);
   ops::embedding_scatter_add(dy_held_, local_rows_, table_.grad);
   return Tensor();
 }

@@ -27,6 +27,7 @@ class VocabParallelEmbedding : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  bool has_cuda_kernels() const override { return true; }
   Json config() const override;
 
  protected:
@@ -38,9 +39,9 @@ class VocabParallelEmbedding : public Layer {
   std::shared_ptr<Regularizer> regularizer_;
   Parameter table_;  // (V / n, output_dim)
   // Per call: the whole-vocabulary rows of the indices, this shard's rows (0 for indices it does
-  // not hold), which indices it holds, the output, and dy with the other shards' rows zeroed.
-  Tensor rows_, local_rows_, y_, dy_held_;
-  std::vector<char> held_;
+  // not hold), 1 on the rows of the indices it holds and 0 elsewhere, the output, and dy with the
+  // other shards' rows zeroed. On the device of the input (host or GPU).
+  Tensor rows_, local_rows_, keep_, y_, dy_held_;
 };
 
 }  // namespace mdtrain

@@ -33,6 +33,17 @@ void embedding_scatter_add(const T* dy, std::int64_t dim, const std::int64_t* ro
   }
 }
 
+template <class T>
+void embedding_shard_rows(const std::int64_t* rows, std::int64_t count, std::int64_t first, std::int64_t held,
+                          std::int64_t dim, std::int64_t* local, T* keep) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t row = math::shard_row(rows[i], first, held);
+    local[i] = row < 0 ? 0 : row;
+    const T k = row < 0 ? T(0) : T(1);
+    for (std::int64_t c = 0; c < dim; ++c) keep[i * dim + c] = k;
+  }
+}
+
 #define MDTRAIN_EMBEDDING_INDEX(I) \
   template std::int64_t embedding_rows<I>(const I*, std::int64_t, std::int64_t, std::int64_t*);
 MDTRAIN_EMBEDDING_INDEX(std::int32_t)
@@ -41,10 +52,12 @@ MDTRAIN_EMBEDDING_INDEX(float)
 MDTRAIN_EMBEDDING_INDEX(double)
 #undef MDTRAIN_EMBEDDING_INDEX
 
-#define MDTRAIN_EMBEDDING_FLOAT(T)                                                                                \
-  template void embedding_lookup<T>(const T*, std::int64_t, const std::int64_t*, std::int64_t, std::int64_t, T*); \
-  template void embedding_scatter_add<T>(const T*, std::int64_t, const std::int64_t*, std::int64_t, std::int64_t, \
-                                         std::int64_t, T*);
+#define MDTRAIN_EMBEDDING_FLOAT(T)                                                                                   \
+  template void embedding_lookup<T>(const T*, std::int64_t, const std::int64_t*, std::int64_t, std::int64_t, T*);    \
+  template void embedding_scatter_add<T>(const T*, std::int64_t, const std::int64_t*, std::int64_t, std::int64_t,    \
+                                         std::int64_t, T*);                                                          \
+  template void embedding_shard_rows<T>(const std::int64_t*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, \
+                                        std::int64_t*, T*);
 MDTRAIN_EMBEDDING_FLOAT(float)
 MDTRAIN_EMBEDDING_FLOAT(double)
 #undef MDTRAIN_EMBEDDING_FLOAT

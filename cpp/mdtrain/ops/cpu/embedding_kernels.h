@@ -20,4 +20,9 @@ template <class T>
 void embedding_scatter_add(const T* dy, std::int64_t dim, const std::int64_t* rows, std::int64_t count,
                            std::int64_t col_begin, std::int64_t col_end, T* grad);
 
+// local[i] = math::shard_row(rows[i], first, held) or 0, keep[i, :] = 1 or 0 (held or not).
+template <class T>
+void embedding_shard_rows(const std::int64_t* rows, std::int64_t count, std::int64_t first, std::int64_t held,
+                          std::int64_t dim, std::int64_t* local, T* keep);
+
 }  // namespace mdtrain::cpu

@@ -50,6 +50,18 @@ __global__ void embedding_scatter_add_kernel(const T* dy, const std::int64_t* ro
     for (std::int64_t i = 0; i < count; ++i) grad[rows[i] * dim + c] += dy[i * dim + c];
 }
 
+// One thread per element of keep; the first column's thread also writes local.
+template <class T>
+__global__ void embedding_shard_rows_kernel(const std::int64_t* rows, std::int64_t count, std::int64_t first,
+                                            std::int64_t held, std::int64_t dim, std::int64_t* local, T* keep) {
+  const std::int64_t total = count * dim;
+  for (std::int64_t k = first_index(); k < total; k += grid_stride()) {
+    const std::int64_t i = k / dim, row = math::shard_row(rows[i], first, held);
+    keep[k] = row < 0 ? T(0) : T(1);
+    if (k % dim == 0) local[i] = row < 0 ? 0 : row;
+  }
+}
+
 template <class F>
 void dispatch_index(DType dtype, F&& f) {
   switch (dtype) {
@@ -109,6 +121,20 @@ void embedding_scatter_add(const Tensor& dy, const Tensor& rows, Tensor& grad) {
                                                                                  grad.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("embedding_scatter_add_kernel");
+}
+
+void embedding_shard_rows(const Tensor& rows, std::int64_t first, std::int64_t held, Tensor& local, Tensor& keep) {
+  const std::int64_t count = keep.dim(0), dim = keep.dim(1);
+  if (count == 0) return;
+  OnDevice on(keep);
+  if (dim == 0) return;
+  dispatch_floating(keep.dtype(), "cuda", [&](auto tag) {
+    using T = decltype(tag);
+    embedding_shard_rows_kernel<T>
+        <<<blocks_for(count * dim), kThreads, 0, on.stream>>>(rows.data<std::int64_t>(), count, first, held, dim,
+                                                              local.data<std::int64_t>(), keep.data<T>());
+  });
+  MDTRAIN_CUDA_CHECK_LAUNCH("embedding_shard_rows_kernel");
 }
 
 }  // namespace mdtrain::cuda

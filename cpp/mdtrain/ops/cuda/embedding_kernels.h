@@ -19,5 +19,6 @@ namespace mdtrain::cuda {
 std::int64_t embedding_rows(const Tensor& x, std::int64_t table_rows, Tensor& rows);
 void embedding_lookup(const Tensor& table, const Tensor& rows, Tensor& out);
 void embedding_scatter_add(const Tensor& dy, const Tensor& rows, Tensor& grad);
+void embedding_shard_rows(const Tensor& rows, std::int64_t first, std::int64_t held, Tensor& local, Tensor& keep);
 
 }  // namespace mdtrain::cuda

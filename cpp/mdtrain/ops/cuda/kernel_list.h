@@ -118,6 +118,8 @@ inline constexpr KernelEntry kKernels[] = {
     {"embedding_scatter_add_kernel", "ops/cuda/embedding_kernels.cu", "",
      "a per-column sum of dy rows in index order, as the CPU loop adds",
      "CudaEmbeddingKernels.ScatterAddMatchesCpuBitwise"},
+    {"embedding_shard_rows_kernel", "ops/cuda/embedding_kernels.cu", "math::shard_row", "",
+     "CudaEmbeddingKernels.ShardRowsMatchCpu"},
 };
 
 }  // namespace mdtrain::cuda

@@ -101,5 +101,8 @@ void global_avg_pool2d_backward(const Tensor&, std::int64_t, std::int64_t, std::
 std::int64_t embedding_rows(const Tensor&, std::int64_t, Tensor&) { unavailable("embedding_rows"); }
 void embedding_lookup(const Tensor&, const Tensor&, Tensor&) { unavailable("embedding_lookup"); }
 void embedding_scatter_add(const Tensor&, const Tensor&, Tensor&) { unavailable("embedding_scatter_add"); }
+void embedding_shard_rows(const Tensor&, std::int64_t, std::int64_t, Tensor&, Tensor&) {
+  unavailable("embedding_shard_rows");
+}
 
 }  // namespace mdtrain::cuda
