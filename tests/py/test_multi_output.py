@@ -250,3 +250,29 @@ def test_save_and_load_keep_the_losses_weights_and_metrics(tmp_path):
     assert loaded.loss.loss_weights == [2.0, 1.0]
     np.testing.assert_allclose(loaded.evaluate(x, {"cls": y_cls, "reg": y_reg}, verbose=0), expected, rtol=1e-6)
     loaded.fit(x, [y_cls, y_reg], batch_size=16, epochs=1, verbose=0)  # the optimizer state came along
+
+
+def test_keras_archive_keeps_the_losses_both_ways(tmp_path):
+    """A .keras file of a compiled two-output model: Keras 3 loads it compiled with the same losses,
+    weights and metrics (its evaluate agrees), and mdtrain reads it back compiled."""
+    from keras_oracle import run_keras
+
+    x, y_cls, y_reg = data(5)
+    model = two_heads(seed=12)
+    model.compile("adam", loss=["sparse_categorical_crossentropy", "mae"], loss_weights=[0.5, 2.0],
+                  metrics=[["accuracy"], ["mse"]])
+    expected = model.evaluate(x, [y_cls, y_reg], batch_size=16, verbose=0)
+    model.save(tmp_path / "m.keras")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y_cls.npy", y_cls)
+    np.save(tmp_path / "y_reg.npy", y_reg)
+    np.save(tmp_path / "expected.npy", np.array(expected))
+    run_keras("""
+        import keras, numpy as np
+        model = keras.models.load_model("m.keras")
+        got = model.evaluate(np.load("x.npy"), [np.load("y_cls.npy"), np.load("y_reg.npy")], batch_size=16, verbose=0)
+        np.testing.assert_allclose(got, np.load("expected.npy"), rtol=1e-5, atol=1e-6)
+    """, cwd=tmp_path)
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert loaded.metrics_names == model.metrics_names
+    np.testing.assert_allclose(loaded.evaluate(x, [y_cls, y_reg], batch_size=16, verbose=0), expected, rtol=1e-6)

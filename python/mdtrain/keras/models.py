@@ -510,6 +510,9 @@ class Model:
         self._check_compiled("fit")
         self._check_strategy("fit")
         scheduled_fit = getattr(self._strategy, "_fit", None)
+        if scheduled_fit is not None and self._outputs is not None:
+            raise NotImplementedError(f"fit: model '{self.name}' has several outputs; ParameterServerStrategy does "
+                                      "not train such models yet (every other strategy does)")
         if scheduled_fit is not None:  # ParameterServerStrategy: the steps run on its workers
             return scheduled_fit(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                                  callbacks=callbacks, validation_data=validation_data, shuffle=shuffle,
