@@ -3,6 +3,10 @@ all), loss_weights, per-output metrics and logs named as Keras 3 names them, lab
 dict, checked against Keras 3 as the oracle; a subclassed model with two outputs; Mirrored on two
 logical devices equal to one device."""
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -276,3 +280,31 @@ def test_keras_archive_keeps_the_losses_both_ways(tmp_path):
     loaded = keras.models.load_model(tmp_path / "m.keras")
     assert loaded.metrics_names == model.metrics_names
     np.testing.assert_allclose(loaded.evaluate(x, [y_cls, y_reg], batch_size=16, verbose=0), expected, rtol=1e-6)
+
+
+MULTI_OUTPUT_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "multi_output_job.py")
+
+
+def run_job(tmp_path, strategy, launch=False):
+    out = tmp_path / f"{strategy}.npz"
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    prefix = [sys.executable, "-m", "mdtrain.launch", "-n", "2"] if launch else [sys.executable]
+    proc = subprocess.run([*prefix, MULTI_OUTPUT_JOB, "--strategy", strategy, "--out", str(out)], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with np.load(out) as f:
+        return [f[f"arr_{i}"] for i in range(len(f.files))]
+
+
+def test_central_storage_and_multi_worker_equal_one_device(tmp_path):
+    """Every data-parallel strategy trains the two-output model to the weights, logs and evaluate of
+    one device (to float32 rounding): each output keeps its own divisor however the batch is cut."""
+    one = run_job(tmp_path, "one")
+    strategies = ["mirrored", "central"]
+    if shutil.which("mpirun") is not None and tf._core.mpi_available():
+        strategies.append("mwms")
+    for strategy in strategies:
+        got = run_job(tmp_path, strategy, launch=strategy == "mwms")
+        assert len(got) == len(one)
+        for a, b in zip(one, got):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=strategy)
