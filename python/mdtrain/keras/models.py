@@ -834,6 +834,9 @@ class Model:
             raise ValueError("train_step expects data = (x, y)")
         replica, deferred = _distribute._scopes.replica, _distribute._scopes.deferred
         if replica is not None and deferred is not None:
+            if self._outputs is not None:
+                raise NotImplementedError(f"train_step: model '{self.name}' has several outputs; inside "
+                                          "strategy.run it is not supported yet (use fit or train_on_batch)")
             return deferred.add(self, replica[1], np.asarray(data[0]), np.asarray(data[1]))
         return self.train_on_batch(data[0], data[1], return_dict=True)
 
