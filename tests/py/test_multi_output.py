@@ -203,6 +203,9 @@ def test_subclassed_model_with_two_outputs_trains_like_its_functional_twin():
     sub.compile(keras.optimizers.Adam(0.01), loss=["sparse_categorical_crossentropy", "mse"], loss_weights=[1, 0.2],
                 metrics=[["accuracy"], []])  # compiled before call() is traced, as Keras allows
     sub.build((None, 5))
+    untraced = TwoHeads()  # fit traces call() and applies the pending compile
+    untraced.compile("adam", loss={"cls": "sparse_categorical_crossentropy", "reg": "mse"})
+    assert list(untraced.fit(x, [y_cls, y_reg], verbose=0).history) == ["loss", "cls_loss", "reg_loss"]
     inputs = keras.Input((5,))
     h = layers.Dense(8, activation="relu", name="trunk2")(inputs)
     twin = keras.Model(inputs, [layers.Dense(3, activation="softmax", name="cls2")(h), layers.Dense(1, name="reg2")(h)])
@@ -246,7 +249,9 @@ def test_save_and_load_keep_the_losses_weights_and_metrics(tmp_path):
     model = two_heads(seed=11)
     model.compile("adam", loss={"cls": "sparse_categorical_crossentropy", "reg": "mae"}, loss_weights=[2.0, 1.0],
                   metrics={"reg": ["mse"], "cls": ["acc"]})
-    model.fit(x, [y_cls, y_reg], batch_size=16, epochs=1, verbose=0)
+    history = model.fit(x, [y_cls, y_reg], batch_size=16, epochs=1, verbose=0,
+                        validation_data=(x[:20], {"cls": y_cls[:20], "reg": y_reg[:20]}))
+    assert list(history.history) == model.metrics_names + ["val_" + k for k in model.metrics_names]
     expected = model.evaluate(x, [y_cls, y_reg], verbose=0)
     model.save(tmp_path / "m.mdtrain")
     loaded = keras.models.load_model(tmp_path / "m.mdtrain")

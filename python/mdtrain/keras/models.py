@@ -341,7 +341,8 @@ class Model:
             # How many outputs call() returns is known once traced; a plain loss is checked now.
             resolved = (None, None, []) if structured else self._resolve_compile(*spec)
             self._pending_compile = (strategy, optimizer, spec)
-            self.optimizer, self.loss, self._metric_identifiers = optimizer, resolved[0], resolved[1] or []
+            # Until then model.loss is what compile was given (as Keras keeps it).
+            self.optimizer, self.loss, self._metric_identifiers = optimizer, resolved[0] or loss, resolved[1] or []
             self._strategy = strategy
             return
         self._compile_core(strategy, optimizer, spec)
