@@ -101,8 +101,13 @@ double MultiOutputLoss::forward_backward(const Tensor& y_true, const Tensor& y_p
     output_slice(k, y_true, y_pred, &t, &p);
     const Output& out = outputs_[k];
     // Output k's mean divides by its own positions (batch x time for a sequence output).
-    const double per_row = static_cast<double>(out.loss->sample_count(t, p)) / static_cast<double>(rows);
-    const double sum = out.loss->forward_backward(t, p, grad_scale * out.weight / per_row, dpred ? &g : nullptr);
+    double per_row = 0, sum = 0;
+    try {
+      per_row = static_cast<double>(out.loss->sample_count(t, p)) / static_cast<double>(rows);
+      sum = out.loss->forward_backward(t, p, grad_scale * out.weight / per_row, dpred ? &g : nullptr);
+    } catch (const std::invalid_argument& e) {  // bad labels: say which output they belong to
+      fail<std::invalid_argument>(prefix(), "output '", out.name, "': ", e.what());
+    }
     total += out.weight * sum / per_row;
     if (dpred) write_columns(*dpred, pred_offsets_[k], g);
   }

@@ -105,6 +105,16 @@ TEST(MultiOutputLoss, ChecksPackedShapesAndRefusesIgnoreClass) {
   const MultiOutputLoss loss = two_outputs(1.0, 1.0);
   EXPECT_THROW(loss.mean(b.y_true, b.seq_pred), std::invalid_argument);
   EXPECT_THROW(loss.mean(b.reg_true, b.y_pred), std::invalid_argument);
+  Tensor bad_labels = b.y_true.clone();
+  bad_labels.data<float>()[1] = 7.0f;  // a class id of output "seq" out of range
+  try {
+    loss.mean(bad_labels, b.y_pred);
+    FAIL() << "an out-of-range label was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("output 'seq': [loss] sparse_categorical_crossentropy: label 7"),
+              std::string::npos)
+        << e.what();
+  }
   std::vector<MultiOutputLoss::Output> outs(2);
   outs[0] = {"cls", std::make_shared<losses::SparseCategoricalCrossentropy>(false, 0), 1.0, Shape{3}};
   outs[1] = {"reg", std::make_shared<losses::MeanSquaredError>(), 1.0, Shape{2}};
