@@ -287,5 +287,7 @@ def compile_from_keras(compile_config):
         raise UnsupportedKerasObject("compile_config weighted_metrics is not supported by mdtrain")
     out = {"optimizer": optimizer, "loss": loss, "metrics": metrics}
     if compile_config.get("loss_weights") is not None:
+        if not isinstance(loss, (list, tuple, dict)) or (isinstance(loss, dict) and "class_name" in loss):
+            raise UnsupportedKerasObject("compile_config loss_weights is supported for several outputs only")
         out["loss_weights"] = compile_config["loss_weights"]
     return out
