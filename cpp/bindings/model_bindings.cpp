@@ -108,7 +108,9 @@ void init_model(py::module_& m) {
       .def_property_readonly("layers", [](Model& m) { return m.network().layers(); })
       .def_property_readonly("input_shape", [](Model& m) { return m.network().input_shape(); })
       .def_property_readonly("output_shape", [](Model& m) { return m.network().output_shape(); })
-      .def("compile", &Model::compile, py::arg("loss"), py::arg("optimizer"), py::arg("metrics"), py::arg("strategy"))
+      .def("compile", &Model::compile, py::arg("loss"), py::arg("optimizer"), py::arg("metrics"), py::arg("strategy"),
+           py::arg("metric_outputs") = std::vector<int>{})
+      .def_property_readonly("metric_outputs", &Model::metric_outputs)
       .def_property_readonly("compiled", &Model::compiled)
       .def_property_readonly("strategy", &Model::strategy)
       .def("set_learning_rate", &Model::set_learning_rate, py::arg("learning_rate"))

@@ -140,8 +140,9 @@ def test_several_inputs_and_outputs(blobs):
     assert first.shape == (600, 2) and second.shape == (600, 3)
     eager = two_heads(x[:, :12])
     np.testing.assert_allclose(eager[1].numpy(), second, rtol=1e-5, atol=1e-6)
-    with pytest.raises(NotImplementedError, match="one output"):
-        two_heads.compile("adam", "mse")
+    # Training several outputs (issue #18; tests/py/test_multi_output.py): one loss for every output.
+    two_heads.compile("adam", "mse")
+    assert two_heads.metrics_names == ["loss"] + [f"{l.name}_loss" for l in two_heads.layers]
 
 
 def test_save_and_load_round_trip(tmp_path, blobs):

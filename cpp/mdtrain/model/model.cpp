@@ -7,6 +7,8 @@
 #include "mdtrain/core/rng.h"
 #include "mdtrain/model/functional_config.h"
 #include "mdtrain/model/model_file.h"
+#include "mdtrain/model/output_metric.h"
+#include "mdtrain/nn/multi_output_loss.h"
 #include "mdtrain/nn/layer_factory.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/optim/registry.h"
@@ -91,15 +93,37 @@ void Model::build(const Shape& input_shape) {
 }
 
 void Model::compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer, std::vector<std::string> metrics,
-                    std::shared_ptr<Strategy> strategy) {
+                    std::shared_ptr<Strategy> strategy, std::vector<int> metric_outputs) {
   BusyGuard busy(*this, "compile");
   MDTRAIN_CHECK(loss != nullptr, std::invalid_argument, "[compile] model \"", name_, "\": a loss is required");
   MDTRAIN_CHECK(optimizer != nullptr, std::invalid_argument, "[compile] model \"", name_,
                 "\": an optimizer is required");
+  const auto* multi = dynamic_cast<const MultiOutputLoss*>(loss.get());
+  if (multi) {
+    MDTRAIN_CHECK(metric_outputs.size() == metrics.size(), std::invalid_argument, "[compile] model \"", name_,
+                  "\": ", metrics.size(), " metrics but ", metric_outputs.size(), " metric outputs");
+    for (int k : metric_outputs)
+      MDTRAIN_CHECK(k >= 0 && static_cast<std::size_t>(k) < multi->outputs().size(), std::invalid_argument,
+                    "[compile] model \"", name_, "\": a metric reads output ", k, " of ", multi->outputs().size());
+    if (graph_ != nullptr && graph_->built()) {
+      const auto shapes = graph_->output_shapes();
+      MDTRAIN_CHECK(shapes.size() == multi->outputs().size(), std::invalid_argument, "[compile] model \"", name_,
+                    "\" has ", shapes.size(), " outputs but the loss has ", multi->outputs().size());
+      for (std::size_t k = 0; k < shapes.size(); ++k)
+        MDTRAIN_CHECK(shapes[k] == multi->outputs()[k].pred_shape, std::invalid_argument, "[compile] model \"", name_,
+                      "\": output ", k, " ('", multi->outputs()[k].name, "') has shape ", to_string(shapes[k]),
+                      ", not ", to_string(multi->outputs()[k].pred_shape));
+    }
+  } else {
+    MDTRAIN_CHECK(metric_outputs.empty(), std::invalid_argument, "[compile] model \"", name_,
+                  "\": metric outputs need a multi-output loss");
+  }
   loss_ = std::move(loss);
   optimizer_ = std::move(optimizer);
   metric_names_ = std::move(metrics);
+  metric_outputs_ = std::move(metric_outputs);
   metrics_.clear();
+  metrics_resolved_ = false;
   strategy_ = strategy ? std::move(strategy) : std::make_shared<OneDeviceStrategy>();
   release_engine();
 }
@@ -160,7 +184,25 @@ TrainEngine& Model::engine(const Shape& y_shape) {
     if (!metrics_.empty()) engine_->set_metrics(metrics_);
   }
   // Metric names like "accuracy" resolve against the label shape, known with the first labels.
-  if (metrics_.size() != metric_names_.size() && !y_shape.empty()) {
+  if (auto multi = std::dynamic_pointer_cast<const MultiOutputLoss>(loss_); multi && !metrics_resolved_) {
+    // Every output's label shape is the loss's: "<output>_loss" first, then the metrics.
+    metrics_resolved_ = true;
+    for (std::size_t k = 0; k < multi->outputs().size(); ++k)
+      metrics_.push_back(std::make_unique<OutputLossMetric>(multi, k));
+    for (std::size_t i = 0; i < metric_names_.size(); ++i) {
+      const auto k = static_cast<std::size_t>(metric_outputs_[i]);
+      const auto& out = multi->outputs()[k];
+      Shape true_shape{-1}, pred_shape{-1};
+      for (auto d : multi->label_shape(k)) true_shape.push_back(d);
+      for (auto d : out.pred_shape) pred_shape.push_back(d);
+      metrics_.push_back(
+          std::make_unique<OutputMetric>(multi, k,
+                                         make_metric(metric_names_[i], out.loss.get(), true_shape, pred_shape)));
+    }
+    engine_->set_metrics(metrics_);
+  }
+  if (!metrics_resolved_ && !y_shape.empty()) {
+    metrics_resolved_ = true;
     Shape pred_shape{-1};
     for (auto d : network_->output_shape()) pred_shape.push_back(d);
     Shape true_shape = y_shape;
@@ -359,6 +401,11 @@ void Model::save(const std::string& path, const Json& metadata) {
     Json metrics = Json::array();
     for (const auto& m : metric_names_) metrics.push_back(m);
     compile.set("metrics", metrics);
+    if (!metric_outputs_.empty()) {
+      Json outputs = Json::array();
+      for (int k : metric_outputs_) outputs.push_back(Json(k));
+      compile.set("metric_outputs", outputs);
+    }
     file.compile = compile;
     for (auto& [name, t] : optimizer_state()) file.optimizer_state.push_back({name, t});
   }
@@ -402,9 +449,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Stra
     if (!file.compile.is_null()) {
       std::vector<std::string> metrics;
       for (const auto& m : file.compile.at("metrics").as_array()) metrics.push_back(m.as_string());
+      std::vector<int> metric_outputs;
+      const Json saved_outputs = file.compile.get("metric_outputs", Json::array());  // a copy: see loss_from_config
+      for (const auto& k : saved_outputs.as_array()) metric_outputs.push_back(static_cast<int>(k.as_int()));
       model->compile(loss_from_config(file.compile.at("loss")),
                      std::shared_ptr<Optimizer>(make_optimizer(file.compile.at("optimizer"))), metrics,
-                     std::move(strategy));
+                     std::move(strategy), std::move(metric_outputs));
       if (!file.optimizer_state.empty()) {
         Optimizer::State state;
         for (auto& t : file.optimizer_state) state.emplace_back(t.name, t.value);

@@ -66,9 +66,11 @@ class Model {
   bool built() const { return network_->built(); }
 
   // Replaces any earlier compile. `metrics` are Keras names ("accuracy", "mae", ...), resolved
-  // against the loss and the model's output shape once the model is built.
+  // against the loss and the model's output shape once the model is built. With a
+  // MultiOutputLoss, `metric_outputs[i]` is the output metrics[i] reads (logged as
+  // "<output>_<metric>", after each output's "<output>_loss"); empty otherwise.
   void compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer, std::vector<std::string> metrics,
-               std::shared_ptr<Strategy> strategy);
+               std::shared_ptr<Strategy> strategy, std::vector<int> metric_outputs = {});
   bool compiled() const { return loss_ != nullptr; }
   const Loss& loss() const;
   Optimizer& optimizer();
@@ -80,6 +82,7 @@ class Model {
   // names and shapes must be those optimizer_state() gives (std::invalid_argument otherwise).
   void set_optimizer_state(const Optimizer::State& state);
   const std::vector<std::string>& metric_names() const { return metric_names_; }
+  const std::vector<int>& metric_outputs() const { return metric_outputs_; }
   std::shared_ptr<Strategy> strategy() const { return strategy_; }
   // Creates the engine (and the replicas) on first use; `y_shape` (labels, batch axis included)
   // resolves metric names such as "accuracy" the way Keras does.
@@ -138,7 +141,9 @@ class Model {
   std::shared_ptr<Loss> loss_;
   std::shared_ptr<Optimizer> optimizer_;
   std::vector<std::string> metric_names_;
+  std::vector<int> metric_outputs_;  // per metric name, its output (a MultiOutputLoss's)
   std::vector<std::unique_ptr<Metric>> metrics_;
+  bool metrics_resolved_ = false;  // metrics_ made from metric_names_ (needs the label shape)
   std::shared_ptr<Strategy> strategy_;
   std::unique_ptr<TrainEngine> engine_;
   std::function<void()> step_hook_;

@@ -7,6 +7,7 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/nn/layer.h"
 #include "mdtrain/nn/loss.h"
+#include "mdtrain/nn/multi_output_loss.h"
 #include "mdtrain/ops/loss_ops.h"
 
 namespace mdtrain {
@@ -183,9 +184,11 @@ std::unique_ptr<Loss> loss_from_config(const Json& config) {
   std::string id;
   if (config.contains("class_name")) {
     id = config.at("class_name").as_string();
+    if (id == "MultiOutputLoss") return multi_output_loss_from_config(config);
     if (config.contains("config")) cfg = &config.at("config");
   } else {
     id = config.at("name").as_string();
+    if (id == "multi_output_loss") return multi_output_loss_from_config(config);
   }
   const Kind kind = resolve(id);
   // Copies: get() returns the fallback itself when the key is absent, a temporary here.

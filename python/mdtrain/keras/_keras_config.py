@@ -107,12 +107,21 @@ def compile_to_keras(model):
     lr = opt_config.get("learning_rate")
     if isinstance(lr, dict):
         opt_config["learning_rate"] = _wrap("keras.optimizers.schedules", lr["class_name"], lr["config"])
-    loss_config = dict(model.loss.get_config())
-    loss_class = model.loss._core.class_name if hasattr(model.loss._core, "class_name") else type(model.loss).__name__
+    def loss_to_keras(loss):
+        loss_class = loss._core.class_name if hasattr(loss._core, "class_name") else type(loss).__name__
+        return _wrap("keras.losses", loss_class, dict(loss.get_config()))
+
+    loss_weights, metrics = None, list(model._metric_identifiers) or None
+    if getattr(model, "_outputs", None) is not None:  # several outputs: lists in output order, as Keras writes
+        loss = [loss_to_keras(l) for l in model.loss.losses]
+        loss_weights = list(model.loss.loss_weights)
+        metrics = [[m for m, k in zip(model._metric_identifiers, model._metric_outputs) if k == out]
+                   for out in range(len(model.loss.losses))]
+    else:
+        loss = loss_to_keras(model.loss)
     return {"optimizer": _wrap("keras.optimizers", type(model.optimizer).__name__, opt_config),
-            "loss": _wrap("keras.losses", loss_class, loss_config), "loss_weights": None,
-            "metrics": list(model._metric_identifiers) or None, "weighted_metrics": None, "run_eagerly": False,
-            "steps_per_execution": 1, "jit_compile": False}
+            "loss": loss, "loss_weights": loss_weights, "metrics": metrics, "weighted_metrics": None,
+            "run_eagerly": False, "steps_per_execution": 1, "jit_compile": False}
 
 
 # ---- Keras -> mdtrain ----------------------------------------------------------------------
@@ -251,18 +260,34 @@ def compile_from_keras(compile_config):
         optimizer = cls(**_kwargs(cls, opt_config, f"optimizer {opt['class_name']}"))
     else:
         optimizer = opt
-    loss = compile_config.get("loss")
-    if isinstance(loss, dict):
-        loss = _object(_losses, loss, "loss")
-    metrics = []
-    for m in compile_config.get("metrics") or []:
+    def loss_from(loss):
+        return _object(_losses, loss, "loss") if isinstance(loss, dict) and "class_name" in loss else loss
+
+    def metric_from(m):
+        if isinstance(m, (list, tuple)):  # one output's metrics (a model with several outputs)
+            return [metric_from(e) for e in m]
         if isinstance(m, dict):
             cls = getattr(_metrics, m.get("class_name", ""), None)
             if cls is None or not isinstance(cls, type):
                 raise UnsupportedKerasObject(f"metric {m.get('class_name')!r} is not supported by mdtrain")
             m = cls()
-        metrics.append(m)
-    for key in ("loss_weights", "weighted_metrics"):
-        if compile_config.get(key):
-            raise UnsupportedKerasObject(f"compile_config {key} is not supported by mdtrain")
-    return {"optimizer": optimizer, "loss": loss, "metrics": metrics}
+        return m
+
+    loss = compile_config.get("loss")
+    if isinstance(loss, (list, tuple)):  # a loss per output
+        loss = [loss_from(l) for l in loss]
+    elif isinstance(loss, dict) and "class_name" not in loss:  # a loss per output name
+        loss = {name: loss_from(l) for name, l in loss.items()}
+    else:
+        loss = loss_from(loss)
+    metrics = compile_config.get("metrics") or []
+    metrics = {name: metric_from(m) for name, m in metrics.items()} if isinstance(metrics, dict) \
+        else [metric_from(m) for m in metrics]
+    if compile_config.get("weighted_metrics"):
+        raise UnsupportedKerasObject("compile_config weighted_metrics is not supported by mdtrain")
+    out = {"optimizer": optimizer, "loss": loss, "metrics": metrics}
+    if compile_config.get("loss_weights") is not None:
+        if not isinstance(loss, (list, tuple, dict)) or (isinstance(loss, dict) and "class_name" in loss):
+            raise UnsupportedKerasObject("compile_config loss_weights is supported for several outputs only")
+        out["loss_weights"] = compile_config["loss_weights"]
+    return out

@@ -15,7 +15,7 @@ import numpy as np
 
 from mdtrain import _core, _random
 from mdtrain import distribute as _distribute
-from mdtrain.keras import _keras_archive, _keras_tensor, _keras_weights, _naming
+from mdtrain.keras import _keras_archive, _keras_tensor, _keras_weights, _multi_output, _naming
 from mdtrain.keras import callbacks as _callbacks
 from mdtrain.keras import losses as _losses
 from mdtrain.keras import metrics as _metrics
@@ -109,6 +109,8 @@ class Model:
         self.optimizer = None
         self.loss = None
         self._metric_identifiers = []
+        self._outputs = None  # an _multi_output.OutputLayout when compiled with several outputs
+        self._metric_outputs = []  # with several outputs: the output each metric reads
         self.stop_training = False
         self.history = None
         self._shuffle_seed = None  # set from a backup or worker 0 (None: the model's own seed)
@@ -313,8 +315,8 @@ class Model:
                 run_eagerly=False, steps_per_execution=1, jit_compile="auto", auto_scale_loss=True):
         if loss is None:
             raise ValueError("compile: a loss is required, e.g. loss='sparse_categorical_crossentropy'")
-        if loss_weights is not None or weighted_metrics is not None:
-            raise NotImplementedError("compile: loss_weights and weighted_metrics are not supported yet")
+        if weighted_metrics is not None:
+            raise NotImplementedError("compile: weighted_metrics is not supported yet")
         if isinstance(steps_per_execution, bool) or not isinstance(steps_per_execution, (int, np.integer)) \
                 or steps_per_execution < 1:
             raise ValueError(f"compile: steps_per_execution must be a positive integer, got {steps_per_execution!r}")
@@ -328,35 +330,66 @@ class Model:
             raise ValueError(f"compile: the optimizer {optimizer!r} was created in the scope of {created!r}, but "
                              f"model '{self.name}' is compiled for {strategy!r}: an optimizer belongs to the "
                              "strategy it was created under. Create it in the same scope as the model.")
+        if isinstance(metrics, str):
+            # Keras 3 refuses it too; iterating the string would ask for metrics "a", "c", ...
+            raise ValueError(f"compile: metrics must be a list, tuple or dict, got the string {metrics!r}; "
+                             f"write metrics=[{metrics!r}]")
+        spec = (loss, metrics, loss_weights)
+        if self._core is None:  # a subclassed model: compiled once call() is traced
+            structured = isinstance(loss, (list, tuple, dict)) or loss_weights is not None \
+                or isinstance(metrics, dict) or any(isinstance(m, (list, tuple)) for m in metrics or [])
+            # How many outputs call() returns is known once traced; a plain loss is checked now.
+            resolved = (None, None, []) if structured else self._resolve_compile(*spec)
+            self._pending_compile = (strategy, optimizer, spec)
+            # Until then model.loss is what compile was given (as Keras keeps it).
+            self.optimizer, self.loss, self._metric_identifiers = optimizer, resolved[0] or loss, resolved[1] or []
+            self._strategy = strategy
+            return
+        self._compile_core(strategy, optimizer, spec)
+
+    def _output_layout(self):
+        """The outputs of a model with several (names: their layers' names), else None."""
+        graph = self._graph
+        if graph is None or len(graph.outputs) < 2:
+            return None
+        first_node = len(graph.input_shapes)
+        names = [graph.nodes[v - first_node][0].name if v >= first_node else graph.input_names[v]
+                 for v in graph.outputs]
+        return _multi_output.OutputLayout(names, graph.output_shapes)
+
+    def _resolve_compile(self, loss, metrics, loss_weights):
+        """(loss, metric identifiers, the output each metric reads ([] for one output), output layout)."""
+        layout = self._output_layout()
+        if layout is not None:
+            loss = layout.compile_loss(loss, loss_weights)
+            identifiers, outputs = layout.metric_identifiers(metrics)
+            return loss, identifiers, outputs, layout
+        if isinstance(loss, (list, tuple)) and len(loss) == 1:  # one output: [loss] as Keras takes it
+            loss = loss[0]
+        if isinstance(loss, dict):
+            raise ValueError(f"compile: model '{self.name}' has one output; give one loss, not a dict {loss!r}")
+        if loss_weights is not None:
+            raise NotImplementedError("compile: loss_weights on a model with one output are not supported yet")
         loss = _losses.get(loss)
         if loss.reduction != "sum_over_batch_size":
             raise ValueError(f"compile: fit trains on the mean loss of each batch (reduction='sum_over_batch_size'); "
                              f"{type(loss).__name__} has reduction={loss.reduction!r}, which is for calling the loss "
                              "directly (custom training loops). Compile with the default reduction.")
-        if isinstance(metrics, str):
-            # Keras 3 refuses it too; iterating the string would ask for metrics "a", "c", ...
-            raise ValueError(f"compile: metrics must be a list, tuple or dict, got the string {metrics!r}; "
-                             f"write metrics=[{metrics!r}]")
         if isinstance(metrics, dict):
-            raise NotImplementedError("compile: per-output metric dicts are not supported (single-output models)")
+            raise NotImplementedError("compile: per-output metric dicts are for models with several outputs")
         metrics = list(metrics or [])
         identifiers = [_metrics._metric_identifier(m) for m in metrics]
-        if self._graph is not None and len(self._graph.output_shapes) > 1:
-            raise NotImplementedError(f"compile: model '{self.name}' has {len(self._graph.output_shapes)} outputs; "
-                                      "mdtrain trains models with one output only (predict works with several)")
         self._warn_softmax_with_logits(loss)
-        if self._core is None:  # a subclassed model: compiled once call() is traced
-            self._pending_compile = (strategy, optimizer, loss, identifiers)
-            self.optimizer, self.loss, self._metric_identifiers = optimizer, loss, identifiers
-            self._strategy = strategy
-            return
-        self._compile_core(strategy, optimizer, loss, identifiers)
+        return loss, identifiers, [], None
 
-    def _compile_core(self, strategy, optimizer, loss, identifiers):
+    def _compile_core(self, strategy, optimizer, spec):
+        loss, identifiers, metric_outputs, layout = self._resolve_compile(*spec)
         # A strategy whose layout depends on the model (keras.distribution.ModelParallel) makes its
         # C++ strategy for this model; the others have one for every model.
         core_strategy = strategy._core_for(self) if hasattr(strategy, "_core_for") else strategy._core
-        self._core.compile(loss._core, optimizer._make_core(), identifiers, core_strategy)
+        self._core.compile(loss._core, optimizer._make_core(), identifiers, core_strategy, metric_outputs)
+        self._outputs = layout
+        self._metric_outputs = metric_outputs
         optimizer._attach(self._core)
         place = getattr(strategy, "_compiled", None)
         if place is not None:
@@ -400,6 +433,8 @@ class Model:
 
     @property
     def metrics_names(self):
+        if self._outputs is not None:
+            return ["loss"] + self._outputs.log_names(self._metric_identifiers, self._metric_outputs)
         return ["loss"] + list(self._metric_identifiers)
 
     # ---- data checks -----------------------------------------------------------------------
@@ -448,7 +483,7 @@ class Model:
 
     def _prepare_xy(self, x, y, where):
         x = self._prepare_x(x, where)
-        y = as_labels(y)
+        y = self._outputs.pack_labels(y, where) if self._outputs is not None else as_labels(y)
         check_lengths(x, y, where)
         self._check_labels(y)
         return x, y
@@ -476,6 +511,9 @@ class Model:
         self._check_compiled("fit")
         self._check_strategy("fit")
         scheduled_fit = getattr(self._strategy, "_fit", None)
+        if scheduled_fit is not None and self._outputs is not None:
+            raise NotImplementedError(f"fit: model '{self.name}' has several outputs; ParameterServerStrategy does "
+                                      "not train such models yet (every other strategy does)")
         if scheduled_fit is not None:  # ParameterServerStrategy: the steps run on its workers
             return scheduled_fit(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                                  callbacks=callbacks, validation_data=validation_data, shuffle=shuffle,
@@ -493,6 +531,9 @@ class Model:
         if is_dataset(x):
             if y is not None:
                 raise ValueError("fit: when x is a dataset it yields (x, y); y must not be given")
+            if self._outputs is not None:
+                raise NotImplementedError(f"fit: model '{self.name}' has several outputs; fit it on arrays (a list "
+                                          "or dict of label arrays), datasets are not supported for it yet")
             if validation_split:
                 raise ValueError("fit: validation_split is not supported with a dataset; pass validation_data")
             dataset = DatasetEpochs(x, steps_per_epoch, features=self._features)
@@ -794,6 +835,9 @@ class Model:
             raise ValueError("train_step expects data = (x, y)")
         replica, deferred = _distribute._scopes.replica, _distribute._scopes.deferred
         if replica is not None and deferred is not None:
+            if self._outputs is not None:
+                raise NotImplementedError(f"train_step: model '{self.name}' has several outputs; inside "
+                                          "strategy.run it is not supported yet (use fit or train_on_batch)")
             return deferred.add(self, replica[1], np.asarray(data[0]), np.asarray(data[1]))
         return self.train_on_batch(data[0], data[1], return_dict=True)
 
@@ -1054,6 +1098,13 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
         model.optimizer = optimizer
         model.loss = _losses._from_config_json(core.loss_config_json())
         model._metric_identifiers = list(core.metric_names)
+        layout = model._output_layout() if core.is_functional else None
+        if layout is not None and model.loss._core.class_name == "MultiOutputLoss":
+            outputs = model.loss._config["outputs"]
+            losses = [_losses._from_config_json(json.dumps(o["loss"])) for o in outputs]
+            layout.loss = _multi_output.MultiOutputLoss(layout.names, losses, [o["weight"] for o in outputs],
+                                                        model.loss._core)
+            model.loss, model._outputs, model._metric_outputs = layout.loss, layout, list(core.metric_outputs)
         model._strategy = strategy
     if not compile:
         model.optimizer = model.loss = None
