@@ -1,0 +1,80 @@
+#include "mdtrain/strategy/pipeline_strategy.h"
+
+#include <numeric>
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/registry.h"
+#include "mdtrain/strategy/pipeline_executor.h"
+
+namespace mdtrain {
+
+PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, PipelineScheduleKind schedule,
+                                   std::vector<int> stage_starts, std::string pipe_axis,
+                                   std::optional<std::string> batch_axis)
+    : Strategy(mesh.devices()),
+      mesh_(std::move(mesh)),
+      microbatches_(num_microbatches),
+      schedule_(schedule),
+      stage_starts_(std::move(stage_starts)),
+      pipe_axis_(std::move(pipe_axis)),
+      batch_axis_(std::move(batch_axis)) {
+  for (const auto& d : mesh_.devices())
+    MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[pipeline] ", d.to_string(),
+                  ": pipeline parallelism runs on logical CPU devices for now");
+  MDTRAIN_CHECK(mesh_.num_workers() == 1, std::invalid_argument, "[pipeline] the mesh ", mesh_.to_string(),
+                " spans workers: pipelines across processes are not supported yet");
+  MDTRAIN_CHECK(mesh_.has_axis(pipe_axis_), std::invalid_argument, "[pipeline] the pipe axis '", pipe_axis_,
+                "' is not in the mesh ", mesh_.to_string());
+  if (batch_axis_)
+    MDTRAIN_CHECK(mesh_.has_axis(*batch_axis_) && *batch_axis_ != pipe_axis_, std::invalid_argument,
+                  "[pipeline] the batch axis '", *batch_axis_, "' is not another axis of the mesh ", mesh_.to_string());
+  MDTRAIN_CHECK(mesh_.num_axes() == (batch_axis_ ? 2 : 1), std::invalid_argument, "[pipeline] the mesh ",
+                mesh_.to_string(), " may only have the pipe axis and the batch axis");
+  // Validates num_microbatches against the stages now, before any training.
+  make_pipeline_schedule(schedule_, num_stages(), microbatches_);
+  const int p = num_stages();
+  MDTRAIN_CHECK(stage_starts_.empty() || static_cast<int>(stage_starts_.size()) == p - 1, std::invalid_argument,
+                "[pipeline] ", p, " stages need ", p - 1, " stage starts (got ", stage_starts_.size(), ")");
+  for (std::size_t i = 0; i < stage_starts_.size(); ++i)
+    MDTRAIN_CHECK(stage_starts_[i] >= 1 && (i == 0 || stage_starts_[i] > stage_starts_[i - 1]), std::invalid_argument,
+                  "[pipeline] stage starts must be ascending layer indices >= 1 (got ", stage_starts_[i], " for stage ",
+                  i + 1, ")");
+}
+
+PipelineStrategy::~PipelineStrategy() = default;
+
+std::vector<std::unique_ptr<Communicator>> PipelineStrategy::make_replica_communicators() const {
+  return create_communicators("threads", num_replicas_in_sync());
+}
+
+std::unique_ptr<StepExecutor> PipelineStrategy::make_executor(Network& primary, const Loss& loss,
+                                                              const Optimizer& optimizer) {
+  auto executor = std::make_unique<PipelineExecutor>(primary, *this, loss, optimizer);
+  executor_ = executor.get();
+  return executor;
+}
+
+std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& layer_parameters, int stages) {
+  const int n = static_cast<int>(layer_parameters.size());
+  MDTRAIN_CHECK(stages >= 1 && n >= stages, std::invalid_argument, "[pipeline] ", n, " layers cannot fill ", stages,
+                " stages (each stage needs at least one layer)");
+  const double total =
+      static_cast<double>(std::accumulate(layer_parameters.begin(), layer_parameters.end(), std::int64_t{0}));
+  std::vector<int> starts;
+  double running = 0;
+  for (int i = 0; i < n && static_cast<int>(starts.size()) < stages - 1; ++i) {
+    const int next_stage = static_cast<int>(starts.size()) + 1;
+    const int layers_left = n - i;
+    const int stages_left = stages - next_stage;  // after the stage that would start at i
+    // Start the next stage at layer i when the running total reached its share, or when the
+    // remaining stages need every remaining layer.
+    if (i > (starts.empty() ? 0 : starts.back()) &&
+        (running >= total * next_stage / stages || layers_left <= stages_left)) {
+      starts.push_back(i);
+    }
+    running += static_cast<double>(layer_parameters[static_cast<std::size_t>(i)]);
+  }
+  return starts;
+}
+
+}  // namespace mdtrain
