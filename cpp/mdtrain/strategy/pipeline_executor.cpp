@@ -10,6 +10,7 @@
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/batch_split.h"
+#include "mdtrain/strategy/communicator_sums.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
 
 namespace mdtrain {
@@ -17,6 +18,7 @@ namespace mdtrain {
 struct PipelineExecutor::Device {
   int pipeline = 0, stage = 0;  // mesh coordinates along the batch and pipe axes
   std::unique_ptr<Communicator> pipe_comm, batch_comm;
+  CommunicatorSums batch_sums{batch_comm};  // what deferred statistics see of the batch axis
   std::unique_ptr<LayerStack> net;
   std::unique_ptr<Loss> loss, logits_loss;
   std::unique_ptr<Optimizer> optimizer;
@@ -70,12 +72,6 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
                 "spans stages); use clipvalue");
   validate(schedule_);
   const auto& layers = primary_.layers();
-  for (const auto& layer : layers) {
-    for (Parameter* p : layer->parameters())
-      MDTRAIN_CHECK(p->trainable, std::invalid_argument, "[pipeline] layer \"", layer->name(), "\" (",
-                    layer->class_name(),
-                    ") has non-trainable weights (moving statistics), which PipelineParallel does not support yet");
-  }
   const int p = strategy_.num_stages();
   starts_ = {0};
   if (strategy_.stage_starts().empty()) {
@@ -231,10 +227,12 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     int last_forward = -1;  // the micro-batch whose forward state the layers hold
     bool have_grads = false;
     Communicator& pipe = *dev.pipe_comm;
-    auto run_forward = [&](int mb) {
+    auto run_forward = [&](int mb, bool recompute) {
       const RowSlice r = micro(mb);
       ForwardContext ctx;
       ctx.training = true;
+      ctx.defer_statistics = true;  // BatchNormalization: moving statistics once per global batch
+      ctx.recompute = recompute;
       ctx.step = step;
       ctx.global_row_offset = r.first;
       Tensor h = dev.stash[static_cast<std::size_t>(mb)];
@@ -268,7 +266,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
             dev.stash_bytes += static_cast<std::int64_t>(x.nbytes());
             dev.peak_stash = std::max(dev.peak_stash, dev.stash_bytes);
           }
-          out = run_forward(mb);
+          out = run_forward(mb, false);
           if (last_stage) {
             Shape ys = batch.y.shape();
             ys[0] = r.rows;
@@ -317,7 +315,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
             break;
           }
           auto t = Clock::now();
-          if (last_forward != mb) run_forward(mb);  // recomputation: the layers hold another micro-batch
+          if (last_forward != mb) run_forward(mb, true);  // recomputation: the layers hold another micro-batch
           Tensor g = dev.dpred[i];
           for (std::size_t l = layers.size(); l-- > 0;) {
             const bool need = l > 0 || !first_stage;
@@ -354,6 +352,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
         }
       }
     }
+    for (const auto& layer : layers) layer->apply_deferred_statistics(pipelines_ > 1 ? &dev.batch_sums : nullptr);
     Tensor& grads = net.packed_grads();
     if (have_grads) grads.copy_from(dev.accumulated);
     else grads.fill(0.0);

@@ -30,9 +30,11 @@ class PipelineStrategy;
 // batch. Evaluation and prediction run the primary (refreshed from the stages) on the calling
 // thread.
 //
-// Not supported yet (std::invalid_argument("[pipeline] ...") at compile): layer graphs, layers with
-// non-trainable weights (BatchNormalization: its moving statistics would be updated again by the
-// recomputation), clipnorm / global_clipnorm.
+// BatchNormalization normalizes each micro-batch with its own statistics and moves its moving
+// statistics once per global batch from all micro-batches (deferred, ForwardContext::
+// defer_statistics; a recomputed forward records nothing), so they do not depend on the
+// micro-batch count. Not supported yet (std::invalid_argument("[pipeline] ...") at the first step):
+// layer graphs, clipnorm / global_clipnorm, synchronized BatchNormalization.
 class PipelineExecutor final : public StepExecutor {
  public:
   PipelineExecutor(Network& primary, PipelineStrategy& strategy, const Loss& loss, const Optimizer& optimizer);

@@ -203,21 +203,42 @@ TEST(Pipeline, FewerMicroBatchesThanStagesFailsBeforeTraining) {
   EXPECT_TRUE(bitwise_equal(m->get_weights()[0], before[0]));
 }
 
-TEST(Pipeline, BatchNormalizationIsRefusedForNow) {
+std::unique_ptr<Model> batch_norm_model(std::shared_ptr<Strategy> strategy) {
   auto m = std::make_unique<Model>("m", 5);
   m->add(std::make_shared<Dense>("dense", dense(8, "relu")));
-  m->add(std::make_shared<BatchNormalization>("bn", BatchNormalization::Options{}));
+  BatchNormalization::Options o;
+  o.momentum = 0.5;  // a large step, so that a wrong update shows
+  m->add(std::make_shared<BatchNormalization>("bn", o));
   m->add(std::make_shared<Dense>("dense_1", dense(4, "softmax")));
   m->build({6});
   m->compile(std::shared_ptr<Loss>(make_loss("sparse_categorical_crossentropy")), std::make_shared<SGD>(0.05), {},
-             pipeline(2, 2, PipelineScheduleKind::GPipe));
-  try {
-    train(*m, 1);
-    FAIL() << "no exception";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("layer \"bn\" (BatchNormalization) has non-trainable weights"),
-              std::string::npos)
-        << e.what();
+             std::move(strategy));
+  return m;
+}
+
+// One global batch of all 30 rows: the moving statistics move once, from the whole batch's mean
+// and variance, whatever the micro-batch count or schedule (the one-device model's, up to rounding).
+TEST(Pipeline, BatchNormalizationMovingStatisticsDoNotDependOnTheMicroBatchCount) {
+  std::vector<std::int64_t> order(kRows);
+  std::iota(order.begin(), order.end(), 0);
+  auto one_step = [&](std::shared_ptr<Strategy> strategy) {
+    auto m = batch_norm_model(std::move(strategy));
+    m->train_epoch(data_x(), data_y(), order.data(), kRows, kRows, 1, nullptr);
+    return m->get_weights();
+  };
+  const auto want = one_step(nullptr);
+  const auto two = one_step(pipeline(2, 2, PipelineScheduleKind::GPipe, 1, {1}));
+  const auto eight = one_step(pipeline(2, 8, PipelineScheduleKind::GPipe, 1, {1}));
+  const auto eight_1f1b = one_step(pipeline(2, 8, PipelineScheduleKind::OneFOneB, 1, {1}));
+  const auto grid = one_step(pipeline(2, 4, PipelineScheduleKind::OneFOneB, 2, {1}));
+  for (std::size_t i : {4, 5}) {  // bn/moving_mean, bn/moving_variance
+    SCOPED_TRACE("weight " + std::to_string(i));
+    EXPECT_FALSE(bitwise_equal(want[i], batch_norm_model(nullptr)->get_weights()[i])) << "did not move";
+    EXPECT_LE(worst_gap(two[i], want[i]), 1e-6);
+    EXPECT_LE(worst_gap(eight[i], want[i]), 1e-6);
+    EXPECT_LE(worst_gap(eight[i], two[i]), 1e-6);
+    EXPECT_LE(worst_gap(grid[i], want[i]), 1e-6);
+    EXPECT_TRUE(bitwise_equal(eight[i], eight_1f1b[i])) << "recomputation recorded a micro-batch twice";
   }
 }
 
