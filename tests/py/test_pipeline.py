@@ -117,3 +117,36 @@ def test_step_time_breakdown_has_each_stage_busy_and_idle(logical_cpus, data):
     assert pp.stage_report(model)["stage_starts"] == [0, 2, 5]
     # The simulated bubble of the schedule is the formula.
     assert _core.pipeline_bubble_fraction("gpipe", 4, 8) == pytest.approx(3 / 11)
+
+
+def test_batch_norm_moving_statistics_and_dropout_do_not_depend_on_the_micro_batch_count(logical_cpus, data):
+    logical_cpus(2)
+    x, y = data
+    mesh = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+
+    def one_step(strategy, batch_norm=True):
+        with strategy.scope():
+            tf.keras.utils.set_random_seed(5)
+            model = tf.keras.Sequential([
+                tf.keras.Input((20,)), tf.keras.layers.Dense(16, activation="relu", name="d0"),
+                tf.keras.layers.Dropout(0.25, seed=3), tf.keras.layers.PipelineSplit(),
+                tf.keras.layers.BatchNormalization(momentum=0.5, name="bn") if batch_norm else
+                tf.keras.layers.Dense(8, name="bn"), tf.keras.layers.Dense(5, name="out")])
+            model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)  # one global batch
+        bn = next(layer for layer in model.layers if layer.name == "bn")
+        return bn.get_weights(), model.get_weights()
+
+    (bn_one, w_one) = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    (bn_two, w_two) = one_step(_pp(mesh, 2, "gpipe"))
+    (bn_eight, w_eight) = one_step(_pp(mesh, 8, "1f1b"))
+    for got in (bn_two, bn_eight):
+        for a, b in zip(got[2:], bn_one[2:]):  # moving mean, moving variance
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    # Dropout masks are keyed by global row: without BatchNormalization (whose normalization does use
+    # per-micro-batch statistics) the step is the one-device step at any micro-batch count.
+    _, want = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"), batch_norm=False)
+    for m in (2, 8):
+        _, got = one_step(_pp(mesh, m, "1f1b"), batch_norm=False)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
