@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mdtrain/core/errors.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/batch_normalization.h"
 #include "mdtrain/nn/dense.h"
@@ -239,6 +240,38 @@ TEST(Pipeline, BatchNormalizationMovingStatisticsDoNotDependOnTheMicroBatchCount
     EXPECT_LE(worst_gap(eight[i], two[i]), 1e-6);
     EXPECT_LE(worst_gap(grid[i], want[i]), 1e-6);
     EXPECT_TRUE(bitwise_equal(eight[i], eight_1f1b[i])) << "recomputation recorded a micro-batch twice";
+  }
+}
+
+}  // namespace
+}  // namespace mdtrain
+
+namespace mdtrain {
+namespace {
+
+// A stage that fails (the last stage's loss rejects a label) aborts the pipe group: the first stage,
+// waiting for a gradient that will never come, stops at once with the failure (never a hang or a
+// timeout), the error is the loss's, and the next step runs on fresh communicators.
+TEST(Pipeline, AFailingStageReleasesTheOthersAndTrainingGoesOn) {
+  for (auto kind : {PipelineScheduleKind::GPipe, PipelineScheduleKind::OneFOneB}) {
+    auto m = make_model(pipeline(2, 2, kind), "sgd");
+    Tensor bad = data_y().clone();
+    bad.data<std::int32_t>()[3] = 99;  // 4 classes
+    std::vector<std::int64_t> order(kRows);
+    std::iota(order.begin(), order.end(), 0);
+    try {
+      m->train_epoch(data_x(), bad, order.data(), kRows, kBatch, 1, nullptr);
+      ADD_FAILURE() << "no exception";
+    } catch (const TimeoutError& e) {
+      ADD_FAILURE() << "a peer waited until its timeout: " << e.what();
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("99"), std::string::npos) << e.what();
+    }
+    auto reference = make_model(nullptr, "sgd");
+    train(*m, 1);
+    train(*reference, 1);
+    const auto want = reference->get_weights(), got = m->get_weights();
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_LE(worst_gap(got[i], want[i]), kTolerance);
   }
 }
 
