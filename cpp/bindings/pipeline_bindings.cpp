@@ -18,13 +18,13 @@ void init_pipeline(py::module_& m) {
   py::class_<PipelineStrategy, Strategy, std::shared_ptr<PipelineStrategy>>(m, "PipelineStrategy")
       .def(py::init([](const DeviceMesh& mesh, int num_microbatches, const std::string& schedule,
                        const std::vector<int>& stage_starts, const std::string& pipe_dim_name,
-                       const std::optional<std::string>& batch_dim_name) {
+                       const std::optional<std::string>& batch_dim_name, bool balance_by_time) {
              return std::make_shared<PipelineStrategy>(mesh, num_microbatches, pipeline_schedule_kind(schedule),
-                                                       stage_starts, pipe_dim_name, batch_dim_name);
+                                                       stage_starts, pipe_dim_name, batch_dim_name, balance_by_time);
            }),
            py::arg("mesh"), py::arg("num_microbatches"), py::arg("schedule") = "1f1b",
            py::arg("stage_starts") = std::vector<int>{}, py::arg("pipe_dim_name") = "pipe",
-           py::arg("batch_dim_name") = py::none())
+           py::arg("batch_dim_name") = py::none(), py::arg("balance_by_time") = false)
       .def_property_readonly("num_stages", &PipelineStrategy::num_stages)
       .def_property_readonly("num_microbatches", &PipelineStrategy::num_microbatches)
       .def_property_readonly("mesh", &PipelineStrategy::mesh)

@@ -79,6 +79,10 @@ def test_four_stages_by_indices_and_a_batch_by_pipe_mesh(logical_cpus, data):
     pp = _pp(grid, 2, "gpipe", batch_dim_name="batch", stages="balance_params")
     _assert_same_training(_train(pp, x, y), one)
     assert pp.num_replicas_in_sync == 2
+    timed = _pp(four, 4, "1f1b", stages="balance_time")
+    model, _ = _train(timed, x, y, epochs=1)
+    starts = timed.stage_report(model)["stage_starts"]
+    assert starts[0] == 0 and starts[-1] == 4 and sorted(set(starts)) == starts and len(starts) == 5
 
 
 def test_too_few_microbatches_is_a_value_error_and_few_warn_with_the_bubble(logical_cpus):

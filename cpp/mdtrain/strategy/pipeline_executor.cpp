@@ -74,7 +74,9 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
   const auto& layers = primary_.layers();
   const int p = strategy_.num_stages();
   starts_ = {0};
-  if (strategy_.stage_starts().empty()) {
+  if (strategy_.stage_starts().empty() && strategy_.balance_by_time()) {
+    for (int s : balance_stages_by_parameters(measure_layer_times(primary_), p)) starts_.push_back(s);
+  } else if (strategy_.stage_starts().empty()) {
     std::vector<std::int64_t> counts;
     for (const auto& layer : layers) {
       std::int64_t n = 0;

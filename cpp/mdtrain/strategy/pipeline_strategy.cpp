@@ -1,23 +1,28 @@
 #include "mdtrain/strategy/pipeline_strategy.h"
 
+#include <algorithm>
+#include <chrono>
+#include <limits>
 #include <numeric>
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/registry.h"
+#include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/strategy/pipeline_executor.h"
 
 namespace mdtrain {
 
 PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, PipelineScheduleKind schedule,
                                    std::vector<int> stage_starts, std::string pipe_axis,
-                                   std::optional<std::string> batch_axis)
+                                   std::optional<std::string> batch_axis, bool balance_by_time)
     : Strategy(mesh.devices()),
       mesh_(std::move(mesh)),
       microbatches_(num_microbatches),
       schedule_(schedule),
       stage_starts_(std::move(stage_starts)),
       pipe_axis_(std::move(pipe_axis)),
-      batch_axis_(std::move(batch_axis)) {
+      batch_axis_(std::move(batch_axis)),
+      balance_by_time_(balance_by_time) {
   for (const auto& d : mesh_.devices())
     MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[pipeline] ", d.to_string(),
                   ": pipeline parallelism runs on logical CPU devices for now");
@@ -75,6 +80,38 @@ std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& l
     running += static_cast<double>(layer_parameters[static_cast<std::size_t>(i)]);
   }
   return starts;
+}
+
+std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows, int repeats) {
+  using Clock = std::chrono::steady_clock;
+  auto copy = model.clone();  // a training forward may move running statistics: not the model's
+  const auto& layers = copy->layers();
+  std::vector<std::int64_t> best(layers.size(), std::numeric_limits<std::int64_t>::max());
+  Shape shape{rows};
+  for (auto d : copy->input_shape()) shape.push_back(d);
+  const Tensor x = Tensor::zeros(shape, copy->dtype());
+  ForwardContext ctx;
+  ctx.training = true;
+  auto ns = [](Clock::time_point a) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count();
+  };
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<std::int64_t> t(layers.size(), 0);
+    Tensor h = x;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const auto start = Clock::now();
+      h = layers[i]->forward(h, ctx);
+      t[i] += ns(start);
+    }
+    Tensor g = Tensor::zeros(h.shape(), h.dtype());
+    for (std::size_t i = layers.size(); i-- > 0;) {
+      const auto start = Clock::now();
+      g = layers[i]->backward(g, i > 0);
+      t[i] += ns(start);
+    }
+    for (std::size_t i = 0; i < layers.size(); ++i) best[i] = std::min(best[i], std::max<std::int64_t>(1, t[i]));
+  }
+  return best;
 }
 
 }  // namespace mdtrain

@@ -21,12 +21,13 @@ class PipelineStrategy : public Strategy {
   // `mesh`: one process's CPU devices with the axis `pipe_axis` (its size: the number of stages)
   // and, optionally, `batch_axis`; no other axis. `stage_starts`: the index of the first layer of
   // stages 1..p-1 (ascending, each stage at least one layer); empty: cut so that the stages hold
-  // about the same number of parameters. Throws std::invalid_argument("[pipeline] ...") for a bad
-  // mesh, num_microbatches < stages, or GPUs. Stage cuts are checked against the model when it is
-  // compiled.
+  // about the same number of parameters, or (`balance_by_time`) the same measured forward + backward
+  // time (each layer timed on a copy of the model, 32 rows of zeros, best of 3). Throws
+  // std::invalid_argument("[pipeline] ...") for a bad mesh, num_microbatches < stages, or GPUs. Stage cuts are checked
+  // against the model when it is compiled.
   PipelineStrategy(DeviceMesh mesh, int num_microbatches, PipelineScheduleKind schedule,
                    std::vector<int> stage_starts = {}, std::string pipe_axis = "pipe",
-                   std::optional<std::string> batch_axis = std::nullopt);
+                   std::optional<std::string> batch_axis = std::nullopt, bool balance_by_time = false);
   ~PipelineStrategy() override;
 
   std::string name() const override { return "PipelineParallel"; }
@@ -40,6 +41,7 @@ class PipelineStrategy : public Strategy {
   const std::vector<int>& stage_starts() const { return stage_starts_; }
   const std::string& pipe_axis() const { return pipe_axis_; }
   const std::optional<std::string>& batch_axis() const { return batch_axis_; }
+  bool balance_by_time() const { return balance_by_time_; }
 
   // The executor of the model compiled last under this strategy, or null.
   PipelineExecutor* executor() const { return executor_; }
@@ -54,12 +56,19 @@ class PipelineStrategy : public Strategy {
   std::vector<int> stage_starts_;
   std::string pipe_axis_;
   std::optional<std::string> batch_axis_;
+  bool balance_by_time_ = false;
   PipelineExecutor* executor_ = nullptr;
 };
 
-// The first layer of stages 1..stages-1 so that the stages' parameter counts are as even as a
+// The first layer of stages 1..stages-1 so that the stages' costs (parameter counts, or measured
+// nanoseconds) are as even as a
 // contiguous cut allows (greedy on the running total); every stage gets at least one layer.
 // std::invalid_argument when there are fewer layers than stages.
 std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& layer_parameters, int stages);
+
+class LayerStack;
+// Nanoseconds of forward + backward of each layer of `model` (timed on a copy, `rows` rows of
+// zeros, the best of `repeats`), at least 1 each.
+std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows = 32, int repeats = 3);
 
 }  // namespace mdtrain

@@ -158,6 +158,15 @@ TEST(Pipeline, ExplicitStageStartsAndBalancedCut) {
   EXPECT_EQ(balance_stages_by_parameters({100, 1, 1, 1}, 2), (std::vector<int>{1}));
   EXPECT_EQ(balance_stages_by_parameters({1, 1, 1, 100}, 4), (std::vector<int>{1, 2, 3}));
   EXPECT_THROW(balance_stages_by_parameters({1, 1}, 3), std::invalid_argument);
+  // Measured times: one positive entry per layer, and a cut the executor accepts.
+  auto timed = std::make_shared<PipelineStrategy>(DeviceMesh({2}, {"pipe"}, cpus(2)), 2, PipelineScheduleKind::GPipe,
+                                                  std::vector<int>{}, "pipe", std::nullopt, true);
+  auto timed_model = make_model(timed, "sgd");
+  train(*timed_model, 1);
+  const auto& cut = timed->executor()->stage_starts();
+  ASSERT_EQ(cut.size(), 3u);
+  EXPECT_GT(cut[1], 0);
+  EXPECT_LT(cut[1], 6);
   auto strategy = pipeline(2, 2, PipelineScheduleKind::OneFOneB, 1, {4});
   auto reference = make_model(nullptr, "sgd");
   auto m = make_model(strategy, "sgd");

@@ -26,8 +26,8 @@ class PipelineParallel(Distribution):
 
     ``stages``: None (cut at the model's ``PipelineSplit`` layers, or, without any, so that the stages
     hold about equal parameter counts), a list of the first layer index of stages 1..p-1,
-    ``"balance_params"``, or ``"balance_time"`` (measured forward + backward time per layer: not
-    implemented yet). ``batch_dim_name`` names a data-parallel axis: one pipeline per position on it.
+    ``"balance_params"``, or ``"balance_time"`` (each layer's forward + backward time, measured on a
+    copy of the model when it is compiled). ``batch_dim_name`` names a data-parallel axis: one pipeline per position on it.
     Fewer micro-batches than stages is a ValueError here, before any training; fewer than
     4 x stages warns with the bubble fraction it costs."""
 
@@ -43,9 +43,7 @@ class PipelineParallel(Distribution):
         if not isinstance(num_microbatches, int) or num_microbatches < p:
             raise ValueError(f"num_microbatches={num_microbatches!r} must be an int >= the number of stages ({p}): "
                              "with fewer micro-batches some stages would never overlap (other libraries hang here)")
-        if stages == "balance_time":
-            raise NotImplementedError("stages='balance_time' is not implemented yet; use 'balance_params' or indices")
-        if not (stages is None or stages == "balance_params" or
+        if not (stages is None or stages in ("balance_params", "balance_time") or
                 (isinstance(stages, (list, tuple)) and all(isinstance(i, int) for i in stages))):
             raise ValueError(f"stages must be None, 'balance_params', 'balance_time' or a list of layer indices, "
                              f"got {stages!r}")
@@ -104,7 +102,7 @@ class PipelineParallel(Distribution):
     def _stage_starts(self, model):
         if isinstance(self._stages, list):
             return list(self._stages)
-        if self._stages == "balance_params":
+        if self._stages in ("balance_params", "balance_time"):
             return []
         from mdtrain.keras.pipeline_split import PipelineSplit
         splits = [i for i, layer in enumerate(model.layers) if isinstance(layer, PipelineSplit)]
@@ -122,7 +120,8 @@ class PipelineParallel(Distribution):
 
     def _make_core(self, stage_starts):
         return _core.PipelineStrategy(self.device_mesh._core, self._num_microbatches, self._schedule,
-                                      stage_starts, self._pipe_dim_name, self.batch_dim_name)
+                                      stage_starts, self._pipe_dim_name, self.batch_dim_name,
+                                      self._stages == "balance_time")
 
     def _compiled_core(self, model):
         core = self._model_cores.get(model)
