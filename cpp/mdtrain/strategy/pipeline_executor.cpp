@@ -100,7 +100,7 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
   const Optimizer::State whole_state = optimizer.state();
   for (int d = 0; d < strategy_.num_local_replicas(); ++d) {
     auto dev = std::make_unique<Device>();
-    const std::vector<int> at = mesh.coordinates(d);
+    const std::vector<int> at = mesh.coordinates(strategy_.first_local_replica() + d);
     dev->stage = at[static_cast<std::size_t>(mesh.axis_index(strategy_.pipe_axis()))];
     dev->pipeline = strategy_.batch_axis() ? at[static_cast<std::size_t>(mesh.axis_index(*strategy_.batch_axis()))] : 0;
     dev->pipe_comm = std::move(pipe_comms[static_cast<std::size_t>(d)]);
@@ -126,6 +126,7 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
     }
     devices_.push_back(std::move(dev));
   }
+  first_pipeline_ = devices_.front()->pipeline;  // mesh order: the lowest on this worker
 }
 
 PipelineExecutor::~PipelineExecutor() { strategy_.forget_executor(this); }
@@ -186,7 +187,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
   result.regularization = primary_stale_ ? 0.0 : primary_.regularization_loss();
   if (primary_stale_) {
     for (const auto& dev : devices_)
-      if (dev->pipeline == 0) result.regularization += dev->net->regularization_loss();
+      if (dev->pipeline == first_pipeline_) result.regularization += dev->net->regularization_loss();
   }
   const auto step = static_cast<std::uint64_t>(devices_.front()->optimizer->iterations());
   const int p = schedule_.stages, m = schedule_.microbatches;
@@ -371,6 +372,12 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
   primary_stale_ = true;
   for (const auto& dev : devices_)
     if (dev->stage == p - 1) result.sum += dev->loss_sum;  // pipeline order
+  if (strategy_.num_workers() > 1) {
+    // Every worker must see the same loss (callbacks decide on it): summed in worker order.
+    std::vector<double> v{result.sum};
+    strategy_.sum_across_workers(v);
+    result.sum = v.front();
+  }
   return result;
 }
 
@@ -427,7 +434,7 @@ Optimizer::State PipelineExecutor::optimizer_state() const {
   // optimizer of the whole model lists them.
   std::map<std::string, Tensor> by_name;
   for (const auto& dev : devices_)
-    if (dev->pipeline == 0)
+    if (dev->pipeline == first_pipeline_)
       for (auto& [name, t] : dev->optimizer->state()) by_name.emplace(name, t);
   if (by_name.size() <= 1) return devices_.front()->optimizer->state();
   auto whole = whole_optimizer_->clone();
@@ -458,7 +465,7 @@ void PipelineExecutor::broadcast_weights_from_primary() {
 void PipelineExecutor::refresh_primary() {
   if (!primary_stale_) return;
   for (auto& dev : devices_) {
-    if (dev->pipeline != 0) continue;
+    if (dev->pipeline != first_pipeline_) continue;
     const auto first = static_cast<std::size_t>(starts_[static_cast<std::size_t>(dev->stage)]);
     copy_weights(*dev->net, 0, primary_, first, dev->net->layers().size());
   }

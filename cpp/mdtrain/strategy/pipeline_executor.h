@@ -88,7 +88,8 @@ class PipelineExecutor final : public StepExecutor {
   PipelineSchedule schedule_;
   std::vector<int> starts_;
   std::vector<std::unique_ptr<Device>> devices_;  // mesh order
-  int pipelines_ = 1;
+  int pipelines_ = 1;                             // along the batch axis, over every worker
+  int first_pipeline_ = 0;                        // this worker's first: its stages are copied into the primary
   bool communicators_broken_ = false;
   bool primary_stale_ = false;
   double wall_ = 0;

@@ -27,12 +27,21 @@ class PipelineStrategy : public Strategy {
   // against the model when it is compiled.
   PipelineStrategy(DeviceMesh mesh, int num_microbatches, PipelineScheduleKind schedule,
                    std::vector<int> stage_starts = {}, std::string pipe_axis = "pipe",
-                   std::optional<std::string> batch_axis = std::nullopt, bool balance_by_time = false);
+                   std::optional<std::string> batch_axis = std::nullopt, bool balance_by_time = false,
+                   std::shared_ptr<Strategy> workers = nullptr);
   ~PipelineStrategy() override;
 
   std::string name() const override { return "PipelineParallel"; }
   DeviceMesh mesh() const override { return mesh_; }
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
+  int num_workers() const override { return workers_ ? workers_->num_workers() : 1; }
+  int worker_index() const override { return workers_ ? workers_->worker_index() : 0; }
+  void sum_across_workers(std::vector<double>& values) override {
+    if (workers_) workers_->sum_across_workers(values);
+  }
+  void abort(const std::string& reason) override {
+    if (workers_) workers_->abort(reason);
+  }
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
 
   int num_stages() const { return mesh_.axis_size(pipe_axis_); }
@@ -50,6 +59,7 @@ class PipelineStrategy : public Strategy {
   }
 
  private:
+  std::shared_ptr<Strategy> workers_;  // null: one process
   DeviceMesh mesh_;
   int microbatches_;
   PipelineScheduleKind schedule_;
