@@ -3,6 +3,11 @@ layer indices, or balanced by parameters) trains to the loss and weights of one 
 rounding of the micro-batches' summed gradients), GPipe and 1F1B bitwise equal, 2 x 2 (batch x pipe)
 meshes; fewer micro-batches than stages is a ValueError before training and few of them warn with the
 bubble fraction; step_time_breakdown reports each stage's busy and idle time."""
+import json
+import os
+import shutil
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -154,3 +159,15 @@ def test_batch_norm_moving_statistics_and_dropout_do_not_depend_on_the_micro_bat
         _, got = one_step(_pp(mesh, m, "1f1b"), batch_norm=False)
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or not _core.mpi_available(),
+                    reason="needs mpirun and an mdtrain built with MPI")
+def test_2_workers_x_2_stages_train_like_one_device():
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "pipeline_keras_job.py")
+    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 2  # both workers checked and printed
+    assert results[0] == results[1]  # every worker saw the same losses

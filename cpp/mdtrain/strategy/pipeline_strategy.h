@@ -51,6 +51,8 @@ class PipelineStrategy : public Strategy {
   const std::string& pipe_axis() const { return pipe_axis_; }
   const std::optional<std::string>& batch_axis() const { return batch_axis_; }
   bool balance_by_time() const { return balance_by_time_; }
+  // The strategy that joined the MPI job (null in one process).
+  const std::shared_ptr<Strategy>& workers() const { return workers_; }
 
   // The executor of the model compiled last under this strategy, or null.
   PipelineExecutor* executor() const { return executor_; }
