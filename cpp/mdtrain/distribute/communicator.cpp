@@ -121,6 +121,33 @@ std::unique_ptr<Communicator> Communicator::do_split(int, int) {
   fail<std::logic_error>("[", backend(), "] split: this backend does not implement it");
 }
 
+void Communicator::check_peer(const char* op, int peer) const {
+  MDTRAIN_CHECK(peer >= 0 && peer < size() && peer != rank(), std::invalid_argument, "[", backend(), "] ", op,
+                ": peer must be another rank in [0, ", size(), ") than this rank ", rank(), " (got ", peer, ")");
+}
+
+void Communicator::send(const void* data, std::size_t count, DType dtype, int peer) {
+  check_buffer("send", data, count, "data");
+  size_of(dtype);
+  check_peer("send", peer);
+  do_send(data, count, dtype, peer);
+}
+
+void Communicator::recv(void* data, std::size_t count, DType dtype, int peer) {
+  check_buffer("recv", data, count, "data");
+  size_of(dtype);
+  check_peer("recv", peer);
+  do_recv(data, count, dtype, peer);
+}
+
+void Communicator::do_send(const void*, std::size_t, DType, int) {
+  fail<std::logic_error>("[", backend(), "] send: this backend does not implement it");
+}
+
+void Communicator::do_recv(void*, std::size_t, DType, int) {
+  fail<std::logic_error>("[", backend(), "] recv: this backend does not implement it");
+}
+
 void Communicator::enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
   check_buffer("enqueue_all_reduce", data, count, "data");
   check_op("enqueue_all_reduce", dtype, op);

@@ -95,6 +95,18 @@ class Communicator {
   // True when enqueue_all_reduce of memory of `device` returns before the all-reduce finished.
   virtual bool enqueues_all_reduce(const Device& device) const;
 
+  // Point to point (pipeline stages pass activations and their gradients this way). Not
+  // collectives: only the two ranks take part, and they do not count in the collectives'
+  // sequence numbers. send copies data (count elements) out and may return before `peer`
+  // received it (the buffer may be reused at once); recv waits for the next message from `peer`
+  // (messages between two ranks arrive in the order they were sent) and needs the sender's count
+  // and dtype (else std::runtime_error, and the group fails). A recv that waits longer than
+  // timeout() throws TimeoutError naming the peer and fails the group; a failed group (abort,
+  // timeout, mismatch) makes pending and later sends and recvs throw, like the collectives.
+  // peer must be another rank of this group (std::invalid_argument).
+  void send(const void* data, std::size_t count, DType dtype, int peer);
+  void recv(void* data, std::size_t count, DType dtype, int peer);
+
   // Tensor forms: whole tensors, element counts and dtypes taken from them.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   void broadcast(Tensor& tensor, int root);
@@ -118,6 +130,10 @@ class Communicator {
   // backend has it; the default, for backends registered by other code, throws
   // std::logic_error("[backend] split: ... not implemented").
   virtual std::unique_ptr<Communicator> do_split(int color, int key);
+  // Called with validated arguments (peer != rank()). The defaults, for backends registered by
+  // other code, throw std::logic_error("[backend] send: ... not implemented").
+  virtual void do_send(const void* data, std::size_t count, DType dtype, int peer);
+  virtual void do_recv(void* data, std::size_t count, DType dtype, int peer);
   // Default: do_all_reduce at once, and nothing to wait for.
   virtual void do_enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op);
   virtual void do_wait_enqueued() {}
@@ -129,6 +145,7 @@ class Communicator {
  private:
   void check_buffer(const char* op, const void* ptr, std::size_t count, const char* what) const;
   void check_op(const char* op, DType dtype, ReduceOp reduce) const;
+  void check_peer(const char* op, int peer) const;
   void check_tensor(const char* op, const Tensor& tensor, const char* what) const;
 
   double timeout_ = kDefaultTimeout;

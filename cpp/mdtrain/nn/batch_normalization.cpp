@@ -88,6 +88,11 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& ctx) {
   double* mean = host_stat(kMean);
   if (ctx.training) {
     replicas_ = ctx.replicas;
+    defer_ = ctx.defer_statistics;
+    recompute_ = ctx.recompute;
+    MDTRAIN_CHECK(!defer_ || !options_.synchronized, std::invalid_argument, "[batch_normalization] layer \"", name_,
+                  "\": synchronized=True is not supported under pipeline parallelism (a micro-batch cannot wait for "
+                  "the statistics of the others)");
     training_statistics(x2d, rows);
   } else {
     replicas_ = nullptr;  // inference never runs a collective
@@ -110,6 +115,8 @@ void BatchNormalization::forward_without_rows(const ForwardContext& ctx) {
   last_training_ = ctx.training;
   if (!ctx.training) return;
   replicas_ = ctx.replicas;
+  defer_ = ctx.defer_statistics;
+  recompute_ = ctx.recompute;
   training_statistics(Tensor(), 0);
 }
 
@@ -172,6 +179,16 @@ void BatchNormalization::training_statistics(const Tensor& x2d, std::int64_t row
       exchange_[1 + cs + i] = count_ * var[i];
     }
   }
+  if (defer_) {
+    // Recorded, not applied: apply_deferred_statistics moves the moving statistics once per
+    // global batch. A recomputed forward was recorded the first time.
+    if (rows > 0 && !recompute_) {
+      deferred_counts_.push_back(count_);
+      deferred_means_.insert(deferred_means_.end(), mean, mean + c);
+      deferred_vars_.insert(deferred_vars_.end(), var, var + c);
+    }
+    return;
+  }
   if (!several) {
     if (rows > 0) update_moving_statistics(mean, var);
     return;
@@ -185,6 +202,39 @@ void BatchNormalization::training_statistics(const Tensor& x2d, std::int64_t row
     avg_var[i] = exchange_[1 + cs + i] / total;
   }
   update_moving_statistics(avg_mean.data(), avg_var.data());
+}
+
+void BatchNormalization::apply_deferred_statistics(CrossReplicaContext* replicas) {
+  const auto cs = static_cast<std::size_t>(channels_);
+  const std::size_t parts = deferred_counts_.size();
+  const bool several = replica_count(replicas) > 1;
+  // First the global count and mean, then the spread: the parts' variances plus their means'
+  // spread around the global mean (Chan et al.), each summed over the replicas when there are
+  // several (every replica makes both calls, with or without recorded parts).
+  std::vector<double> sums(1 + cs, 0.0);
+  for (std::size_t p = 0; p < parts; ++p) {
+    const double n = deferred_counts_[p];
+    sums[0] += n;
+    for (std::size_t k = 0; k < cs; ++k) sums[1 + k] += n * deferred_means_[p * cs + k];
+  }
+  if (several) replicas->sum(sums.data(), sums.size());
+  const double total = sums[0];
+  std::vector<double> mean(cs), spread(cs, 0.0);
+  for (std::size_t k = 0; k < cs; ++k) mean[k] = total > 0 ? sums[1 + k] / total : 0.0;
+  for (std::size_t p = 0; p < parts; ++p) {
+    const double n = deferred_counts_[p];
+    for (std::size_t k = 0; k < cs; ++k) {
+      const double d = deferred_means_[p * cs + k] - mean[k];
+      spread[k] += n * deferred_vars_[p * cs + k] + n * d * d;
+    }
+  }
+  if (several) replicas->sum(spread.data(), spread.size());
+  deferred_counts_.clear();
+  deferred_means_.clear();
+  deferred_vars_.clear();
+  if (total == 0) return;
+  for (std::size_t k = 0; k < cs; ++k) spread[k] /= total;
+  update_moving_statistics(mean.data(), spread.data());
 }
 
 void BatchNormalization::update_moving_statistics(const double* mean, const double* var) {

@@ -55,6 +55,11 @@ class BatchNormalization : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   void forward_without_rows(const ForwardContext& ctx) override;
+  // Deferred statistics (pipeline micro-batches): the moving statistics move once, to the mean and
+  // (population) variance of every recorded micro-batch together (Chan's combination of their
+  // counts, means and variances, over the replicas too), as one forward on the whole global batch
+  // would move them. Not with synchronized=True (std::invalid_argument at the forward).
+  void apply_deferred_statistics(CrossReplicaContext* replicas) override;
   void backward_without_rows(bool need_input_grad) override;
   std::vector<Parameter*> parameters() override;
   double regularization_loss() const override;
@@ -109,6 +114,10 @@ class BatchNormalization : public Layer {
   double count_ = 0;
   bool last_training_ = false;
   CrossReplicaContext* replicas_ = nullptr;
+  // Deferred statistics: the forward's mode, and per recorded micro-batch its count, then its
+  // per-channel means and variances.
+  bool defer_ = false, recompute_ = false;
+  std::vector<double> deferred_counts_, deferred_means_, deferred_vars_;
   Tensor xhat_, y_, dx_;
   Shape last_input_shape_;
 };

@@ -23,6 +23,13 @@ struct ForwardContext {
   // global batch (BatchNormalization). Null: this replica is alone. Set only for training steps;
   // evaluation and prediction never run a collective.
   CrossReplicaContext* replicas = nullptr;
+  // Pipeline micro-batches (strategy/pipeline_executor.h): layers with running statistics
+  // (BatchNormalization) normalize with this micro-batch's statistics but only record them; the
+  // strategy calls apply_deferred_statistics() once per global batch, so the running statistics
+  // do not depend on the micro-batch count. `recompute`: this forward repeats one already
+  // recorded (a stage recomputing its activations): nothing is recorded again.
+  bool defer_statistics = false;
+  bool recompute = false;
 };
 
 // A Keras layer: built once for an input shape (batch axis excluded), then run forward on batches
@@ -60,6 +67,10 @@ class Layer {
   // with nothing to join keep the defaults, which do nothing.
   virtual void forward_without_rows(const ForwardContext& /*ctx*/) {}
   virtual void backward_without_rows(bool /*need_input_grad*/) {}
+  // Updates the running statistics once from every statistic recorded by forwards with
+  // ctx.defer_statistics since the last call (summed over `replicas` when given: every replica
+  // calls it), and forgets them. Layers without running statistics keep the default.
+  virtual void apply_deferred_statistics(CrossReplicaContext* /*replicas*/) {}
 
   // The activation this layer applies last (Linear when none). When it is softmax or sigmoid, the
   // engine may compute a crossentropy from logits() and come back through backward_from_logits(),

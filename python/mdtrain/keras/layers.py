@@ -748,3 +748,9 @@ def concatenate(inputs, axis=-1, **kwargs):
 
 
 _CLASSES.update({"Add": Add, "Multiply": Multiply, "Concatenate": Concatenate})
+
+
+# Defined in its own module (it needs Layer, above); exported here as keras.layers.PipelineSplit.
+from mdtrain.keras.pipeline_split import PipelineSplit  # noqa: E402
+
+_CLASSES.update({"PipelineSplit": PipelineSplit})

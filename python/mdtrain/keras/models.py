@@ -872,6 +872,11 @@ class Model:
                "compute": max(p["compute"] for p in profile) / steps,
                "communication": first["allreduce"] / steps, "update": first["update"] / steps}
         out["idle"] = max(0.0, out["step"] - out["compute"] - out["communication"] - out["update"])
+        # Pipeline parallelism: each device's busy (forward + backward) and idle (bubble) time.
+        if hasattr(self._strategy, "stage_report"):
+            out["stages"] = [{"device": d["device"], "busy": p["compute"] / steps,
+                              "idle": max(0.0, out["step"] - p["compute"] / steps)}
+                             for d, p in zip(self._strategy.stage_report(self)["devices"], profile)]
         return out
 
     # ---- saving ----------------------------------------------------------------------------

@@ -48,6 +48,9 @@ class CommunicatorSuite : public ::testing::TestWithParam<BackendCase> {
 // Tests about peers (a missing rank, an abort, mismatched calls): instantiate with groups of two
 // or more ranks that support timeouts.
 class CommunicatorPeerSuite : public CommunicatorSuite {};
+// send / recv (point_to_point_suite.cpp), for backends that implement them.
+class PointToPointSuite : public CommunicatorSuite {};
+class PointToPointPeerSuite : public CommunicatorSuite {};
 
 using Comms = std::vector<std::unique_ptr<Communicator>>;
 

@@ -61,3 +61,14 @@ INSTANTIATE_TEST_SUITE_P(Threads, ThreadsLarge, ::testing::Values(2, 3));
 
 }  // namespace
 }  // namespace mdtrain::testing
+
+namespace mdtrain::testing {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(Threads, PointToPointSuite, ::testing::ValuesIn(threads_cases()),
+                         [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Threads, PointToPointPeerSuite, ::testing::ValuesIn(threads_peer_cases()),
+                         [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace mdtrain::testing

@@ -51,6 +51,10 @@ std::vector<BackendCase> mpi_peer_cases() {
 INSTANTIATE_TEST_SUITE_P(Mpi, CommunicatorPeerSuite, ::testing::ValuesIn(mpi_peer_cases()), case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CommunicatorPeerSuite);
 
+INSTANTIATE_TEST_SUITE_P(Mpi, PointToPointSuite, ::testing::ValuesIn(mpi_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Mpi, PointToPointPeerSuite, ::testing::ValuesIn(mpi_peer_cases()), case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PointToPointPeerSuite);
+
 std::string message_of(const std::function<void()>& fn) {
   try {
     fn();

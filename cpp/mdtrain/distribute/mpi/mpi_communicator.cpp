@@ -59,7 +59,12 @@ struct Header {
 };
 constexpr std::size_t kHeaderBytes = sizeof(Header);
 static_assert(kHeaderBytes == 64, "the header is one cache line");
-constexpr int kTagHeader = 1;  // header messages on the data communicator (libnbc's tags are < 0)
+constexpr int kTagHeader = 1;        // header messages on the data communicator (libnbc's tags are < 0)
+constexpr int kTagPointToPoint = 2;  // send/recv messages on the data communicator
+// What a point-to-point message carries before its payload, so a recv can check the call.
+struct PointToPointHeader {
+  std::int64_t count, dtype;
+};
 // A rank that made no MPI call for this long may have notices waiting (see service()).
 constexpr auto kAway = std::chrono::milliseconds(1);
 
@@ -146,9 +151,10 @@ struct MpiCommunicator::State {
   MPI_Comm control = MPI_COMM_NULL;  // status queries, replies, failure notices
 
   // Progress, read by other threads answering status queries: guarded by the runtime mutex.
-  unsigned long long seq = 0;  // collectives entered
-  int kind = kNone;            // the collective in progress
-  int last_kind = kNone;       // kind of collective #seq once it ended
+  unsigned long long seq = 0;               // collectives entered
+  unsigned long long sends = 0, recvs = 0;  // point-to-point calls (for messages)
+  int kind = kNone;                         // the collective in progress
+  int last_kind = kNone;                    // kind of collective #seq once it ended
   int phase = kHeaderPhase;
 
   GroupFailure failure;  // the group's first failure, seen here or told by a peer
@@ -1216,6 +1222,99 @@ void MpiCommunicator::do_barrier() {
   // Nobody leaves an all-gather before everybody entered it: the header exchange is a barrier.
   s.exchange(s.make_header(kBarrier, 0, DType::Float32, ReduceOp::Sum, 0, 0), nullptr, 0);
   s.finish_fused();
+}
+
+void MpiCommunicator::do_send(const void* data, std::size_t count, DType dtype, int peer) {
+  State& s = *state_;
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  const std::string call = cat("send #", ++s.sends, " to rank ", peer);
+  MDTRAIN_CHECK(rt.ready, std::runtime_error, "[mpi] ", call, " on rank ", s.rank, ": MPI was finalized");
+  s.service_all();
+  if (s.failed()) s.failure.rethrow("mpi", call, s.rank, true);
+  const std::size_t bytes = count * size_of(dtype);
+  MDTRAIN_CHECK(bytes + sizeof(PointToPointHeader) <= static_cast<std::size_t>(INT_MAX), std::invalid_argument,
+                "[mpi] ", call, ": messages are limited to 2 GB (got ", bytes, " bytes)");
+  // Buffered like the control messages: the body lives in scratch until the send completed.
+  auto& body = s.scratch->sends.emplace_back(sizeof(PointToPointHeader) + bytes);
+  const PointToPointHeader header{static_cast<std::int64_t>(count), static_cast<std::int64_t>(dtype)};
+  std::memcpy(body.data(), &header, sizeof header);
+  if (bytes > 0) std::memcpy(body.data() + sizeof header, data, bytes);
+  MPI_Request request;
+  s.check(MPI_Isend(body.data(), to_int(body.size()), MPI_BYTE, peer, kTagPointToPoint, s.data, &request), "MPI_Isend");
+  s.send_requests.push_back(request);
+}
+
+void MpiCommunicator::do_recv(void* data, std::size_t count, DType dtype, int peer) {
+  State& s = *state_;
+  Runtime& rt = runtime();
+  std::string call;
+  {
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    call = cat("recv #", ++s.recvs, " from rank ", peer);
+    MDTRAIN_CHECK(rt.ready, std::runtime_error, "[mpi] ", call, " on rank ", s.rank, ": MPI was finalized");
+    s.service_all();
+    if (s.failed()) s.failure.rethrow("mpi", call, s.rank, true);
+  }
+  const double limit = timeout();
+  const Clock::time_point deadline = deadline_after(Clock::now(), limit);
+  std::vector<char> body;
+  MPI_Request request = MPI_REQUEST_NULL;
+  detail::SpinWait wait(s.may_spin);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(rt.mutex);
+      if (request == MPI_REQUEST_NULL) {
+        int flag = 0;
+        MPI_Message message;
+        MPI_Status status;
+        s.check(MPI_Improbe(peer, kTagPointToPoint, s.data, &flag, &message, &status), "MPI_Improbe");
+        if (flag) {
+          int bytes = 0;
+          s.check(MPI_Get_count(&status, MPI_BYTE, &bytes), "MPI_Get_count");
+          body.resize(static_cast<std::size_t>(bytes));
+          s.check(MPI_Imrecv(body.data(), bytes, MPI_BYTE, &message, &request), "MPI_Imrecv");
+        }
+      }
+      if (request != MPI_REQUEST_NULL) {
+        int done = 0;
+        s.check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (done) break;
+      }
+    }
+    if (!wait.step()) continue;
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    s.service_all();
+    // A message already being received finishes: its sender is done with it.
+    if (request == MPI_REQUEST_NULL && s.failed()) s.failure.rethrow("mpi", call, s.rank, false);
+    if (request == MPI_REQUEST_NULL && Clock::now() >= deadline) {
+      const std::string reason = timed_out(call, s.rank, limit) + cat(": rank ", peer, " sent nothing");
+      s.record_failure(reason, true);
+      try {
+        s.notify_peers(reason, true);
+      } catch (const std::exception&) {
+        // An MPI error while telling the peers: they time out instead.
+      }
+      throw TimeoutError("[mpi] " + reason);
+    }
+  }
+  PointToPointHeader header{};
+  if (body.size() >= sizeof header) std::memcpy(&header, body.data(), sizeof header);
+  if (body.size() < sizeof header || header.count != static_cast<std::int64_t>(count) ||
+      header.dtype != static_cast<std::int64_t>(dtype)) {
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    const std::string reason =
+        cat("point-to-point mismatch: ", call, " on rank ", s.rank, " expects ", count, " ", name_of(dtype),
+            " but rank ", peer, " sent ", header.count, " ", name_of(static_cast<DType>(header.dtype)));
+    s.record_failure(reason, false);
+    try {
+      s.notify_peers(reason, false);
+    } catch (const std::exception&) {
+      // They time out instead.
+    }
+    throw std::runtime_error("[mpi] " + reason);
+  }
+  if (count > 0) std::memcpy(data, body.data() + sizeof header, count * size_of(dtype));
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {

@@ -45,6 +45,8 @@
 //   collectives throw std::runtime_error naming this rank and the reason. A collective already
 //   moving data finishes its transfer first (its peers are in it too and need this rank), then
 //   throws.
+// send/recv are point to point on the data communicator with their own tag (collectives never
+// match them); a send is buffered (MPI_Isend of a copy), so it never waits for the receiver.
 // split(color, key) is MPI_Comm_split of this communicator (after a header exchange, so a rank
 // that calls something else is a mismatch and one that never comes a TimeoutError, and an
 // MPI_Ibarrier, so that no rank enters the blocking MPI_Comm_split unless every rank does); the
@@ -110,6 +112,11 @@ class MpiCommunicator final : public Communicator {
   void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) override;
   void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype, ReduceOp op) override;
   void do_barrier() override;
+  // MPI_Isend of a copy (header + payload) on the data communicator, kept until it completed;
+  // recv polls MPI_Improbe / MPI_Imrecv from `peer`, answering status queries and failure notices
+  // meanwhile, and times out like a collective.
+  void do_send(const void* data, std::size_t count, DType dtype, int peer) override;
+  void do_recv(void* data, std::size_t count, DType dtype, int peer) override;
   // MPI_Comm_split of this communicator (plus the new group's own private duplicates), once the
   // header exchange showed every rank calling split and an MPI_Ibarrier that every rank reached.
   std::unique_ptr<Communicator> do_split(int color, int key) override;

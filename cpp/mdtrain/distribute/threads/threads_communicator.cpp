@@ -4,7 +4,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -64,15 +67,31 @@ struct alignas(kCacheLine) RankSlot {
   std::shared_ptr<ThreadsCommunicator::Group> child;
 };
 
+// Messages from one rank to another, oldest first.
+struct Mailbox {
+  struct Message {
+    std::size_t count;
+    DType dtype;
+    std::vector<char> bytes;
+  };
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::deque<Message> messages;
+};
+
 struct ThreadsCommunicator::Group {
   explicit Group(int n)
       : size(n),
         may_spin(static_cast<unsigned>(n) <= std::max(1u, std::thread::hardware_concurrency())),
-        slots(new RankSlot[static_cast<std::size_t>(n)]) {}
+        slots(new RankSlot[static_cast<std::size_t>(n)]),
+        mailboxes(new Mailbox[static_cast<std::size_t>(n) * static_cast<std::size_t>(n)]) {}
+
+  Mailbox& mailbox(int from, int to) { return mailboxes[static_cast<std::size_t>(from) * size + to]; }
 
   const int size;
   const bool may_spin;  // ranks fit on the cores
   std::unique_ptr<RankSlot[]> slots;
+  std::unique_ptr<Mailbox[]> mailboxes;  // [from * size + to]
   GroupFailure failure;
 };
 
@@ -315,6 +334,51 @@ void ThreadsCommunicator::do_barrier() {
   // A second phase, so that no rank starts its next call (overwriting a call slot) while a
   // slower rank still checks this one.
   arrive_and_wait();
+}
+
+void ThreadsCommunicator::do_send(const void* data, std::size_t count, DType dtype, int peer) {
+  ++sends_;
+  const std::string call = cat("send #", sends_, " to rank ", peer);
+  if (group_->failure.failed()) group_->failure.rethrow("threads", call, rank_, true);
+  Mailbox::Message message{count, dtype, std::vector<char>(count * size_of(dtype))};
+  if (count > 0) std::memcpy(message.bytes.data(), data, message.bytes.size());
+  Mailbox& box = group_->mailbox(rank_, peer);
+  {
+    std::lock_guard<std::mutex> lock(box.mutex);
+    box.messages.push_back(std::move(message));
+  }
+  box.arrived.notify_one();
+}
+
+void ThreadsCommunicator::do_recv(void* data, std::size_t count, DType dtype, int peer) {
+  ++recvs_;
+  const std::string call = cat("recv #", recvs_, " from rank ", peer);
+  if (group_->failure.failed()) group_->failure.rethrow("threads", call, rank_, true);
+  Mailbox& box = group_->mailbox(peer, rank_);
+  const double t = timeout();
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(box.mutex);
+  while (box.messages.empty()) {
+    box.arrived.wait_for(lock, std::chrono::milliseconds(1));
+    if (!box.messages.empty()) break;
+    if (group_->failure.failed()) group_->failure.rethrow("threads", call, rank_, false);
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= t) {
+      const std::string reason = timed_out(call, rank_, t) + cat(": rank ", peer, " sent nothing");
+      group_->failure.record(reason, true);
+      throw TimeoutError("[threads] " + reason);
+    }
+  }
+  Mailbox::Message message = std::move(box.messages.front());
+  box.messages.pop_front();
+  lock.unlock();
+  if (message.count != count || message.dtype != dtype) {
+    const std::string reason =
+        cat("point-to-point mismatch: ", call, " on rank ", rank_, " expects ", count, " ", name_of(dtype),
+            " but rank ", peer, " sent ", message.count, " ", name_of(message.dtype));
+    group_->failure.record(reason, false);
+    throw std::runtime_error("[threads] " + reason);
+  }
+  if (count > 0) std::memcpy(data, message.bytes.data(), message.bytes.size());
 }
 
 }  // namespace mdtrain

@@ -10,6 +10,9 @@
 // thread timing. All-reduces split the work: rank r reduces the r-th chunk of every rank's
 // buffer and writes the result into the r-th chunk of every rank's buffer.
 //
+// send/recv go through one mailbox per ordered pair of ranks (a queue of copies), so a send
+// never waits and a schedule in which both neighbours send before they receive cannot deadlock.
+//
 // split() gives sub-groups of their own (fresh shared state), e.g. one per axis of a device mesh.
 //
 // Every collective also checks that all ranks called the same operation with the same count,
@@ -49,6 +52,11 @@ class ThreadsCommunicator final : public Communicator {
   void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dtype) override;
   void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype, ReduceOp op) override;
   void do_barrier() override;
+  // Buffered: send copies into the (this rank -> peer) mailbox and returns; recv takes the
+  // mailbox's oldest message, waiting on a condition variable (woken by the send, and every
+  // millisecond to notice a failed group or the timeout).
+  void do_send(const void* data, std::size_t count, DType dtype, int peer) override;
+  void do_recv(void* data, std::size_t count, DType dtype, int peer) override;
   // Every rank's (color, key) through the group, then each new group gets fresh shared state
   // (three phases in all). The new groups share nothing with this one.
   std::unique_ptr<Communicator> do_split(int color, int key) override;
@@ -67,6 +75,7 @@ class ThreadsCommunicator final : public Communicator {
 
   std::shared_ptr<Group> group_;
   int rank_;
+  unsigned long long sends_ = 0, recvs_ = 0;    // point-to-point calls (for messages)
   unsigned long long seq_ = 0;                  // collectives this rank has entered
   unsigned long long phase_ = 0;                // phases this rank has passed
   CollectiveKind kind_ = CollectiveKind::None;  // the collective in progress

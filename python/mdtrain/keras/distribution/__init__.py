@@ -4,7 +4,8 @@ from mdtrain.keras.distribution.device_mesh import DeviceMesh, list_devices
 from mdtrain.keras.distribution.distributions import (DataParallel, Distribution, ModelParallel, distribution,
                                                       set_distribution)
 from mdtrain.keras.distribution.layout_map import LayoutMap
+from mdtrain.keras.distribution.pipeline_parallel import PipelineParallel
 from mdtrain.keras.distribution.tensor_layout import TensorLayout
 
-__all__ = ["DataParallel", "DeviceMesh", "Distribution", "LayoutMap", "ModelParallel", "TensorLayout",
+__all__ = ["DataParallel", "DeviceMesh", "Distribution", "LayoutMap", "ModelParallel", "PipelineParallel", "TensorLayout",
            "distribution", "list_devices", "set_distribution"]

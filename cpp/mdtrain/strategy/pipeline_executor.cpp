@@ -1,0 +1,518 @@
+#include "mdtrain/strategy/pipeline_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <map>
+#include <mutex>
+
+#include "mdtrain/distribute/gradient_reducer.h"
+#include "mdtrain/ops/ops.h"
+#include "mdtrain/strategy/batch_loss_scale.h"
+#include "mdtrain/strategy/batch_split.h"
+#include "mdtrain/strategy/communicator_sums.h"
+#include "mdtrain/strategy/pipeline_strategy.h"
+
+namespace mdtrain {
+
+struct PipelineExecutor::Device {
+  int pipeline = 0, stage = 0;  // mesh coordinates along the batch and pipe axes
+  std::unique_ptr<Communicator> pipe_comm, batch_comm;
+  CommunicatorSums batch_sums{batch_comm};  // what deferred statistics see of the batch axis
+  std::unique_ptr<LayerStack> net;
+  std::unique_ptr<Loss> loss, logits_loss;
+  std::unique_ptr<Optimizer> optimizer;
+  Tensor accumulated;         // the micro-batches' summed gradients
+  std::vector<Tensor> stash;  // per micro-batch: the stage's input, until its backward
+  std::vector<Tensor> dpred;  // last stage, per micro-batch: d(loss)/d(output or logits)
+  std::vector<Tensor> y;      // last stage, per micro-batch: the labels
+  double loss_sum = 0;
+  std::int64_t stash_bytes = 0, peak_stash = 0;
+  double busy = 0;
+  StepProfile profile;
+};
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string weight_of_slot(const std::string& slot) { return slot.substr(0, slot.rfind('/')); }
+
+template <class T>
+void add_into(Tensor& acc, const Tensor& g) {
+  T* a = acc.data<T>();
+  const T* b = g.data<T>();
+  const std::int64_t n = acc.numel();
+  for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+
+Shape with_rows(std::int64_t rows, const Shape& per_row) {
+  Shape s{rows};
+  s.insert(s.end(), per_row.begin(), per_row.end());
+  return s;
+}
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy, const Loss& loss,
+                                   const Optimizer& optimizer)
+    : primary_([&]() -> LayerStack& {
+        auto* stack = dynamic_cast<LayerStack*>(&primary);
+        MDTRAIN_CHECK(stack != nullptr, std::invalid_argument,
+                      "[pipeline] PipelineParallel cuts Sequential models only for now (this model is a layer graph)");
+        return *stack;
+      }()),
+      strategy_(strategy),
+      loss_(loss.clone()),
+      whole_optimizer_(optimizer.clone()),
+      schedule_(make_pipeline_schedule(strategy.schedule(), strategy.num_stages(), strategy.num_microbatches())) {
+  MDTRAIN_CHECK(primary_.built(), std::logic_error, "[pipeline] the model must be built before training");
+  const auto& opts = optimizer.options();
+  MDTRAIN_CHECK(!opts.clipnorm && !opts.global_clipnorm, std::invalid_argument,
+                "[pipeline] clipnorm and global_clipnorm are not supported under PipelineParallel yet (the norm "
+                "spans stages); use clipvalue");
+  validate(schedule_);
+  const auto& layers = primary_.layers();
+  const int p = strategy_.num_stages();
+  starts_ = {0};
+  if (strategy_.stage_starts().empty() && strategy_.balance_by_time()) {
+    for (int s : balance_stages_by_parameters(measure_layer_times(primary_), p)) starts_.push_back(s);
+  } else if (strategy_.stage_starts().empty()) {
+    std::vector<std::int64_t> counts;
+    for (const auto& layer : layers) {
+      std::int64_t n = 0;
+      for (Parameter* w : layer->parameters()) n += w->value.numel();
+      counts.push_back(n);
+    }
+    for (int s : balance_stages_by_parameters(counts, p)) starts_.push_back(s);
+  } else {
+    for (int s : strategy_.stage_starts()) starts_.push_back(s);
+  }
+  MDTRAIN_CHECK(starts_.back() < static_cast<int>(layers.size()), std::invalid_argument, "[pipeline] stage ", p - 1,
+                " would start at layer ", starts_.back(), " but the model has ", layers.size(), " layers");
+  starts_.push_back(static_cast<int>(layers.size()));
+
+  const DeviceMesh mesh = strategy_.mesh();
+  pipelines_ = strategy_.batch_axis() ? mesh.axis_size(*strategy_.batch_axis()) : 1;
+  auto pipe_comms = strategy_.make_axis_communicators(mesh, {strategy_.pipe_axis()});
+  auto batch_comms =
+      strategy_.make_axis_communicators(mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()}
+                                                                     : std::vector<std::string>{});
+  const Optimizer::State whole_state = optimizer.state();
+  for (int d = 0; d < strategy_.num_local_replicas(); ++d) {
+    auto dev = std::make_unique<Device>();
+    const std::vector<int> at = mesh.coordinates(strategy_.first_local_replica() + d);
+    dev->stage = at[static_cast<std::size_t>(mesh.axis_index(strategy_.pipe_axis()))];
+    dev->pipeline = strategy_.batch_axis() ? at[static_cast<std::size_t>(mesh.axis_index(*strategy_.batch_axis()))] : 0;
+    dev->pipe_comm = std::move(pipe_comms[static_cast<std::size_t>(d)]);
+    dev->batch_comm = std::move(batch_comms[static_cast<std::size_t>(d)]);
+    const int first = starts_[static_cast<std::size_t>(dev->stage)];
+    const int last = starts_[static_cast<std::size_t>(dev->stage) + 1];
+    dev->net = std::make_unique<LayerStack>();
+    for (int i = first; i < last; ++i)
+      dev->net->add(std::shared_ptr<Layer>(layers[static_cast<std::size_t>(i)]->clone()));
+    dev->net->build(layers[static_cast<std::size_t>(first)]->input_shape(), 0, primary_.dtype());
+    copy_weights(primary_, static_cast<std::size_t>(first), *dev->net, 0, static_cast<std::size_t>(last - first));
+    dev->loss = loss.clone();
+    dev->logits_loss = loss.on_logits_of(dev->net->output_activation());
+    dev->optimizer = optimizer.clone();
+    if (whole_state.size() > 1) {
+      // This stage's slots, in the whole state's order (slot kind, then parameter position).
+      std::map<std::string, bool> mine;
+      for (Parameter* w : dev->net->trainable_parameters()) mine[w->name] = true;
+      Optimizer::State part;
+      for (const auto& [name, t] : whole_state)
+        if (name == "iterations" || mine.count(weight_of_slot(name))) part.emplace_back(name, t);
+      dev->optimizer->set_state(part);
+    }
+    devices_.push_back(std::move(dev));
+  }
+  first_pipeline_ = devices_.front()->pipeline;  // mesh order: the lowest on this worker
+}
+
+PipelineExecutor::~PipelineExecutor() { strategy_.forget_executor(this); }
+
+void PipelineExecutor::copy_weights(LayerStack& from, std::size_t from_first, LayerStack& to, std::size_t to_first,
+                                    std::size_t count) const {
+  for (std::size_t j = 0; j < count; ++j) {
+    auto src = from.layers()[from_first + j]->parameters();
+    auto dst = to.layers()[to_first + j]->parameters();
+    for (std::size_t k = 0; k < src.size(); ++k) dst[k]->value.copy_from(src[k]->value);
+  }
+}
+
+template <class F>
+void PipelineExecutor::run_devices(F&& fn) {
+  if (communicators_broken_) remake_communicators();
+  std::exception_ptr first_failure;
+  std::mutex failure_mutex;
+  try {
+    strategy_.run_replicas([&](int d) {
+      Device& dev = *devices_[static_cast<std::size_t>(d)];
+      try {
+        fn(dev, d);
+      } catch (const std::exception& e) {
+        {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          if (!first_failure) first_failure = std::current_exception();
+        }
+        // Releases the neighbouring stages waiting in a recv and the other pipelines.
+        dev.pipe_comm->abort(e.what());
+        dev.batch_comm->abort(e.what());
+        throw;
+      }
+    });
+  } catch (...) {
+    communicators_broken_ = true;
+    if (first_failure) std::rethrow_exception(first_failure);
+    throw;
+  }
+}
+
+void PipelineExecutor::remake_communicators() {
+  const DeviceMesh mesh = strategy_.mesh();
+  auto pipe_comms = strategy_.make_axis_communicators(mesh, {strategy_.pipe_axis()});
+  auto batch_comms =
+      strategy_.make_axis_communicators(mesh, strategy_.batch_axis() ? std::vector<std::string>{*strategy_.batch_axis()}
+                                                                     : std::vector<std::string>{});
+  for (std::size_t d = 0; d < devices_.size(); ++d) {
+    devices_[d]->pipe_comm = std::move(pipe_comms[d]);
+    devices_[d]->batch_comm = std::move(batch_comms[d]);
+  }
+  communicators_broken_ = false;
+}
+
+StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
+  MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[pipeline] a training batch needs at least one example");
+  StepLoss result;
+  result.regularization = primary_stale_ ? 0.0 : primary_.regularization_loss();
+  if (primary_stale_) {
+    for (const auto& dev : devices_)
+      if (dev->pipeline == first_pipeline_) result.regularization += dev->net->regularization_loss();
+  }
+  const auto step = static_cast<std::uint64_t>(devices_.front()->optimizer->iterations());
+  const int p = schedule_.stages, m = schedule_.microbatches;
+  const auto step_start = Clock::now();
+  run_devices([&](Device& dev, int d) {
+    LayerStack& net = *dev.net;
+    const auto& layers = net.layers();
+    const bool first_stage = dev.stage == 0, last_stage = dev.stage == p - 1;
+    const RowSlice group = slice_of(batch.count, pipelines_, dev.pipeline);
+    auto micro = [&](int mb) {
+      RowSlice r = slice_of(group.rows, m, mb);
+      r.first += group.first;
+      return r;
+    };
+    dev.loss_sum = 0;
+    dev.stash.assign(static_cast<std::size_t>(m), Tensor());
+    dev.dpred.assign(static_cast<std::size_t>(m), Tensor());
+    dev.y.assign(static_cast<std::size_t>(m), Tensor());
+    dev.stash_bytes = 0;
+    dev.peak_stash = 0;
+    const Shape in_shape = net.input_shape(), out_shape = net.output_shape();
+    // The loss divisor for ignore_class losses: the labels counted over the whole global batch.
+    std::int64_t labels = -1;
+    if (dev.loss->counts_labels()) {
+      double count = 0;
+      if (last_stage) {
+        for (int mb = 0; mb < m; ++mb) {
+          const RowSlice r = micro(mb);
+          if (r.rows == 0) continue;
+          Shape ys = batch.y.shape();
+          ys[0] = r.rows;
+          Tensor y(ys, batch.y.dtype());
+          ops::gather_rows(batch.y, batch.indices + r.first, r.rows, y);
+          count += static_cast<double>(dev.loss->counted_labels(y));
+        }
+      }
+      if (pipelines_ > 1) dev.batch_comm->all_reduce(&count, 1, DType::Float64, ReduceOp::Sum);
+      labels = static_cast<std::int64_t>(count);
+    }
+    int last_forward = -1;  // the micro-batch whose forward state the layers hold
+    bool have_grads = false;
+    Communicator& pipe = *dev.pipe_comm;
+    auto run_forward = [&](int mb, bool recompute) {
+      const RowSlice r = micro(mb);
+      ForwardContext ctx;
+      ctx.training = true;
+      ctx.defer_statistics = true;  // BatchNormalization: moving statistics once per global batch
+      ctx.recompute = recompute;
+      ctx.step = step;
+      ctx.global_row_offset = r.first;
+      Tensor h = dev.stash[static_cast<std::size_t>(mb)];
+      for (const auto& layer : layers) h = layer->forward(h, ctx);
+      last_forward = mb;
+      return h;
+    };
+    Tensor out;  // the output of the last forward (sent at once, or used by the loss)
+    for (const PipelineOp& op : schedule_.ops[static_cast<std::size_t>(dev.stage)]) {
+      const int mb = op.microbatch;
+      const RowSlice r = micro(mb);
+      const auto i = static_cast<std::size_t>(mb);
+      switch (op.kind) {
+        case PipelineOpKind::RecvActivation: {
+          Tensor x(with_rows(r.rows, in_shape), primary_.dtype());
+          auto t = Clock::now();
+          pipe.recv(x.raw(), static_cast<std::size_t>(x.numel()), x.dtype(), dev.stage - 1);
+          dev.profile.allreduce += seconds_since(t);
+          dev.stash[i] = x;
+          dev.stash_bytes += static_cast<std::int64_t>(x.nbytes());
+          dev.peak_stash = std::max(dev.peak_stash, dev.stash_bytes);
+          break;
+        }
+        case PipelineOpKind::Forward: {
+          if (r.rows == 0) break;
+          auto t = Clock::now();
+          if (first_stage) {
+            Tensor x(with_rows(r.rows, in_shape), batch.x.dtype());
+            ops::gather_rows(batch.x, batch.indices + r.first, r.rows, x);
+            dev.stash[i] = x;
+            dev.stash_bytes += static_cast<std::int64_t>(x.nbytes());
+            dev.peak_stash = std::max(dev.peak_stash, dev.stash_bytes);
+          }
+          out = run_forward(mb, false);
+          if (last_stage) {
+            Shape ys = batch.y.shape();
+            ys[0] = r.rows;
+            Tensor y(ys, batch.y.dtype());
+            ops::gather_rows(batch.y, batch.indices + r.first, r.rows, y);
+            const BatchLossScale ls = batch_loss_scale(*dev.loss, y, out, batch.count, labels);
+            Tensor dp;
+            double sum = 0;
+            if (dev.logits_loss) {
+              const Tensor logits = layers.back()->logits();
+              dp = Tensor(logits.shape(), logits.dtype());
+              sum = dev.logits_loss->forward_backward(y, logits, ls.grad_scale, &dp);
+            } else {
+              dp = Tensor(out.shape(), out.dtype());
+              sum = dev.loss->forward_backward(y, out, ls.grad_scale, &dp);
+            }
+            dev.loss_sum += sum * ls.report_factor;
+            if (outputs) outputs->on_replica_output(d, y, out);
+            dev.dpred[i] = dp;
+            dev.y[i] = y;
+          }
+          const double busy = seconds_since(t);
+          dev.busy += busy;
+          dev.profile.compute += busy;
+          break;
+        }
+        case PipelineOpKind::SendActivation: {
+          if (r.rows == 0) {
+            pipe.send(nullptr, 0, primary_.dtype(), dev.stage + 1);
+            break;
+          }
+          pipe.send(out.raw(), static_cast<std::size_t>(out.numel()), out.dtype(), dev.stage + 1);
+          break;
+        }
+        case PipelineOpKind::RecvGradient: {
+          Tensor g(with_rows(r.rows, out_shape), primary_.dtype());
+          auto t = Clock::now();
+          pipe.recv(g.raw(), static_cast<std::size_t>(g.numel()), g.dtype(), dev.stage + 1);
+          dev.profile.allreduce += seconds_since(t);
+          dev.dpred[i] = g;
+          break;
+        }
+        case PipelineOpKind::Backward: {
+          if (r.rows == 0) {
+            out = Tensor();
+            break;
+          }
+          auto t = Clock::now();
+          if (last_forward != mb) run_forward(mb, true);  // recomputation: the layers hold another micro-batch
+          Tensor g = dev.dpred[i];
+          for (std::size_t l = layers.size(); l-- > 0;) {
+            const bool need = l > 0 || !first_stage;
+            g = (l + 1 == layers.size() && last_stage && dev.logits_loss) ? layers[l]->backward_from_logits(g, need)
+                                                                          : layers[l]->backward(g, need);
+          }
+          out = g;  // d(loss)/d(stage input), sent next
+          Tensor& grads = net.packed_grads();
+          if (!have_grads) {
+            ensure_buffer(dev.accumulated, grads.shape(), grads.dtype());
+            dev.accumulated.copy_from(grads);
+            have_grads = true;
+          } else if (grads.dtype() == DType::Float64) {
+            add_into<double>(dev.accumulated, grads);
+          } else {
+            add_into<float>(dev.accumulated, grads);
+          }
+          dev.stash_bytes -= static_cast<std::int64_t>(dev.stash[i].nbytes());
+          dev.stash[i] = Tensor();
+          dev.dpred[i] = Tensor();
+          last_forward = last_forward == mb ? -1 : last_forward;
+          const double busy = seconds_since(t);
+          dev.busy += busy;
+          dev.profile.compute += busy;
+          break;
+        }
+        case PipelineOpKind::SendGradient: {
+          if (r.rows == 0) {
+            pipe.send(nullptr, 0, primary_.dtype(), dev.stage - 1);
+            break;
+          }
+          pipe.send(out.raw(), static_cast<std::size_t>(out.numel()), out.dtype(), dev.stage - 1);
+          break;
+        }
+      }
+    }
+    for (const auto& layer : layers) layer->apply_deferred_statistics(pipelines_ > 1 ? &dev.batch_sums : nullptr);
+    Tensor& grads = net.packed_grads();
+    if (have_grads) grads.copy_from(dev.accumulated);
+    else grads.fill(0.0);
+    auto t = Clock::now();
+    if (pipelines_ > 1) GradientReducer(*dev.batch_comm, strategy_.gradient_bucket_bytes()).reduce(grads);
+    dev.profile.allreduce += seconds_since(t);
+    t = Clock::now();
+    net.add_regularization_gradients();
+    dev.optimizer->apply(net.trainable_parameters());
+    dev.profile.update += seconds_since(t);
+    dev.profile.steps += 1;
+  });
+  wall_ += seconds_since(step_start);
+  primary_stale_ = true;
+  for (const auto& dev : devices_)
+    if (dev->stage == p - 1) result.sum += dev->loss_sum;  // pipeline order
+  if (strategy_.num_workers() > 1) {
+    // Every worker must see the same loss (callbacks decide on it): summed in worker order.
+    std::vector<double> v{result.sum};
+    strategy_.sum_across_workers(v);
+    result.sum = v.front();
+  }
+  return result;
+}
+
+StepLoss PipelineExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
+  MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[pipeline] an evaluation batch needs at least one example");
+  refresh_primary();
+  Shape xs = batch.x.shape(), ys = batch.y.shape();
+  xs[0] = batch.count;
+  ys[0] = batch.count;
+  Tensor x(xs, batch.x.dtype()), y(ys, batch.y.dtype());
+  ops::gather_rows(batch.x, batch.indices, batch.count, x);
+  ops::gather_rows(batch.y, batch.indices, batch.count, y);
+  ForwardContext ctx;
+  Tensor pred = primary_.forward(x, ctx);
+  auto logits_loss = loss_->on_logits_of(primary_.output_activation());
+  const double sum = logits_loss ? logits_loss->forward_backward(y, primary_.logits(), 1.0, nullptr)
+                                 : loss_->forward_backward(y, pred, 1.0, nullptr);
+  const std::int64_t labels = loss_->counts_labels() ? loss_->counted_labels(y) : -1;
+  StepLoss result;
+  result.sum = sum * batch_loss_scale(*loss_, y, pred, batch.count, labels).report_factor;
+  result.regularization = primary_.regularization_loss();
+  if (outputs) outputs->on_replica_output(0, y, pred);
+  return result;
+}
+
+void PipelineExecutor::predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
+  refresh_primary();
+  ForwardContext ctx;
+  Tensor pred = primary_.forward(x.rows(begin, begin + count), ctx);
+  Tensor dst = out.rows(begin, begin + count);
+  dst.copy_from(pred);
+}
+
+Network& PipelineExecutor::replica_network(int r) {
+  MDTRAIN_CHECK(r >= 0 && r < num_replicas(), std::out_of_range, "[pipeline] device ", r, " out of range for ",
+                num_replicas(), " devices");
+  return *devices_[static_cast<std::size_t>(r)]->net;
+}
+
+std::vector<double> PipelineExecutor::replica_loss_sums() const {
+  std::vector<double> out;
+  for (const auto& dev : devices_) out.push_back(dev->loss_sum);
+  return out;
+}
+
+Optimizer& PipelineExecutor::optimizer() { return *devices_.front()->optimizer; }
+
+void PipelineExecutor::set_learning_rate(double lr) {
+  for (auto& dev : devices_) dev->optimizer->set_learning_rate(lr);
+}
+
+Optimizer::State PipelineExecutor::optimizer_state() const {
+  // The stages' slots (pipeline 0's: the pipelines hold identical copies), in the order an
+  // optimizer of the whole model lists them.
+  std::map<std::string, Tensor> by_name;
+  for (const auto& dev : devices_)
+    if (dev->pipeline == first_pipeline_)
+      for (auto& [name, t] : dev->optimizer->state()) by_name.emplace(name, t);
+  if (by_name.size() <= 1) return devices_.front()->optimizer->state();
+  auto whole = whole_optimizer_->clone();
+  whole->build(primary_.trainable_parameters());
+  Optimizer::State out = whole->state();
+  for (auto& [name, t] : out) {
+    const auto it = by_name.find(name);
+    if (it != by_name.end()) t = it->second;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> PipelineExecutor::optimizer_state_bytes() const {
+  std::vector<std::int64_t> out;
+  for (const auto& dev : devices_) out.push_back(dev->optimizer->state_bytes());
+  return out;
+}
+
+void PipelineExecutor::broadcast_weights_from_primary() {
+  MDTRAIN_CHECK(!primary_stale_, std::logic_error,
+                "[pipeline] the host weights are older than the stages': refresh_primary() before changing them");
+  for (auto& dev : devices_) {
+    const auto first = static_cast<std::size_t>(starts_[static_cast<std::size_t>(dev->stage)]);
+    copy_weights(primary_, first, *dev->net, 0, dev->net->layers().size());
+  }
+}
+
+void PipelineExecutor::refresh_primary() {
+  if (!primary_stale_) return;
+  for (auto& dev : devices_) {
+    if (dev->pipeline != first_pipeline_) continue;
+    const auto first = static_cast<std::size_t>(starts_[static_cast<std::size_t>(dev->stage)]);
+    copy_weights(*dev->net, 0, primary_, first, dev->net->layers().size());
+  }
+  primary_stale_ = false;
+}
+
+void PipelineExecutor::abort(const std::string& reason) {
+  for (auto& dev : devices_) {
+    dev->pipe_comm->abort(reason);
+    dev->batch_comm->abort(reason);
+  }
+  communicators_broken_ = true;
+}
+
+std::vector<StepProfile> PipelineExecutor::profile() const {
+  std::vector<StepProfile> out;
+  for (const auto& dev : devices_) {
+    out.push_back(dev->profile);
+    out.back().wall = wall_;
+  }
+  return out;
+}
+
+void PipelineExecutor::reset_profile() {
+  for (auto& dev : devices_) {
+    dev->profile = StepProfile{};
+    dev->busy = 0;
+  }
+  wall_ = 0;
+}
+
+std::vector<double> PipelineExecutor::busy_seconds() const {
+  std::vector<double> out;
+  for (const auto& dev : devices_) out.push_back(dev->busy);
+  return out;
+}
+
+std::vector<double> PipelineExecutor::idle_seconds() const {
+  std::vector<double> out;
+  for (const auto& dev : devices_) out.push_back(std::max(0.0, wall_ - dev->busy));
+  return out;
+}
+
+std::vector<std::int64_t> PipelineExecutor::peak_stash_bytes() const {
+  std::vector<std::int64_t> out;
+  for (const auto& dev : devices_) out.push_back(dev->peak_stash);
+  return out;
+}
+
+}  // namespace mdtrain

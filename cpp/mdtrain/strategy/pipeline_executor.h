@@ -1,0 +1,98 @@
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/nn/loss.h"
+#include "mdtrain/strategy/pipeline_schedule.h"
+#include "mdtrain/strategy/step_executor.h"
+
+namespace mdtrain {
+
+class PipelineStrategy;
+
+// The step of PipelineStrategy: one device per mesh position (pipeline b, stage s), one thread
+// each. Stage s holds layers [start_s, start_{s+1}) of the primary (a LayerStack of clones, its
+// weights copied from the primary). A training step cuts pipeline b's slice of the global batch
+// (slice_of, as every executor cuts it) into num_microbatches micro-batches (slice_of again:
+// uneven, possibly empty) and runs the schedule's op list of its stage: activations go forward and
+// their gradients back over the pipe-axis communicator (send/recv). Each layer keeps the state of
+// its last forward only, so a stage stashes the input of every micro-batch in flight and, when the
+// micro-batch it is about to run backward for is not the one it ran forward last, runs its forward
+// again on the stash (recomputation, as GPipe does): bitwise the same activations.
+//
+// The loss of each micro-batch is scaled by batch_loss_scale for the whole global batch, and each
+// stage sums its micro-batches' gradients in ascending micro-batch order (both schedules run
+// backwards in that order), so the step equals the unpipelined one up to float32 rounding of the
+// sums, and GPipe and 1F1B are bitwise equal. Then the stage's gradients are summed over the batch
+// axis (several pipelines), and each stage's optimizer updates its weights: one step per global
+// batch. Evaluation and prediction run the primary (refreshed from the stages) on the calling
+// thread.
+//
+// BatchNormalization normalizes each micro-batch with its own statistics and moves its moving
+// statistics once per global batch from all micro-batches (deferred, ForwardContext::
+// defer_statistics; a recomputed forward records nothing), so they do not depend on the
+// micro-batch count. Not supported yet (std::invalid_argument("[pipeline] ...") at the first step):
+// layer graphs, clipnorm / global_clipnorm, synchronized BatchNormalization.
+class PipelineExecutor final : public StepExecutor {
+ public:
+  PipelineExecutor(Network& primary, PipelineStrategy& strategy, const Loss& loss, const Optimizer& optimizer);
+  ~PipelineExecutor() override;
+
+  StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
+
+  // One "replica" per device, in mesh order; their networks are the stages.
+  int num_replicas() const override { return static_cast<int>(devices_.size()); }
+  Network& replica_network(int replica) override;
+  std::vector<double> replica_loss_sums() const override;
+
+  Optimizer& optimizer() override;
+  void set_learning_rate(double lr) override;
+  Optimizer::State optimizer_state() const override;
+  std::vector<std::int64_t> optimizer_state_bytes() const override;
+
+  void broadcast_weights_from_primary() override;
+  void refresh_primary() override;
+  bool primary_stale() const override { return primary_stale_; }
+
+  void abort(const std::string& reason) override;
+
+  std::vector<StepProfile> profile() const override;
+  void reset_profile() override;
+
+  // The first layer of each stage (stage 0 starts at 0).
+  const std::vector<int>& stage_starts() const { return starts_; }
+  // Per device, summed over training steps since reset_profile: seconds in forward and backward
+  // (busy) and the rest of the steps' wall time (idle: the bubble, transfers, the update).
+  std::vector<double> busy_seconds() const;
+  std::vector<double> idle_seconds() const;
+  // Per device: the most bytes of micro-batch inputs it held stashed at once in the last
+  // training step (1F1B holds at most stages - s micro-batches, GPipe all of them).
+  std::vector<std::int64_t> peak_stash_bytes() const;
+
+ private:
+  struct Device;
+  template <class F>
+  void run_devices(F&& fn);
+  void remake_communicators();
+  void copy_weights(LayerStack& from, std::size_t from_first, LayerStack& to, std::size_t to_first,
+                    std::size_t count) const;
+
+  LayerStack& primary_;
+  PipelineStrategy& strategy_;
+  std::unique_ptr<Loss> loss_;
+  std::unique_ptr<Optimizer> whole_optimizer_;  // for the order of optimizer_state()
+  PipelineSchedule schedule_;
+  std::vector<int> starts_;
+  std::vector<std::unique_ptr<Device>> devices_;  // mesh order
+  int pipelines_ = 1;                             // along the batch axis, over every worker
+  int first_pipeline_ = 0;                        // this worker's first: its stages are copied into the primary
+  bool communicators_broken_ = false;
+  bool primary_stale_ = false;
+  double wall_ = 0;
+};
+
+}  // namespace mdtrain

@@ -1,0 +1,131 @@
+#include "mdtrain/strategy/pipeline_strategy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <numeric>
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/registry.h"
+#include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/strategy/pipeline_executor.h"
+
+namespace mdtrain {
+
+PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, PipelineScheduleKind schedule,
+                                   std::vector<int> stage_starts, std::string pipe_axis,
+                                   std::optional<std::string> batch_axis, bool balance_by_time,
+                                   std::shared_ptr<Strategy> workers)
+    : Strategy(workers ? workers->devices() : mesh.devices()),
+      workers_(std::move(workers)),
+      mesh_(std::move(mesh)),
+      microbatches_(num_microbatches),
+      schedule_(schedule),
+      stage_starts_(std::move(stage_starts)),
+      pipe_axis_(std::move(pipe_axis)),
+      batch_axis_(std::move(batch_axis)),
+      balance_by_time_(balance_by_time) {
+  for (const auto& d : mesh_.devices())
+    MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[pipeline] ", d.to_string(),
+                  ": pipeline parallelism runs on logical CPU devices for now");
+  if (!workers_) {
+    MDTRAIN_CHECK(mesh_.num_workers() == 1, std::invalid_argument, "[pipeline] the mesh ", mesh_.to_string(), " spans ",
+                  mesh_.num_workers(), " workers: pass the strategy that joined them");
+  } else {
+    MDTRAIN_CHECK(mesh_.num_workers() == workers_->num_workers() &&
+                      mesh_.local_device_count() == workers_->num_local_replicas(),
+                  std::invalid_argument, "[pipeline] the mesh ", mesh_.to_string(), " covers ", mesh_.num_workers(),
+                  " workers of ", mesh_.local_device_count(), " devices; the job has ", workers_->num_workers(),
+                  " workers of ", workers_->num_local_replicas());
+  }
+  MDTRAIN_CHECK(mesh_.num_workers() == 1 || mesh_.axis_names().back() == pipe_axis_, std::invalid_argument,
+                "[pipeline] across workers the pipe axis '", pipe_axis_,
+                "' must be the last axis of the mesh (each worker runs whole pipelines), got ", mesh_.to_string());
+  MDTRAIN_CHECK(mesh_.has_axis(pipe_axis_), std::invalid_argument, "[pipeline] the pipe axis '", pipe_axis_,
+                "' is not in the mesh ", mesh_.to_string());
+  if (batch_axis_)
+    MDTRAIN_CHECK(mesh_.has_axis(*batch_axis_) && *batch_axis_ != pipe_axis_, std::invalid_argument,
+                  "[pipeline] the batch axis '", *batch_axis_, "' is not another axis of the mesh ", mesh_.to_string());
+  MDTRAIN_CHECK(mesh_.num_axes() == (batch_axis_ ? 2 : 1), std::invalid_argument, "[pipeline] the mesh ",
+                mesh_.to_string(), " may only have the pipe axis and the batch axis");
+  // Validates num_microbatches against the stages now, before any training.
+  make_pipeline_schedule(schedule_, num_stages(), microbatches_);
+  const int p = num_stages();
+  MDTRAIN_CHECK(stage_starts_.empty() || static_cast<int>(stage_starts_.size()) == p - 1, std::invalid_argument,
+                "[pipeline] ", p, " stages need ", p - 1, " stage starts (got ", stage_starts_.size(), ")");
+  for (std::size_t i = 0; i < stage_starts_.size(); ++i)
+    MDTRAIN_CHECK(stage_starts_[i] >= 1 && (i == 0 || stage_starts_[i] > stage_starts_[i - 1]), std::invalid_argument,
+                  "[pipeline] stage starts must be ascending layer indices >= 1 (got ", stage_starts_[i], " for stage ",
+                  i + 1, ")");
+}
+
+PipelineStrategy::~PipelineStrategy() = default;
+
+std::vector<std::unique_ptr<Communicator>> PipelineStrategy::make_replica_communicators() const {
+  if (workers_) return workers_->make_replica_communicators();
+  return create_communicators("threads", num_replicas_in_sync());
+}
+
+std::unique_ptr<StepExecutor> PipelineStrategy::make_executor(Network& primary, const Loss& loss,
+                                                              const Optimizer& optimizer) {
+  auto executor = std::make_unique<PipelineExecutor>(primary, *this, loss, optimizer);
+  executor_ = executor.get();
+  return executor;
+}
+
+std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& layer_parameters, int stages) {
+  const int n = static_cast<int>(layer_parameters.size());
+  MDTRAIN_CHECK(stages >= 1 && n >= stages, std::invalid_argument, "[pipeline] ", n, " layers cannot fill ", stages,
+                " stages (each stage needs at least one layer)");
+  const double total =
+      static_cast<double>(std::accumulate(layer_parameters.begin(), layer_parameters.end(), std::int64_t{0}));
+  std::vector<int> starts;
+  double running = 0;
+  for (int i = 0; i < n && static_cast<int>(starts.size()) < stages - 1; ++i) {
+    const int next_stage = static_cast<int>(starts.size()) + 1;
+    const int layers_left = n - i;
+    const int stages_left = stages - next_stage;  // after the stage that would start at i
+    // Start the next stage at layer i when the running total reached its share, or when the
+    // remaining stages need every remaining layer.
+    if (i > (starts.empty() ? 0 : starts.back()) &&
+        (running >= total * next_stage / stages || layers_left <= stages_left)) {
+      starts.push_back(i);
+    }
+    running += static_cast<double>(layer_parameters[static_cast<std::size_t>(i)]);
+  }
+  return starts;
+}
+
+std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows, int repeats) {
+  using Clock = std::chrono::steady_clock;
+  auto copy = model.clone();  // a training forward may move running statistics: not the model's
+  const auto& layers = copy->layers();
+  std::vector<std::int64_t> best(layers.size(), std::numeric_limits<std::int64_t>::max());
+  Shape shape{rows};
+  for (auto d : copy->input_shape()) shape.push_back(d);
+  const Tensor x = Tensor::zeros(shape, copy->dtype());
+  ForwardContext ctx;
+  ctx.training = true;
+  auto ns = [](Clock::time_point a) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count();
+  };
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<std::int64_t> t(layers.size(), 0);
+    Tensor h = x;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const auto start = Clock::now();
+      h = layers[i]->forward(h, ctx);
+      t[i] += ns(start);
+    }
+    Tensor g = Tensor::zeros(h.shape(), h.dtype());
+    for (std::size_t i = layers.size(); i-- > 0;) {
+      const auto start = Clock::now();
+      g = layers[i]->backward(g, i > 0);
+      t[i] += ns(start);
+    }
+    for (std::size_t i = 0; i < layers.size(); ++i) best[i] = std::min(best[i], std::max<std::int64_t>(1, t[i]));
+  }
+  return best;
+}
+
+}  // namespace mdtrain

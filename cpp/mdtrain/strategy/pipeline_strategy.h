@@ -1,0 +1,86 @@
+#pragma once
+// Pipeline parallelism on logical CPU devices (threads): the model's layers cut into contiguous
+// stages, stage s on the devices at position s of the pipe axis, each global batch cut into
+// micro-batches that flow through the stages by a schedule (pipeline_schedule.h: GPipe or 1F1B).
+// An optional batch axis makes several pipelines that train on their slices of the global batch
+// and sum their stages' gradients (data parallelism x pipeline). The step is PipelineExecutor's.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mdtrain/strategy/pipeline_schedule.h"
+#include "mdtrain/strategy/strategy.h"
+
+namespace mdtrain {
+
+class PipelineExecutor;
+
+class PipelineStrategy : public Strategy {
+ public:
+  // `mesh`: one process's CPU devices with the axis `pipe_axis` (its size: the number of stages)
+  // and, optionally, `batch_axis`; no other axis. `stage_starts`: the index of the first layer of
+  // stages 1..p-1 (ascending, each stage at least one layer); empty: cut so that the stages hold
+  // about the same number of parameters, or (`balance_by_time`) the same measured forward + backward
+  // time (each layer timed on a copy of the model, 32 rows of zeros, best of 3). Throws
+  // std::invalid_argument("[pipeline] ...") for a bad mesh, num_microbatches < stages, or GPUs. Stage cuts are checked
+  // against the model when it is compiled.
+  PipelineStrategy(DeviceMesh mesh, int num_microbatches, PipelineScheduleKind schedule,
+                   std::vector<int> stage_starts = {}, std::string pipe_axis = "pipe",
+                   std::optional<std::string> batch_axis = std::nullopt, bool balance_by_time = false,
+                   std::shared_ptr<Strategy> workers = nullptr);
+  ~PipelineStrategy() override;
+
+  std::string name() const override { return "PipelineParallel"; }
+  DeviceMesh mesh() const override { return mesh_; }
+  std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
+  int num_workers() const override { return workers_ ? workers_->num_workers() : 1; }
+  int worker_index() const override { return workers_ ? workers_->worker_index() : 0; }
+  void sum_across_workers(std::vector<double>& values) override {
+    if (workers_) workers_->sum_across_workers(values);
+  }
+  void abort(const std::string& reason) override {
+    if (workers_) workers_->abort(reason);
+  }
+  std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
+
+  int num_stages() const { return mesh_.axis_size(pipe_axis_); }
+  int num_microbatches() const { return microbatches_; }
+  PipelineScheduleKind schedule() const { return schedule_; }
+  const std::vector<int>& stage_starts() const { return stage_starts_; }
+  const std::string& pipe_axis() const { return pipe_axis_; }
+  const std::optional<std::string>& batch_axis() const { return batch_axis_; }
+  bool balance_by_time() const { return balance_by_time_; }
+  // The strategy that joined the MPI job (null in one process).
+  const std::shared_ptr<Strategy>& workers() const { return workers_; }
+
+  // The executor of the model compiled last under this strategy, or null.
+  PipelineExecutor* executor() const { return executor_; }
+  void forget_executor(const PipelineExecutor* executor) {
+    if (executor_ == executor) executor_ = nullptr;
+  }
+
+ private:
+  std::shared_ptr<Strategy> workers_;  // null: one process
+  DeviceMesh mesh_;
+  int microbatches_;
+  PipelineScheduleKind schedule_;
+  std::vector<int> stage_starts_;
+  std::string pipe_axis_;
+  std::optional<std::string> batch_axis_;
+  bool balance_by_time_ = false;
+  PipelineExecutor* executor_ = nullptr;
+};
+
+// The first layer of stages 1..stages-1 so that the stages' costs (parameter counts, or measured
+// nanoseconds) are as even as a
+// contiguous cut allows (greedy on the running total); every stage gets at least one layer.
+// std::invalid_argument when there are fewer layers than stages.
+std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& layer_parameters, int stages);
+
+class LayerStack;
+// Nanoseconds of forward + backward of each layer of `model` (timed on a copy, `rows` rows of
+// zeros, the best of `repeats`), at least 1 each.
+std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows = 32, int repeats = 3);
+
+}  // namespace mdtrain

@@ -1,0 +1,146 @@
+"""keras.distribution.PipelineParallel: the model's layers cut into stages on the devices of the
+mesh's pipe axis, each global batch cut into micro-batches that flow through the stages by a
+schedule ("gpipe" or "1f1b"); optionally several pipelines over a batch axis (docs/pipeline.md).
+
+Not a Keras API (Keras 3 has no pipeline parallelism); named in its family:
+``with PipelineParallel(mesh, num_microbatches=8).scope(): model = ...; model.compile(...)``, then
+``fit`` / ``evaluate`` / ``predict`` unchanged."""
+import warnings
+import weakref
+
+from mdtrain import _core
+from mdtrain.keras.distribution.distributions import Distribution
+
+__all__ = ["PipelineParallel"]
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def bubble_fraction(stages, num_microbatches):
+    """The idle share of a synchronous pipeline step with equal stages: (p - 1) / (m + p - 1)."""
+    return (stages - 1) / (num_microbatches + stages - 1)
+
+
+class PipelineParallel(Distribution):
+    """Pipeline parallelism over ``device_mesh``'s ``pipe_dim_name`` axis.
+
+    ``stages``: None (cut at the model's ``PipelineSplit`` layers, or, without any, so that the stages
+    hold about equal parameter counts), a list of the first layer index of stages 1..p-1,
+    ``"balance_params"``, or ``"balance_time"`` (each layer's forward + backward time, measured on a
+    copy of the model when it is compiled). ``batch_dim_name`` names a data-parallel axis: one pipeline per position on it.
+    Fewer micro-batches than stages is a ValueError here, before any training; fewer than
+    4 x stages warns with the bubble fraction it costs."""
+
+    def __init__(self, device_mesh, num_microbatches, schedule="1f1b", pipe_dim_name="pipe", batch_dim_name=None,
+                 stages=None, auto_shard_dataset=True):
+        super().__init__(device_mesh, batch_dim_name, auto_shard_dataset)
+        if pipe_dim_name not in device_mesh.axis_names:
+            raise ValueError(f"pipe_dim_name={pipe_dim_name!r} is not an axis of {device_mesh} (axes: "
+                             f"{list(device_mesh.axis_names)})")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        p = int(device_mesh.shape[list(device_mesh.axis_names).index(pipe_dim_name)])
+        if not isinstance(num_microbatches, int) or num_microbatches < p:
+            raise ValueError(f"num_microbatches={num_microbatches!r} must be an int >= the number of stages ({p}): "
+                             "with fewer micro-batches some stages would never overlap (other libraries hang here)")
+        if not (stages is None or stages in ("balance_params", "balance_time") or
+                (isinstance(stages, (list, tuple)) and all(isinstance(i, int) for i in stages))):
+            raise ValueError(f"stages must be None, 'balance_params', 'balance_time' or a list of layer indices, "
+                             f"got {stages!r}")
+        if isinstance(stages, (list, tuple)) and len(stages) != p - 1:
+            raise ValueError(f"stages: {p} stages need the first layer index of stages 1..{p - 1} ({p - 1} indices), "
+                             f"got {list(stages)}")
+        if num_microbatches < 4 * p:
+            warnings.warn(f"PipelineParallel: {num_microbatches} micro-batches for {p} stages leave each device idle "
+                          f"for about {bubble_fraction(p, num_microbatches):.0%} of a step (the bubble, "
+                          f"(p-1)/(m+p-1)); use at least {4 * p} micro-batches to bring it under "
+                          f"{bubble_fraction(p, 4 * p):.0%}", stacklevel=2)
+        self._pipe_dim_name = pipe_dim_name
+        self._num_microbatches = num_microbatches
+        self._schedule = schedule
+        self._stages = list(stages) if isinstance(stages, (list, tuple)) else stages
+        self._num_stages = p
+        self._plain_core = None
+        self._model_cores = weakref.WeakKeyDictionary()
+
+    @property
+    def num_microbatches(self):
+        return self._num_microbatches
+
+    @property
+    def schedule(self):
+        return self._schedule
+
+    @property
+    def pipe_dim_name(self):
+        return self._pipe_dim_name
+
+    @property
+    def num_stages(self):
+        return self._num_stages
+
+    @property
+    def num_model_replicas(self):
+        if self.batch_dim_name is None:
+            return 1
+        return int(self.device_mesh.shape[list(self.device_mesh.axis_names).index(self.batch_dim_name)])
+
+    @property
+    def num_replicas_in_sync(self):
+        return self.num_model_replicas
+
+    @property
+    def _core(self):
+        if self._plain_core is None:
+            self._plain_core = self._make_core([])
+        return self._plain_core
+
+    def run(self, fn, args=(), kwargs=None):
+        raise NotImplementedError("strategy.run (custom training loops) under PipelineParallel is not supported: "
+                                  "train with model.fit / evaluate / predict")
+
+    def _stage_starts(self, model):
+        if isinstance(self._stages, list):
+            return list(self._stages)
+        if self._stages in ("balance_params", "balance_time"):
+            return []
+        from mdtrain.keras.pipeline_split import PipelineSplit
+        splits = [i for i, layer in enumerate(model.layers) if isinstance(layer, PipelineSplit)]
+        if not splits:
+            return []
+        if len(splits) != self._num_stages - 1:
+            raise ValueError(f"model '{model.name}' has {len(splits)} PipelineSplit layers but the mesh has "
+                             f"{self._num_stages} stages (it needs {self._num_stages - 1} splits)")
+        return splits
+
+    def _core_for(self, model):
+        core = self._make_core(self._stage_starts(model))
+        self._model_cores[model] = core
+        return core
+
+    def _make_core(self, stage_starts):
+        return _core.PipelineStrategy(self.device_mesh._core, self._num_microbatches, self._schedule,
+                                      stage_starts, self._pipe_dim_name, self.batch_dim_name,
+                                      self._stages == "balance_time")
+
+    def _compiled_core(self, model):
+        core = self._model_cores.get(model)
+        if core is None:
+            raise ValueError(f"model '{getattr(model, 'name', model)}' was not compiled under this PipelineParallel")
+        return core
+
+    def stage_report(self, model):
+        """Per device in mesh order, once ``model`` trained: its stage's first layer, seconds busy
+        (forward + backward) and idle (the bubble, transfers, the update) since the profile was reset,
+        and the peak bytes of micro-batch inputs it held stashed in the last step."""
+        core = self._compiled_core(model)
+        starts = list(core.stage_starts())
+        devices = [str(d) for d in self.device_mesh.devices.reshape(-1)]
+        return {"stage_starts": starts,
+                "devices": [{"device": d, "busy": float(b), "idle": float(i), "peak_stash_bytes": int(s)}
+                            for d, b, i, s in zip(devices, core.busy_seconds(), core.idle_seconds(),
+                                                  core.peak_stash_bytes())]}
+
+    def __repr__(self):
+        return (f"<PipelineParallel device_mesh={self.device_mesh}, num_microbatches={self._num_microbatches}, "
+                f"schedule={self._schedule!r}>")

@@ -1,0 +1,12 @@
+"""keras.layers.PipelineSplit: where a Sequential model is cut into pipeline stages under
+``keras.distribution.PipelineParallel`` (docs/pipeline.md). Elsewhere it does nothing: it is an
+identity layer (a linear Activation), so the same model trains unchanged on one device."""
+from mdtrain.keras.layers import Layer, _core_layer
+
+
+class PipelineSplit(Layer):
+    """A stage boundary: the layers after it (up to the next split) form the next pipeline stage."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._core = _core_layer("Activation", {"name": self._name, "activation": "linear"})

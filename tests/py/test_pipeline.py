@@ -1,0 +1,173 @@
+"""keras.distribution.PipelineParallel through fit: a Sequential cut into stages (PipelineSplit markers,
+layer indices, or balanced by parameters) trains to the loss and weights of one device (float32
+rounding of the micro-batches' summed gradients), GPipe and 1F1B bitwise equal, 2 x 2 (batch x pipe)
+meshes; fewer micro-batches than stages is a ValueError before training and few of them warn with the
+bubble fraction; step_time_breakdown reports each stage's busy and idle time."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import mdtrain as tf
+from mdtrain import _core
+
+distribution = tf.keras.distribution
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((200, 20)).astype("float32")
+    y = (np.arange(200) * 7 % 5).astype("int32")
+    return x, y
+
+
+def _mlp(split=False, seed=7):
+    tf.keras.utils.set_random_seed(seed)
+    layers = [tf.keras.Input((20,)), tf.keras.layers.Dense(32, activation="relu", name="d0"),
+              tf.keras.layers.Dense(32, activation="tanh", name="d1")]
+    if split:
+        layers.append(tf.keras.layers.PipelineSplit())
+    layers += [tf.keras.layers.Dense(16, activation="relu", name="d2"), tf.keras.layers.Dense(5, name="out")]
+    return tf.keras.Sequential(layers)
+
+
+def _train(strategy, x, y, split=False, epochs=2, batch_size=45):
+    with strategy.scope():
+        model = _mlp(split)
+        model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
+    return model, history.history["loss"]
+
+
+def _assert_same_training(got, want):
+    (model, loss), (ref, ref_loss) = got, want
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    for a, b in zip(model.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)
+
+
+def _pp(mesh, m, schedule, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return distribution.PipelineParallel(mesh, num_microbatches=m, schedule=schedule, **kwargs)
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_two_stages_train_like_one_device_and_schedules_agree_bitwise(logical_cpus, data, split):
+    logical_cpus(2)
+    x, y = data
+    mesh = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+    one = _train(tf.distribute.OneDeviceStrategy("/cpu:0"), x, y, split=split)
+    # batches of 45 rows in 4 micro-batches: 12, 11, 11, 11; the last batch has 20 rows
+    gpipe = _train(_pp(mesh, 4, "gpipe"), x, y, split=split)
+    one_f_one_b = _train(_pp(mesh, 4, "1f1b"), x, y, split=split)
+    _assert_same_training(gpipe, one)
+    for a, b in zip(gpipe[0].get_weights(), one_f_one_b[0].get_weights()):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(gpipe[0].predict(x, verbose=0), one[0].predict(x, verbose=0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gpipe[0].evaluate(x, y, verbose=0), one[0].evaluate(x, y, verbose=0), rtol=1e-5)
+
+
+def test_four_stages_by_indices_and_a_batch_by_pipe_mesh(logical_cpus, data):
+    logical_cpus(4)
+    x, y = data
+    one = _train(tf.distribute.OneDeviceStrategy("/cpu:0"), x, y)
+    four = distribution.DeviceMesh((4,), ("pipe",), devices=distribution.list_devices()[:4])
+    _assert_same_training(_train(_pp(four, 5, "1f1b", stages=[1, 2, 3]), x, y), one)
+    grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
+    pp = _pp(grid, 2, "gpipe", batch_dim_name="batch", stages="balance_params")
+    _assert_same_training(_train(pp, x, y), one)
+    assert pp.num_replicas_in_sync == 2
+    timed = _pp(four, 4, "1f1b", stages="balance_time")
+    model, _ = _train(timed, x, y, epochs=1)
+    starts = timed.stage_report(model)["stage_starts"]
+    assert starts[0] == 0 and starts[-1] == 4 and sorted(set(starts)) == starts and len(starts) == 5
+
+
+def test_too_few_microbatches_is_a_value_error_and_few_warn_with_the_bubble(logical_cpus):
+    logical_cpus(4)
+    mesh = distribution.DeviceMesh((4,), ("pipe",), devices=distribution.list_devices()[:4])
+    with pytest.raises(ValueError, match=r"num_microbatches=3 must be an int >= the number of stages \(4\)"):
+        distribution.PipelineParallel(mesh, num_microbatches=3)
+    with pytest.warns(UserWarning, match=r"idle for about 43% of a step"):  # (4-1)/(4+4-1)
+        distribution.PipelineParallel(mesh, num_microbatches=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distribution.PipelineParallel(mesh, num_microbatches=16)
+    with pytest.raises(ValueError, match="schedule"):
+        distribution.PipelineParallel(mesh, num_microbatches=16, schedule="zigzag")
+    with pytest.raises(ValueError, match="pipe_dim_name"):
+        distribution.PipelineParallel(mesh, num_microbatches=16, pipe_dim_name="stage")
+
+
+def test_pipeline_split_is_a_no_op_on_one_device(data):
+    x, _ = data
+    plain, marked = _mlp(split=False), _mlp(split=True)
+    marked.set_weights(plain.get_weights())  # layers are seeded by position: the marker shifts them
+    np.testing.assert_array_equal(plain.predict(x, verbose=0), marked.predict(x, verbose=0))
+
+
+def test_step_time_breakdown_has_each_stage_busy_and_idle(logical_cpus, data):
+    logical_cpus(2)
+    x, y = data
+    mesh = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+    pp = _pp(mesh, 2, "gpipe")
+    model, _ = _train(pp, x, y, split=True, epochs=1)
+    report = model.step_time_breakdown()
+    assert len(report["stages"]) == 2
+    for stage in report["stages"]:
+        assert stage["busy"] > 0 and stage["idle"] >= 0
+    assert pp.stage_report(model)["stage_starts"] == [0, 2, 5]
+    # The simulated bubble of the schedule is the formula.
+    assert _core.pipeline_bubble_fraction("gpipe", 4, 8) == pytest.approx(3 / 11)
+
+
+def test_batch_norm_moving_statistics_and_dropout_do_not_depend_on_the_micro_batch_count(logical_cpus, data):
+    logical_cpus(2)
+    x, y = data
+    mesh = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+
+    def one_step(strategy, batch_norm=True):
+        with strategy.scope():
+            tf.keras.utils.set_random_seed(5)
+            model = tf.keras.Sequential([
+                tf.keras.Input((20,)), tf.keras.layers.Dense(16, activation="relu", name="d0"),
+                tf.keras.layers.Dropout(0.25, seed=3), tf.keras.layers.PipelineSplit(),
+                tf.keras.layers.BatchNormalization(momentum=0.5, name="bn") if batch_norm else
+                tf.keras.layers.Dense(8, name="bn"), tf.keras.layers.Dense(5, name="out")])
+            model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)  # one global batch
+        bn = next(layer for layer in model.layers if layer.name == "bn")
+        return bn.get_weights(), model.get_weights()
+
+    (bn_one, w_one) = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    (bn_two, w_two) = one_step(_pp(mesh, 2, "gpipe"))
+    (bn_eight, w_eight) = one_step(_pp(mesh, 8, "1f1b"))
+    for got in (bn_two, bn_eight):
+        for a, b in zip(got[2:], bn_one[2:]):  # moving mean, moving variance
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    # Dropout masks are keyed by global row: without BatchNormalization (whose normalization does use
+    # per-micro-batch statistics) the step is the one-device step at any micro-batch count.
+    _, want = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"), batch_norm=False)
+    for m in (2, 8):
+        _, got = one_step(_pp(mesh, m, "1f1b"), batch_norm=False)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or not _core.mpi_available(),
+                    reason="needs mpirun and an mdtrain built with MPI")
+def test_2_workers_x_2_stages_train_like_one_device():
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "pipeline_keras_job.py")
+    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 2  # both workers checked and printed
+    assert results[0] == results[1]  # every worker saw the same losses
