@@ -287,6 +287,20 @@ def test_keras_trained_file_loads_in_mdtrain(tmp_path, kind):
         np.testing.assert_allclose(w, keras_after[f"arr_{i}"], rtol=1e-5, atol=1e-6)
 
 
+def test_sgd_without_momentum_saves_a_file_keras_loads(tmp_path):
+    model, x, y = trained(seed_mlp(), tf.keras.optimizers.SGD(0.05))
+    assert isinstance(model.optimizer.get_config()["momentum"], float)
+    model.save(tmp_path / "md.keras")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "pred.npy", model.predict(x, verbose=0))
+    run_keras("""
+        import numpy as np, keras
+        m = keras.models.load_model("md.keras")
+        assert isinstance(m.optimizer, keras.optimizers.SGD) and m.optimizer.momentum == 0.0
+        np.testing.assert_allclose(m.predict(np.load("x.npy"), verbose=0), np.load("pred.npy"), atol=1e-6)
+    """, tmp_path)
+
+
 def test_schedule_and_sgd_momentum_continue_in_keras(tmp_path):
     schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=3, decay_rate=0.5)
     model, x, y = trained(seed_mlp(), tf.keras.optimizers.SGD(schedule, momentum=0.9))

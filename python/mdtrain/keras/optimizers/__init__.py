@@ -13,6 +13,11 @@ from mdtrain.keras.optimizers._learning_rate import LearningRateVariable
 from mdtrain.keras.optimizers.schedules import LearningRateSchedule
 
 
+
+# Hyperparameters Keras holds as floats (whatever value they have).
+_FLOAT_HYPERPARAMETERS = frozenset({"momentum", "rho", "epsilon", "beta_1", "beta_2", "ema_momentum",
+                                    "initial_accumulator_value", "weight_decay"})
+
 class Optimizer:
     _class_name = None
 
@@ -129,7 +134,13 @@ class Optimizer:
         return json.loads(self._standalone.config_json())["config"].get("name", self._class_name.lower())
 
     def get_config(self):
-        return json.loads(self._live().config_json())["config"]
+        config = json.loads(self._live().config_json())["config"]
+        # The C++ config has one number type, so 0.0 comes back as 0; Keras type-checks some of
+        # these (SGD refuses an int momentum when it loads a .keras file).
+        for key in _FLOAT_HYPERPARAMETERS.intersection(config):
+            if isinstance(config[key], int) and not isinstance(config[key], bool):
+                config[key] = float(config[key])
+        return config
 
     @classmethod
     def from_config(cls, config):
