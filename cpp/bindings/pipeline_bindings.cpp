@@ -1,5 +1,6 @@
 // PipelineStrategy (keras.distribution.PipelineParallel's C++ strategy) and its per-stage reports.
 #include "bindings.h"
+#include "worker_coordination.h"
 #include "mdtrain/strategy/multi_worker_mirrored_strategy.h"
 #include "mdtrain/strategy/pipeline_executor.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
@@ -16,69 +17,38 @@ PipelineExecutor& compiled_executor(const PipelineStrategy& s) {
 }  // namespace
 
 void init_pipeline(py::module_& m) {
-  py::class_<PipelineStrategy, Strategy, std::shared_ptr<PipelineStrategy>>(m, "PipelineStrategy")
-      .def(py::init([](const DeviceMesh& mesh, int num_microbatches, const std::string& schedule,
-                       const std::vector<int>& stage_starts, const std::string& pipe_dim_name,
-                       const std::optional<std::string>& batch_dim_name, bool balance_by_time) {
-             // A mesh across workers (DeviceMesh.for_workers): join the MPI job over this worker's
-             // devices (listed first in the mesh), as ModelParallelStrategy's binding does.
-             std::shared_ptr<Strategy> workers;
-             if (mesh.num_workers() > 1) {
-               const auto& all = mesh.devices();
-               std::vector<Device> local(all.begin(), all.begin() + mesh.local_device_count());
-               py::gil_scoped_release release;  // joining the MPI job waits for the other workers
-               workers = std::make_shared<MultiWorkerMirroredStrategy>(local, "threads", true);
-             }
-             return std::make_shared<PipelineStrategy>(mesh, num_microbatches, pipeline_schedule_kind(schedule),
-                                                       stage_starts, pipe_dim_name, batch_dim_name, balance_by_time,
-                                                       workers);
-           }),
-           py::arg("mesh"), py::arg("num_microbatches"), py::arg("schedule") = "1f1b",
-           py::arg("stage_starts") = std::vector<int>{}, py::arg("pipe_dim_name") = "pipe",
-           py::arg("batch_dim_name") = py::none(), py::arg("balance_by_time") = false)
-      .def_property_readonly("num_stages", &PipelineStrategy::num_stages)
-      .def_property_readonly("num_microbatches", &PipelineStrategy::num_microbatches)
-      .def_property_readonly("mesh", &PipelineStrategy::mesh)
-      // Per device in mesh order, for the model compiled last: its first layer, seconds busy
-      // (forward + backward) and idle since the profile was reset, and the peak bytes of stashed
-      // micro-batch inputs in the last step.
-      .def("stage_starts", [](const PipelineStrategy& s) { return compiled_executor(s).stage_starts(); })
-      .def("busy_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).busy_seconds(); })
-      .def("idle_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).idle_seconds(); })
-      .def("peak_stash_bytes", [](const PipelineStrategy& s) { return compiled_executor(s).peak_stash_bytes(); })
-      // Host-side coordination between workers, as on ModelParallelStrategy (no-ops in one process).
-      .def(
-          "broadcast_from_chief",
-          [](PipelineStrategy& s, py::array_t<std::uint8_t, py::array::c_style> data) {
-            auto* workers = dynamic_cast<MultiWorkerMirroredStrategy*>(s.workers().get());
-            if (!workers) return;
-            auto buf = data.mutable_unchecked<1>();
-            void* ptr = buf.shape(0) ? buf.mutable_data(0) : nullptr;
-            const std::size_t n = static_cast<std::size_t>(buf.shape(0));
-            py::gil_scoped_release release;
-            workers->broadcast_from_chief(ptr, n);
-          },
-          py::arg("data"))
-      .def("barrier",
-           [](PipelineStrategy& s) {
-             auto* workers = dynamic_cast<MultiWorkerMirroredStrategy*>(s.workers().get());
-             if (!workers) return;
-             py::gil_scoped_release release;
-             workers->barrier();
-           })
-      .def(
-          "sum_across_workers",
-          [](PipelineStrategy& s, py::array_t<double, py::array::c_style> data) {
-            auto buf = data.mutable_unchecked<1>();
-            if (buf.shape(0) == 0) return;
-            std::vector<double> values(buf.data(0), buf.data(0) + buf.shape(0));
-            {
-              py::gil_scoped_release release;
-              s.sum_across_workers(values);
-            }
-            std::copy(values.begin(), values.end(), buf.mutable_data(0));
-          },
-          py::arg("data"));
+  auto pipeline =
+      py::class_<PipelineStrategy, Strategy, std::shared_ptr<PipelineStrategy>>(m, "PipelineStrategy")
+          .def(py::init([](const DeviceMesh& mesh, int num_microbatches, const std::string& schedule,
+                           const std::vector<int>& stage_starts, const std::string& pipe_dim_name,
+                           const std::optional<std::string>& batch_dim_name, bool balance_by_time) {
+                 // A mesh across workers (DeviceMesh.for_workers): join the MPI job over this worker's
+                 // devices (listed first in the mesh), as ModelParallelStrategy's binding does.
+                 std::shared_ptr<Strategy> workers;
+                 if (mesh.num_workers() > 1) {
+                   const auto& all = mesh.devices();
+                   std::vector<Device> local(all.begin(), all.begin() + mesh.local_device_count());
+                   py::gil_scoped_release release;  // joining the MPI job waits for the other workers
+                   workers = std::make_shared<MultiWorkerMirroredStrategy>(local, "threads", true);
+                 }
+                 return std::make_shared<PipelineStrategy>(mesh, num_microbatches, pipeline_schedule_kind(schedule),
+                                                           stage_starts, pipe_dim_name, batch_dim_name, balance_by_time,
+                                                           workers);
+               }),
+               py::arg("mesh"), py::arg("num_microbatches"), py::arg("schedule") = "1f1b",
+               py::arg("stage_starts") = std::vector<int>{}, py::arg("pipe_dim_name") = "pipe",
+               py::arg("batch_dim_name") = py::none(), py::arg("balance_by_time") = false)
+          .def_property_readonly("num_stages", &PipelineStrategy::num_stages)
+          .def_property_readonly("num_microbatches", &PipelineStrategy::num_microbatches)
+          .def_property_readonly("mesh", &PipelineStrategy::mesh)
+          // Per device in mesh order, for the model compiled last: its first layer, seconds busy
+          // (forward + backward) and idle since the profile was reset, and the peak bytes of stashed
+          // micro-batch inputs in the last step.
+          .def("stage_starts", [](const PipelineStrategy& s) { return compiled_executor(s).stage_starts(); })
+          .def("busy_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).busy_seconds(); })
+          .def("idle_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).idle_seconds(); })
+          .def("peak_stash_bytes", [](const PipelineStrategy& s) { return compiled_executor(s).peak_stash_bytes(); });
+  def_worker_coordination(pipeline, workers_strategy<PipelineStrategy>);
   m.def(
       "pipeline_bubble_fraction",
       [](const std::string& schedule, int stages, int microbatches, double forward, double backward) {

@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "worker_coordination.h"
 #include "mdtrain/strategy/central_storage_strategy.h"
 #include "mdtrain/strategy/mirrored_strategy.h"
 #include "mdtrain/strategy/model_parallel_executor.h"
@@ -64,106 +65,49 @@ void init_strategy(py::module_& m) {
            py::arg("compute_devices"), py::arg("parameter_device"))
       .def_property_readonly("parameter_device",
                              [](const CentralStorageStrategy& s) { return s.parameter_device().to_string(); });
-  py::class_<MultiWorkerMirroredStrategy, Strategy, std::shared_ptr<MultiWorkerMirroredStrategy>>(
-      m, "MultiWorkerMirroredStrategy")
-      .def(py::init([](const std::vector<std::string>& devices, const std::string& local_communication, bool use_mpi) {
-             py::gil_scoped_release release;  // joining the MPI job waits for the other workers
-             return std::make_shared<MultiWorkerMirroredStrategy>(parse_devices(devices), local_communication, use_mpi);
-           }),
-           py::arg("devices"), py::arg("local_communication") = "threads", py::arg("use_mpi") = true)
-      .def("set_timeout", &MultiWorkerMirroredStrategy::set_timeout, py::arg("seconds"))
-      .def_property_readonly("timeout", &MultiWorkerMirroredStrategy::timeout)
-      .def(
-          "broadcast_from_chief",
-          [](MultiWorkerMirroredStrategy& s, py::array_t<std::uint8_t, py::array::c_style> data) {
-            auto buf = data.mutable_unchecked<1>();
-            void* ptr = buf.shape(0) ? buf.mutable_data(0) : nullptr;
-            const std::size_t n = static_cast<std::size_t>(buf.shape(0));
-            py::gil_scoped_release release;
-            s.broadcast_from_chief(ptr, n);
-          },
-          py::arg("data"))
-      .def("barrier",
-           [](MultiWorkerMirroredStrategy& s) {
-             py::gil_scoped_release release;
-             s.barrier();
-           })
-      .def(
-          "sum_across_workers",
-          [](MultiWorkerMirroredStrategy& s, py::array_t<double, py::array::c_style> data) {
-            // In place: every worker gets the element-wise sum (rank order) over all workers.
-            auto buf = data.mutable_unchecked<1>();
-            if (buf.shape(0) == 0) return;
-            std::vector<double> values(buf.data(0), buf.data(0) + buf.shape(0));
-            {
-              py::gil_scoped_release release;
-              s.sum_across_workers(values);
-            }
-            std::copy(values.begin(), values.end(), buf.mutable_data(0));
-          },
-          py::arg("data"));
-  py::class_<ModelParallelStrategy, Strategy, std::shared_ptr<ModelParallelStrategy>>(m, "ModelParallelStrategy")
-      .def(py::init([](const DeviceMesh& mesh, const std::map<std::string, WeightLayout>& layouts,
-                       const std::optional<std::string>& batch_dim_name) {
-             // A mesh across workers (DeviceMesh.for_workers): join the MPI job over this worker's
-             // devices (listed first in the mesh), as MultiWorkerMirroredStrategy does.
-             std::shared_ptr<Strategy> workers;
-             if (mesh.num_workers() > 1) {
-               const auto& all = mesh.devices();
-               std::vector<Device> local(all.begin(), all.begin() + mesh.local_device_count());
-               py::gil_scoped_release release;  // joining the MPI job waits for the other workers
-               workers = std::make_shared<MultiWorkerMirroredStrategy>(local, "threads", true);
-             }
-             return std::make_shared<ModelParallelStrategy>(mesh, WeightLayouts(layouts.begin(), layouts.end()),
-                                                            batch_dim_name, workers);
-           }),
-           py::arg("mesh"), py::arg("layouts"), py::arg("batch_dim_name") = py::none())
-      .def_property_readonly("model_axis", &ModelParallelStrategy::model_axis)
-      .def_property_readonly("batch_axis", &ModelParallelStrategy::batch_axis)
-      .def_property_readonly("mesh", &ModelParallelStrategy::mesh)
-      .def_property_readonly("layouts", &ModelParallelStrategy::layouts)
-      // Per device, in mesh order: bytes of the weights it holds, of its optimizer's slots, and
-      // moved over the model axis in the last training step (of the model compiled last).
-      .def("parameter_bytes_per_device",
-           [](const ModelParallelStrategy& s) { return compiled_executor(s).parameter_bytes(); })
-      .def("optimizer_state_bytes_per_device",
-           [](const ModelParallelStrategy& s) { return compiled_executor(s).optimizer_state_bytes(); })
-      .def("model_axis_bytes_per_step",
-           [](const ModelParallelStrategy& s) { return compiled_executor(s).model_axis_bytes(); })
-      // Host-side coordination between workers, as on MultiWorkerMirroredStrategy (no-ops in one
-      // process), for the Python front end's multi-worker checks.
-      .def(
-          "broadcast_from_chief",
-          [](ModelParallelStrategy& s, py::array_t<std::uint8_t, py::array::c_style> data) {
-            auto* workers = dynamic_cast<MultiWorkerMirroredStrategy*>(s.workers().get());
-            if (!workers) return;
-            auto buf = data.mutable_unchecked<1>();
-            void* ptr = buf.shape(0) ? buf.mutable_data(0) : nullptr;
-            const std::size_t n = static_cast<std::size_t>(buf.shape(0));
-            py::gil_scoped_release release;
-            workers->broadcast_from_chief(ptr, n);
-          },
-          py::arg("data"))
-      .def("barrier",
-           [](ModelParallelStrategy& s) {
-             auto* workers = dynamic_cast<MultiWorkerMirroredStrategy*>(s.workers().get());
-             if (!workers) return;
-             py::gil_scoped_release release;
-             workers->barrier();
-           })
-      .def(
-          "sum_across_workers",
-          [](ModelParallelStrategy& s, py::array_t<double, py::array::c_style> data) {
-            auto buf = data.mutable_unchecked<1>();
-            if (buf.shape(0) == 0) return;
-            std::vector<double> values(buf.data(0), buf.data(0) + buf.shape(0));
-            {
-              py::gil_scoped_release release;
-              s.sum_across_workers(values);
-            }
-            std::copy(values.begin(), values.end(), buf.mutable_data(0));
-          },
-          py::arg("data"));
+  auto multi_worker =
+      py::class_<MultiWorkerMirroredStrategy, Strategy, std::shared_ptr<MultiWorkerMirroredStrategy>>(
+          m, "MultiWorkerMirroredStrategy")
+          .def(py::init(
+                   [](const std::vector<std::string>& devices, const std::string& local_communication, bool use_mpi) {
+                     py::gil_scoped_release release;  // joining the MPI job waits for the other workers
+                     return std::make_shared<MultiWorkerMirroredStrategy>(parse_devices(devices), local_communication,
+                                                                          use_mpi);
+                   }),
+               py::arg("devices"), py::arg("local_communication") = "threads", py::arg("use_mpi") = true)
+          .def("set_timeout", &MultiWorkerMirroredStrategy::set_timeout, py::arg("seconds"))
+          .def_property_readonly("timeout", &MultiWorkerMirroredStrategy::timeout);
+  def_worker_coordination(multi_worker, [](MultiWorkerMirroredStrategy& s) { return &s; });
+  auto model_parallel =
+      py::class_<ModelParallelStrategy, Strategy, std::shared_ptr<ModelParallelStrategy>>(m, "ModelParallelStrategy")
+          .def(py::init([](const DeviceMesh& mesh, const std::map<std::string, WeightLayout>& layouts,
+                           const std::optional<std::string>& batch_dim_name) {
+                 // A mesh across workers (DeviceMesh.for_workers): join the MPI job over this worker's
+                 // devices (listed first in the mesh), as MultiWorkerMirroredStrategy does.
+                 std::shared_ptr<Strategy> workers;
+                 if (mesh.num_workers() > 1) {
+                   const auto& all = mesh.devices();
+                   std::vector<Device> local(all.begin(), all.begin() + mesh.local_device_count());
+                   py::gil_scoped_release release;  // joining the MPI job waits for the other workers
+                   workers = std::make_shared<MultiWorkerMirroredStrategy>(local, "threads", true);
+                 }
+                 return std::make_shared<ModelParallelStrategy>(mesh, WeightLayouts(layouts.begin(), layouts.end()),
+                                                                batch_dim_name, workers);
+               }),
+               py::arg("mesh"), py::arg("layouts"), py::arg("batch_dim_name") = py::none())
+          .def_property_readonly("model_axis", &ModelParallelStrategy::model_axis)
+          .def_property_readonly("batch_axis", &ModelParallelStrategy::batch_axis)
+          .def_property_readonly("mesh", &ModelParallelStrategy::mesh)
+          .def_property_readonly("layouts", &ModelParallelStrategy::layouts)
+          // Per device, in mesh order: bytes of the weights it holds, of its optimizer's slots, and
+          // moved over the model axis in the last training step (of the model compiled last).
+          .def("parameter_bytes_per_device",
+               [](const ModelParallelStrategy& s) { return compiled_executor(s).parameter_bytes(); })
+          .def("optimizer_state_bytes_per_device",
+               [](const ModelParallelStrategy& s) { return compiled_executor(s).optimizer_state_bytes(); })
+          .def("model_axis_bytes_per_step",
+               [](const ModelParallelStrategy& s) { return compiled_executor(s).model_axis_bytes(); });
+  def_worker_coordination(model_parallel, workers_strategy<ModelParallelStrategy>);
   m.def("mpi_available", &mpi_available);
 }
 
