@@ -14,6 +14,7 @@
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
 #include "mdtrain/nn/layer_normalization.h"
+#include "mdtrain/nn/lstm.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
 
@@ -42,6 +43,7 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"Add", &Add::from_config},
       {"Multiply", &Multiply::from_config},
       {"Concatenate", &Concatenate::from_config},
+      {"LSTM", &LSTM::from_config},
   };
   return classes;
 }

@@ -748,3 +748,75 @@ def concatenate(inputs, axis=-1, **kwargs):
 
 
 _CLASSES.update({"Add": Add, "Multiply": Multiply, "Concatenate": Concatenate})
+
+
+# ---- recurrent layers (C++: nn/lstm, ops/recurrent) ---------------------------------------------
+
+class LSTM(Layer):
+    """keras.layers.LSTM on (batch, timesteps, features): Keras's weights kernel (features, 4u),
+    recurrent_kernel (u, 4u), bias (4u), gates in Keras's order (i, f, c, o), so Keras weights load
+    unchanged. Returns the last output (batch, u), or (batch, timesteps, u) with return_sequences.
+    Not yet supported (NotImplementedError): other activations, dropout/recurrent_dropout,
+    return_state, stateful, constraints (docs/layers.md)."""
+
+    _CONFIG_ATTRIBUTES = ("units", "activation", "recurrent_activation", "use_bias", "unit_forget_bias",
+                          "return_sequences", "go_backwards")
+
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
+                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
+                 unit_forget_bias=True, kernel_regularizer=None, recurrent_regularizer=None, bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
+                 dropout=0.0, recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False,
+                 go_backwards=False, stateful=False, unroll=False, use_cudnn="auto", zero_output_for_mask=False,
+                 time_major=False, implementation=None, reset_after=None, **kwargs):
+        super().__init__(**kwargs)
+        name = self._name
+        cls_name = type(self).__name__
+        if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units <= 0:
+            raise ValueError(f"Received an invalid value for argument `units`, expected a positive integer, "
+                             f"got {units!r}.")
+        _no_constraints(name, cls_name, kernel_constraint=kernel_constraint,
+                        recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
+                        activity_regularizer=activity_regularizer)
+        for arg, value, fine in (("dropout", dropout, 0), ("recurrent_dropout", recurrent_dropout, 0),
+                                 ("return_state", return_state, False), ("stateful", stateful, False),
+                                 ("time_major", time_major, False)):
+            if value != fine:
+                raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet')
+        activation = _activation_name(activation, f'{cls_name} "{name}"')
+        recurrent_activation = _activation_name(recurrent_activation, f'{cls_name} "{name}"')
+        for arg, value, only in (("activation", activation, "tanh"),
+                                 ("recurrent_activation", recurrent_activation, "sigmoid")):
+            if value != only:
+                raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet '
+                                          f'(only "{only}")')
+        self._core = _core_layer(cls_name, {
+            "name": name, "units": int(units), "activation": activation,
+            "recurrent_activation": recurrent_activation, "use_bias": bool(use_bias),
+            "kernel_initializer": to_config(kernel_initializer, "initializer"),
+            "recurrent_initializer": to_config(recurrent_initializer, "initializer"),
+            "bias_initializer": to_config(bias_initializer, "initializer"),
+            "unit_forget_bias": bool(unit_forget_bias),
+            "kernel_regularizer": to_config(kernel_regularizer, "regularizer"),
+            "recurrent_regularizer": to_config(recurrent_regularizer, "regularizer"),
+            "bias_regularizer": to_config(bias_regularizer, "regularizer"),
+            "return_sequences": bool(return_sequences), "go_backwards": bool(go_backwards)})
+        self.seed = seed
+        self.unroll = bool(unroll)
+        _copy_config_attributes(self, self._CONFIG_ATTRIBUTES)
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        layer.seed, layer.unroll = None, False
+        _copy_config_attributes(layer, cls._CONFIG_ATTRIBUTES)
+        return layer
+
+    def get_config(self):
+        config = super().get_config()
+        config["seed"] = self.seed
+        config["unroll"] = self.unroll
+        return config
+
+
+_CLASSES["LSTM"] = LSTM

@@ -1,0 +1,63 @@
+#include "mdtrain/ops/recurrent.h"
+
+#include "mdtrain/core/dtype_dispatch.h"
+#include "mdtrain/core/errors.h"
+#include "mdtrain/core/threading/thread_team.h"
+#include "mdtrain/ops/cpu/recurrent_kernels.h"
+
+namespace mdtrain::ops {
+
+namespace {
+
+void check(const char* op, const char* what, const Tensor& t, const Tensor& ref, std::int64_t cols) {
+  MDTRAIN_CHECK(t.defined() && t.ndim() == 2 && t.dim(0) == ref.dim(0) && t.dim(1) == cols &&
+                    t.dtype() == ref.dtype() && is_floating(t.dtype()),
+                std::invalid_argument, "[recurrent] ", op, ": ", what, " must be ", name_of(ref.dtype()), " (",
+                ref.dim(0), ", ", cols, "), got ", t.defined() ? to_string(t.shape()) : std::string("undefined"));
+  MDTRAIN_CHECK(t.device().is_cpu(), std::invalid_argument, "[recurrent] ", op, ": ", what,
+                " must be on a CPU device (the recurrent ops have no CUDA kernels yet), got ", t.device().to_string());
+}
+
+// Rows are split over the intra-op threads once a step is worth it.
+constexpr std::int64_t kSplitElements = std::int64_t{1} << 14;
+
+}  // namespace
+
+void lstm_step_forward(const Tensor& z, const Tensor& c_prev, Tensor& gates, Tensor& c, Tensor& h) {
+  MDTRAIN_CHECK(z.defined() && z.ndim() == 2 && z.dim(1) % 4 == 0, std::invalid_argument,
+                "[recurrent] lstm_step_forward: z must be (rows, 4 * units)");
+  const std::int64_t units = z.dim(1) / 4, rows = z.dim(0);
+  check("lstm_step_forward", "z", z, z, 4 * units);
+  check("lstm_step_forward", "c_prev", c_prev, z, units);
+  check("lstm_step_forward", "gates", gates, z, 4 * units);
+  check("lstm_step_forward", "c", c, z, units);
+  check("lstm_step_forward", "h", h, z, units);
+  dispatch_floating(z.dtype(), "recurrent", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::run_in_ranges(rows, rows * units >= kSplitElements, [&](std::int64_t lo, std::int64_t hi) {
+      cpu::lstm_step_forward<T>(z.data<T>(), c_prev.data<T>(), units, lo, hi, gates.data<T>(), c.data<T>(),
+                                h.data<T>());
+    });
+  });
+}
+
+void lstm_step_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& c, const Tensor& dh, Tensor& dc,
+                        Tensor& dz) {
+  MDTRAIN_CHECK(gates.defined() && gates.ndim() == 2 && gates.dim(1) % 4 == 0, std::invalid_argument,
+                "[recurrent] lstm_step_backward: gates must be (rows, 4 * units)");
+  const std::int64_t units = gates.dim(1) / 4, rows = gates.dim(0);
+  check("lstm_step_backward", "c_prev", c_prev, gates, units);
+  check("lstm_step_backward", "c", c, gates, units);
+  check("lstm_step_backward", "dh", dh, gates, units);
+  check("lstm_step_backward", "dc", dc, gates, units);
+  check("lstm_step_backward", "dz", dz, gates, 4 * units);
+  dispatch_floating(gates.dtype(), "recurrent", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::run_in_ranges(rows, rows * units >= kSplitElements, [&](std::int64_t lo, std::int64_t hi) {
+      cpu::lstm_step_backward<T>(gates.data<T>(), c_prev.data<T>(), c.data<T>(), dh.data<T>(), units, lo, hi,
+                                 dc.data<T>(), dz.data<T>());
+    });
+  });
+}
+
+}  // namespace mdtrain::ops

@@ -1,0 +1,19 @@
+#pragma once
+// The ops of one time step of a recurrent layer (nn/lstm.h). Each call handles a batch of rows of
+// one step; the layer does the GEMMs (the input projection of every step at once, then h @
+// recurrent_kernel per step) with ops::gemm. Tensors are float32 or float64 of one dtype, on the
+// host (CPU loops split over the intra-op threads). Per-element math: ops/recurrent_math.h.
+#include "mdtrain/core/tensor.h"
+
+namespace mdtrain::ops {
+
+// z (rows, 4u) pre-activations of the gates i, f, c, o; c_prev (rows, u). Writes gates (rows, 4u)
+// activated, c and h (rows, u).
+void lstm_step_forward(const Tensor& z, const Tensor& c_prev, Tensor& gates, Tensor& c, Tensor& h);
+
+// Backward of lstm_step_forward: dh (rows, u) = dL/dh of the step; dc (rows, u) holds dL/dc from
+// the next step and is overwritten with dL/dc_prev; dz (rows, 4u) = dL/dz.
+void lstm_step_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& c, const Tensor& dh, Tensor& dc,
+                        Tensor& dz);
+
+}  // namespace mdtrain::ops

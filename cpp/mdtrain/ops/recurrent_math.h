@@ -1,0 +1,47 @@
+#pragma once
+// Per-element math of one time step of the recurrent layers (ops/recurrent.h), shared by the CPU
+// loops (ops/cpu/recurrent_kernels.h) and, when written, the CUDA kernels. Keras's LSTM cell:
+// z = x @ kernel + h_prev @ recurrent_kernel + bias split into the gates (i, f, c, o);
+// i, f, o = sigmoid, g = tanh(z_c); c = f * c_prev + i * g; h = o * tanh(c).
+#include "mdtrain/core/hd.h"
+#include "mdtrain/ops/elementwise_math.h"
+
+namespace mdtrain::math {
+
+// Unit j of one row: z and gates point at the row's 4u pre-activations / activations (gate k of
+// unit j at k * units + j); writes the activated gates, c and h of that unit.
+template <class T>
+MDTRAIN_HD void lstm_unit_forward(const T* z, std::int64_t units, std::int64_t j, T c_prev, T* gates, T* c, T* h) {
+  const T i = sigmoid(z[j]), f = sigmoid(z[units + j]), g = tanh_act(z[2 * units + j]), o = sigmoid(z[3 * units + j]);
+  gates[j] = i;
+  gates[units + j] = f;
+  gates[2 * units + j] = g;
+  gates[3 * units + j] = o;
+  const T cell = f * c_prev + i * g;
+  *c = cell;
+  *h = o * tanh_act(cell);
+}
+
+// Backward of lstm_unit_forward for unit j: dh is dL/dh of this step (output plus recurrence), *dc
+// holds dL/dc from the next step on entry and dL/dc_prev on return; writes the 4 gates' dL/dz.
+template <class T>
+MDTRAIN_HD void lstm_unit_backward(const T* gates, std::int64_t units, std::int64_t j, T c_prev, T c, T dh, T* dc,
+                                   T* dz) {
+  const T i = gates[j], f = gates[units + j], g = gates[2 * units + j], o = gates[3 * units + j];
+  const T tc = tanh_act(c);
+  const T dcell = *dc + dh * o * tanh_grad_from_output(tc);
+  dz[j] = dcell * g * sigmoid_grad_from_output(i);
+  dz[units + j] = dcell * c_prev * sigmoid_grad_from_output(f);
+  dz[2 * units + j] = dcell * i * tanh_grad_from_output(g);
+  dz[3 * units + j] = dh * tc * sigmoid_grad_from_output(o);
+  *dc = dcell * f;
+}
+
+// A masked step (Keras: the state and output of a row whose mask is false stay the previous ones):
+// out = keep ? fresh : previous.
+template <class T>
+MDTRAIN_HD T masked_select(bool keep, T fresh, T previous) {
+  return keep ? fresh : previous;
+}
+
+}  // namespace mdtrain::math

@@ -1,0 +1,160 @@
+"""Recurrent layers (LSTM): Keras's weights, outputs and gradients against Keras/TF as an oracle,
+configs, errors, training and strategies."""
+import os
+
+import numpy as np
+import pytest
+
+import mdtrain as tf
+from keras_oracle import run_keras
+
+L = tf.keras.layers
+
+
+def _lstm_model(seed=0, steps=5, features=3, **kwargs):
+    tf.keras.utils.set_random_seed(seed)
+    return tf.keras.Sequential([tf.keras.Input((steps, features)), L.LSTM(4, name="rnn", **kwargs)])
+
+
+def _inputs(n=6, steps=5, features=3, seed=1):
+    return np.random.default_rng(seed).normal(size=(n, steps, features)).astype(np.float32)
+
+
+def _outputs_and_gradients(model, x, target):
+    loss_fn = tf.keras.losses.MeanSquaredError()
+    with tf.GradientTape() as tape:
+        y = model(x, training=True)
+        loss = loss_fn(target, y)
+    grads = tape.gradient(loss, model.trainable_variables)
+    return np.asarray(y), [np.asarray(g) for g in grads]
+
+
+KERAS_SIDE = """
+import numpy as np, keras, tensorflow as tf
+d = np.load("case.npz", allow_pickle=True)
+kwargs = d["kwargs"].item()
+model = keras.Sequential([keras.Input(d["x"].shape[1:]), keras.layers.{cls}(d["units"].item(), name="rnn", **kwargs)])
+model.set_weights([d[f"w{{i}}"] for i in range(int(d["nw"]))])
+loss_fn = keras.losses.MeanSquaredError()
+with tf.GradientTape() as tape:
+    y = model(d["x"], training=True)
+    loss = loss_fn(d["target"], y)
+grads = tape.gradient(loss, model.trainable_variables)
+np.savez("keras.npz", y=np.asarray(y), names=np.array([v.path for v in model.weights]),
+         **{{f"g{{i}}": np.asarray(g) for i, g in enumerate(grads)}})
+"""
+
+
+def _compare_with_keras(tmp_path, cls, model, kwargs, x):
+    target = np.random.default_rng(5).normal(size=(len(x), *model.output_shape[1:])).astype(np.float32)
+    y, grads = _outputs_and_gradients(model, x, target)
+    weights = model.get_weights()
+    np.savez(tmp_path / "case.npz", x=x, target=target, units=np.array(model.layers[0].units), kwargs=np.array(kwargs),
+             nw=np.array(len(weights)), **{f"w{i}": w for i, w in enumerate(weights)})
+    run_keras(KERAS_SIDE.format(cls=cls), cwd=tmp_path)
+    k = np.load(tmp_path / "keras.npz")
+    np.testing.assert_allclose(y, k["y"], rtol=1e-5, atol=1e-6)
+    assert len(grads) == len(weights)
+    for i, g in enumerate(grads):
+        np.testing.assert_allclose(g, k[f"g{i}"], rtol=1e-5, atol=1e-6, err_msg=str(k["names"][i]))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"return_sequences": True}, {"go_backwards": True},
+                                    {"return_sequences": True, "go_backwards": True, "use_bias": False}])
+def test_lstm_outputs_and_gradients_equal_keras(tmp_path, kwargs):
+    model = _lstm_model(**kwargs)
+    # Non-trivial weights everywhere (the forget bias starts at 1, the rest of the bias at 0).
+    rng = np.random.default_rng(3)
+    model.set_weights([w + rng.normal(scale=0.2, size=w.shape).astype(np.float32) for w in model.get_weights()])
+    _compare_with_keras(tmp_path, "LSTM", model, kwargs, _inputs())
+
+
+def test_lstm_weights_have_keras_shapes_names_and_initial_values():
+    model = _lstm_model(steps=7, features=3)
+    kernel, recurrent, bias = model.get_weights()
+    assert kernel.shape == (3, 16) and recurrent.shape == (4, 16) and bias.shape == (16,)
+    assert [v.name for v in model.layers[0].weights] == ["kernel", "recurrent_kernel", "bias"] or \
+        [v.name for v in model.layers[0].weights] == ["rnn/kernel", "rnn/recurrent_kernel", "rnn/bias"]
+    np.testing.assert_array_equal(bias, np.r_[np.zeros(4), np.ones(4), np.zeros(8)])  # unit_forget_bias
+    limit = np.sqrt(6 / (3 + 16))  # glorot_uniform
+    assert np.all(np.abs(kernel) <= limit)
+    # Orthogonal (4, 16): orthonormal rows.
+    np.testing.assert_allclose(recurrent @ recurrent.T, np.eye(4), atol=1e-5)
+    assert model.output_shape == (None, 4)
+    assert _lstm_model(return_sequences=True, steps=7).output_shape == (None, 7, 4)
+
+
+def test_lstm_config_round_trips_and_keeps_keras_defaults():
+    layer = L.LSTM(8, return_sequences=True, go_backwards=True, name="seq")
+    config = layer.get_config()
+    assert config["units"] == 8 and config["return_sequences"] and config["go_backwards"]
+    assert config["activation"] == "tanh" and config["recurrent_activation"] == "sigmoid"
+    assert config["unit_forget_bias"] is True and config["use_bias"] is True
+    assert config["recurrent_initializer"]["class_name"] == "Orthogonal"
+    assert config["kernel_initializer"]["class_name"] == "GlorotUniform"
+    again = L.LSTM.from_config(config)
+    assert again.get_config() == config
+
+
+def test_lstm_model_saves_and_loads(tmp_path):
+    model = _lstm_model(return_sequences=True)
+    x = _inputs()
+    expected = model.predict(x, verbose=0)
+    for name in ("m.keras", "m.weights.h5"):
+        path = str(tmp_path / name)
+        if name.endswith(".keras"):
+            model.save(path)
+            loaded = tf.keras.models.load_model(path)
+        else:
+            model.save_weights(path)
+            loaded = _lstm_model(seed=9, return_sequences=True)
+            loaded.load_weights(path)
+        np.testing.assert_array_equal(loaded.predict(x, verbose=0), expected)
+
+
+def test_lstm_refuses_a_sequence_of_the_wrong_rank_naming_the_layer_and_shapes():
+    with pytest.raises(ValueError, match=r'layer "rnn".*expected ndim=3.*\(None, 5\)'):
+        tf.keras.Sequential([tf.keras.Input((5,)), L.LSTM(4, name="rnn")])
+    model = _lstm_model()
+    with pytest.raises(ValueError, match=r'rnn'):
+        model.predict(np.zeros((2, 6, 3), np.float32), verbose=0)
+
+
+def test_lstm_unsupported_options_are_refused_by_name():
+    for kwargs in ({"dropout": 0.2}, {"return_state": True}, {"activation": "relu"}, {"stateful": True}):
+        with pytest.raises(NotImplementedError, match=list(kwargs)[0]):
+            L.LSTM(4, **kwargs)
+
+
+def test_lstm_learns_a_sequence_task():
+    """The sign of the sum of the first feature over time: needs memory over the sequence."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 10, 2)).astype(np.float32)
+    y = (x[:, :, 0].sum(axis=1) > 0).astype(np.int64)
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((10, 2)), L.LSTM(16), L.Dense(2, activation="softmax")])
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    model.fit(x, y, batch_size=32, epochs=8, verbose=0)
+    assert model.evaluate(x, y, verbose=0)[1] >= 0.9
+
+
+def test_lstm_mirrored_two_devices_equals_one_device(logical_cpus):
+    logical_cpus(2)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 6, 3)).astype(np.float32)
+    y = rng.integers(0, 3, size=64)
+
+    def train(strategy):
+        with strategy.scope():
+            tf.keras.utils.set_random_seed(0)
+            model = tf.keras.Sequential([tf.keras.Input((6, 3)), L.LSTM(8, return_sequences=True), L.LSTM(5),
+                                         L.Dense(3, activation="softmax")])
+            model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    one = train(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    two = train(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+    for a, b in zip(one, two):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
