@@ -11,9 +11,9 @@ from keras_oracle import run_keras
 L = tf.keras.layers
 
 
-def _lstm_model(seed=0, steps=5, features=3, **kwargs):
+def _lstm_model(seed=0, steps=5, features=3, cls="LSTM", **kwargs):
     tf.keras.utils.set_random_seed(seed)
-    return tf.keras.Sequential([tf.keras.Input((steps, features)), L.LSTM(4, name="rnn", **kwargs)])
+    return tf.keras.Sequential([tf.keras.Input((steps, features)), getattr(L, cls)(4, name="rnn", **kwargs)])
 
 
 def _inputs(n=6, steps=5, features=3, seed=1):
@@ -59,14 +59,30 @@ def _compare_with_keras(tmp_path, cls, model, kwargs, x):
         np.testing.assert_allclose(g, k[f"g{i}"], rtol=1e-5, atol=1e-6, err_msg=str(k["names"][i]))
 
 
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "SimpleRNN"])
 @pytest.mark.parametrize("kwargs", [{}, {"return_sequences": True}, {"go_backwards": True},
                                     {"return_sequences": True, "go_backwards": True, "use_bias": False}])
-def test_lstm_outputs_and_gradients_equal_keras(tmp_path, kwargs):
-    model = _lstm_model(**kwargs)
+def test_recurrent_outputs_and_gradients_equal_keras(tmp_path, cls, kwargs):
+    model = _lstm_model(cls=cls, **kwargs)
     # Non-trivial weights everywhere (the forget bias starts at 1, the rest of the bias at 0).
     rng = np.random.default_rng(3)
     model.set_weights([w + rng.normal(scale=0.2, size=w.shape).astype(np.float32) for w in model.get_weights()])
-    _compare_with_keras(tmp_path, "LSTM", model, kwargs, _inputs())
+    _compare_with_keras(tmp_path, cls, model, kwargs, _inputs())
+
+
+def test_simple_rnn_relu_equals_keras(tmp_path):
+    model = _lstm_model(cls="SimpleRNN", activation="relu", return_sequences=True)
+    _compare_with_keras(tmp_path, "SimpleRNN", model, {"activation": "relu", "return_sequences": True}, _inputs())
+
+
+def test_gru_and_simple_rnn_weights_have_keras_shapes():
+    kernel, recurrent, bias = _lstm_model(cls="GRU").get_weights()
+    assert kernel.shape == (3, 12) and recurrent.shape == (4, 12) and bias.shape == (2, 12)
+    kernel, recurrent, bias = _lstm_model(cls="SimpleRNN").get_weights()
+    assert kernel.shape == (3, 4) and recurrent.shape == (4, 4) and bias.shape == (4,)
+    np.testing.assert_allclose(recurrent @ recurrent.T, np.eye(4), atol=1e-5)
+    with pytest.raises(NotImplementedError, match="reset_after"):
+        L.GRU(3, reset_after=False)
 
 
 def test_lstm_weights_have_keras_shapes_names_and_initial_values():
@@ -84,6 +100,14 @@ def test_lstm_weights_have_keras_shapes_names_and_initial_values():
     assert _lstm_model(return_sequences=True, steps=7).output_shape == (None, 7, 4)
 
 
+@pytest.mark.parametrize("cls", ["SimpleRNN", "GRU"])
+def test_config_round_trips(cls):
+    layer = getattr(L, cls)(5, return_sequences=True, name="r")
+    config = layer.get_config()
+    assert getattr(L, cls).from_config(config).get_config() == config
+    assert config["activation"] == "tanh"
+
+
 def test_lstm_config_round_trips_and_keeps_keras_defaults():
     layer = L.LSTM(8, return_sequences=True, go_backwards=True, name="seq")
     config = layer.get_config()
@@ -96,8 +120,9 @@ def test_lstm_config_round_trips_and_keeps_keras_defaults():
     assert again.get_config() == config
 
 
-def test_lstm_model_saves_and_loads(tmp_path):
-    model = _lstm_model(return_sequences=True)
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "SimpleRNN"])
+def test_recurrent_model_saves_and_loads(tmp_path, cls):
+    model = _lstm_model(cls=cls, return_sequences=True)
     x = _inputs()
     expected = model.predict(x, verbose=0)
     for name in ("m.keras", "m.weights.h5"):
@@ -107,7 +132,7 @@ def test_lstm_model_saves_and_loads(tmp_path):
             loaded = tf.keras.models.load_model(path)
         else:
             model.save_weights(path)
-            loaded = _lstm_model(seed=9, return_sequences=True)
+            loaded = _lstm_model(seed=9, cls=cls, return_sequences=True)
             loaded.load_weights(path)
         np.testing.assert_array_equal(loaded.predict(x, verbose=0), expected)
 
@@ -148,7 +173,7 @@ def test_lstm_mirrored_two_devices_equals_one_device(logical_cpus):
     def train(strategy):
         with strategy.scope():
             tf.keras.utils.set_random_seed(0)
-            model = tf.keras.Sequential([tf.keras.Input((6, 3)), L.LSTM(8, return_sequences=True), L.LSTM(5),
+            model = tf.keras.Sequential([tf.keras.Input((6, 3)), L.LSTM(8, return_sequences=True), L.GRU(6, return_sequences=True), L.SimpleRNN(5),
                                          L.Dense(3, activation="softmax")])
             model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
         model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)

@@ -60,4 +60,43 @@ void lstm_step_backward(const Tensor& gates, const Tensor& c_prev, const Tensor&
   });
 }
 
+void gru_step_forward(const Tensor& xz, const Tensor& hz, const Tensor& h_prev, Tensor& gates, Tensor& h) {
+  MDTRAIN_CHECK(xz.defined() && xz.ndim() == 2 && xz.dim(1) % 3 == 0, std::invalid_argument,
+                "[recurrent] gru_step_forward: xz must be (rows, 3 * units)");
+  const std::int64_t units = xz.dim(1) / 3, rows = xz.dim(0);
+  check("gru_step_forward", "xz", xz, xz, 3 * units);
+  check("gru_step_forward", "hz", hz, xz, 3 * units);
+  check("gru_step_forward", "h_prev", h_prev, xz, units);
+  check("gru_step_forward", "gates", gates, xz, 3 * units);
+  check("gru_step_forward", "h", h, xz, units);
+  dispatch_floating(xz.dtype(), "recurrent", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::run_in_ranges(rows, rows * units >= kSplitElements, [&](std::int64_t lo, std::int64_t hi) {
+      cpu::gru_step_forward<T>(xz.data<T>(), hz.data<T>(), h_prev.data<T>(), units, lo, hi, gates.data<T>(),
+                               h.data<T>());
+    });
+  });
+}
+
+void gru_step_backward(const Tensor& gates, const Tensor& hz, const Tensor& h_prev, const Tensor& dh, Tensor& dx,
+                       Tensor& dhz, Tensor& dh_prev) {
+  MDTRAIN_CHECK(gates.defined() && gates.ndim() == 2 && gates.dim(1) % 3 == 0, std::invalid_argument,
+                "[recurrent] gru_step_backward: gates must be (rows, 3 * units)");
+  const std::int64_t units = gates.dim(1) / 3, rows = gates.dim(0);
+  check("gru_step_backward", "hz", hz, gates, 3 * units);
+  check("gru_step_backward", "h_prev", h_prev, gates, units);
+  check("gru_step_backward", "dh", dh, gates, units);
+  check("gru_step_backward", "dx", dx, gates, 3 * units);
+  check("gru_step_backward", "dhz", dhz, gates, 3 * units);
+  if (dh_prev.defined()) check("gru_step_backward", "dh_prev", dh_prev, gates, units);
+  dispatch_floating(gates.dtype(), "recurrent", [&](auto tag) {
+    using T = decltype(tag);
+    T* direct = dh_prev.defined() ? dh_prev.data<T>() : nullptr;
+    cpu::run_in_ranges(rows, rows * units >= kSplitElements, [&](std::int64_t lo, std::int64_t hi) {
+      cpu::gru_step_backward<T>(gates.data<T>(), hz.data<T>(), h_prev.data<T>(), dh.data<T>(), units, lo, hi,
+                                dx.data<T>(), dhz.data<T>(), direct);
+    });
+  });
+}
+
 }  // namespace mdtrain::ops

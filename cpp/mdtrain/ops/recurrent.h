@@ -17,3 +17,16 @@ void lstm_step_backward(const Tensor& gates, const Tensor& c_prev, const Tensor&
                         Tensor& dz);
 
 }  // namespace mdtrain::ops
+
+namespace mdtrain::ops {
+
+// Keras's GRU step (reset_after=True): xz, hz (rows, 3u) the input and recurrent projections with
+// their biases (gates z, r, h), h_prev (rows, u). Writes gates (rows, 3u: z, r, hh) and h.
+void gru_step_forward(const Tensor& xz, const Tensor& hz, const Tensor& h_prev, Tensor& gates, Tensor& h);
+
+// Backward of gru_step_forward given dh: writes dx, dhz (rows, 3u) = dL/d(xz), dL/d(hz), and adds
+// the direct part of dL/dh_prev (dh * z) into dh_prev when it is defined.
+void gru_step_backward(const Tensor& gates, const Tensor& hz, const Tensor& h_prev, const Tensor& dh, Tensor& dx,
+                       Tensor& dhz, Tensor& dh_prev);
+
+}  // namespace mdtrain::ops

@@ -45,3 +45,41 @@ MDTRAIN_HD T masked_select(bool keep, T fresh, T previous) {
 }
 
 }  // namespace mdtrain::math
+
+namespace mdtrain::math {
+
+// Keras's GRU cell with reset_after=True, unit j of one row: xz and hz are the row's input and
+// recurrent projections (biases included), gates (z, r, h) at k * units + j.
+// z = sigmoid(xz_z + hz_z), r = sigmoid(xz_r + hz_r), hh = tanh(xz_h + r * hz_h),
+// h = z * h_prev + (1 - z) * hh. Writes the activated gates (z, r, hh) and h.
+template <class T>
+MDTRAIN_HD void gru_unit_forward(const T* xz, const T* hz, std::int64_t units, std::int64_t j, T h_prev, T* gates,
+                                 T* h) {
+  const T z = sigmoid(xz[j] + hz[j]);
+  const T r = sigmoid(xz[units + j] + hz[units + j]);
+  const T hh = tanh_act(xz[2 * units + j] + r * hz[2 * units + j]);
+  gates[j] = z;
+  gates[units + j] = r;
+  gates[2 * units + j] = hh;
+  *h = z * h_prev + (T(1) - z) * hh;
+}
+
+// Backward of gru_unit_forward given dh = dL/dh: writes dL/d(input projection) dx (3 gates), dL/d(recurrent
+// projection) dhz (3 gates), and returns the direct part of dL/dh_prev (dh * z; the rest is dhz @ U^T).
+template <class T>
+MDTRAIN_HD T gru_unit_backward(const T* gates, const T* hz, std::int64_t units, std::int64_t j, T h_prev, T dh, T* dx,
+                               T* dhz) {
+  const T z = gates[j], r = gates[units + j], hh = gates[2 * units + j];
+  const T dpre_h = dh * (T(1) - z) * tanh_grad_from_output(hh);
+  const T dpre_r = dpre_h * hz[2 * units + j] * sigmoid_grad_from_output(r);
+  const T dpre_z = dh * (h_prev - hh) * sigmoid_grad_from_output(z);
+  dx[j] = dpre_z;
+  dx[units + j] = dpre_r;
+  dx[2 * units + j] = dpre_h;
+  dhz[j] = dpre_z;
+  dhz[units + j] = dpre_r;
+  dhz[2 * units + j] = dpre_h * r;
+  return dh * z;
+}
+
+}  // namespace mdtrain::math

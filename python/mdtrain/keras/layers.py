@@ -752,24 +752,21 @@ _CLASSES.update({"Add": Add, "Multiply": Multiply, "Concatenate": Concatenate})
 
 # ---- recurrent layers (C++: nn/lstm, ops/recurrent) ---------------------------------------------
 
-class LSTM(Layer):
-    """keras.layers.LSTM on (batch, timesteps, features): Keras's weights kernel (features, 4u),
-    recurrent_kernel (u, 4u), bias (4u), gates in Keras's order (i, f, c, o), so Keras weights load
-    unchanged. Returns the last output (batch, u), or (batch, timesteps, u) with return_sequences.
-    Not yet supported (NotImplementedError): other activations, dropout/recurrent_dropout,
-    return_state, stateful, constraints (docs/layers.md)."""
+class _Recurrent(Layer):
+    """Keras's recurrent layers on (batch, timesteps, features), with Keras's weights (kernel,
+    recurrent_kernel, bias) so Keras weights load unchanged. Return the last output (batch, u), or
+    (batch, timesteps, u) with return_sequences; go_backwards as Keras. Not yet supported
+    (NotImplementedError): dropout/recurrent_dropout, return_state, stateful, constraints
+    (docs/layers.md). C++: nn/recurrent_layer.h."""
 
-    _CONFIG_ATTRIBUTES = ("units", "activation", "recurrent_activation", "use_bias", "unit_forget_bias",
-                          "return_sequences", "go_backwards")
+    _GATES = True  # has recurrent_activation
+    _ONLY_ACTIVATION = "tanh"
+    _EXTRA = ()  # (argument, config key) the subclass adds
 
-    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
-                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
-                 unit_forget_bias=True, kernel_regularizer=None, recurrent_regularizer=None, bias_regularizer=None,
-                 activity_regularizer=None, kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
-                 dropout=0.0, recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False,
-                 go_backwards=False, stateful=False, unroll=False, use_cudnn="auto", zero_output_for_mask=False,
-                 time_major=False, implementation=None, reset_after=None, **kwargs):
-        super().__init__(**kwargs)
+    def _make(self, units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
+              bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer, activity_regularizer,
+              kernel_constraint, recurrent_constraint, bias_constraint, dropout, recurrent_dropout, seed,
+              return_sequences, return_state, go_backwards, stateful, unroll, extra):
         name = self._name
         cls_name = type(self).__name__
         if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units <= 0:
@@ -779,37 +776,41 @@ class LSTM(Layer):
                         recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
                         activity_regularizer=activity_regularizer)
         for arg, value, fine in (("dropout", dropout, 0), ("recurrent_dropout", recurrent_dropout, 0),
-                                 ("return_state", return_state, False), ("stateful", stateful, False),
-                                 ("time_major", time_major, False)):
+                                 ("return_state", return_state, False), ("stateful", stateful, False)):
             if value != fine:
                 raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet')
         activation = _activation_name(activation, f'{cls_name} "{name}"')
-        recurrent_activation = _activation_name(recurrent_activation, f'{cls_name} "{name}"')
-        for arg, value, only in (("activation", activation, "tanh"),
-                                 ("recurrent_activation", recurrent_activation, "sigmoid")):
-            if value != only:
+        checks = [("activation", activation, self._ONLY_ACTIVATION)]
+        config = {"name": name, "units": int(units), "activation": activation, "use_bias": bool(use_bias),
+                  "kernel_initializer": to_config(kernel_initializer, "initializer"),
+                  "recurrent_initializer": to_config(recurrent_initializer, "initializer"),
+                  "bias_initializer": to_config(bias_initializer, "initializer"),
+                  "kernel_regularizer": to_config(kernel_regularizer, "regularizer"),
+                  "recurrent_regularizer": to_config(recurrent_regularizer, "regularizer"),
+                  "bias_regularizer": to_config(bias_regularizer, "regularizer"),
+                  "return_sequences": bool(return_sequences), "go_backwards": bool(go_backwards), **extra}
+        if self._GATES:
+            config["recurrent_activation"] = _activation_name(recurrent_activation, f'{cls_name} "{name}"')
+            checks.append(("recurrent_activation", config["recurrent_activation"], "sigmoid"))
+        for arg, value, only in checks:
+            if only is not None and value != only:
                 raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet '
                                           f'(only "{only}")')
-        self._core = _core_layer(cls_name, {
-            "name": name, "units": int(units), "activation": activation,
-            "recurrent_activation": recurrent_activation, "use_bias": bool(use_bias),
-            "kernel_initializer": to_config(kernel_initializer, "initializer"),
-            "recurrent_initializer": to_config(recurrent_initializer, "initializer"),
-            "bias_initializer": to_config(bias_initializer, "initializer"),
-            "unit_forget_bias": bool(unit_forget_bias),
-            "kernel_regularizer": to_config(kernel_regularizer, "regularizer"),
-            "recurrent_regularizer": to_config(recurrent_regularizer, "regularizer"),
-            "bias_regularizer": to_config(bias_regularizer, "regularizer"),
-            "return_sequences": bool(return_sequences), "go_backwards": bool(go_backwards)})
+        self._core = _core_layer(cls_name, config)
         self.seed = seed
         self.unroll = bool(unroll)
-        _copy_config_attributes(self, self._CONFIG_ATTRIBUTES)
+        _copy_config_attributes(self, self._attributes())
+
+    @classmethod
+    def _attributes(cls):
+        base = ("units", "activation", "use_bias", "return_sequences", "go_backwards")
+        return base + (("recurrent_activation",) if cls._GATES else ()) + tuple(k for _, k in cls._EXTRA)
 
     @classmethod
     def _wrap(cls, core_layer):
         layer = super()._wrap(core_layer)
         layer.seed, layer.unroll = None, False
-        _copy_config_attributes(layer, cls._CONFIG_ATTRIBUTES)
+        _copy_config_attributes(layer, cls._attributes())
         return layer
 
     def get_config(self):
@@ -819,4 +820,66 @@ class LSTM(Layer):
         return config
 
 
-_CLASSES["LSTM"] = LSTM
+class SimpleRNN(_Recurrent):
+    """keras.layers.SimpleRNN: h = activation(x @ kernel + h_prev @ recurrent_kernel + bias);
+    activation tanh (default), relu, sigmoid or linear."""
+
+    _GATES = False
+    _ONLY_ACTIVATION = None
+
+    def __init__(self, units, activation="tanh", use_bias=True, kernel_initializer="glorot_uniform",
+                 recurrent_initializer="orthogonal", bias_initializer="zeros", kernel_regularizer=None,
+                 recurrent_regularizer=None, bias_regularizer=None, activity_regularizer=None, kernel_constraint=None,
+                 recurrent_constraint=None, bias_constraint=None, dropout=0.0, recurrent_dropout=0.0,
+                 return_sequences=False, return_state=False, go_backwards=False, stateful=False, unroll=False,
+                 seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self._make(units, activation, None, use_bias, kernel_initializer, recurrent_initializer, bias_initializer,
+                   kernel_regularizer, recurrent_regularizer, bias_regularizer, activity_regularizer,
+                   kernel_constraint, recurrent_constraint, bias_constraint, dropout, recurrent_dropout, seed,
+                   return_sequences, return_state, go_backwards, stateful, unroll, {})
+
+
+class LSTM(_Recurrent):
+    """keras.layers.LSTM: kernel (features, 4u), recurrent_kernel (u, 4u), bias (4u), gates i, f, c, o;
+    unit_forget_bias starts the forget gate's bias at 1."""
+
+    _EXTRA = (("unit_forget_bias", "unit_forget_bias"),)
+
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
+                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
+                 unit_forget_bias=True, kernel_regularizer=None, recurrent_regularizer=None, bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
+                 dropout=0.0, recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False,
+                 go_backwards=False, stateful=False, unroll=False, use_cudnn="auto", **kwargs):
+        super().__init__(**kwargs)
+        self._make(units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
+                   bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer,
+                   activity_regularizer, kernel_constraint, recurrent_constraint, bias_constraint, dropout,
+                   recurrent_dropout, seed, return_sequences, return_state, go_backwards, stateful, unroll,
+                   {"unit_forget_bias": bool(unit_forget_bias)})
+
+
+class GRU(_Recurrent):
+    """keras.layers.GRU with reset_after=True (Keras's default; False is NotImplementedError):
+    kernel (features, 3u), recurrent_kernel (u, 3u), bias (2, 3u), gates z, r, h."""
+
+    _EXTRA = (("reset_after", "reset_after"),)
+
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
+                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
+                 kernel_regularizer=None, recurrent_regularizer=None, bias_regularizer=None, activity_regularizer=None,
+                 kernel_constraint=None, recurrent_constraint=None, bias_constraint=None, dropout=0.0,
+                 recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False, go_backwards=False,
+                 stateful=False, unroll=False, reset_after=True, use_cudnn="auto", **kwargs):
+        super().__init__(**kwargs)
+        if not reset_after:
+            raise NotImplementedError(f'GRU "{self._name}": reset_after=False is not supported yet')
+        self._make(units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
+                   bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer,
+                   activity_regularizer, kernel_constraint, recurrent_constraint, bias_constraint, dropout,
+                   recurrent_dropout, seed, return_sequences, return_state, go_backwards, stateful, unroll,
+                   {"reset_after": True})
+
+
+_CLASSES.update({"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU})

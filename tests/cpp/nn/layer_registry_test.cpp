@@ -28,6 +28,8 @@ Json spec_for(const std::string& cls) {
       {"Add", "{}"},
       {"Multiply", "{}"},
       {"Concatenate", R"({"axis": 1})"},
+      {"SimpleRNN", R"({"units": 2, "activation": "relu", "return_sequences": true})"},
+      {"GRU", R"({"units": 3, "go_backwards": true, "use_bias": false})"},
       {"LSTM", R"({"units": 3, "return_sequences": true, "go_backwards": true, "unit_forget_bias": false})"},
   };
   Json config = Json::parse(configs.at(cls));
@@ -40,7 +42,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 16u);
+  EXPECT_EQ(names.size(), 18u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -80,7 +82,7 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
     EXPECT_STREQ(e.what(),
                  "[layers] unknown layer class 'Conv3D'; known: Dense, Activation, Flatten, Dropout, Conv2D, "
                  "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Reshape, BatchNormalization, "
-                 "LayerNormalization, Embedding, Add, Multiply, Concatenate, LSTM");
+                 "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU");
   }
 }
 

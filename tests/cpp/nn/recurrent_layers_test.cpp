@@ -1,6 +1,6 @@
-// LSTM (nn/lstm.h): backward through time against float64 finite differences for every option,
-// Keras's weight shapes and initial values, and the errors it names. (Outputs and gradients
-// against Keras/TF itself: tests/py/test_rnn.py.)
+// SimpleRNN, LSTM, GRU (nn/recurrent_layer.h): backward through time against float64 finite differences for every
+// option, Keras's weight shapes and initial values, and the errors it names. (Outputs and gradients against Keras/TF
+// itself: tests/py/test_rnn.py.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +8,9 @@
 
 #include "gradient_check.h"
 #include "mdtrain/nn/layer_factory.h"
+#include "mdtrain/nn/gru.h"
 #include "mdtrain/nn/lstm.h"
+#include "mdtrain/nn/simple_rnn.h"
 
 namespace mdtrain {
 namespace {
@@ -46,6 +48,47 @@ INSTANTIATE_TEST_SUITE_P(Options, LstmGradient,
                          ::testing::Values(LstmCase{false, false, true, false}, LstmCase{true, false, true, false},
                                            LstmCase{false, true, true, false}, LstmCase{true, true, false, false},
                                            LstmCase{true, false, true, true}));
+
+template <class Cell>
+void check_cell(const LstmCase& p, const char* activation = "tanh") {
+  RecurrentLayer::Options o;
+  o.units = 3;
+  o.activation = activation;
+  o.return_sequences = p.return_sequences;
+  o.go_backwards = p.go_backwards;
+  o.use_bias = p.use_bias;
+  if (p.regularized) {
+    o.kernel_regularizer = "l2";
+    o.bias_regularizer = "l1";
+  }
+  Cell layer("cell", o);
+  layer.build({4, 2}, 5, DType::Float64);
+  std::mt19937_64 rng(12);
+  for (Parameter* w : layer.parameters()) w->value.copy_from(random_tensor(w->value.shape(), rng, -0.8, 0.8));
+  EXPECT_EQ(check_layer_gradients(layer, random_tensor({3, 4, 2}, rng), ForwardContext{}, 22, p.regularized),
+            p.use_bias ? 3u : 2u);
+}
+
+TEST_P(LstmGradient, GruMatchesFiniteDifferences) { check_cell<GRU>(GetParam()); }
+TEST_P(LstmGradient, SimpleRnnMatchesFiniteDifferences) { check_cell<SimpleRNN>(GetParam()); }
+TEST(SimpleRnnGradient, ReluAndSigmoidMatchFiniteDifferences) {
+  check_cell<SimpleRNN>({true, false, true, false}, "relu");
+  check_cell<SimpleRNN>({false, true, true, false}, "sigmoid");
+}
+
+TEST(Gru, WeightsHaveKerasShapes) {
+  GRU::Options o;
+  o.units = 4;
+  GRU layer("gru", o);
+  layer.build({7, 3}, 1);
+  auto params = layer.parameters();
+  ASSERT_EQ(params.size(), 3u);
+  EXPECT_EQ(params[0]->value.shape(), (Shape{3, 12}));
+  EXPECT_EQ(params[1]->value.shape(), (Shape{4, 12}));
+  EXPECT_EQ(params[2]->value.shape(), (Shape{2, 12}));
+  o.reset_after = false;
+  EXPECT_THROW(GRU("g", o), std::invalid_argument);
+}
 
 TEST(Lstm, WeightsHaveKerasShapesAndInitialValues) {
   LSTM::Options o;
