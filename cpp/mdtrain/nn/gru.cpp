@@ -22,7 +22,7 @@ void GRU::ensure_cell_buffers(std::int64_t rows) {
 
 void GRU::step_forward(std::int64_t t) {
   Tensor hz = step_rows(hz_, t), g = step_rows(gates_buf_, t), h = step_rows(h_, t + 1);
-  ops::gemm(step_rows(h_, t), false, recurrent_kernel_.value, false, hz);
+  ops::gemm(recurrent_input(t), false, recurrent_kernel_.value, false, hz);
   if (options_.use_bias) ops::bias_activation(hz, bias_.value.rows(1, 2).reshape({-1}), Activation::Linear, hz);
   ops::gru_step_forward(step_rows(xz_, t), hz, step_rows(h_, t), g, h);
 }

@@ -26,7 +26,7 @@ void LSTM::ensure_cell_buffers(std::int64_t rows) {
 
 void LSTM::step_forward(std::int64_t t) {
   Tensor z = step_rows(xz_, t), g = step_rows(gates_buf_, t), c = step_rows(c_, t + 1), h = step_rows(h_, t + 1);
-  ops::gemm(step_rows(h_, t), false, recurrent_kernel_.value, false, z, 1.0, 1.0);
+  ops::gemm(recurrent_input(t), false, recurrent_kernel_.value, false, z, 1.0, 1.0);
   ops::lstm_step_forward(z, step_rows(c_, t), g, c, h);
 }
 

@@ -2,6 +2,7 @@
 
 #include "mdtrain/nn/initializer.h"
 #include "mdtrain/ops/ops.h"
+#include "mdtrain/ops/recurrent.h"
 
 namespace mdtrain {
 
@@ -21,6 +22,9 @@ RecurrentLayer::RecurrentLayer(std::string name, Options options, std::string ar
     : Layer(std::move(name)), options_(std::move(options)), area_(std::move(area)), gates_(gates) {
   MDTRAIN_CHECK(options_.units > 0, std::invalid_argument, "[", area_, "] layer \"", name_,
                 "\": units must be a positive integer, got ", options_.units);
+  for (double rate : {options_.dropout, options_.recurrent_dropout})
+    MDTRAIN_CHECK(rate >= 0.0 && rate < 1.0, std::invalid_argument, "[", area_, "] layer \"", name_,
+                  "\": dropout and recurrent_dropout must be in [0, 1), got ", rate);
   make_initializer(options_.kernel_initializer);  // validate names now, not at build time
   make_initializer(options_.recurrent_initializer);
   make_initializer(options_.bias_initializer);
@@ -57,7 +61,24 @@ void RecurrentLayer::build_weights(const Shape& input_shape, std::uint64_t seed)
   init_bias(bias_.value);
 }
 
-Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext&) {
+namespace {
+
+// A (rows, cols) dropout mask keyed by (seed, stream, global row): ones through ops::dropout.
+void draw_mask(Tensor& mask, Tensor& scratch, double rate, std::uint64_t seed, std::uint64_t stream,
+               std::int64_t first_row) {
+  ensure_buffer(scratch, mask.shape(), mask.dtype(), mask.device());
+  scratch.fill(1.0);
+  Tensor ones_out = scratch;
+  ops::dropout(scratch, rate, seed, stream, static_cast<std::uint64_t>(first_row * mask.dim(1)), mask, ones_out);
+}
+
+}  // namespace
+
+Tensor RecurrentLayer::recurrent_input(std::int64_t t) {
+  return recurrent_dropped_ ? step_rows(masked_h_, t) : step_rows(h_, t);
+}
+
+Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
   check_input(x);
   const std::int64_t batch = x.dim(0), steps = input_shape_[0], in = input_shape_[1], u = options_.units;
   const Device& dev = x.device();
@@ -81,10 +102,33 @@ Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext&) {
   ensure_buffer(h_, {n + batch, u}, dtype_, dev);
   ensure_cell_buffers(n);
   ops::gather_rows(x.reshape({n, in}), to_time_major_.data(), n, xt_);
+  // Streams 2 * step and 2 * step + 1: the input and the recurrent mask of this optimizer step.
+  input_dropped_ = ctx.training && options_.dropout > 0.0;
+  recurrent_dropped_ = ctx.training && options_.recurrent_dropout > 0.0;
+  if (input_dropped_) {
+    ensure_buffer(input_mask_, {batch, in}, dtype_, dev);
+    draw_mask(input_mask_, dx_, options_.dropout, options_.seed, 2 * ctx.step, ctx.global_row_offset);
+    for (std::int64_t t = 0; t < steps; ++t) {
+      Tensor rows = step_rows(xt_, t);
+      ops::multiply(rows, input_mask_, rows);
+    }
+  }
+  if (recurrent_dropped_) {
+    ensure_buffer(recurrent_mask_, {batch, u}, dtype_, dev);
+    draw_mask(recurrent_mask_, dh_scratch_, options_.recurrent_dropout, options_.seed, 2 * ctx.step + 1,
+              ctx.global_row_offset);
+    ensure_buffer(masked_h_, {n, u}, dtype_, dev);
+  }
   ops::gemm(xt_, false, kernel_.value, false, xz_);
   if (options_.use_bias) ops::bias_activation(xz_, input_bias(bias_.value), Activation::Linear, xz_);
   h_.rows(0, batch).fill(0.0);
-  for (std::int64_t t = 0; t < steps; ++t) step_forward(t);
+  for (std::int64_t t = 0; t < steps; ++t) {
+    if (recurrent_dropped_) {
+      Tensor masked = step_rows(masked_h_, t);
+      ops::multiply(step_rows(h_, t), recurrent_mask_, masked);
+    }
+    step_forward(t);
+  }
   if (!options_.return_sequences) return h_.rows(n, n + batch);
   ensure_buffer(y_, {n, u}, dtype_, dev);
   ops::gather_rows(h_, to_batch_major_.data(), n, y_);
@@ -107,12 +151,18 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
   for (std::int64_t t = steps; t-- > 0;) {
     if (t + 1 < steps) {
       Tensor dh = step_rows(dh_, t);
-      ops::gemm(step_rows(dhz_, t + 1), false, recurrent_kernel_.value, true, dh, 1.0, 1.0);
+      if (!recurrent_dropped_) {
+        ops::gemm(step_rows(dhz_, t + 1), false, recurrent_kernel_.value, true, dh, 1.0, 1.0);
+      } else {
+        ensure_buffer(dh_scratch_, {batch, u}, dtype_, dev);
+        ops::gemm(step_rows(dhz_, t + 1), false, recurrent_kernel_.value, true, dh_scratch_);
+        ops::add_masked(dh_scratch_, recurrent_mask_, dh);
+      }
     }
     step_backward(t);
   }
   ops::gemm(xt_, true, dxz_, false, kernel_.grad);
-  ops::gemm(h_.rows(0, n), true, dhz_, false, recurrent_kernel_.grad);
+  ops::gemm(recurrent_dropped_ ? masked_h_ : h_.rows(0, n), true, dhz_, false, recurrent_kernel_.grad);
   if (options_.use_bias) {
     Tensor input_grad = input_bias(bias_.grad);
     ops::sum_rows(dxz_, input_grad);
@@ -124,6 +174,11 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
   if (!need_input_grad) return Tensor();
   ensure_buffer(dxt_, {n, in}, dtype_, dev);
   ops::gemm(dxz_, false, kernel_.value, true, dxt_);
+  if (input_dropped_)
+    for (std::int64_t t = 0; t < steps; ++t) {
+      Tensor rows = step_rows(dxt_, t);
+      ops::multiply(rows, input_mask_, rows);
+    }
   // Back to batch-major: input row b * steps + t' came from time-major row t * batch + b.
   std::vector<std::int64_t> from_time_major(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i)
@@ -175,8 +230,9 @@ Json RecurrentLayer::config() const {
   c.set("kernel_regularizer", kernel_reg_ ? kernel_reg_->config() : Json());
   c.set("recurrent_regularizer", recurrent_reg_ ? recurrent_reg_->config() : Json());
   c.set("bias_regularizer", bias_reg_ ? bias_reg_->config() : Json());
-  c.set("dropout", 0.0);
-  c.set("recurrent_dropout", 0.0);
+  c.set("dropout", options_.dropout);
+  c.set("recurrent_dropout", options_.recurrent_dropout);
+  c.set("seed", static_cast<double>(options_.seed));
   c.set("return_sequences", options_.return_sequences);
   c.set("return_state", false);
   c.set("go_backwards", options_.go_backwards);
@@ -187,8 +243,6 @@ Json RecurrentLayer::config() const {
 
 RecurrentLayer::Options RecurrentLayer::options_from_config(const Json& c, const char* area) {
   const std::string name = c.at("name").as_string();
-  refuse(area, name, c, "dropout", Json(0.0));
-  refuse(area, name, c, "recurrent_dropout", Json(0.0));
   refuse(area, name, c, "return_state", Json(false));
   refuse(area, name, c, "stateful", Json(false));
   for (const char* key : {"kernel_constraint", "recurrent_constraint", "bias_constraint"})
@@ -207,6 +261,15 @@ RecurrentLayer::Options RecurrentLayer::options_from_config(const Json& c, const
   o.kernel_regularizer = c.get("kernel_regularizer", Json());
   o.recurrent_regularizer = c.get("recurrent_regularizer", Json());
   o.bias_regularizer = c.get("bias_regularizer", Json());
+  o.dropout = c.get("dropout", 0.0).as_number();
+  o.recurrent_dropout = c.get("recurrent_dropout", 0.0).as_number();
+  const Json seed = c.get("seed", Json());
+  MDTRAIN_CHECK(seed.is_null() ||
+                    (seed.is_number() && seed.as_number() >= 0 && seed.as_number() < 9007199254740992.0 &&
+                     seed.as_number() == static_cast<double>(static_cast<std::uint64_t>(seed.as_number()))),
+                std::invalid_argument, "[", area, "] layer \"", name,
+                "\": seed must be a non-negative integer below 2^53, got ", seed.dump());
+  o.seed = seed.is_null() ? 0 : static_cast<std::uint64_t>(seed.as_number());
   o.return_sequences = c.get("return_sequences", false).as_bool();
   o.go_backwards = c.get("go_backwards", false).as_bool();
   return o;

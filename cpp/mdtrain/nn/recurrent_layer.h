@@ -33,6 +33,13 @@ class RecurrentLayer : public Layer {
     Json kernel_regularizer, recurrent_regularizer, bias_regularizer;  // null: none
     bool return_sequences = false;
     bool go_backwards = false;
+    // Keras's dropout (on the inputs) and recurrent_dropout (on h_prev before the recurrent GEMM),
+    // in training only: one mask per sequence, the same at every time step, as Keras draws it. The
+    // masks are a function of (seed, optimizer step, global row), like Dropout's, so the replica
+    // split does not change them.
+    double dropout = 0.0;
+    double recurrent_dropout = 0.0;
+    std::uint64_t seed = 0;
   };
 
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -66,6 +73,8 @@ class RecurrentLayer : public Layer {
   // The per-step buffers the cell keeps, sized for `rows` = timesteps * batch.
   virtual void ensure_cell_buffers(std::int64_t rows) = 0;
   Tensor step_rows(const Tensor& t, std::int64_t step) const { return t.rows(step * batch_, (step + 1) * batch_); }
+  // h_prev of step t as the recurrent GEMM takes it (recurrent dropout applied when active).
+  Tensor recurrent_input(std::int64_t t);
   // The input part of the bias (all of it unless the bias has 2 rows), and its recurrent part.
   Tensor input_bias(Tensor& b) const { return b.reshape({-1, gates_ * options_.units}).rows(0, 1).reshape({-1}); }
 
@@ -83,6 +92,10 @@ class RecurrentLayer : public Layer {
  private:
   std::vector<std::int64_t> to_time_major_, to_batch_major_;
   Tensor y_, dxt_, dx_;
+  // Dropout of the last forward: whether each mask was applied, the masks (0 or 1/(1-rate)),
+  // h_prev of every step after the recurrent mask, and scratch for dL/dh_prev through the mask.
+  bool input_dropped_ = false, recurrent_dropped_ = false;
+  Tensor input_mask_, recurrent_mask_, masked_h_, dh_scratch_;
 };
 
 }  // namespace mdtrain

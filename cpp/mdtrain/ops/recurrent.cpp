@@ -101,4 +101,17 @@ void gru_step_backward(const Tensor& gates, const Tensor& hz, const Tensor& h_pr
   });
 }
 
+void add_masked(const Tensor& g, const Tensor& mask, Tensor& acc) {
+  MDTRAIN_CHECK(acc.defined() && acc.ndim() == 2, std::invalid_argument, "[recurrent] add_masked: acc must be 2-D");
+  check("add_masked", "g", g, acc, acc.dim(1));
+  check("add_masked", "mask", mask, acc, acc.dim(1));
+  check("add_masked", "acc", acc, acc, acc.dim(1));
+  dispatch_floating(acc.dtype(), "recurrent", [&](auto tag) {
+    using T = decltype(tag);
+    const T *gp = g.data<T>(), *mp = mask.data<T>();
+    T* ap = acc.data<T>();
+    cpu::add_masked<T>(gp, mp, acc.numel(), ap);
+  });
+}
+
 }  // namespace mdtrain::ops

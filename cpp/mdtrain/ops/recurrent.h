@@ -29,4 +29,7 @@ void gru_step_forward(const Tensor& xz, const Tensor& hz, const Tensor& h_prev, 
 void gru_step_backward(const Tensor& gates, const Tensor& hz, const Tensor& h_prev, const Tensor& dh, Tensor& dx,
                        Tensor& dhz, Tensor& dh_prev);
 
+// acc += g * mask element-wise, all three the same shape (recurrent_dropout's dL/dh_prev).
+void add_masked(const Tensor& g, const Tensor& mask, Tensor& acc);
+
 }  // namespace mdtrain::ops

@@ -37,11 +37,10 @@ MDTRAIN_HD void lstm_unit_backward(const T* gates, std::int64_t units, std::int6
   *dc = dcell * f;
 }
 
-// A masked step (Keras: the state and output of a row whose mask is false stay the previous ones):
-// out = keep ? fresh : previous.
+// acc += g * mask: a gradient through a dropout mask (recurrent_dropout's dL/dh_prev).
 template <class T>
-MDTRAIN_HD T masked_select(bool keep, T fresh, T previous) {
-  return keep ? fresh : previous;
+MDTRAIN_HD T add_masked(T acc, T g, T mask) {
+  return acc + g * mask;
 }
 
 }  // namespace mdtrain::math

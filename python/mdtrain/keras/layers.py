@@ -775,10 +775,12 @@ class _Recurrent(Layer):
         _no_constraints(name, cls_name, kernel_constraint=kernel_constraint,
                         recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
                         activity_regularizer=activity_regularizer)
-        for arg, value, fine in (("dropout", dropout, 0), ("recurrent_dropout", recurrent_dropout, 0),
-                                 ("return_state", return_state, False), ("stateful", stateful, False)):
+        for arg, value, fine in (("return_state", return_state, False), ("stateful", stateful, False)):
             if value != fine:
                 raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet')
+        for arg, value in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ValueError(f'{cls_name} "{name}": {arg} must be a float in [0, 1), got {value!r}')
         activation = _activation_name(activation, f'{cls_name} "{name}"')
         checks = [("activation", activation, self._ONLY_ACTIVATION)]
         config = {"name": name, "units": int(units), "activation": activation, "use_bias": bool(use_bias),
@@ -788,7 +790,10 @@ class _Recurrent(Layer):
                   "kernel_regularizer": to_config(kernel_regularizer, "regularizer"),
                   "recurrent_regularizer": to_config(recurrent_regularizer, "regularizer"),
                   "bias_regularizer": to_config(bias_regularizer, "regularizer"),
-                  "return_sequences": bool(return_sequences), "go_backwards": bool(go_backwards), **extra}
+                  "return_sequences": bool(return_sequences), "go_backwards": bool(go_backwards),
+                  "dropout": float(dropout), "recurrent_dropout": float(recurrent_dropout),
+                  # The masks' seed: drawn from the global seed when not given, as Dropout's.
+                  "seed": _random.draw_seed() if seed is None else int(seed), **extra}
         if self._GATES:
             config["recurrent_activation"] = _activation_name(recurrent_activation, f'{cls_name} "{name}"')
             checks.append(("recurrent_activation", config["recurrent_activation"], "sigmoid"))
@@ -797,25 +802,24 @@ class _Recurrent(Layer):
                 raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet '
                                           f'(only "{only}")')
         self._core = _core_layer(cls_name, config)
-        self.seed = seed
         self.unroll = bool(unroll)
         _copy_config_attributes(self, self._attributes())
 
     @classmethod
     def _attributes(cls):
-        base = ("units", "activation", "use_bias", "return_sequences", "go_backwards")
+        base = ("units", "activation", "use_bias", "return_sequences", "go_backwards", "dropout",
+                "recurrent_dropout", "seed")
         return base + (("recurrent_activation",) if cls._GATES else ()) + tuple(k for _, k in cls._EXTRA)
 
     @classmethod
     def _wrap(cls, core_layer):
         layer = super()._wrap(core_layer)
-        layer.seed, layer.unroll = None, False
+        layer.unroll = False
         _copy_config_attributes(layer, cls._attributes())
         return layer
 
     def get_config(self):
         config = super().get_config()
-        config["seed"] = self.seed
         config["unroll"] = self.unroll
         return config
 

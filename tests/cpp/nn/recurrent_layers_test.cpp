@@ -76,6 +76,57 @@ TEST(SimpleRnnGradient, ReluAndSigmoidMatchFiniteDifferences) {
   check_cell<SimpleRNN>({false, true, true, false}, "sigmoid");
 }
 
+// Training with dropout and recurrent_dropout: the masks are fixed by (seed, step, row), so the
+// finite differences see the same masks as backward.
+template <class Cell>
+void check_dropout(std::int64_t first_row) {
+  RecurrentLayer::Options o;
+  o.units = 3;
+  o.return_sequences = true;
+  o.dropout = 0.4;
+  o.recurrent_dropout = 0.3;
+  o.seed = 17;
+  Cell layer("cell", o);
+  layer.build({4, 2}, 5, DType::Float64);
+  std::mt19937_64 rng(13);
+  for (Parameter* w : layer.parameters()) w->value.copy_from(random_tensor(w->value.shape(), rng, -0.8, 0.8));
+  check_layer_gradients(layer, random_tensor({5, 4, 2}, rng), ForwardContext{true, 3, first_row}, 23);
+}
+
+TEST(RecurrentDropout, GradientsMatchFiniteDifferences) {
+  check_dropout<LSTM>(0);
+  check_dropout<GRU>(7);
+  check_dropout<SimpleRNN>(2);
+}
+
+TEST(RecurrentDropout, MasksDependOnTheGlobalRowNotTheSplit) {
+  RecurrentLayer::Options o;
+  o.units = 3;
+  o.return_sequences = true;
+  o.dropout = 0.5;
+  o.recurrent_dropout = 0.5;
+  o.seed = 3;
+  LSTM whole("l", o);
+  whole.build({4, 2}, 5);
+  auto part = whole.clone();
+  std::mt19937_64 rng(1);
+  Tensor x = random_tensor({6, 4, 2}, rng, -1, 1, DType::Float32);
+  Tensor all = whole.forward(x, ForwardContext{true, 9, 0}).clone();
+  Tensor rows = part->forward(x.rows(4, 6), ForwardContext{true, 9, 4});
+  for (std::int64_t i = 0; i < rows.numel(); ++i)
+    EXPECT_EQ(rows.data<float>()[i], all.data<float>()[4 * 4 * 3 + i]) << i;
+  // Inference ignores dropout; another step draws other masks.
+  Tensor eval = whole.forward(x, ForwardContext{false, 9, 0}).clone();
+  Tensor other = whole.forward(x, ForwardContext{true, 10, 0});
+  bool differs_eval = false, differs_step = false;
+  for (std::int64_t i = 0; i < all.numel(); ++i) {
+    differs_eval |= eval.data<float>()[i] != all.data<float>()[i];
+    differs_step |= other.data<float>()[i] != all.data<float>()[i];
+  }
+  EXPECT_TRUE(differs_eval);
+  EXPECT_TRUE(differs_step);
+}
+
 TEST(Gru, WeightsHaveKerasShapes) {
   GRU::Options o;
   o.units = 4;
@@ -128,7 +179,7 @@ TEST(Lstm, InputOfTheWrongRankNamesTheLayerAndTheShape) {
 }
 
 TEST(Lstm, UnsupportedOptionsAreRefusedByName) {
-  for (const char* field : {R"("dropout": 0.5)", R"("return_state": true)", R"("stateful": true)"}) {
+  for (const char* field : {R"("dropout": 1.5)", R"("return_state": true)", R"("stateful": true)"}) {
     const Json spec =
         Json::parse(std::string(R"({"class_name": "LSTM", "config": {"name": "l", "units": 2, )") + field + "}}");
     EXPECT_THROW(layer_from_config(spec), std::invalid_argument) << field;

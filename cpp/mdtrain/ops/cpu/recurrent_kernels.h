@@ -50,4 +50,9 @@ void gru_step_backward(const T* gates, const T* hz, const T* h_prev, const T* dh
     }
 }
 
+template <class T>
+void add_masked(const T* g, const T* mask, std::int64_t n, T* acc) {
+  for (std::int64_t i = 0; i < n; ++i) acc[i] = math::add_masked(acc[i], g[i], mask[i]);
+}
+
 }  // namespace mdtrain::cpu
