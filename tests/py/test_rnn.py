@@ -146,7 +146,7 @@ def test_lstm_refuses_a_sequence_of_the_wrong_rank_naming_the_layer_and_shapes()
 
 
 def test_lstm_unsupported_options_are_refused_by_name():
-    for kwargs in ({"dropout": 0.2}, {"return_state": True}, {"activation": "relu"}, {"stateful": True}):
+    for kwargs in ({"return_state": True}, {"activation": "relu"}, {"stateful": True}):
         with pytest.raises(NotImplementedError, match=list(kwargs)[0]):
             L.LSTM(4, **kwargs)
 
@@ -164,7 +164,25 @@ def test_lstm_learns_a_sequence_task():
     assert model.evaluate(x, y, verbose=0)[1] >= 0.9
 
 
-def test_lstm_mirrored_two_devices_equals_one_device(logical_cpus):
+def test_dropout_config_and_bad_rates():
+    layer = L.GRU(3, dropout=0.25, recurrent_dropout=0.5, seed=7)
+    config = layer.get_config()
+    assert (config["dropout"], config["recurrent_dropout"], config["seed"]) == (0.25, 0.5, 7)
+    assert L.GRU.from_config(config).get_config() == config
+    for bad in (1.0, -0.1, "x"):
+        with pytest.raises(ValueError, match="dropout"):
+            L.LSTM(3, dropout=bad)
+
+
+def test_dropout_changes_training_outputs_only():
+    model = _lstm_model(return_sequences=True, dropout=0.5, recurrent_dropout=0.5)
+    x = _inputs()
+    np.testing.assert_array_equal(model(x, training=False), model.predict(x, verbose=0))
+    assert not np.allclose(np.asarray(model(x, training=True)), model.predict(x, verbose=0))
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_lstm_mirrored_two_devices_equals_one_device(logical_cpus, dropout):
     logical_cpus(2)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 6, 3)).astype(np.float32)
@@ -173,7 +191,10 @@ def test_lstm_mirrored_two_devices_equals_one_device(logical_cpus):
     def train(strategy):
         with strategy.scope():
             tf.keras.utils.set_random_seed(0)
-            model = tf.keras.Sequential([tf.keras.Input((6, 3)), L.LSTM(8, return_sequences=True), L.GRU(6, return_sequences=True), L.SimpleRNN(5),
+            model = tf.keras.Sequential([tf.keras.Input((6, 3)),
+                                         L.LSTM(8, return_sequences=True, dropout=dropout, recurrent_dropout=dropout),
+                                         L.GRU(6, return_sequences=True, recurrent_dropout=dropout),
+                                         L.SimpleRNN(5, dropout=dropout),
                                          L.Dense(3, activation="softmax")])
             model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
         model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
