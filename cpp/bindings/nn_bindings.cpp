@@ -5,6 +5,7 @@
 #include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/layer_factory.h"
+#include "mdtrain/nn/bidirectional.h"
 #include "mdtrain/nn/gru.h"
 #include "mdtrain/nn/lstm.h"
 #include "mdtrain/nn/simple_rnn.h"
@@ -90,6 +91,7 @@ void init_nn(py::module_& m) {
   py::class_<SimpleRNN, RecurrentLayer, std::shared_ptr<SimpleRNN>>(m, "SimpleRNN");
   py::class_<LSTM, RecurrentLayer, std::shared_ptr<LSTM>>(m, "LSTM");
   py::class_<GRU, RecurrentLayer, std::shared_ptr<GRU>>(m, "GRU");
+  py::class_<Bidirectional, Layer, std::shared_ptr<Bidirectional>>(m, "Bidirectional");
   py::class_<MergeLayer, Layer, std::shared_ptr<MergeLayer>>(m, "MergeLayer")
       .def("merged_shape", &MergeLayer::merged_shape, py::arg("input_shapes"),
            "The output shape (batch axis excluded) for these input shapes; ValueError naming the layer "

@@ -5,6 +5,7 @@
 
 #include "mdtrain/nn/activation_layer.h"
 #include "mdtrain/nn/batch_normalization.h"
+#include "mdtrain/nn/bidirectional.h"
 #include "mdtrain/nn/concatenate.h"
 #include "mdtrain/nn/conv2d.h"
 #include "mdtrain/nn/dense.h"
@@ -48,6 +49,7 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"SimpleRNN", &SimpleRNN::from_config},
       {"LSTM", &LSTM::from_config},
       {"GRU", &GRU::from_config},
+      {"Bidirectional", &Bidirectional::from_config},
   };
   return classes;
 }

@@ -8,6 +8,7 @@
 
 #include "gradient_check.h"
 #include "mdtrain/nn/layer_factory.h"
+#include "mdtrain/nn/bidirectional.h"
 #include "mdtrain/nn/gru.h"
 #include "mdtrain/nn/lstm.h"
 #include "mdtrain/nn/simple_rnn.h"
@@ -125,6 +126,22 @@ TEST(RecurrentDropout, MasksDependOnTheGlobalRowNotTheSplit) {
   }
   EXPECT_TRUE(differs_eval);
   EXPECT_TRUE(differs_step);
+}
+
+TEST(BidirectionalGradient, MatchesFiniteDifferences) {
+  for (bool seq : {false, true}) {
+    const Json spec = Json::parse(std::string(R"({"class_name": "Bidirectional", "config": {"name": "bi", "layer": )") +
+                                  R"({"class_name": "LSTM", "config": {"name": "l", "units": 3, "return_sequences": )" +
+                                  (seq ? "true" : "false") + "}}}}");
+    auto layer = layer_from_config(spec);
+    layer->build({4, 2}, 5, DType::Float64);
+    EXPECT_EQ(layer->output_shape(), seq ? (Shape{4, 6}) : (Shape{6}));
+    std::mt19937_64 rng(14);
+    for (Parameter* w : layer->parameters()) w->value.copy_from(random_tensor(w->value.shape(), rng, -0.8, 0.8));
+    EXPECT_EQ(layer->parameters().size(), 6u);
+    EXPECT_EQ(layer->parameters()[3]->name, "backward_l/kernel");
+    check_layer_gradients(*layer, random_tensor({3, 4, 2}, rng), ForwardContext{}, 24);
+  }
 }
 
 TEST(Gru, WeightsHaveKerasShapes) {
