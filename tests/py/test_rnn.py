@@ -204,3 +204,46 @@ def test_lstm_mirrored_two_devices_equals_one_device(logical_cpus, dropout):
     two = train(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
     for a, b in zip(one, two):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+BIDIRECTIONAL_KERAS = """
+import numpy as np, keras, tensorflow as tf
+d = np.load("case.npz")
+model = keras.Sequential([keras.Input(d["x"].shape[1:]),
+                          keras.layers.Bidirectional(keras.layers.{cls}(3, return_sequences={seq}))])
+model.set_weights([d[f"w{{i}}"] for i in range(int(d["nw"]))])
+with tf.GradientTape() as tape:
+    y = model(d["x"], training=True)
+    loss = keras.losses.MeanSquaredError()(d["target"], y)
+grads = tape.gradient(loss, model.trainable_variables)
+np.savez("keras.npz", y=np.asarray(y), **{{f"g{{i}}": np.asarray(g) for i, g in enumerate(grads)}})
+"""
+
+
+@pytest.mark.parametrize("cls,seq", [("LSTM", True), ("GRU", False), ("SimpleRNN", True)])
+def test_bidirectional_outputs_and_gradients_equal_keras(tmp_path, cls, seq):
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((5, 3)), L.Bidirectional(getattr(L, cls)(3, return_sequences=seq))])
+    assert model.output_shape == ((None, 5, 6) if seq else (None, 6))
+    rng = np.random.default_rng(3)
+    model.set_weights([w + rng.normal(scale=0.2, size=w.shape).astype(np.float32) for w in model.get_weights()])
+    x = _inputs()
+    target = rng.normal(size=(len(x), *model.output_shape[1:])).astype(np.float32)
+    y, grads = _outputs_and_gradients(model, x, target)
+    weights = model.get_weights()
+    np.savez(tmp_path / "case.npz", x=x, target=target, nw=np.array(len(weights)),
+             **{f"w{i}": w for i, w in enumerate(weights)})
+    run_keras(BIDIRECTIONAL_KERAS.format(cls=cls, seq=seq), cwd=tmp_path)
+    k = np.load(tmp_path / "keras.npz")
+    np.testing.assert_allclose(y, k["y"], rtol=1e-5, atol=1e-6)
+    for i, g in enumerate(grads):
+        np.testing.assert_allclose(g, k[f"g{i}"], rtol=1e-5, atol=1e-6, err_msg=str(i))
+
+
+def test_bidirectional_config_round_trips():
+    layer = L.Bidirectional(L.LSTM(4, return_sequences=True), name="bi")
+    config = layer.get_config()
+    assert config["merge_mode"] == "concat" and config["layer"]["class_name"] == "LSTM"
+    assert L.Bidirectional.from_config(config).get_config() == config
+    with pytest.raises(NotImplementedError, match="merge_mode"):
+        L.Bidirectional(L.LSTM(4), merge_mode="sum")

@@ -886,4 +886,36 @@ class GRU(_Recurrent):
                    {"reset_after": True})
 
 
-_CLASSES.update({"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU})
+class Bidirectional(Layer):
+    """keras.layers.Bidirectional(layer, merge_mode="concat"): a forward and a backward copy of a
+    SimpleRNN/LSTM/GRU ("forward_<name>", "backward_<name>"), outputs concatenated on the last axis
+    (the backward one flipped back in time with return_sequences). Weights: forward's, then
+    backward's. Other merge modes and backward_layer= are NotImplementedError for now."""
+
+    def __init__(self, layer, merge_mode="concat", weights=None, backward_layer=None, **kwargs):
+        if isinstance(layer, dict):  # from_config
+            layer = _CLASSES[layer["class_name"]].from_config(layer["config"])
+        super().__init__(**kwargs)
+        if not isinstance(layer, _Recurrent):
+            raise ValueError(f'Bidirectional "{self._name}": layer must be a SimpleRNN, LSTM or GRU instance, '
+                             f"got {layer!r}")
+        if merge_mode != "concat":
+            raise NotImplementedError(f'Bidirectional "{self._name}": merge_mode={merge_mode!r} is not supported yet')
+        if weights is not None or (backward_layer is not None and not isinstance(backward_layer, dict)):
+            raise NotImplementedError(f'Bidirectional "{self._name}": weights= and backward_layer= are not '
+                                      "supported yet")
+        inner = {"class_name": type(layer).__name__, "config": json.loads(layer._core.config_json())}
+        config = {"name": self._name, "layer": inner, "merge_mode": "concat"}
+        if backward_layer is not None:
+            config["backward_layer"] = backward_layer
+        self._core = _core_layer("Bidirectional", config)
+        self.merge_mode = "concat"
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        layer.merge_mode = "concat"
+        return layer
+
+
+_CLASSES.update({"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU, "Bidirectional": Bidirectional})
