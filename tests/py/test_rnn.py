@@ -182,7 +182,7 @@ def test_dropout_changes_training_outputs_only():
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_lstm_mirrored_two_devices_equals_one_device(logical_cpus, dropout):
+def test_recurrent_mirrored_and_central_storage_equal_one_device(logical_cpus, dropout):
     logical_cpus(2)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 6, 3)).astype(np.float32)
@@ -201,9 +201,10 @@ def test_lstm_mirrored_two_devices_equals_one_device(logical_cpus, dropout):
         return model.get_weights()
 
     one = train(tf.distribute.OneDeviceStrategy("/cpu:0"))
-    two = train(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
-    for a, b in zip(one, two):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for strategy in (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
+                     tf.distribute.experimental.CentralStorageStrategy()):
+        for a, b in zip(one, train(strategy)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 BIDIRECTIONAL_KERAS = """
