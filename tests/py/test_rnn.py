@@ -248,3 +248,11 @@ def test_bidirectional_config_round_trips():
     assert L.Bidirectional.from_config(config).get_config() == config
     with pytest.raises(NotImplementedError, match="merge_mode"):
         L.Bidirectional(L.LSTM(4), merge_mode="sum")
+
+
+def test_a_mask_zero_embedding_before_a_recurrent_layer_is_refused_not_ignored():
+    model = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(10, 4, mask_zero=True)])
+    with pytest.raises(NotImplementedError, match="masking"):
+        model.add(L.LSTM(3))
+    unmasked = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(10, 4), L.GRU(3)])
+    assert unmasked.predict(np.array([[1, 2, 3, 0, 0]]), verbose=0).shape == (1, 3)

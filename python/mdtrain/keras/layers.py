@@ -760,6 +760,7 @@ class _Recurrent(Layer):
     (docs/layers.md). C++: nn/recurrent_layer.h."""
 
     _GATES = True  # has recurrent_activation
+    _would_read_mask = True  # Keras skips masked steps: refused after mask_zero=True (models.py)
     _ONLY_ACTIVATION = "tanh"
     _EXTRA = ()  # (argument, config key) the subclass adds
 
@@ -891,6 +892,8 @@ class Bidirectional(Layer):
     SimpleRNN/LSTM/GRU ("forward_<name>", "backward_<name>"), outputs concatenated on the last axis
     (the backward one flipped back in time with return_sequences). Weights: forward's, then
     backward's. Other merge modes and backward_layer= are NotImplementedError for now."""
+
+    _would_read_mask = True
 
     def __init__(self, layer, merge_mode="concat", weights=None, backward_layer=None, **kwargs):
         if isinstance(layer, dict):  # from_config
