@@ -5,6 +5,10 @@
 #include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/layer_factory.h"
+#include "mdtrain/nn/bidirectional.h"
+#include "mdtrain/nn/gru.h"
+#include "mdtrain/nn/lstm.h"
+#include "mdtrain/nn/simple_rnn.h"
 #include "mdtrain/nn/concatenate.h"
 #include "mdtrain/nn/elementwise_merge.h"
 #include "mdtrain/nn/merge_layer.h"
@@ -83,6 +87,11 @@ void init_nn(py::module_& m) {
           py::arg("x"),
           "Raises ValueError naming the first index of x (rows of inputs) that is not a whole number in "
           "[0, input_dim), before any training step runs.");
+  py::class_<RecurrentLayer, Layer, std::shared_ptr<RecurrentLayer>>(m, "RecurrentLayer");
+  py::class_<SimpleRNN, RecurrentLayer, std::shared_ptr<SimpleRNN>>(m, "SimpleRNN");
+  py::class_<LSTM, RecurrentLayer, std::shared_ptr<LSTM>>(m, "LSTM");
+  py::class_<GRU, RecurrentLayer, std::shared_ptr<GRU>>(m, "GRU");
+  py::class_<Bidirectional, Layer, std::shared_ptr<Bidirectional>>(m, "Bidirectional");
   py::class_<MergeLayer, Layer, std::shared_ptr<MergeLayer>>(m, "MergeLayer")
       .def("merged_shape", &MergeLayer::merged_shape, py::arg("input_shapes"),
            "The output shape (batch axis excluded) for these input shapes; ValueError naming the layer "

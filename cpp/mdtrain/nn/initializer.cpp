@@ -1,8 +1,10 @@
 #include "mdtrain/nn/initializer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <functional>
+#include <vector>
 
 #include "mdtrain/core/errors.h"
 
@@ -114,6 +116,54 @@ class VarianceScaling : public Initializer {
   std::string mode_, distribution_;
 };
 
+// Keras's Orthogonal (the recurrent kernels' default): a normal matrix's QR factor Q, signs fixed
+// by diag(R), on the tensor viewed as (rows, cols) = (first axis, the rest), times gain. Q comes
+// from modified Gram-Schmidt in double over the longer side's vectors.
+class Orthogonal : public Initializer {
+ public:
+  explicit Orthogonal(double gain) : gain_(gain) {}
+  void fill(Tensor& t, std::int64_t, std::int64_t, Rng& rng) const override {
+    const std::int64_t rows = t.ndim() ? t.dim(0) : 1, cols = rows ? t.numel() / rows : 0;
+    // a: (n, k) with n >= k, stored column by column; Q's k columns replace a's.
+    const std::int64_t n = std::max(rows, cols), k = std::min(rows, cols);
+    std::vector<double> a(static_cast<std::size_t>(n * k));
+    for (double& v : a) v = rng.normal();
+    for (std::int64_t j = 0; j < k; ++j) {
+      double* q = &a[static_cast<std::size_t>(j * n)];
+      for (std::int64_t p = 0; p < j; ++p) {
+        const double* e = &a[static_cast<std::size_t>(p * n)];
+        double dot = 0;
+        for (std::int64_t i = 0; i < n; ++i) dot += e[i] * q[i];
+        for (std::int64_t i = 0; i < n; ++i) q[i] -= dot * e[i];
+      }
+      double norm = 0;
+      for (std::int64_t i = 0; i < n; ++i) norm += q[i] * q[i];
+      norm = std::sqrt(norm);
+      for (std::int64_t i = 0; i < n; ++i) q[i] /= norm;  // diag(R) = norm > 0: no sign to fix
+    }
+    // Element (r, c) of the (rows, cols) result: Q[r][c] when rows >= cols, else Q^T.
+    std::int64_t index = 0;
+    fill_each(t, [&] {
+      const std::int64_t r = index / cols, c = index % cols;
+      ++index;
+      const double q = rows >= cols ? a[static_cast<std::size_t>(c * n + r)] : a[static_cast<std::size_t>(r * n + c)];
+      return gain_ * q;
+    });
+  }
+  Json config() const override {
+    Json cfg = Json::object();
+    cfg.set("gain", gain_);
+    cfg.set("seed", Json());
+    Json c = Json::object();
+    c.set("class_name", "Orthogonal");
+    c.set("config", cfg);
+    return c;
+  }
+
+ private:
+  double gain_;
+};
+
 std::string canonical(const std::string& name) {
   // "GlorotUniform" and "glorot_uniform" both become "glorotuniform".
   std::string n;
@@ -147,10 +197,11 @@ std::unique_ptr<Initializer> make_initializer(const Json& spec) {
   if (n == "ones") return std::make_unique<Constant>("Ones", 1.0);
   if (n == "constant") return std::make_unique<Constant>("Constant", num("value", 0.0));
   if (n == "randomnormal") return std::make_unique<RandomNormal>(num("mean", 0.0), num("stddev", 0.05));
+  if (n == "orthogonal") return std::make_unique<Orthogonal>(num("gain", 1.0));
   if (n == "randomuniform") return std::make_unique<RandomUniform>(num("minval", -0.05), num("maxval", 0.05));
   fail<std::invalid_argument>("[initializer] unknown initializer '", name,
                               "'; known: glorot_uniform, glorot_normal, he_normal, he_uniform, zeros, ones, "
-                              "constant, random_normal, random_uniform");
+                              "constant, random_normal, random_uniform, orthogonal");
 }
 
 }  // namespace mdtrain

@@ -5,6 +5,7 @@
 
 #include "mdtrain/nn/activation_layer.h"
 #include "mdtrain/nn/batch_normalization.h"
+#include "mdtrain/nn/bidirectional.h"
 #include "mdtrain/nn/concatenate.h"
 #include "mdtrain/nn/conv2d.h"
 #include "mdtrain/nn/dense.h"
@@ -14,8 +15,11 @@
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
 #include "mdtrain/nn/layer_normalization.h"
+#include "mdtrain/nn/gru.h"
+#include "mdtrain/nn/lstm.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
+#include "mdtrain/nn/simple_rnn.h"
 
 namespace mdtrain {
 
@@ -42,6 +46,10 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"Add", &Add::from_config},
       {"Multiply", &Multiply::from_config},
       {"Concatenate", &Concatenate::from_config},
+      {"SimpleRNN", &SimpleRNN::from_config},
+      {"LSTM", &LSTM::from_config},
+      {"GRU", &GRU::from_config},
+      {"Bidirectional", &Bidirectional::from_config},
   };
   return classes;
 }

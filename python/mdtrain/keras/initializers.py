@@ -71,6 +71,19 @@ class RandomUniform(_Seeded):
         return {"minval": self.minval, "maxval": self.maxval, "seed": self.seed}
 
 
+class Orthogonal(_Seeded):
+    """Keras's Orthogonal (the recurrent layers' recurrent_initializer): an orthonormal matrix
+    times gain (drawn in C++: QR of a normal matrix by Gram-Schmidt, so not Keras's numbers)."""
+
+    def __init__(self, gain=1.0, seed=None):
+        super().__init__(seed)
+        self.gain = float(gain)
+
+    def get_config(self):
+        return {"gain": self.gain, "seed": self.seed}
+
+
+orthogonal = Orthogonal
 glorot_uniform, glorot_normal, he_normal, he_uniform = GlorotUniform, GlorotNormal, HeNormal, HeUniform
 zeros, ones, constant, random_normal, random_uniform = Zeros, Ones, Constant, RandomNormal, RandomUniform
 

@@ -750,6 +750,180 @@ def concatenate(inputs, axis=-1, **kwargs):
 _CLASSES.update({"Add": Add, "Multiply": Multiply, "Concatenate": Concatenate})
 
 
+# ---- recurrent layers (C++: nn/lstm, ops/recurrent) ---------------------------------------------
+
+class _Recurrent(Layer):
+    """Keras's recurrent layers on (batch, timesteps, features), with Keras's weights (kernel,
+    recurrent_kernel, bias) so Keras weights load unchanged. Return the last output (batch, u), or
+    (batch, timesteps, u) with return_sequences; go_backwards, dropout and recurrent_dropout as Keras.
+    Not yet supported (NotImplementedError): return_state, stateful, constraints (docs/layers.md).
+    C++: nn/recurrent_layer.h."""
+
+    _GATES = True  # has recurrent_activation
+    _would_read_mask = True  # Keras skips masked steps: refused after mask_zero=True (models.py)
+    _ONLY_ACTIVATION = "tanh"
+    _EXTRA = ()  # (argument, config key) the subclass adds
+
+    def _make(self, units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
+              bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer, activity_regularizer,
+              kernel_constraint, recurrent_constraint, bias_constraint, dropout, recurrent_dropout, seed,
+              return_sequences, return_state, go_backwards, stateful, unroll, extra):
+        name = self._name
+        cls_name = type(self).__name__
+        if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units <= 0:
+            raise ValueError(f"Received an invalid value for argument `units`, expected a positive integer, "
+                             f"got {units!r}.")
+        _no_constraints(name, cls_name, kernel_constraint=kernel_constraint,
+                        recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
+                        activity_regularizer=activity_regularizer)
+        for arg, value, fine in (("return_state", return_state, False), ("stateful", stateful, False)):
+            if value != fine:
+                raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet')
+        for arg, value in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ValueError(f'{cls_name} "{name}": {arg} must be a float in [0, 1), got {value!r}')
+        activation = _activation_name(activation, f'{cls_name} "{name}"')
+        checks = [("activation", activation, self._ONLY_ACTIVATION)]
+        config = {"name": name, "units": int(units), "activation": activation, "use_bias": bool(use_bias),
+                  "kernel_initializer": to_config(kernel_initializer, "initializer"),
+                  "recurrent_initializer": to_config(recurrent_initializer, "initializer"),
+                  "bias_initializer": to_config(bias_initializer, "initializer"),
+                  "kernel_regularizer": to_config(kernel_regularizer, "regularizer"),
+                  "recurrent_regularizer": to_config(recurrent_regularizer, "regularizer"),
+                  "bias_regularizer": to_config(bias_regularizer, "regularizer"),
+                  "return_sequences": bool(return_sequences), "go_backwards": bool(go_backwards),
+                  "dropout": float(dropout), "recurrent_dropout": float(recurrent_dropout),
+                  # The masks' seed: drawn from the global seed when not given, as Dropout's.
+                  "seed": _random.draw_seed() if seed is None else int(seed), **extra}
+        if self._GATES:
+            config["recurrent_activation"] = _activation_name(recurrent_activation, f'{cls_name} "{name}"')
+            checks.append(("recurrent_activation", config["recurrent_activation"], "sigmoid"))
+        for arg, value, only in checks:
+            if only is not None and value != only:
+                raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet '
+                                          f'(only "{only}")')
+        self._core = _core_layer(cls_name, config)
+        self.unroll = bool(unroll)
+        _copy_config_attributes(self, self._attributes())
+
+    @classmethod
+    def _attributes(cls):
+        base = ("units", "activation", "use_bias", "return_sequences", "go_backwards", "dropout",
+                "recurrent_dropout", "seed")
+        return base + (("recurrent_activation",) if cls._GATES else ()) + tuple(k for _, k in cls._EXTRA)
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        layer.unroll = False
+        _copy_config_attributes(layer, cls._attributes())
+        return layer
+
+    def get_config(self):
+        config = super().get_config()
+        config["unroll"] = self.unroll
+        return config
+
+
+class SimpleRNN(_Recurrent):
+    """keras.layers.SimpleRNN: h = activation(x @ kernel + h_prev @ recurrent_kernel + bias);
+    activation tanh (default), relu, sigmoid or linear."""
+
+    _GATES = False
+    _ONLY_ACTIVATION = None
+
+    def __init__(self, units, activation="tanh", use_bias=True, kernel_initializer="glorot_uniform",
+                 recurrent_initializer="orthogonal", bias_initializer="zeros", kernel_regularizer=None,
+                 recurrent_regularizer=None, bias_regularizer=None, activity_regularizer=None, kernel_constraint=None,
+                 recurrent_constraint=None, bias_constraint=None, dropout=0.0, recurrent_dropout=0.0,
+                 return_sequences=False, return_state=False, go_backwards=False, stateful=False, unroll=False,
+                 seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self._make(units, activation, None, use_bias, kernel_initializer, recurrent_initializer, bias_initializer,
+                   kernel_regularizer, recurrent_regularizer, bias_regularizer, activity_regularizer,
+                   kernel_constraint, recurrent_constraint, bias_constraint, dropout, recurrent_dropout, seed,
+                   return_sequences, return_state, go_backwards, stateful, unroll, {})
+
+
+class LSTM(_Recurrent):
+    """keras.layers.LSTM: kernel (features, 4u), recurrent_kernel (u, 4u), bias (4u), gates i, f, c, o;
+    unit_forget_bias starts the forget gate's bias at 1."""
+
+    _EXTRA = (("unit_forget_bias", "unit_forget_bias"),)
+
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
+                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
+                 unit_forget_bias=True, kernel_regularizer=None, recurrent_regularizer=None, bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
+                 dropout=0.0, recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False,
+                 go_backwards=False, stateful=False, unroll=False, use_cudnn="auto", **kwargs):
+        super().__init__(**kwargs)
+        self._make(units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
+                   bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer,
+                   activity_regularizer, kernel_constraint, recurrent_constraint, bias_constraint, dropout,
+                   recurrent_dropout, seed, return_sequences, return_state, go_backwards, stateful, unroll,
+                   {"unit_forget_bias": bool(unit_forget_bias)})
+
+
+class GRU(_Recurrent):
+    """keras.layers.GRU with reset_after=True (Keras's default; False is NotImplementedError):
+    kernel (features, 3u), recurrent_kernel (u, 3u), bias (2, 3u), gates z, r, h."""
+
+    _EXTRA = (("reset_after", "reset_after"),)
+
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
+                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
+                 kernel_regularizer=None, recurrent_regularizer=None, bias_regularizer=None, activity_regularizer=None,
+                 kernel_constraint=None, recurrent_constraint=None, bias_constraint=None, dropout=0.0,
+                 recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False, go_backwards=False,
+                 stateful=False, unroll=False, reset_after=True, use_cudnn="auto", **kwargs):
+        super().__init__(**kwargs)
+        if not reset_after:
+            raise NotImplementedError(f'GRU "{self._name}": reset_after=False is not supported yet')
+        self._make(units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
+                   bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer,
+                   activity_regularizer, kernel_constraint, recurrent_constraint, bias_constraint, dropout,
+                   recurrent_dropout, seed, return_sequences, return_state, go_backwards, stateful, unroll,
+                   {"reset_after": True})
+
+
+class Bidirectional(Layer):
+    """keras.layers.Bidirectional(layer, merge_mode="concat"): a forward and a backward copy of a
+    SimpleRNN/LSTM/GRU ("forward_<name>", "backward_<name>"), outputs concatenated on the last axis
+    (the backward one flipped back in time with return_sequences). Weights: forward's, then
+    backward's. Other merge modes and backward_layer= are NotImplementedError for now."""
+
+    _would_read_mask = True
+
+    def __init__(self, layer, merge_mode="concat", weights=None, backward_layer=None, **kwargs):
+        if isinstance(layer, dict):  # from_config
+            layer = _CLASSES[layer["class_name"]].from_config(layer["config"])
+        super().__init__(**kwargs)
+        if not isinstance(layer, _Recurrent):
+            raise ValueError(f'Bidirectional "{self._name}": layer must be a SimpleRNN, LSTM or GRU instance, '
+                             f"got {layer!r}")
+        if merge_mode != "concat":
+            raise NotImplementedError(f'Bidirectional "{self._name}": merge_mode={merge_mode!r} is not supported yet')
+        if weights is not None or (backward_layer is not None and not isinstance(backward_layer, dict)):
+            raise NotImplementedError(f'Bidirectional "{self._name}": weights= and backward_layer= are not '
+                                      "supported yet")
+        inner = {"class_name": type(layer).__name__, "config": json.loads(layer._core.config_json())}
+        config = {"name": self._name, "layer": inner, "merge_mode": "concat"}
+        if backward_layer is not None:
+            config["backward_layer"] = backward_layer
+        self._core = _core_layer("Bidirectional", config)
+        self.merge_mode = "concat"
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        layer.merge_mode = "concat"
+        return layer
+
+
+_CLASSES.update({"SimpleRNN": SimpleRNN, "LSTM": LSTM, "GRU": GRU, "Bidirectional": Bidirectional})
+
+
 # Defined in its own module (it needs Layer, above); exported here as keras.layers.PipelineSplit.
 from mdtrain.keras.pipeline_split import PipelineSplit  # noqa: E402
 

@@ -966,6 +966,12 @@ class Sequential(Model):
             raise ValueError(f'{type(layer).__name__} layer "{layer.name}" must be the first layer of Sequential model '
                              f"'{self.name}' (it follows \"{self._layers[-1].name}\"): its inputs are integer "
                              "indices, which are not differentiable, so no layer before it could be trained")
+        masking = [l for l in self._layers if getattr(l, "mask_zero", False)]
+        if getattr(layer, "_would_read_mask", False) and masking:
+            # Keras would skip the masked steps; mdtrain does not pass masks between layers yet, and
+            # silently running the padding through the recurrence would train another model.
+            raise NotImplementedError(f'{type(layer).__name__} layer "{layer.name}" follows "{masking[-1].name}" '
+                                      "with mask_zero=True: masking is not supported by recurrent layers yet")
         if any(existing.name == layer.name for existing in self._layers):
             raise ValueError(f'All layers added to a Sequential model should have unique names. Name "{layer.name}" '
                              "is already the name of a layer in this model.")

@@ -28,6 +28,11 @@ Json spec_for(const std::string& cls) {
       {"Add", "{}"},
       {"Multiply", "{}"},
       {"Concatenate", R"({"axis": 1})"},
+      {"SimpleRNN", R"({"units": 2, "activation": "relu", "return_sequences": true})"},
+      {"GRU", R"({"units": 3, "go_backwards": true, "use_bias": false})"},
+      {"Bidirectional",
+       R"({"layer": {"class_name": "GRU", "config": {"name": "g", "units": 2}}, "merge_mode": "concat"})"},
+      {"LSTM", R"({"units": 3, "return_sequences": true, "go_backwards": true, "unit_forget_bias": false})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -39,7 +44,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 15u);
+  EXPECT_EQ(names.size(), 19u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -52,7 +57,7 @@ TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
     // The fields given were taken, not defaulted.
     for (const auto& [key, value] : spec.at("config").as_object()) {
       if (key == "axis" || key == "strides" || key == "pool_size" || key == "dilation_rate" ||
-          key == "kernel_regularizer")
+          key == "kernel_regularizer" || key == "layer")
         continue;  // written in Keras's canonical form (pairs, objects), not as given
       EXPECT_EQ(written.at("config").at(key), value) << key;
     }
@@ -79,7 +84,7 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
     EXPECT_STREQ(e.what(),
                  "[layers] unknown layer class 'Conv3D'; known: Dense, Activation, Flatten, Dropout, Conv2D, "
                  "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Reshape, BatchNormalization, "
-                 "LayerNormalization, Embedding, Add, Multiply, Concatenate");
+                 "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU, Bidirectional");
   }
 }
 

@@ -1,0 +1,89 @@
+"""Training samples/s of an LSTM model, mdtrain vs Keras on TensorFlow (same model, data, batch and
+machine; TF found as bench/_common.find_python_with says): Fashion-MNIST row by row (28 steps of 28
+features), LSTM(units) -> Dense 10, Adam, sparse CE from logits. One run each; the best epoch after
+a warm-up epoch (TF's first epoch traces).
+
+    python bench/rnn.py [--units 128] [--rows 4096] [--batch-size 128] [--epochs 2] [--skip-tf]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402
+
+TF_SCRIPT = r"""
+import json, sys, time
+import numpy as np
+import tensorflow as tf
+d = np.load(sys.argv[1]); x, y = d["x"], d["y"]
+units, batch, epochs = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+tf.keras.utils.set_random_seed(0)
+model = tf.keras.Sequential([tf.keras.Input(x.shape[1:]), tf.keras.layers.LSTM(units), tf.keras.layers.Dense(10)])
+model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+times = []
+class T(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, e, logs=None): self.t = time.perf_counter()
+    def on_epoch_end(self, e, logs=None): times.append(time.perf_counter() - self.t)
+model.fit(x, y, batch_size=batch, epochs=epochs + 1, verbose=0, callbacks=[T()])
+print(json.dumps({"tf_version": tf.__version__, "seconds": min(times[1:])}))
+"""
+
+
+def time_mdtrain(x, y, units, batch, epochs):
+    import mdtrain as tf
+
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input(x.shape[1:]), tf.keras.layers.LSTM(units), tf.keras.layers.Dense(10)])
+    model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    times = []
+    for _ in range(epochs + 1):
+        start = time.perf_counter()
+        model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+        times.append(time.perf_counter() - start)
+    return min(times[1:])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--units", type=int, default=128)
+    parser.add_argument("--rows", type=int, default=4096)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--skip-tf", action="store_true")
+    args = parser.parse_args()
+    x, y, _, _ = _common.fashion_mnist_flat()
+    x, y = x[:args.rows].reshape(-1, 28, 28), y[:args.rows]
+    ours = time_mdtrain(x, y, args.units, args.batch_size, args.epochs)
+    row = {"model": f"LSTM({args.units}) 28x28", "batch": args.batch_size,
+           "mdtrain_samples_s": round(len(x) / ours, 1)}
+    tf_python = None if args.skip_tf else _common.find_python_with("tensorflow")
+    tf_version = None
+    if tf_python:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "data.npz")
+            np.savez(path, x=x, y=y)
+            proc = subprocess.run([tf_python, "-c", TF_SCRIPT, path, str(args.units), str(args.batch_size),
+                                   str(args.epochs)], capture_output=True, text=True,
+                                  env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""))
+        if proc.returncode == 0:
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            tf_version = result["tf_version"]
+            row["tf_samples_s"] = round(len(x) / result["seconds"], 1)
+            row["mdtrain_over_tf"] = round(row["mdtrain_samples_s"] / row["tf_samples_s"], 2)
+        else:
+            print("TensorFlow run failed:", proc.stderr[-2000:], file=sys.stderr)
+    _common.print_table([row], ["model", "batch", "mdtrain_samples_s", "tf_samples_s", "mdtrain_over_tf"])
+    path = _common.write_json("rnn.json", {"machine": _common.machine(), "tf_version": tf_version,
+                                           "args": vars(args), "results": [row]})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

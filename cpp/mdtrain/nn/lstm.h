@@ -1,0 +1,35 @@
+#pragma once
+#include <memory>
+
+#include "mdtrain/nn/recurrent_layer.h"
+
+namespace mdtrain {
+
+// keras.layers.LSTM (nn/recurrent_layer.h): kernel (features, 4u), recurrent_kernel (u, 4u),
+// bias (4u), the gates in Keras's order i, f, c, o; unit_forget_bias starts the forget gate's bias
+// at 1. activation must be tanh and recurrent_activation sigmoid (Keras's defaults) for now.
+class LSTM : public RecurrentLayer {
+ public:
+  using Options = RecurrentLayer::Options;
+  LSTM(std::string name, Options options);
+
+  std::string class_name() const override { return "LSTM"; }
+  std::unique_ptr<Layer> clone() const override;
+  Json config() const override;
+  // Keras's config; missing fields take Keras's defaults. Options mdtrain does not have yet
+  // (dropout, recurrent_dropout, return_state, stateful, constraints, other activations) are
+  // std::invalid_argument naming the layer and the argument.
+  static std::unique_ptr<Layer> from_config(const Json& config);
+
+ protected:
+  void init_bias(Tensor& bias) override;
+  void step_forward(std::int64_t t) override;
+  void step_backward(std::int64_t t) override;
+  void ensure_cell_buffers(std::int64_t rows) override;
+
+ private:
+  // Per step (time-major): the activated gates and c of steps 0..T; dL/dc of the current step.
+  Tensor gates_buf_, c_, dc_;
+};
+
+}  // namespace mdtrain

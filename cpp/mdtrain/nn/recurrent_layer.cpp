@@ -1,0 +1,278 @@
+#include "mdtrain/nn/recurrent_layer.h"
+
+#include "mdtrain/nn/initializer.h"
+#include "mdtrain/ops/ops.h"
+#include "mdtrain/ops/recurrent.h"
+
+namespace mdtrain {
+
+namespace {
+
+void refuse(const char* area, const std::string& layer, const Json& c, const char* key, const Json& fine) {
+  const Json v = c.get(key, fine);
+  MDTRAIN_CHECK(v.is_null() ? fine.is_null()
+                            : v == fine || (v.is_number() && fine.is_number() && v.as_number() == fine.as_number()),
+                std::invalid_argument, "[", area, "] layer \"", layer, "\": ", key, "=", v.dump(),
+                " is not supported by mdtrain yet (only ", fine.dump(), ")");
+}
+
+}  // namespace
+
+RecurrentLayer::RecurrentLayer(std::string name, Options options, std::string area, std::int64_t gates)
+    : Layer(std::move(name)), options_(std::move(options)), area_(std::move(area)), gates_(gates) {
+  MDTRAIN_CHECK(options_.units > 0, std::invalid_argument, "[", area_, "] layer \"", name_,
+                "\": units must be a positive integer, got ", options_.units);
+  for (double rate : {options_.dropout, options_.recurrent_dropout})
+    MDTRAIN_CHECK(rate >= 0.0 && rate < 1.0, std::invalid_argument, "[", area_, "] layer \"", name_,
+                  "\": dropout and recurrent_dropout must be in [0, 1), got ", rate);
+  make_initializer(options_.kernel_initializer);  // validate names now, not at build time
+  make_initializer(options_.recurrent_initializer);
+  make_initializer(options_.bias_initializer);
+  kernel_reg_ = make_regularizer(options_.kernel_regularizer);
+  recurrent_reg_ = make_regularizer(options_.recurrent_regularizer);
+  bias_reg_ = make_regularizer(options_.bias_regularizer);
+}
+
+Shape RecurrentLayer::compute_output_shape(const Shape& s) const {
+  if (s.size() != 2) {
+    std::string full = "(None";
+    for (auto d : s) full += ", " + std::to_string(d);
+    fail<std::invalid_argument>("[", area_, "] Input 0 of layer \"", name_,
+                                "\" is incompatible with the layer: expected ndim=3 (batch, timesteps, features), "
+                                "found ndim=",
+                                s.size() + 1, ". Full shape received: ", full + (s.empty() ? ",)" : ")"));
+  }
+  MDTRAIN_CHECK(s[0] >= 1 && s[1] >= 1, std::invalid_argument, "[", area_, "] layer \"", name_,
+                "\" needs at least one timestep and one feature, got input shape ", to_string(s));
+  if (options_.return_sequences) return {s[0], options_.units};
+  return {options_.units};
+}
+
+void RecurrentLayer::build_weights(const Shape& input_shape, std::uint64_t seed) {
+  const std::int64_t in = input_shape[1], gu = gates_ * options_.units;
+  Rng rng(seed, 0), recurrent_rng(seed, 1), bias_rng(seed, 2);
+  kernel_ = Parameter(name_ + "/kernel", Tensor({in, gu}, dtype_));
+  make_initializer(options_.kernel_initializer)->fill(kernel_.value, in, gu, rng);
+  recurrent_kernel_ = Parameter(name_ + "/recurrent_kernel", Tensor({options_.units, gu}, dtype_));
+  make_initializer(options_.recurrent_initializer)->fill(recurrent_kernel_.value, options_.units, gu, recurrent_rng);
+  if (!options_.use_bias) return;
+  bias_ = Parameter(name_ + "/bias", Tensor(bias_shape(), dtype_));
+  make_initializer(options_.bias_initializer)->fill(bias_.value, bias_.value.numel(), 0, bias_rng);
+  init_bias(bias_.value);
+}
+
+namespace {
+
+// A (rows, cols) dropout mask keyed by (seed, stream, global row): ones through ops::dropout.
+void draw_mask(Tensor& mask, Tensor& scratch, double rate, std::uint64_t seed, std::uint64_t stream,
+               std::int64_t first_row) {
+  ensure_buffer(scratch, mask.shape(), mask.dtype(), mask.device());
+  scratch.fill(1.0);
+  Tensor ones_out = scratch;
+  ops::dropout(scratch, rate, seed, stream, static_cast<std::uint64_t>(first_row * mask.dim(1)), mask, ones_out);
+}
+
+}  // namespace
+
+Tensor RecurrentLayer::recurrent_input(std::int64_t t) {
+  return recurrent_dropped_ ? step_rows(masked_h_, t) : step_rows(h_, t);
+}
+
+Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
+  check_input(x);
+  const std::int64_t batch = x.dim(0), steps = input_shape_[0], in = input_shape_[1], u = options_.units;
+  const Device& dev = x.device();
+  if (batch != batch_ || steps != steps_ || to_time_major_.empty()) {
+    batch_ = batch;
+    steps_ = steps;
+    // Row t * batch + b of the time-major layout is row b * steps + t' of the input, t' the t-th
+    // step read (reversed with go_backwards); outputs come back in reading order, as Keras's.
+    to_time_major_.resize(static_cast<std::size_t>(batch * steps));
+    to_batch_major_.resize(static_cast<std::size_t>(batch * steps));
+    for (std::int64_t t = 0; t < steps; ++t)
+      for (std::int64_t b = 0; b < batch; ++b) {
+        const std::int64_t read = options_.go_backwards ? steps - 1 - t : t;
+        to_time_major_[static_cast<std::size_t>(t * batch + b)] = b * steps + read;
+        to_batch_major_[static_cast<std::size_t>(b * steps + t)] = (t + 1) * batch + b;  // rows of h_ (step t+1)
+      }
+  }
+  const std::int64_t n = batch * steps;
+  ensure_buffer(xt_, {n, in}, dtype_, dev);
+  ensure_buffer(xz_, {n, gates_ * u}, dtype_, dev);
+  ensure_buffer(h_, {n + batch, u}, dtype_, dev);
+  ensure_cell_buffers(n);
+  ops::gather_rows(x.reshape({n, in}), to_time_major_.data(), n, xt_);
+  // Streams 2 * step and 2 * step + 1: the input and the recurrent mask of this optimizer step.
+  input_dropped_ = ctx.training && options_.dropout > 0.0;
+  recurrent_dropped_ = ctx.training && options_.recurrent_dropout > 0.0;
+  if (input_dropped_) {
+    ensure_buffer(input_mask_, {batch, in}, dtype_, dev);
+    draw_mask(input_mask_, dx_, options_.dropout, options_.seed, 2 * ctx.step, ctx.global_row_offset);
+    for (std::int64_t t = 0; t < steps; ++t) {
+      Tensor rows = step_rows(xt_, t);
+      ops::multiply(rows, input_mask_, rows);
+    }
+  }
+  if (recurrent_dropped_) {
+    ensure_buffer(recurrent_mask_, {batch, u}, dtype_, dev);
+    draw_mask(recurrent_mask_, dh_scratch_, options_.recurrent_dropout, options_.seed, 2 * ctx.step + 1,
+              ctx.global_row_offset);
+    ensure_buffer(masked_h_, {n, u}, dtype_, dev);
+  }
+  ops::gemm(xt_, false, kernel_.value, false, xz_);
+  if (options_.use_bias) ops::bias_activation(xz_, input_bias(bias_.value), Activation::Linear, xz_);
+  h_.rows(0, batch).fill(0.0);
+  for (std::int64_t t = 0; t < steps; ++t) {
+    if (recurrent_dropped_) {
+      Tensor masked = step_rows(masked_h_, t);
+      ops::multiply(step_rows(h_, t), recurrent_mask_, masked);
+    }
+    step_forward(t);
+  }
+  if (!options_.return_sequences) return h_.rows(n, n + batch);
+  ensure_buffer(y_, {n, u}, dtype_, dev);
+  ops::gather_rows(h_, to_batch_major_.data(), n, y_);
+  return y_.reshape({batch, steps, u});
+}
+
+Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
+  const std::int64_t batch = batch_, steps = steps_, n = batch * steps, in = input_shape_[1], u = options_.units;
+  const Device& dev = xt_.device();
+  ensure_buffer(dh_, {n, u}, dtype_, dev);
+  if (options_.return_sequences) {
+    std::vector<std::int64_t> from_output(static_cast<std::size_t>(n));
+    for (std::int64_t t = 0; t < steps; ++t)
+      for (std::int64_t b = 0; b < batch; ++b) from_output[static_cast<std::size_t>(t * batch + b)] = b * steps + t;
+    ops::gather_rows(dy.reshape({n, u}), from_output.data(), n, dh_);
+  } else {
+    dh_.fill(0.0);
+    dh_.rows(n - batch, n).copy_from(dy.reshape({batch, u}));
+  }
+  for (std::int64_t t = steps; t-- > 0;) {
+    if (t + 1 < steps) {
+      Tensor dh = step_rows(dh_, t);
+      if (!recurrent_dropped_) {
+        ops::gemm(step_rows(dhz_, t + 1), false, recurrent_kernel_.value, true, dh, 1.0, 1.0);
+      } else {
+        ensure_buffer(dh_scratch_, {batch, u}, dtype_, dev);
+        ops::gemm(step_rows(dhz_, t + 1), false, recurrent_kernel_.value, true, dh_scratch_);
+        ops::add_masked(dh_scratch_, recurrent_mask_, dh);
+      }
+    }
+    step_backward(t);
+  }
+  ops::gemm(xt_, true, dxz_, false, kernel_.grad);
+  ops::gemm(recurrent_dropped_ ? masked_h_ : h_.rows(0, n), true, dhz_, false, recurrent_kernel_.grad);
+  if (options_.use_bias) {
+    Tensor input_grad = input_bias(bias_.grad);
+    ops::sum_rows(dxz_, input_grad);
+    if (bias_.grad.ndim() == 2) {
+      Tensor recurrent_grad = bias_.grad.rows(1, 2).reshape({-1});
+      ops::sum_rows(dhz_, recurrent_grad);
+    }
+  }
+  if (!need_input_grad) return Tensor();
+  ensure_buffer(dxt_, {n, in}, dtype_, dev);
+  ops::gemm(dxz_, false, kernel_.value, true, dxt_);
+  if (input_dropped_)
+    for (std::int64_t t = 0; t < steps; ++t) {
+      Tensor rows = step_rows(dxt_, t);
+      ops::multiply(rows, input_mask_, rows);
+    }
+  // Back to batch-major: input row b * steps + t' came from time-major row t * batch + b.
+  std::vector<std::int64_t> from_time_major(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    from_time_major[static_cast<std::size_t>(to_time_major_[static_cast<std::size_t>(i)])] = i;
+  ensure_buffer(dx_, {n, in}, dtype_, dev);
+  ops::gather_rows(dxt_, from_time_major.data(), n, dx_);
+  return dx_.reshape({batch, steps, in});
+}
+
+std::vector<Parameter*> RecurrentLayer::parameters() {
+  if (!built_) return {};
+  if (options_.use_bias) return {&kernel_, &recurrent_kernel_, &bias_};
+  return {&kernel_, &recurrent_kernel_};
+}
+
+double RecurrentLayer::regularization_loss() const {
+  if (!built_) return 0.0;
+  double loss = 0.0;
+  if (kernel_reg_) loss += kernel_reg_->loss(kernel_.value);
+  if (recurrent_reg_) loss += recurrent_reg_->loss(recurrent_kernel_.value);
+  if (bias_reg_ && options_.use_bias) loss += bias_reg_->loss(bias_.value);
+  return loss;
+}
+
+void RecurrentLayer::add_regularization_gradients() {
+  if (!built_) return;
+  if (kernel_reg_) kernel_reg_->add_gradient(kernel_.value, kernel_.grad);
+  if (recurrent_reg_) recurrent_reg_->add_gradient(recurrent_kernel_.value, recurrent_kernel_.grad);
+  if (bias_reg_ && options_.use_bias) bias_reg_->add_gradient(bias_.value, bias_.grad);
+}
+
+void RecurrentLayer::copy_weights_to(RecurrentLayer& copy) const {
+  copy.copy_build_state(*this);
+  if (!built_) return;
+  copy.kernel_ = Parameter(kernel_.name, kernel_.value.clone());
+  copy.recurrent_kernel_ = Parameter(recurrent_kernel_.name, recurrent_kernel_.value.clone());
+  if (options_.use_bias) copy.bias_ = Parameter(bias_.name, bias_.value.clone());
+}
+
+Json RecurrentLayer::config() const {
+  Json c = Layer::config();
+  c.set("units", options_.units);
+  c.set("activation", options_.activation);
+  if (gates_ > 1) c.set("recurrent_activation", options_.recurrent_activation);
+  c.set("use_bias", options_.use_bias);
+  c.set("kernel_initializer", make_initializer(options_.kernel_initializer)->config());
+  c.set("recurrent_initializer", make_initializer(options_.recurrent_initializer)->config());
+  c.set("bias_initializer", make_initializer(options_.bias_initializer)->config());
+  c.set("kernel_regularizer", kernel_reg_ ? kernel_reg_->config() : Json());
+  c.set("recurrent_regularizer", recurrent_reg_ ? recurrent_reg_->config() : Json());
+  c.set("bias_regularizer", bias_reg_ ? bias_reg_->config() : Json());
+  c.set("dropout", options_.dropout);
+  c.set("recurrent_dropout", options_.recurrent_dropout);
+  c.set("seed", static_cast<double>(options_.seed));
+  c.set("return_sequences", options_.return_sequences);
+  c.set("return_state", false);
+  c.set("go_backwards", options_.go_backwards);
+  c.set("stateful", false);
+  c.set("unroll", false);
+  return c;
+}
+
+RecurrentLayer::Options RecurrentLayer::options_from_config(const Json& c, const char* area) {
+  const std::string name = c.at("name").as_string();
+  refuse(area, name, c, "return_state", Json(false));
+  refuse(area, name, c, "stateful", Json(false));
+  for (const char* key : {"kernel_constraint", "recurrent_constraint", "bias_constraint"})
+    refuse(area, name, c, key, Json());
+  Options o;
+  o.units = c.at("units").as_int();
+  const Json act = c.get("activation", "tanh"), rec = c.get("recurrent_activation", "sigmoid");
+  o.activation = act.is_null() ? "linear" : act.as_string();
+  o.recurrent_activation = rec.is_null() ? "linear" : rec.as_string();
+  o.use_bias = c.get("use_bias", true).as_bool();
+  o.kernel_initializer = c.get("kernel_initializer", "glorot_uniform");
+  o.recurrent_initializer = c.get("recurrent_initializer", "orthogonal");
+  o.bias_initializer = c.get("bias_initializer", "zeros");
+  o.unit_forget_bias = c.get("unit_forget_bias", true).as_bool();
+  o.reset_after = c.get("reset_after", true).as_bool();
+  o.kernel_regularizer = c.get("kernel_regularizer", Json());
+  o.recurrent_regularizer = c.get("recurrent_regularizer", Json());
+  o.bias_regularizer = c.get("bias_regularizer", Json());
+  o.dropout = c.get("dropout", 0.0).as_number();
+  o.recurrent_dropout = c.get("recurrent_dropout", 0.0).as_number();
+  const Json seed = c.get("seed", Json());
+  MDTRAIN_CHECK(seed.is_null() ||
+                    (seed.is_number() && seed.as_number() >= 0 && seed.as_number() < 9007199254740992.0 &&
+                     seed.as_number() == static_cast<double>(static_cast<std::uint64_t>(seed.as_number()))),
+                std::invalid_argument, "[", area, "] layer \"", name,
+                "\": seed must be a non-negative integer below 2^53, got ", seed.dump());
+  o.seed = seed.is_null() ? 0 : static_cast<std::uint64_t>(seed.as_number());
+  o.return_sequences = c.get("return_sequences", false).as_bool();
+  o.go_backwards = c.get("go_backwards", false).as_bool();
+  return o;
+}
+
+}  // namespace mdtrain

@@ -1,0 +1,101 @@
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "mdtrain/nn/layer.h"
+#include "mdtrain/nn/regularizer.h"
+
+namespace mdtrain {
+
+// What Keras's recurrent layers (SimpleRNN, LSTM, GRU) share, on inputs (batch, timesteps,
+// features) with Keras's weights kernel (features, G*u), recurrent_kernel (u, G*u) and bias (G*u,
+// or (2, G*u) for GRU's reset_after), G the cell's gate count. Output: the last h (batch, u), or
+// every step's h (batch, timesteps, u) with return_sequences; go_backwards reads the sequence last
+// step first (and, as in Keras, returns the steps in that reversed order).
+//
+// Runs time-major (row t * batch + b): the input projection of every step is one GEMM
+// ((timesteps * batch, features) @ kernel + input bias); the cell then runs step by step (one GEMM
+// h_prev @ recurrent_kernel and its element-wise op, ops/recurrent.h) and keeps what backward
+// through time needs. Backward runs the steps in reverse; the weight gradients and dL/dx are then
+// one GEMM each over all steps.
+class RecurrentLayer : public Layer {
+ public:
+  struct Options {
+    std::int64_t units = 0;
+    std::string activation = "tanh";
+    std::string recurrent_activation = "sigmoid";  // LSTM, GRU
+    bool use_bias = true;
+    Json kernel_initializer = "glorot_uniform";
+    Json recurrent_initializer = "orthogonal";
+    Json bias_initializer = "zeros";
+    bool unit_forget_bias = true;                                      // LSTM: the forget gate's bias starts at 1
+    bool reset_after = true;                                           // GRU: only true (Keras's default) for now
+    Json kernel_regularizer, recurrent_regularizer, bias_regularizer;  // null: none
+    bool return_sequences = false;
+    bool go_backwards = false;
+    // Keras's dropout (on the inputs) and recurrent_dropout (on h_prev before the recurrent GEMM),
+    // in training only: one mask per sequence, the same at every time step, as Keras draws it. The
+    // masks are a function of (seed, optimizer step, global row), like Dropout's, so the replica
+    // split does not change them.
+    double dropout = 0.0;
+    double recurrent_dropout = 0.0;
+    std::uint64_t seed = 0;
+  };
+
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_input_grad) override;
+  std::vector<Parameter*> parameters() override;
+  double regularization_loss() const override;
+  void add_regularization_gradients() override;
+  Json config() const override;
+
+  const Options& options() const { return options_; }
+
+ protected:
+  // area: the error prefix ("lstm"); gates: G.
+  RecurrentLayer(std::string name, Options options, std::string area, std::int64_t gates);
+  // Keras's config fields every recurrent layer reads; the ones mdtrain has not (dropout,
+  // recurrent_dropout, return_state, stateful, constraints) must hold their "off" value.
+  static Options options_from_config(const Json& config, const char* area);
+  void copy_weights_to(RecurrentLayer& copy) const;
+
+  void build_weights(const Shape& input_shape, std::uint64_t seed) override;
+  // The bias's shape and initial value (bias_initializer over all of it by default).
+  virtual Shape bias_shape() const { return {gates_ * options_.units}; }
+  virtual void init_bias(Tensor& /*bias*/) {}
+  // Step t forward: xz_ rows of step t hold the input projection (input bias added); reads h_
+  // rows of step t (h_prev), writes h_ rows of step t + 1.
+  virtual void step_forward(std::int64_t t) = 0;
+  // Step t backward: dh_ rows of step t hold the whole dL/dh_t; writes dxz_ and dhz_ rows of
+  // step t (dL/d of the input and recurrent projections) and may add into dh_ rows of step t - 1.
+  virtual void step_backward(std::int64_t t) = 0;
+  // The per-step buffers the cell keeps, sized for `rows` = timesteps * batch.
+  virtual void ensure_cell_buffers(std::int64_t rows) = 0;
+  Tensor step_rows(const Tensor& t, std::int64_t step) const { return t.rows(step * batch_, (step + 1) * batch_); }
+  // h_prev of step t as the recurrent GEMM takes it (recurrent dropout applied when active).
+  Tensor recurrent_input(std::int64_t t);
+  // The input part of the bias (all of it unless the bias has 2 rows), and its recurrent part.
+  Tensor input_bias(Tensor& b) const { return b.reshape({-1, gates_ * options_.units}).rows(0, 1).reshape({-1}); }
+
+  Options options_;
+  std::string area_;
+  std::int64_t gates_;
+  std::shared_ptr<Regularizer> kernel_reg_, recurrent_reg_, bias_reg_;
+  Parameter kernel_, recurrent_kernel_, bias_;
+  std::int64_t batch_ = 0, steps_ = 0;
+  // Per-call state, time-major: the input, its projection, h of steps 0..T (step 0: zeros),
+  // dL/dh, and the cell's dL/d(input projection) and dL/d(recurrent projection) (which may be
+  // one buffer: dhz_ aliasing dxz_).
+  Tensor xt_, xz_, h_, dh_, dxz_, dhz_;
+
+ private:
+  std::vector<std::int64_t> to_time_major_, to_batch_major_;
+  Tensor y_, dxt_, dx_;
+  // Dropout of the last forward: whether each mask was applied, the masks (0 or 1/(1-rate)),
+  // h_prev of every step after the recurrent mask, and scratch for dL/dh_prev through the mask.
+  bool input_dropped_ = false, recurrent_dropped_ = false;
+  Tensor input_mask_, recurrent_mask_, masked_h_, dh_scratch_;
+};
+
+}  // namespace mdtrain

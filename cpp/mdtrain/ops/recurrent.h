@@ -1,0 +1,35 @@
+#pragma once
+// The ops of one time step of a recurrent layer (nn/lstm.h). Each call handles a batch of rows of
+// one step; the layer does the GEMMs (the input projection of every step at once, then h @
+// recurrent_kernel per step) with ops::gemm. Tensors are float32 or float64 of one dtype, on the
+// host (CPU loops split over the intra-op threads). Per-element math: ops/recurrent_math.h.
+#include "mdtrain/core/tensor.h"
+
+namespace mdtrain::ops {
+
+// z (rows, 4u) pre-activations of the gates i, f, c, o; c_prev (rows, u). Writes gates (rows, 4u)
+// activated, c and h (rows, u).
+void lstm_step_forward(const Tensor& z, const Tensor& c_prev, Tensor& gates, Tensor& c, Tensor& h);
+
+// Backward of lstm_step_forward: dh (rows, u) = dL/dh of the step; dc (rows, u) holds dL/dc from
+// the next step and is overwritten with dL/dc_prev; dz (rows, 4u) = dL/dz.
+void lstm_step_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& c, const Tensor& dh, Tensor& dc,
+                        Tensor& dz);
+
+}  // namespace mdtrain::ops
+
+namespace mdtrain::ops {
+
+// Keras's GRU step (reset_after=True): xz, hz (rows, 3u) the input and recurrent projections with
+// their biases (gates z, r, h), h_prev (rows, u). Writes gates (rows, 3u: z, r, hh) and h.
+void gru_step_forward(const Tensor& xz, const Tensor& hz, const Tensor& h_prev, Tensor& gates, Tensor& h);
+
+// Backward of gru_step_forward given dh: writes dx, dhz (rows, 3u) = dL/d(xz), dL/d(hz), and adds
+// the direct part of dL/dh_prev (dh * z) into dh_prev when it is defined.
+void gru_step_backward(const Tensor& gates, const Tensor& hz, const Tensor& h_prev, const Tensor& dh, Tensor& dx,
+                       Tensor& dhz, Tensor& dh_prev);
+
+// acc += g * mask element-wise, all three the same shape (recurrent_dropout's dL/dh_prev).
+void add_masked(const Tensor& g, const Tensor& mask, Tensor& acc);
+
+}  // namespace mdtrain::ops

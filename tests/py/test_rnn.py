@@ -1,0 +1,258 @@
+"""Recurrent layers (LSTM): Keras's weights, outputs and gradients against Keras/TF as an oracle,
+configs, errors, training and strategies."""
+import os
+
+import numpy as np
+import pytest
+
+import mdtrain as tf
+from keras_oracle import run_keras
+
+L = tf.keras.layers
+
+
+def _lstm_model(seed=0, steps=5, features=3, cls="LSTM", **kwargs):
+    tf.keras.utils.set_random_seed(seed)
+    return tf.keras.Sequential([tf.keras.Input((steps, features)), getattr(L, cls)(4, name="rnn", **kwargs)])
+
+
+def _inputs(n=6, steps=5, features=3, seed=1):
+    return np.random.default_rng(seed).normal(size=(n, steps, features)).astype(np.float32)
+
+
+def _outputs_and_gradients(model, x, target):
+    loss_fn = tf.keras.losses.MeanSquaredError()
+    with tf.GradientTape() as tape:
+        y = model(x, training=True)
+        loss = loss_fn(target, y)
+    grads = tape.gradient(loss, model.trainable_variables)
+    return np.asarray(y), [np.asarray(g) for g in grads]
+
+
+KERAS_SIDE = """
+import numpy as np, keras, tensorflow as tf
+d = np.load("case.npz", allow_pickle=True)
+kwargs = d["kwargs"].item()
+model = keras.Sequential([keras.Input(d["x"].shape[1:]), keras.layers.{cls}(d["units"].item(), name="rnn", **kwargs)])
+model.set_weights([d[f"w{{i}}"] for i in range(int(d["nw"]))])
+loss_fn = keras.losses.MeanSquaredError()
+with tf.GradientTape() as tape:
+    y = model(d["x"], training=True)
+    loss = loss_fn(d["target"], y)
+grads = tape.gradient(loss, model.trainable_variables)
+np.savez("keras.npz", y=np.asarray(y), names=np.array([v.path for v in model.weights]),
+         **{{f"g{{i}}": np.asarray(g) for i, g in enumerate(grads)}})
+"""
+
+
+def _compare_with_keras(tmp_path, cls, model, kwargs, x):
+    target = np.random.default_rng(5).normal(size=(len(x), *model.output_shape[1:])).astype(np.float32)
+    y, grads = _outputs_and_gradients(model, x, target)
+    weights = model.get_weights()
+    np.savez(tmp_path / "case.npz", x=x, target=target, units=np.array(model.layers[0].units), kwargs=np.array(kwargs),
+             nw=np.array(len(weights)), **{f"w{i}": w for i, w in enumerate(weights)})
+    run_keras(KERAS_SIDE.format(cls=cls), cwd=tmp_path)
+    k = np.load(tmp_path / "keras.npz")
+    np.testing.assert_allclose(y, k["y"], rtol=1e-5, atol=1e-6)
+    assert len(grads) == len(weights)
+    for i, g in enumerate(grads):
+        np.testing.assert_allclose(g, k[f"g{i}"], rtol=1e-5, atol=1e-6, err_msg=str(k["names"][i]))
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "SimpleRNN"])
+@pytest.mark.parametrize("kwargs", [{}, {"return_sequences": True}, {"go_backwards": True},
+                                    {"return_sequences": True, "go_backwards": True, "use_bias": False}])
+def test_recurrent_outputs_and_gradients_equal_keras(tmp_path, cls, kwargs):
+    model = _lstm_model(cls=cls, **kwargs)
+    # Non-trivial weights everywhere (the forget bias starts at 1, the rest of the bias at 0).
+    rng = np.random.default_rng(3)
+    model.set_weights([w + rng.normal(scale=0.2, size=w.shape).astype(np.float32) for w in model.get_weights()])
+    _compare_with_keras(tmp_path, cls, model, kwargs, _inputs())
+
+
+def test_simple_rnn_relu_equals_keras(tmp_path):
+    model = _lstm_model(cls="SimpleRNN", activation="relu", return_sequences=True)
+    _compare_with_keras(tmp_path, "SimpleRNN", model, {"activation": "relu", "return_sequences": True}, _inputs())
+
+
+def test_gru_and_simple_rnn_weights_have_keras_shapes():
+    kernel, recurrent, bias = _lstm_model(cls="GRU").get_weights()
+    assert kernel.shape == (3, 12) and recurrent.shape == (4, 12) and bias.shape == (2, 12)
+    kernel, recurrent, bias = _lstm_model(cls="SimpleRNN").get_weights()
+    assert kernel.shape == (3, 4) and recurrent.shape == (4, 4) and bias.shape == (4,)
+    np.testing.assert_allclose(recurrent @ recurrent.T, np.eye(4), atol=1e-5)
+    with pytest.raises(NotImplementedError, match="reset_after"):
+        L.GRU(3, reset_after=False)
+
+
+def test_lstm_weights_have_keras_shapes_names_and_initial_values():
+    model = _lstm_model(steps=7, features=3)
+    kernel, recurrent, bias = model.get_weights()
+    assert kernel.shape == (3, 16) and recurrent.shape == (4, 16) and bias.shape == (16,)
+    assert [v.name for v in model.layers[0].weights] == ["kernel", "recurrent_kernel", "bias"] or \
+        [v.name for v in model.layers[0].weights] == ["rnn/kernel", "rnn/recurrent_kernel", "rnn/bias"]
+    np.testing.assert_array_equal(bias, np.r_[np.zeros(4), np.ones(4), np.zeros(8)])  # unit_forget_bias
+    limit = np.sqrt(6 / (3 + 16))  # glorot_uniform
+    assert np.all(np.abs(kernel) <= limit)
+    # Orthogonal (4, 16): orthonormal rows.
+    np.testing.assert_allclose(recurrent @ recurrent.T, np.eye(4), atol=1e-5)
+    assert model.output_shape == (None, 4)
+    assert _lstm_model(return_sequences=True, steps=7).output_shape == (None, 7, 4)
+
+
+@pytest.mark.parametrize("cls", ["SimpleRNN", "GRU"])
+def test_config_round_trips(cls):
+    layer = getattr(L, cls)(5, return_sequences=True, name="r")
+    config = layer.get_config()
+    assert getattr(L, cls).from_config(config).get_config() == config
+    assert config["activation"] == "tanh"
+
+
+def test_lstm_config_round_trips_and_keeps_keras_defaults():
+    layer = L.LSTM(8, return_sequences=True, go_backwards=True, name="seq")
+    config = layer.get_config()
+    assert config["units"] == 8 and config["return_sequences"] and config["go_backwards"]
+    assert config["activation"] == "tanh" and config["recurrent_activation"] == "sigmoid"
+    assert config["unit_forget_bias"] is True and config["use_bias"] is True
+    assert config["recurrent_initializer"]["class_name"] == "Orthogonal"
+    assert config["kernel_initializer"]["class_name"] == "GlorotUniform"
+    again = L.LSTM.from_config(config)
+    assert again.get_config() == config
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "SimpleRNN"])
+def test_recurrent_model_saves_and_loads(tmp_path, cls):
+    model = _lstm_model(cls=cls, return_sequences=True)
+    x = _inputs()
+    expected = model.predict(x, verbose=0)
+    for name in ("m.keras", "m.weights.h5"):
+        path = str(tmp_path / name)
+        if name.endswith(".keras"):
+            model.save(path)
+            loaded = tf.keras.models.load_model(path)
+        else:
+            model.save_weights(path)
+            loaded = _lstm_model(seed=9, cls=cls, return_sequences=True)
+            loaded.load_weights(path)
+        np.testing.assert_array_equal(loaded.predict(x, verbose=0), expected)
+
+
+def test_lstm_refuses_a_sequence_of_the_wrong_rank_naming_the_layer_and_shapes():
+    with pytest.raises(ValueError, match=r'layer "rnn".*expected ndim=3.*\(None, 5\)'):
+        tf.keras.Sequential([tf.keras.Input((5,)), L.LSTM(4, name="rnn")])
+    model = _lstm_model()
+    with pytest.raises(ValueError, match=r'rnn'):
+        model.predict(np.zeros((2, 6, 3), np.float32), verbose=0)
+
+
+def test_lstm_unsupported_options_are_refused_by_name():
+    for kwargs in ({"return_state": True}, {"activation": "relu"}, {"stateful": True}):
+        with pytest.raises(NotImplementedError, match=list(kwargs)[0]):
+            L.LSTM(4, **kwargs)
+
+
+def test_lstm_learns_a_sequence_task():
+    """The sign of the sum of the first feature over time: needs memory over the sequence."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 10, 2)).astype(np.float32)
+    y = (x[:, :, 0].sum(axis=1) > 0).astype(np.int64)
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((10, 2)), L.LSTM(16), L.Dense(2, activation="softmax")])
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    model.fit(x, y, batch_size=32, epochs=8, verbose=0)
+    assert model.evaluate(x, y, verbose=0)[1] >= 0.9
+
+
+def test_dropout_config_and_bad_rates():
+    layer = L.GRU(3, dropout=0.25, recurrent_dropout=0.5, seed=7)
+    config = layer.get_config()
+    assert (config["dropout"], config["recurrent_dropout"], config["seed"]) == (0.25, 0.5, 7)
+    assert L.GRU.from_config(config).get_config() == config
+    for bad in (1.0, -0.1, "x"):
+        with pytest.raises(ValueError, match="dropout"):
+            L.LSTM(3, dropout=bad)
+
+
+def test_dropout_changes_training_outputs_only():
+    model = _lstm_model(return_sequences=True, dropout=0.5, recurrent_dropout=0.5)
+    x = _inputs()
+    np.testing.assert_array_equal(model(x, training=False), model.predict(x, verbose=0))
+    assert not np.allclose(np.asarray(model(x, training=True)), model.predict(x, verbose=0))
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_recurrent_mirrored_and_central_storage_equal_one_device(logical_cpus, dropout):
+    logical_cpus(2)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 6, 3)).astype(np.float32)
+    y = rng.integers(0, 3, size=64)
+
+    def train(strategy):
+        with strategy.scope():
+            tf.keras.utils.set_random_seed(0)
+            model = tf.keras.Sequential([tf.keras.Input((6, 3)),
+                                         L.LSTM(8, return_sequences=True, dropout=dropout, recurrent_dropout=dropout),
+                                         L.GRU(6, return_sequences=True, recurrent_dropout=dropout),
+                                         L.SimpleRNN(5, dropout=dropout),
+                                         L.Dense(3, activation="softmax")])
+            model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    one = train(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    for strategy in (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
+                     tf.distribute.experimental.CentralStorageStrategy()):
+        for a, b in zip(one, train(strategy)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+BIDIRECTIONAL_KERAS = """
+import numpy as np, keras, tensorflow as tf
+d = np.load("case.npz")
+model = keras.Sequential([keras.Input(d["x"].shape[1:]),
+                          keras.layers.Bidirectional(keras.layers.{cls}(3, return_sequences={seq}))])
+model.set_weights([d[f"w{{i}}"] for i in range(int(d["nw"]))])
+with tf.GradientTape() as tape:
+    y = model(d["x"], training=True)
+    loss = keras.losses.MeanSquaredError()(d["target"], y)
+grads = tape.gradient(loss, model.trainable_variables)
+np.savez("keras.npz", y=np.asarray(y), **{{f"g{{i}}": np.asarray(g) for i, g in enumerate(grads)}})
+"""
+
+
+@pytest.mark.parametrize("cls,seq", [("LSTM", True), ("GRU", False), ("SimpleRNN", True)])
+def test_bidirectional_outputs_and_gradients_equal_keras(tmp_path, cls, seq):
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((5, 3)), L.Bidirectional(getattr(L, cls)(3, return_sequences=seq))])
+    assert model.output_shape == ((None, 5, 6) if seq else (None, 6))
+    rng = np.random.default_rng(3)
+    model.set_weights([w + rng.normal(scale=0.2, size=w.shape).astype(np.float32) for w in model.get_weights()])
+    x = _inputs()
+    target = rng.normal(size=(len(x), *model.output_shape[1:])).astype(np.float32)
+    y, grads = _outputs_and_gradients(model, x, target)
+    weights = model.get_weights()
+    np.savez(tmp_path / "case.npz", x=x, target=target, nw=np.array(len(weights)),
+             **{f"w{i}": w for i, w in enumerate(weights)})
+    run_keras(BIDIRECTIONAL_KERAS.format(cls=cls, seq=seq), cwd=tmp_path)
+    k = np.load(tmp_path / "keras.npz")
+    np.testing.assert_allclose(y, k["y"], rtol=1e-5, atol=1e-6)
+    for i, g in enumerate(grads):
+        np.testing.assert_allclose(g, k[f"g{i}"], rtol=1e-5, atol=1e-6, err_msg=str(i))
+
+
+def test_bidirectional_config_round_trips():
+    layer = L.Bidirectional(L.LSTM(4, return_sequences=True), name="bi")
+    config = layer.get_config()
+    assert config["merge_mode"] == "concat" and config["layer"]["class_name"] == "LSTM"
+    assert L.Bidirectional.from_config(config).get_config() == config
+    with pytest.raises(NotImplementedError, match="merge_mode"):
+        L.Bidirectional(L.LSTM(4), merge_mode="sum")
+
+
+def test_a_mask_zero_embedding_before_a_recurrent_layer_is_refused_not_ignored():
+    model = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(10, 4, mask_zero=True)])
+    with pytest.raises(NotImplementedError, match="masking"):
+        model.add(L.LSTM(3))
+    unmasked = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(10, 4), L.GRU(3)])
+    assert unmasked.predict(np.array([[1, 2, 3, 0, 0]]), verbose=0).shape == (1, 3)
