@@ -5,6 +5,7 @@ meshes; fewer micro-batches than stages is a ValueError before training and few 
 bubble fraction; step_time_breakdown reports each stage's busy and idle time."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -168,6 +169,7 @@ def test_2_workers_x_2_stages_train_like_one_device():
     cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    # the two workers share stdout, so their lines may run together: find each report wherever it is
+    results = [json.loads(m) for m in re.findall(r"RESULT (\[[^\[\]]*\])", proc.stdout)]
     assert len(results) == 2  # both workers checked and printed
     assert results[0] == results[1]  # every worker saw the same losses
