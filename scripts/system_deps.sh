@@ -3,6 +3,7 @@
 # (root or sudo). Everything the Python package itself needs comes from PyPI.
 #   - dataset-fashion-mnist: the data set, so nothing is downloaded at run time
 #   - cmake, g++, ninja-build: the C++ build (pip also gets cmake/ninja from PyPI if absent)
+#   - ccache: the test command's builds share the objects they compile alike (scripts/test.sh)
 #   - googletest: the C++ test suite
 #   - nlohmann-json3-dev: the JSON library of plain CMake builds (pip builds take nlohmann-json
 #     from PyPI instead)
@@ -17,6 +18,7 @@ want=()
 command -v cmake >/dev/null || want+=(cmake)
 command -v g++ >/dev/null || want+=(g++)
 command -v ninja >/dev/null || want+=(ninja-build)
+command -v ccache >/dev/null || want+=(ccache)
 [ -f /usr/include/gtest/gtest.h ] || want+=(googletest libgtest-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || want+=(nlohmann-json3-dev)
 command -v mpirun >/dev/null || want+=(openmpi-bin)

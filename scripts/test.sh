@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/system_deps.sh
+# ccache lets the builds below share what they compile alike: the CPU test build reuses the pip
+# build's library objects, and the CUDA build every .cpp object of the CPU one (its extra -isystem
+# for the CUDA headers only matters to ccache through the preprocessed text, which is the same for
+# files that do not include them). So pip builds with the test builds' flags (-Werror) too.
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  export CMAKE_ARGS="${CMAKE_ARGS:-} -DMDTRAIN_WERROR=ON -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+fi
 python3 -m pip install -q ".[test]"
 # Keras 3 (tensorflow-cpu) in its own cached venv, for the tests that check files against Keras.
 bash scripts/keras_env.sh
@@ -16,7 +25,7 @@ fi
 
 # The CPU-only build (what `pip install` gives): CUDA off even where nvcc exists.
 build=build/tests
-cmake -S . -B "$build" -G Ninja -DMDTRAIN_TESTS=ON -DMDTRAIN_WERROR=ON -DMDTRAIN_CUDA=OFF >/dev/null
+cmake -S . -B "$build" -G Ninja -DMDTRAIN_TESTS=ON -DMDTRAIN_WERROR=ON -DMDTRAIN_CUDA=OFF "${launcher[@]}" >/dev/null
 cmake --build "$build" -j2
 ctest --test-dir "$build" --output-on-failure -j2 --timeout 600
 # The GPU tests that go through the ops API, run with host tensors in place of GPU ones: a check of
@@ -29,7 +38,7 @@ MDTRAIN_GPU_TESTS_ON_CPU=1 "$build/tests/cpp/test_gpu" --gtest_brief=1
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   cuda=build/cuda
   cmake -S . -B "$cuda" -G Ninja -DMDTRAIN_TESTS=ON -DMDTRAIN_WERROR=ON -DMDTRAIN_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=80 >/dev/null
+    -DCMAKE_CUDA_ARCHITECTURES=80 "${launcher[@]}" >/dev/null
   cmake --build "$cuda" -j2
   ctest --test-dir "$cuda" --output-on-failure -j2 --timeout 600 -LE gpu
   gpu_rc=0
@@ -67,4 +76,4 @@ bash scripts/fuzz.sh 30
 
 # Run from outside the source tree so the installed package is what gets imported.
 cd tests/py
-python3 -m pytest -q -p no:cacheprovider "$@"
+python3 -m pytest -q -p no:cacheprovider --durations=25 "$@"
