@@ -1,0 +1,65 @@
+"""SimpleRNN, LSTM, GRU and Bidirectional under every strategy that trains them: the weights equal
+one device's to float32 rounding, dropout and recurrent_dropout included (their masks are keyed by
+global row, so a replica drops what one device drops for that row). Mirrored and CentralStorage
+with a stacked model are in test_rnn.py; here: Bidirectional under both, MultiWorkerMirrored across
+2 MPI workers, ParameterServer in its deterministic mode, and ModelParallel (gate units split)."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mdtrain as tf
+from mdtrain import _core
+
+L = tf.keras.layers
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _data(n=64):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n, 6, 3)).astype(np.float32), rng.integers(0, 3, size=n)
+
+
+def _bidirectional_layers():
+    return [L.Bidirectional(L.LSTM(4, return_sequences=True, dropout=0.2, recurrent_dropout=0.3)),
+            L.Bidirectional(L.GRU(3)), L.Dense(3, activation="softmax")]
+
+
+def _train(strategy, layers, x, y, epochs=2):
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(0)
+        model = tf.keras.Sequential([tf.keras.Input(x.shape[1:])] + layers())
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    history = model.fit(x, y, batch_size=16, epochs=epochs, shuffle=False, verbose=0)
+    return history.history["loss"], model.get_weights()
+
+
+def test_bidirectional_under_mirrored_and_central_storage_equals_one_device(logical_cpus):
+    logical_cpus(2)
+    x, y = _data()
+    one_loss, one = _train(tf.distribute.OneDeviceStrategy("/cpu:0"), _bidirectional_layers, x, y)
+    for strategy in (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
+                     tf.distribute.experimental.CentralStorageStrategy()):
+        loss, weights = _train(strategy, _bidirectional_layers, x, y)
+        np.testing.assert_allclose(loss, one_loss, rtol=1e-5)
+        for a, b in zip(one, weights):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or not _core.mpi_available(),
+                    reason="needs mpirun and an mdtrain built with MPI")
+def test_recurrent_layers_under_multi_worker_mirrored_equal_one_device():
+    job = os.path.join(HERE, "jobs", "rnn_multi_worker_job.py")
+    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "1", job]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the two workers share stdout, so their lines may run together: find each report wherever it is
+    results = [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", proc.stdout)]
+    assert len(results) == 2  # both workers compared their weights with one device's and printed
+    assert results[0] == results[1]
+    assert set(results[0]) == {"stacked", "bidirectional"}
