@@ -63,3 +63,45 @@ def test_recurrent_layers_under_multi_worker_mirrored_equal_one_device():
     assert len(results) == 2  # both workers compared their weights with one device's and printed
     assert results[0] == results[1]
     assert set(results[0]) == {"stacked", "bidirectional"}
+
+
+@pytest.mark.skipif(not _core.zmq_available(), reason="mdtrain was built without ZeroMQ (libzmq3-dev)")
+def test_recurrent_layers_under_parameter_server_deterministic_mode_equal_serial_training(tmp_path):
+    """Deterministic mode (staleness 0, step k on worker k % 2): the servers' weights equal
+    train_on_batch on one device over the same batches in the same order."""
+    from mdtrain._input_context import InputContext
+    from mdtrain._ps.fit import _ArrayBatches
+    from mdtrain._ps.local_cluster import LocalCluster
+
+    x, y = _data(128)
+
+    def layers():  # named: the servers hold variables by name
+        return [L.LSTM(8, return_sequences=True, name="lstm"), L.GRU(6, return_sequences=True, name="gru"),
+                L.Bidirectional(L.SimpleRNN(5), name="bidirectional"), L.Dense(3, activation="softmax", name="out")]
+
+    with LocalCluster(1, 2, log_dir=str(tmp_path)) as cluster:
+        cluster.wait_until_serving()
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(cluster.cluster), task_type="chief", task_id=0)
+        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, deterministic=True)
+        try:
+            tf.keras.utils.set_random_seed(0)
+            with strategy.scope():
+                model = tf.keras.Sequential([tf.keras.Input((6, 3))] + layers())
+                model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy")
+            initial = model.get_weights()
+            model.fit(x, y, batch_size=16, epochs=1, steps_per_epoch=6, verbose=0)
+            got = model.get_weights()
+            epoch_seed = model._epoch_seed()
+        finally:
+            strategy._close()
+    reference = tf.keras.Sequential([tf.keras.Input((6, 3))] + layers())
+    reference.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy")
+    reference.set_weights(initial)
+    batches = [_ArrayBatches(x, y.astype(np.int32), 16, True, epoch_seed)(InputContext(2, w)) for w in range(2)]
+    for k in range(6):
+        reference.train_on_batch(*next(batches[k % 2]))
+    assert len(got) == len(reference.get_weights())
+    assert not np.array_equal(got[0], initial[0])  # it trained
+    for a, b in zip(got, reference.get_weights()):
+        np.testing.assert_array_equal(a, b)  # the same ops in the same order: bit for bit
