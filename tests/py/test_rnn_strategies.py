@@ -105,3 +105,52 @@ def test_recurrent_layers_under_parameter_server_deterministic_mode_equal_serial
     assert not np.array_equal(got[0], initial[0])  # it trained
     for a, b in zip(got, reference.get_weights()):
         np.testing.assert_array_equal(a, b)  # the same ops in the same order: bit for bit
+
+
+distribution = tf.keras.distribution
+
+
+def _recurrent_layers(dropout):
+    return [L.LSTM(8, return_sequences=True, dropout=dropout, recurrent_dropout=dropout, name="lstm"),
+            L.GRU(6, return_sequences=True, recurrent_dropout=dropout, name="gru"),
+            L.SimpleRNN(4, dropout=dropout, recurrent_dropout=dropout, name="rnn"),
+            L.Dense(3, activation="softmax", name="out")]
+
+
+def _unit_split_map(mesh):
+    """Every recurrent layer split by units: kernel (None, 'model') names it; the recurrent kernel
+    and bias follow (given for the LSTM, left out for the others)."""
+    layout_map = distribution.LayoutMap(mesh)
+    layout_map["lstm/kernel"] = (None, "model")
+    layout_map["lstm/recurrent_kernel"] = (None, "model")
+    layout_map["lstm/bias"] = ("model",)
+    layout_map["gru/kernel"] = (None, "model")
+    layout_map["gru/bias"] = (None, "model")
+    layout_map["rnn/kernel"] = (None, "model")
+    return layout_map
+
+
+def _train_mp(strategy, dropout, x, y, optimizer):
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(0)
+        model = tf.keras.Sequential([tf.keras.Input(x.shape[1:])] + _recurrent_layers(dropout))
+        model.compile(optimizer=optimizer(), loss="sparse_categorical_crossentropy")
+    history = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    return model, history.history["loss"]
+
+
+@pytest.mark.parametrize("mesh_shape,dropout", [((1, 2), 0.0), ((1, 2), 0.3), ((2, 2), 0.3)])
+def test_recurrent_layers_split_by_units_train_like_one_device(logical_cpus, mesh_shape, dropout):
+    logical_cpus(4)
+    x, y = _data()
+    mesh = distribution.DeviceMesh(mesh_shape, ("batch", "model"),
+                                   devices=distribution.list_devices()[:int(np.prod(mesh_shape))])
+    adam = lambda: tf.keras.optimizers.Adam(0.01)  # noqa: E731
+    split, split_loss = _train_mp(distribution.ModelParallel(layout_map=_unit_split_map(mesh)), dropout, x, y, adam)
+    one, one_loss = _train_mp(tf.distribute.OneDeviceStrategy("/cpu:0"), dropout, x, y, adam)
+    np.testing.assert_allclose(split_loss, one_loss, rtol=1e-5)
+    for a, b in zip(split.get_weights(), one.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # the optimizer state comes back whole, each shard's units in their gates' places
+    for a, b in zip(split.optimizer.variables, one.optimizer.variables):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
