@@ -53,16 +53,16 @@ def test_bidirectional_under_mirrored_and_central_storage_equals_one_device(logi
 
 @pytest.mark.skipif(shutil.which("mpirun") is None or not _core.mpi_available(),
                     reason="needs mpirun and an mdtrain built with MPI")
-def test_recurrent_layers_under_multi_worker_mirrored_equal_one_device():
+def test_recurrent_layers_under_multi_worker_mirrored_and_model_parallel_across_workers_equal_one_device():
     job = os.path.join(HERE, "jobs", "rnn_multi_worker_job.py")
-    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "1", job]
+    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the two workers share stdout, so their lines may run together: find each report wherever it is
     results = [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", proc.stdout)]
     assert len(results) == 2  # both workers compared their weights with one device's and printed
     assert results[0] == results[1]
-    assert set(results[0]) == {"stacked", "bidirectional"}
+    assert set(results[0]) == {"stacked", "bidirectional", "units_split"}
 
 
 @pytest.mark.skipif(not _core.zmq_available(), reason="mdtrain was built without ZeroMQ (libzmq3-dev)")
