@@ -154,3 +154,24 @@ def test_recurrent_layers_split_by_units_train_like_one_device(logical_cpus, mes
     # the optimizer state comes back whole, each shard's units in their gates' places
     for a, b in zip(split.optimizer.variables, one.optimizer.variables):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
+def test_a_checkpoint_with_optimizer_state_moves_between_one_device_and_a_units_split(logical_cpus, tmp_path):
+    """Weights and Adam slots saved on one device load into the split model (each shard takes its
+    units of every gate) and training goes on as on one device."""
+    logical_cpus(2)
+    x, y = _data()
+    adam = lambda: tf.keras.optimizers.Adam(0.01)  # noqa: E731
+    one, _ = _train_mp(tf.distribute.OneDeviceStrategy("/cpu:0"), 0.0, x, y, adam)
+    path = str(tmp_path / "one.keras")
+    one.save(path)
+    mesh = distribution.DeviceMesh((1, 2), ("batch", "model"))
+    with distribution.ModelParallel(layout_map=_unit_split_map(mesh)).scope():
+        split = tf.keras.models.load_model(path)
+    np.testing.assert_allclose(split.predict(x, verbose=0), one.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
+    for model in (one, split):
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(split.get_weights(), one.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(split.optimizer.variables, one.optimizer.variables):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
