@@ -140,9 +140,10 @@ TensorParallelPlan::TensorParallelPlan(LayerStack& primary, const WeightLayouts&
       const std::string recurrent = layer.name() + "/recurrent_kernel";
       const int last_of_bias = rnn->options().use_bias ? layer.parameters().back()->value.ndim() - 1 : 0;
       if (!k || *k != 1)
-        refuse(first, "a recurrent layer is split by units: kernel (None, 'model') (each shard takes its units of "
-                      "every gate), with recurrent_kernel (None, 'model') and the bias split along its last axis, "
-                      "or left out");
+        refuse(first,
+               "a recurrent layer is split by units: kernel (None, 'model') (each shard takes its units of "
+               "every gate), with recurrent_kernel (None, 'model') and the bias split along its last axis, "
+               "or left out");
       const auto r = request(recurrent);
       if (r && *r != 1) refuse(recurrent, "the kernel's units are split, so recurrent_kernel is (None, 'model')");
       const auto b = request(bias);

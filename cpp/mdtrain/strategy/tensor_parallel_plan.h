@@ -39,8 +39,16 @@ std::string layout_string(const WeightLayout& layout);
 
 class TensorParallelPlan {
  public:
-  enum class Kind { Replicated, ColumnDense, RowDense, ColumnConv2D, RowEmbedding, ColumnEmbedding, SplitDropout,
-                    UnitParallelRecurrent };
+  enum class Kind {
+    Replicated,
+    ColumnDense,
+    RowDense,
+    ColumnConv2D,
+    RowEmbedding,
+    ColumnEmbedding,
+    SplitDropout,
+    UnitParallelRecurrent
+  };
 
   // Validates `layouts` against the primary's layers and the mesh (model axis `model_axis`, of
   // size model_axis_size) and decides each layer's form.

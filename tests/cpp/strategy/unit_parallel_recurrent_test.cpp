@@ -97,8 +97,7 @@ std::vector<Tensor> train(Model& m, Optimizer::State* state) {
   for (std::int64_t i = 0; i < kRows; ++i) y.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 7) % 3);
   std::vector<std::int64_t> order(kRows);
   std::iota(order.begin(), order.end(), 0);
-  for (int e = 0; e < 2; ++e)
-    m.train_epoch(x, y, order.data(), kRows, kBatch, (kRows + kBatch - 1) / kBatch, nullptr);
+  for (int e = 0; e < 2; ++e) m.train_epoch(x, y, order.data(), kRows, kBatch, (kRows + kBatch - 1) / kBatch, nullptr);
   if (state) *state = m.optimizer_state();
   return m.get_weights();
 }
@@ -137,11 +136,11 @@ INSTANTIATE_TEST_SUITE_P(ModelAndHybridMeshes, UnitParallelRecurrentMatchesOneDe
                          ::testing::Combine(::testing::Bool(), ::testing::Values(0.0, 0.3)));
 
 TEST(UnitParallelRecurrent, RecurrentKernelSplitByRowsIsRefused) {
-  WeightLayouts layouts = {{"lstm/kernel", kUnits},
-                           {"lstm/recurrent_kernel", {std::string("model"), std::nullopt}}};
+  WeightLayouts layouts = {{"lstm/kernel", kUnits}, {"lstm/recurrent_kernel", {std::string("model"), std::nullopt}}};
   try {
-    auto m = make_model(
-        std::make_shared<ModelParallelStrategy>(DeviceMesh({2}, {"model"}, cpus(2)), layouts, std::nullopt), 0.0);
+    auto m =
+        make_model(std::make_shared<ModelParallelStrategy>(DeviceMesh({2}, {"model"}, cpus(2)), layouts, std::nullopt),
+                   0.0);
     train(*m, nullptr);  // the layouts are checked at the latest before the first step
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {

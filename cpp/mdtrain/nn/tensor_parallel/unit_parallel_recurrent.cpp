@@ -63,8 +63,8 @@ UnitParallelRecurrent::UnitParallelRecurrent(std::string name, std::string cell_
       units_(options_.units) {
   MDTRAIN_CHECK(group_ != nullptr, std::invalid_argument, "[tensor_parallel] layer \"", name_,
                 "\" needs a shard group");
-  MDTRAIN_CHECK(units_ % group_->size() == 0, std::invalid_argument, "[model_parallel] layer \"", name_, "\": ",
-                units_, " units cannot be split into ", group_->size(), " shards");
+  MDTRAIN_CHECK(units_ % group_->size() == 0, std::invalid_argument, "[model_parallel] layer \"", name_, "\": ", units_,
+                " units cannot be split into ", group_->size(), " shards");
   local_ = units_ / group_->size();
   cell_ = gates_ == 1 ? Cell::SimpleRNN : gates_ == 4 ? Cell::LSTM : Cell::GRU;
   if (cell_ == Cell::SimpleRNN) activation_ = parse_activation(options_.activation);
@@ -191,15 +191,15 @@ void UnitParallelRecurrent::step_backward(std::int64_t t) {
     }
     case Cell::LSTM: {
       Tensor dz = step_rows(dxz_, t);
-      ops::lstm_step_backward(step_rows(gates_buf_, t), step_rows(c_, t), step_rows(c_, t + 1), step_rows(dh_, t),
-                              dc_, dz);
+      ops::lstm_step_backward(step_rows(gates_buf_, t), step_rows(c_, t), step_rows(c_, t + 1), step_rows(dh_, t), dc_,
+                              dz);
       break;
     }
     case Cell::GRU: {
       Tensor dx = step_rows(dxz_, t), dhz = step_rows(dhz_, t);
       Tensor dh_prev = t > 0 ? step_rows(dh_, t - 1) : Tensor();
-      ops::gru_step_backward(step_rows(gates_buf_, t), step_rows(hz_, t), step_rows(h_local_, t), step_rows(dh_, t),
-                             dx, dhz, dh_prev);
+      ops::gru_step_backward(step_rows(gates_buf_, t), step_rows(hz_, t), step_rows(h_local_, t), step_rows(dh_, t), dx,
+                             dhz, dh_prev);
       break;
     }
   }
@@ -302,8 +302,8 @@ void UnitParallelRecurrent::add_regularization_gradients() {
 }
 
 std::unique_ptr<Layer> UnitParallelRecurrent::clone() const {
-  auto copy = std::unique_ptr<UnitParallelRecurrent>(
-      new UnitParallelRecurrent(name_, cell_class_, config_, options_, group_));
+  auto copy =
+      std::unique_ptr<UnitParallelRecurrent>(new UnitParallelRecurrent(name_, cell_class_, config_, options_, group_));
   copy->copy_build_state(*this);
   if (!built_) return copy;
   copy->kernel_ = Parameter(kernel_.name, kernel_.value.clone());

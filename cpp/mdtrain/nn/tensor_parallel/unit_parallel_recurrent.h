@@ -65,7 +65,7 @@ class UnitParallelRecurrent : public Layer {
   Json config_;
   RecurrentLayer::Options options_;
   ShardGroup* group_;
-  std::int64_t gates_, units_, local_;  // G, u, u / n
+  std::int64_t gates_, units_, local_;        // G, u, u / n
   Activation activation_ = Activation::Tanh;  // SimpleRNN's
   std::shared_ptr<Regularizer> kernel_reg_, recurrent_reg_, bias_reg_;
   Parameter kernel_, recurrent_kernel_, bias_;
