@@ -2,7 +2,8 @@
 one device's to float32 rounding, dropout and recurrent_dropout included (their masks are keyed by
 global row, so a replica drops what one device drops for that row). Mirrored and CentralStorage
 with a stacked model are in test_rnn.py; here: Bidirectional under both, MultiWorkerMirrored across
-2 MPI workers, ParameterServer in its deterministic mode, and ModelParallel (gate units split)."""
+2 MPI workers, ParameterServer in its deterministic mode, PipelineParallel, and ModelParallel (the
+units of every gate split over the model axis: nn/tensor_parallel/unit_parallel_recurrent.h)."""
 import json
 import os
 import re
@@ -175,3 +176,29 @@ def test_a_checkpoint_with_optimizer_state_moves_between_one_device_and_a_units_
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     for a, b in zip(split.optimizer.variables, one.optimizer.variables):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_recurrent_layers_in_pipeline_stages_train_like_one_device(logical_cpus, dropout):
+    """LSTM | GRU + Bidirectional(SimpleRNN) | Dense on 2 pipeline stages x 2 batch groups, 4
+    micro-batches per group: the masks follow each row wherever its micro-batch runs."""
+    import warnings
+
+    logical_cpus(4)
+    x, y = _data()
+
+    def layers():
+        return [L.LSTM(8, return_sequences=True, dropout=dropout, recurrent_dropout=dropout),
+                L.GRU(6, return_sequences=True, recurrent_dropout=dropout),
+                L.Bidirectional(L.SimpleRNN(4, recurrent_dropout=dropout)), L.Dense(3, activation="softmax")]
+
+    one_loss, one = _train(tf.distribute.OneDeviceStrategy("/cpu:0"), layers, x, y)
+    mesh = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 4 micro-batches for 2 stages: the bubble warning
+        pipeline = distribution.PipelineParallel(mesh, num_microbatches=4, schedule="1f1b", batch_dim_name="batch",
+                                                 stages=[2])
+    loss, weights = _train(pipeline, layers, x, y)
+    np.testing.assert_allclose(loss, one_loss, rtol=1e-5)
+    for a, b in zip(weights, one):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
