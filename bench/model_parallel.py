@@ -7,7 +7,11 @@ spent in collectives, model axis included), and measured peak memory per device
 (tf.config.experimental.get_memory_info: weights, gradients, optimizer state and activations each
 device allocated). Ratios are to the 1-device run of the same invocation.
 
-    python bench/model_parallel.py [--steps 20] [--repeats 3]
+With --model lstm: LSTM(1024) on Fashion-MNIST images read row by row (28 steps of 28 features),
+batch 64, on 1 device and split by units over 2 devices (ModelParallel, kernel (None, "model"):
+each device computes its 512 units of every gate, h all-gathered each step).
+
+    python bench/model_parallel.py [--steps 20] [--repeats 3] [--model mlp|lstm]
 """
 import argparse
 import gc
@@ -20,9 +24,13 @@ import _common  # noqa: E402
 
 HIDDEN = [4096, 4096]
 BATCH = 256
+LSTM_UNITS, LSTM_BATCH = 1024, 64
+MODEL = "mlp"
 
 
 def build(tf):
+    if MODEL == "lstm":
+        return build_lstm(tf)
     tf.keras.utils.set_random_seed(0)
     layers = [tf.keras.layers.Dense(h, activation="relu", name=f"hidden{i}") for i, h in enumerate(HIDDEN)]
     model = tf.keras.Sequential([tf.keras.Input((784,))] + layers + [tf.keras.layers.Dense(10, name="out")])
@@ -41,7 +49,25 @@ def megatron(tf, mesh_shape):
     return d.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
 
 
+def build_lstm(tf):
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((28, 28)), tf.keras.layers.LSTM(LSTM_UNITS, name="lstm"),
+                                 tf.keras.layers.Dense(10, name="out")])
+    model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def units_split(tf):
+    d = tf.keras.distribution
+    mesh = d.DeviceMesh((1, 2), ("batch", "model"), devices=d.list_devices()[:2])
+    layout_map = d.LayoutMap(mesh)
+    layout_map["lstm/kernel"] = (None, "model")  # recurrent_kernel and bias follow: 512 units of each gate
+    return d.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+
+
 def cases(tf):
+    if MODEL == "lstm":
+        return [("1 device", 1, lambda: None), ("LSTM units split over 2 devices", 2, lambda: units_split(tf))]
     return [
         ("1 device", 1, lambda: None),
         ("2-way data parallel", 2, lambda: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])),
@@ -99,12 +125,19 @@ def main():
     parser = argparse.ArgumentParser(description="tensor vs data parallelism, wide MLP")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", choices=["mlp", "lstm"], default="mlp")
     args = parser.parse_args()
+    global MODEL, BATCH
+    MODEL = args.model
+    if MODEL == "lstm":
+        BATCH = LSTM_BATCH
     os.environ["MDTRAIN_NUM_CPU_DEVICES"] = "4"
     import mdtrain as tf
 
     x, y, _, _ = _common.fashion_mnist_flat()
     x, y = x[:BATCH * args.steps], y[:BATCH * args.steps]
+    if MODEL == "lstm":
+        x = x.reshape(-1, 28, 28)
     built = [setup_case(tf, name, n, make, x, y, args.steps) for name, n, make in cases(tf)]
     # The setups take turns, round after round, and each keeps its best round: a machine whose load
     # changes (other processes on the 2 cores) slows every setup alike instead of whichever ran then.
@@ -129,14 +162,17 @@ def main():
                       "update_ms": f"{r['update_ms']:.1f}", "comm_MB/step": f"{r['comm_MB']:.1f}",
                       "peak_MiB/device": "/".join(f"{p:.0f}" for p in r["peak_MiB"]),
                       "peak_vs_1": f"{r['max_peak_vs_1']:.2f}"})
-    print(f"wide MLP 784-{'-'.join(map(str, HIDDEN))}-10, Adam, batch {BATCH}, {args.steps} steps, best of "
+    what = f"LSTM({LSTM_UNITS}) on 28x28 rows" if MODEL == "lstm" else f"wide MLP 784-{'-'.join(map(str, HIDDEN))}-10"
+    print(f"{what}, Adam, batch {BATCH}, {args.steps} steps, best of "
           f"{args.repeats} rounds taken in turn; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; comm_MB: bytes each "
           "device moves per step; peak: measured bytes each device held at most (weights, gradients, optimizer "
           "state, activations)")
     _common.print_table(table, ["setup", "step_ms", "vs_1", "compute_ms", "comm_ms", "update_ms", "comm_MB/step",
                                 "peak_MiB/device", "peak_vs_1"])
-    path = _common.write_json("model_parallel.json", {"machine": _common.machine(), "batch": BATCH,
-                                                      "hidden": HIDDEN, "steps": args.steps, "rows": rows})
+    path = _common.write_json("model_parallel.json" if MODEL == "mlp" else "model_parallel_lstm.json",
+                              {"machine": _common.machine(), "batch": BATCH, "model": MODEL,
+                               "hidden": [LSTM_UNITS] if MODEL == "lstm" else HIDDEN, "steps": args.steps,
+                               "rows": rows})
     print(f"wrote {path}")
 
 

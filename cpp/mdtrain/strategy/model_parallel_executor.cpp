@@ -112,7 +112,7 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
         Shape piece = t.shape();
         piece[static_cast<std::size_t>(dim)] /= model_size_;
         Tensor part(piece, t.dtype());
-        copy_piece_out(t, dim, s->model, model_size_, part);
+        plan_->copy_piece_out(weight_of_slot(name), t, s->model, part);
         mine.emplace_back(name, part);
       }
       s->optimizer->set_state(mine);
@@ -379,7 +379,7 @@ Optimizer::State ModelParallelExecutor::optimizer_state() const {
     Tensor joined(shape, t.dtype());
     for (int m = 0; m < model_size_; ++m) {
       for (const auto& [other, piece] : per_model[static_cast<std::size_t>(m)])
-        if (other == name) copy_piece_in(piece, dim, m, model_size_, joined);
+        if (other == name) plan_->copy_piece_in(weight_of_slot(name), piece, m, joined);
     }
     t = joined;
   }

@@ -10,6 +10,7 @@
 #include "mdtrain/nn/tensor_parallel/dim_slices.h"
 #include "mdtrain/nn/tensor_parallel/row_parallel_dense.h"
 #include "mdtrain/nn/tensor_parallel/split_dropout.h"
+#include "mdtrain/nn/tensor_parallel/unit_parallel_recurrent.h"
 #include "mdtrain/nn/tensor_parallel/vocab_parallel_embedding.h"
 
 namespace mdtrain {
@@ -133,8 +134,30 @@ TensorParallelPlan::TensorParallelPlan(LayerStack& primary, const WeightLayouts&
     } else if (dynamic_cast<Embedding*>(&layer)) {
       plan.kind = split.front().second == 0 ? Kind::RowEmbedding : Kind::ColumnEmbedding;
       split_dims_[first] = split.front().second;
+    } else if (auto* rnn = dynamic_cast<RecurrentLayer*>(&layer)) {
+      // Split by units: kernel (None, model) leads; recurrent_kernel and bias follow its last axis.
+      const auto k = request(kernel);
+      const std::string recurrent = layer.name() + "/recurrent_kernel";
+      const int last_of_bias = rnn->options().use_bias ? layer.parameters().back()->value.ndim() - 1 : 0;
+      if (!k || *k != 1)
+        refuse(first,
+               "a recurrent layer is split by units: kernel (None, 'model') (each shard takes its units of "
+               "every gate), with recurrent_kernel (None, 'model') and the bias split along its last axis, "
+               "or left out");
+      const auto r = request(recurrent);
+      if (r && *r != 1) refuse(recurrent, "the kernel's units are split, so recurrent_kernel is (None, 'model')");
+      const auto b = request(bias);
+      if (b && *b != last_of_bias)
+        refuse(bias, "the kernel's units are split, so the bias is split along its last axis");
+      plan.kind = Kind::UnitParallelRecurrent;
+      const std::int64_t gates = UnitParallelRecurrent::gates_of(layer.class_name());
+      for (auto* p : layer.parameters()) {
+        split_dims_[p->name] = p->value.ndim() - 1;
+        gate_counts_[p->name] = gates;
+      }
     } else {
-      refuse(first, "layer class " + layer.class_name() + " has no sharded form (Dense, Conv2D and Embedding do)");
+      refuse(first, "layer class " + layer.class_name() +
+                        " has no sharded form (Dense, Conv2D, Embedding, SimpleRNN, LSTM and GRU do)");
     }
   }
 
@@ -213,6 +236,9 @@ std::unique_ptr<LayerStack> TensorParallelPlan::build_shard(LayerStack& primary,
       case Kind::RowEmbedding:
         out = std::make_shared<VocabParallelEmbedding>(layer.name(), dynamic_cast<Embedding&>(layer).options(), group);
         break;
+      case Kind::UnitParallelRecurrent:
+        out = std::make_shared<UnitParallelRecurrent>(dynamic_cast<RecurrentLayer&>(layer), group);
+        break;
       case Kind::SplitDropout: {
         const Json c = layer.config();
         const std::int64_t piece = plan.whole_features / n;
@@ -245,7 +271,7 @@ void TensorParallelPlan::scatter(LayerStack& primary, LayerStack& shard, int k) 
   for (std::size_t i = 0; i < from.size(); ++i) {
     const int d = split_dim(from[i]->name);
     if (d < 0) to[i]->value.copy_from(from[i]->value);
-    else copy_piece_out(from[i]->value, d, k, shards_, to[i]->value);
+    else copy_piece_out(from[i]->name, from[i]->value, k, to[i]->value);
   }
 }
 
@@ -254,9 +280,21 @@ void TensorParallelPlan::gather(LayerStack& shard, int k, LayerStack& primary) c
   check_same_weights(to, from);
   for (std::size_t i = 0; i < from.size(); ++i) {
     const int d = split_dim(from[i]->name);
-    if (d >= 0) copy_piece_in(from[i]->value, d, k, shards_, to[i]->value);
+    if (d >= 0) copy_piece_in(from[i]->name, from[i]->value, k, to[i]->value);
     else if (k == 0) to[i]->value.copy_from(from[i]->value);
   }
+}
+
+void TensorParallelPlan::copy_piece_out(const std::string& weight, const Tensor& whole, int k, Tensor& part) const {
+  const auto gated = gate_counts_.find(weight);
+  if (gated != gate_counts_.end()) return copy_gate_units_out(whole, gated->second, k, shards_, part);
+  ::mdtrain::copy_piece_out(whole, split_dim(weight), k, shards_, part);
+}
+
+void TensorParallelPlan::copy_piece_in(const std::string& weight, const Tensor& part, int k, Tensor& whole) const {
+  const auto gated = gate_counts_.find(weight);
+  if (gated != gate_counts_.end()) return copy_gate_units_in(part, gated->second, k, shards_, whole);
+  ::mdtrain::copy_piece_in(part, split_dim(weight), k, shards_, whole);
 }
 
 }  // namespace mdtrain

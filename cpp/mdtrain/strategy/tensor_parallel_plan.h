@@ -9,6 +9,10 @@
 //   sums all-reduced, the bias, replicated, added once).
 // - Conv2D kernel (None, None, None, model): split by output channels; its bias follows.
 // - Embedding embeddings (model, None): split by rows (vocabulary); (None, model): by columns.
+// - SimpleRNN / LSTM / GRU kernel (None, model): split by units (nn/tensor_parallel/
+//   unit_parallel_recurrent.h). Keras's G*u columns are gate-major, so "the last dimension split"
+//   means each shard takes its units' columns of every gate, not a contiguous block of columns;
+//   recurrent_kernel (None, model) and the bias ((model,), GRU's (None, model)) follow the kernel.
 // A column-parallel layer (Dense, Conv2D, Embedding by columns) whose output reaches a row-parallel
 // Dense through element-wise layers only (Dropout, Activation other than softmax) keeps it split
 // (Megatron's f/g pairing: no gather; Dropout draws the unsharded masks); otherwise it gathers it.
@@ -35,7 +39,16 @@ std::string layout_string(const WeightLayout& layout);
 
 class TensorParallelPlan {
  public:
-  enum class Kind { Replicated, ColumnDense, RowDense, ColumnConv2D, RowEmbedding, ColumnEmbedding, SplitDropout };
+  enum class Kind {
+    Replicated,
+    ColumnDense,
+    RowDense,
+    ColumnConv2D,
+    RowEmbedding,
+    ColumnEmbedding,
+    SplitDropout,
+    UnitParallelRecurrent
+  };
 
   // Validates `layouts` against the primary's layers and the mesh (model axis `model_axis`, of
   // size model_axis_size) and decides each layer's form.
@@ -55,6 +68,11 @@ class TensorParallelPlan {
   // Copies the primary's weights into shard k's network (its pieces), or shard k's pieces back.
   void scatter(LayerStack& primary, LayerStack& shard, int k) const;
   void gather(LayerStack& shard, int k, LayerStack& primary) const;
+  // Shard k's piece of a whole tensor shaped like `weight` (the weight or one of its optimizer
+  // slots), and back: a block along split_dim(weight), or for a recurrent layer's gate-major
+  // weights its units of every gate. `part` is shaped like the piece.
+  void copy_piece_out(const std::string& weight, const Tensor& whole, int k, Tensor& part) const;
+  void copy_piece_in(const std::string& weight, const Tensor& part, int k, Tensor& whole) const;
 
  private:
   struct LayerPlan {
@@ -65,6 +83,7 @@ class TensorParallelPlan {
   };
   std::vector<LayerPlan> layers_;
   std::map<std::string, int> split_dims_;
+  std::map<std::string, std::int64_t> gate_counts_;  // gate-major split weights: their gate count G
   int shards_ = 1;
 };
 
