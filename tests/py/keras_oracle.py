@@ -1,13 +1,20 @@
 """Finding a Python with Keras 3 (the oracle the Keras interop tests compare against) and
-running Keras code in it as a subprocess (Keras and mdtrain never share a process).
+running Keras code in it (Keras and mdtrain never share a process).
+
+Importing TensorFlow takes seconds and the interop tests run Keras code a hundred times, so one
+server process per test session imports it once and forks a child for each snippet: each snippet
+still runs in a fresh process state (its own cwd, seeds, Keras globals), at a fork's cost.
 
 Looked for, in order: $MDTRAIN_KERAS_PYTHON, the venv scripts/test.sh makes
 (~/.cache/mdtrain/tfenv), /opt/tfenv. The tests skip, saying why, when none has Keras 3.
 """
+import atexit
 import functools
+import json
 import os
 import subprocess
 import textwrap
+import threading
 
 import pytest
 
@@ -48,11 +55,76 @@ def require_keras():
     return path
 
 
-def run_keras(code, cwd):
-    """Runs code (a Python snippet importing keras) in the Keras interpreter; fails with its output."""
-    python = require_keras()
-    result = subprocess.run([python, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
-                            timeout=600, env=_env())
-    assert result.returncode == 0, f"Keras side failed:\n{result.stdout}\n{result.stderr}"
-    return result.stdout
+# The server: one JSON request per line on stdin ({"code", "cwd", "timeout"}), one JSON reply per
+# line on stdout ({"rc", "stdout", "stderr"}). The parent only imports (it never runs a TF op, so no
+# runtime threads exist to be lost by fork); each child runs one snippet and exits.
+_SERVER = r"""
+import contextlib, io, json, os, select, signal, sys, time, traceback
+import numpy, h5py, keras, tensorflow
+reply_channel = os.fdopen(os.dup(1), "w")
+for line in sys.stdin:
+    request = json.loads(line)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        out, err, rc = io.StringIO(), io.StringIO(), 0
+        try:
+            os.chdir(request["cwd"])
+            sys.argv = ["-c"]
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                exec(compile(request["code"], "<keras side>", "exec"), {"__name__": "__main__"})
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            err.write(traceback.format_exc())
+            rc = 1
+        with os.fdopen(write_end, "wb") as pipe:
+            pipe.write(json.dumps({"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}).encode())
+        os._exit(0)
+    os.close(write_end)
+    chunks, deadline = [], time.monotonic() + request["timeout"]
+    while True:
+        ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            chunks = [json.dumps({"rc": -9, "stdout": "", "stderr": "timed out"}).encode()]
+            break
+        chunk = os.read(read_end, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    reply = b"".join(chunks) or json.dumps({"rc": -1, "stdout": "",
+                                             "stderr": f"the child died (wait status {status})"}).encode()
+    reply_channel.write(reply.decode() + "\n")
+    reply_channel.flush()
+"""
 
+_server = None
+_server_lock = threading.Lock()
+
+
+def _keras_server():
+    global _server
+    if _server is None or _server.poll() is not None:
+        _server = subprocess.Popen([require_keras(), "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True, env=_env())
+        atexit.register(_server.stdin.close)
+    return _server
+
+
+def run_keras(code, cwd, timeout=600):
+    """Runs code (a Python snippet importing keras) in the Keras interpreter, in a fresh process
+    with cwd as its working directory; returns what it printed, fails with its output."""
+    with _server_lock:
+        server = _keras_server()
+        server.stdin.write(json.dumps({"code": textwrap.dedent(code), "cwd": os.fspath(cwd), "timeout": timeout}) +
+                           "\n")
+        server.stdin.flush()
+        line = server.stdout.readline()
+    assert line, "the Keras server stopped"
+    result = json.loads(line)
+    assert result["rc"] == 0, f"Keras side failed:\n{result['stdout']}\n{result['stderr']}"
+    return result["stdout"]
