@@ -1,8 +1,10 @@
 #pragma once
 // The ops of one time step of a recurrent layer (nn/lstm.h). Each call handles a batch of rows of
 // one step; the layer does the GEMMs (the input projection of every step at once, then h @
-// recurrent_kernel per step) with ops::gemm. Tensors are float32 or float64 of one dtype, on the
-// host (CPU loops split over the intra-op threads). Per-element math: ops/recurrent_math.h.
+// recurrent_kernel per step) with ops::gemm. Tensors are float32 or float64 of one dtype, all on
+// the host (CPU loops, split over the intra-op threads for large steps) or all on one GPU (CUDA
+// kernels, ops/cuda/recurrent_kernels.h); outputs must not overlap the inputs. Per-element math:
+// ops/recurrent_math.h, the same functions on both.
 #include "mdtrain/core/tensor.h"
 
 namespace mdtrain::ops {
