@@ -123,3 +123,17 @@ void add_masked(const Tensor& g, const Tensor& mask, Tensor& acc) {
 }
 
 }  // namespace mdtrain::ops
+
+namespace mdtrain::ops {
+
+// One intra-op thread, as while a ThreadTeam runs replicas side by side (ThreadTeam::run sets it
+// the same way): no op of the steps splits.
+SerialTimeSteps::SerialTimeSteps() : previous_threads_(cpu::intra_op_threads()) {
+  if (previous_threads_ != 1) cpu::set_intra_op_threads(1);
+}
+
+SerialTimeSteps::~SerialTimeSteps() {
+  if (previous_threads_ != 1) cpu::set_intra_op_threads(previous_threads_);
+}
+
+}  // namespace mdtrain::ops

@@ -35,3 +35,25 @@ void gru_step_backward(const Tensor& gates, const Tensor& hz, const Tensor& h_pr
 void add_masked(const Tensor& g, const Tensor& mask, Tensor& acc);
 
 }  // namespace mdtrain::ops
+
+namespace mdtrain::ops {
+
+// Held by a recurrent layer around its loop over time steps: while it lives, the CPU ops of the
+// steps (the h_prev @ recurrent_kernel GEMM, the cell's element-wise op) run on the calling thread
+// instead of splitting over the intra-op team. A step's GEMM is small (batch x u x G*u) and there
+// is one per step: waking the team and waiting for it at every step cost more than the split
+// saved (perf, LSTM(128), batch 128, 2 vCPUs: a third of the time in the team's wait; 2.9x the
+// samples/s once the steps ran serially, bench/rnn.py). The large GEMMs over all steps (input
+// projection, weight gradients) run outside it and still split. No effect on GPU ops.
+class SerialTimeSteps {
+ public:
+  SerialTimeSteps();
+  ~SerialTimeSteps();
+  SerialTimeSteps(const SerialTimeSteps&) = delete;
+  SerialTimeSteps& operator=(const SerialTimeSteps&) = delete;
+
+ private:
+  int previous_threads_;
+};
+
+}  // namespace mdtrain::ops

@@ -44,13 +44,22 @@ template <class T>
 void gru_step_backward(const T* __restrict gates, const T* __restrict hz, const T* __restrict h_prev,
                        const T* __restrict dh, std::int64_t units, std::int64_t lo, std::int64_t hi, T* __restrict dx,
                        T* __restrict dhz, T* __restrict dh_prev) {
-  for (std::int64_t r = lo; r < hi; ++r)
-    for (std::int64_t j = 0; j < units; ++j) {
-      const std::int64_t k = r * units + j;
-      const T direct = math::gru_unit_backward(gates + r * 3 * units, hz + r * 3 * units, units, j, h_prev[k], dh[k],
-                                               dx + r * 3 * units, dhz + r * 3 * units);
-      if (dh_prev) dh_prev[k] += direct;
+  // Two loops, not a test per unit: the conditional store would keep the loop from vectorizing.
+  for (std::int64_t r = lo; r < hi; ++r) {
+    if (dh_prev) {
+      for (std::int64_t j = 0; j < units; ++j) {
+        const std::int64_t k = r * units + j;
+        dh_prev[k] += math::gru_unit_backward(gates + r * 3 * units, hz + r * 3 * units, units, j, h_prev[k], dh[k],
+                                              dx + r * 3 * units, dhz + r * 3 * units);
+      }
+    } else {
+      for (std::int64_t j = 0; j < units; ++j) {
+        const std::int64_t k = r * units + j;
+        math::gru_unit_backward(gates + r * 3 * units, hz + r * 3 * units, units, j, h_prev[k], dh[k],
+                                dx + r * 3 * units, dhz + r * 3 * units);
+      }
     }
+  }
 }
 
 template <class T>
