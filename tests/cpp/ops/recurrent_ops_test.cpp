@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/ops/recurrent.h"
 #include "mdtrain/ops/recurrent_math.h"
 
@@ -78,6 +79,23 @@ TEST(RecurrentOps, TensorsOfAnotherDeviceOrShapeAreRefusedByName) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(SerialTimeSteps, RunsTheStepsOnOneThreadAndRestoresTheCountOnEveryPath) {
+  const int before = cpu::intra_op_threads();
+  cpu::set_intra_op_threads(3);
+  {
+    const ops::SerialTimeSteps serial;
+    EXPECT_EQ(cpu::intra_op_threads(), 1);
+  }
+  EXPECT_EQ(cpu::intra_op_threads(), 3);
+  try {
+    const ops::SerialTimeSteps serial;
+    throw std::runtime_error("a step failed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(cpu::intra_op_threads(), 3);
+  cpu::set_intra_op_threads(before);
 }
 
 }  // namespace
