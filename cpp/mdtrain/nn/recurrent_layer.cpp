@@ -1,5 +1,7 @@
 #include "mdtrain/nn/recurrent_layer.h"
 
+#include <optional>
+
 #include "mdtrain/nn/initializer.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/ops/recurrent.h"
@@ -122,6 +124,7 @@ Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
   ops::gemm(xt_, false, kernel_.value, false, xz_);
   if (options_.use_bias) ops::bias_activation(xz_, input_bias(bias_.value), Activation::Linear, xz_);
   h_.rows(0, batch).fill(0.0);
+  const ops::SerialTimeSteps serial_forward_steps;
   for (std::int64_t t = 0; t < steps; ++t) {
     if (recurrent_dropped_) {
       Tensor masked = step_rows(masked_h_, t);
@@ -148,6 +151,7 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
     dh_.fill(0.0);
     dh_.rows(n - batch, n).copy_from(dy.reshape({batch, u}));
   }
+  std::optional<ops::SerialTimeSteps> serial_backward_steps(std::in_place);
   for (std::int64_t t = steps; t-- > 0;) {
     if (t + 1 < steps) {
       Tensor dh = step_rows(dh_, t);
@@ -161,6 +165,7 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
     }
     step_backward(t);
   }
+  serial_backward_steps.reset();
   ops::gemm(xt_, true, dxz_, false, kernel_.grad);
   ops::gemm(recurrent_dropped_ ? masked_h_ : h_.rows(0, n), true, dhz_, false, recurrent_kernel_.grad);
   if (options_.use_bias) {

@@ -49,6 +49,8 @@ class RecurrentLayer : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   Json config() const override;
+  // The cells' element-wise steps have CUDA kernels (ops/recurrent.h); the rest is ops::gemm etc.
+  bool has_cuda_kernels() const override { return true; }
 
   const Options& options() const { return options_; }
 

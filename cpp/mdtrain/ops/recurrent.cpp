@@ -4,6 +4,8 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/ops/cpu/recurrent_kernels.h"
+#include "mdtrain/ops/cuda/recurrent_kernels.h"
+#include "mdtrain/ops/device_checks.h"
 
 namespace mdtrain::ops {
 
@@ -14,8 +16,9 @@ void check(const char* op, const char* what, const Tensor& t, const Tensor& ref,
                     t.dtype() == ref.dtype() && is_floating(t.dtype()),
                 std::invalid_argument, "[recurrent] ", op, ": ", what, " must be ", name_of(ref.dtype()), " (",
                 ref.dim(0), ", ", cols, "), got ", t.defined() ? to_string(t.shape()) : std::string("undefined"));
-  MDTRAIN_CHECK(t.device().is_cpu(), std::invalid_argument, "[recurrent] ", op, ": ", what,
-                " must be on a CPU device (the recurrent ops have no CUDA kernels yet), got ", t.device().to_string());
+  // Every tensor in ref's memory (the host or one GPU this process can use): the op runs there.
+  detail::require_usable_device("recurrent", op, what, t);
+  detail::require_same_memory("recurrent", op, what, t, ref);
 }
 
 // Rows are split over the intra-op threads only for large steps: a step runs once per time step,
@@ -34,6 +37,7 @@ void lstm_step_forward(const Tensor& z, const Tensor& c_prev, Tensor& gates, Ten
   check("lstm_step_forward", "gates", gates, z, 4 * units);
   check("lstm_step_forward", "c", c, z, units);
   check("lstm_step_forward", "h", h, z, units);
+  if (!z.device().is_cpu()) return cuda::lstm_step_forward(z, c_prev, gates, c, h);
   dispatch_floating(z.dtype(), "recurrent", [&](auto tag) {
     using T = decltype(tag);
     cpu::run_in_ranges(rows, rows * units >= kSplitElements, [&](std::int64_t lo, std::int64_t hi) {
@@ -53,6 +57,7 @@ void lstm_step_backward(const Tensor& gates, const Tensor& c_prev, const Tensor&
   check("lstm_step_backward", "dh", dh, gates, units);
   check("lstm_step_backward", "dc", dc, gates, units);
   check("lstm_step_backward", "dz", dz, gates, 4 * units);
+  if (!gates.device().is_cpu()) return cuda::lstm_step_backward(gates, c_prev, c, dh, dc, dz);
   dispatch_floating(gates.dtype(), "recurrent", [&](auto tag) {
     using T = decltype(tag);
     cpu::run_in_ranges(rows, rows * units >= kSplitElements, [&](std::int64_t lo, std::int64_t hi) {
@@ -71,6 +76,7 @@ void gru_step_forward(const Tensor& xz, const Tensor& hz, const Tensor& h_prev, 
   check("gru_step_forward", "h_prev", h_prev, xz, units);
   check("gru_step_forward", "gates", gates, xz, 3 * units);
   check("gru_step_forward", "h", h, xz, units);
+  if (!xz.device().is_cpu()) return cuda::gru_step_forward(xz, hz, h_prev, gates, h);
   dispatch_floating(xz.dtype(), "recurrent", [&](auto tag) {
     using T = decltype(tag);
     cpu::run_in_ranges(rows, rows * units >= kSplitElements, [&](std::int64_t lo, std::int64_t hi) {
@@ -91,6 +97,7 @@ void gru_step_backward(const Tensor& gates, const Tensor& hz, const Tensor& h_pr
   check("gru_step_backward", "dx", dx, gates, 3 * units);
   check("gru_step_backward", "dhz", dhz, gates, 3 * units);
   if (dh_prev.defined()) check("gru_step_backward", "dh_prev", dh_prev, gates, units);
+  if (!gates.device().is_cpu()) return cuda::gru_step_backward(gates, hz, h_prev, dh, dx, dhz, dh_prev);
   dispatch_floating(gates.dtype(), "recurrent", [&](auto tag) {
     using T = decltype(tag);
     T* direct = dh_prev.defined() ? dh_prev.data<T>() : nullptr;
@@ -106,6 +113,7 @@ void add_masked(const Tensor& g, const Tensor& mask, Tensor& acc) {
   check("add_masked", "g", g, acc, acc.dim(1));
   check("add_masked", "mask", mask, acc, acc.dim(1));
   check("add_masked", "acc", acc, acc, acc.dim(1));
+  if (!acc.device().is_cpu()) return cuda::add_masked(g, mask, acc);
   dispatch_floating(acc.dtype(), "recurrent", [&](auto tag) {
     using T = decltype(tag);
     const T *gp = g.data<T>(), *mp = mask.data<T>();

@@ -98,9 +98,13 @@ namespace {
 std::atomic<int> intra_op_thread_count{std::max(1, static_cast<int>(std::thread::hardware_concurrency()))};
 std::mutex intra_op_mutex;  // guards the team's creation, resizing and use
 std::unique_ptr<ThreadTeam> intra_op;
+thread_local int serial_scopes = 0;  // SerialOpsOnThisThread alive on this thread
 }  // namespace
 
-int intra_op_threads() { return intra_op_thread_count.load(std::memory_order_acquire); }
+int intra_op_threads() { return serial_scopes > 0 ? 1 : intra_op_thread_count.load(std::memory_order_acquire); }
+
+SerialOpsOnThisThread::SerialOpsOnThisThread() { ++serial_scopes; }
+SerialOpsOnThisThread::~SerialOpsOnThisThread() { --serial_scopes; }
 
 void set_intra_op_threads(int threads) {
   MDTRAIN_CHECK(threads >= 1, std::invalid_argument, "[threads] thread count must be >= 1, got ", threads);

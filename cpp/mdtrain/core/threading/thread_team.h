@@ -53,6 +53,17 @@ class ThreadTeam {
 int intra_op_threads();
 void set_intra_op_threads(int threads);
 
+// While one lives, intra_op_threads() is 1 on the thread that made it, and only there (other
+// threads' ops keep splitting): for a loop of many small ops, where waking the team for each op
+// costs more than the split saves (an RNN's time steps). Scopes nest.
+class SerialOpsOnThisThread {
+ public:
+  SerialOpsOnThisThread();
+  ~SerialOpsOnThisThread();
+  SerialOpsOnThisThread(const SerialOpsOnThisThread&) = delete;
+  SerialOpsOnThisThread& operator=(const SerialOpsOnThisThread&) = delete;
+};
+
 // For one CPU op split over the cores: a process-wide team of intra_op_threads() members. Returns nullptr when a split
 // does not pay (one thread) or the team is already running (another op got there first): the caller then runs serially.
 // Release with release_intra_op_team() on every path (IntraOpTeam does it).

@@ -120,6 +120,17 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaEmbeddingKernels.ScatterAddMatchesCpuBitwise"},
     {"embedding_shard_rows_kernel", "ops/cuda/embedding_kernels.cu", "math::shard_row", "",
      "CudaEmbeddingKernels.ShardRowsMatchCpu"},
+    // ops/recurrent.h
+    {"lstm_step_forward_kernel", "ops/cuda/recurrent_kernels.cu", "math::lstm_unit_forward", "",
+     "CudaRecurrentKernels.LstmStepForwardMatchesCpu"},
+    {"lstm_step_backward_kernel", "ops/cuda/recurrent_kernels.cu", "math::lstm_unit_backward", "",
+     "CudaRecurrentKernels.LstmStepBackwardMatchesCpu"},
+    {"gru_step_forward_kernel", "ops/cuda/recurrent_kernels.cu", "math::gru_unit_forward", "",
+     "CudaRecurrentKernels.GruStepForwardMatchesCpu"},
+    {"gru_step_backward_kernel", "ops/cuda/recurrent_kernels.cu", "math::gru_unit_backward", "",
+     "CudaRecurrentKernels.GruStepBackwardMatchesCpu"},
+    {"add_masked_kernel", "ops/cuda/recurrent_kernels.cu", "math::add_masked", "",
+     "CudaRecurrentKernels.AddMaskedMatchesCpu"},
 };
 
 }  // namespace mdtrain::cuda

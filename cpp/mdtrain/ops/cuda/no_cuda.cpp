@@ -11,6 +11,7 @@
 #include "mdtrain/ops/cuda/loss_kernels.h"
 #include "mdtrain/ops/cuda/normalization_kernels.h"
 #include "mdtrain/ops/cuda/optimizer_kernels.h"
+#include "mdtrain/ops/cuda/recurrent_kernels.h"
 
 namespace mdtrain::cuda {
 
@@ -104,5 +105,18 @@ void embedding_scatter_add(const Tensor&, const Tensor&, Tensor&) { unavailable(
 void embedding_shard_rows(const Tensor&, std::int64_t, std::int64_t, Tensor&, Tensor&) {
   unavailable("embedding_shard_rows");
 }
+
+// ops/cuda/recurrent_kernels.h
+void lstm_step_forward(const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&) { unavailable("lstm_step_forward"); }
+void lstm_step_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) {
+  unavailable("lstm_step_backward");
+}
+void gru_step_forward(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) {
+  unavailable("gru_step_forward");
+}
+void gru_step_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&) {
+  unavailable("gru_step_backward");
+}
+void add_masked(const Tensor&, const Tensor&, Tensor&) { unavailable("add_masked"); }
 
 }  // namespace mdtrain::cuda
