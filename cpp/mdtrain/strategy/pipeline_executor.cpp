@@ -15,6 +15,10 @@
 
 namespace mdtrain {
 
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
 struct PipelineExecutor::Device {
   int pipeline = 0, stage = 0;  // mesh coordinates along the batch and pipe axes
   std::unique_ptr<Communicator> pipe_comm, batch_comm;
@@ -28,12 +32,14 @@ struct PipelineExecutor::Device {
   std::vector<Tensor> y;      // last stage, per micro-batch: the labels
   double loss_sum = 0;
   std::int64_t stash_bytes = 0, peak_stash = 0;
-  double busy = 0;
+  double busy = 0;       // forward + backward seconds since reset_profile
+  double idle = 0;       // seconds waiting inside the schedule's span since reset_profile
+  double step_busy = 0;  // this step's share of busy
+  Clock::time_point schedule_end;
   StepProfile profile;
 };
 
 namespace {
-using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string weight_of_slot(const std::string& slot) { return slot.substr(0, slot.rfind('/')); }
@@ -203,6 +209,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
       return r;
     };
     dev.loss_sum = 0;
+    dev.step_busy = 0;
     dev.stash.assign(static_cast<std::size_t>(m), Tensor());
     dev.dpred.assign(static_cast<std::size_t>(m), Tensor());
     dev.y.assign(static_cast<std::size_t>(m), Tensor());
@@ -293,6 +300,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           }
           const double busy = seconds_since(t);
           dev.busy += busy;
+          dev.step_busy += busy;
           dev.profile.compute += busy;
           break;
         }
@@ -342,6 +350,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           last_forward = last_forward == mb ? -1 : last_forward;
           const double busy = seconds_since(t);
           dev.busy += busy;
+          dev.step_busy += busy;
           dev.profile.compute += busy;
           break;
         }
@@ -355,6 +364,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
         }
       }
     }
+    dev.schedule_end = Clock::now();
     for (const auto& layer : layers) layer->apply_deferred_statistics(pipelines_ > 1 ? &dev.batch_sums : nullptr);
     Tensor& grads = net.packed_grads();
     if (have_grads) grads.copy_from(dev.accumulated);
@@ -369,6 +379,14 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     dev.profile.steps += 1;
   });
   wall_ += seconds_since(step_start);
+  // The bubble: what each device did not spend in forward or backward between the step's start and
+  // the end of the last device's schedule (the pipeline's span). The gradient sum over the batch
+  // axis and the update come after the schedule on every device: work, not bubble (profile.update,
+  // profile.allreduce).
+  Clock::time_point span_end = step_start;
+  for (const auto& dev : devices_) span_end = std::max(span_end, dev->schedule_end);
+  const double span = std::chrono::duration<double>(span_end - step_start).count();
+  for (auto& dev : devices_) dev->idle += std::max(0.0, span - dev->step_busy);
   primary_stale_ = true;
   for (const auto& dev : devices_)
     if (dev->stage == p - 1) result.sum += dev->loss_sum;  // pipeline order
@@ -493,6 +511,7 @@ void PipelineExecutor::reset_profile() {
   for (auto& dev : devices_) {
     dev->profile = StepProfile{};
     dev->busy = 0;
+    dev->idle = 0;
   }
   wall_ = 0;
 }
@@ -505,7 +524,7 @@ std::vector<double> PipelineExecutor::busy_seconds() const {
 
 std::vector<double> PipelineExecutor::idle_seconds() const {
   std::vector<double> out;
-  for (const auto& dev : devices_) out.push_back(std::max(0.0, wall_ - dev->busy));
+  for (const auto& dev : devices_) out.push_back(dev->idle);
   return out;
 }
 

@@ -66,7 +66,9 @@ class PipelineExecutor final : public StepExecutor {
   // The first layer of each stage (stage 0 starts at 0).
   const std::vector<int>& stage_starts() const { return starts_; }
   // Per device, summed over training steps since reset_profile: seconds in forward and backward
-  // (busy) and the rest of the steps' wall time (idle: the bubble, transfers, the update).
+  // (busy) and the rest of the pipeline's span (idle: the bubble, including waits for transfers).
+  // The span runs from the step's start to the end of the last device's schedule; the gradient sum
+  // over the batch axis and the optimizer update that follow are not bubble (profile()).
   std::vector<double> busy_seconds() const;
   std::vector<double> idle_seconds() const;
   // Per device: the most bytes of micro-batch inputs it held stashed at once in the last

@@ -131,7 +131,9 @@ class PipelineParallel(Distribution):
 
     def stage_report(self, model):
         """Per device in mesh order, once ``model`` trained: its stage's first layer, seconds busy
-        (forward + backward) and idle (the bubble, transfers, the update) since the profile was reset,
+        (forward + backward) and idle (the bubble: the rest of the pipeline's span, from the step's start
+        to the end of the last device's schedule; the update after it is not counted) since the profile
+        was reset,
         and the peak bytes of micro-batch inputs it held stashed in the last step."""
         core = self._compiled_core(model)
         starts = list(core.stage_starts())
