@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -190,11 +191,7 @@ void PipelineExecutor::remake_communicators() {
 StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[pipeline] a training batch needs at least one example");
   StepLoss result;
-  result.regularization = primary_stale_ ? 0.0 : primary_.regularization_loss();
-  if (primary_stale_) {
-    for (const auto& dev : devices_)
-      if (dev->pipeline == first_pipeline_) result.regularization += dev->net->regularization_loss();
-  }
+  result.regularization = regularization_loss();
   const auto step = static_cast<std::uint64_t>(devices_.front()->optimizer->iterations());
   const int p = schedule_.stages, m = schedule_.microbatches;
   const auto step_start = Clock::now();
@@ -399,34 +396,86 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
   return result;
 }
 
+void PipelineExecutor::forward_pipelined(std::int64_t count, const std::function<Tensor(std::int64_t, std::int64_t)>& input,
+                                         Tensor& out, Tensor* logits) {
+  const int p = schedule_.stages, m = schedule_.microbatches;
+  // Every worker computes every row (each process returns the result), cut among its own pipelines.
+  const int local_pipelines = static_cast<int>(devices_.size()) / p;
+  run_devices([&](Device& dev, int) {
+    const auto& layers = dev.net->layers();
+    const RowSlice group = slice_of(count, local_pipelines, dev.pipeline - first_pipeline_);
+    for (int mb = 0; mb < m; ++mb) {
+      RowSlice r = slice_of(group.rows, m, mb);
+      r.first += group.first;
+      if (r.rows == 0) continue;  // every stage of the pipeline skips the same micro-batches
+      Tensor h;
+      if (dev.stage == 0) {
+        h = input(r.first, r.rows);
+      } else {
+        h = Tensor(with_rows(r.rows, dev.net->input_shape()), primary_.dtype());
+        dev.pipe_comm->recv(h.raw(), static_cast<std::size_t>(h.numel()), h.dtype(), dev.stage - 1);
+      }
+      ForwardContext ctx;
+      ctx.global_row_offset = r.first;
+      for (const auto& layer : layers) h = layer->forward(h, ctx);
+      if (dev.stage + 1 < p) {
+        dev.pipe_comm->send(h.raw(), static_cast<std::size_t>(h.numel()), h.dtype(), dev.stage + 1);
+        continue;
+      }
+      Tensor dst = out.rows(r.first, r.first + r.rows);
+      dst.copy_from(h);
+      if (logits) {
+        Tensor l = logits->rows(r.first, r.first + r.rows);
+        l.copy_from(layers.back()->logits());
+      }
+    }
+  });
+}
+
 StepLoss PipelineExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[pipeline] an evaluation batch needs at least one example");
-  refresh_primary();
-  Shape xs = batch.x.shape(), ys = batch.y.shape();
-  xs[0] = batch.count;
+  // The stages hold the current weights (set_weights reaches them through broadcast_weights_from_primary).
+  Shape ys = batch.y.shape();
   ys[0] = batch.count;
-  Tensor x(xs, batch.x.dtype()), y(ys, batch.y.dtype());
-  ops::gather_rows(batch.x, batch.indices, batch.count, x);
+  Tensor y(ys, batch.y.dtype());
   ops::gather_rows(batch.y, batch.indices, batch.count, y);
-  ForwardContext ctx;
-  Tensor pred = primary_.forward(x, ctx);
   auto logits_loss = loss_->on_logits_of(primary_.output_activation());
-  const double sum = logits_loss ? logits_loss->forward_backward(y, primary_.logits(), 1.0, nullptr)
+  Tensor pred(with_rows(batch.count, primary_.output_shape()), primary_.dtype());
+  Tensor logits;
+  if (logits_loss) logits = Tensor(pred.shape(), pred.dtype());
+  const Shape in_shape = primary_.input_shape();
+  forward_pipelined(
+      batch.count,
+      [&](std::int64_t first, std::int64_t rows) {
+        Tensor x(with_rows(rows, in_shape), batch.x.dtype());
+        ops::gather_rows(batch.x, batch.indices + first, rows, x);
+        return x;
+      },
+      pred, logits_loss ? &logits : nullptr);
+  // The loss of the whole batch on the calling thread, as one device computes it.
+  const double sum = logits_loss ? logits_loss->forward_backward(y, logits, 1.0, nullptr)
                                  : loss_->forward_backward(y, pred, 1.0, nullptr);
   const std::int64_t labels = loss_->counts_labels() ? loss_->counted_labels(y) : -1;
   StepLoss result;
   result.sum = sum * batch_loss_scale(*loss_, y, pred, batch.count, labels).report_factor;
-  result.regularization = primary_.regularization_loss();
+  result.regularization = regularization_loss();
   if (outputs) outputs->on_replica_output(0, y, pred);
   return result;
 }
 
 void PipelineExecutor::predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
-  refresh_primary();
-  ForwardContext ctx;
-  Tensor pred = primary_.forward(x.rows(begin, begin + count), ctx);
   Tensor dst = out.rows(begin, begin + count);
-  dst.copy_from(pred);
+  forward_pipelined(
+      count, [&](std::int64_t first, std::int64_t rows) { return x.rows(begin + first, begin + first + rows); }, dst,
+      nullptr);
+}
+
+double PipelineExecutor::regularization_loss() const {
+  if (!primary_stale_) return primary_.regularization_loss();
+  double sum = 0;  // the stages hold the newer weights: one pipeline's stages, in stage order
+  for (const auto& dev : devices_)
+    if (dev->pipeline == first_pipeline_) sum += dev->net->regularization_loss();
+  return sum;
 }
 
 Network& PipelineExecutor::replica_network(int r) {

@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +28,9 @@ class PipelineStrategy;
 // backwards in that order), so the step equals the unpipelined one up to float32 rounding of the
 // sums, and GPipe and 1F1B are bitwise equal. Then the stage's gradients are summed over the batch
 // axis (several pipelines), and each stage's optimizer updates its weights: one step per global
-// batch. Evaluation and prediction run the primary (refreshed from the stages) on the calling
-// thread.
+// batch. Evaluation and prediction run forward only through the stages (micro-batches flowing as in
+// training, every worker over its own pipelines), the evaluation loss computed on the calling thread
+// from the whole batch's outputs, as one device computes it.
 //
 // BatchNormalization normalizes each micro-batch with its own statistics and moves its moving
 // statistics once per global batch from all micro-batches (deferred, ForwardContext::
@@ -80,6 +82,13 @@ class PipelineExecutor final : public StepExecutor {
   template <class F>
   void run_devices(F&& fn);
   void remake_communicators();
+  double regularization_loss() const;
+  // Inference through this worker's pipelines: count rows, cut among them and into micro-batches
+  // that flow forward stage to stage; input(first, rows) gives stage 0 a micro-batch's rows; the last
+  // stages write rows [first, first + rows) of out (and of logits, when given: the last layer's
+  // pre-activation).
+  void forward_pipelined(std::int64_t count, const std::function<Tensor(std::int64_t, std::int64_t)>& input,
+                         Tensor& out, Tensor* logits);
   void copy_weights(LayerStack& from, std::size_t from_first, LayerStack& to, std::size_t to_first,
                     std::size_t count) const;
 
