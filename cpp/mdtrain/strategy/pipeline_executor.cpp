@@ -248,16 +248,38 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
       return h;
     };
     Tensor out;  // the output of the last forward (sent at once, or used by the loss)
-    for (const PipelineOp& op : schedule_.ops[static_cast<std::size_t>(dev.stage)]) {
+    // A send is held until the next op: when that is a recv the two go as one send_recv (NCCL's
+    // sends wait for the peer's recv; the buffered backends do the same as send, then recv).
+    const std::vector<PipelineOp>& stage_ops = schedule_.ops[static_cast<std::size_t>(dev.stage)];
+    Tensor send_data;
+    int send_peer = -1;
+    auto flush_send = [&] {
+      if (send_peer < 0) return;
+      pipe.send(send_data.numel() ? send_data.raw() : nullptr, static_cast<std::size_t>(send_data.numel()),
+                primary_.dtype(), send_peer);
+      send_peer = -1;
+    };
+    auto recv_into = [&](Tensor& t, int peer) {
+      auto start = Clock::now();
+      if (send_peer >= 0) {
+        pipe.send_recv(send_data.numel() ? send_data.raw() : nullptr, static_cast<std::size_t>(send_data.numel()),
+                       send_peer, t.raw(), static_cast<std::size_t>(t.numel()), peer, t.dtype());
+        send_peer = -1;
+      } else {
+        pipe.recv(t.raw(), static_cast<std::size_t>(t.numel()), t.dtype(), peer);
+      }
+      dev.profile.allreduce += seconds_since(start);
+    };
+    for (const PipelineOp& op : stage_ops) {
       const int mb = op.microbatch;
       const RowSlice r = micro(mb);
       const auto i = static_cast<std::size_t>(mb);
+      const bool is_recv = op.kind == PipelineOpKind::RecvActivation || op.kind == PipelineOpKind::RecvGradient;
+      if (!is_recv) flush_send();
       switch (op.kind) {
         case PipelineOpKind::RecvActivation: {
           Tensor x(with_rows(r.rows, in_shape), primary_.dtype());
-          auto t = Clock::now();
-          pipe.recv(x.raw(), static_cast<std::size_t>(x.numel()), x.dtype(), dev.stage - 1);
-          dev.profile.allreduce += seconds_since(t);
+          recv_into(x, dev.stage - 1);
           dev.stash[i] = x;
           dev.stash_bytes += static_cast<std::int64_t>(x.nbytes());
           dev.peak_stash = std::max(dev.peak_stash, dev.stash_bytes);
@@ -302,18 +324,13 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           break;
         }
         case PipelineOpKind::SendActivation: {
-          if (r.rows == 0) {
-            pipe.send(nullptr, 0, primary_.dtype(), dev.stage + 1);
-            break;
-          }
-          pipe.send(out.raw(), static_cast<std::size_t>(out.numel()), out.dtype(), dev.stage + 1);
+          send_data = r.rows == 0 ? Tensor() : out;
+          send_peer = dev.stage + 1;
           break;
         }
         case PipelineOpKind::RecvGradient: {
           Tensor g(with_rows(r.rows, out_shape), primary_.dtype());
-          auto t = Clock::now();
-          pipe.recv(g.raw(), static_cast<std::size_t>(g.numel()), g.dtype(), dev.stage + 1);
-          dev.profile.allreduce += seconds_since(t);
+          recv_into(g, dev.stage + 1);
           dev.dpred[i] = g;
           break;
         }
@@ -352,15 +369,13 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           break;
         }
         case PipelineOpKind::SendGradient: {
-          if (r.rows == 0) {
-            pipe.send(nullptr, 0, primary_.dtype(), dev.stage - 1);
-            break;
-          }
-          pipe.send(out.raw(), static_cast<std::size_t>(out.numel()), out.dtype(), dev.stage - 1);
+          send_data = r.rows == 0 ? Tensor() : out;
+          send_peer = dev.stage - 1;
           break;
         }
       }
     }
+    flush_send();
     dev.schedule_end = Clock::now();
     for (const auto& layer : layers) layer->apply_deferred_statistics(pipelines_ > 1 ? &dev.batch_sums : nullptr);
     Tensor& grads = net.packed_grads();
