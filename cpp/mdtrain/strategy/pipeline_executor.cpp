@@ -213,23 +213,19 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     dev.stash_bytes = 0;
     dev.peak_stash = 0;
     const Shape in_shape = net.input_shape(), out_shape = net.output_shape();
-    // The loss divisor for ignore_class losses: the labels counted over the whole global batch.
+    // The loss divisor for ignore_class losses: the labels of the whole global batch, counted by
+    // the last stages (each on its pipeline's rows), summed over the batch axis.
     std::int64_t labels = -1;
     if (dev.loss->counts_labels()) {
-      double count = 0;
-      if (last_stage) {
-        for (int mb = 0; mb < m; ++mb) {
-          const RowSlice r = micro(mb);
-          if (r.rows == 0) continue;
-          Shape ys = batch.y.shape();
-          ys[0] = r.rows;
-          Tensor y(ys, batch.y.dtype());
-          ops::gather_rows(batch.y, batch.indices + r.first, r.rows, y);
-          count += static_cast<double>(dev.loss->counted_labels(y));
-        }
+      Tensor group_y;
+      if (last_stage && group.rows > 0) {
+        Shape ys = batch.y.shape();
+        ys[0] = group.rows;
+        group_y = Tensor(ys, batch.y.dtype());
+        ops::gather_rows(batch.y, batch.indices + group.first, group.rows, group_y);
       }
-      if (pipelines_ > 1) dev.batch_comm->all_reduce(&count, 1, DType::Float64, ReduceOp::Sum);
-      labels = static_cast<std::int64_t>(count);
+      labels = global_label_count(*dev.loss, last_stage && group.rows > 0 ? &group_y : nullptr,
+                                  pipelines_ > 1 ? dev.batch_comm.get() : nullptr);
     }
     int last_forward = -1;  // the micro-batch whose forward state the layers hold
     bool have_grads = false;
@@ -470,7 +466,7 @@ StepLoss PipelineExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSink
   // The loss of the whole batch on the calling thread, as one device computes it.
   const double sum = logits_loss ? logits_loss->forward_backward(y, logits, 1.0, nullptr)
                                  : loss_->forward_backward(y, pred, 1.0, nullptr);
-  const std::int64_t labels = loss_->counts_labels() ? loss_->counted_labels(y) : -1;
+  const std::int64_t labels = global_label_count(*loss_, &y, nullptr);
   StepLoss result;
   result.sum = sum * batch_loss_scale(*loss_, y, pred, batch.count, labels).report_factor;
   result.regularization = regularization_loss();
