@@ -125,6 +125,25 @@ def test_evaluate_and_predict_flow_through_the_stages_like_the_unpipelined_model
     np.testing.assert_allclose(piped.predict(x, verbose=0), plain.predict(x, verbose=0), rtol=1e-6, atol=1e-7)
 
 
+def test_ignore_class_divides_by_the_global_batch_labels(logical_cpus, data):
+    # The divisor is the labels left over the whole global batch, counted by the last stages and
+    # summed over the batch axis: the same loss and weights as one device.
+    logical_cpus(4)
+    x, y = data
+
+    def train(strategy):
+        with strategy.scope():
+            model = _mlp(split=True)
+            model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                                             ignore_class=2))
+        history = model.fit(x, y, batch_size=45, epochs=1, shuffle=False, verbose=0)
+        return model, history.history["loss"]
+
+    grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
+    _assert_same_training(train(_pp(grid, 3, "1f1b", batch_dim_name="batch")),
+                          train(tf.distribute.OneDeviceStrategy("/cpu:0")))
+
+
 def test_too_few_microbatches_is_a_value_error_and_few_warn_with_the_bubble(logical_cpus):
     logical_cpus(4)
     mesh = distribution.DeviceMesh((4,), ("pipe",), devices=distribution.list_devices()[:4])
