@@ -1,13 +1,17 @@
-"""Pipeline parallelism: measured bubble vs (p-1)/(m+p-1) and stashed activations per stage.
+"""Pipeline parallelism: measured bubble vs (p-1)/(m+p-1), stashed activations per stage, and
+samples/s of one device vs 2 stages vs 2 x 2 (batch x pipe) for a deep MLP and the seed CNN.
 
     PYTHONPATH=python python3 bench/pipeline.py [--width 2048] [--layers 8] [--batch 128] [--steps 3]
 
-A deep MLP (--layers x Dense(--width)) cut into 2 stages of equal size on 2 logical CPU devices, GPipe
-at m = 2, 4, 8, 16 micro-batches: per stage the busy (forward + backward) and idle seconds per step,
-the measured idle fraction against the formula, and the peak bytes of micro-batch inputs stashed
-(GPipe vs 1F1B). Then samples/s of one device vs 2 stages vs 2 x 2 (batch x pipe). One run: ratios
-are from the same run. On a machine with fewer free cores than devices the stages do not overlap and
-the measured bubble is meaningless (it reports the cores it saw)."""
+Part 1: a deep MLP (--layers x Dense(--width)) cut into 2 stages of equal size on 2 logical CPU devices,
+GPipe at m = 2, 4, 8, 16 micro-batches: per stage the busy (forward + backward) and idle seconds per
+step, the measured idle fraction (idle / (busy + idle) over the stages, within the pipeline's span:
+step start to the end of the last stage's schedule) against the formula, and the peak bytes of
+micro-batch inputs stashed (GPipe vs 1F1B). Part 2: for the MLP and examples/fashion_mnist_cnn.py's
+CNN (random 28 x 28 inputs), samples/s of one device, 2 stages (1F1B) and 2 x 2 (batch x pipe), their
+ratio to one device, the bubble, and per stage the weight bytes and the peak stash. One run: ratios
+are from the same run. On a machine with fewer free cores than devices the stages do not overlap
+(it reports the cores it saw)."""
 import argparse
 import os
 import time
@@ -31,15 +35,47 @@ def mlp(width, layers, split_at=None):
     return tf.keras.Sequential(out)
 
 
-def train(strategy, x, y, args, split=True):
+def cnn(split_at=None):
+    tf.keras.utils.set_random_seed(1)
+    layers = tf.keras.layers
+    out = [tf.keras.Input((28, 28, 1)), layers.Conv2D(32, 3, activation="relu"), layers.MaxPooling2D(),
+           layers.Conv2D(64, 3, activation="relu"), layers.MaxPooling2D(), layers.Flatten(), layers.Dropout(0.3),
+           layers.Dense(128, activation="relu"), layers.Dense(10)]
+    if split_at is not None:
+        out.insert(split_at, layers.PipelineSplit())
+    return tf.keras.Sequential(out)
+
+
+def train(strategy, x, y, batch, make, optimizer="sgd"):
     with strategy.scope():
-        model = mlp(args.width, args.layers, args.layers // 2 if split else None)
-        model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(x[:args.batch], y[:args.batch], batch_size=args.batch, epochs=1, verbose=0)  # warm-up
+        model = make()
+        model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x[:batch], y[:batch], batch_size=batch, epochs=1, verbose=0)  # warm-up
     model.step_time_breakdown(reset=True)
     start = time.perf_counter()
-    model.fit(x, y, batch_size=args.batch, epochs=1, verbose=0, shuffle=False)
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
     return model, len(x) / (time.perf_counter() - start)
+
+
+def bubble(model):
+    stages = model.step_time_breakdown()["stages"]
+    return sum(s["idle"] for s in stages) / sum(s["idle"] + s["busy"] for s in stages), stages
+
+
+def stage_memory(pp, model):
+    """Per stage (pipeline 0): weight bytes and peak stashed micro-batch input bytes."""
+    report = pp.stage_report(model)
+    starts = report["stage_starts"]
+    weights = [sum(w.size * w.itemsize for layer in model.layers[a:b] for w in layer.get_weights())
+               for a, b in zip(starts, starts[1:])]
+    stash = [d["peak_stash_bytes"] for d in report["devices"]][:len(weights)]
+    return weights, stash
+
+
+def quiet(make):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make()
 
 
 def main():
@@ -54,31 +90,40 @@ def main():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((args.batch * args.steps, args.width)).astype("float32")
     y = rng.integers(0, 10, len(x)).astype("int32")
+    split = args.layers // 2
     print(f"cores seen: {os.cpu_count()}; {args.layers} x Dense({args.width}), batch {args.batch}, 2 stages")
     pipe = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+    grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
     print(f"{'m':>3} {'formula':>8} {'measured':>9} {'busy0 s':>8} {'idle0 s':>8} {'busy1 s':>8} {'idle1 s':>8}"
           f" {'stash GPipe':>12} {'stash 1F1B':>11}")
     for m in (2, 4, 8, 16):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            gpipe = distribution.PipelineParallel(pipe, num_microbatches=m, schedule="gpipe")
-            one_f = distribution.PipelineParallel(pipe, num_microbatches=m, schedule="1f1b")
-        model, _ = train(gpipe, x, y, args)
-        stages = model.step_time_breakdown()["stages"]
-        measured = sum(s["idle"] for s in stages) / sum(s["idle"] + s["busy"] for s in stages)
-        stash_g = [d["peak_stash_bytes"] for d in gpipe.stage_report(model)["devices"]]
-        model_1, _ = train(one_f, x, y, args)
-        stash_1 = [d["peak_stash_bytes"] for d in one_f.stage_report(model_1)["devices"]]
+        gpipe = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="gpipe"))
+        one_f = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="1f1b"))
+        model, _ = train(gpipe, x, y, args.batch, lambda: mlp(args.width, args.layers, split))
+        measured, stages = bubble(model)
+        stash_g = stage_memory(gpipe, model)[1]
+        model_1, _ = train(one_f, x, y, args.batch, lambda: mlp(args.width, args.layers, split))
+        stash_1 = stage_memory(one_f, model_1)[1]
         print(f"{m:>3} {(2 - 1) / (m + 2 - 1):>8.3f} {measured:>9.3f} {stages[0]['busy']:>8.3f} {stages[0]['idle']:>8.3f}"
               f" {stages[1]['busy']:>8.3f} {stages[1]['idle']:>8.3f} {max(stash_g):>12} {max(stash_1):>11}")
-    _, one = train(tf.distribute.OneDeviceStrategy("/cpu:0"), x, y, args, split=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _, two = train(distribution.PipelineParallel(pipe, num_microbatches=8), x, y, args)
-        grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
-        _, four = train(distribution.PipelineParallel(grid, num_microbatches=4, batch_dim_name="batch"), x, y, args)
-    print(f"samples/s: 1 device {one:.1f}, 2 stages (1f1b, m=8) {two:.1f} ({two / one:.2f}x), "
-          f"2x2 batch x pipe (m=4) {four:.1f} ({four / one:.2f}x)")
+
+    xc = rng.standard_normal((args.batch * args.steps, 28, 28, 1)).astype("float32")
+    models = {"mlp": (x, lambda s: mlp(args.width, args.layers, s), split, 8, "sgd"),
+              "cnn": (xc, cnn, 5, 4, "adam")}  # the CNN cut after its convolutions (Flatten starts stage 1)
+    print(f"\n{'model':<5} {'setup':<22} {'samples/s':>10} {'vs 1':>6} {'bubble':>7} {'weights/stage MiB':>18}"
+          f" {'peak stash/stage MiB':>21}")
+    for name, (xs, make, cut, m, optimizer) in models.items():
+        _, one = train(tf.distribute.OneDeviceStrategy("/cpu:0"), xs, y, args.batch, lambda: make(None), optimizer)
+        print(f"{name:<5} {'1 device':<22} {one:>10.1f} {1.0:>6.2f}")
+        for label, mesh, batch_dim in ((f"2 stages (1f1b, m={m})", pipe, None),
+                                       (f"2x2 batch x pipe (m={m})", grid, "batch")):
+            pp = quiet(lambda: distribution.PipelineParallel(mesh, num_microbatches=m, batch_dim_name=batch_dim))
+            model, rate = train(pp, xs, y, args.batch, lambda: make(cut), optimizer)
+            frac, _ = bubble(model)
+            weights, stash = stage_memory(pp, model)
+            print(f"{name:<5} {label:<22} {rate:>10.1f} {rate / one:>6.2f} {frac:>7.3f} "
+                  f"{' / '.join(f'{w / 2**20:.2f}' for w in weights):>18} "
+                  f"{' / '.join(f'{b / 2**20:.3f}' for b in stash):>21}")
 
 
 if __name__ == "__main__":

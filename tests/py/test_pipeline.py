@@ -91,6 +91,59 @@ def test_four_stages_by_indices_and_a_batch_by_pipe_mesh(logical_cpus, data):
     assert starts[0] == 0 and starts[-1] == 4 and sorted(set(starts)) == starts and len(starts) == 5
 
 
+@pytest.mark.parametrize("mesh_shape", [(2,), (2, 2)])
+def test_evaluate_and_predict_flow_through_the_stages_like_the_unpipelined_model(logical_cpus, data, mesh_shape):
+    # Inference runs micro-batches forward stage to stage (softmax output: the loss from the last
+    # stage's logits); batches of 45 and 37 rows cut unevenly over pipelines and micro-batches.
+    logical_cpus(4)
+    x, y = data
+    names = ("batch", "pipe")[-len(mesh_shape):]
+    mesh = distribution.DeviceMesh(mesh_shape, names, devices=distribution.list_devices()[:int(np.prod(mesh_shape))])
+    pp = _pp(mesh, 3, "1f1b", batch_dim_name="batch" if len(mesh_shape) == 2 else None)
+
+    def softmax_mlp():
+        tf.keras.utils.set_random_seed(7)
+        return tf.keras.Sequential([tf.keras.Input((20,)), tf.keras.layers.Dense(32, activation="relu"),
+                                    tf.keras.layers.PipelineSplit(), tf.keras.layers.Dense(16, activation="tanh"),
+                                    tf.keras.layers.Dense(5, activation="softmax")])
+
+    with pp.scope():
+        piped = softmax_mlp()
+        piped.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    piped.fit(x, y, batch_size=45, epochs=1, shuffle=False, verbose=0)
+    plain = softmax_mlp()
+    plain.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    plain.set_weights(piped.get_weights())
+    for batch_size in (45, 37):
+        np.testing.assert_allclose(piped.predict(x, batch_size=batch_size, verbose=0),
+                                   plain.predict(x, batch_size=batch_size, verbose=0), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(piped.evaluate(x, y, batch_size=batch_size, verbose=0),
+                                   plain.evaluate(x, y, batch_size=batch_size, verbose=0), rtol=1e-6)
+    # Weights set on the model reach the stages.
+    piped.set_weights([w * 0.5 for w in plain.get_weights()])
+    plain.set_weights([w * 0.5 for w in plain.get_weights()])
+    np.testing.assert_allclose(piped.predict(x, verbose=0), plain.predict(x, verbose=0), rtol=1e-6, atol=1e-7)
+
+
+def test_ignore_class_divides_by_the_global_batch_labels(logical_cpus, data):
+    # The divisor is the labels left over the whole global batch, counted by the last stages and
+    # summed over the batch axis: the same loss and weights as one device.
+    logical_cpus(4)
+    x, y = data
+
+    def train(strategy):
+        with strategy.scope():
+            model = _mlp(split=True)
+            model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                                             ignore_class=2))
+        history = model.fit(x, y, batch_size=45, epochs=1, shuffle=False, verbose=0)
+        return model, history.history["loss"]
+
+    grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
+    _assert_same_training(train(_pp(grid, 3, "1f1b", batch_dim_name="batch")),
+                          train(tf.distribute.OneDeviceStrategy("/cpu:0")))
+
+
 def test_too_few_microbatches_is_a_value_error_and_few_warn_with_the_bubble(logical_cpus):
     logical_cpus(4)
     mesh = distribution.DeviceMesh((4,), ("pipe",), devices=distribution.list_devices()[:4])

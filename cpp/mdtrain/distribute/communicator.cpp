@@ -140,6 +140,22 @@ void Communicator::recv(void* data, std::size_t count, DType dtype, int peer) {
   do_recv(data, count, dtype, peer);
 }
 
+void Communicator::send_recv(const void* send_data, std::size_t send_count, int send_peer, void* recv_data,
+                             std::size_t recv_count, int recv_peer, DType dtype) {
+  check_buffer("send_recv", send_data, send_count, "send");
+  check_buffer("send_recv", recv_data, recv_count, "recv");
+  size_of(dtype);
+  check_peer("send_recv", send_peer);
+  check_peer("send_recv", recv_peer);
+  do_send_recv(send_data, send_count, send_peer, recv_data, recv_count, recv_peer, dtype);
+}
+
+void Communicator::do_send_recv(const void* send_data, std::size_t send_count, int send_peer, void* recv_data,
+                                std::size_t recv_count, int recv_peer, DType dtype) {
+  do_send(send_data, send_count, dtype, send_peer);
+  do_recv(recv_data, recv_count, dtype, recv_peer);
+}
+
 void Communicator::do_send(const void*, std::size_t, DType, int) {
   fail<std::logic_error>("[", backend(), "] send: this backend does not implement it");
 }

@@ -106,6 +106,11 @@ class Communicator {
   // peer must be another rank of this group (std::invalid_argument).
   void send(const void* data, std::size_t count, DType dtype, int peer);
   void recv(void* data, std::size_t count, DType dtype, int peer);
+  // A send to send_peer, then a recv from recv_peer, as one step: the same as send + recv on the
+  // buffered backends (threads, MPI); NCCL, whose sends wait for the peer's recv, runs the two in
+  // one group, so two neighbours that each send to the other before they receive do not deadlock.
+  void send_recv(const void* send_data, std::size_t send_count, int send_peer, void* recv_data,
+                 std::size_t recv_count, int recv_peer, DType dtype);
 
   // Tensor forms: whole tensors, element counts and dtypes taken from them.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum);
@@ -134,6 +139,9 @@ class Communicator {
   // other code, throw std::logic_error("[backend] send: ... not implemented").
   virtual void do_send(const void* data, std::size_t count, DType dtype, int peer);
   virtual void do_recv(void* data, std::size_t count, DType dtype, int peer);
+  // Default: do_send, then do_recv.
+  virtual void do_send_recv(const void* send_data, std::size_t send_count, int send_peer, void* recv_data,
+                            std::size_t recv_count, int recv_peer, DType dtype);
   // Default: do_all_reduce at once, and nothing to wait for.
   virtual void do_enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op);
   virtual void do_wait_enqueued() {}

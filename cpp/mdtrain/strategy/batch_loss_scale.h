@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "mdtrain/core/tensor.h"
+#include "mdtrain/distribute/communicator.h"
 #include "mdtrain/nn/loss.h"
 
 namespace mdtrain {
@@ -34,6 +35,18 @@ inline BatchLossScale batch_loss_scale(const Loss& loss, const Tensor& y_true, c
   s.grad_scale = 1.0 / static_cast<double>(global_rows) / per_row;
   s.report_factor = 1.0 / per_row;
   return s;
+}
+
+// The `global_labels` of batch_loss_scale for a loss that counts_labels() (ignore_class): the
+// labels of `y` (a slice of the global batch; null for a slice without rows) summed over `group`
+// (the ranks that hold the other slices; null when this one holds them all). Every rank of the
+// group must call it, rows or not, before any collective of its forward. -1 (and no sum) for a
+// loss that does not count labels.
+inline std::int64_t global_label_count(const Loss& loss, const Tensor* y, Communicator* group) {
+  if (!loss.counts_labels()) return -1;
+  double count = y ? static_cast<double>(loss.counted_labels(*y)) : 0.0;
+  if (group) group->all_reduce(&count, 1, DType::Float64, ReduceOp::Sum);
+  return static_cast<std::int64_t>(count);
 }
 
 }  // namespace mdtrain

@@ -209,9 +209,12 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
     ctx.step = step;
     ctx.global_row_offset = slice.first;
     ctx.replicas = batch_size_ > 1 ? &s.batch_sums : nullptr;
+    // ignore_class's label count: every device of a model group holds the same rows, so summing
+    // over the batch axis (which spans the workers) counts each row once.
+    Communicator* labels_over = batch_size_ > 1 ? s.batch_comm.get() : nullptr;
     if (slice.rows > 0) {
       gather_batch(s, batch, slice.first, slice.rows);
-      const std::int64_t labels = global_label_count(s, true);
+      const std::int64_t labels = global_label_count(*s.loss, &s.y_batch, labels_over);
       Tensor pred = net.forward(s.x_batch, ctx);
       ensure_buffer(s.dpred, pred.shape(), pred.dtype(), pred.device());
       const BatchLossScale ls = batch_loss_scale(*s.loss, s.y_batch, pred, batch.count, labels);
@@ -231,7 +234,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
     } else {
       // The whole model group has no rows: it skips its model-axis collectives together, but
       // joins the batch axis's with zero gradients.
-      global_label_count(s, false);
+      global_label_count(*s.loss, nullptr, labels_over);
       net.packed_grads().fill(0.0);
       net.step_without_rows(ctx, {});
     }
@@ -272,12 +275,13 @@ StepLoss ModelParallelExecutor::test_step(const GlobalBatch& batch, ReplicaOutpu
   run_devices([&](Shard& s, int d) {
     s.loss_sum = 0;
     const RowSlice slice = slice_of(batch.count, batch_size_, s.batch);
+    Communicator* labels_over = batch_size_ > 1 ? s.batch_comm.get() : nullptr;  // as in train_step
     if (slice.rows == 0) {
-      global_label_count(s, false);
+      global_label_count(*s.loss, nullptr, labels_over);
       return;
     }
     gather_batch(s, batch, slice.first, slice.rows);
-    const std::int64_t labels = global_label_count(s, true);
+    const std::int64_t labels = global_label_count(*s.loss, &s.y_batch, labels_over);
     ForwardContext ctx;
     ctx.global_row_offset = slice.first;
     Tensor pred = s.net->forward(s.x_batch, ctx);
@@ -292,16 +296,6 @@ StepLoss ModelParallelExecutor::test_step(const GlobalBatch& batch, ReplicaOutpu
   result.sum = sum_of_losses();
   result.regularization = regularization_loss();
   return result;
-}
-
-std::int64_t ModelParallelExecutor::global_label_count(Shard& s, bool has_rows) {
-  // Only a loss whose divisor depends on the labels (ignore_class) needs the count of the whole
-  // global batch: every device of a model group holds the same rows, so summing over the batch
-  // axis (which spans the workers) counts each row once. Every device joins, rows or not.
-  if (!s.loss->counts_labels()) return -1;
-  double count = has_rows ? static_cast<double>(s.loss->counted_labels(s.y_batch)) : 0.0;
-  if (batch_size_ > 1) s.batch_comm->all_reduce(&count, 1, DType::Float64, ReduceOp::Sum);
-  return static_cast<std::int64_t>(count);
 }
 
 double ModelParallelExecutor::sum_of_losses() {

@@ -86,9 +86,6 @@ class ModelParallelExecutor final : public StepExecutor {
   double regularization_loss() const;
   // The step's loss sum over every batch group (of every worker).
   double sum_of_losses();
-  // The counted labels of the whole global batch for a loss with ignore_class (every device calls
-  // it, has_rows or not); -1 for losses whose divisor follows from the shapes.
-  std::int64_t global_label_count(Shard& s, bool has_rows);
   Shard& shard_at(int batch, int model) const;
 
   LayerStack& primary_;

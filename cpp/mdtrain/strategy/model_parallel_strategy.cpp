@@ -31,25 +31,11 @@ std::string model_axis_of(const DeviceMesh& mesh, const std::optional<std::strin
   return others.front();
 }
 
-std::vector<Device> local_devices(const DeviceMesh& mesh, const std::shared_ptr<Strategy>& workers) {
-  if (!workers) {
-    MDTRAIN_CHECK(mesh.num_workers() == 1, std::invalid_argument, "[model_parallel] the mesh ", mesh.to_string(),
-                  " spans ", mesh.num_workers(), " workers: pass the strategy that joined them");
-    return mesh.devices();
-  }
-  MDTRAIN_CHECK(mesh.num_workers() == workers->num_workers() &&
-                    mesh.local_device_count() == workers->num_local_replicas(),
-                std::invalid_argument, "[model_parallel] the mesh ", mesh.to_string(), " covers ", mesh.num_workers(),
-                " workers of ", mesh.local_device_count(), " devices; the job has ", workers->num_workers(),
-                " workers of ", workers->num_local_replicas());
-  return workers->devices();
-}
 }  // namespace
 
 ModelParallelStrategy::ModelParallelStrategy(DeviceMesh mesh, WeightLayouts layouts,
                                              std::optional<std::string> batch_axis, std::shared_ptr<Strategy> workers)
-    : Strategy(local_devices(mesh, workers)),
-      workers_(std::move(workers)),
+    : MeshWorkersStrategy(mesh, std::move(workers), "model_parallel"),
       mesh_(std::move(mesh)),
       layouts_(std::move(layouts)),
       batch_axis_(std::move(batch_axis)),
@@ -73,10 +59,9 @@ ModelParallelStrategy::ModelParallelStrategy(DeviceMesh mesh, WeightLayouts layo
 ModelParallelStrategy::~ModelParallelStrategy() = default;
 
 std::vector<std::unique_ptr<Communicator>> ModelParallelStrategy::make_replica_communicators() const {
-  if (workers_) return workers_->make_replica_communicators();
-  // As MirroredStrategy: in-process threads between CPU devices, NCCL between GPUs; the axes'
+  // In one process as MirroredStrategy: threads between CPU devices, NCCL between GPUs; the axes'
   // groups are split from this one (ncclCommSplit on GPUs).
-  return create_communicators(devices().front().is_cpu() ? "threads" : "nccl", num_replicas_in_sync());
+  return world_communicators(devices().front().is_cpu() ? "threads" : "nccl");
 }
 
 std::unique_ptr<StepExecutor> ModelParallelStrategy::make_executor(Network& primary, const Loss& loss,

@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "mdtrain/strategy/strategy.h"
+#include "mdtrain/strategy/mesh_workers_strategy.h"
 #include "mdtrain/strategy/tensor_parallel_plan.h"
 
 namespace mdtrain {
@@ -23,7 +23,7 @@ class ModelParallelExecutor;
 // that each model group stays inside a worker, and the batch axis spans the workers; the world
 // group and the coordination between workers are those of a MultiWorkerMirroredStrategy over this
 // worker's devices (`workers`).
-class ModelParallelStrategy : public Strategy {
+class ModelParallelStrategy : public MeshWorkersStrategy {
  public:
   // `mesh`: one process's devices (all CPU devices or all GPUs); its axes are `batch_axis` (if given) and one model
   // axis (the other one). `layouts`: "layer/weight" -> one axis name or none per dimension; weights not named are
@@ -38,20 +38,9 @@ class ModelParallelStrategy : public Strategy {
   std::string name() const override { return "ModelParallel"; }
   DeviceMesh mesh() const override { return mesh_; }
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
-  int num_workers() const override { return workers_ ? workers_->num_workers() : 1; }
-  int worker_index() const override { return workers_ ? workers_->worker_index() : 0; }
-  void sum_across_workers(std::vector<double>& values) override {
-    if (workers_) workers_->sum_across_workers(values);
-  }
-  void abort(const std::string& reason) override {
-    if (workers_) workers_->abort(reason);
-  }
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
 
   const WeightLayouts& layouts() const { return layouts_; }
-  // The strategy that joined the MPI job (null in one process): host-side coordination between
-  // workers goes through it.
-  const std::shared_ptr<Strategy>& workers() const { return workers_; }
   const std::string& model_axis() const { return model_axis_; }
   const std::optional<std::string>& batch_axis() const { return batch_axis_; }
 
@@ -63,7 +52,6 @@ class ModelParallelStrategy : public Strategy {
   }
 
  private:
-  std::shared_ptr<Strategy> workers_;  // null: one process
   DeviceMesh mesh_;
   WeightLayouts layouts_;
   std::optional<std::string> batch_axis_;

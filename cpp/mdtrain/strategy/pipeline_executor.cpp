@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -14,6 +15,10 @@
 #include "mdtrain/strategy/pipeline_strategy.h"
 
 namespace mdtrain {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
 
 struct PipelineExecutor::Device {
   int pipeline = 0, stage = 0;  // mesh coordinates along the batch and pipe axes
@@ -28,12 +33,14 @@ struct PipelineExecutor::Device {
   std::vector<Tensor> y;      // last stage, per micro-batch: the labels
   double loss_sum = 0;
   std::int64_t stash_bytes = 0, peak_stash = 0;
-  double busy = 0;
+  double busy = 0;       // forward + backward seconds since reset_profile
+  double idle = 0;       // seconds waiting inside the schedule's span since reset_profile
+  double step_busy = 0;  // this step's share of busy
+  Clock::time_point schedule_end;
   StepProfile profile;
 };
 
 namespace {
-using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string weight_of_slot(const std::string& slot) { return slot.substr(0, slot.rfind('/')); }
@@ -184,11 +191,7 @@ void PipelineExecutor::remake_communicators() {
 StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[pipeline] a training batch needs at least one example");
   StepLoss result;
-  result.regularization = primary_stale_ ? 0.0 : primary_.regularization_loss();
-  if (primary_stale_) {
-    for (const auto& dev : devices_)
-      if (dev->pipeline == first_pipeline_) result.regularization += dev->net->regularization_loss();
-  }
+  result.regularization = regularization_loss();
   const auto step = static_cast<std::uint64_t>(devices_.front()->optimizer->iterations());
   const int p = schedule_.stages, m = schedule_.microbatches;
   const auto step_start = Clock::now();
@@ -203,29 +206,26 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
       return r;
     };
     dev.loss_sum = 0;
+    dev.step_busy = 0;
     dev.stash.assign(static_cast<std::size_t>(m), Tensor());
     dev.dpred.assign(static_cast<std::size_t>(m), Tensor());
     dev.y.assign(static_cast<std::size_t>(m), Tensor());
     dev.stash_bytes = 0;
     dev.peak_stash = 0;
     const Shape in_shape = net.input_shape(), out_shape = net.output_shape();
-    // The loss divisor for ignore_class losses: the labels counted over the whole global batch.
+    // The loss divisor for ignore_class losses: the labels of the whole global batch, counted by
+    // the last stages (each on its pipeline's rows), summed over the batch axis.
     std::int64_t labels = -1;
     if (dev.loss->counts_labels()) {
-      double count = 0;
-      if (last_stage) {
-        for (int mb = 0; mb < m; ++mb) {
-          const RowSlice r = micro(mb);
-          if (r.rows == 0) continue;
-          Shape ys = batch.y.shape();
-          ys[0] = r.rows;
-          Tensor y(ys, batch.y.dtype());
-          ops::gather_rows(batch.y, batch.indices + r.first, r.rows, y);
-          count += static_cast<double>(dev.loss->counted_labels(y));
-        }
+      Tensor group_y;
+      if (last_stage && group.rows > 0) {
+        Shape ys = batch.y.shape();
+        ys[0] = group.rows;
+        group_y = Tensor(ys, batch.y.dtype());
+        ops::gather_rows(batch.y, batch.indices + group.first, group.rows, group_y);
       }
-      if (pipelines_ > 1) dev.batch_comm->all_reduce(&count, 1, DType::Float64, ReduceOp::Sum);
-      labels = static_cast<std::int64_t>(count);
+      labels = global_label_count(*dev.loss, last_stage && group.rows > 0 ? &group_y : nullptr,
+                                  pipelines_ > 1 ? dev.batch_comm.get() : nullptr);
     }
     int last_forward = -1;  // the micro-batch whose forward state the layers hold
     bool have_grads = false;
@@ -244,16 +244,38 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
       return h;
     };
     Tensor out;  // the output of the last forward (sent at once, or used by the loss)
-    for (const PipelineOp& op : schedule_.ops[static_cast<std::size_t>(dev.stage)]) {
+    // A send is held until the next op: when that is a recv the two go as one send_recv (NCCL's
+    // sends wait for the peer's recv; the buffered backends do the same as send, then recv).
+    const std::vector<PipelineOp>& stage_ops = schedule_.ops[static_cast<std::size_t>(dev.stage)];
+    Tensor send_data;
+    int send_peer = -1;
+    auto flush_send = [&] {
+      if (send_peer < 0) return;
+      pipe.send(send_data.numel() ? send_data.raw() : nullptr, static_cast<std::size_t>(send_data.numel()),
+                primary_.dtype(), send_peer);
+      send_peer = -1;
+    };
+    auto recv_into = [&](Tensor& t, int peer) {
+      auto start = Clock::now();
+      if (send_peer >= 0) {
+        pipe.send_recv(send_data.numel() ? send_data.raw() : nullptr, static_cast<std::size_t>(send_data.numel()),
+                       send_peer, t.raw(), static_cast<std::size_t>(t.numel()), peer, t.dtype());
+        send_peer = -1;
+      } else {
+        pipe.recv(t.raw(), static_cast<std::size_t>(t.numel()), t.dtype(), peer);
+      }
+      dev.profile.allreduce += seconds_since(start);
+    };
+    for (const PipelineOp& op : stage_ops) {
       const int mb = op.microbatch;
       const RowSlice r = micro(mb);
       const auto i = static_cast<std::size_t>(mb);
+      const bool is_recv = op.kind == PipelineOpKind::RecvActivation || op.kind == PipelineOpKind::RecvGradient;
+      if (!is_recv) flush_send();
       switch (op.kind) {
         case PipelineOpKind::RecvActivation: {
           Tensor x(with_rows(r.rows, in_shape), primary_.dtype());
-          auto t = Clock::now();
-          pipe.recv(x.raw(), static_cast<std::size_t>(x.numel()), x.dtype(), dev.stage - 1);
-          dev.profile.allreduce += seconds_since(t);
+          recv_into(x, dev.stage - 1);
           dev.stash[i] = x;
           dev.stash_bytes += static_cast<std::int64_t>(x.nbytes());
           dev.peak_stash = std::max(dev.peak_stash, dev.stash_bytes);
@@ -293,22 +315,18 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           }
           const double busy = seconds_since(t);
           dev.busy += busy;
+          dev.step_busy += busy;
           dev.profile.compute += busy;
           break;
         }
         case PipelineOpKind::SendActivation: {
-          if (r.rows == 0) {
-            pipe.send(nullptr, 0, primary_.dtype(), dev.stage + 1);
-            break;
-          }
-          pipe.send(out.raw(), static_cast<std::size_t>(out.numel()), out.dtype(), dev.stage + 1);
+          send_data = r.rows == 0 ? Tensor() : out;
+          send_peer = dev.stage + 1;
           break;
         }
         case PipelineOpKind::RecvGradient: {
           Tensor g(with_rows(r.rows, out_shape), primary_.dtype());
-          auto t = Clock::now();
-          pipe.recv(g.raw(), static_cast<std::size_t>(g.numel()), g.dtype(), dev.stage + 1);
-          dev.profile.allreduce += seconds_since(t);
+          recv_into(g, dev.stage + 1);
           dev.dpred[i] = g;
           break;
         }
@@ -342,19 +360,19 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           last_forward = last_forward == mb ? -1 : last_forward;
           const double busy = seconds_since(t);
           dev.busy += busy;
+          dev.step_busy += busy;
           dev.profile.compute += busy;
           break;
         }
         case PipelineOpKind::SendGradient: {
-          if (r.rows == 0) {
-            pipe.send(nullptr, 0, primary_.dtype(), dev.stage - 1);
-            break;
-          }
-          pipe.send(out.raw(), static_cast<std::size_t>(out.numel()), out.dtype(), dev.stage - 1);
+          send_data = r.rows == 0 ? Tensor() : out;
+          send_peer = dev.stage - 1;
           break;
         }
       }
     }
+    flush_send();
+    dev.schedule_end = Clock::now();
     for (const auto& layer : layers) layer->apply_deferred_statistics(pipelines_ > 1 ? &dev.batch_sums : nullptr);
     Tensor& grads = net.packed_grads();
     if (have_grads) grads.copy_from(dev.accumulated);
@@ -369,6 +387,14 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     dev.profile.steps += 1;
   });
   wall_ += seconds_since(step_start);
+  // The bubble: what each device did not spend in forward or backward between the step's start and
+  // the end of the last device's schedule (the pipeline's span). The gradient sum over the batch
+  // axis and the update come after the schedule on every device: work, not bubble (profile.update,
+  // profile.allreduce).
+  Clock::time_point span_end = step_start;
+  for (const auto& dev : devices_) span_end = std::max(span_end, dev->schedule_end);
+  const double span = std::chrono::duration<double>(span_end - step_start).count();
+  for (auto& dev : devices_) dev->idle += std::max(0.0, span - dev->step_busy);
   primary_stale_ = true;
   for (const auto& dev : devices_)
     if (dev->stage == p - 1) result.sum += dev->loss_sum;  // pipeline order
@@ -381,34 +407,86 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
   return result;
 }
 
+void PipelineExecutor::forward_pipelined(std::int64_t count, const std::function<Tensor(std::int64_t, std::int64_t)>& input,
+                                         Tensor& out, Tensor* logits) {
+  const int p = schedule_.stages, m = schedule_.microbatches;
+  // Every worker computes every row (each process returns the result), cut among its own pipelines.
+  const int local_pipelines = static_cast<int>(devices_.size()) / p;
+  run_devices([&](Device& dev, int) {
+    const auto& layers = dev.net->layers();
+    const RowSlice group = slice_of(count, local_pipelines, dev.pipeline - first_pipeline_);
+    for (int mb = 0; mb < m; ++mb) {
+      RowSlice r = slice_of(group.rows, m, mb);
+      r.first += group.first;
+      if (r.rows == 0) continue;  // every stage of the pipeline skips the same micro-batches
+      Tensor h;
+      if (dev.stage == 0) {
+        h = input(r.first, r.rows);
+      } else {
+        h = Tensor(with_rows(r.rows, dev.net->input_shape()), primary_.dtype());
+        dev.pipe_comm->recv(h.raw(), static_cast<std::size_t>(h.numel()), h.dtype(), dev.stage - 1);
+      }
+      ForwardContext ctx;
+      ctx.global_row_offset = r.first;
+      for (const auto& layer : layers) h = layer->forward(h, ctx);
+      if (dev.stage + 1 < p) {
+        dev.pipe_comm->send(h.raw(), static_cast<std::size_t>(h.numel()), h.dtype(), dev.stage + 1);
+        continue;
+      }
+      Tensor dst = out.rows(r.first, r.first + r.rows);
+      dst.copy_from(h);
+      if (logits) {
+        Tensor l = logits->rows(r.first, r.first + r.rows);
+        l.copy_from(layers.back()->logits());
+      }
+    }
+  });
+}
+
 StepLoss PipelineExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[pipeline] an evaluation batch needs at least one example");
-  refresh_primary();
-  Shape xs = batch.x.shape(), ys = batch.y.shape();
-  xs[0] = batch.count;
+  // The stages hold the current weights (set_weights reaches them through broadcast_weights_from_primary).
+  Shape ys = batch.y.shape();
   ys[0] = batch.count;
-  Tensor x(xs, batch.x.dtype()), y(ys, batch.y.dtype());
-  ops::gather_rows(batch.x, batch.indices, batch.count, x);
+  Tensor y(ys, batch.y.dtype());
   ops::gather_rows(batch.y, batch.indices, batch.count, y);
-  ForwardContext ctx;
-  Tensor pred = primary_.forward(x, ctx);
   auto logits_loss = loss_->on_logits_of(primary_.output_activation());
-  const double sum = logits_loss ? logits_loss->forward_backward(y, primary_.logits(), 1.0, nullptr)
+  Tensor pred(with_rows(batch.count, primary_.output_shape()), primary_.dtype());
+  Tensor logits;
+  if (logits_loss) logits = Tensor(pred.shape(), pred.dtype());
+  const Shape in_shape = primary_.input_shape();
+  forward_pipelined(
+      batch.count,
+      [&](std::int64_t first, std::int64_t rows) {
+        Tensor x(with_rows(rows, in_shape), batch.x.dtype());
+        ops::gather_rows(batch.x, batch.indices + first, rows, x);
+        return x;
+      },
+      pred, logits_loss ? &logits : nullptr);
+  // The loss of the whole batch on the calling thread, as one device computes it.
+  const double sum = logits_loss ? logits_loss->forward_backward(y, logits, 1.0, nullptr)
                                  : loss_->forward_backward(y, pred, 1.0, nullptr);
-  const std::int64_t labels = loss_->counts_labels() ? loss_->counted_labels(y) : -1;
+  const std::int64_t labels = global_label_count(*loss_, &y, nullptr);
   StepLoss result;
   result.sum = sum * batch_loss_scale(*loss_, y, pred, batch.count, labels).report_factor;
-  result.regularization = primary_.regularization_loss();
+  result.regularization = regularization_loss();
   if (outputs) outputs->on_replica_output(0, y, pred);
   return result;
 }
 
 void PipelineExecutor::predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
-  refresh_primary();
-  ForwardContext ctx;
-  Tensor pred = primary_.forward(x.rows(begin, begin + count), ctx);
   Tensor dst = out.rows(begin, begin + count);
-  dst.copy_from(pred);
+  forward_pipelined(
+      count, [&](std::int64_t first, std::int64_t rows) { return x.rows(begin + first, begin + first + rows); }, dst,
+      nullptr);
+}
+
+double PipelineExecutor::regularization_loss() const {
+  if (!primary_stale_) return primary_.regularization_loss();
+  double sum = 0;  // the stages hold the newer weights: one pipeline's stages, in stage order
+  for (const auto& dev : devices_)
+    if (dev->pipeline == first_pipeline_) sum += dev->net->regularization_loss();
+  return sum;
 }
 
 Network& PipelineExecutor::replica_network(int r) {
@@ -493,6 +571,7 @@ void PipelineExecutor::reset_profile() {
   for (auto& dev : devices_) {
     dev->profile = StepProfile{};
     dev->busy = 0;
+    dev->idle = 0;
   }
   wall_ = 0;
 }
@@ -505,7 +584,7 @@ std::vector<double> PipelineExecutor::busy_seconds() const {
 
 std::vector<double> PipelineExecutor::idle_seconds() const {
   std::vector<double> out;
-  for (const auto& dev : devices_) out.push_back(std::max(0.0, wall_ - dev->busy));
+  for (const auto& dev : devices_) out.push_back(dev->idle);
   return out;
 }
 

@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +28,9 @@ class PipelineStrategy;
 // backwards in that order), so the step equals the unpipelined one up to float32 rounding of the
 // sums, and GPipe and 1F1B are bitwise equal. Then the stage's gradients are summed over the batch
 // axis (several pipelines), and each stage's optimizer updates its weights: one step per global
-// batch. Evaluation and prediction run the primary (refreshed from the stages) on the calling
-// thread.
+// batch. Evaluation and prediction run forward only through the stages (micro-batches flowing as in
+// training, every worker over its own pipelines), the evaluation loss computed on the calling thread
+// from the whole batch's outputs, as one device computes it.
 //
 // BatchNormalization normalizes each micro-batch with its own statistics and moves its moving
 // statistics once per global batch from all micro-batches (deferred, ForwardContext::
@@ -66,7 +68,9 @@ class PipelineExecutor final : public StepExecutor {
   // The first layer of each stage (stage 0 starts at 0).
   const std::vector<int>& stage_starts() const { return starts_; }
   // Per device, summed over training steps since reset_profile: seconds in forward and backward
-  // (busy) and the rest of the steps' wall time (idle: the bubble, transfers, the update).
+  // (busy) and the rest of the pipeline's span (idle: the bubble, including waits for transfers).
+  // The span runs from the step's start to the end of the last device's schedule; the gradient sum
+  // over the batch axis and the optimizer update that follow are not bubble (profile()).
   std::vector<double> busy_seconds() const;
   std::vector<double> idle_seconds() const;
   // Per device: the most bytes of micro-batch inputs it held stashed at once in the last
@@ -78,6 +82,13 @@ class PipelineExecutor final : public StepExecutor {
   template <class F>
   void run_devices(F&& fn);
   void remake_communicators();
+  double regularization_loss() const;
+  // Inference through this worker's pipelines: count rows, cut among them and into micro-batches
+  // that flow forward stage to stage; input(first, rows) gives stage 0 a micro-batch's rows; the last
+  // stages write rows [first, first + rows) of out (and of logits, when given: the last layer's
+  // pre-activation).
+  void forward_pipelined(std::int64_t count, const std::function<Tensor(std::int64_t, std::int64_t)>& input,
+                         Tensor& out, Tensor* logits);
   void copy_weights(LayerStack& from, std::size_t from_first, LayerStack& to, std::size_t to_first,
                     std::size_t count) const;
 

@@ -16,8 +16,7 @@ PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, Pipeli
                                    std::vector<int> stage_starts, std::string pipe_axis,
                                    std::optional<std::string> batch_axis, bool balance_by_time,
                                    std::shared_ptr<Strategy> workers)
-    : Strategy(workers ? workers->devices() : mesh.devices()),
-      workers_(std::move(workers)),
+    : MeshWorkersStrategy(mesh, std::move(workers), "pipeline"),
       mesh_(std::move(mesh)),
       microbatches_(num_microbatches),
       schedule_(schedule),
@@ -28,16 +27,6 @@ PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, Pipeli
   for (const auto& d : mesh_.devices())
     MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[pipeline] ", d.to_string(),
                   ": pipeline parallelism runs on logical CPU devices for now");
-  if (!workers_) {
-    MDTRAIN_CHECK(mesh_.num_workers() == 1, std::invalid_argument, "[pipeline] the mesh ", mesh_.to_string(), " spans ",
-                  mesh_.num_workers(), " workers: pass the strategy that joined them");
-  } else {
-    MDTRAIN_CHECK(mesh_.num_workers() == workers_->num_workers() &&
-                      mesh_.local_device_count() == workers_->num_local_replicas(),
-                  std::invalid_argument, "[pipeline] the mesh ", mesh_.to_string(), " covers ", mesh_.num_workers(),
-                  " workers of ", mesh_.local_device_count(), " devices; the job has ", workers_->num_workers(),
-                  " workers of ", workers_->num_local_replicas());
-  }
   MDTRAIN_CHECK(mesh_.num_workers() == 1 || mesh_.axis_names().back() == pipe_axis_, std::invalid_argument,
                 "[pipeline] across workers the pipe axis '", pipe_axis_,
                 "' must be the last axis of the mesh (each worker runs whole pipelines), got ", mesh_.to_string());
@@ -62,8 +51,7 @@ PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, Pipeli
 PipelineStrategy::~PipelineStrategy() = default;
 
 std::vector<std::unique_ptr<Communicator>> PipelineStrategy::make_replica_communicators() const {
-  if (workers_) return workers_->make_replica_communicators();
-  return create_communicators("threads", num_replicas_in_sync());
+  return world_communicators("threads");
 }
 
 std::unique_ptr<StepExecutor> PipelineStrategy::make_executor(Network& primary, const Loss& loss,

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "mdtrain/strategy/pipeline_schedule.h"
-#include "mdtrain/strategy/strategy.h"
+#include "mdtrain/strategy/mesh_workers_strategy.h"
 
 namespace mdtrain {
 
 class PipelineExecutor;
 
-class PipelineStrategy : public Strategy {
+class PipelineStrategy : public MeshWorkersStrategy {
  public:
   // `mesh`: one process's CPU devices with the axis `pipe_axis` (its size: the number of stages)
   // and, optionally, `batch_axis`; no other axis. `stage_starts`: the index of the first layer of
@@ -34,14 +34,6 @@ class PipelineStrategy : public Strategy {
   std::string name() const override { return "PipelineParallel"; }
   DeviceMesh mesh() const override { return mesh_; }
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
-  int num_workers() const override { return workers_ ? workers_->num_workers() : 1; }
-  int worker_index() const override { return workers_ ? workers_->worker_index() : 0; }
-  void sum_across_workers(std::vector<double>& values) override {
-    if (workers_) workers_->sum_across_workers(values);
-  }
-  void abort(const std::string& reason) override {
-    if (workers_) workers_->abort(reason);
-  }
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
 
   int num_stages() const { return mesh_.axis_size(pipe_axis_); }
@@ -51,8 +43,6 @@ class PipelineStrategy : public Strategy {
   const std::string& pipe_axis() const { return pipe_axis_; }
   const std::optional<std::string>& batch_axis() const { return batch_axis_; }
   bool balance_by_time() const { return balance_by_time_; }
-  // The strategy that joined the MPI job (null in one process).
-  const std::shared_ptr<Strategy>& workers() const { return workers_; }
 
   // The executor of the model compiled last under this strategy, or null.
   PipelineExecutor* executor() const { return executor_; }
@@ -61,7 +51,6 @@ class PipelineStrategy : public Strategy {
   }
 
  private:
-  std::shared_ptr<Strategy> workers_;  // null: one process
   DeviceMesh mesh_;
   int microbatches_;
   PipelineScheduleKind schedule_;

@@ -183,7 +183,7 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
     }
     if (rows > 0) {
       gather_batch(rep, batch, first, rows);
-      const std::int64_t labels = global_label_count(rep, true);
+      const std::int64_t labels = global_label_count(*rep.loss, &rep.y_batch, rep.comm.get());
       Tensor pred = net.forward(rep.x_batch, ctx);
       ensure_buffer(rep.dpred, pred.shape(), pred.dtype(), pred.device());
       const BatchLossScale ls = batch_loss_scale(*rep.loss, rep.y_batch, pred, batch.count, labels);
@@ -200,7 +200,7 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
       // No rows: zero gradients, but still every collective the layers run in training
       // (synchronized BatchNormalization's statistics) and every bucket's, in the order the
       // other replicas run them.
-      global_label_count(rep, false);
+      global_label_count(*rep.loss, nullptr, rep.comm.get());
       net.packed_grads().fill(0.0);
       net.step_without_rows(ctx, on_final);
     }
@@ -260,11 +260,11 @@ StepLoss ReplicatedExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSi
   for_each_slice(batch.count, [&](Replica& rep, int local, std::int64_t first, std::int64_t rows) {
     rep.loss_sum = 0;
     if (rows == 0) {
-      global_label_count(rep, false);
+      global_label_count(*rep.loss, nullptr, rep.comm.get());
       return;
     }
     gather_batch(rep, batch, first, rows);
-    const std::int64_t labels = global_label_count(rep, true);
+    const std::int64_t labels = global_label_count(*rep.loss, &rep.y_batch, rep.comm.get());
     ForwardContext ctx;
     ctx.global_row_offset = first;
     Tensor pred = rep.net->forward(rep.x_batch, ctx);
@@ -277,15 +277,6 @@ StepLoss ReplicatedExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSi
   result.sum = sum_of_replica_losses(batch.count);
   result.regularization = replicas_.front()->net->regularization_loss();
   return result;
-}
-
-std::int64_t ReplicatedExecutor::global_label_count(Replica& rep, bool has_rows) {
-  // Only a loss whose divisor depends on the labels (ignore_class) needs every replica's count;
-  // every replica joins the sum, before any collective of the forward.
-  if (!rep.loss->counts_labels()) return -1;
-  double count = has_rows ? static_cast<double>(rep.loss->counted_labels(rep.y_batch)) : 0.0;
-  rep.comm->all_reduce(&count, 1, DType::Float64, ReduceOp::Sum);
-  return static_cast<std::int64_t>(count);
 }
 
 double ReplicatedExecutor::sum_of_replica_losses(std::int64_t count) {

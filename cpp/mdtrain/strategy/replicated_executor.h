@@ -84,10 +84,6 @@ class ReplicatedExecutor final : public StepExecutor {
   void remake_communicators();
   void attach_communicator(Replica& rep, std::unique_ptr<Communicator> comm);
   void gather_batch(Replica& rep, const GlobalBatch& batch, std::int64_t first, std::int64_t rows);
-  // For a loss whose divisor counts labels (ignore_class): the counted labels of the whole global
-  // batch, summed over every replica of every worker (each must call it, has_rows or not); -1
-  // for other losses, whose divisor follows from the shapes.
-  std::int64_t global_label_count(Replica& rep, bool has_rows);
   // The sum over all replicas (of all workers) of the last step's loss sums.
   double sum_of_replica_losses(std::int64_t count);
 

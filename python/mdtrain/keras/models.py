@@ -862,6 +862,8 @@ class Model:
         if self.loss is None or not self.built:
             raise RuntimeError("step_time_breakdown: compile and train the model first")
         profile = self._core.profile()
+        stage_devices = (self._strategy.stage_report(self)["devices"]
+                         if hasattr(self._strategy, "stage_report") and profile[0]["steps"] else None)
         if reset:
             self._core.reset_profile()
         first = profile[0]
@@ -872,11 +874,11 @@ class Model:
                "compute": max(p["compute"] for p in profile) / steps,
                "communication": first["allreduce"] / steps, "update": first["update"] / steps}
         out["idle"] = max(0.0, out["step"] - out["compute"] - out["communication"] - out["update"])
-        # Pipeline parallelism: each device's busy (forward + backward) and idle (bubble) time.
-        if hasattr(self._strategy, "stage_report"):
-            out["stages"] = [{"device": d["device"], "busy": p["compute"] / steps,
-                              "idle": max(0.0, out["step"] - p["compute"] / steps)}
-                             for d, p in zip(self._strategy.stage_report(self)["devices"], profile)]
+        # Pipeline parallelism: each device's busy (forward + backward) and idle (bubble) time
+        # within the pipeline's span (the update after it is "update", not bubble).
+        if stage_devices is not None:
+            out["stages"] = [{"device": d["device"], "busy": d["busy"] / steps, "idle": d["idle"] / steps}
+                             for d in stage_devices]
         return out
 
     # ---- saving ----------------------------------------------------------------------------

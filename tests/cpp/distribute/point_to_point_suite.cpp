@@ -67,6 +67,33 @@ TEST_P(PointToPointSuite, PingPongAndEmptyMessages) {
   }
 }
 
+// send_recv: every rank sends to the next and receives from the previous in one call, as two
+// pipeline stages exchange activations and gradients (on NCCL one group; here send, then recv);
+// an empty message pairs with an empty recv.
+TEST_P(PointToPointSuite, SendRecvExchangesWithNeighbours) {
+  const auto& c = GetParam();
+  if (c.ranks < 2) GTEST_SKIP() << "no peer in a group of one";
+  Comms comms = c.make();
+  constexpr std::size_t kCount = 5000;
+  std::vector<std::string> errors(comms.size());
+  run_on_ranks(comms, [&](Communicator& comm, std::size_t local) {
+    comm.set_timeout(60);
+    const int n = comm.size();
+    const int next = (comm.rank() + 1) % n, prev = (comm.rank() + n - 1) % n;
+    for (unsigned m = 0; m < 2; ++m) {
+      const auto data = make_input<float>(200 + m, comm.rank(), kCount);
+      std::vector<float> got(kCount, -1.0f);
+      comm.send_recv(data.data(), kCount, next, got.data(), kCount, prev, DType::Float32);
+      const std::string diff = compare(got, make_input<float>(200 + m, prev, kCount), true, 1);
+      if (!diff.empty()) errors[local] += "message " + std::to_string(m) + ": " + diff + "; ";
+    }
+    comm.send_recv(nullptr, 0, next, nullptr, 0, prev, DType::Float32);
+    float x = 0;
+    EXPECT_THROW(comm.send_recv(&x, 1, comm.rank(), &x, 1, prev, DType::Float32), std::invalid_argument);
+  });
+  for (std::size_t local = 0; local < comms.size(); ++local) EXPECT_EQ(errors[local], "") << "rank " << local;
+}
+
 TEST_P(PointToPointSuite, InvalidPeersAreRejected) {
   const auto& c = GetParam();
   Comms comms = c.make();

@@ -221,6 +221,11 @@ void NcclCommunicator::enter(const Call& call) {
 template <class F>
 void NcclCommunicator::run(const Call& call, F&& enqueue) {
   enter(call);
+  launch_and_wait(call, std::forward<F>(enqueue));
+}
+
+template <class F>
+void NcclCommunicator::launch_and_wait(const Call& call, F&& enqueue) {
   cuda::DeviceGuard guard(device_);
   const cuda::Stream& compute = cuda::compute_stream(device_);
   const cuda::Stream& comm_stream = cuda::communication_stream(device_);
@@ -581,6 +586,53 @@ int nccl_version() {
   int v = 0;
   MDTRAIN_NCCL_CHECK(ncclGetVersion(&v));
   return v;
+}
+
+// ---- point to point --------------------------------------------------------------------------
+
+void NcclCommunicator::do_send(const void* data, std::size_t count, DType dtype, int peer) {
+  point_to_point(data, count, peer, nullptr, 0, -1, dtype);
+}
+
+void NcclCommunicator::do_recv(void* data, std::size_t count, DType dtype, int peer) {
+  point_to_point(nullptr, 0, -1, data, count, peer, dtype);
+}
+
+void NcclCommunicator::do_send_recv(const void* send_data, std::size_t send_count, int send_peer, void* recv_data,
+                                    std::size_t recv_count, int recv_peer, DType dtype) {
+  point_to_point(send_data, send_count, send_peer, recv_data, recv_count, recv_peer, dtype);
+}
+
+void NcclCommunicator::point_to_point(const void* send, std::size_t send_count, int send_peer, void* recv,
+                                      std::size_t recv_count, int recv_peer, DType dtype) {
+  // Only two ranks take part: no ledger entry (the peers' collective sequences are untouched), but
+  // a failed or aborted group still throws, and the wait polls for failures and times out.
+  const bool sends = send_peer >= 0, recvs = recv_peer >= 0;
+  const Call call{Kind::None, 0, sends ? send_count : recv_count, dtype, ReduceOp::Sum, sends ? send_peer : recv_peer};
+  if (failure().failed()) throw_failure(call, true);
+  const std::size_t send_bytes = sends ? send_count * size_of(dtype) : 0;
+  const std::size_t recv_bytes = recvs ? recv_count * size_of(dtype) : 0;
+  const bool send_dev = send_bytes && on_device(send, device_, rank_);
+  const bool recv_dev = recv_bytes && on_device(recv, device_, rank_);
+  // Host buffers go through this rank's scratch (pinned, then device memory): send's is copied
+  // before the call returns, so the caller may reuse its buffer at once.
+  const void* sbuf = send_dev ? send : (send_bytes ? device_scratch(send_bytes, 0) : nullptr);
+  void* rbuf = recv_dev ? recv : (recv_bytes ? device_scratch(recv_bytes, 1) : nullptr);
+  void* send_pinned = send_bytes && !send_dev ? pinned_scratch(send_bytes, 0) : nullptr;
+  void* recv_pinned = recv_bytes && !recv_dev ? pinned_scratch(recv_bytes, 1) : nullptr;
+  if (send_pinned) std::memcpy(send_pinned, send, send_bytes);
+  launch_and_wait(call, [&](ncclComm* comm, cudaStream_t s) {
+    if (send_pinned)
+      MDTRAIN_CUDA_CHECK(
+          cudaMemcpyAsync(const_cast<void*>(sbuf), send_pinned, send_bytes, cudaMemcpyHostToDevice, s));
+    // One group: a send and a recv with (possibly) the same peer progress together.
+    nccl_group([&] {
+      if (sends) MDTRAIN_NCCL_CHECK(ncclSend(sbuf, send_count, nccl_type(dtype), send_peer, comm, s));
+      if (recvs) MDTRAIN_NCCL_CHECK(ncclRecv(rbuf, recv_count, nccl_type(dtype), recv_peer, comm, s));
+    });
+    if (recv_pinned) MDTRAIN_CUDA_CHECK(cudaMemcpyAsync(recv_pinned, rbuf, recv_bytes, cudaMemcpyDeviceToHost, s));
+  });
+  if (recv_pinned) std::memcpy(recv, recv_pinned, recv_bytes);
 }
 
 }  // namespace mdtrain

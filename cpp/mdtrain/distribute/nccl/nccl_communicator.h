@@ -24,6 +24,7 @@
 //   NCCL's. NCCL's reduction order is its own (ring or tree): results are identical on every rank
 //   and from run to run on the same topology, but not bitwise equal to a rank-order sum.
 //   reduce() is an all-reduce whose result only the root keeps, so its bits equal all_reduce's.
+// - send / recv / send_recv are ncclSend / ncclRecv (NCCL 2.7+), grouped when both, and blocking.
 // - In-process groups also check that every rank called the same collective with the same
 //   arguments (a mismatch fails on every rank, naming both calls) and name the missing ranks on a
 //   timeout; groups across processes cannot see their peers' calls and only time out.
@@ -78,6 +79,13 @@ class NcclCommunicator final : public Communicator {
   // Blocks until every enqueued all-reduce finished (with the blocking collectives' error and
   // timeout handling) and orders the compute stream after them.
   void do_wait_enqueued() override;
+  // Point to point: ncclSend / ncclRecv on the communication stream, waited for like a collective
+  // (NCCL's send returns once the peer received, so it blocks until the peer's recv). send_recv
+  // puts the two in one group. Zero-count messages are no-ops on both sides.
+  void do_send(const void* data, std::size_t count, DType dtype, int peer) override;
+  void do_recv(void* data, std::size_t count, DType dtype, int peer) override;
+  void do_send_recv(const void* send_data, std::size_t send_count, int send_peer, void* recv_data,
+                    std::size_t recv_count, int recv_peer, DType dtype) override;
 
  private:
   NcclCommunicator(ncclComm* comm, int rank, int size, int device, std::shared_ptr<Ledger> ledger);
@@ -88,6 +96,12 @@ class NcclCommunicator final : public Communicator {
   // Runs enqueue(stream) on the communication stream after the compute stream's work, then waits.
   template <class F>
   void run(const Call& call, F&& enqueue);
+  // run() without the ledger: enqueue after the compute stream's work, then wait.
+  template <class F>
+  void launch_and_wait(const Call& call, F&& enqueue);
+  // A send (send_peer >= 0) and / or a recv (recv_peer >= 0) in one NCCL group.
+  void point_to_point(const void* send, std::size_t send_count, int send_peer, void* recv, std::size_t recv_count,
+                      int recv_peer, DType dtype);
   void wait_for(const cuda::Event& done, const Call& call);
   // Waits until every rank of the in-process group entered `call` (timeout, failures).
   void wait_for_peers(const Call& call);

@@ -130,7 +130,37 @@ class DataParallel(Distribution):
         return self._replicas._sync_workers(arrays)
 
 
-class ModelParallel(Distribution):
+class _PerModelDistribution(Distribution):
+    """A distribution whose C++ strategy depends on the model it trains (its weights' layouts, its
+    stage cuts): each compiled model gets its own (``_core_for``, remembered for the model's reports),
+    and before any, a placeholder made for no model answers questions about devices and replicas.
+    Subclasses define ``_model_core_arg(model)`` (model None: the placeholder's) and ``_make_core(arg)``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._placeholder_core = None
+        self._model_cores = weakref.WeakKeyDictionary()  # model -> its C++ strategy
+
+    @property
+    def _core(self):
+        if self._placeholder_core is None:
+            self._placeholder_core = self._make_core(self._model_core_arg(None))
+        return self._placeholder_core
+
+    def _core_for(self, model):
+        core = self._make_core(self._model_core_arg(model))
+        self._model_cores[model] = core
+        return core
+
+    def _compiled_core(self, model):
+        core = self._model_cores.get(model)
+        if core is None:
+            raise ValueError(f"model '{getattr(model, 'name', model)}' was not compiled under this "
+                             f"{type(self).__name__}")
+        return core
+
+
+class ModelParallel(_PerModelDistribution):
     """Weights split over the mesh as ``layout_map`` says (tensor parallelism), the batch split over
     ``batch_dim_name`` (default: the mesh's first axis). See docs/model_parallel.md for which layers
     and layouts are supported and the communication each brings."""
@@ -146,8 +176,6 @@ class ModelParallel(Distribution):
         mesh = layout_map.device_mesh
         super().__init__(mesh, batch_dim_name or mesh.axis_names[0], auto_shard_dataset)
         self._layout_map = layout_map
-        self._unlaid_core = None
-        self._model_cores = weakref.WeakKeyDictionary()  # model -> the C++ strategy with its layouts
 
     @property
     def layout_map(self):
@@ -165,14 +193,6 @@ class ModelParallel(Distribution):
 
     def get_tensor_layout(self, path):
         return self._layout_map[path]
-
-    @property
-    def _core(self):
-        # Before a model is compiled the strategy has no layouts: one without any (every weight
-        # replicated) answers questions about devices and replicas.
-        if self._unlaid_core is None:
-            self._unlaid_core = self._make_core({})
-        return self._unlaid_core
 
     @property
     def num_replicas_in_sync(self):
@@ -196,19 +216,13 @@ class ModelParallel(Distribution):
         """Bytes each device sent and received over the model axis in ``model``'s last training step."""
         return [int(b) for b in self._compiled_core(model).model_axis_bytes_per_step()]
 
-    def _compiled_core(self, model):
-        core = self._model_cores.get(model)
-        if core is None:
-            raise ValueError(f"model '{getattr(model, 'name', model)}' was not compiled under this ModelParallel")
-        return core
-
-    def _core_for(self, model):
-        """The C++ strategy for ``model``: its weights' layouts resolved against the map (strictly)."""
+    def _model_core_arg(self, model):
+        """The weights' layouts of ``model`` resolved against the map (strictly); before a model is
+        compiled none (every weight replicated)."""
+        if model is None:
+            return {}
         resolved = self._layout_map.resolve(model)
-        layouts = {r.path: list(r.axes) for r in resolved if any(a is not None for a in r.axes)}
-        core = self._make_core(layouts)
-        self._model_cores[model] = core
-        return core
+        return {r.path: list(r.axes) for r in resolved if any(a is not None for a in r.axes)}
 
     def _make_core(self, layouts):
         if not hasattr(_core, "ModelParallelStrategy"):

@@ -6,10 +6,9 @@ Not a Keras API (Keras 3 has no pipeline parallelism); named in its family:
 ``with PipelineParallel(mesh, num_microbatches=8).scope(): model = ...; model.compile(...)``, then
 ``fit`` / ``evaluate`` / ``predict`` unchanged."""
 import warnings
-import weakref
 
 from mdtrain import _core
-from mdtrain.keras.distribution.distributions import Distribution
+from mdtrain.keras.distribution.distributions import _PerModelDistribution
 
 __all__ = ["PipelineParallel"]
 
@@ -21,7 +20,7 @@ def bubble_fraction(stages, num_microbatches):
     return (stages - 1) / (num_microbatches + stages - 1)
 
 
-class PipelineParallel(Distribution):
+class PipelineParallel(_PerModelDistribution):
     """Pipeline parallelism over ``device_mesh``'s ``pipe_dim_name`` axis.
 
     ``stages``: None (cut at the model's ``PipelineSplit`` layers, or, without any, so that the stages
@@ -60,8 +59,6 @@ class PipelineParallel(Distribution):
         self._schedule = schedule
         self._stages = list(stages) if isinstance(stages, (list, tuple)) else stages
         self._num_stages = p
-        self._plain_core = None
-        self._model_cores = weakref.WeakKeyDictionary()
 
     @property
     def num_microbatches(self):
@@ -89,15 +86,14 @@ class PipelineParallel(Distribution):
     def num_replicas_in_sync(self):
         return self.num_model_replicas
 
-    @property
-    def _core(self):
-        if self._plain_core is None:
-            self._plain_core = self._make_core([])
-        return self._plain_core
-
     def run(self, fn, args=(), kwargs=None):
         raise NotImplementedError("strategy.run (custom training loops) under PipelineParallel is not supported: "
                                   "train with model.fit / evaluate / predict")
+
+    def _model_core_arg(self, model):
+        """The first layer of stages 1..p-1 for ``model`` ([]: cut by the C++ strategy; also before a
+        model is compiled)."""
+        return [] if model is None else self._stage_starts(model)
 
     def _stage_starts(self, model):
         if isinstance(self._stages, list):
@@ -113,25 +109,16 @@ class PipelineParallel(Distribution):
                              f"{self._num_stages} stages (it needs {self._num_stages - 1} splits)")
         return splits
 
-    def _core_for(self, model):
-        core = self._make_core(self._stage_starts(model))
-        self._model_cores[model] = core
-        return core
-
     def _make_core(self, stage_starts):
         return _core.PipelineStrategy(self.device_mesh._core, self._num_microbatches, self._schedule,
                                       stage_starts, self._pipe_dim_name, self.batch_dim_name,
                                       self._stages == "balance_time")
 
-    def _compiled_core(self, model):
-        core = self._model_cores.get(model)
-        if core is None:
-            raise ValueError(f"model '{getattr(model, 'name', model)}' was not compiled under this PipelineParallel")
-        return core
-
     def stage_report(self, model):
         """Per device in mesh order, once ``model`` trained: its stage's first layer, seconds busy
-        (forward + backward) and idle (the bubble, transfers, the update) since the profile was reset,
+        (forward + backward) and idle (the bubble: the rest of the pipeline's span, from the step's start
+        to the end of the last device's schedule; the update after it is not counted) since the profile
+        was reset,
         and the peak bytes of micro-batch inputs it held stashed in the last step."""
         core = self._compiled_core(model)
         starts = list(core.stage_starts())

@@ -1,0 +1,33 @@
+#include "mdtrain/strategy/mesh_workers_strategy.h"
+
+#include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/registry.h"
+
+namespace mdtrain {
+
+namespace {
+std::vector<Device> local_devices(const DeviceMesh& mesh, const std::shared_ptr<Strategy>& workers, const char* area) {
+  if (!workers) {
+    MDTRAIN_CHECK(mesh.num_workers() == 1, std::invalid_argument, "[", area, "] the mesh ", mesh.to_string(),
+                  " spans ", mesh.num_workers(), " workers: pass the strategy that joined them");
+    return mesh.devices();
+  }
+  MDTRAIN_CHECK(mesh.num_workers() == workers->num_workers() &&
+                    mesh.local_device_count() == workers->num_local_replicas(),
+                std::invalid_argument, "[", area, "] the mesh ", mesh.to_string(), " covers ", mesh.num_workers(),
+                " workers of ", mesh.local_device_count(), " devices; the job has ", workers->num_workers(),
+                " workers of ", workers->num_local_replicas());
+  return workers->devices();
+}
+}  // namespace
+
+MeshWorkersStrategy::MeshWorkersStrategy(const DeviceMesh& mesh, std::shared_ptr<Strategy> workers, const char* area)
+    : Strategy(local_devices(mesh, workers, area)), workers_(std::move(workers)) {}
+
+std::vector<std::unique_ptr<Communicator>> MeshWorkersStrategy::world_communicators(
+    const std::string& local_backend) const {
+  if (workers_) return workers_->make_replica_communicators();
+  return create_communicators(local_backend, num_replicas_in_sync());
+}
+
+}  // namespace mdtrain
