@@ -131,12 +131,13 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, d
   ForwardContext ctx;
   ctx.training = true;
   ctx.step = step_;
-  // The clones start from the primary's current weights.
+  // The clones read the primary's weights in place (views, re-taken each step in case the primary's
+  // storage moved): they only read them, and this stage's update comes after its last backward.
   for (std::size_t j = 0; j < group; ++j) {
     auto masters = layers[static_cast<std::size_t>(st.first) + j]->parameters();
     for (auto& clone : st.clones[j]) {
       auto ps = clone->parameters();
-      for (std::size_t i = 0; i < ps.size(); ++i) ps[i]->value.copy_from(masters[i]->value);
+      for (std::size_t i = 0; i < ps.size(); ++i) ps[i]->value = masters[i]->value;
     }
   }
   auto in_features = [&](std::size_t j) { return layers[static_cast<std::size_t>(st.first) + j]->input_shape()[1]; };

@@ -22,9 +22,9 @@ class RecurrentLayer;
 // k within a stage, and dL/d(chunk input) goes to the stage below.
 //
 // Each layer keeps only its last call's activations, so a stage holds one clone of each of its
-// layers per chunk (their weights copied from the primary's); their gradients are summed in
-// ascending chunk order into the primary's, then one optimizer step per stage updates the primary's
-// layers (each stage only its own) and the clones are refreshed. The result equals the one-device
+// layers per chunk (their weights are views of the primary's, not copies); their gradients are
+// summed in ascending chunk order into the primary's, then one optimizer step per stage updates the
+// primary's layers (each stage only its own). The result equals the one-device
 // step up to float32 rounding (the chunked sums of the weight gradients), for per-element
 // optimizers (SGD, Adam, ... without clipnorm / global_clipnorm).
 class WavefrontExecutor {
