@@ -4,6 +4,13 @@ features), LSTM(units) -> Dense 10, Adam, sparse CE from logits. One run each; t
 a warm-up epoch (TF's first epoch traces).
 
     python bench/rnn.py [--units 128] [--rows 4096] [--batch-size 128] [--epochs 2] [--skip-tf]
+
+--deep-stack runs only the deep-stack rows (docs/wavefront.md): 4 x LSTM(512, return_sequences) ->
+Dense over 64 steps, MSE, Adam; samples/s on one device, the wavefront pipeline
+(keras.distribution.WavefrontPipeline) on 2 and 4 logical CPU devices, and MirroredStrategy data
+parallel on 2, all in one run (ratios to the one-device row).
+
+    python bench/rnn.py --deep-stack [--deep-batch 32] [--deep-steps 3] [--time-chunk 8]
 """
 import argparse
 import json
@@ -50,6 +57,65 @@ def time_mdtrain(x, y, units, batch, epochs):
     return min(times[1:])
 
 
+DEEP_UNITS, DEEP_LAYERS, DEEP_STEPS, DEEP_FEATURES = 512, 4, 64, 32
+
+
+def _deep_model(tf):
+    tf.keras.utils.set_random_seed(0)
+    layers = [tf.keras.Input((DEEP_STEPS, DEEP_FEATURES))]
+    layers += [tf.keras.layers.LSTM(DEEP_UNITS, return_sequences=True) for _ in range(DEEP_LAYERS)]
+    model = tf.keras.Sequential(layers + [tf.keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+def deep_stack_rows(batch, steps, time_chunk):
+    """samples/s of the deep stack: the best of `steps` timed optimizer steps after one warm-up."""
+    import mdtrain as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, DEEP_STEPS, DEEP_FEATURES)).astype("float32")
+    y = rng.standard_normal((batch, DEEP_STEPS, 1)).astype("float32")
+
+    def best(step):
+        # Wall time, and the process's CPU time (all threads): on a machine shared with other jobs the
+        # wall figure mostly says how much of the cores a setup got; samples per CPU-second says how
+        # much work it does per core-second, which contention does not change as much.
+        step()
+        times, cpu = [], []
+        for _ in range(steps):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            step()
+            times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
+        return batch / min(times), batch / min(cpu)
+
+    rows = []
+    model = _deep_model(tf)
+    rows.append({"setup": "1 device", "samples_s": best(lambda: model.train_on_batch(x, y))})
+    dist = tf.keras.distribution
+    for n in (2, 4):
+        model = _deep_model(tf)
+        mesh = dist.DeviceMesh((n,), ("pipe",), devices=dist.list_devices()[:n])
+        wave = dist.WavefrontPipeline(mesh, time_chunk=time_chunk)
+        rows.append({"setup": f"wavefront {n} devices (time_chunk {time_chunk})",
+                     "samples_s": best(lambda: wave.train_on_batch(model, x, y))})
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = _deep_model(tf)
+    rows.append({"setup": "MirroredStrategy 2 devices", "samples_s": best(lambda: model.train_on_batch(x, y))})
+    for r in rows:
+        r["samples_s"], r["samples_per_cpu_s"] = r["samples_s"]
+    for r in rows:
+        r["over_1_device"] = round(r["samples_s"] / rows[0]["samples_s"], 2)
+        r["cpu_efficiency_vs_1"] = round(r["samples_per_cpu_s"] / rows[0]["samples_per_cpu_s"], 2)
+    for r in rows:
+        r["samples_s"], r["samples_per_cpu_s"] = round(r["samples_s"], 2), round(r["samples_per_cpu_s"], 2)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--units", type=int, default=128)
@@ -57,7 +123,20 @@ def main():
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--skip-tf", action="store_true")
+    parser.add_argument("--deep-stack", action="store_true", help="run only the deep-stack rows")
+    parser.add_argument("--deep-batch", type=int, default=32)
+    parser.add_argument("--deep-steps", type=int, default=3)
+    parser.add_argument("--time-chunk", type=int, default=8)
     args = parser.parse_args()
+    if args.deep_stack:
+        rows = deep_stack_rows(args.deep_batch, args.deep_steps, args.time_chunk)
+        _common.print_table(rows, ["setup", "samples_s", "over_1_device", "samples_per_cpu_s", "cpu_efficiency_vs_1"])
+        path = _common.write_json("rnn_deep_stack.json", {"machine": _common.machine(), "args": vars(args),
+                                                          "model": f"{DEEP_LAYERS} x LSTM({DEEP_UNITS}) "
+                                                                   f"{DEEP_STEPS} steps -> Dense(1)",
+                                                          "results": rows})
+        print(f"wrote {path}")
+        return
     x, y, _, _ = _common.fashion_mnist_flat()
     x, y = x[:args.rows].reshape(-1, 28, 28), y[:args.rows]
     ours = time_mdtrain(x, y, args.units, args.batch_size, args.epochs)

@@ -41,6 +41,7 @@ PYBIND11_MODULE(_core, m) {
   init_losses_and_metrics(m);
   init_strategy(m);
   init_pipeline(m);
+  init_wavefront(m);
   init_mesh(m);
   init_model(m);
   init_data(m);

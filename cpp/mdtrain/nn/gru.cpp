@@ -35,7 +35,7 @@ void GRU::step_backward(std::int64_t t) {
     dhz_ = dh_gates_;
   }
   Tensor dx = step_rows(dxz_, t), dhz = step_rows(dhz_, t);
-  Tensor dh_prev = t > 0 ? step_rows(dh_, t - 1) : Tensor();
+  Tensor dh_prev = t > 0 ? step_rows(dh_, t - 1) : dh_initial_;  // dh_initial_: defined when dL/dh_0 is wanted
   ops::gru_step_backward(step_rows(gates_buf_, t), step_rows(hz_, t), step_rows(h_, t), step_rows(dh_, t), dx, dhz,
                          dh_prev);
 }

@@ -36,11 +36,22 @@ void LSTM::step_backward(std::int64_t t) {
     dxz_ = xz_;
     dhz_ = xz_;
     ensure_buffer(dc_, {batch_, options_.units}, dtype_, xt_.device());
-    dc_.fill(0.0);
+    if (final_state_grad_.size() > 1 && final_state_grad_[1].defined()) dc_.copy_from(final_state_grad_[1]);
+    else dc_.fill(0.0);
   }
   Tensor dz = step_rows(dxz_, t);
   ops::lstm_step_backward(step_rows(gates_buf_, t), step_rows(c_, t), step_rows(c_, t + 1), step_rows(dh_, t), dc_, dz);
 }
+
+void LSTM::load_initial_cell_state(const std::vector<Tensor>& states) { c_.rows(0, batch_).copy_from(states[1]); }
+
+void LSTM::append_final_cell_state(std::vector<Tensor>& states) const {
+  const std::int64_t n = batch_ * steps_;
+  states.push_back(c_.rows(n, n + batch_));
+}
+
+// After step_backward(0), dc_ holds dL/dc_0.
+void LSTM::append_initial_cell_gradient(std::vector<Tensor>& grads) const { grads.push_back(dc_); }
 
 std::unique_ptr<Layer> LSTM::clone() const {
   auto copy = std::make_unique<LSTM>(name_, options_);

@@ -15,6 +15,7 @@ class LSTM : public RecurrentLayer {
 
   std::string class_name() const override { return "LSTM"; }
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t state_count() const override { return 2; }  // h, c
   Json config() const override;
   // Keras's config; missing fields take Keras's defaults. Options mdtrain does not have yet
   // (dropout, recurrent_dropout, return_state, stateful, constraints, other activations) are
@@ -26,6 +27,9 @@ class LSTM : public RecurrentLayer {
   void step_forward(std::int64_t t) override;
   void step_backward(std::int64_t t) override;
   void ensure_cell_buffers(std::int64_t rows) override;
+  void load_initial_cell_state(const std::vector<Tensor>& states) override;
+  void append_final_cell_state(std::vector<Tensor>& states) const override;
+  void append_initial_cell_gradient(std::vector<Tensor>& grads) const override;
 
  private:
   // Per step (time-major): the activated gates and c of steps 0..T; dL/dc of the current step.

@@ -123,7 +123,12 @@ Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
   }
   ops::gemm(xt_, false, kernel_.value, false, xz_);
   if (options_.use_bias) ops::bias_activation(xz_, input_bias(bias_.value), Activation::Linear, xz_);
-  h_.rows(0, batch).fill(0.0);
+  if (initial_state_.empty()) {
+    h_.rows(0, batch).fill(0.0);
+  } else {
+    h_.rows(0, batch).copy_from(initial_state_[0]);
+    load_initial_cell_state(initial_state_);
+  }
   const ops::SerialTimeSteps serial_forward_steps;
   for (std::int64_t t = 0; t < steps; ++t) {
     if (recurrent_dropped_) {
@@ -151,6 +156,10 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
     dh_.fill(0.0);
     dh_.rows(n - batch, n).copy_from(dy.reshape({batch, u}));
   }
+  if (!final_state_grad_.empty() && final_state_grad_[0].defined()) {
+    Tensor last = dh_.rows(n - batch, n);
+    add_into(final_state_grad_[0], last, ones_);
+  }
   std::optional<ops::SerialTimeSteps> serial_backward_steps(std::in_place);
   for (std::int64_t t = steps; t-- > 0;) {
     if (t + 1 < steps) {
@@ -166,6 +175,16 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
     step_backward(t);
   }
   serial_backward_steps.reset();
+  if (dh_initial_.defined()) {
+    // dL/dh_0: the cell's direct part (GRU's, added in step_backward(0)) plus the recurrent GEMM's.
+    if (!recurrent_dropped_) {
+      ops::gemm(step_rows(dhz_, 0), false, recurrent_kernel_.value, true, dh_initial_, 1.0, 1.0);
+    } else {
+      ensure_buffer(dh_scratch_, {batch, u}, dtype_, dev);
+      ops::gemm(step_rows(dhz_, 0), false, recurrent_kernel_.value, true, dh_scratch_);
+      ops::add_masked(dh_scratch_, recurrent_mask_, dh_initial_);
+    }
+  }
   ops::gemm(xt_, true, dxz_, false, kernel_.grad);
   ops::gemm(recurrent_dropped_ ? masked_h_ : h_.rows(0, n), true, dhz_, false, recurrent_kernel_.grad);
   if (options_.use_bias) {
@@ -191,6 +210,64 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
   ensure_buffer(dx_, {n, in}, dtype_, dev);
   ops::gather_rows(dxt_, from_time_major.data(), n, dx_);
   return dx_.reshape({batch, steps, in});
+}
+
+Tensor RecurrentLayer::forward_from_state(const Tensor& x, const std::vector<Tensor>& initial_state,
+                                          const ForwardContext& ctx) {
+  check_input(x);
+  const std::int64_t batch = x.dim(0), u = options_.units;
+  MDTRAIN_CHECK(initial_state.empty() || static_cast<std::int64_t>(initial_state.size()) == state_count(),
+                std::invalid_argument, "[", area_, "] layer \"", name_, "\" expects ", state_count(),
+                " initial state tensor(s), got ", initial_state.size());
+  for (const Tensor& s : initial_state)
+    MDTRAIN_CHECK(s.shape() == Shape({batch, u}) && s.dtype() == dtype_, std::invalid_argument, "[", area_,
+                  "] layer \"", name_, "\": each initial state must be (batch, units) = ", to_string(Shape({batch, u})),
+                  " of the layer's dtype, got ", to_string(s.shape()));
+  initial_state_ = initial_state;
+  struct Reset {
+    std::vector<Tensor>& s;
+    ~Reset() { s.clear(); }
+  } reset{initial_state_};
+  return forward(x, ctx);
+}
+
+std::vector<Tensor> RecurrentLayer::final_state() const {
+  const std::int64_t n = batch_ * steps_;
+  std::vector<Tensor> states{h_.rows(n, n + batch_)};
+  append_final_cell_state(states);
+  return states;
+}
+
+Tensor RecurrentLayer::backward_with_state(const Tensor& dy, const std::vector<Tensor>& final_state_grad,
+                                           bool need_input_grad, bool need_state_grad) {
+  MDTRAIN_CHECK(final_state_grad.empty() || static_cast<std::int64_t>(final_state_grad.size()) == state_count(),
+                std::invalid_argument, "[", area_, "] layer \"", name_, "\" expects ", state_count(),
+                " final state gradient(s), got ", final_state_grad.size());
+  final_state_grad_ = final_state_grad;
+  initial_state_grad_.clear();
+  if (need_state_grad) {
+    ensure_buffer(dh_initial_, {batch_, options_.units}, dtype_, xt_.device());
+    dh_initial_.fill(0.0);
+  }
+  struct Reset {
+    RecurrentLayer& l;
+    ~Reset() {
+      l.final_state_grad_.clear();
+      l.dh_initial_ = Tensor();
+    }
+  } reset{*this};
+  Tensor dx = backward(dy, need_input_grad);
+  if (need_state_grad) {
+    initial_state_grad_.push_back(dh_initial_);
+    append_initial_cell_gradient(initial_state_grad_);
+  }
+  return dx;
+}
+
+void RecurrentLayer::add_into(const Tensor& g, Tensor& acc, Tensor& ones) {
+  ensure_buffer(ones, acc.shape(), acc.dtype(), acc.device());
+  ones.fill(1.0);
+  ops::add_masked(g.reshape(acc.shape()), ones, acc);
 }
 
 std::vector<Parameter*> RecurrentLayer::parameters() {

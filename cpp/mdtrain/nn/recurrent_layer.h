@@ -54,6 +54,23 @@ class RecurrentLayer : public Layer {
 
   const Options& options() const { return options_; }
 
+  // --- State API (Keras's initial_state / return_state; the wavefront pipeline's time chunks) ---
+  // The number of state tensors: 1 (h), 2 for LSTM (h, c); each (batch, units).
+  virtual std::int64_t state_count() const { return 1; }
+  // forward() from the given initial states (state_count() tensors of (batch, units), in Keras's
+  // order; empty: zeros, as forward()). The states are copied; the layer's state API then holds
+  // the final states (final_state()).
+  Tensor forward_from_state(const Tensor& x, const std::vector<Tensor>& initial_state, const ForwardContext& ctx);
+  // The states after the last forward's last step (views into the layer's buffers, valid until
+  // its next forward): h (the last h read, whatever go_backwards), and c for LSTM.
+  std::vector<Tensor> final_state() const;
+  // backward() with dL/d(final states) added (empty: none, as backward()). With
+  // need_state_grad, initial_state_gradient() then holds dL/d(initial states).
+  Tensor backward_with_state(const Tensor& dy, const std::vector<Tensor>& final_state_grad, bool need_input_grad,
+                             bool need_state_grad);
+  // dL/d(initial states) of the last backward_with_state(need_state_grad = true).
+  const std::vector<Tensor>& initial_state_gradient() const { return initial_state_grad_; }
+
  protected:
   // area: the error prefix ("lstm"); gates: G.
   RecurrentLayer(std::string name, Options options, std::string area, std::int64_t gates);
@@ -74,6 +91,14 @@ class RecurrentLayer : public Layer {
   virtual void step_backward(std::int64_t t) = 0;
   // The per-step buffers the cell keeps, sized for `rows` = timesteps * batch.
   virtual void ensure_cell_buffers(std::int64_t rows) = 0;
+  // State API hooks of cells with more state than h (LSTM's c): copy the initial states[1..] in
+  // after ensure_cell_buffers; append the final states; seed dL/dc of the last step from
+  // final_state_grad_ (zeros when absent); append dL/d(initial cell states) after step 0.
+  virtual void load_initial_cell_state(const std::vector<Tensor>& /*states*/) {}
+  virtual void append_final_cell_state(std::vector<Tensor>& /*states*/) const {}
+  virtual void append_initial_cell_gradient(std::vector<Tensor>& /*grads*/) const {}
+  // acc += g (same element count), through a ones buffer (any device).
+  static void add_into(const Tensor& g, Tensor& acc, Tensor& ones);
   Tensor step_rows(const Tensor& t, std::int64_t step) const { return t.rows(step * batch_, (step + 1) * batch_); }
   // h_prev of step t as the recurrent GEMM takes it (recurrent dropout applied when active).
   Tensor recurrent_input(std::int64_t t);
@@ -90,6 +115,10 @@ class RecurrentLayer : public Layer {
   // dL/dh, and the cell's dL/d(input projection) and dL/d(recurrent projection) (which may be
   // one buffer: dhz_ aliasing dxz_).
   Tensor xt_, xz_, h_, dh_, dxz_, dhz_;
+  // State API: dL/d(final states) of the running backward_with_state (empty: none), and
+  // dL/dh_0 while it is wanted (defined: cells add their direct part of dL/dh_prev of step 0).
+  std::vector<Tensor> final_state_grad_;
+  Tensor dh_initial_, ones_;
 
  private:
   std::vector<std::int64_t> to_time_major_, to_batch_major_;
@@ -98,6 +127,7 @@ class RecurrentLayer : public Layer {
   // h_prev of every step after the recurrent mask, and scratch for dL/dh_prev through the mask.
   bool input_dropped_ = false, recurrent_dropped_ = false;
   Tensor input_mask_, recurrent_mask_, masked_h_, dh_scratch_;
+  std::vector<Tensor> initial_state_, initial_state_grad_;
 };
 
 }  // namespace mdtrain

@@ -756,7 +756,8 @@ class _Recurrent(Layer):
     """Keras's recurrent layers on (batch, timesteps, features), with Keras's weights (kernel,
     recurrent_kernel, bias) so Keras weights load unchanged. Return the last output (batch, u), or
     (batch, timesteps, u) with return_sequences; go_backwards, dropout and recurrent_dropout as Keras.
-    Not yet supported (NotImplementedError): return_state, stateful, constraints (docs/layers.md).
+    return_state / initial_state in eager calls (not in functional models yet).
+    Not yet supported (NotImplementedError): stateful, constraints (docs/layers.md).
     C++: nn/recurrent_layer.h."""
 
     _GATES = True  # has recurrent_activation
@@ -776,7 +777,7 @@ class _Recurrent(Layer):
         _no_constraints(name, cls_name, kernel_constraint=kernel_constraint,
                         recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
                         activity_regularizer=activity_regularizer)
-        for arg, value, fine in (("return_state", return_state, False), ("stateful", stateful, False)):
+        for arg, value, fine in (("stateful", stateful, False),):
             if value != fine:
                 raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet')
         for arg, value in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
@@ -804,6 +805,7 @@ class _Recurrent(Layer):
                                           f'(only "{only}")')
         self._core = _core_layer(cls_name, config)
         self.unroll = bool(unroll)
+        self.return_state = bool(return_state)
         _copy_config_attributes(self, self._attributes())
 
     @classmethod
@@ -816,13 +818,30 @@ class _Recurrent(Layer):
     def _wrap(cls, core_layer):
         layer = super()._wrap(core_layer)
         layer.unroll = False
+        layer.return_state = False
         _copy_config_attributes(layer, cls._attributes())
         return layer
 
     def get_config(self):
         config = super().get_config()
         config["unroll"] = self.unroll
+        config["return_state"] = self.return_state
         return config
+
+    def __call__(self, inputs, training=None, initial_state=None, **kwargs):
+        # initial_state / return_state: eager calls only (_eager/recurrent_state.py, C++ state API).
+        if initial_state is None and not self.return_state:
+            return super().__call__(inputs, training, **kwargs)
+        symbolic = [_keras_tensor.is_symbolic(t) for t in [inputs] + list(
+            initial_state if isinstance(initial_state, (list, tuple)) else [initial_state])]
+        if any(symbolic):
+            raise NotImplementedError(
+                f'{type(self).__name__} "{self.name}": return_state=True / initial_state in a functional model are '
+                "not supported yet: mdtrain's layer graph (nn/layer_graph.h) gives each node one output tensor and "
+                "its layers one input, so a layer returning [y, h, c] or taking states cannot be a node; call the "
+                "layer eagerly (it works there, with GradientTape)")
+        from mdtrain._eager.recurrent_state import call_with_state
+        return call_with_state(self, inputs, initial_state, training)
 
 
 class SimpleRNN(_Recurrent):

@@ -968,6 +968,9 @@ class Sequential(Model):
             raise ValueError(f'{type(layer).__name__} layer "{layer.name}" must be the first layer of Sequential model '
                              f"'{self.name}' (it follows \"{self._layers[-1].name}\"): its inputs are integer "
                              "indices, which are not differentiable, so no layer before it could be trained")
+        if getattr(layer, "return_state", False) is True:  # recurrent layers: [y, *states] is not one tensor
+            raise NotImplementedError(f'{type(layer).__name__} layer "{layer.name}": return_state=True in a Sequential '
+                                      "model is not supported (its output is a list); call the layer eagerly")
         masking = [l for l in self._layers if getattr(l, "mask_zero", False)]
         if getattr(layer, "_would_read_mask", False) and masking:
             # Keras would skip the masked steps; mdtrain does not pass masks between layers yet, and

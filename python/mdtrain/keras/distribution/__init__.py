@@ -6,6 +6,7 @@ from mdtrain.keras.distribution.distributions import (DataParallel, Distribution
 from mdtrain.keras.distribution.layout_map import LayoutMap
 from mdtrain.keras.distribution.pipeline_parallel import PipelineParallel
 from mdtrain.keras.distribution.tensor_layout import TensorLayout
+from mdtrain.keras.distribution.wavefront_pipeline import WavefrontPipeline
 
 __all__ = ["DataParallel", "DeviceMesh", "Distribution", "LayoutMap", "ModelParallel", "PipelineParallel", "TensorLayout",
-           "distribution", "list_devices", "set_distribution"]
+           "WavefrontPipeline", "distribution", "list_devices", "set_distribution"]
