@@ -42,6 +42,27 @@ void LSTM::step_backward(std::int64_t t) {
   ops::lstm_step_backward(step_rows(gates_buf_, t), step_rows(c_, t), step_rows(c_, t + 1), step_rows(dh_, t), dc_, dz);
 }
 
+void LSTM::carry_cell_state(std::int64_t /*t*/, std::int64_t row) {
+  c_.rows(row + batch_, row + batch_ + 1).copy_from(c_.rows(row, row + 1));
+}
+
+void LSTM::hold_cell_gradient(std::int64_t row, bool hold) {
+  // dc_ holds dL/dc of the current step for every sequence: a masked one's passes the step as is.
+  const std::int64_t b = row % batch_;
+  if (hold) {
+    ensure_buffer(held_dc_, {batch_, options_.units}, dtype_, xt_.device());
+    // The last step's dL/dc is zero (step_backward starts dc_ there).
+    if (row / batch_ + 1 == steps_) {
+      held_dc_.rows(b, b + 1).fill(0.0);
+      return;
+    }
+    held_dc_.rows(b, b + 1).copy_from(dc_.rows(b, b + 1));
+    dc_.rows(b, b + 1).fill(0.0);
+  } else {
+    dc_.rows(b, b + 1).copy_from(held_dc_.rows(b, b + 1));
+  }
+}
+
 std::unique_ptr<Layer> LSTM::clone() const {
   auto copy = std::make_unique<LSTM>(name_, options_);
   copy_weights_to(*copy);

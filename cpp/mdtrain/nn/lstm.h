@@ -26,10 +26,13 @@ class LSTM : public RecurrentLayer {
   void step_forward(std::int64_t t) override;
   void step_backward(std::int64_t t) override;
   void ensure_cell_buffers(std::int64_t rows) override;
+  void carry_cell_state(std::int64_t t, std::int64_t row) override;
+  void hold_cell_gradient(std::int64_t row, bool hold) override;
 
  private:
   // Per step (time-major): the activated gates and c of steps 0..T; dL/dc of the current step.
   Tensor gates_buf_, c_, dc_;
+  Tensor held_dc_;  // dL/dc of masked sequences during a step's backward
 };
 
 }  // namespace mdtrain
