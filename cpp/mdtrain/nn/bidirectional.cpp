@@ -207,7 +207,8 @@ Json Bidirectional::config() const {
 
 std::unique_ptr<Layer> Bidirectional::from_config(const Json& c) {
   const std::string name = c.at("name").as_string();
-  const Json mode = c.get("merge_mode", "concat");
+  // Keras writes merge_mode None as null (two outputs): refused below, not read as the default.
+  const Json mode = c.contains("merge_mode") ? c.at("merge_mode") : Json("concat");
   MDTRAIN_CHECK(mode.is_string() && known_merge_mode(mode.as_string()), std::invalid_argument,
                 "[bidirectional] layer \"", name, "\": merge_mode=", mode.dump(),
                 " is not supported (\"concat\", \"sum\", \"mul\" or \"ave\"; None would give two outputs, and "
