@@ -117,12 +117,9 @@ Tensor Embedding::forward(const Tensor& x, const ForwardContext& ctx) {
 }
 
 Tensor Embedding::output_mask() const {
-  if (!options_.mask_zero) return Tensor();
-  MDTRAIN_CHECK(index_shape_.size() == 2, std::invalid_argument, "[embedding] layer \"", name_,
-                "\": mask_zero gives a mask to the next layers only for inputs (batch, timesteps), got ",
-                to_string(index_shape_));
-  MDTRAIN_CHECK(rows_.device().is_cpu(), std::invalid_argument, "[embedding] layer \"", name_,
-                "\": mask_zero masks are supported on CPU devices only for now");
+  // Only the layers that read masks run on CPU devices for now (they check the mask's device and
+  // shape): on another device there is no mask to give them.
+  if (!options_.mask_zero || !rows_.device().is_cpu()) return Tensor();
   Tensor mask(index_shape_, dtype_, rows_.device());
   const std::int64_t* rows = rows_.data<std::int64_t>();
   dispatch_floating(dtype_, "embedding", [&](auto tag) {

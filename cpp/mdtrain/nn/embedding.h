@@ -49,7 +49,7 @@ class Embedding : public Layer, public MaskedLayer {
   // row `first_row`: a whole data set can be checked before training starts.
   void check_indices(const Tensor& x, std::int64_t first_row = 0);
 
-  // mask_zero: (batch, timesteps), 1 where the last forward's index was not 0; else empty.
+  // mask_zero: the last forward's input shape, 1 where its index was not 0 (on CPU devices); else empty.
   Tensor output_mask() const override;
 
   const Options& options() const { return options_; }

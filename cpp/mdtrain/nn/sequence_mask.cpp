@@ -2,8 +2,14 @@
 
 #include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/errors.h"
+#include "mdtrain/nn/layer.h"
 
 namespace mdtrain {
+
+bool passes_mask(const Layer& layer) {
+  const std::string name = layer.class_name();
+  return name == "Dense" || name == "Dropout" || name == "Activation" || name == "LayerNormalization";
+}
 
 void check_mask_shape(const Tensor& mask, std::int64_t batch, std::int64_t steps, const std::string& area,
                       const std::string& layer) {

@@ -23,6 +23,11 @@ class MaskedLayer {
   virtual Tensor output_mask() const = 0;
 };
 
+class Layer;
+// Whether `layer` (not a MaskedLayer) hands its input's mask on to its output: Dense, Dropout,
+// Activation, LayerNormalization (Keras's supports_masking layers whose output keeps the steps).
+bool passes_mask(const Layer& layer);
+
 // Throws std::invalid_argument ("[area] layer \"name\": ...") unless `mask` is (batch, steps) on a
 // CPU device.
 void check_mask_shape(const Tensor& mask, std::int64_t batch, std::int64_t steps, const std::string& area,
