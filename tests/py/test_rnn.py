@@ -272,8 +272,8 @@ with tf.GradientTape() as tape:
     y = model(d["x"], training=True)
     # Not keras.losses: Keras's losses would leave masked steps out; mdtrain's eager loss has no mask.
     loss = tf.reduce_mean(tf.square(y - d["target"]))
-grads = tape.gradient(loss, model.trainable_variables)
-np.savez("keras.npz", y=np.asarray(y), **{{f"g{{i}}": np.asarray(g) for i, g in enumerate(grads)}})
+grads = tape.gradient(loss, model.trainable_variables)  # the Embedding's: IndexedSlices, made dense
+np.savez("keras.npz", y=np.asarray(y), **{{f"g{{i}}": np.asarray(tf.convert_to_tensor(g)) for i, g in enumerate(grads)}})
 """
 
 # Padding at the end, at the start, in the middle, and a sequence that is all padding.

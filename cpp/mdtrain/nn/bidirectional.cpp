@@ -35,12 +35,12 @@ void copy_columns(const Tensor& from, Tensor& to, std::int64_t batch, std::int64
 // Zeroes the rows (b, t) of x (batch, steps, width) where mask (batch, steps) is 0.
 void zero_masked_steps(Tensor& x, const Tensor& mask) {
   const std::int64_t rows = mask.numel(), width = x.numel() / rows;
+  const std::vector<std::uint8_t> read = mask_to_bytes(mask);
   dispatch_floating(x.dtype(), "bidirectional", [&](auto tag) {
     using T = decltype(tag);
-    const T* m = mask.data<T>();
     T* v = x.data<T>();
     for (std::int64_t r = 0; r < rows; ++r)
-      if (m[r] == T(0))
+      if (!read[static_cast<std::size_t>(r)])
         for (std::int64_t j = 0; j < width; ++j) v[r * width + j] = T(0);
   });
 }
