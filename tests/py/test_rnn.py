@@ -414,3 +414,18 @@ def test_what_masks_cannot_do_yet_is_refused_by_name():
         L.GRU(2, name="g")(masked)
     unmasked = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(10, 4), L.GRU(3)])
     assert unmasked.predict(np.array([[1, 2, 3, 0, 0]]), verbose=0).shape == (1, 3)
+
+
+def test_a_pipeline_refuses_a_model_whose_recurrent_layer_reads_a_mask(logical_cpus):
+    import warnings
+    from mdtrain.keras import distribution
+    logical_cpus(2)
+    mesh = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipeline = distribution.PipelineParallel(mesh, num_microbatches=2)
+    with pipeline.scope():
+        model = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(7, 3, mask_zero=True),
+                                     L.LSTM(4, name="rnn"), L.Dense(1)])
+        with pytest.raises(NotImplementedError, match=r'"rnn".*reads a mask.*PipelineParallel'):
+            model.compile(optimizer="sgd", loss="mse")

@@ -387,6 +387,13 @@ class Model:
         loss, identifiers, metric_outputs, layout = self._resolve_compile(*spec)
         # A strategy whose layout depends on the model (keras.distribution.ModelParallel) makes its
         # C++ strategy for this model; the others have one for every model.
+        readers = getattr(self, "_mask_readers", [])
+        if hasattr(strategy, "_core_for") and readers:
+            # Their executors run the layers stage by stage without handing masks on (only
+            # nn/layer_stack.cpp does): the padding would silently go through the recurrence.
+            raise NotImplementedError(f"compile: layer \"{readers[0]}\" of model '{self.name}' reads a mask, which "
+                                      f"{type(strategy).__name__} does not pass between layers yet (Mirrored, "
+                                      "MultiWorkerMirrored, CentralStorage and OneDevice do)")
         core_strategy = strategy._core_for(self) if hasattr(strategy, "_core_for") else strategy._core
         self._core.compile(loss._core, optimizer._make_core(), identifiers, core_strategy, metric_outputs)
         self._outputs = layout
@@ -975,7 +982,8 @@ class Sequential(Model):
                              f"'{self.name}' (it follows \"{self._layers[-1].name}\"): its inputs are integer "
                              "indices, which are not differentiable, so no layer before it could be trained")
         # Keras's masks (nn/sequence_mask.h): which layer's mask the output carries after this layer.
-        mask_source = mask_after(layer, getattr(self, "_mask_source", None))
+        incoming = getattr(self, "_mask_source", None)
+        mask_source = mask_after(layer, incoming)
         if any(existing.name == layer.name for existing in self._layers):
             raise ValueError(f'All layers added to a Sequential model should have unique names. Name "{layer.name}" '
                              "is already the name of a layer in this model.")
@@ -985,6 +993,8 @@ class Sequential(Model):
         layer._model = weakref.ref(self)
         self._layers.append(layer)
         self._mask_source = mask_source
+        if incoming is not None and getattr(layer, "_would_read_mask", False):
+            self._mask_readers = getattr(self, "_mask_readers", []) + [layer.name]
         if self._input_shape is not None:
             self._maybe_build()
 
