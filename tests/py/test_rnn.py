@@ -333,6 +333,15 @@ def test_masking_layer_before_recurrent_layers_equals_keras(tmp_path):
                                          "L.GRU(3, go_backwards=True)]", x)
 
 
+@pytest.mark.parametrize("mask", [False, True])
+def test_gru_reset_after_false_equals_keras(tmp_path, mask):
+    if mask:
+        _compare_masked_with_keras(tmp_path, "[L.Embedding(7, 3, mask_zero=True), "
+                                             "L.GRU(4, reset_after=False, return_sequences=True)]", _TOKENS)
+    else:
+        _compare_masked_with_keras(tmp_path, "[L.GRU(4, reset_after=False, go_backwards=True)]", _inputs(n=4))
+
+
 def test_unmasked_bidirectional_merge_mode_equals_keras(tmp_path):
     _compare_masked_with_keras(tmp_path, "[L.Bidirectional(L.LSTM(3), merge_mode='mul')]", _inputs(n=4))
 

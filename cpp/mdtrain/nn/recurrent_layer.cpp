@@ -183,6 +183,7 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
       ops::sum_rows(dhz_, recurrent_grad);
     }
   }
+  add_cell_weight_gradients();
   if (!need_input_grad) return Tensor();
   ensure_buffer(dxt_, {n, in}, dtype_, dev);
   ops::gemm(dxz_, false, kernel_.value, true, dxt_);

@@ -85,6 +85,12 @@ class RecurrentLayer : public Layer, public MaskedLayer {
   // before the step and put back after it (`hold` true, then false), so it passes the step unchanged.
   virtual void carry_cell_state(std::int64_t /*t*/, std::int64_t /*row*/) {}
   virtual void hold_cell_gradient(std::int64_t /*row*/, bool /*hold*/) {}
+  // After backward's weight GEMMs: what a cell adds to the weight gradients beyond
+  // h_prev^T @ dhz_ (GRU with reset_after=false).
+  virtual void add_cell_weight_gradients() {}
+  // Recurrent dropout of the last forward: whether applied, and its (batch, u) mask.
+  bool recurrent_dropped() const { return recurrent_dropped_; }
+  const Tensor& recurrent_mask() const { return recurrent_mask_; }
   Tensor step_rows(const Tensor& t, std::int64_t step) const { return t.rows(step * batch_, (step + 1) * batch_); }
   // h_prev of step t as the recurrent GEMM takes it (recurrent dropout applied when active).
   Tensor recurrent_input(std::int64_t t);

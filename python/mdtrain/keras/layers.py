@@ -930,13 +930,11 @@ class GRU(_Recurrent):
                  recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False, go_backwards=False,
                  stateful=False, unroll=False, reset_after=True, use_cudnn="auto", **kwargs):
         super().__init__(**kwargs)
-        if not reset_after:
-            raise NotImplementedError(f'GRU "{self._name}": reset_after=False is not supported yet')
         self._make(units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
                    bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer,
                    activity_regularizer, kernel_constraint, recurrent_constraint, bias_constraint, dropout,
                    recurrent_dropout, seed, return_sequences, return_state, go_backwards, stateful, unroll,
-                   {"reset_after": True})
+                   {"reset_after": bool(reset_after)})
 
 
 class Bidirectional(Layer):

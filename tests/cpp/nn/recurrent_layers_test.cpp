@@ -155,8 +155,10 @@ TEST(Gru, WeightsHaveKerasShapes) {
   EXPECT_EQ(params[0]->value.shape(), (Shape{3, 12}));
   EXPECT_EQ(params[1]->value.shape(), (Shape{4, 12}));
   EXPECT_EQ(params[2]->value.shape(), (Shape{2, 12}));
-  o.reset_after = false;
-  EXPECT_THROW(GRU("g", o), std::invalid_argument);
+  o.reset_after = false;  // Keras's bias (3u,)
+  GRU before("g", o);
+  before.build({7, 3}, 1);
+  EXPECT_EQ(before.parameters()[2]->value.shape(), (Shape{12}));
 }
 
 TEST(Lstm, WeightsHaveKerasShapesAndInitialValues) {
@@ -316,6 +318,29 @@ TEST(BidirectionalGradient, MergeModesAndMasksMatchFiniteDifferences) {
   const Json none = Json::parse(R"({"class_name": "Bidirectional", "config": {"name": "bi", "merge_mode": null, )"
                                 R"("layer": {"class_name": "GRU", "config": {"name": "l", "units": 3}}}})");
   EXPECT_THROW(layer_from_config(none), std::invalid_argument);
+}
+
+// reset_after=false: bias (3u,), hh = tanh(x_h + b_h + (r * h_prev) @ U_h); with masks and recurrent dropout too.
+TEST(GruResetBefore, GradientsMatchFiniteDifferences) {
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE(variant);
+    RecurrentLayer::Options o;
+    o.units = 3;
+    o.reset_after = false;
+    o.return_sequences = variant != 1;
+    o.go_backwards = variant == 2;
+    if (variant == 3) {
+      o.recurrent_dropout = 0.4;
+      o.seed = 5;
+    }
+    GRU layer("g", o);
+    layer.build({4, 2}, 5, DType::Float64);
+    EXPECT_EQ(layer.parameters()[2]->value.shape(), (Shape{9}));
+    std::mt19937_64 rng(20);
+    for (Parameter* w : layer.parameters()) w->value.copy_from(random_tensor(w->value.shape(), rng, -0.8, 0.8));
+    if (variant >= 2) layer.set_input_mask(step_mask());
+    check_layer_gradients(layer, random_tensor({4, 4, 2}, rng), ForwardContext{variant == 3, 2, 0}, 28);
+  }
 }
 
 TEST(Masking, ZeroesPaddingStepsAndGivesTheMask) {
