@@ -918,8 +918,8 @@ class LSTM(_Recurrent):
 
 
 class GRU(_Recurrent):
-    """keras.layers.GRU with reset_after=True (Keras's default; False is NotImplementedError):
-    kernel (features, 3u), recurrent_kernel (u, 3u), bias (2, 3u), gates z, r, h."""
+    """keras.layers.GRU: kernel (features, 3u), recurrent_kernel (u, 3u), gates z, r, h; bias (2, 3u)
+    with reset_after=True (Keras's default), (3u,) with reset_after=False."""
 
     _EXTRA = (("reset_after", "reset_after"),)
 
