@@ -81,8 +81,7 @@ def test_gru_and_simple_rnn_weights_have_keras_shapes():
     kernel, recurrent, bias = _lstm_model(cls="SimpleRNN").get_weights()
     assert kernel.shape == (3, 4) and recurrent.shape == (4, 4) and bias.shape == (4,)
     np.testing.assert_allclose(recurrent @ recurrent.T, np.eye(4), atol=1e-5)
-    with pytest.raises(NotImplementedError, match="reset_after"):
-        L.GRU(3, reset_after=False)
+    assert _lstm_model(cls="GRU", reset_after=False).get_weights()[2].shape == (12,)  # Keras's (3u,)
 
 
 def test_lstm_weights_have_keras_shapes_names_and_initial_values():
