@@ -145,7 +145,7 @@ def test_lstm_refuses_a_sequence_of_the_wrong_rank_naming_the_layer_and_shapes()
 
 
 def test_lstm_unsupported_options_are_refused_by_name():
-    for kwargs in ({"return_state": True}, {"activation": "relu"}, {"stateful": True}):
+    for kwargs in ({"return_state": True}, {"activation": "softmax"}, {"stateful": True}):
         with pytest.raises(NotImplementedError, match=list(kwargs)[0]):
             L.LSTM(4, **kwargs)
 
@@ -330,6 +330,12 @@ def test_masking_layer_before_recurrent_layers_equals_keras(tmp_path):
     x[_TOKENS == 0] = 0.0
     _compare_masked_with_keras(tmp_path, "[L.Masking(0.0), L.LSTM(4, return_sequences=True), L.Dropout(0.0), "
                                          "L.GRU(3, go_backwards=True)]", x)
+
+
+@pytest.mark.parametrize("activations", ["activation='relu', recurrent_activation='sigmoid'",
+                                         "activation='linear', recurrent_activation='tanh', return_sequences=True"])
+def test_lstm_other_activations_equal_keras(tmp_path, activations):
+    _compare_masked_with_keras(tmp_path, f"[L.Embedding(7, 3, mask_zero=True), L.LSTM(4, {activations})]", _TOKENS)
 
 
 @pytest.mark.parametrize("mask", [False, True])

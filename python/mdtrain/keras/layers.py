@@ -814,6 +814,7 @@ class _Recurrent(Layer):
     _GATES = True  # has recurrent_activation
     _would_read_mask = True  # skips masked steps (mask_after; C++ nn/recurrent_layer.h)
     _ONLY_ACTIVATION = "tanh"
+    _ONLY_RECURRENT_ACTIVATION = "sigmoid"
     _EXTRA = ()  # (argument, config key) the subclass adds
 
     def _make(self, units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
@@ -849,7 +850,11 @@ class _Recurrent(Layer):
                   "seed": _random.draw_seed() if seed is None else int(seed), **extra}
         if self._GATES:
             config["recurrent_activation"] = _activation_name(recurrent_activation, f'{cls_name} "{name}"')
-            checks.append(("recurrent_activation", config["recurrent_activation"], "sigmoid"))
+            checks.append(("recurrent_activation", config["recurrent_activation"], self._ONLY_RECURRENT_ACTIVATION))
+        for arg in ("activation", "recurrent_activation"):
+            if config.get(arg) in ("softmax", "gelu"):
+                raise NotImplementedError(f'{cls_name} "{name}": {arg}={config[arg]!r} is not supported (linear, relu, '
+                                          "sigmoid or tanh)")
         for arg, value, only in checks:
             if only is not None and value != only:
                 raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet '
@@ -899,7 +904,11 @@ class SimpleRNN(_Recurrent):
 
 class LSTM(_Recurrent):
     """keras.layers.LSTM: kernel (features, 4u), recurrent_kernel (u, 4u), bias (4u), gates i, f, c, o;
-    unit_forget_bias starts the forget gate's bias at 1."""
+    unit_forget_bias starts the forget gate's bias at 1. activation and recurrent_activation: linear,
+    relu, sigmoid or tanh."""
+
+    _ONLY_ACTIVATION = None
+    _ONLY_RECURRENT_ACTIVATION = None
 
     _EXTRA = (("unit_forget_bias", "unit_forget_bias"),)
 

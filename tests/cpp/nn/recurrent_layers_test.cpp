@@ -20,6 +20,14 @@ namespace {
 using testing::check_layer_gradients;
 using testing::random_tensor;
 
+// (batch 3, 4 steps): padding at the end, at the start and in the middle, and a sequence with every step masked.
+Tensor step_mask(DType dtype = DType::Float64) {
+  Tensor m({4, 4}, dtype);
+  const double v[] = {1, 1, 0, 0, 0, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 16; ++i) m.data<double>()[i] = v[i];
+  return m;
+}
+
 struct LstmCase {
   bool return_sequences, go_backwards, use_bias, regularized;
 };
@@ -73,6 +81,23 @@ void check_cell(const LstmCase& p, const char* activation = "tanh") {
 
 TEST_P(LstmGradient, GruMatchesFiniteDifferences) { check_cell<GRU>(GetParam()); }
 TEST_P(LstmGradient, SimpleRnnMatchesFiniteDifferences) { check_cell<SimpleRNN>(GetParam()); }
+TEST(LstmGradient, OtherActivationsMatchFiniteDifferences) {
+  for (const char* act : {"relu", "linear", "sigmoid"}) {
+    SCOPED_TRACE(act);
+    RecurrentLayer::Options o;
+    o.units = 3;
+    o.activation = act;
+    o.recurrent_activation = std::string(act) == "sigmoid" ? "tanh" : "sigmoid";
+    o.return_sequences = true;
+    LSTM layer("l", o);
+    layer.build({4, 2}, 5, DType::Float64);
+    std::mt19937_64 rng(21);
+    for (Parameter* w : layer.parameters()) w->value.copy_from(random_tensor(w->value.shape(), rng, -0.8, 0.8));
+    layer.set_input_mask(step_mask());
+    check_layer_gradients(layer, random_tensor({4, 4, 2}, rng), ForwardContext{}, 29);
+  }
+}
+
 TEST(SimpleRnnGradient, ReluAndSigmoidMatchFiniteDifferences) {
   check_cell<SimpleRNN>({true, false, true, false}, "relu");
   check_cell<SimpleRNN>({false, true, true, false}, "sigmoid");
@@ -204,16 +229,9 @@ TEST(Lstm, UnsupportedOptionsAreRefusedByName) {
         Json::parse(std::string(R"({"class_name": "LSTM", "config": {"name": "l", "units": 2, )") + field + "}}");
     EXPECT_THROW(layer_from_config(spec), std::invalid_argument) << field;
   }
-  const Json relu = Json::parse(R"({"class_name": "LSTM", "config": {"name": "l", "units": 2, "activation": "relu"}})");
-  EXPECT_THROW(layer_from_config(relu), std::invalid_argument);
-}
-
-// (batch 3, 4 steps): padding at the end, at the start and in the middle, and a sequence with every step masked.
-Tensor step_mask(DType dtype = DType::Float64) {
-  Tensor m({4, 4}, dtype);
-  const double v[] = {1, 1, 0, 0, 0, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0};
-  for (int i = 0; i < 16; ++i) m.data<double>()[i] = v[i];
-  return m;
+  const Json softmax =
+      Json::parse(R"({"class_name": "LSTM", "config": {"name": "l", "units": 2, "activation": "softmax"}})");
+  EXPECT_THROW(layer_from_config(softmax), std::invalid_argument);
 }
 
 template <class Cell>
