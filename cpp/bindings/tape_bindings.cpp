@@ -6,6 +6,7 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/nn/layer.h"
 #include "mdtrain/nn/loss.h"
+#include "mdtrain/nn/sequence_mask.h"
 #include "mdtrain/optim/optimizer.h"
 
 namespace mdtrain::bindings {
@@ -115,6 +116,25 @@ void optimizer_apply(Optimizer& optimizer, const std::vector<py::array>& values,
 }  // namespace
 
 void init_tape(py::module_& m) {
+  // Masks on the eager path (nn/sequence_mask.h): float32 (batch, timesteps) arrays, None for none.
+  m.def(
+      "tape_layer_set_input_mask",
+      [](Layer& layer, const py::object& mask) {
+        auto* masked = dynamic_cast<MaskedLayer*>(&layer);
+        if (masked == nullptr) return;
+        masked->set_input_mask(mask.is_none() ? Tensor() : tensor_from_numpy(mask.cast<py::array>()).clone());
+      },
+      py::arg("layer"), py::arg("mask"), "Sets the mask of the layer's next forward's input (mask readers only).");
+  m.def(
+      "tape_layer_output_mask",
+      [](Layer& layer, const py::object& input_mask) -> py::object {
+        auto* masked = dynamic_cast<MaskedLayer*>(&layer);
+        if (masked == nullptr) return passes_mask(layer) ? input_mask : py::none();
+        const Tensor mask = masked->output_mask();
+        if (!mask.defined()) return py::none();
+        return numpy_from_tensor(mask.clone());
+      },
+      py::arg("layer"), py::arg("input_mask"), "The mask the output of the layer's last forward carries, or None.");
   m.def("tape_layer_forward", &layer_forward, py::arg("layer"), py::arg("x"), py::arg("training"), py::arg("step"),
         py::arg("global_row_offset") = 0, py::arg("keep_state") = false,
         "(y, logits or None): one forward of a built layer, outputs copied out.");

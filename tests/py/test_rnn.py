@@ -81,8 +81,7 @@ def test_gru_and_simple_rnn_weights_have_keras_shapes():
     kernel, recurrent, bias = _lstm_model(cls="SimpleRNN").get_weights()
     assert kernel.shape == (3, 4) and recurrent.shape == (4, 4) and bias.shape == (4,)
     np.testing.assert_allclose(recurrent @ recurrent.T, np.eye(4), atol=1e-5)
-    with pytest.raises(NotImplementedError, match="reset_after"):
-        L.GRU(3, reset_after=False)
+    assert _lstm_model(cls="GRU", reset_after=False).get_weights()[2].shape == (12,)  # Keras's (3u,)
 
 
 def test_lstm_weights_have_keras_shapes_names_and_initial_values():
@@ -146,7 +145,7 @@ def test_lstm_refuses_a_sequence_of_the_wrong_rank_naming_the_layer_and_shapes()
 
 
 def test_lstm_unsupported_options_are_refused_by_name():
-    for kwargs in ({"activation": "relu"}, {"stateful": True}):
+    for kwargs in ({"activation": "softmax"}, {"stateful": True}):
         with pytest.raises(NotImplementedError, match=list(kwargs)[0]):
             L.LSTM(4, **kwargs)
     # return_state works in eager calls (test_rnn_state.py); a Sequential model still refuses it.
@@ -249,13 +248,201 @@ def test_bidirectional_config_round_trips():
     config = layer.get_config()
     assert config["merge_mode"] == "concat" and config["layer"]["class_name"] == "LSTM"
     assert L.Bidirectional.from_config(config).get_config() == config
-    with pytest.raises(NotImplementedError, match="merge_mode"):
-        L.Bidirectional(L.LSTM(4), merge_mode="sum")
+    for mode in ("sum", "mul", "ave"):
+        config = L.Bidirectional(L.GRU(2), merge_mode=mode, name="bi").get_config()
+        assert config["merge_mode"] == mode and L.Bidirectional.from_config(config).get_config() == config
+    back = L.Bidirectional(L.LSTM(2), backward_layer=L.GRU(2, go_backwards=True, name="g"), name="bb").get_config()
+    assert back["backward_layer"]["class_name"] == "GRU"
+    assert L.Bidirectional.from_config(back).get_config() == back
+    with pytest.raises(NotImplementedError, match="merge_mode=None"):
+        L.Bidirectional(L.LSTM(4), merge_mode=None)
+    with pytest.raises(ValueError, match="merge mode"):
+        L.Bidirectional(L.LSTM(4), merge_mode="max")
+    with pytest.raises(ValueError, match="go_backwards"):
+        L.Bidirectional(L.LSTM(4), backward_layer=L.LSTM(4))
+    with pytest.raises(ValueError, match="units"):
+        L.Bidirectional(L.LSTM(4), backward_layer=L.LSTM(3, go_backwards=True))
 
 
-def test_a_mask_zero_embedding_before_a_recurrent_layer_is_refused_not_ignored():
-    model = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(10, 4, mask_zero=True)])
-    with pytest.raises(NotImplementedError, match="masking"):
-        model.add(L.LSTM(3))
+MASKED_KERAS = """
+import numpy as np, keras, tensorflow as tf
+L = keras.layers
+d = np.load("case.npz")
+model = keras.Sequential([keras.Input(d["x"].shape[1:], dtype=str(d["x"].dtype))] + {layers})
+model.set_weights([d[f"w{{i}}"] for i in range(int(d["nw"]))])
+with tf.GradientTape() as tape:
+    y = model(d["x"], training=True)
+    # Not keras.losses: Keras's losses would leave masked steps out; mdtrain's eager loss has no mask.
+    loss = tf.reduce_mean(tf.square(y - d["target"]))
+grads = tape.gradient(loss, model.trainable_variables)  # the Embedding's: IndexedSlices, made dense
+np.savez("keras.npz", y=np.asarray(y), **{{f"g{{i}}": np.asarray(tf.convert_to_tensor(g)) for i, g in enumerate(grads)}})
+"""
+
+# Padding at the end, at the start, in the middle, and a sequence that is all padding.
+_TOKENS = np.array([[3, 1, 4, 0, 0], [0, 0, 5, 2, 6], [1, 0, 2, 0, 3], [0, 0, 0, 0, 0], [6, 5, 4, 3, 2]], np.int32)
+
+
+def _compare_masked_with_keras(tmp_path, layers_src, x):
+    """The same Sequential model (layers_src evaluated with L = keras.layers in both) with the same
+    weights: outputs and weight gradients of a mean squared error against Keras/TF."""
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input(x.shape[1:], dtype=str(x.dtype))] + eval(layers_src, {"L": L}))
+    rng = np.random.default_rng(3)
+    model.set_weights([w + rng.normal(scale=0.3, size=w.shape).astype(np.float32) for w in model.get_weights()])
+    target = rng.normal(size=(len(x), *model.output_shape[1:])).astype(np.float32)
+    y, grads = _outputs_and_gradients(model, x, target)
+    weights = model.get_weights()
+    np.savez(tmp_path / "case.npz", x=x, target=target, nw=np.array(len(weights)),
+             **{f"w{i}": w for i, w in enumerate(weights)})
+    run_keras(MASKED_KERAS.format(layers=layers_src), cwd=tmp_path)
+    k = np.load(tmp_path / "keras.npz")
+    np.testing.assert_allclose(y, k["y"], rtol=1e-5, atol=1e-6)
+    assert len(grads) == len(weights)
+    for i, g in enumerate(grads):
+        np.testing.assert_allclose(g, k[f"g{i}"], rtol=1e-5, atol=1e-6, err_msg=str(i))
+    return y
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "SimpleRNN"])
+@pytest.mark.parametrize("options", ["return_sequences=False", "return_sequences=True",
+                                     "return_sequences=True, go_backwards=True"])
+def test_masked_recurrent_layers_equal_keras(tmp_path, cls, options):
+    layers = f"[L.Embedding(7, 3, mask_zero=True), L.{cls}(4, {options})]"
+    y = _compare_masked_with_keras(tmp_path, layers, _TOKENS)
+    if "return_sequences=True" in options and "go_backwards" not in options:
+        # Keras: a masked step outputs the carried h (zeros before the first step read).
+        np.testing.assert_array_equal(y[0, 3], y[0, 2])
+        np.testing.assert_array_equal(y[1, 0], 0)
+
+
+@pytest.mark.parametrize("merge_mode", ["concat", "sum", "mul", "ave"])
+def test_masked_bidirectional_merge_modes_equal_keras(tmp_path, merge_mode):
+    layers = f"[L.Embedding(7, 3, mask_zero=True), L.Bidirectional(L.GRU(3, return_sequences=True), merge_mode={merge_mode!r})]"
+    y = _compare_masked_with_keras(tmp_path, layers, _TOKENS)
+    np.testing.assert_array_equal(y[0, 3:], 0)  # Keras's zero_output_for_mask
+
+
+def test_masked_bidirectional_with_a_backward_layer_and_dense_equal_keras(tmp_path):
+    layers = ("[L.Embedding(7, 3, mask_zero=True), L.Bidirectional(L.LSTM(3, return_sequences=True), merge_mode='ave', "
+              "backward_layer=L.GRU(3, return_sequences=True, go_backwards=True)), L.Dense(2), L.SimpleRNN(2)]")
+    _compare_masked_with_keras(tmp_path, layers, _TOKENS)
+
+
+def test_masking_layer_before_recurrent_layers_equals_keras(tmp_path):
+    x = np.random.default_rng(4).normal(size=(5, 5, 3)).astype(np.float32)
+    x[_TOKENS == 0] = 0.0
+    _compare_masked_with_keras(tmp_path, "[L.Masking(0.0), L.LSTM(4, return_sequences=True), L.Dropout(0.0), "
+                                         "L.GRU(3, go_backwards=True)]", x)
+
+
+@pytest.mark.parametrize("activations", ["activation='relu', recurrent_activation='sigmoid'",
+                                         "activation='linear', recurrent_activation='tanh', return_sequences=True"])
+def test_lstm_other_activations_equal_keras(tmp_path, activations):
+    _compare_masked_with_keras(tmp_path, f"[L.Embedding(7, 3, mask_zero=True), L.LSTM(4, {activations})]", _TOKENS)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_gru_reset_after_false_equals_keras(tmp_path, mask):
+    if mask:
+        _compare_masked_with_keras(tmp_path, "[L.Embedding(7, 3, mask_zero=True), "
+                                             "L.GRU(4, reset_after=False, return_sequences=True)]", _TOKENS)
+    else:
+        _compare_masked_with_keras(tmp_path, "[L.GRU(4, reset_after=False, go_backwards=True)]", _inputs(n=4))
+
+
+def test_unmasked_bidirectional_merge_mode_equals_keras(tmp_path):
+    _compare_masked_with_keras(tmp_path, "[L.Bidirectional(L.LSTM(3), merge_mode='mul')]", _inputs(n=4))
+
+
+def test_masks_reach_the_recurrent_layer_in_fit_and_predict():
+    def model():
+        tf.keras.utils.set_random_seed(0)
+        m = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(7, 3, mask_zero=True), L.LSTM(4),
+                                 L.Dense(1)])
+        m.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+        return m
+    m = model()
+    # Padding changes nothing: a sequence with trailing zeros gives the output of its first steps.
+    np.testing.assert_array_equal(m.predict(np.array([[3, 1, 0, 0, 0]]), verbose=0),
+                                  m.predict(np.array([[0, 3, 0, 1, 0]]), verbose=0))
+    y = np.linspace(-1, 1, len(_TOKENS)).astype(np.float32)
+    m.fit(_TOKENS, y, batch_size=5, epochs=2, verbose=0)
+    eager = model()
+    with tf.GradientTape() as tape:
+        loss = tf.keras.losses.MeanSquaredError()(y[:, None], eager(_TOKENS, training=True))
+    grads = tape.gradient(loss, eager.trainable_variables)
+    # One SGD step of fit = one eager step (same masked gradient).
+    m1 = model()
+    m1.fit(_TOKENS, y, batch_size=5, epochs=1, verbose=0)
+    for w, w0, g in zip(m1.get_weights(), eager.get_weights(), grads):
+        np.testing.assert_allclose(w, w0 - 0.1 * np.asarray(g), rtol=1e-5, atol=1e-6)
+
+
+def test_masked_models_train_the_same_under_mirrored(logical_cpus):
+    logical_cpus(2)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 7, size=(32, 6)).astype(np.int32)
+    x[:, 4:] = 0
+    y = rng.integers(0, 3, size=32)
+
+    def train(strategy):
+        with strategy.scope():
+            tf.keras.utils.set_random_seed(0)
+            model = tf.keras.Sequential([tf.keras.Input((6,), dtype="int32"), L.Embedding(7, 4, mask_zero=True),
+                                         L.Bidirectional(L.GRU(4, return_sequences=True)), L.LSTM(5),
+                                         L.Dense(3, activation="softmax")])
+            model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    one = train(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    for a, b in zip(one, train(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+        model = tf.keras.Sequential([tf.keras.Input((6,), dtype="int32"), L.Embedding(7, 4, mask_zero=True, name="emb"),
+                                     L.LSTM(5)])
+        model.compile(optimizer="sgd", loss="mse")
+    bad = x.copy()
+    bad[3, 2] = 7
+    with pytest.raises(ValueError, match="emb"):
+        model.fit(bad, np.zeros((32, 5), np.float32), batch_size=16, verbose=0)
+    with pytest.raises(ValueError, match="emb"):
+        model.predict(bad, verbose=0)
+
+
+def test_what_masks_cannot_do_yet_is_refused_by_name():
+    seq = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(7, 3, mask_zero=True),
+                               L.LSTM(2, return_sequences=True, name="rnn")])
+    seq.compile(optimizer="sgd", loss="mse")
+    # Keras leaves masked steps out of the loss; mdtrain's loss has no mask yet.
+    with pytest.raises(NotImplementedError, match=r"carries the mask of layer.*loss"):
+        seq.fit(_TOKENS, np.zeros((5, 5, 2), np.float32), verbose=0)
+    assert seq.predict(_TOKENS, verbose=0).shape == (5, 5, 2)
+    with pytest.raises(NotImplementedError, match="BatchNormalization"):
+        seq.add(L.BatchNormalization())
+    # A layer that drops the mask (Flatten, as Keras's) lets the loss be used.
+    flat = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(7, 3, mask_zero=True),
+                                L.Flatten(), L.Dense(1)])
+    flat.compile(optimizer="sgd", loss="mse")
+    flat.fit(_TOKENS, np.zeros((5, 1), np.float32), verbose=0)
+    inputs = tf.keras.Input((5,), dtype="int32")
+    masked = L.Embedding(7, 3, mask_zero=True)(inputs)
+    with pytest.raises(NotImplementedError, match="functional model"):
+        L.GRU(2, name="g")(masked)
     unmasked = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(10, 4), L.GRU(3)])
     assert unmasked.predict(np.array([[1, 2, 3, 0, 0]]), verbose=0).shape == (1, 3)
+
+
+def test_a_pipeline_refuses_a_model_whose_recurrent_layer_reads_a_mask(logical_cpus):
+    import warnings
+    from mdtrain.keras import distribution
+    logical_cpus(2)
+    mesh = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipeline = distribution.PipelineParallel(mesh, num_microbatches=2)
+    with pipeline.scope():
+        model = tf.keras.Sequential([tf.keras.Input((5,), dtype="int32"), L.Embedding(7, 3, mask_zero=True),
+                                     L.LSTM(4, name="rnn"), L.Dense(1)])
+        with pytest.raises(NotImplementedError, match=r'"rnn".*reads a mask.*PipelineParallel'):
+            model.compile(optimizer="sgd", loss="mse")

@@ -32,11 +32,33 @@ void copy_columns(const Tensor& from, Tensor& to, std::int64_t batch, std::int64
     }
 }
 
+// Zeroes the rows (b, t) of x (batch, steps, width) where mask (batch, steps) is 0.
+void zero_masked_steps(Tensor& x, const Tensor& mask) {
+  const std::int64_t rows = mask.numel(), width = x.numel() / rows;
+  const std::vector<std::uint8_t> read = mask_to_bytes(mask);
+  dispatch_floating(x.dtype(), "bidirectional", [&](auto tag) {
+    using T = decltype(tag);
+    T* v = x.data<T>();
+    for (std::int64_t r = 0; r < rows; ++r)
+      if (!read[static_cast<std::size_t>(r)])
+        for (std::int64_t j = 0; j < width; ++j) v[r * width + j] = T(0);
+  });
+}
+
+bool known_merge_mode(const std::string& mode) {
+  return mode == "concat" || mode == "sum" || mode == "mul" || mode == "ave";
+}
+
 }  // namespace
 
 Bidirectional::Bidirectional(std::string name, std::unique_ptr<RecurrentLayer> forward_layer,
-                             std::unique_ptr<RecurrentLayer> backward_layer)
-    : Layer(std::move(name)), forward_(std::move(forward_layer)), backward_(std::move(backward_layer)) {
+                             std::unique_ptr<RecurrentLayer> backward_layer, std::string merge_mode)
+    : Layer(std::move(name)),
+      forward_(std::move(forward_layer)),
+      backward_(std::move(backward_layer)),
+      merge_mode_(std::move(merge_mode)) {
+  MDTRAIN_CHECK(known_merge_mode(merge_mode_), std::invalid_argument, "[bidirectional] layer \"", name_,
+                "\": merge_mode=\"", merge_mode_, "\" is not supported (\"concat\", \"sum\", \"mul\" or \"ave\")");
   const auto& f = forward_->options();
   const auto& b = backward_->options();
   MDTRAIN_CHECK(f.go_backwards != b.go_backwards, std::invalid_argument, "[bidirectional] layer \"", name_,
@@ -46,9 +68,15 @@ Bidirectional::Bidirectional(std::string name, std::unique_ptr<RecurrentLayer> f
                 "\": the forward and backward layers must have the same units and return_sequences");
 }
 
+void Bidirectional::set_input_mask(const Tensor& mask) {
+  mask_ = mask;
+  forward_->set_input_mask(mask);
+  backward_->set_input_mask(mask);
+}
+
 Shape Bidirectional::compute_output_shape(const Shape& input_shape) const {
   Shape out = forward_->compute_output_shape(input_shape);
-  out.back() *= 2;
+  if (merge_mode_ == "concat") out.back() *= 2;
   return out;
 }
 
@@ -61,6 +89,7 @@ Tensor Bidirectional::forward(const Tensor& x, const ForwardContext& ctx) {
   check_input(x);
   MDTRAIN_CHECK(x.device().is_cpu(), std::invalid_argument, "[bidirectional] layer \"", name_,
                 "\" runs on CPU devices only for now");
+  if (mask_.defined()) check_mask_shape(mask_, x.dim(0), input_shape_[0], "bidirectional", name_);
   const Tensor yf = forward_->forward(x, ctx);
   const Tensor yb = backward_->forward(x, ctx);
   const bool seq = forward_->options().return_sequences;
@@ -68,8 +97,27 @@ Tensor Bidirectional::forward(const Tensor& x, const ForwardContext& ctx) {
   Shape out{batch};
   for (auto d : output_shape_) out.push_back(d);
   ensure_buffer(y_, out, dtype_, x.device());
-  copy_columns(yf, y_, batch, steps, u, 2 * u, 0, false, false);
-  copy_columns(yb, y_, batch, steps, u, 2 * u, u, seq, false);
+  if (merge_mode_ == "concat") {
+    copy_columns(yf, y_, batch, steps, u, 2 * u, 0, false, false);
+    copy_columns(yb, y_, batch, steps, u, 2 * u, u, seq, false);
+  } else {
+    yf_ = yf;
+    ensure_buffer(yb_, yf.shape(), dtype_, x.device());
+    copy_columns(yb, yb_, batch, steps, u, u, 0, seq, false);
+    dispatch_floating(dtype_, "bidirectional", [&](auto tag) {
+      using T = decltype(tag);
+      const T *a = yf_.data<T>(), *b = yb_.data<T>();
+      T* y = y_.data<T>();
+      const std::int64_t n = y_.numel();
+      if (merge_mode_ == "sum")
+        for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+      else if (merge_mode_ == "mul")
+        for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+      else
+        for (std::int64_t i = 0; i < n; ++i) y[i] = (a[i] + b[i]) / T(2);
+    });
+  }
+  if (seq && mask_.defined()) zero_masked_steps(y_, mask_);
   return y_;
 }
 
@@ -80,8 +128,40 @@ Tensor Bidirectional::backward(const Tensor& dy, bool need_input_grad) {
   half.back() = u;
   ensure_buffer(dy_forward_, half, dtype_, dy.device());
   ensure_buffer(dy_backward_, half, dtype_, dy.device());
-  copy_columns(dy, dy_forward_, batch, steps, u, 2 * u, 0, false, true);
-  copy_columns(dy, dy_backward_, batch, steps, u, 2 * u, u, seq, true);
+  Tensor g = dy;
+  if (seq && mask_.defined()) {
+    // Zeros at masked steps: nothing flows back from them.
+    ensure_buffer(dy_masked_, dy.shape(), dtype_, dy.device());
+    dy_masked_.copy_from(dy);
+    zero_masked_steps(dy_masked_, mask_);
+    g = dy_masked_;
+  }
+  if (merge_mode_ == "concat") {
+    copy_columns(g, dy_forward_, batch, steps, u, 2 * u, 0, false, true);
+    copy_columns(g, dy_backward_, batch, steps, u, 2 * u, u, seq, true);
+  } else {
+    ensure_buffer(dy_aligned_, half, dtype_, dy.device());
+    dispatch_floating(dtype_, "bidirectional", [&](auto tag) {
+      using T = decltype(tag);
+      const T* d = g.data<T>();
+      const T *a = yf_.data<T>(), *b = yb_.data<T>();
+      T *da = dy_forward_.data<T>(), *db = dy_aligned_.data<T>();
+      const std::int64_t n = g.numel();
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (merge_mode_ == "sum") {
+          da[i] = d[i];
+          db[i] = d[i];
+        } else if (merge_mode_ == "mul") {
+          da[i] = d[i] * b[i];
+          db[i] = d[i] * a[i];
+        } else {
+          da[i] = d[i] / T(2);
+          db[i] = d[i] / T(2);
+        }
+      }
+    });
+    copy_columns(dy_aligned_, dy_backward_, batch, steps, u, u, 0, seq, false);
+  }
   const Tensor dxf = forward_->backward(dy_forward_, need_input_grad);
   const Tensor dxb = backward_->backward(dy_backward_, need_input_grad);
   if (!need_input_grad) return Tensor();
@@ -112,7 +192,7 @@ void Bidirectional::add_regularization_gradients() {
 
 std::unique_ptr<Layer> Bidirectional::clone() const {
   auto copy = std::make_unique<Bidirectional>(name_, as_recurrent(forward_->clone(), name_),
-                                              as_recurrent(backward_->clone(), name_));
+                                              as_recurrent(backward_->clone(), name_), merge_mode_);
   copy->copy_build_state(*this);
   return copy;
 }
@@ -120,16 +200,19 @@ std::unique_ptr<Layer> Bidirectional::clone() const {
 Json Bidirectional::config() const {
   Json c = Layer::config();
   c.set("layer", layer_to_config(*forward_));
-  c.set("merge_mode", "concat");
+  c.set("merge_mode", merge_mode_);
   c.set("backward_layer", layer_to_config(*backward_));
   return c;
 }
 
 std::unique_ptr<Layer> Bidirectional::from_config(const Json& c) {
   const std::string name = c.at("name").as_string();
-  const Json mode = c.get("merge_mode", "concat");
-  MDTRAIN_CHECK(mode.is_string() && mode.as_string() == "concat", std::invalid_argument, "[bidirectional] layer \"",
-                name, "\": merge_mode=", mode.dump(), " is not supported yet (only \"concat\")");
+  // Keras writes merge_mode None as null (two outputs): refused below, not read as the default.
+  const Json mode = c.contains("merge_mode") ? c.at("merge_mode") : Json("concat");
+  MDTRAIN_CHECK(mode.is_string() && known_merge_mode(mode.as_string()), std::invalid_argument,
+                "[bidirectional] layer \"", name, "\": merge_mode=", mode.dump(),
+                " is not supported (\"concat\", \"sum\", \"mul\" or \"ave\"; None would give two outputs, and "
+                "an mdtrain layer has one)");
   Json spec = c.at("layer");
   Json backward = c.get("backward_layer", Json());
   if (backward.is_null()) {
@@ -146,7 +229,7 @@ std::unique_ptr<Layer> Bidirectional::from_config(const Json& c) {
     backward.set("config", bc);
   }
   return std::make_unique<Bidirectional>(name, as_recurrent(layer_from_config(spec), name),
-                                         as_recurrent(layer_from_config(backward), name));
+                                         as_recurrent(layer_from_config(backward), name), mode.as_string());
 }
 
 }  // namespace mdtrain

@@ -5,15 +5,20 @@
 
 namespace mdtrain {
 
-// keras.layers.Bidirectional around a recurrent layer, merge_mode="concat" (Keras's default; the
-// other modes are refused for now): a forward copy ("forward_<name>") and one reading the sequence
-// backwards ("backward_<name>", go_backwards flipped); outputs concatenated on the last axis, the
-// backward one flipped back in time first when return_sequences (as Keras). Weights: the forward
-// layer's, then the backward layer's, as Keras's get_weights(). CPU only for now.
-class Bidirectional : public Layer {
+// keras.layers.Bidirectional around a recurrent layer: a forward copy ("forward_<name>") and one
+// reading the sequence backwards ("backward_<name>", go_backwards flipped, or Keras's
+// backward_layer); the backward output flipped back in time first when return_sequences (as
+// Keras), then merged: "concat" (Keras's default, on the last axis), "sum", "mul" or "ave"
+// (Keras's merge_mode=None, a list of two outputs, is refused: mdtrain layers have one output).
+// Weights: the forward layer's, then the backward layer's, as Keras's get_weights(). With a mask
+// and return_sequences, the outputs at masked steps are zeros (Keras's zero_output_for_mask).
+// CPU only for now.
+class Bidirectional : public Layer, public MaskedLayer {
  public:
   Bidirectional(std::string name, std::unique_ptr<RecurrentLayer> forward_layer,
-                std::unique_ptr<RecurrentLayer> backward_layer);
+                std::unique_ptr<RecurrentLayer> backward_layer, std::string merge_mode = "concat");
+  void set_input_mask(const Tensor& mask) override;
+  Tensor output_mask() const override { return forward_->output_mask(); }
 
   std::string class_name() const override { return "Bidirectional"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -33,7 +38,10 @@ class Bidirectional : public Layer {
 
  private:
   std::unique_ptr<RecurrentLayer> forward_, backward_;
-  Tensor y_, dy_forward_, dy_backward_, dx_;
+  std::string merge_mode_;
+  Tensor mask_;  // the input's mask (empty: none)
+  // yf_: the forward layer's last output; yb_: the backward one's, in forward time order.
+  Tensor yf_, yb_, y_, dy_masked_, dy_forward_, dy_backward_, dy_aligned_, dx_;
 };
 
 }  // namespace mdtrain

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/nn/initializer.h"
 #include "mdtrain/ops/embedding.h"
 
@@ -106,12 +107,27 @@ void Embedding::check_indices(const Tensor& x, std::int64_t first_row) {
 Tensor Embedding::forward(const Tensor& x, const ForwardContext& ctx) {
   check_index_shape(x);
   index_rows(x, ctx.global_row_offset);  // every index, before anything is written
+  index_shape_ = x.shape();
   const std::int64_t n = x.numel(), dim = options_.output_dim;
   ensure_buffer(y_, {n, dim}, dtype_, x.device());
   ops::embedding_lookup(embeddings_.value, rows_, y_);
   Shape out = x.shape();
   out.push_back(dim);
   return y_.reshape(out);
+}
+
+Tensor Embedding::output_mask() const {
+  // Only the layers that read masks run on CPU devices for now (they check the mask's device and
+  // shape): on another device there is no mask to give them.
+  if (!options_.mask_zero || !rows_.device().is_cpu()) return Tensor();
+  Tensor mask(index_shape_, dtype_, rows_.device());
+  const std::int64_t* rows = rows_.data<std::int64_t>();
+  dispatch_floating(dtype_, "embedding", [&](auto tag) {
+    using T = decltype(tag);
+    T* m = mask.data<T>();
+    for (std::int64_t i = 0; i < mask.numel(); ++i) m[i] = rows[i] != 0 ? T(1) : T(0);
+  });
+  return mask;
 }
 
 Tensor Embedding::backward(const Tensor& dy, bool need_input_grad) {

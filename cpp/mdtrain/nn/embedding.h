@@ -3,6 +3,7 @@
 
 #include "mdtrain/nn/layer.h"
 #include "mdtrain/nn/regularizer.h"
+#include "mdtrain/nn/sequence_mask.h"
 
 namespace mdtrain {
 
@@ -16,15 +17,15 @@ namespace mdtrain {
 //
 // Every index is checked before anything is computed: a value that is not a whole number in
 // [0, input_dim) is std::invalid_argument naming the layer, the value and its position.
-class Embedding : public Layer {
+class Embedding : public Layer, public MaskedLayer {
  public:
   struct Options {
     std::int64_t input_dim = 0;               // rows of the table (vocabulary size)
     std::int64_t output_dim = 0;              // columns (the embedding's size)
     Json embeddings_initializer = "uniform";  // Keras's "uniform": RandomUniform(-0.05, 0.05)
     Json embeddings_regularizer;              // null: none
-    // Keras's mask_zero: index 0 is padding and later layers see a mask (inputs != 0). Stored and
-    // written to the config; this layer's own output does not depend on it (as in Keras).
+    // Keras's mask_zero: index 0 is padding and later layers see a mask (inputs != 0, on inputs
+    // (batch, timesteps); nn/sequence_mask.h). This layer's own output does not depend on it.
     bool mask_zero = false;
   };
   Embedding(std::string name, Options options);
@@ -48,6 +49,9 @@ class Embedding : public Layer {
   // row `first_row`: a whole data set can be checked before training starts.
   void check_indices(const Tensor& x, std::int64_t first_row = 0);
 
+  // mask_zero: the last forward's input shape, 1 where its index was not 0 (on CPU devices); else empty.
+  Tensor output_mask() const override;
+
   const Options& options() const { return options_; }
   Parameter& embeddings() { return embeddings_; }
 
@@ -64,6 +68,7 @@ class Embedding : public Layer {
   Parameter embeddings_;
   // Per-call state: the table rows of the last forward's indices, and its output.
   Tensor rows_, y_;
+  Shape index_shape_;  // of the last forward's input
 };
 
 }  // namespace mdtrain

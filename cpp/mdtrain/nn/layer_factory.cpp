@@ -17,6 +17,7 @@
 #include "mdtrain/nn/layer_normalization.h"
 #include "mdtrain/nn/gru.h"
 #include "mdtrain/nn/lstm.h"
+#include "mdtrain/nn/masking.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
 #include "mdtrain/nn/simple_rnn.h"
@@ -50,6 +51,7 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"LSTM", &LSTM::from_config},
       {"GRU", &GRU::from_config},
       {"Bidirectional", &Bidirectional::from_config},
+      {"Masking", &Masking::from_config},
   };
   return classes;
 }

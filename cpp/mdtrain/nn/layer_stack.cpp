@@ -1,5 +1,7 @@
 #include "mdtrain/nn/layer_stack.h"
 
+#include "mdtrain/nn/sequence_mask.h"
+
 namespace mdtrain {
 
 void LayerStack::add(std::shared_ptr<Layer> layer) {
@@ -43,8 +45,14 @@ Shape LayerStack::output_shape() const {
 
 Tensor LayerStack::forward(const Tensor& x, const ForwardContext& ctx) {
   MDTRAIN_CHECK(built_, std::logic_error, "[sequential] the model is not built yet");
-  Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(h, ctx);
+  Tensor h = x, mask;  // mask: what h carries (nn/sequence_mask.h)
+  for (auto& layer : layers_) {
+    auto* masked = dynamic_cast<MaskedLayer*>(layer.get());
+    if (masked != nullptr) masked->set_input_mask(mask);
+    h = layer->forward(h, ctx);
+    if (masked != nullptr) mask = masked->output_mask();
+    else if (!passes_mask(*layer)) mask = Tensor();
+  }
   return h;
 }
 

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/nn/initializer.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/ops/recurrent.h"
@@ -99,6 +100,14 @@ Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
       }
   }
   const std::int64_t n = batch * steps;
+  step_read_.clear();
+  if (input_mask_seq_.defined()) {
+    check_mask_shape(input_mask_seq_, batch, steps, area_, name_);
+    const std::vector<std::uint8_t> bytes = mask_to_bytes(input_mask_seq_);
+    step_read_.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i)
+      step_read_[static_cast<std::size_t>(i)] = bytes[static_cast<std::size_t>(to_time_major_[static_cast<std::size_t>(i)])];
+  }
   ensure_buffer(xt_, {n, in}, dtype_, dev);
   ensure_buffer(xz_, {n, gates_ * u}, dtype_, dev);
   ensure_buffer(h_, {n + batch, u}, dtype_, dev);
@@ -136,6 +145,7 @@ Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
       ops::multiply(step_rows(h_, t), recurrent_mask_, masked);
     }
     step_forward(t);
+    carry_masked_rows(t);
   }
   if (!options_.return_sequences) return h_.rows(n, n + batch);
   ensure_buffer(y_, {n, u}, dtype_, dev);
@@ -172,7 +182,9 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
         ops::add_masked(dh_scratch_, recurrent_mask_, dh);
       }
     }
+    hold_masked_gradients(t, true);
     step_backward(t);
+    hold_masked_gradients(t, false);
   }
   serial_backward_steps.reset();
   if (dh_initial_.defined()) {
@@ -195,6 +207,7 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
       ops::sum_rows(dhz_, recurrent_grad);
     }
   }
+  add_cell_weight_gradients();
   if (!need_input_grad) return Tensor();
   ensure_buffer(dxt_, {n, in}, dtype_, dev);
   ops::gemm(dxz_, false, kernel_.value, true, dxt_);
@@ -268,6 +281,38 @@ void RecurrentLayer::add_into(const Tensor& g, Tensor& acc, Tensor& ones) {
   ensure_buffer(ones, acc.shape(), acc.dtype(), acc.device());
   ones.fill(1.0);
   ops::add_masked(g.reshape(acc.shape()), ones, acc);
+void RecurrentLayer::carry_masked_rows(std::int64_t t) {
+  if (step_read_.empty()) return;
+  for (std::int64_t b = 0; b < batch_; ++b) {
+    const std::int64_t row = t * batch_ + b;
+    if (step_read_[static_cast<std::size_t>(row)]) continue;
+    h_.rows(row + batch_, row + batch_ + 1).copy_from(h_.rows(row, row + 1));
+    carry_cell_state(t, row);
+  }
+}
+
+void RecurrentLayer::hold_masked_gradients(std::int64_t t, bool hold) {
+  if (step_read_.empty()) return;
+  if (hold) ensure_buffer(held_dh_, {batch_, options_.units}, dtype_, h_.device());
+  for (std::int64_t b = 0; b < batch_; ++b) {
+    const std::int64_t row = t * batch_ + b;
+    if (step_read_[static_cast<std::size_t>(row)]) continue;
+    hold_cell_gradient(row, hold);
+    if (hold) {
+      // The step's cell sees no upstream gradient: its dL/d(projections) come out zero.
+      held_dh_.rows(b, b + 1).copy_from(dh_.rows(row, row + 1));
+      dh_.rows(row, row + 1).fill(0.0);
+    } else if (t > 0 || dh_initial_.defined()) {
+      // h of step t is h of step t - 1: dL/dh goes on unchanged, at t = 0 to dL/d(initial h) when
+      // it is wanted (backward_with_state; otherwise it is lost in the zero state).
+      dispatch_floating(dtype_, area_.c_str(), [&](auto tag) {
+        using T = decltype(tag);
+        const T* g = held_dh_.data<T>() + b * options_.units;
+        T* acc = t > 0 ? dh_.data<T>() + (row - batch_) * options_.units : dh_initial_.data<T>() + b * options_.units;
+        for (std::int64_t j = 0; j < options_.units; ++j) acc[j] += g[j];
+      });
+    }
+  }
 }
 
 std::vector<Parameter*> RecurrentLayer::parameters() {

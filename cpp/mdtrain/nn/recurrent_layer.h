@@ -4,6 +4,7 @@
 
 #include "mdtrain/nn/layer.h"
 #include "mdtrain/nn/regularizer.h"
+#include "mdtrain/nn/sequence_mask.h"
 
 namespace mdtrain {
 
@@ -18,7 +19,12 @@ namespace mdtrain {
 // h_prev @ recurrent_kernel and its element-wise op, ops/recurrent.h) and keeps what backward
 // through time needs. Backward runs the steps in reverse; the weight gradients and dL/dx are then
 // one GEMM each over all steps.
-class RecurrentLayer : public Layer {
+//
+// Masks (nn/sequence_mask.h), as Keras: at a masked step of a sequence the state (h, and LSTM's c)
+// is carried over unchanged and the step's output is the carried h (zeros at the start); the step's
+// input has no effect, and backward through time passes dL/dh (and dL/dc) straight through it. The
+// output carries the mask with return_sequences, none otherwise.
+class RecurrentLayer : public Layer, public MaskedLayer {
  public:
   struct Options {
     std::int64_t units = 0;
@@ -51,6 +57,8 @@ class RecurrentLayer : public Layer {
   Json config() const override;
   // The cells' element-wise steps have CUDA kernels (ops/recurrent.h); the rest is ops::gemm etc.
   bool has_cuda_kernels() const override { return true; }
+  void set_input_mask(const Tensor& mask) override { input_mask_seq_ = mask; }
+  Tensor output_mask() const override { return options_.return_sequences ? input_mask_seq_ : Tensor(); }
 
   const Options& options() const { return options_; }
 
@@ -99,6 +107,17 @@ class RecurrentLayer : public Layer {
   virtual void append_initial_cell_gradient(std::vector<Tensor>& /*grads*/) const {}
   // acc += g (same element count), through a ones buffer (any device).
   static void add_into(const Tensor& g, Tensor& acc, Tensor& ones);
+  // Masked steps: the cell's own state other than h (LSTM's c) at time-major row `row` of step t + 1
+  // takes its value at step t; and in backward, dL/d of that state at `row` is put aside (and zeroed)
+  // before the step and put back after it (`hold` true, then false), so it passes the step unchanged.
+  virtual void carry_cell_state(std::int64_t /*t*/, std::int64_t /*row*/) {}
+  virtual void hold_cell_gradient(std::int64_t /*row*/, bool /*hold*/) {}
+  // After backward's weight GEMMs: what a cell adds to the weight gradients beyond
+  // h_prev^T @ dhz_ (GRU with reset_after=false).
+  virtual void add_cell_weight_gradients() {}
+  // Recurrent dropout of the last forward: whether applied, and its (batch, u) mask.
+  bool recurrent_dropped() const { return recurrent_dropped_; }
+  const Tensor& recurrent_mask() const { return recurrent_mask_; }
   Tensor step_rows(const Tensor& t, std::int64_t step) const { return t.rows(step * batch_, (step + 1) * batch_); }
   // h_prev of step t as the recurrent GEMM takes it (recurrent dropout applied when active).
   Tensor recurrent_input(std::int64_t t);
@@ -121,7 +140,16 @@ class RecurrentLayer : public Layer {
   Tensor dh_initial_, ones_;
 
  private:
+  // Masks: the rows of a masked step (time-major) keep h_prev; before/after the cell's step backward.
+  void carry_masked_rows(std::int64_t t);
+  void hold_masked_gradients(std::int64_t t, bool hold);
+
   std::vector<std::int64_t> to_time_major_, to_batch_major_;
+  // The input's mask as set (empty: none), and per time-major row whether the step is read
+  // (empty: every step is).
+  Tensor input_mask_seq_;
+  std::vector<std::uint8_t> step_read_;
+  Tensor held_dh_;  // (batch, u): dL/dh of the masked rows put aside during a step's backward
   Tensor y_, dxt_, dx_;
   // Dropout of the last forward: whether each mask was applied, the masks (0 or 1/(1-rate)),
   // h_prev of every step after the recurrent mask, and scratch for dL/dh_prev through the mask.

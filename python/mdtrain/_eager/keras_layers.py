@@ -77,14 +77,18 @@ def _activation_backward(activation, y, gy):
     return y * (1 - y) * gy
 
 
-def _run_layer(layer, x, training, step, model=None):
+def _run_layer(layer, x, training, step, model=None, mask=None):
+    """The layer on x; `mask`: the (batch, timesteps) float32 mask x carries (None: none), as
+    nn/layer_stack.cpp passes it. The output's mask is left in layer._eager_output_mask."""
     core = layer._core
+    _core.tape_layer_set_input_mask(core, mask)
     weights = _trainable_variables(layer)
     for w in weights:
         _tape.variable_accessed(w)
     tapes = _tape.recording_tapes([x] + weights)
     x_array = np.ascontiguousarray(x._value, dtype=np.float32)
     y_array, logits_array = _core.tape_layer_forward(core, x_array, training, step)
+    layer._eager_output_mask = _core.tape_layer_output_mask(core, mask)
     y = wrap(y_array)
     logits = None
     activation = None
@@ -104,6 +108,7 @@ def _run_layer(layer, x, training, step, model=None):
         with _holding(model, "gradient"):
             if layer.__dict__.get("_tape_serial") != serial:
                 # Not the layer's last forward: restore this call's buffers (see the module doc).
+                _core.tape_layer_set_input_mask(core, mask)
                 _core.tape_layer_forward(core, x_array, training, step, 0, True)
                 layer._tape_serial = serial
             if glogits is None:
@@ -193,9 +198,10 @@ def call_model(model, inputs, training=None):
         model._prepare_x(np.zeros((0,) + tuple(x.shape[1:]), dtype=np.float32), "__call__")
         model._core.refresh_weights()
         step = model.__dict__.get("_tape_training_calls", 0)
-        h = x
+        h, mask = x, None
         for layer in model._layers:
-            h = _run_layer(layer, h, training, step, model)
+            h = _run_layer(layer, h, training, step, model, mask)
+            mask = layer._eager_output_mask
     if training:
         model._tape_training_calls = step + 1
     return h

@@ -177,11 +177,21 @@ def call_symbolic(layer, inputs):
         given = ", ".join(str(t.shape) for t in tensors)
         raise ValueError(f'Layer "{layer.name}" ({type(layer).__name__}) cannot be called on inputs of shape '
                          f"{given}: {e}") from None
+    # Masks (layers.mask_after): the graph runner (nn/layer_graph.h) does not pass them between
+    # layers yet, so a layer that would read one refuses rather than run the padding through.
+    incoming = [t._mask_source for t in tensors if getattr(t, "_mask_source", None) is not None]
+    if incoming and getattr(layer, "_would_read_mask", False):
+        raise NotImplementedError(f'{type(layer).__name__} layer "{layer.name}" receives the mask of layer '
+                                  f'"{incoming[0]}" in a functional model; mdtrain passes masks in Sequential models '
+                                  "only for now (Keras would skip the masked steps)")
+    from mdtrain.keras.layers import mask_after
+    mask_source = mask_after(layer, incoming[0] if incoming and not merge else None)
     node = _Node(layer, tensors)
     layer._symbolic_node = node
     if _Trace.active is not None:
         _Trace.active.layers.append(layer)
     node.output = KerasTensor((None, *out), "float32", node=node, name=layer.name)
+    node.output._mask_source = mask_source
     return node.output
 
 

@@ -251,6 +251,58 @@ class Dropout(Layer):
                                              "seed": _random.draw_seed() if seed is None else int(seed)})
 
 
+class Masking(Layer):
+    """keras.layers.Masking(mask_value=0.0): on (batch, timesteps, ...) a step whose values all equal
+    mask_value is padding: it is zeroed in the output, and the layers after it see a mask
+    (batch, timesteps) (recurrent layers skip those steps; nn/masking.h). CPU only."""
+
+    def __init__(self, mask_value=0.0, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(mask_value, bool) or not isinstance(mask_value, (int, float, np.integer, np.floating)):
+            raise ValueError(f'Masking "{self._name}": mask_value must be a number, got {mask_value!r}')
+        self._core = _core_layer("Masking", {"name": self._name, "mask_value": float(mask_value)})
+        self.mask_value = float(mask_value)
+        self.supports_masking = True
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        layer.mask_value = json.loads(core_layer.config_json())["mask_value"]
+        layer.supports_masking = True
+        return layer
+
+
+# Keras's supports_masking layers that hand the mask on unchanged (nn/sequence_mask.cpp passes_mask).
+_PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization")
+
+
+def mask_after(layer, mask_source):
+    """Keras's mask propagation, as nn/layer_stack.cpp runs it: the name of the layer whose mask the
+    output of `layer` carries, given the one its input carries (None: no mask). Embedding(mask_zero)
+    and Masking make one; recurrent layers and Bidirectional read it and keep it with
+    return_sequences; Dense, Dropout, Activation, LayerNormalization pass it on; the other layers
+    drop it, as Keras's (Flatten, Reshape, ...). BatchNormalization would use it in Keras (moments
+    over the kept steps only): refused."""
+    if getattr(layer, "mask_zero", False) or isinstance(layer, Masking):
+        return layer.name
+    if mask_source is None:
+        return None
+    if getattr(layer, "_would_read_mask", False):
+        return mask_source if _returns_sequences(layer) else None
+    name = type(layer).__name__
+    if name == "BatchNormalization":
+        raise NotImplementedError(f'BatchNormalization layer "{layer.name}" receives the mask of "{mask_source}": '
+                                  "Keras would compute its moments over the unmasked steps only, which mdtrain "
+                                  "does not do yet")
+    return mask_source if name in _PASSES_MASK else None
+
+
+def _returns_sequences(layer):
+    if isinstance(layer, Bidirectional):
+        return bool(json.loads(layer._core.config_json())["layer"]["config"].get("return_sequences", False))
+    return bool(layer.return_sequences)
+
+
 class InputLayer:
     """Declares the input shape of a Sequential model (not a layer of its own in model.layers)."""
 
@@ -268,7 +320,7 @@ class InputLayer:
 Input = _keras_tensor.Input
 
 
-_CLASSES = {"Dense": Dense, "Activation": Activation, "Flatten": Flatten, "Dropout": Dropout}
+_CLASSES = {"Dense": Dense, "Activation": Activation, "Flatten": Flatten, "Dropout": Dropout, "Masking": Masking}
 
 
 def _wrap_core_layer(core_layer):
@@ -761,8 +813,9 @@ class _Recurrent(Layer):
     C++: nn/recurrent_layer.h."""
 
     _GATES = True  # has recurrent_activation
-    _would_read_mask = True  # Keras skips masked steps: refused after mask_zero=True (models.py)
+    _would_read_mask = True  # skips masked steps (mask_after; C++ nn/recurrent_layer.h)
     _ONLY_ACTIVATION = "tanh"
+    _ONLY_RECURRENT_ACTIVATION = "sigmoid"
     _EXTRA = ()  # (argument, config key) the subclass adds
 
     def _make(self, units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
@@ -798,7 +851,11 @@ class _Recurrent(Layer):
                   "seed": _random.draw_seed() if seed is None else int(seed), **extra}
         if self._GATES:
             config["recurrent_activation"] = _activation_name(recurrent_activation, f'{cls_name} "{name}"')
-            checks.append(("recurrent_activation", config["recurrent_activation"], "sigmoid"))
+            checks.append(("recurrent_activation", config["recurrent_activation"], self._ONLY_RECURRENT_ACTIVATION))
+        for arg in ("activation", "recurrent_activation"):
+            if config.get(arg) in ("softmax", "gelu"):
+                raise NotImplementedError(f'{cls_name} "{name}": {arg}={config[arg]!r} is not supported (linear, relu, '
+                                          "sigmoid or tanh)")
         for arg, value, only in checks:
             if only is not None and value != only:
                 raise NotImplementedError(f'{cls_name} "{name}": {arg}={value!r} is not supported yet '
@@ -866,7 +923,11 @@ class SimpleRNN(_Recurrent):
 
 class LSTM(_Recurrent):
     """keras.layers.LSTM: kernel (features, 4u), recurrent_kernel (u, 4u), bias (4u), gates i, f, c, o;
-    unit_forget_bias starts the forget gate's bias at 1."""
+    unit_forget_bias starts the forget gate's bias at 1. activation and recurrent_activation: linear,
+    relu, sigmoid or tanh."""
+
+    _ONLY_ACTIVATION = None
+    _ONLY_RECURRENT_ACTIVATION = None
 
     _EXTRA = (("unit_forget_bias", "unit_forget_bias"),)
 
@@ -885,8 +946,8 @@ class LSTM(_Recurrent):
 
 
 class GRU(_Recurrent):
-    """keras.layers.GRU with reset_after=True (Keras's default; False is NotImplementedError):
-    kernel (features, 3u), recurrent_kernel (u, 3u), bias (2, 3u), gates z, r, h."""
+    """keras.layers.GRU: kernel (features, 3u), recurrent_kernel (u, 3u), gates z, r, h; bias (2, 3u)
+    with reset_after=True (Keras's default), (3u,) with reset_after=False."""
 
     _EXTRA = (("reset_after", "reset_after"),)
 
@@ -897,22 +958,25 @@ class GRU(_Recurrent):
                  recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False, go_backwards=False,
                  stateful=False, unroll=False, reset_after=True, use_cudnn="auto", **kwargs):
         super().__init__(**kwargs)
-        if not reset_after:
-            raise NotImplementedError(f'GRU "{self._name}": reset_after=False is not supported yet')
         self._make(units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
                    bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer,
                    activity_regularizer, kernel_constraint, recurrent_constraint, bias_constraint, dropout,
                    recurrent_dropout, seed, return_sequences, return_state, go_backwards, stateful, unroll,
-                   {"reset_after": True})
+                   {"reset_after": bool(reset_after)})
 
 
 class Bidirectional(Layer):
-    """keras.layers.Bidirectional(layer, merge_mode="concat"): a forward and a backward copy of a
-    SimpleRNN/LSTM/GRU ("forward_<name>", "backward_<name>"), outputs concatenated on the last axis
-    (the backward one flipped back in time with return_sequences). Weights: forward's, then
-    backward's. Other merge modes and backward_layer= are NotImplementedError for now."""
+    """keras.layers.Bidirectional(layer, merge_mode="concat", backward_layer=None): a forward and a
+    backward copy of a SimpleRNN/LSTM/GRU ("forward_<name>", "backward_<name>"), or the given
+    backward_layer (which must have go_backwards opposite to layer's, and the same units and
+    return_sequences); the backward output flipped back in time with return_sequences, then merged:
+    "concat" on the last axis, "sum", "mul" or "ave". merge_mode=None (Keras: a list of two outputs)
+    is NotImplementedError: mdtrain layers have one output. With a mask and return_sequences the
+    outputs at masked steps are zeros (Keras's zero_output_for_mask). Weights: forward's, then
+    backward's."""
 
     _would_read_mask = True
+    _MERGE_MODES = ("concat", "sum", "mul", "ave")
 
     def __init__(self, layer, merge_mode="concat", weights=None, backward_layer=None, **kwargs):
         if isinstance(layer, dict):  # from_config
@@ -921,22 +985,39 @@ class Bidirectional(Layer):
         if not isinstance(layer, _Recurrent):
             raise ValueError(f'Bidirectional "{self._name}": layer must be a SimpleRNN, LSTM or GRU instance, '
                              f"got {layer!r}")
-        if merge_mode != "concat":
-            raise NotImplementedError(f'Bidirectional "{self._name}": merge_mode={merge_mode!r} is not supported yet')
-        if weights is not None or (backward_layer is not None and not isinstance(backward_layer, dict)):
-            raise NotImplementedError(f'Bidirectional "{self._name}": weights= and backward_layer= are not '
-                                      "supported yet")
+        if merge_mode is None:
+            raise NotImplementedError(f'Bidirectional "{self._name}": merge_mode=None (a list of the two outputs) is '
+                                      'not supported: an mdtrain layer has one output; use "concat", "sum", "mul" '
+                                      'or "ave"')
+        if merge_mode not in self._MERGE_MODES:
+            raise ValueError(f'Invalid merge mode. Received: {merge_mode!r}. Merge mode should be one of '
+                             f'{{"sum", "mul", "ave", "concat", None}}')
+        if weights is not None:
+            raise NotImplementedError(f'Bidirectional "{self._name}": weights= is not supported yet')
         inner = {"class_name": type(layer).__name__, "config": json.loads(layer._core.config_json())}
-        config = {"name": self._name, "layer": inner, "merge_mode": "concat"}
-        if backward_layer is not None:
+        config = {"name": self._name, "layer": inner, "merge_mode": merge_mode}
+        if isinstance(backward_layer, dict):  # from_config
             config["backward_layer"] = backward_layer
+        elif backward_layer is not None:
+            if not isinstance(backward_layer, _Recurrent):
+                raise ValueError(f'Bidirectional "{self._name}": backward_layer must be a SimpleRNN, LSTM or GRU '
+                                 f"instance, got {backward_layer!r}")
+            back = json.loads(backward_layer._core.config_json())
+            for key in ("return_sequences", "units"):
+                if back.get(key) != inner["config"].get(key):
+                    raise ValueError(f'Bidirectional "{self._name}": backward_layer {key}={back.get(key)!r} differs '
+                                     f"from the forward layer's {inner['config'].get(key)!r}")
+            if bool(back.get("go_backwards")) == bool(inner["config"].get("go_backwards")):
+                raise ValueError(f'Bidirectional "{self._name}": backward_layer must have go_backwards opposite to '
+                                 "the forward layer's")
+            config["backward_layer"] = {"class_name": type(backward_layer).__name__, "config": back}
         self._core = _core_layer("Bidirectional", config)
-        self.merge_mode = "concat"
+        self.merge_mode = merge_mode
 
     @classmethod
     def _wrap(cls, core_layer):
         layer = super()._wrap(core_layer)
-        layer.merge_mode = "concat"
+        layer.merge_mode = json.loads(core_layer.config_json())["merge_mode"]
         return layer
 
 

@@ -23,7 +23,7 @@ from mdtrain.keras import optimizers as _optimizers
 from mdtrain.keras._data_adapter import (DatasetEpochs, as_features, as_indices, as_labels, check_batch_size,
                                          check_count, check_lengths, is_dataset, materialize, train_validation_split)
 from mdtrain.keras._keras_tensor import KerasTensor
-from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer
+from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer, mask_after
 
 
 def _exclusive(method):
@@ -132,6 +132,7 @@ class Model:
                                       [t.name for t in inputs], [(layer._core, ids) for layer, ids in nodes],
                                       output_values)
         self._layers = [layer for layer, _ in nodes]
+        self._mask_source = next((t._mask_source for t in outputs if getattr(t, "_mask_source", None)), None)
         self._adopt_core(core, single_output)
 
     def _adopt_core(self, core, single_output=True):
@@ -386,6 +387,13 @@ class Model:
         loss, identifiers, metric_outputs, layout = self._resolve_compile(*spec)
         # A strategy whose layout depends on the model (keras.distribution.ModelParallel) makes its
         # C++ strategy for this model; the others have one for every model.
+        readers = getattr(self, "_mask_readers", [])
+        if hasattr(strategy, "_core_for") and readers:
+            # Their executors run the layers stage by stage without handing masks on (only
+            # nn/layer_stack.cpp does): the padding would silently go through the recurrence.
+            raise NotImplementedError(f"compile: layer \"{readers[0]}\" of model '{self.name}' reads a mask, which "
+                                      f"{type(strategy).__name__} does not pass between layers yet (Mirrored, "
+                                      "MultiWorkerMirrored, CentralStorage and OneDevice do)")
         core_strategy = strategy._core_for(self) if hasattr(strategy, "_core_for") else strategy._core
         self._core.compile(loss._core, optimizer._make_core(), identifiers, core_strategy, metric_outputs)
         self._outputs = layout
@@ -420,6 +428,13 @@ class Model:
     def _check_compiled(self, where):
         if self.loss is None:
             raise RuntimeError(f"You must call `compile()` before using the model ({where}).")
+        source = getattr(self, "_mask_source", None)
+        if source is not None:
+            # Keras would leave the masked steps out of the loss and the metrics; mdtrain's loss does
+            # not read masks yet, and counting the padding would silently train another model.
+            raise NotImplementedError(f"{where}: the output of model '{self.name}' carries the mask of layer "
+                                      f'"{source}" (return_sequences after a mask); mdtrain does not weight the loss '
+                                      "and metrics by masks yet (predict works; or end with return_sequences=False)")
 
     def _check_strategy(self, where):
         scope = _distribute._current_scope()
@@ -971,12 +986,9 @@ class Sequential(Model):
         if getattr(layer, "return_state", False) is True:  # recurrent layers: [y, *states] is not one tensor
             raise NotImplementedError(f'{type(layer).__name__} layer "{layer.name}": return_state=True in a Sequential '
                                       "model is not supported (its output is a list); call the layer eagerly")
-        masking = [l for l in self._layers if getattr(l, "mask_zero", False)]
-        if getattr(layer, "_would_read_mask", False) and masking:
-            # Keras would skip the masked steps; mdtrain does not pass masks between layers yet, and
-            # silently running the padding through the recurrence would train another model.
-            raise NotImplementedError(f'{type(layer).__name__} layer "{layer.name}" follows "{masking[-1].name}" '
-                                      "with mask_zero=True: masking is not supported by recurrent layers yet")
+        # Keras's masks (nn/sequence_mask.h): which layer's mask the output carries after this layer.
+        incoming = getattr(self, "_mask_source", None)
+        mask_source = mask_after(layer, incoming)
         if any(existing.name == layer.name for existing in self._layers):
             raise ValueError(f'All layers added to a Sequential model should have unique names. Name "{layer.name}" '
                              "is already the name of a layer in this model.")
@@ -985,6 +997,9 @@ class Sequential(Model):
         self._core.add(layer._core)
         layer._model = weakref.ref(self)
         self._layers.append(layer)
+        self._mask_source = mask_source
+        if incoming is not None and getattr(layer, "_would_read_mask", False):
+            self._mask_readers = getattr(self, "_mask_readers", []) + [layer.name]
         if self._input_shape is not None:
             self._maybe_build()
 

@@ -33,6 +33,7 @@ Json spec_for(const std::string& cls) {
       {"Bidirectional",
        R"({"layer": {"class_name": "GRU", "config": {"name": "g", "units": 2}}, "merge_mode": "concat"})"},
       {"LSTM", R"({"units": 3, "return_sequences": true, "go_backwards": true, "unit_forget_bias": false})"},
+      {"Masking", R"({"mask_value": -1.0})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -44,7 +45,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 19u);
+  EXPECT_EQ(names.size(), 20u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -84,7 +85,8 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
     EXPECT_STREQ(e.what(),
                  "[layers] unknown layer class 'Conv3D'; known: Dense, Activation, Flatten, Dropout, Conv2D, "
                  "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Reshape, BatchNormalization, "
-                 "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU, Bidirectional");
+                 "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU, Bidirectional, "
+                 "Masking");
   }
 }
 
