@@ -82,7 +82,8 @@ void LSTM::step_forward_any_activation(std::int64_t t) {
 void LSTM::step_backward_any_activation(std::int64_t t) {
   const std::int64_t u = options_.units, batch = batch_;
   Tensor dz = step_rows(dxz_, t);  // also xz_'s rows: the pre-activations, read before written
-  const Tensor g = step_rows(gates_buf_, t), c_prev = step_rows(c_, t), c = step_rows(c_, t + 1), dh = step_rows(dh_, t);
+  const Tensor g = step_rows(gates_buf_, t), c_prev = step_rows(c_, t), c = step_rows(c_, t + 1),
+               dh = step_rows(dh_, t);
   dispatch_floating(dtype_, "lstm", [&](auto tag) {
     using T = decltype(tag);
     const T *gg = g.data<T>(), *cp = c_prev.data<T>(), *cc = c.data<T>(), *d = dh.data<T>();
@@ -121,15 +122,18 @@ void LSTM::step_forward(std::int64_t t) {
   ops::lstm_step_forward(z, step_rows(c_, t), g, c, h);
 }
 
+void LSTM::begin_backward_steps() {
+  // The projections are no longer needed: their rows take dL/dz (one buffer for both parts).
+  dxz_ = xz_;
+  dhz_ = xz_;
+  // dL/dc of the last step: the final state's gradient when one is given (before a masked last
+  // step puts it aside in hold_cell_gradient).
+  ensure_buffer(dc_, {batch_, options_.units}, dtype_, xt_.device());
+  if (final_state_grad_.size() > 1 && final_state_grad_[1].defined()) dc_.copy_from(final_state_grad_[1]);
+  else dc_.fill(0.0);
+}
+
 void LSTM::step_backward(std::int64_t t) {
-  if (t + 1 == steps_) {
-    // The projections are no longer needed: their rows take dL/dz (one buffer for both parts).
-    dxz_ = xz_;
-    dhz_ = xz_;
-    ensure_buffer(dc_, {batch_, options_.units}, dtype_, xt_.device());
-    if (final_state_grad_.size() > 1 && final_state_grad_[1].defined()) dc_.copy_from(final_state_grad_[1]);
-    else dc_.fill(0.0);
-  }
   if (!keras_default_activations()) return step_backward_any_activation(t);
   Tensor dz = step_rows(dxz_, t);
   ops::lstm_step_backward(step_rows(gates_buf_, t), step_rows(c_, t), step_rows(c_, t + 1), step_rows(dh_, t), dc_, dz);
@@ -153,11 +157,6 @@ void LSTM::hold_cell_gradient(std::int64_t row, bool hold) {
   const std::int64_t b = row % batch_;
   if (hold) {
     ensure_buffer(held_dc_, {batch_, options_.units}, dtype_, xt_.device());
-    // The last step's dL/dc is zero (step_backward starts dc_ there).
-    if (row / batch_ + 1 == steps_) {
-      held_dc_.rows(b, b + 1).fill(0.0);
-      return;
-    }
     held_dc_.rows(b, b + 1).copy_from(dc_.rows(b, b + 1));
     dc_.rows(b, b + 1).fill(0.0);
   } else {

@@ -25,6 +25,7 @@ class LSTM : public RecurrentLayer {
  protected:
   void init_bias(Tensor& bias) override;
   void step_forward(std::int64_t t) override;
+  void begin_backward_steps() override;
   void step_backward(std::int64_t t) override;
   void ensure_cell_buffers(std::int64_t rows) override;
   void load_initial_cell_state(const std::vector<Tensor>& states) override;

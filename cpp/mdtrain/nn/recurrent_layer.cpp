@@ -106,7 +106,8 @@ Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
     const std::vector<std::uint8_t> bytes = mask_to_bytes(input_mask_seq_);
     step_read_.resize(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i)
-      step_read_[static_cast<std::size_t>(i)] = bytes[static_cast<std::size_t>(to_time_major_[static_cast<std::size_t>(i)])];
+      step_read_[static_cast<std::size_t>(i)] =
+          bytes[static_cast<std::size_t>(to_time_major_[static_cast<std::size_t>(i)])];
   }
   ensure_buffer(xt_, {n, in}, dtype_, dev);
   ensure_buffer(xz_, {n, gates_ * u}, dtype_, dev);
@@ -170,6 +171,7 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
     Tensor last = dh_.rows(n - batch, n);
     add_into(final_state_grad_[0], last, ones_);
   }
+  begin_backward_steps();
   std::optional<ops::SerialTimeSteps> serial_backward_steps(std::in_place);
   for (std::int64_t t = steps; t-- > 0;) {
     if (t + 1 < steps) {
@@ -281,6 +283,8 @@ void RecurrentLayer::add_into(const Tensor& g, Tensor& acc, Tensor& ones) {
   ensure_buffer(ones, acc.shape(), acc.dtype(), acc.device());
   ones.fill(1.0);
   ops::add_masked(g.reshape(acc.shape()), ones, acc);
+}
+
 void RecurrentLayer::carry_masked_rows(std::int64_t t) {
   if (step_read_.empty()) return;
   for (std::int64_t b = 0; b < batch_; ++b) {

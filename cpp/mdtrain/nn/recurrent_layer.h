@@ -97,6 +97,8 @@ class RecurrentLayer : public Layer, public MaskedLayer {
   // Step t backward: dh_ rows of step t hold the whole dL/dh_t; writes dxz_ and dhz_ rows of
   // step t (dL/d of the input and recurrent projections) and may add into dh_ rows of step t - 1.
   virtual void step_backward(std::int64_t t) = 0;
+  // Before the first step_backward (of the last step): buffers and dL/d(cell state) to start from.
+  virtual void begin_backward_steps() {}
   // The per-step buffers the cell keeps, sized for `rows` = timesteps * batch.
   virtual void ensure_cell_buffers(std::int64_t rows) = 0;
   // State API hooks of cells with more state than h (LSTM's c): copy the initial states[1..] in

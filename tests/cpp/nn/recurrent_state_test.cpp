@@ -22,6 +22,7 @@ using testing::random_tensor;
 
 struct StateCase {
   bool return_sequences, go_backwards, dropout;
+  bool masked = false;  // rows whose first or last steps are masked: the states pass them unchanged
 };
 
 template <class Cell>
@@ -70,6 +71,12 @@ void check_state_gradients(const StateCase& p) {
     init.push_back(random_tensor({batch, u}, rng, -0.9, 0.9));
     seeds.push_back(random_tensor({batch, u}, rng));
   }
+  if (p.masked) {
+    Tensor mask({batch, 4}, DType::Float64);
+    const double read[] = {0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0};  // first and last; last two; all
+    for (int i = 0; i < 12; ++i) mask.data<double>()[i] = read[i];
+    layer->set_input_mask(mask);
+  }
   ForwardContext ctx;
   ctx.training = p.dropout;
   const Shape out = p.return_sequences ? Shape{batch, 4, u} : Shape{batch, u};
@@ -101,7 +108,8 @@ TEST_P(StateGradient, GruMatchesFiniteDifferences) { check_state_gradients<GRU>(
 TEST_P(StateGradient, SimpleRnnMatchesFiniteDifferences) { check_state_gradients<SimpleRNN>(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Options, StateGradient,
                          ::testing::Values(StateCase{false, false, false}, StateCase{true, false, false},
-                                           StateCase{true, true, false}, StateCase{true, false, true}));
+                                           StateCase{true, true, false}, StateCase{true, false, true},
+                                           StateCase{false, false, false, true}, StateCase{true, true, true, true}));
 
 // Without initial states or state gradients the state API is forward()/backward() exactly.
 TEST(RecurrentState, EmptyStatesAreForwardAndBackward) {
