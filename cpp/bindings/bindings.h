@@ -21,7 +21,7 @@ void init_losses_and_metrics(py::module_& m);
 void init_strategy(py::module_& m);
 void init_pipeline(py::module_& m);
 void init_wavefront(py::module_& m);  // wavefront_bindings.cpp
-void init_mesh(py::module_& m);  // DeviceMesh
+void init_mesh(py::module_& m);       // DeviceMesh
 void init_model(py::module_& m);
 void init_data(py::module_& m);
 void init_distribute(py::module_& m);  // communicators, MPI world info

@@ -39,8 +39,8 @@ void init_wavefront(py::module_& m) {
                            "[wavefront] only Sequential models can be cut into a wavefront pipeline");
              MDTRAIN_CHECK(model->compiled(), std::invalid_argument, "[wavefront] compile the model first");
              auto bound = std::make_unique<BoundWavefront>();
-             bound->executor =
-                 std::make_unique<WavefrontExecutor>(model->stack(), devices, time_chunk, model->loss(), model->optimizer());
+             bound->executor = std::make_unique<WavefrontExecutor>(model->stack(), devices, time_chunk, model->loss(),
+                                                                   model->optimizer());
              bound->model = std::move(model);
              return bound;
            }),

@@ -109,8 +109,8 @@ class Communicator {
   // A send to send_peer, then a recv from recv_peer, as one step: the same as send + recv on the
   // buffered backends (threads, MPI); NCCL, whose sends wait for the peer's recv, runs the two in
   // one group, so two neighbours that each send to the other before they receive do not deadlock.
-  void send_recv(const void* send_data, std::size_t send_count, int send_peer, void* recv_data,
-                 std::size_t recv_count, int recv_peer, DType dtype);
+  void send_recv(const void* send_data, std::size_t send_count, int send_peer, void* recv_data, std::size_t recv_count,
+                 int recv_peer, DType dtype);
 
   // Tensor forms: whole tensors, element counts and dtypes taken from them.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum);

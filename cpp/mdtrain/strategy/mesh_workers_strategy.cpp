@@ -8,8 +8,8 @@ namespace mdtrain {
 namespace {
 std::vector<Device> local_devices(const DeviceMesh& mesh, const std::shared_ptr<Strategy>& workers, const char* area) {
   if (!workers) {
-    MDTRAIN_CHECK(mesh.num_workers() == 1, std::invalid_argument, "[", area, "] the mesh ", mesh.to_string(),
-                  " spans ", mesh.num_workers(), " workers: pass the strategy that joined them");
+    MDTRAIN_CHECK(mesh.num_workers() == 1, std::invalid_argument, "[", area, "] the mesh ", mesh.to_string(), " spans ",
+                  mesh.num_workers(), " workers: pass the strategy that joined them");
     return mesh.devices();
   }
   MDTRAIN_CHECK(mesh.num_workers() == workers->num_workers() &&

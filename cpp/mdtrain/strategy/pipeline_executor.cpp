@@ -407,8 +407,9 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
   return result;
 }
 
-void PipelineExecutor::forward_pipelined(std::int64_t count, const std::function<Tensor(std::int64_t, std::int64_t)>& input,
-                                         Tensor& out, Tensor* logits) {
+void PipelineExecutor::forward_pipelined(std::int64_t count,
+                                         const std::function<Tensor(std::int64_t, std::int64_t)>& input, Tensor& out,
+                                         Tensor* logits) {
   const int p = schedule_.stages, m = schedule_.microbatches;
   // Every worker computes every row (each process returns the result), cut among its own pipelines.
   const int local_pipelines = static_cast<int>(devices_.size()) / p;

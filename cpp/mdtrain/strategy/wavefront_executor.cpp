@@ -67,9 +67,10 @@ WavefrontExecutor::WavefrontExecutor(LayerStack& primary, int devices, std::int6
                                  ? "layer \"" + layers[static_cast<std::size_t>(prefix)]->name() +
                                        "\" is not a recurrent layer with return_sequences=True"
                                  : "the model has only " + std::to_string(prefix) + " layers";
-    fail<std::invalid_argument>("[wavefront] every stage but the last holds recurrent layers with "
-                                "return_sequences=True, and there are ",
-                                devices, " stages: ", what);
+    fail<std::invalid_argument>(
+        "[wavefront] every stage but the last holds recurrent layers with "
+        "return_sequences=True, and there are ",
+        devices, " stages: ", what);
   }
   auto comms = ThreadsCommunicator::create_group(devices);
   int start = 0;

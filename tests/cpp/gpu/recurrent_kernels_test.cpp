@@ -145,7 +145,8 @@ void check_layer_on_gpu(bool return_sequences, bool go_backwards, double recurre
   EXPECT_EQ(compare(dx_gpu, dx_host, 1e-4, 1e-5), "");
   const auto hp = host.parameters(), dp = device->parameters();
   ASSERT_EQ(hp.size(), dp.size());
-  for (std::size_t i = 0; i < hp.size(); ++i) EXPECT_EQ(compare(dp[i]->grad, hp[i]->grad, 1e-4, 1e-5), "") << hp[i]->name;
+  for (std::size_t i = 0; i < hp.size(); ++i)
+    EXPECT_EQ(compare(dp[i]->grad, hp[i]->grad, 1e-4, 1e-5), "") << hp[i]->name;
 }
 
 TEST(CudaRecurrentKernels, LayersOnTheGpuMatchTheHost) {

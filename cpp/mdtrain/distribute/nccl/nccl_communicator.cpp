@@ -623,8 +623,7 @@ void NcclCommunicator::point_to_point(const void* send, std::size_t send_count, 
   if (send_pinned) std::memcpy(send_pinned, send, send_bytes);
   launch_and_wait(call, [&](ncclComm* comm, cudaStream_t s) {
     if (send_pinned)
-      MDTRAIN_CUDA_CHECK(
-          cudaMemcpyAsync(const_cast<void*>(sbuf), send_pinned, send_bytes, cudaMemcpyHostToDevice, s));
+      MDTRAIN_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(sbuf), send_pinned, send_bytes, cudaMemcpyHostToDevice, s));
     // One group: a send and a recv with (possibly) the same peer progress together.
     nccl_group([&] {
       if (sends) MDTRAIN_NCCL_CHECK(ncclSend(sbuf, send_count, nccl_type(dtype), send_peer, comm, s));

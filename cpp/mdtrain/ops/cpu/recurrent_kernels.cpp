@@ -71,13 +71,13 @@ void add_masked(const T* g, const T* mask, std::int64_t n, T* acc) {
 
 namespace mdtrain::cpu {
 
-#define MDTRAIN_RECURRENT_KERNELS(T)                                                                                 \
-  template void lstm_step_forward<T>(const T*, const T*, std::int64_t, std::int64_t, std::int64_t, T*, T*, T*);      \
-  template void lstm_step_backward<T>(const T*, const T*, const T*, const T*, std::int64_t, std::int64_t,            \
-                                      std::int64_t, T*, T*);                                                         \
-  template void gru_step_forward<T>(const T*, const T*, const T*, std::int64_t, std::int64_t, std::int64_t, T*, T*); \
-  template void gru_step_backward<T>(const T*, const T*, const T*, const T*, std::int64_t, std::int64_t,             \
-                                     std::int64_t, T*, T*, T*);                                                      \
+#define MDTRAIN_RECURRENT_KERNELS(T)                                                                                   \
+  template void lstm_step_forward<T>(const T*, const T*, std::int64_t, std::int64_t, std::int64_t, T*, T*, T*);        \
+  template void lstm_step_backward<T>(const T*, const T*, const T*, const T*, std::int64_t, std::int64_t,              \
+                                      std::int64_t, T*, T*);                                                           \
+  template void gru_step_forward<T>(const T*, const T*, const T*, std::int64_t, std::int64_t, std::int64_t, T*, T*);   \
+  template void gru_step_backward<T>(const T*, const T*, const T*, const T*, std::int64_t, std::int64_t, std::int64_t, \
+                                     T*, T*, T*);                                                                      \
   template void add_masked<T>(const T*, const T*, std::int64_t, T*);
 MDTRAIN_RECURRENT_KERNELS(float)
 MDTRAIN_RECURRENT_KERNELS(double)

@@ -78,8 +78,9 @@ void lstm_step_forward(const Tensor& z, const Tensor& c_prev, Tensor& gates, Ten
   OnDevice on(z);
   dispatch_floating(z.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    lstm_step_forward_kernel<T><<<blocks_for(rows * units), kThreads, 0, on.stream>>>(
-        z.data<T>(), c_prev.data<T>(), rows, units, gates.data<T>(), c.data<T>(), h.data<T>());
+    lstm_step_forward_kernel<T><<<blocks_for(rows * units), kThreads, 0, on.stream>>>(z.data<T>(), c_prev.data<T>(),
+                                                                                      rows, units, gates.data<T>(),
+                                                                                      c.data<T>(), h.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("lstm_step_forward_kernel");
 }
@@ -91,8 +92,9 @@ void lstm_step_backward(const Tensor& gates, const Tensor& c_prev, const Tensor&
   OnDevice on(gates);
   dispatch_floating(gates.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    lstm_step_backward_kernel<T><<<blocks_for(rows * units), kThreads, 0, on.stream>>>(
-        gates.data<T>(), c_prev.data<T>(), c.data<T>(), dh.data<T>(), rows, units, dc.data<T>(), dz.data<T>());
+    lstm_step_backward_kernel<T>
+        <<<blocks_for(rows * units), kThreads, 0, on.stream>>>(gates.data<T>(), c_prev.data<T>(), c.data<T>(),
+                                                               dh.data<T>(), rows, units, dc.data<T>(), dz.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("lstm_step_backward_kernel");
 }
@@ -103,8 +105,9 @@ void gru_step_forward(const Tensor& xz, const Tensor& hz, const Tensor& h_prev, 
   OnDevice on(xz);
   dispatch_floating(xz.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    gru_step_forward_kernel<T><<<blocks_for(rows * units), kThreads, 0, on.stream>>>(
-        xz.data<T>(), hz.data<T>(), h_prev.data<T>(), rows, units, gates.data<T>(), h.data<T>());
+    gru_step_forward_kernel<T><<<blocks_for(rows * units), kThreads, 0, on.stream>>>(xz.data<T>(), hz.data<T>(),
+                                                                                     h_prev.data<T>(), rows, units,
+                                                                                     gates.data<T>(), h.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("gru_step_forward_kernel");
 }
@@ -117,9 +120,10 @@ void gru_step_backward(const Tensor& gates, const Tensor& hz, const Tensor& h_pr
   dispatch_floating(gates.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
     T* direct = dh_prev.defined() ? dh_prev.data<T>() : nullptr;
-    gru_step_backward_kernel<T><<<blocks_for(rows * units), kThreads, 0, on.stream>>>(
-        gates.data<T>(), hz.data<T>(), h_prev.data<T>(), dh.data<T>(), rows, units, dx.data<T>(), dhz.data<T>(),
-        direct);
+    gru_step_backward_kernel<T><<<blocks_for(rows * units), kThreads, 0, on.stream>>>(gates.data<T>(), hz.data<T>(),
+                                                                                      h_prev.data<T>(), dh.data<T>(),
+                                                                                      rows, units, dx.data<T>(),
+                                                                                      dhz.data<T>(), direct);
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("gru_step_backward_kernel");
 }
