@@ -89,6 +89,24 @@ def test_fused_softmax_head_and_train_on_batch(logical_cpus, data):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)
 
 
+@pytest.mark.parametrize("clip", [{"clipnorm": 0.05}, {"global_clipnorm": 0.05}])
+def test_clipping_sees_the_whole_gradient(logical_cpus, data, clip):
+    logical_cpus(2)
+    x, y = data
+    models = []
+    for wave in (None, distribution.WavefrontPipeline(_mesh(2), time_chunk=4)):
+        if wave is None:
+            m = _stack()
+        else:
+            with wave.scope():
+                m = _stack()
+        m.compile(optimizer=tf.keras.optimizers.SGD(0.5, **clip), loss="mse")
+        m.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+        models.append(m)
+    for a, b in zip(models[1].get_weights(), models[0].get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)
+
+
 def test_bad_time_chunk_and_non_recurrent_stage_are_value_errors(logical_cpus):
     logical_cpus(2)
     with pytest.raises(ValueError, match="time_chunk"):
