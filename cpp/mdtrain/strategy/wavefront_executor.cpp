@@ -79,9 +79,10 @@ WavefrontExecutor::WavefrontExecutor(Network& primary, WavefrontStrategy& strate
                                  ? "layer \"" + layers[static_cast<std::size_t>(prefix)]->name() +
                                        "\" is not a recurrent layer with return_sequences=True"
                                  : "the model has only " + std::to_string(prefix) + " layers";
-    fail<std::invalid_argument>("[wavefront] every stage but the last holds recurrent layers with "
-                                "return_sequences=True, and there are ",
-                                devices, " stages: ", what);
+    fail<std::invalid_argument>(
+        "[wavefront] every stage but the last holds recurrent layers with "
+        "return_sequences=True, and there are ",
+        devices, " stages: ", what);
   }
   // The fused logits loss (softmax + crossentropy, ...) as one device runs it, when there is a head.
   if (prefix < static_cast<int>(layers.size())) logits_loss_ = loss.on_logits_of(primary_.output_activation());
@@ -137,8 +138,8 @@ void WavefrontExecutor::prepare(std::int64_t steps) {
   steps_ = steps;
 }
 
-void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, std::int64_t labels,
-                                  std::uint64_t step, ReplicaOutputSink* outputs) {
+void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, std::int64_t labels, std::uint64_t step,
+                                  ReplicaOutputSink* outputs) {
   const auto& layers = primary_.layers();
   const std::size_t chunks = chunk_begin_.size() - 1, group = st.clones.size();
   const std::int64_t batch = x.dim(0);
@@ -224,6 +225,16 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, s
   }
 }
 
+void WavefrontExecutor::gather_batch(const GlobalBatch& batch) {
+  Shape xs = batch.x.shape(), ys = batch.y.shape();
+  xs[0] = batch.count;
+  ys[0] = batch.count;
+  ensure_buffer(x_batch_, xs, batch.x.dtype());
+  ensure_buffer(y_batch_, ys, batch.y.dtype());
+  ops::gather_rows(batch.x, batch.indices, batch.count, x_batch_);
+  ops::gather_rows(batch.y, batch.indices, batch.count, y_batch_);
+}
+
 void WavefrontExecutor::remake_communicators() {
   auto comms = strategy_.make_replica_communicators();
   for (std::size_t s = 0; s < stages_.size(); ++s) stages_[s]->comm = std::move(comms[s]);
@@ -232,20 +243,14 @@ void WavefrontExecutor::remake_communicators() {
 
 StepLoss WavefrontExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[wavefront] a training batch needs at least one example");
-  MDTRAIN_CHECK(batch.x.ndim() == 3, std::invalid_argument,
-                "[wavefront] x must be (batch, timesteps, features), got ", to_string(batch.x.shape()));
+  MDTRAIN_CHECK(batch.x.ndim() == 3, std::invalid_argument, "[wavefront] x must be (batch, timesteps, features), got ",
+                to_string(batch.x.shape()));
   const auto step_start = Clock::now();
   StepLoss result;
   // Keras adds the weight penalties of the weights the step starts from.
   result.regularization = primary_.regularization_loss();
-  Shape xs = batch.x.shape(), ys = batch.y.shape();
-  xs[0] = batch.count;
-  ys[0] = batch.count;
-  ensure_buffer(x_batch_, xs, batch.x.dtype());
-  ensure_buffer(y_batch_, ys, batch.y.dtype());
-  ops::gather_rows(batch.x, batch.indices, batch.count, x_batch_);
-  ops::gather_rows(batch.y, batch.indices, batch.count, y_batch_);
-  prepare(xs[1]);
+  gather_batch(batch);
+  prepare(x_batch_.dim(1));
   const std::int64_t labels = global_label_count(*loss_, &y_batch_, nullptr);
   // The step number (dropout's key) is the optimizer's, as on one device.
   const auto step = static_cast<std::uint64_t>(optimizer_->iterations());
@@ -285,13 +290,7 @@ StepLoss WavefrontExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSi
 
 StepLoss WavefrontExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[wavefront] an evaluation batch needs at least one example");
-  Shape xs = batch.x.shape(), ys = batch.y.shape();
-  xs[0] = batch.count;
-  ys[0] = batch.count;
-  ensure_buffer(x_batch_, xs, batch.x.dtype());
-  ensure_buffer(y_batch_, ys, batch.y.dtype());
-  ops::gather_rows(batch.x, batch.indices, batch.count, x_batch_);
-  ops::gather_rows(batch.y, batch.indices, batch.count, y_batch_);
+  gather_batch(batch);
   const std::int64_t labels = global_label_count(*loss_, &y_batch_, nullptr);
   ForwardContext ctx;
   Tensor pred = primary_.forward(x_batch_, ctx);

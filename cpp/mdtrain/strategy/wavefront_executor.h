@@ -75,6 +75,8 @@ class WavefrontExecutor final : public StepExecutor {
   void prepare(std::int64_t steps);
   void run_stage(Stage& st, const Tensor& x, const Tensor& y, std::int64_t labels, std::uint64_t step,
                  ReplicaOutputSink* outputs);
+  // The global batch's rows into x_batch_, y_batch_.
+  void gather_batch(const GlobalBatch& batch);
   void remake_communicators();
 
   LayerStack& primary_;
