@@ -76,10 +76,10 @@ std::vector<double> train(Model& m, int epochs) {
   std::iota(order.begin(), order.end(), 0);
   std::vector<double> losses;
   for (int e = 0; e < epochs; ++e)
-    losses.push_back(m.train_epoch(data_x(), data_y(), order.data(), kRows, kBatch, (kRows + kBatch - 1) / kBatch,
-                                   nullptr)
-                         .logs.front()
-                         .second);
+    losses.push_back(
+        m.train_epoch(data_x(), data_y(), order.data(), kRows, kBatch, (kRows + kBatch - 1) / kBatch, nullptr)
+            .logs.front()
+            .second);
   return losses;
 }
 
