@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -110,9 +111,13 @@ void expect_same_as_one_device(int devices, std::int64_t chunk, const char* opti
     EXPECT_EQ(want_state[i].first, got_state[i].first);
     EXPECT_LE(worst_gap(got_state[i].second, want_state[i].second), 1e-4) << want_state[i].first;
   }
-  // Forward on one thread: exactly one device's.
   const Tensor a = piped->predict(data_x(), kBatch), b = reference->predict(data_x(), kBatch);
   EXPECT_LE(worst_gap(a, b), 2e-5);
+  // Prediction runs one device's forward: from the same weights, bitwise its outputs.
+  piped->set_weights(want);
+  const Tensor same = piped->predict(data_x(), kBatch);
+  ASSERT_EQ(same.shape(), b.shape());
+  EXPECT_EQ(std::memcmp(same.raw(), b.raw(), b.nbytes()), 0);
   ASSERT_NE(strategy->executor(), nullptr);
   EXPECT_EQ(strategy->executor()->num_stages(), devices);
 }
