@@ -6,9 +6,9 @@ a warm-up epoch (TF's first epoch traces).
     python bench/rnn.py [--units 128] [--rows 4096] [--batch-size 128] [--epochs 2] [--skip-tf]
 
 --deep-stack runs only the deep-stack rows (docs/wavefront.md): 4 x LSTM(512, return_sequences) ->
-Dense over 64 steps, MSE, Adam; samples/s on one device, the wavefront pipeline
-(keras.distribution.WavefrontPipeline) on 2 and 4 logical CPU devices, and MirroredStrategy data
-parallel on 2, all in one run (ratios to the one-device row).
+Dense over 64 steps, MSE, Adam; samples/s of model.train_on_batch on one device, under
+keras.distribution.WavefrontPipeline's scope on 2 and 4 logical CPU devices, and under
+MirroredStrategy (data parallel) on 2, all in one run (ratios to the one-device row).
 
     python bench/rnn.py --deep-stack [--deep-batch 32] [--deep-steps 3] [--time-chunk 8]
 """
@@ -97,11 +97,11 @@ def deep_stack_rows(batch, steps, time_chunk):
     rows.append({"setup": "1 device", "samples_s": best(lambda: model.train_on_batch(x, y))})
     dist = tf.keras.distribution
     for n in (2, 4):
-        model = _deep_model(tf)
         mesh = dist.DeviceMesh((n,), ("pipe",), devices=dist.list_devices()[:n])
-        wave = dist.WavefrontPipeline(mesh, time_chunk=time_chunk)
+        with dist.WavefrontPipeline(mesh, time_chunk=time_chunk).scope():
+            model = _deep_model(tf)
         rows.append({"setup": f"wavefront {n} devices (time_chunk {time_chunk})",
-                     "samples_s": best(lambda: wave.train_on_batch(model, x, y))})
+                     "samples_s": best(lambda: model.train_on_batch(x, y))})
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
         model = _deep_model(tf)

@@ -1,22 +1,22 @@
-// _core.WavefrontExecutor: the wavefront pipeline of a compiled Sequential model's recurrent stack
-// (strategy/wavefront_executor.h), driven by keras.distribution.WavefrontPipeline; and the
+// _core.WavefrontStrategy: the wavefront pipeline of a Sequential model's recurrent stack
+// (strategy/wavefront_strategy.h), keras.distribution.WavefrontPipeline's C++ strategy; and the
 // recurrent layers' state API (nn/recurrent_layer.h) for eager calls with initial_state /
 // return_state (python/mdtrain/_eager/keras_layers.py). Both exist for time-chunked recurrence.
 #include "bindings.h"
 #include "mdtrain/core/errors.h"
-#include "mdtrain/model/model.h"
 #include "mdtrain/nn/recurrent_layer.h"
 #include "mdtrain/strategy/wavefront_executor.h"
+#include "mdtrain/strategy/wavefront_strategy.h"
 
 namespace mdtrain::bindings {
 
 namespace {
 
-// Keeps the model (its layers, loss and optimizer) alive as long as the executor.
-struct BoundWavefront {
-  std::shared_ptr<Model> model;
-  std::unique_ptr<WavefrontExecutor> executor;
-};
+WavefrontExecutor& compiled_executor(const WavefrontStrategy& s) {
+  MDTRAIN_CHECK(s.executor() != nullptr, std::logic_error,
+                "[wavefront] no model has been compiled and run a step under this strategy yet");
+  return *s.executor();
+}
 
 RecurrentLayer& recurrent(Layer& layer) {
   auto* r = dynamic_cast<RecurrentLayer*>(&layer);
@@ -33,28 +33,15 @@ py::array host_copy(const Tensor& t) {
 }  // namespace
 
 void init_wavefront(py::module_& m) {
-  py::class_<BoundWavefront>(m, "WavefrontExecutor")
-      .def(py::init([](std::shared_ptr<Model> model, int devices, std::int64_t time_chunk) {
-             MDTRAIN_CHECK(!model->is_functional(), std::invalid_argument,
-                           "[wavefront] only Sequential models can be cut into a wavefront pipeline");
-             MDTRAIN_CHECK(model->compiled(), std::invalid_argument, "[wavefront] compile the model first");
-             auto bound = std::make_unique<BoundWavefront>();
-             bound->executor = std::make_unique<WavefrontExecutor>(model->stack(), devices, time_chunk, model->loss(),
-                                                                   model->optimizer());
-             bound->model = std::move(model);
-             return bound;
+  py::class_<WavefrontStrategy, Strategy, std::shared_ptr<WavefrontStrategy>>(m, "WavefrontStrategy")
+      .def(py::init([](const DeviceMesh& mesh, std::int64_t time_chunk, const std::string& pipe_dim_name) {
+             return std::make_shared<WavefrontStrategy>(mesh, time_chunk, pipe_dim_name);
            }),
-           py::arg("model"), py::arg("devices"), py::arg("time_chunk"))
-      .def(
-          "train_step",
-          [](BoundWavefront& b, const py::array& x, const py::array& y) {
-            Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
-            py::gil_scoped_release release;
-            return b.executor->train_step(tx, ty);
-          },
-          py::arg("x"), py::arg("y"))
-      .def("stage_starts", [](const BoundWavefront& b) { return b.executor->stage_starts(); })
-      .def_property_readonly("iterations", [](const BoundWavefront& b) { return b.executor->iterations(); });
+           py::arg("mesh"), py::arg("time_chunk"), py::arg("pipe_dim_name") = "pipe")
+      .def_property_readonly("num_stages", &WavefrontStrategy::num_stages)
+      .def_property_readonly("time_chunk", &WavefrontStrategy::time_chunk)
+      .def_property_readonly("mesh", &WavefrontStrategy::mesh)
+      .def("stage_starts", [](const WavefrontStrategy& s) { return compiled_executor(s).stage_starts(); });
 
   m.def(
       "rnn_state_forward",

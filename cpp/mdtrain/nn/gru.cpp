@@ -28,7 +28,7 @@ void GRU::ensure_cell_buffers(std::int64_t rows) {
   ensure_buffer(rh_, {rows, u}, dtype_, xt_.device());
   dispatch_floating(dtype_, "gru", [&](auto tag) {
     using T = decltype(tag);
-    const T* w = recurrent_kernel_.value.data<T>();
+    const T* w = weights_.recurrent_kernel.value.data<T>();
     T *zr = u_zr_.data<T>(), *hh = u_h_.data<T>();
     for (std::int64_t i = 0; i < u; ++i)
       for (std::int64_t j = 0; j < 3 * u; ++j) {
@@ -162,7 +162,7 @@ void GRU::add_cell_weight_gradients() {
   dispatch_floating(dtype_, "gru", [&](auto tag) {
     using T = decltype(tag);
     const T* g = grad.data<T>();
-    T* w = recurrent_kernel_.grad.data<T>();
+    T* w = weights_.recurrent_kernel.grad.data<T>();
     for (std::int64_t i = 0; i < u; ++i)
       for (std::int64_t j = 0; j < u; ++j) w[i * 3 * u + 2 * u + j] += g[i * u + j];
   });
@@ -171,8 +171,8 @@ void GRU::add_cell_weight_gradients() {
 void GRU::step_forward(std::int64_t t) {
   if (!options_.reset_after) return step_forward_reset_before(t);
   Tensor hz = step_rows(hz_, t), g = step_rows(gates_buf_, t), h = step_rows(h_, t + 1);
-  ops::gemm(recurrent_input(t), false, recurrent_kernel_.value, false, hz);
-  if (options_.use_bias) ops::bias_activation(hz, bias_.value.rows(1, 2).reshape({-1}), Activation::Linear, hz);
+  ops::gemm(recurrent_input(t), false, weights_.recurrent_kernel.value, false, hz);
+  if (options_.use_bias) ops::bias_activation(hz, weights_.bias.value.rows(1, 2).reshape({-1}), Activation::Linear, hz);
   ops::gru_step_forward(step_rows(xz_, t), hz, step_rows(h_, t), g, h);
 }
 

@@ -59,7 +59,7 @@ void LSTM::step_forward_any_activation(std::int64_t t) {
   const std::int64_t u = options_.units, batch = batch_;
   Tensor z = step_rows(xz_, t), g = step_rows(gates_buf_, t), c = step_rows(c_, t + 1), h = step_rows(h_, t + 1);
   const Tensor c_prev = step_rows(c_, t);
-  ops::gemm(recurrent_input(t), false, recurrent_kernel_.value, false, z, 1.0, 1.0);
+  ops::gemm(recurrent_input(t), false, weights_.recurrent_kernel.value, false, z, 1.0, 1.0);
   dispatch_floating(dtype_, "lstm", [&](auto tag) {
     using T = decltype(tag);
     const T *zz = z.data<T>(), *cp = c_prev.data<T>();
@@ -118,7 +118,7 @@ void LSTM::ensure_cell_buffers(std::int64_t rows) {
 void LSTM::step_forward(std::int64_t t) {
   if (!keras_default_activations()) return step_forward_any_activation(t);
   Tensor z = step_rows(xz_, t), g = step_rows(gates_buf_, t), c = step_rows(c_, t + 1), h = step_rows(h_, t + 1);
-  ops::gemm(recurrent_input(t), false, recurrent_kernel_.value, false, z, 1.0, 1.0);
+  ops::gemm(recurrent_input(t), false, weights_.recurrent_kernel.value, false, z, 1.0, 1.0);
   ops::lstm_step_forward(z, step_rows(c_, t), g, c, h);
 }
 

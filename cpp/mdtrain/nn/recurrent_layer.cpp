@@ -31,9 +31,8 @@ RecurrentLayer::RecurrentLayer(std::string name, Options options, std::string ar
   make_initializer(options_.kernel_initializer);  // validate names now, not at build time
   make_initializer(options_.recurrent_initializer);
   make_initializer(options_.bias_initializer);
-  kernel_reg_ = make_regularizer(options_.kernel_regularizer);
-  recurrent_reg_ = make_regularizer(options_.recurrent_regularizer);
-  bias_reg_ = make_regularizer(options_.bias_regularizer);
+  weights_ = RecurrentWeights(options_.use_bias, options_.kernel_regularizer, options_.recurrent_regularizer,
+                              options_.bias_regularizer);
 }
 
 Shape RecurrentLayer::compute_output_shape(const Shape& s) const {
@@ -54,28 +53,16 @@ Shape RecurrentLayer::compute_output_shape(const Shape& s) const {
 void RecurrentLayer::build_weights(const Shape& input_shape, std::uint64_t seed) {
   const std::int64_t in = input_shape[1], gu = gates_ * options_.units;
   Rng rng(seed, 0), recurrent_rng(seed, 1), bias_rng(seed, 2);
-  kernel_ = Parameter(name_ + "/kernel", Tensor({in, gu}, dtype_));
-  make_initializer(options_.kernel_initializer)->fill(kernel_.value, in, gu, rng);
-  recurrent_kernel_ = Parameter(name_ + "/recurrent_kernel", Tensor({options_.units, gu}, dtype_));
-  make_initializer(options_.recurrent_initializer)->fill(recurrent_kernel_.value, options_.units, gu, recurrent_rng);
+  weights_.kernel = Parameter(name_ + "/kernel", Tensor({in, gu}, dtype_));
+  make_initializer(options_.kernel_initializer)->fill(weights_.kernel.value, in, gu, rng);
+  weights_.recurrent_kernel = Parameter(name_ + "/recurrent_kernel", Tensor({options_.units, gu}, dtype_));
+  make_initializer(options_.recurrent_initializer)
+      ->fill(weights_.recurrent_kernel.value, options_.units, gu, recurrent_rng);
   if (!options_.use_bias) return;
-  bias_ = Parameter(name_ + "/bias", Tensor(bias_shape(), dtype_));
-  make_initializer(options_.bias_initializer)->fill(bias_.value, bias_.value.numel(), 0, bias_rng);
-  init_bias(bias_.value);
+  weights_.bias = Parameter(name_ + "/bias", Tensor(bias_shape(), dtype_));
+  make_initializer(options_.bias_initializer)->fill(weights_.bias.value, weights_.bias.value.numel(), 0, bias_rng);
+  init_bias(weights_.bias.value);
 }
-
-namespace {
-
-// A (rows, cols) dropout mask keyed by (seed, stream, global row): ones through ops::dropout.
-void draw_mask(Tensor& mask, Tensor& scratch, double rate, std::uint64_t seed, std::uint64_t stream,
-               std::int64_t first_row) {
-  ensure_buffer(scratch, mask.shape(), mask.dtype(), mask.device());
-  scratch.fill(1.0);
-  Tensor ones_out = scratch;
-  ops::dropout(scratch, rate, seed, stream, static_cast<std::uint64_t>(first_row * mask.dim(1)), mask, ones_out);
-}
-
-}  // namespace
 
 Tensor RecurrentLayer::recurrent_input(std::int64_t t) {
   return recurrent_dropped_ ? step_rows(masked_h_, t) : step_rows(h_, t);
@@ -88,16 +75,8 @@ Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
   if (batch != batch_ || steps != steps_ || to_time_major_.empty()) {
     batch_ = batch;
     steps_ = steps;
-    // Row t * batch + b of the time-major layout is row b * steps + t' of the input, t' the t-th
-    // step read (reversed with go_backwards); outputs come back in reading order, as Keras's.
-    to_time_major_.resize(static_cast<std::size_t>(batch * steps));
-    to_batch_major_.resize(static_cast<std::size_t>(batch * steps));
-    for (std::int64_t t = 0; t < steps; ++t)
-      for (std::int64_t b = 0; b < batch; ++b) {
-        const std::int64_t read = options_.go_backwards ? steps - 1 - t : t;
-        to_time_major_[static_cast<std::size_t>(t * batch + b)] = b * steps + read;
-        to_batch_major_[static_cast<std::size_t>(b * steps + t)] = (t + 1) * batch + b;  // rows of h_ (step t+1)
-      }
+    // Outputs come back in reading order (reversed with go_backwards), as Keras's.
+    recurrent_time_major_order(batch, steps, options_.go_backwards, to_time_major_, to_batch_major_);
   }
   const std::int64_t n = batch * steps;
   step_read_.clear();
@@ -119,20 +98,16 @@ Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
   recurrent_dropped_ = ctx.training && options_.recurrent_dropout > 0.0;
   if (input_dropped_) {
     ensure_buffer(input_mask_, {batch, in}, dtype_, dev);
-    draw_mask(input_mask_, dx_, options_.dropout, options_.seed, 2 * ctx.step, ctx.global_row_offset);
-    for (std::int64_t t = 0; t < steps; ++t) {
-      Tensor rows = step_rows(xt_, t);
-      ops::multiply(rows, input_mask_, rows);
-    }
+    draw_recurrent_dropout_mask(input_mask_, dx_, options_.dropout, options_.seed, 2 * ctx.step, ctx.global_row_offset);
+    multiply_each_step(xt_, input_mask_);
   }
   if (recurrent_dropped_) {
     ensure_buffer(recurrent_mask_, {batch, u}, dtype_, dev);
-    draw_mask(recurrent_mask_, dh_scratch_, options_.recurrent_dropout, options_.seed, 2 * ctx.step + 1,
-              ctx.global_row_offset);
+    draw_recurrent_dropout_mask(recurrent_mask_, dh_scratch_, options_.recurrent_dropout, options_.seed,
+                                2 * ctx.step + 1, ctx.global_row_offset);
     ensure_buffer(masked_h_, {n, u}, dtype_, dev);
   }
-  ops::gemm(xt_, false, kernel_.value, false, xz_);
-  if (options_.use_bias) ops::bias_activation(xz_, input_bias(bias_.value), Activation::Linear, xz_);
+  weights_.project_inputs(xt_, xz_);
   if (initial_state_.empty()) {
     h_.rows(0, batch).fill(0.0);
   } else {
@@ -158,15 +133,7 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
   const std::int64_t batch = batch_, steps = steps_, n = batch * steps, in = input_shape_[1], u = options_.units;
   const Device& dev = xt_.device();
   ensure_buffer(dh_, {n, u}, dtype_, dev);
-  if (options_.return_sequences) {
-    std::vector<std::int64_t> from_output(static_cast<std::size_t>(n));
-    for (std::int64_t t = 0; t < steps; ++t)
-      for (std::int64_t b = 0; b < batch; ++b) from_output[static_cast<std::size_t>(t * batch + b)] = b * steps + t;
-    ops::gather_rows(dy.reshape({n, u}), from_output.data(), n, dh_);
-  } else {
-    dh_.fill(0.0);
-    dh_.rows(n - batch, n).copy_from(dy.reshape({batch, u}));
-  }
+  recurrent_output_grad_time_major(dy, batch, steps, u, options_.return_sequences, dh_);
   if (!final_state_grad_.empty() && final_state_grad_[0].defined()) {
     Tensor last = dh_.rows(n - batch, n);
     add_into(final_state_grad_[0], last, ones_);
@@ -177,10 +144,10 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
     if (t + 1 < steps) {
       Tensor dh = step_rows(dh_, t);
       if (!recurrent_dropped_) {
-        ops::gemm(step_rows(dhz_, t + 1), false, recurrent_kernel_.value, true, dh, 1.0, 1.0);
+        ops::gemm(step_rows(dhz_, t + 1), false, weights_.recurrent_kernel.value, true, dh, 1.0, 1.0);
       } else {
         ensure_buffer(dh_scratch_, {batch, u}, dtype_, dev);
-        ops::gemm(step_rows(dhz_, t + 1), false, recurrent_kernel_.value, true, dh_scratch_);
+        ops::gemm(step_rows(dhz_, t + 1), false, weights_.recurrent_kernel.value, true, dh_scratch_);
         ops::add_masked(dh_scratch_, recurrent_mask_, dh);
       }
     }
@@ -192,38 +159,21 @@ Tensor RecurrentLayer::backward(const Tensor& dy, bool need_input_grad) {
   if (dh_initial_.defined()) {
     // dL/dh_0: the cell's direct part (GRU's, added in step_backward(0)) plus the recurrent GEMM's.
     if (!recurrent_dropped_) {
-      ops::gemm(step_rows(dhz_, 0), false, recurrent_kernel_.value, true, dh_initial_, 1.0, 1.0);
+      ops::gemm(step_rows(dhz_, 0), false, weights_.recurrent_kernel.value, true, dh_initial_, 1.0, 1.0);
     } else {
       ensure_buffer(dh_scratch_, {batch, u}, dtype_, dev);
-      ops::gemm(step_rows(dhz_, 0), false, recurrent_kernel_.value, true, dh_scratch_);
+      ops::gemm(step_rows(dhz_, 0), false, weights_.recurrent_kernel.value, true, dh_scratch_);
       ops::add_masked(dh_scratch_, recurrent_mask_, dh_initial_);
     }
   }
-  ops::gemm(xt_, true, dxz_, false, kernel_.grad);
-  ops::gemm(recurrent_dropped_ ? masked_h_ : h_.rows(0, n), true, dhz_, false, recurrent_kernel_.grad);
-  if (options_.use_bias) {
-    Tensor input_grad = input_bias(bias_.grad);
-    ops::sum_rows(dxz_, input_grad);
-    if (bias_.grad.ndim() == 2) {
-      Tensor recurrent_grad = bias_.grad.rows(1, 2).reshape({-1});
-      ops::sum_rows(dhz_, recurrent_grad);
-    }
-  }
+  weights_.set_gradients(xt_, recurrent_dropped_ ? masked_h_ : h_.rows(0, n), dxz_, dhz_);
   add_cell_weight_gradients();
   if (!need_input_grad) return Tensor();
   ensure_buffer(dxt_, {n, in}, dtype_, dev);
-  ops::gemm(dxz_, false, kernel_.value, true, dxt_);
-  if (input_dropped_)
-    for (std::int64_t t = 0; t < steps; ++t) {
-      Tensor rows = step_rows(dxt_, t);
-      ops::multiply(rows, input_mask_, rows);
-    }
-  // Back to batch-major: input row b * steps + t' came from time-major row t * batch + b.
-  std::vector<std::int64_t> from_time_major(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i)
-    from_time_major[static_cast<std::size_t>(to_time_major_[static_cast<std::size_t>(i)])] = i;
+  ops::gemm(dxz_, false, weights_.kernel.value, true, dxt_);
+  if (input_dropped_) multiply_each_step(dxt_, input_mask_);
   ensure_buffer(dx_, {n, in}, dtype_, dev);
-  ops::gather_rows(dxt_, from_time_major.data(), n, dx_);
+  recurrent_input_grad_batch_major(dxt_, to_time_major_, dx_);
   return dx_.reshape({batch, steps, in});
 }
 
@@ -321,32 +271,18 @@ void RecurrentLayer::hold_masked_gradients(std::int64_t t, bool hold) {
 
 std::vector<Parameter*> RecurrentLayer::parameters() {
   if (!built_) return {};
-  if (options_.use_bias) return {&kernel_, &recurrent_kernel_, &bias_};
-  return {&kernel_, &recurrent_kernel_};
+  return weights_.parameters();
 }
 
-double RecurrentLayer::regularization_loss() const {
-  if (!built_) return 0.0;
-  double loss = 0.0;
-  if (kernel_reg_) loss += kernel_reg_->loss(kernel_.value);
-  if (recurrent_reg_) loss += recurrent_reg_->loss(recurrent_kernel_.value);
-  if (bias_reg_ && options_.use_bias) loss += bias_reg_->loss(bias_.value);
-  return loss;
-}
+double RecurrentLayer::regularization_loss() const { return built_ ? weights_.regularization_loss() : 0.0; }
 
 void RecurrentLayer::add_regularization_gradients() {
-  if (!built_) return;
-  if (kernel_reg_) kernel_reg_->add_gradient(kernel_.value, kernel_.grad);
-  if (recurrent_reg_) recurrent_reg_->add_gradient(recurrent_kernel_.value, recurrent_kernel_.grad);
-  if (bias_reg_ && options_.use_bias) bias_reg_->add_gradient(bias_.value, bias_.grad);
+  if (built_) weights_.add_regularization_gradients();
 }
 
 void RecurrentLayer::copy_weights_to(RecurrentLayer& copy) const {
   copy.copy_build_state(*this);
-  if (!built_) return;
-  copy.kernel_ = Parameter(kernel_.name, kernel_.value.clone());
-  copy.recurrent_kernel_ = Parameter(recurrent_kernel_.name, recurrent_kernel_.value.clone());
-  if (options_.use_bias) copy.bias_ = Parameter(bias_.name, bias_.value.clone());
+  if (built_) weights_.copy_values_to(copy.weights_);
 }
 
 Json RecurrentLayer::config() const {
@@ -358,9 +294,9 @@ Json RecurrentLayer::config() const {
   c.set("kernel_initializer", make_initializer(options_.kernel_initializer)->config());
   c.set("recurrent_initializer", make_initializer(options_.recurrent_initializer)->config());
   c.set("bias_initializer", make_initializer(options_.bias_initializer)->config());
-  c.set("kernel_regularizer", kernel_reg_ ? kernel_reg_->config() : Json());
-  c.set("recurrent_regularizer", recurrent_reg_ ? recurrent_reg_->config() : Json());
-  c.set("bias_regularizer", bias_reg_ ? bias_reg_->config() : Json());
+  c.set("kernel_regularizer", weights_.kernel_reg ? weights_.kernel_reg->config() : Json());
+  c.set("recurrent_regularizer", weights_.recurrent_reg ? weights_.recurrent_reg->config() : Json());
+  c.set("bias_regularizer", weights_.bias_reg ? weights_.bias_reg->config() : Json());
   c.set("dropout", options_.dropout);
   c.set("recurrent_dropout", options_.recurrent_dropout);
   c.set("seed", static_cast<double>(options_.seed));

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "mdtrain/nn/layer.h"
+#include "mdtrain/nn/recurrent_weights.h"
 #include "mdtrain/nn/regularizer.h"
 #include "mdtrain/nn/sequence_mask.h"
 
@@ -123,14 +124,11 @@ class RecurrentLayer : public Layer, public MaskedLayer {
   Tensor step_rows(const Tensor& t, std::int64_t step) const { return t.rows(step * batch_, (step + 1) * batch_); }
   // h_prev of step t as the recurrent GEMM takes it (recurrent dropout applied when active).
   Tensor recurrent_input(std::int64_t t);
-  // The input part of the bias (all of it unless the bias has 2 rows), and its recurrent part.
-  Tensor input_bias(Tensor& b) const { return b.reshape({-1, gates_ * options_.units}).rows(0, 1).reshape({-1}); }
 
   Options options_;
   std::string area_;
   std::int64_t gates_;
-  std::shared_ptr<Regularizer> kernel_reg_, recurrent_reg_, bias_reg_;
-  Parameter kernel_, recurrent_kernel_, bias_;
+  RecurrentWeights weights_;  // kernel, recurrent_kernel, bias and their regularizers
   std::int64_t batch_ = 0, steps_ = 0;
   // Per-call state, time-major: the input, its projection, h of steps 0..T (step 0: zeros),
   // dL/dh, and the cell's dL/d(input projection) and dL/d(recurrent projection) (which may be

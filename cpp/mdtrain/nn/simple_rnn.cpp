@@ -15,7 +15,7 @@ SimpleRNN::SimpleRNN(std::string name, Options options)
 void SimpleRNN::step_forward(std::int64_t t) {
   // z stays in xz_ (the activations' gradients need only the output, h).
   Tensor z = step_rows(xz_, t), h = step_rows(h_, t + 1);
-  ops::gemm(recurrent_input(t), false, recurrent_kernel_.value, false, z, 1.0, 1.0);
+  ops::gemm(recurrent_input(t), false, weights_.recurrent_kernel.value, false, z, 1.0, 1.0);
   ops::bias_activation(z, Tensor(), activation_, h);
 }
 

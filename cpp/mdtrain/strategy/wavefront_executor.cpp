@@ -1,14 +1,16 @@
 #include "mdtrain/strategy/wavefront_executor.h"
 
+#include <chrono>
 #include <exception>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "mdtrain/distribute/communicator.h"
-#include "mdtrain/distribute/threads/threads_communicator.h"
 #include "mdtrain/nn/recurrent_layer.h"
+#include "mdtrain/ops/ops.h"
 #include "mdtrain/ops/recurrent.h"
+#include "mdtrain/strategy/batch_loss_scale.h"
+#include "mdtrain/strategy/wavefront_strategy.h"
 
 namespace mdtrain {
 
@@ -17,14 +19,15 @@ struct WavefrontExecutor::Stage {
   int first = 0, end = 0;  // its recurrent layers [first, end) of the primary
   bool last = false;       // the last stage also runs the head [end of the recurrent prefix, size)
   std::unique_ptr<Communicator> comm;
-  std::unique_ptr<Optimizer> optimizer;
-  ParameterList params;  // the primary's parameters this stage updates
   // clones[j][k]: layer first + j for chunk k.
   std::vector<std::vector<std::unique_ptr<RecurrentLayer>>> clones;
   Tensor ones;
 };
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // acc += g, elementwise (any device), through a ones buffer.
 void accumulate(const Tensor& g, Tensor& acc, Tensor& ones) {
@@ -46,16 +49,25 @@ void copy_steps(const Tensor& seq, std::int64_t t0, std::int64_t t1, Tensor& chu
   }
 }
 
+LayerStack& as_stack(Network& primary) {
+  auto* stack = dynamic_cast<LayerStack*>(&primary);
+  MDTRAIN_CHECK(stack != nullptr, std::invalid_argument,
+                "[wavefront] WavefrontPipeline cuts Sequential models only (this model is a layer graph)");
+  return *stack;
+}
+
 }  // namespace
 
-WavefrontExecutor::WavefrontExecutor(LayerStack& primary, int devices, std::int64_t time_chunk, const Loss& loss,
+WavefrontExecutor::WavefrontExecutor(Network& primary, WavefrontStrategy& strategy, const Loss& loss,
                                      const Optimizer& optimizer)
-    : primary_(primary), time_chunk_(time_chunk), loss_(loss.clone()) {
-  MDTRAIN_CHECK(devices >= 1, std::invalid_argument, "[wavefront] devices must be at least 1, got ", devices);
-  MDTRAIN_CHECK(time_chunk >= 1, std::invalid_argument, "[wavefront] time_chunk must be a positive integer, got ",
-                time_chunk);
-  MDTRAIN_CHECK(primary.built(), std::invalid_argument, "[wavefront] the model must be built first");
-  const auto& layers = primary.layers();
+    : primary_(as_stack(primary)),
+      strategy_(strategy),
+      time_chunk_(strategy.time_chunk()),
+      loss_(loss.clone()),
+      optimizer_(optimizer.clone()) {
+  const int devices = strategy.num_stages();
+  MDTRAIN_CHECK(primary_.built(), std::invalid_argument, "[wavefront] the model must be built first");
+  const auto& layers = primary_.layers();
   int prefix = 0;
   while (prefix < static_cast<int>(layers.size())) {
     auto* r = dynamic_cast<RecurrentLayer*>(layers[static_cast<std::size_t>(prefix)].get());
@@ -72,7 +84,9 @@ WavefrontExecutor::WavefrontExecutor(LayerStack& primary, int devices, std::int6
         "return_sequences=True, and there are ",
         devices, " stages: ", what);
   }
-  auto comms = ThreadsCommunicator::create_group(devices);
+  // The fused logits loss (softmax + crossentropy, ...) as one device runs it, when there is a head.
+  if (prefix < static_cast<int>(layers.size())) logits_loss_ = loss.on_logits_of(primary_.output_activation());
+  auto comms = strategy_.make_replica_communicators();
   int start = 0;
   for (int s = 0; s < devices; ++s) {
     auto st = std::make_unique<Stage>();
@@ -82,15 +96,11 @@ WavefrontExecutor::WavefrontExecutor(LayerStack& primary, int devices, std::int6
     start = st->end;
     st->last = s == devices - 1;
     st->comm = std::move(comms[static_cast<std::size_t>(s)]);
-    st->optimizer = optimizer.clone();
-    const int stop = st->last ? static_cast<int>(layers.size()) : st->end;
-    for (int i = st->first; i < stop; ++i)
-      for (Parameter* p : layers[static_cast<std::size_t>(i)]->parameters()) st->params.push_back(p);
     stages_.push_back(std::move(st));
   }
 }
 
-WavefrontExecutor::~WavefrontExecutor() = default;
+WavefrontExecutor::~WavefrontExecutor() { strategy_.forget_executor(this); }
 
 std::vector<int> WavefrontExecutor::stage_starts() const {
   std::vector<int> starts;
@@ -98,8 +108,13 @@ std::vector<int> WavefrontExecutor::stage_starts() const {
   return starts;
 }
 
-void WavefrontExecutor::prepare(std::int64_t batch, std::int64_t steps) {
-  if (batch == batch_ && steps == steps_) return;
+Network& WavefrontExecutor::replica_network(int r) {
+  MDTRAIN_CHECK(r == 0, std::out_of_range, "[wavefront] replica ", r, " out of range for 1 replica");
+  return primary_;
+}
+
+void WavefrontExecutor::prepare(std::int64_t steps) {
+  if (steps == steps_) return;
   chunk_begin_.clear();
   for (std::int64_t t = 0; t < steps; t += time_chunk_) chunk_begin_.push_back(t);
   chunk_begin_.push_back(steps);
@@ -120,20 +135,20 @@ void WavefrontExecutor::prepare(std::int64_t batch, std::int64_t steps) {
       st->clones.push_back(std::move(per_chunk));
     }
   }
-  batch_ = batch;
   steps_ = steps;
 }
 
-void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, double& loss_out) {
+void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, std::int64_t labels, std::uint64_t step,
+                                  ReplicaOutputSink* outputs) {
   const auto& layers = primary_.layers();
   const std::size_t chunks = chunk_begin_.size() - 1, group = st.clones.size();
-  const std::int64_t batch = batch_;
+  const std::int64_t batch = x.dim(0);
   const DType dtype = x.dtype();
   ForwardContext ctx;
   ctx.training = true;
-  ctx.step = step_;
-  // The clones read the primary's weights in place (views, re-taken each step in case the primary's
-  // storage moved): they only read them, and this stage's update comes after its last backward.
+  ctx.step = step;
+  // The clones read the model's weights in place (views, re-taken each step in case set_weights
+  // moved them): they only read them, and the update comes after every stage's last backward.
   for (std::size_t j = 0; j < group; ++j) {
     auto masters = layers[static_cast<std::size_t>(st.first) + j]->parameters();
     for (auto& clone : st.clones[j]) {
@@ -144,7 +159,7 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, d
   auto in_features = [&](std::size_t j) { return layers[static_cast<std::size_t>(st.first) + j]->input_shape()[1]; };
   const std::int64_t out_units = layers[static_cast<std::size_t>(st.end - 1)]->output_shape()[1];
   // Forward, chunk by chunk, as they arrive.
-  std::vector<Tensor> outputs(chunks);
+  std::vector<Tensor> outputs_by_chunk(chunks);
   for (std::size_t k = 0; k < chunks; ++k) {
     const std::int64_t t0 = chunk_begin_[k], t1 = chunk_begin_[k + 1], len = t1 - t0;
     Tensor in({batch, len, in_features(0)}, dtype);
@@ -155,23 +170,31 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, d
       in = st.clones[j][k]->forward_from_state(in, initial, ctx);
     }
     if (!st.last) st.comm->send(in.raw(), static_cast<std::size_t>(in.numel()), dtype, st.index + 1);
-    else outputs[k] = in;
+    else outputs_by_chunk[k] = in;
   }
-  // The last stage: the head and the loss on the whole sequence.
+  // The last stage: the head and the loss on the whole sequence, as one device runs them.
   Tensor dseq;
   if (st.last) {
     Tensor seq({batch, steps_, out_units}, dtype);
-    for (std::size_t k = 0; k < chunks; ++k) copy_steps(seq, chunk_begin_[k], chunk_begin_[k + 1], outputs[k], false);
+    for (std::size_t k = 0; k < chunks; ++k)
+      copy_steps(seq, chunk_begin_[k], chunk_begin_[k + 1], outputs_by_chunk[k], false);
     Tensor h = seq;
     for (std::size_t i = static_cast<std::size_t>(st.end); i < layers.size(); ++i) h = layers[i]->forward(h, ctx);
-    const std::int64_t count = loss_->sample_count(y, h);
-    Tensor dpred(h.shape(), dtype);
-    double sum = loss_->forward_backward(y, h, 1.0 / static_cast<double>(count), &dpred);
-    double reg = 0;
-    for (const auto& l : layers) reg += l->regularization_loss();
-    loss_out = sum / static_cast<double>(count) + reg;
-    Tensor d = dpred;
-    for (std::size_t i = layers.size(); i-- > static_cast<std::size_t>(st.end);) d = layers[i]->backward(d, true);
+    const BatchLossScale ls = batch_loss_scale(*loss_, y, h, batch, labels);
+    Tensor d;
+    if (logits_loss_) {
+      const Tensor logits = layers.back()->logits();
+      d = Tensor(logits.shape(), logits.dtype());
+      loss_sum_ = logits_loss_->forward_backward(y, logits, ls.grad_scale, &d);
+    } else {
+      d = Tensor(h.shape(), dtype);
+      loss_sum_ = loss_->forward_backward(y, h, ls.grad_scale, &d);
+    }
+    loss_sum_ *= ls.report_factor;
+    if (outputs) outputs->on_replica_output(0, y, h);
+    for (std::size_t i = layers.size(); i-- > static_cast<std::size_t>(st.end);)
+      d = (i + 1 == layers.size() && logits_loss_) ? layers[i]->backward_from_logits(d, true)
+                                                   : layers[i]->backward(d, true);
     dseq = d;
   }
   // Backward, chunks in reverse.
@@ -188,7 +211,7 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, d
     }
     if (st.index > 0) st.comm->send(dy.raw(), static_cast<std::size_t>(dy.numel()), dtype, st.index - 1);
   }
-  // Gradients: the chunks' sums (ascending chunk order) into the primary's layers, then one update.
+  // Gradients: the chunks' sums (ascending chunk order) into the model's layers.
   for (std::size_t j = 0; j < group; ++j) {
     Layer& master = *layers[static_cast<std::size_t>(st.first) + j];
     auto masters = master.parameters();
@@ -200,42 +223,97 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, d
       }
     }
   }
-  const std::size_t stop = st.last ? layers.size() : static_cast<std::size_t>(st.end);
-  for (std::size_t i = static_cast<std::size_t>(st.first); i < stop; ++i) layers[i]->add_regularization_gradients();
-  st.optimizer->apply(st.params);
 }
 
-double WavefrontExecutor::train_step(const Tensor& x, const Tensor& y) {
-  MDTRAIN_CHECK(x.ndim() == 3, std::invalid_argument, "[wavefront] x must be (batch, timesteps, features), got ",
-                to_string(x.shape()));
-  prepare(x.dim(0), x.dim(1));
-  double loss = 0;
-  std::exception_ptr failure;
+void WavefrontExecutor::gather_batch(const GlobalBatch& batch) {
+  Shape xs = batch.x.shape(), ys = batch.y.shape();
+  xs[0] = batch.count;
+  ys[0] = batch.count;
+  ensure_buffer(x_batch_, xs, batch.x.dtype());
+  ensure_buffer(y_batch_, ys, batch.y.dtype());
+  ops::gather_rows(batch.x, batch.indices, batch.count, x_batch_);
+  ops::gather_rows(batch.y, batch.indices, batch.count, y_batch_);
+}
+
+void WavefrontExecutor::remake_communicators() {
+  auto comms = strategy_.make_replica_communicators();
+  for (std::size_t s = 0; s < stages_.size(); ++s) stages_[s]->comm = std::move(comms[s]);
+  communicators_broken_ = false;
+}
+
+StepLoss WavefrontExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
+  MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[wavefront] a training batch needs at least one example");
+  MDTRAIN_CHECK(batch.x.ndim() == 3, std::invalid_argument, "[wavefront] x must be (batch, timesteps, features), got ",
+                to_string(batch.x.shape()));
+  const auto step_start = Clock::now();
+  StepLoss result;
+  // Keras adds the weight penalties of the weights the step starts from.
+  result.regularization = primary_.regularization_loss();
+  gather_batch(batch);
+  prepare(x_batch_.dim(1));
+  const std::int64_t labels = global_label_count(*loss_, &y_batch_, nullptr);
+  // The step number (dropout's key) is the optimizer's, as on one device.
+  const auto step = static_cast<std::uint64_t>(optimizer_->iterations());
+  if (communicators_broken_) remake_communicators();
+  std::exception_ptr first_failure;
   std::mutex failure_mutex;
-  std::vector<std::thread> threads;
-  for (auto& st : stages_) {
-    Stage* s = st.get();
-    threads.emplace_back([&, s] {
+  try {
+    strategy_.run_replicas([&](int s) {
+      Stage& st = *stages_[static_cast<std::size_t>(s)];
       try {
-        run_stage(*s, x, y, loss);
+        run_stage(st, x_batch_, y_batch_, labels, step, outputs);
       } catch (const std::exception& e) {
         {
           std::lock_guard<std::mutex> lock(failure_mutex);
-          if (!failure) failure = std::current_exception();
+          if (!first_failure) first_failure = std::current_exception();
         }
-        s->comm->abort(e.what());  // releases the neighbours waiting in a recv
+        st.comm->abort(e.what());  // releases the neighbours waiting in a recv
+        throw;
       }
     });
+  } catch (...) {
+    communicators_broken_ = true;  // an aborted group stays broken: the next step gets fresh ones
+    if (first_failure) std::rethrow_exception(first_failure);
+    throw;
   }
-  for (auto& t : threads) t.join();
-  if (failure) {
-    // An aborted group stays broken: the next step gets fresh communicators.
-    auto comms = ThreadsCommunicator::create_group(devices());
-    for (std::size_t s = 0; s < stages_.size(); ++s) stages_[s]->comm = std::move(comms[s]);
-    std::rethrow_exception(failure);
-  }
-  ++step_;
-  return loss;
+  profile_.compute += seconds_since(step_start);
+  // One update of the whole model by its optimizer, as one device makes it.
+  const auto t = Clock::now();
+  primary_.add_regularization_gradients();
+  optimizer_->apply(primary_.trainable_parameters());
+  profile_.update += seconds_since(t);
+  profile_.steps += 1;
+  profile_.wall += seconds_since(step_start);
+  result.sum = loss_sum_;
+  return result;
+}
+
+StepLoss WavefrontExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
+  MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[wavefront] an evaluation batch needs at least one example");
+  gather_batch(batch);
+  const std::int64_t labels = global_label_count(*loss_, &y_batch_, nullptr);
+  ForwardContext ctx;
+  Tensor pred = primary_.forward(x_batch_, ctx);
+  loss_sum_ = logits_loss_ ? logits_loss_->forward_backward(y_batch_, primary_.logits(), 1.0, nullptr)
+                           : loss_->forward_backward(y_batch_, pred, 1.0, nullptr);
+  loss_sum_ *= batch_loss_scale(*loss_, y_batch_, pred, batch.count, labels).report_factor;
+  if (outputs) outputs->on_replica_output(0, y_batch_, pred);
+  StepLoss result;
+  result.sum = loss_sum_;
+  result.regularization = primary_.regularization_loss();
+  return result;
+}
+
+void WavefrontExecutor::predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) {
+  ForwardContext ctx;
+  Tensor pred = primary_.forward(x.rows(begin, begin + count), ctx);
+  Tensor dst = out.rows(begin, begin + count);
+  dst.copy_from(pred);
+}
+
+void WavefrontExecutor::abort(const std::string& reason) {
+  for (auto& st : stages_) st->comm->abort(reason);
+  communicators_broken_ = true;
 }
 
 }  // namespace mdtrain

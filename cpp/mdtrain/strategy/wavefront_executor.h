@@ -5,59 +5,92 @@
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/optim/optimizer.h"
+#include "mdtrain/strategy/step_executor.h"
 
 namespace mdtrain {
 
 class RecurrentLayer;
+class WavefrontStrategy;
 
-// The wavefront pipeline of a deep recurrent stack: one logical CPU device (one thread) per
-// stage. The stack's leading recurrent layers with return_sequences=True are cut into `devices`
-// contiguous groups (as even as possible, earlier stages one more); the layers after them (the
-// head: Dense, a return_sequences=False recurrent layer, ...) run on the last stage, on the whole
-// output sequence. The sequence is cut into time chunks of `time_chunk` steps (the last one may be
-// shorter): stage s runs chunk k as soon as stage s-1 sent it over the threads Communicator
-// (send/recv), starting from the final states of its own chunk k-1 (RecurrentLayer::
-// forward_from_state), so stage s works on chunk k while stage s-1 works on chunk k+1. Backward
-// runs the chunks in reverse: dL/d(initial states) of chunk k+1 is the dL/d(final states) of chunk
-// k within a stage, and dL/d(chunk input) goes to the stage below.
+// The step of WavefrontStrategy: the wavefront pipeline of a deep recurrent stack, one logical CPU
+// device (one thread) per stage. The stack's leading recurrent layers with return_sequences=True
+// are cut into as many contiguous groups as the strategy has stages (as even as possible, earlier
+// stages one more); the layers after them (the head: Dense, a return_sequences=False recurrent
+// layer, ...) run on the last stage, on the whole output sequence. The sequence is cut into time
+// chunks of time_chunk steps (the last one may be shorter): stage s runs chunk k as soon as stage
+// s-1 sent it over the pipe communicator (send/recv), starting from the final states of its own
+// chunk k-1 (RecurrentLayer::forward_from_state), so stage s works on chunk k while stage s-1 works
+// on chunk k+1. Backward runs the chunks in reverse: dL/d(initial states) of chunk k+1 is the
+// dL/d(final states) of chunk k within a stage, and dL/d(chunk input) goes to the stage below.
 //
 // Each layer keeps only its last call's activations, so a stage holds one clone of each of its
-// layers per chunk (their weights are views of the primary's, not copies); their gradients are
-// summed in ascending chunk order into the primary's, then one optimizer step per stage updates the
-// primary's layers (each stage only its own). The result equals the one-device
-// step up to float32 rounding (the chunked sums of the weight gradients), for per-element
-// optimizers (SGD, Adam, ... without clipnorm / global_clipnorm).
-class WavefrontExecutor {
+// layers per chunk (their weights are views of the model's, not copies); their gradients are
+// summed in ascending chunk order into the model's layers. Then the model's one optimizer (the
+// executor's, which the model reads: iterations, slots, checkpoints) applies them all, on the
+// calling thread, as on one device: one step per global batch. The result equals the one-device
+// step up to float32 rounding (the chunked sums of the weight gradients). The model's layers are
+// the weights (no copies): get_weights and checkpoints see the trained state at once.
+//
+// Evaluation and prediction run the whole model forward on the calling thread, exactly as one
+// device does (the wavefront pays in training, where backward doubles the work per chunk).
+class WavefrontExecutor final : public StepExecutor {
  public:
-  // primary: built; stays the model whose weights are updated. Throws std::invalid_argument
-  // ("[wavefront] ...") for devices < 1, time_chunk < 1, or a stack that has fewer leading
-  // recurrent return_sequences layers than devices (naming the first layer that is not one).
-  WavefrontExecutor(LayerStack& primary, int devices, std::int64_t time_chunk, const Loss& loss,
-                    const Optimizer& optimizer);
-  ~WavefrontExecutor();
+  // primary: built, a LayerStack. Throws std::invalid_argument ("[wavefront] ...") for a layer
+  // graph, or a stack that has fewer leading recurrent return_sequences layers than stages
+  // (naming the first layer that is not one).
+  WavefrontExecutor(Network& primary, WavefrontStrategy& strategy, const Loss& loss, const Optimizer& optimizer);
+  ~WavefrontExecutor() override;
 
-  // One optimizer step on (x (batch, timesteps, features), y); returns the mean loss (plus the
-  // regularization losses), as Keras's train_on_batch.
-  double train_step(const Tensor& x, const Tensor& y);
+  StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
 
-  int devices() const { return static_cast<int>(stages_.size()); }
+  // One replica: the model itself (the stages work on its layers).
+  int num_replicas() const override { return 1; }
+  Network& replica_network(int replica) override;
+  std::vector<double> replica_loss_sums() const override { return {loss_sum_}; }
+
+  Optimizer& optimizer() override { return *optimizer_; }
+  void set_learning_rate(double lr) override { optimizer_->set_learning_rate(lr); }
+  Optimizer::State optimizer_state() const override { return optimizer_->state(); }
+  std::vector<std::int64_t> optimizer_state_bytes() const override { return {optimizer_->state_bytes()}; }
+
+  // The model's layers hold the weights: nothing to copy either way.
+  void broadcast_weights_from_primary() override {}
+  void refresh_primary() override {}
+  bool primary_stale() const override { return false; }
+
+  void abort(const std::string& reason) override;
+
+  std::vector<StepProfile> profile() const override { return {profile_}; }
+  void reset_profile() override { profile_ = StepProfile{}; }
+
+  int num_stages() const { return static_cast<int>(stages_.size()); }
   std::int64_t time_chunk() const { return time_chunk_; }
   // The first layer of each stage.
   std::vector<int> stage_starts() const;
-  std::int64_t iterations() const { return step_; }
 
  private:
   struct Stage;
-  void prepare(std::int64_t batch, std::int64_t steps);
-  void run_stage(Stage& st, const Tensor& x, const Tensor& y, double& loss_out);
+  void prepare(std::int64_t steps);
+  void run_stage(Stage& st, const Tensor& x, const Tensor& y, std::int64_t labels, std::uint64_t step,
+                 ReplicaOutputSink* outputs);
+  // The global batch's rows into x_batch_, y_batch_.
+  void gather_batch(const GlobalBatch& batch);
+  void remake_communicators();
 
   LayerStack& primary_;
+  WavefrontStrategy& strategy_;
   std::int64_t time_chunk_;
-  std::unique_ptr<Loss> loss_;
+  std::unique_ptr<Loss> loss_, logits_loss_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::int64_t> chunk_begin_;  // chunk k covers steps [chunk_begin_[k], chunk_begin_[k+1])
-  std::int64_t batch_ = -1, steps_ = -1;
-  std::uint64_t step_ = 0;
+  std::int64_t steps_ = -1;
+  Tensor x_batch_, y_batch_;
+  double loss_sum_ = 0;
+  bool communicators_broken_ = false;
+  StepProfile profile_;
 };
 
 }  // namespace mdtrain

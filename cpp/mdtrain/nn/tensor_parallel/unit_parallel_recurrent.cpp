@@ -21,15 +21,6 @@ Tensor by_gate(const Tensor& t, std::int64_t gates) {
   return t.reshape(s);
 }
 
-// Same as RecurrentLayer's masks: a (rows, cols) mask keyed by (seed, stream, global row).
-void draw_mask(Tensor& mask, Tensor& scratch, double rate, std::uint64_t seed, std::uint64_t stream,
-               std::int64_t first_row) {
-  ensure_buffer(scratch, mask.shape(), mask.dtype(), mask.device());
-  scratch.fill(1.0);
-  Tensor ones_out = scratch;
-  ops::dropout(scratch, rate, seed, stream, static_cast<std::uint64_t>(first_row * mask.dim(1)), mask, ones_out);
-}
-
 }  // namespace
 
 void copy_gate_units_out(const Tensor& whole, std::int64_t gates, int k, int n, Tensor& part) {
@@ -68,9 +59,8 @@ UnitParallelRecurrent::UnitParallelRecurrent(std::string name, std::string cell_
   local_ = units_ / group_->size();
   cell_ = gates_ == 1 ? Cell::SimpleRNN : gates_ == 4 ? Cell::LSTM : Cell::GRU;
   if (cell_ == Cell::SimpleRNN) activation_ = parse_activation(options_.activation);
-  kernel_reg_ = make_regularizer(options_.kernel_regularizer);
-  recurrent_reg_ = make_regularizer(options_.recurrent_regularizer);
-  bias_reg_ = make_regularizer(options_.bias_regularizer);
+  weights_ = RecurrentWeights(options_.use_bias, options_.kernel_regularizer, options_.recurrent_regularizer,
+                              options_.bias_regularizer);
 }
 
 Shape UnitParallelRecurrent::compute_output_shape(const Shape& s) const {
@@ -83,10 +73,11 @@ Shape UnitParallelRecurrent::compute_output_shape(const Shape& s) const {
 void UnitParallelRecurrent::build_weights(const Shape& input_shape, std::uint64_t /*seed*/) {
   // The values come from the unsharded layer (TensorParallelPlan::scatter).
   const std::int64_t gl = gates_ * local_;
-  kernel_ = Parameter(name_ + "/kernel", Tensor::zeros({input_shape[1], gl}, dtype_));
-  recurrent_kernel_ = Parameter(name_ + "/recurrent_kernel", Tensor::zeros({units_, gl}, dtype_));
+  weights_.kernel = Parameter(name_ + "/kernel", Tensor::zeros({input_shape[1], gl}, dtype_));
+  weights_.recurrent_kernel = Parameter(name_ + "/recurrent_kernel", Tensor::zeros({units_, gl}, dtype_));
   if (!options_.use_bias) return;
-  bias_ = Parameter(name_ + "/bias", cell_ == Cell::GRU ? Tensor::zeros({2, gl}, dtype_) : Tensor::zeros({gl}, dtype_));
+  weights_.bias =
+      Parameter(name_ + "/bias", cell_ == Cell::GRU ? Tensor::zeros({2, gl}, dtype_) : Tensor::zeros({gl}, dtype_));
 }
 
 Tensor UnitParallelRecurrent::forward(const Tensor& x, const ForwardContext& ctx) {
@@ -97,14 +88,7 @@ Tensor UnitParallelRecurrent::forward(const Tensor& x, const ForwardContext& ctx
   if (batch != batch_ || steps != steps_ || to_time_major_.empty()) {
     batch_ = batch;
     steps_ = steps;
-    to_time_major_.resize(static_cast<std::size_t>(batch * steps));
-    to_batch_major_.resize(static_cast<std::size_t>(batch * steps));
-    for (std::int64_t t = 0; t < steps; ++t)
-      for (std::int64_t b = 0; b < batch; ++b) {
-        const std::int64_t read = options_.go_backwards ? steps - 1 - t : t;
-        to_time_major_[static_cast<std::size_t>(t * batch + b)] = b * steps + read;
-        to_batch_major_[static_cast<std::size_t>(b * steps + t)] = (t + 1) * batch + b;
-      }
+    recurrent_time_major_order(batch, steps, options_.go_backwards, to_time_major_, to_batch_major_);
   }
   const std::int64_t n = batch * steps;
   ensure_buffer(xt_, {n, in}, dtype_, dev);
@@ -123,22 +107,19 @@ Tensor UnitParallelRecurrent::forward(const Tensor& x, const ForwardContext& ctx
   recurrent_dropped_ = ctx.training && options_.recurrent_dropout > 0.0;
   if (input_dropped_) {
     ensure_buffer(input_mask_, {batch, in}, dtype_, dev);
-    draw_mask(input_mask_, mask_scratch_, options_.dropout, options_.seed, 2 * ctx.step, ctx.global_row_offset);
-    for (std::int64_t t = 0; t < steps; ++t) {
-      Tensor rows = step_rows(xt_, t);
-      ops::multiply(rows, input_mask_, rows);
-    }
+    draw_recurrent_dropout_mask(input_mask_, mask_scratch_, options_.dropout, options_.seed, 2 * ctx.step,
+                                ctx.global_row_offset);
+    multiply_each_step(xt_, input_mask_);
   }
   if (recurrent_dropped_) {
     ensure_buffer(recurrent_mask_, {batch, u}, dtype_, dev);
-    draw_mask(recurrent_mask_, mask_scratch_, options_.recurrent_dropout, options_.seed, 2 * ctx.step + 1,
-              ctx.global_row_offset);
+    draw_recurrent_dropout_mask(recurrent_mask_, mask_scratch_, options_.recurrent_dropout, options_.seed,
+                                2 * ctx.step + 1, ctx.global_row_offset);
     ensure_buffer(recurrent_mask_piece_, {batch, local_}, dtype_, dev);
     copy_piece_out(recurrent_mask_, 1, group_->rank(), group_->size(), recurrent_mask_piece_);
     ensure_buffer(masked_h_, {n, u}, dtype_, dev);
   }
-  ops::gemm(xt_, false, kernel_.value, false, xz_);
-  if (options_.use_bias) ops::bias_activation(xz_, input_bias(bias_.value), Activation::Linear, xz_);
+  weights_.project_inputs(xt_, xz_);
   h_.rows(0, batch).fill(0.0);
   h_local_.rows(0, batch).fill(0.0);
   for (std::int64_t t = 0; t < steps; ++t) {
@@ -163,19 +144,20 @@ void UnitParallelRecurrent::step_forward(std::int64_t t) {
   Tensor z = step_rows(xz_, t), h = step_rows(h_local_, t + 1);
   switch (cell_) {
     case Cell::SimpleRNN:
-      ops::gemm(h_prev, false, recurrent_kernel_.value, false, z, 1.0, 1.0);
+      ops::gemm(h_prev, false, weights_.recurrent_kernel.value, false, z, 1.0, 1.0);
       ops::bias_activation(z, Tensor(), activation_, h);
       break;
     case Cell::LSTM: {
       Tensor g = step_rows(gates_buf_, t), c = step_rows(c_, t + 1);
-      ops::gemm(h_prev, false, recurrent_kernel_.value, false, z, 1.0, 1.0);
+      ops::gemm(h_prev, false, weights_.recurrent_kernel.value, false, z, 1.0, 1.0);
       ops::lstm_step_forward(z, step_rows(c_, t), g, c, h);
       break;
     }
     case Cell::GRU: {
       Tensor hz = step_rows(hz_, t), g = step_rows(gates_buf_, t);
-      ops::gemm(h_prev, false, recurrent_kernel_.value, false, hz);
-      if (options_.use_bias) ops::bias_activation(hz, bias_.value.rows(1, 2).reshape({-1}), Activation::Linear, hz);
+      ops::gemm(h_prev, false, weights_.recurrent_kernel.value, false, hz);
+      if (options_.use_bias)
+        ops::bias_activation(hz, weights_.bias.value.rows(1, 2).reshape({-1}), Activation::Linear, hz);
       ops::gru_step_forward(z, hz, step_rows(h_local_, t), g, h);
       break;
     }
@@ -211,15 +193,7 @@ Tensor UnitParallelRecurrent::backward(const Tensor& dy, bool need_input_grad) {
   const Device& dev = xt_.device();
   // dy is whole on every shard (the output was); each shard takes its units' columns.
   ensure_buffer(dy_time_major_, {n, u}, dtype_, dev);
-  if (options_.return_sequences) {
-    std::vector<std::int64_t> from_output(static_cast<std::size_t>(n));
-    for (std::int64_t t = 0; t < steps; ++t)
-      for (std::int64_t b = 0; b < batch; ++b) from_output[static_cast<std::size_t>(t * batch + b)] = b * steps + t;
-    ops::gather_rows(dy.reshape({n, u}), from_output.data(), n, dy_time_major_);
-  } else {
-    dy_time_major_.fill(0.0);
-    dy_time_major_.rows(n - batch, n).copy_from(dy.reshape({batch, u}));
-  }
+  recurrent_output_grad_time_major(dy, batch, steps, u, options_.return_sequences, dy_time_major_);
   ensure_buffer(dh_, {n, local_}, dtype_, dev);
   copy_piece_out(dy_time_major_, 1, k, shards, dh_);
   if (cell_ == Cell::GRU) {
@@ -244,7 +218,7 @@ Tensor UnitParallelRecurrent::backward(const Tensor& dy, bool need_input_grad) {
   for (std::int64_t t = steps; t-- > 0;) {
     if (t + 1 < steps) {
       // This shard's gate columns' share of dL/dh_prev, summed over the group; keep its units.
-      ops::gemm(step_rows(dhz_, t + 1), false, recurrent_kernel_.value, true, partial_);
+      ops::gemm(step_rows(dhz_, t + 1), false, weights_.recurrent_kernel.value, true, partial_);
       group_->sum(partial_);
       copy_piece_out(partial_, 1, k, shards, piece_);
       Tensor dh = step_rows(dh_, t);
@@ -252,53 +226,26 @@ Tensor UnitParallelRecurrent::backward(const Tensor& dy, bool need_input_grad) {
     }
     step_backward(t);
   }
-  ops::gemm(xt_, true, dxz_, false, kernel_.grad);
-  ops::gemm(recurrent_dropped_ ? masked_h_ : h_.rows(0, n), true, dhz_, false, recurrent_kernel_.grad);
-  if (options_.use_bias) {
-    Tensor input_grad = input_bias(bias_.grad);
-    ops::sum_rows(dxz_, input_grad);
-    if (bias_.grad.ndim() == 2) {
-      Tensor recurrent_grad = bias_.grad.rows(1, 2).reshape({-1});
-      ops::sum_rows(dhz_, recurrent_grad);
-    }
-  }
+  weights_.set_gradients(xt_, recurrent_dropped_ ? masked_h_ : h_.rows(0, n), dxz_, dhz_);
   if (!need_input_grad) return Tensor();
   ensure_buffer(dxt_, {n, in}, dtype_, dev);
-  ops::gemm(dxz_, false, kernel_.value, true, dxt_);
+  ops::gemm(dxz_, false, weights_.kernel.value, true, dxt_);
   group_->sum(dxt_);
-  if (input_dropped_)
-    for (std::int64_t t = 0; t < steps; ++t) {
-      Tensor rows = step_rows(dxt_, t);
-      ops::multiply(rows, input_mask_, rows);
-    }
-  std::vector<std::int64_t> from_time_major(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i)
-    from_time_major[static_cast<std::size_t>(to_time_major_[static_cast<std::size_t>(i)])] = i;
+  if (input_dropped_) multiply_each_step(dxt_, input_mask_);
   ensure_buffer(dx_, {n, in}, dtype_, dev);
-  ops::gather_rows(dxt_, from_time_major.data(), n, dx_);
+  recurrent_input_grad_batch_major(dxt_, to_time_major_, dx_);
   return dx_.reshape({batch, steps, in});
 }
 
 std::vector<Parameter*> UnitParallelRecurrent::parameters() {
   if (!built_) return {};
-  if (options_.use_bias) return {&kernel_, &recurrent_kernel_, &bias_};
-  return {&kernel_, &recurrent_kernel_};
+  return weights_.parameters();
 }
 
-double UnitParallelRecurrent::regularization_loss() const {
-  if (!built_) return 0.0;
-  double loss = 0.0;
-  if (kernel_reg_) loss += kernel_reg_->loss(kernel_.value);
-  if (recurrent_reg_) loss += recurrent_reg_->loss(recurrent_kernel_.value);
-  if (bias_reg_ && options_.use_bias) loss += bias_reg_->loss(bias_.value);
-  return loss;
-}
+double UnitParallelRecurrent::regularization_loss() const { return built_ ? weights_.regularization_loss() : 0.0; }
 
 void UnitParallelRecurrent::add_regularization_gradients() {
-  if (!built_) return;
-  if (kernel_reg_) kernel_reg_->add_gradient(kernel_.value, kernel_.grad);
-  if (recurrent_reg_) recurrent_reg_->add_gradient(recurrent_kernel_.value, recurrent_kernel_.grad);
-  if (bias_reg_ && options_.use_bias) bias_reg_->add_gradient(bias_.value, bias_.grad);
+  if (built_) weights_.add_regularization_gradients();
 }
 
 std::unique_ptr<Layer> UnitParallelRecurrent::clone() const {
@@ -306,9 +253,7 @@ std::unique_ptr<Layer> UnitParallelRecurrent::clone() const {
       std::unique_ptr<UnitParallelRecurrent>(new UnitParallelRecurrent(name_, cell_class_, config_, options_, group_));
   copy->copy_build_state(*this);
   if (!built_) return copy;
-  copy->kernel_ = Parameter(kernel_.name, kernel_.value.clone());
-  copy->recurrent_kernel_ = Parameter(recurrent_kernel_.name, recurrent_kernel_.value.clone());
-  if (options_.use_bias) copy->bias_ = Parameter(bias_.name, bias_.value.clone());
+  weights_.copy_values_to(copy->weights_);
   return copy;
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "mdtrain/nn/recurrent_layer.h"
+#include "mdtrain/nn/recurrent_weights.h"
 #include "mdtrain/nn/tensor_parallel/shard_group.h"
 
 namespace mdtrain {
@@ -58,7 +59,6 @@ class UnitParallelRecurrent : public Layer {
   void step_forward(std::int64_t t);
   void step_backward(std::int64_t t);
   Tensor step_rows(const Tensor& t, std::int64_t step) const { return t.rows(step * batch_, (step + 1) * batch_); }
-  Tensor input_bias(const Tensor& b) const { return b.reshape({-1, gates_ * local_}).rows(0, 1).reshape({-1}); }
 
   std::string cell_class_;
   Cell cell_;
@@ -67,8 +67,7 @@ class UnitParallelRecurrent : public Layer {
   ShardGroup* group_;
   std::int64_t gates_, units_, local_;        // G, u, u / n
   Activation activation_ = Activation::Tanh;  // SimpleRNN's
-  std::shared_ptr<Regularizer> kernel_reg_, recurrent_reg_, bias_reg_;
-  Parameter kernel_, recurrent_kernel_, bias_;
+  RecurrentWeights weights_;  // this shard's columns of kernel, recurrent_kernel, bias; the regularizers
   std::int64_t batch_ = 0, steps_ = 0;
   std::vector<std::int64_t> to_time_major_, to_batch_major_;
   // Per call, time-major: the input, its projection (G*u/n columns), the whole h of steps 0..T
