@@ -136,7 +136,6 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
   first_pipeline_ = devices_.front()->pipeline;  // mesh order: the lowest on this worker
   if (strategy_.pipe_across_workers()) {
     across_workers_ = true;
-    stages_per_worker_ = p / strategy_.num_workers();
     // Which stage owns each slot of the whole optimizer's state, in that state's order.
     std::map<std::string, int> stage_of_weight;
     for (int s = 0; s < p; ++s)

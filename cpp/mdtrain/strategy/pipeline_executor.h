@@ -100,10 +100,10 @@ class PipelineExecutor final : public StepExecutor {
                          Tensor& out, Tensor* logits);
   void copy_weights(LayerStack& from, std::size_t from_first, LayerStack& to, std::size_t to_first,
                     std::size_t count) const;
-  // Pipe axis across workers: the worker holding `stage`, and the pipe-axis rank (a stage) that
-  // receives for worker `w` what other workers' stages gather to it (its lowest stage).
-  int worker_of_stage(int stage) const { return stage / stages_per_worker_; }
-  int receiver_of_worker(int w) const { return w * stages_per_worker_; }
+  // Pipe axis across workers (stage s on worker s): the worker holding `stage`, and the pipe-axis
+  // rank (the stage) that receives for worker `w` what the other workers' stages send it.
+  static int worker_of_stage(int stage) { return stage; }
+  static int receiver_of_worker(int w) { return w; }
   // Pipe axis across workers, on pipeline 0's devices after each update: each stage sends its
   // weights (BatchNormalization's moving statistics included) and optimizer slots to every other
   // worker, whose receiving stage writes them into the primary (weights) and gathered_slots_.
@@ -122,7 +122,6 @@ class PipelineExecutor final : public StepExecutor {
   // gathered into the primary and gathered_slots_ after every step, so weights, checkpoints and
   // the optimizer state are whole on every worker without a collective call later.
   bool across_workers_ = false;
-  int stages_per_worker_ = 1;
   std::vector<std::vector<std::string>> stage_slots_;  // per stage: its slot names, whole-state order
   Optimizer::State slot_template_;                     // the whole optimizer's state: slot shapes
   std::map<std::string, Tensor> gathered_slots_;       // the other workers' stages' slots

@@ -53,21 +53,22 @@ bool pipe_spans_workers(const DeviceMesh& mesh, const std::string& pipe_axis) {
   if (workers == 1 || !mesh.has_axis(pipe_axis)) return false;
   const int p = mesh.axis_size(pipe_axis);
   // Every pipeline (a group along the pipe axis) inside one worker, or every pipeline over all
-  // workers, the same run of consecutive stages on each: worker w holds stages [w k, (w + 1) k).
-  bool inside = true, across = p % workers == 0;
+  // workers, stage s on worker s. One stage per worker: a pipe group with several ranks in each of
+  // several workers is a HierarchicalCommunicator, which has no send / recv.
+  bool inside = true, across = p == workers;
   for (int i = 0; i < mesh.num_devices(); ++i) {
     const std::vector<int> group = mesh.axis_group(pipe_axis, i);
     for (int s = 0; s < p; ++s) {
       const int w = mesh.worker_of(group[static_cast<std::size_t>(s)]);
       inside = inside && w == mesh.worker_of(group.front());
-      across = across && w == s / (p / workers);
+      across = across && w == s;
     }
   }
   MDTRAIN_CHECK(inside || across, std::invalid_argument, "[pipeline] the pipe axis '", pipe_axis, "' of ",
                 mesh.to_string(), " over ", workers,
                 " workers must either stay inside each worker (each worker runs whole pipelines: the pipe axis "
-                "last) or give every worker the same number of consecutive stages of every pipeline (", p,
-                " stages cannot: put the pipe axis first, with a number of stages divisible by the workers)");
+                "last) or put stage s of every pipeline on worker s (as many stages as workers, the pipe axis "
+                "first, e.g. (\"pipe\", \"batch\")); got ", p, " stages laid out neither way");
   return !inside;
 }
 

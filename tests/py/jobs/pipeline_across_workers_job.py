@@ -10,7 +10,9 @@ Each trains an MLP with Adam and compares, on every worker, with the same model 
 losses and metrics, get_weights, the optimizer state, evaluate, predict and a saved .keras file loaded
 back. A model with BatchNormalization is compared with the same pipeline in one process (its
 normalization uses per-micro-batch statistics, so not with one device), moving statistics included.
-Prints one RESULT line per worker (what every worker must agree on) and exits non-zero on a mismatch."""
+First, a mesh whose pipe axis spans the workers with two stages on each, (4,) ("pipe",), must be a
+ValueError before any training (printed as "REFUSED <message>"). Prints one RESULT line per worker
+(what every worker must agree on) and exits non-zero on a mismatch."""
 import json
 import os
 import sys
@@ -81,6 +83,18 @@ def compare(got, want, what):
 def global_device(task, index):
     return f"/job:worker/replica:0/task:{task}/device:CPU:{index}"
 
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    four = distribution.DeviceMesh((4,), ("pipe",), devices=distribution.list_devices())
+    pp_4 = distribution.PipelineParallel(four, num_microbatches=4, stages=[1, 3, 4])
+try:
+    with pp_4.scope():
+        make_model().compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+except ValueError as e:
+    print("REFUSED " + str(e).replace("\n", " "), flush=True)
+else:
+    raise SystemExit(f"worker {worker}: 4 stages over 2 workers (2 on each) were accepted")
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # few micro-batches for the stages: the bubble warning
