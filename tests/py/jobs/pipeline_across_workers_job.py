@@ -70,6 +70,12 @@ def compare(got, want, what):
         close(gs[name], ws[name], f"{what}: optimizer slot {name}")
     close(gm.evaluate(x, y, batch_size=40, verbose=0), wm.evaluate(x, y, batch_size=40, verbose=0),
           f"{what}: evaluate")
+    # A restored optimizer state (the executor made again from it) is whole before any step too.
+    gm._core.set_optimizer_state(list(gs.items()))
+    gm.evaluate(x, y, batch_size=40, verbose=0)
+    restored = dict(gm._core.optimizer_state())
+    for name in ws:
+        close(restored[name], ws[name], f"{what}: restored optimizer slot {name}")
     close(gm.predict(x, batch_size=40, verbose=0), wm.predict(x, batch_size=40, verbose=0), f"{what}: predict")
     path = os.path.join(tempfile.mkdtemp(), f"{what}-{worker}.keras")
     gm.save(path)
