@@ -113,7 +113,12 @@ with warnings.catch_warnings():
 assert two_by_one._core.num_workers == 2 and two_by_two._core.num_workers == 2
 
 one_device = run(tf.distribute.OneDeviceStrategy("/cpu:0"))
-report = {"2x1": compare(run(pp_2x1), one_device, "2x1"), "2x2": compare(run(pp_2x2), one_device, "2x2")}
+piped = run(pp_2x1)
+# Each worker reports its own stage, on its own device.
+stage_report = pp_2x1.stage_report(piped[0])
+assert stage_report["stage_starts"] == [0, 2, 5], stage_report
+assert [d["device"] for d in stage_report["devices"]] == [global_device(worker, 0)], stage_report
+report = {"2x1": compare(piped, one_device, "2x1"), "2x2": compare(run(pp_2x2), one_device, "2x2")}
 # BatchNormalization: the cross-worker pipeline against the same pipeline in one process.
 report["bn"] = compare(run(pp_2x1, batch_norm=True), run(pp_local, batch_norm=True), "bn")
 print("RESULT " + json.dumps(report, sort_keys=True), flush=True)
