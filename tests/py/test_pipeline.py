@@ -167,6 +167,18 @@ def test_pipeline_split_is_a_no_op_on_one_device(data):
     np.testing.assert_array_equal(plain.predict(x, verbose=0), marked.predict(x, verbose=0))
 
 
+def test_a_model_with_pipeline_splits_saves_and_loads_back(data, tmp_path):
+    x, _ = data
+    marked = _mlp(split=True)
+    path = str(tmp_path / "marked.keras")
+    marked.save(path)
+    loaded = tf.keras.models.load_model(path)
+    assert [type(layer).__name__ for layer in loaded.layers] == [type(layer).__name__ for layer in marked.layers]
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), marked.predict(x, verbose=0))
+    with pytest.raises(ValueError, match="identity"):
+        tf.keras.layers.PipelineSplit(activation="relu")
+
+
 def test_step_time_breakdown_has_each_stage_busy_and_idle(logical_cpus, data):
     logical_cpus(2)
     x, y = data
