@@ -32,11 +32,14 @@ worker = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 
 def make_model(batch_norm=False):
     tf.keras.utils.set_random_seed(11)
-    layers = [tf.keras.Input((12,)), tf.keras.layers.Dense(16, activation="relu", name="d0")]
+    # L2 on a layer of each stage: the loss adds both stages' penalties on every worker.
+    layers = [tf.keras.Input((12,)), tf.keras.layers.Dense(16, activation="relu", name="d0",
+                                                           kernel_regularizer=tf.keras.regularizers.L2(0.01))]
     if batch_norm:
         layers.append(tf.keras.layers.BatchNormalization(name="bn"))
     layers += [tf.keras.layers.Dense(16, activation="tanh", name="d1"), tf.keras.layers.PipelineSplit(),
-               tf.keras.layers.Dense(8, activation="relu", name="d2"), tf.keras.layers.Dense(4, name="out")]
+               tf.keras.layers.Dense(8, activation="relu", name="d2",
+                                         kernel_regularizer=tf.keras.regularizers.L2(0.01)), tf.keras.layers.Dense(4, name="out")]
     return tf.keras.Sequential(layers)
 
 
