@@ -514,10 +514,12 @@ void PipelineExecutor::forward_pipelined(std::int64_t count, const std::function
         for (Tensor* t : {&out, logits}) {
           if (t == nullptr) continue;
           Tensor rows = t->rows(r.first, r.first + r.rows);
-          if (sender)
-            dev.pipe_comm->send(rows.raw(), static_cast<std::size_t>(rows.numel()), rows.dtype(), receiver_of_worker(w));
-          else
-            dev.pipe_comm->recv(rows.raw(), static_cast<std::size_t>(rows.numel()), rows.dtype(), p - 1);
+          const auto n = static_cast<std::size_t>(rows.numel());
+          if (sender) {
+            dev.pipe_comm->send(rows.raw(), n, rows.dtype(), receiver_of_worker(w));
+          } else {
+            dev.pipe_comm->recv(rows.raw(), n, rows.dtype(), p - 1);
+          }
         }
       }
     }

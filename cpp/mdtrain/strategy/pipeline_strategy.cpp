@@ -68,7 +68,8 @@ bool pipe_spans_workers(const DeviceMesh& mesh, const std::string& pipe_axis) {
                 mesh.to_string(), " over ", workers,
                 " workers must either stay inside each worker (each worker runs whole pipelines: the pipe axis "
                 "last) or put stage s of every pipeline on worker s (as many stages as workers, the pipe axis "
-                "first, e.g. (\"pipe\", \"batch\")); got ", p, " stages laid out neither way");
+                "first, e.g. (\"pipe\", \"batch\")); got ",
+                p, " stages laid out neither way");
   return !inside;
 }
 
