@@ -167,6 +167,18 @@ def test_pipeline_split_is_a_no_op_on_one_device(data):
     np.testing.assert_array_equal(plain.predict(x, verbose=0), marked.predict(x, verbose=0))
 
 
+def test_a_model_with_pipeline_splits_saves_and_loads_back(data, tmp_path):
+    x, _ = data
+    marked = _mlp(split=True)
+    path = str(tmp_path / "marked.keras")
+    marked.save(path)
+    loaded = tf.keras.models.load_model(path)
+    assert [type(layer).__name__ for layer in loaded.layers] == [type(layer).__name__ for layer in marked.layers]
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), marked.predict(x, verbose=0))
+    with pytest.raises(ValueError, match="identity"):
+        tf.keras.layers.PipelineSplit(activation="relu")
+
+
 def test_step_time_breakdown_has_each_stage_busy_and_idle(logical_cpus, data):
     logical_cpus(2)
     x, y = data
@@ -226,3 +238,23 @@ def test_2_workers_x_2_stages_train_like_one_device():
     results = [json.loads(m) for m in re.findall(r"RESULT (\[[^\[\]]*\])", proc.stdout)]
     assert len(results) == 2  # both workers checked and printed
     assert results[0] == results[1]  # every worker saw the same losses
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or not _core.mpi_available(),
+                    reason="needs mpirun and an mdtrain built with MPI")
+def test_stages_across_2_workers_train_evaluate_and_save_like_one_device_on_every_worker():
+    # The job (2 workers x 2 logical devices) checks on each worker, against one device, fit's
+    # losses and accuracy, get_weights, the optimizer slots, evaluate, predict and a saved .keras
+    # file, for 2 stages on 2 workers x 1 device and a (pipe 2, batch 2) mesh; with BatchNormalization
+    # against the same pipeline in one process; and that 2 stages per worker are refused.
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "pipeline_across_workers_job.py")
+    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the two workers share stdout, so their lines may run together: find each report wherever it is
+    refused = re.findall(r"REFUSED \[pipeline\] the pipe axis 'pipe' of DeviceMesh\(shape=\[4\]", proc.stdout)
+    assert len(refused) == 2
+    results = [json.loads(m) for m in re.findall(r"RESULT (\{(?:[^{}]|\{[^{}]*\})*\})", proc.stdout)]
+    assert len(results) == 2  # both workers checked and printed
+    assert results[0] == results[1]  # every worker saw the same losses, metrics and weights
+    assert set(results[0]) == {"2x1", "2x2", "bn"}

@@ -134,6 +134,23 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
     devices_.push_back(std::move(dev));
   }
   first_pipeline_ = devices_.front()->pipeline;  // mesh order: the lowest on this worker
+  if (strategy_.pipe_across_workers()) {
+    across_workers_ = true;
+    // Which stage owns each slot of the whole optimizer's state, in that state's order.
+    std::map<std::string, int> stage_of_weight;
+    for (int s = 0; s < p; ++s)
+      for (int i = starts_[static_cast<std::size_t>(s)]; i < starts_[static_cast<std::size_t>(s) + 1]; ++i)
+        for (Parameter* w : layers[static_cast<std::size_t>(i)]->parameters())
+          if (w->trainable) stage_of_weight[w->name] = s;
+    auto whole = whole_optimizer_->clone();
+    whole->build(primary_.trainable_parameters());
+    slot_template_ = whole->state();
+    stage_slots_.assign(static_cast<std::size_t>(p), {});
+    for (const auto& [name, t] : slot_template_) {
+      const auto it = name == "iterations" ? stage_of_weight.end() : stage_of_weight.find(weight_of_slot(name));
+      if (it != stage_of_weight.end()) stage_slots_[static_cast<std::size_t>(it->second)].push_back(name);
+    }
+  }
 }
 
 PipelineExecutor::~PipelineExecutor() { strategy_.forget_executor(this); }
@@ -384,6 +401,9 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     net.add_regularization_gradients();
     dev.optimizer->apply(net.trainable_parameters());
     dev.profile.update += seconds_since(t);
+    t = Clock::now();
+    if (across_workers_ && dev.pipeline == 0) gather_stages(dev);
+    dev.profile.allreduce += seconds_since(t);
     dev.profile.steps += 1;
   });
   wall_ += seconds_since(step_start);
@@ -407,12 +427,51 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
   return result;
 }
 
+void PipelineExecutor::gather_stages(Device& dev) {
+  const int workers = strategy_.num_workers();
+  const int p = schedule_.stages;
+  const int mine = worker_of_stage(dev.stage);
+  Communicator& pipe = *dev.pipe_comm;
+  // Sends first: the buffered backends (threads, MPI) do not wait for the receiver.
+  std::map<std::string, Tensor> slots;
+  for (auto& [name, t] : dev.optimizer->state()) slots.emplace(name, t);
+  for (int w = 0; w < workers; ++w) {
+    if (w == mine) continue;
+    const int to = receiver_of_worker(w);
+    for (const auto& layer : dev.net->layers())
+      for (Parameter* v : layer->parameters())
+        pipe.send(v->value.raw(), static_cast<std::size_t>(v->value.numel()), v->value.dtype(), to);
+    for (const std::string& name : stage_slots_[static_cast<std::size_t>(dev.stage)]) {
+      const auto it = slots.find(name);
+      MDTRAIN_CHECK(it != slots.end(), std::logic_error, "[pipeline] stage ", dev.stage, " has no optimizer slot '",
+                    name, "' to send to worker ", w);
+      pipe.send(it->second.raw(), static_cast<std::size_t>(it->second.numel()), it->second.dtype(), to);
+    }
+  }
+  if (dev.stage != receiver_of_worker(mine)) return;
+  std::map<std::string, Tensor> templates;
+  for (const auto& [name, t] : slot_template_) templates.emplace(name, t);
+  for (int s = 0; s < p; ++s) {
+    if (worker_of_stage(s) == mine) continue;
+    for (int i = starts_[static_cast<std::size_t>(s)]; i < starts_[static_cast<std::size_t>(s) + 1]; ++i)
+      for (Parameter* v : primary_.layers()[static_cast<std::size_t>(i)]->parameters())
+        pipe.recv(v->value.raw(), static_cast<std::size_t>(v->value.numel()), v->value.dtype(), s);
+    for (const std::string& name : stage_slots_[static_cast<std::size_t>(s)]) {
+      Tensor& slot = gathered_slots_[name];
+      const Tensor& like = templates.at(name);
+      if (slot.numel() != like.numel()) slot = Tensor(like.shape(), like.dtype());
+      pipe.recv(slot.raw(), static_cast<std::size_t>(slot.numel()), slot.dtype(), s);
+    }
+  }
+}
+
 void PipelineExecutor::forward_pipelined(std::int64_t count,
                                          const std::function<Tensor(std::int64_t, std::int64_t)>& input, Tensor& out,
                                          Tensor* logits) {
   const int p = schedule_.stages, m = schedule_.microbatches;
-  // Every worker computes every row (each process returns the result), cut among its own pipelines.
-  const int local_pipelines = static_cast<int>(devices_.size()) / p;
+  // Every worker returns every row, cut among its own pipelines; when the pipelines span the
+  // workers, among all of them, and the last stages send their rows to the other workers.
+  const int local_pipelines = across_workers_ ? pipelines_ : static_cast<int>(devices_.size()) / p;
   run_devices([&](Device& dev, int) {
     const auto& layers = dev.net->layers();
     const RowSlice group = slice_of(count, local_pipelines, dev.pipeline - first_pipeline_);
@@ -439,6 +498,30 @@ void PipelineExecutor::forward_pipelined(std::int64_t count,
       if (logits) {
         Tensor l = logits->rows(r.first, r.first + r.rows);
         l.copy_from(layers.back()->logits());
+      }
+    }
+    if (!across_workers_) return;
+    // The whole output on every worker: the last stage's worker sends its rows, micro-batch by
+    // micro-batch, to the receiving stage of each other worker (after the forwards: no wait on them).
+    const int last_worker = worker_of_stage(p - 1), mine = worker_of_stage(dev.stage);
+    const bool sender = dev.stage == p - 1, receiver = mine != last_worker && dev.stage == receiver_of_worker(mine);
+    if (!sender && !receiver) return;
+    for (int w = 0; w < strategy_.num_workers(); ++w) {
+      if (sender ? w == last_worker : w != mine) continue;
+      for (int mb = 0; mb < m; ++mb) {
+        RowSlice r = slice_of(group.rows, m, mb);
+        r.first += group.first;
+        if (r.rows == 0) continue;
+        for (Tensor* t : {&out, logits}) {
+          if (t == nullptr) continue;
+          Tensor rows = t->rows(r.first, r.first + r.rows);
+          const auto n = static_cast<std::size_t>(rows.numel());
+          if (sender) {
+            dev.pipe_comm->send(rows.raw(), n, rows.dtype(), receiver_of_worker(w));
+          } else {
+            dev.pipe_comm->recv(rows.raw(), n, rows.dtype(), p - 1);
+          }
+        }
       }
     }
   });
@@ -485,6 +568,21 @@ void PipelineExecutor::predict_step(const Tensor& x, std::int64_t begin, std::in
 double PipelineExecutor::regularization_loss() const {
   if (!primary_stale_) return primary_.regularization_loss();
   double sum = 0;  // the stages hold the newer weights: one pipeline's stages, in stage order
+  if (across_workers_) {
+    // This worker's stages from its devices, the others' from the primary (gathered every step).
+    for (int s = 0; s < schedule_.stages; ++s) {
+      if (worker_of_stage(s) == strategy_.worker_index()) {
+        for (const auto& dev : devices_)
+          if (dev->pipeline == first_pipeline_ && dev->stage == s) sum += dev->net->regularization_loss();
+      } else {
+        double stage = 0;
+        for (int i = starts_[static_cast<std::size_t>(s)]; i < starts_[static_cast<std::size_t>(s) + 1]; ++i)
+          stage += primary_.layers()[static_cast<std::size_t>(i)]->regularization_loss();
+        sum += stage;
+      }
+    }
+    return sum;
+  }
   for (const auto& dev : devices_)
     if (dev->pipeline == first_pipeline_) sum += dev->net->regularization_loss();
   return sum;
@@ -515,6 +613,7 @@ Optimizer::State PipelineExecutor::optimizer_state() const {
   for (const auto& dev : devices_)
     if (dev->pipeline == first_pipeline_)
       for (auto& [name, t] : dev->optimizer->state()) by_name.emplace(name, t);
+  for (const auto& [name, t] : gathered_slots_) by_name.emplace(name, t);  // the other workers' stages
   if (by_name.size() <= 1) return devices_.front()->optimizer->state();
   auto whole = whole_optimizer_->clone();
   whole->build(primary_.trainable_parameters());

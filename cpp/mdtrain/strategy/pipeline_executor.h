@@ -1,5 +1,6 @@
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,14 @@ class PipelineStrategy;
 // batch. Evaluation and prediction run forward only through the stages (micro-batches flowing as in
 // training, every worker over its own pipelines), the evaluation loss computed on the calling thread
 // from the whole batch's outputs, as one device computes it.
+//
+// Across MPI workers either each worker runs whole pipelines (the batch axis across workers), or
+// every pipeline spans the workers (PipelineStrategy::pipe_across_workers): each worker computes
+// only its stages, activations and gradients go over MPI send/recv, and after every update each
+// stage's weights and optimizer slots are sent to the other workers (gather_stages), so the
+// primary, get_weights, checkpoints and optimizer_state() are whole on every worker at any time.
+// Evaluation and prediction run through the pipelines across the workers; the last stage sends its
+// rows of the output to every other worker, so each returns the whole result.
 //
 // BatchNormalization normalizes each micro-batch with its own statistics and moves its moving
 // statistics once per global batch from all micro-batches (deferred, ForwardContext::
@@ -91,6 +100,14 @@ class PipelineExecutor final : public StepExecutor {
                          Tensor& out, Tensor* logits);
   void copy_weights(LayerStack& from, std::size_t from_first, LayerStack& to, std::size_t to_first,
                     std::size_t count) const;
+  // Pipe axis across workers (stage s on worker s): the worker holding `stage`, and the pipe-axis
+  // rank (the stage) that receives for worker `w` what the other workers' stages send it.
+  static int worker_of_stage(int stage) { return stage; }
+  static int receiver_of_worker(int w) { return w; }
+  // Pipe axis across workers, on pipeline 0's devices after each update: each stage sends its
+  // weights (BatchNormalization's moving statistics included) and optimizer slots to every other
+  // worker, whose receiving stage writes them into the primary (weights) and gathered_slots_.
+  void gather_stages(Device& dev);
 
   LayerStack& primary_;
   PipelineStrategy& strategy_;
@@ -101,6 +118,13 @@ class PipelineExecutor final : public StepExecutor {
   std::vector<std::unique_ptr<Device>> devices_;  // mesh order
   int pipelines_ = 1;                             // along the batch axis, over every worker
   int first_pipeline_ = 0;                        // this worker's first: its stages are copied into the primary
+  // Pipe axis across workers (PipelineStrategy::pipe_across_workers): the other workers' stages are
+  // gathered into the primary and gathered_slots_ after every step, so weights, checkpoints and
+  // the optimizer state are whole on every worker without a collective call later.
+  bool across_workers_ = false;
+  std::vector<std::vector<std::string>> stage_slots_;  // per stage: its slot names, whole-state order
+  Optimizer::State slot_template_;                     // the whole optimizer's state: slot shapes
+  std::map<std::string, Tensor> gathered_slots_;       // the other workers' stages' slots
   bool communicators_broken_ = false;
   bool primary_stale_ = false;
   double wall_ = 0;

@@ -27,9 +27,6 @@ PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, Pipeli
   for (const auto& d : mesh_.devices())
     MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[pipeline] ", d.to_string(),
                   ": pipeline parallelism runs on logical CPU devices for now");
-  MDTRAIN_CHECK(mesh_.num_workers() == 1 || mesh_.axis_names().back() == pipe_axis_, std::invalid_argument,
-                "[pipeline] across workers the pipe axis '", pipe_axis_,
-                "' must be the last axis of the mesh (each worker runs whole pipelines), got ", mesh_.to_string());
   MDTRAIN_CHECK(mesh_.has_axis(pipe_axis_), std::invalid_argument, "[pipeline] the pipe axis '", pipe_axis_,
                 "' is not in the mesh ", mesh_.to_string());
   if (batch_axis_)
@@ -37,6 +34,7 @@ PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, Pipeli
                   "[pipeline] the batch axis '", *batch_axis_, "' is not another axis of the mesh ", mesh_.to_string());
   MDTRAIN_CHECK(mesh_.num_axes() == (batch_axis_ ? 2 : 1), std::invalid_argument, "[pipeline] the mesh ",
                 mesh_.to_string(), " may only have the pipe axis and the batch axis");
+  pipe_across_workers_ = pipe_spans_workers(mesh_, pipe_axis_);
   // Validates num_microbatches against the stages now, before any training.
   make_pipeline_schedule(schedule_, num_stages(), microbatches_);
   const int p = num_stages();
@@ -49,6 +47,31 @@ PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, Pipeli
 }
 
 PipelineStrategy::~PipelineStrategy() = default;
+
+bool pipe_spans_workers(const DeviceMesh& mesh, const std::string& pipe_axis) {
+  const int workers = mesh.num_workers();
+  if (workers == 1 || !mesh.has_axis(pipe_axis)) return false;
+  const int p = mesh.axis_size(pipe_axis);
+  // Every pipeline (a group along the pipe axis) inside one worker, or every pipeline over all
+  // workers, stage s on worker s. One stage per worker: a pipe group with several ranks in each of
+  // several workers is a HierarchicalCommunicator, which has no send / recv.
+  bool inside = true, across = p == workers;
+  for (int i = 0; i < mesh.num_devices(); ++i) {
+    const std::vector<int> group = mesh.axis_group(pipe_axis, i);
+    for (int s = 0; s < p; ++s) {
+      const int w = mesh.worker_of(group[static_cast<std::size_t>(s)]);
+      inside = inside && w == mesh.worker_of(group.front());
+      across = across && w == s;
+    }
+  }
+  MDTRAIN_CHECK(inside || across, std::invalid_argument, "[pipeline] the pipe axis '", pipe_axis, "' of ",
+                mesh.to_string(), " over ", workers,
+                " workers must either stay inside each worker (each worker runs whole pipelines: the pipe axis "
+                "last) or put stage s of every pipeline on worker s (as many stages as workers, the pipe axis "
+                "first, e.g. (\"pipe\", \"batch\")); got ",
+                p, " stages laid out neither way");
+  return !inside;
+}
 
 std::vector<std::unique_ptr<Communicator>> PipelineStrategy::make_replica_communicators() const {
   return world_communicators("threads");

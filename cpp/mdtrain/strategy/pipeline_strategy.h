@@ -18,8 +18,10 @@ class PipelineExecutor;
 
 class PipelineStrategy : public MeshWorkersStrategy {
  public:
-  // `mesh`: one process's CPU devices with the axis `pipe_axis` (its size: the number of stages)
-  // and, optionally, `batch_axis`; no other axis. `stage_starts`: the index of the first layer of
+  // `mesh`: CPU devices with the axis `pipe_axis` (its size: the number of stages) and, optionally,
+  // `batch_axis`; no other axis. Across MPI workers (`workers`: the strategy that joined them) either
+  // each worker runs whole pipelines, or every pipeline spans the workers, stage s on worker s (the
+  // pipe axis first: ("pipe", "batch")); see pipe_spans_workers. `stage_starts`: the index of the first layer of
   // stages 1..p-1 (ascending, each stage at least one layer); empty: cut so that the stages hold
   // about the same number of parameters, or (`balance_by_time`) the same measured forward + backward
   // time (each layer timed on a copy of the model, 32 rows of zeros, best of 3). Throws
@@ -43,6 +45,9 @@ class PipelineStrategy : public MeshWorkersStrategy {
   const std::string& pipe_axis() const { return pipe_axis_; }
   const std::optional<std::string>& batch_axis() const { return batch_axis_; }
   bool balance_by_time() const { return balance_by_time_; }
+  // True when each pipeline spans the MPI workers (stage s on worker s); false
+  // in one process or when each worker runs whole pipelines.
+  bool pipe_across_workers() const { return pipe_across_workers_; }
 
   // The executor of the model compiled last under this strategy, or null.
   PipelineExecutor* executor() const { return executor_; }
@@ -58,8 +63,17 @@ class PipelineStrategy : public MeshWorkersStrategy {
   std::string pipe_axis_;
   std::optional<std::string> batch_axis_;
   bool balance_by_time_ = false;
+  bool pipe_across_workers_ = false;
   PipelineExecutor* executor_ = nullptr;
 };
+
+// How the pipelines (groups along `pipe_axis`) of a mesh lie on its workers: false when each lies
+// inside one worker (or the mesh is one process's), true when every one spans all the workers, stage
+// s on worker s (as many stages as workers: the pipe axis first, e.g. ("pipe", "batch")). Throws
+// std::invalid_argument("[pipeline] ...") for any other layout (a pipeline over some workers only,
+// unevenly, or with several stages on a worker: such a pipe group would be a hierarchical
+// communicator, which has no point-to-point send / recv).
+bool pipe_spans_workers(const DeviceMesh& mesh, const std::string& pipe_axis);
 
 // The first layer of stages 1..stages-1 so that the stages' costs (parameter counts, or measured
 // nanoseconds) are as even as a

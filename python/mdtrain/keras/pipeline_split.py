@@ -7,6 +7,10 @@ from mdtrain.keras.layers import Layer, _core_layer
 class PipelineSplit(Layer):
     """A stage boundary: the layers after it (up to the next split) form the next pipeline stage."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, activation="linear", **kwargs):
+        # Its saved config is its core layer's, which names the linear activation: accepted back
+        # when a .keras file is loaded; anything else would not be an identity.
+        if activation != "linear":
+            raise ValueError(f"PipelineSplit is an identity layer: activation must be 'linear', got {activation!r}")
         super().__init__(**kwargs)
         self._core = _core_layer("Activation", {"name": self._name, "activation": "linear"})

@@ -284,5 +284,24 @@ TEST(Pipeline, AFailingStageReleasesTheOthersAndTrainingGoesOn) {
   }
 }
 
+// Across MPI workers a pipeline lies inside one worker, or has stage s on worker s; anything else
+// is refused when the strategy is made (pipe_spans_workers: the mesh alone, no MPI needed).
+TEST(Pipeline, PipeAxisAcrossWorkersOneStagePerWorkerOrInsideEach) {
+  EXPECT_FALSE(pipe_spans_workers(DeviceMesh({2}, {"pipe"}, cpus(2)), "pipe"));  // one process
+  // (batch 2, pipe 2) over 2 workers x 2: each worker runs a whole pipeline.
+  EXPECT_FALSE(pipe_spans_workers(DeviceMesh::for_workers({2, 2}, {"batch", "pipe"}, 2, cpus(2)), "pipe"));
+  // 2 stages over 2 workers x 1, (pipe 2, batch 2) over 2 workers x 2, (pipe 3, batch 2) over 3
+  // workers x 2: stage s on worker s.
+  EXPECT_TRUE(pipe_spans_workers(DeviceMesh::for_workers({2}, {"pipe"}, 2, cpus(1)), "pipe"));
+  EXPECT_TRUE(pipe_spans_workers(DeviceMesh::for_workers({2, 2}, {"pipe", "batch"}, 2, cpus(2)), "pipe"));
+  EXPECT_TRUE(pipe_spans_workers(DeviceMesh::for_workers({3, 2}, {"pipe", "batch"}, 3, cpus(2)), "pipe"));
+  // Several stages on a worker: 4 stages over 2 workers x 2, (pipe 4, batch 2) over 2 workers x 4,
+  // 6 stages over 3 workers x 2 (what for_workers accepts: a pipeline always covers every worker).
+  EXPECT_THROW(pipe_spans_workers(DeviceMesh::for_workers({4}, {"pipe"}, 2, cpus(2)), "pipe"), std::invalid_argument);
+  EXPECT_THROW(pipe_spans_workers(DeviceMesh::for_workers({4, 2}, {"pipe", "batch"}, 2, cpus(4)), "pipe"),
+               std::invalid_argument);
+  EXPECT_THROW(pipe_spans_workers(DeviceMesh::for_workers({6}, {"pipe"}, 3, cpus(2)), "pipe"), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace mdtrain

@@ -115,17 +115,20 @@ class PipelineParallel(_PerModelDistribution):
                                       self._stages == "balance_time")
 
     def stage_report(self, model):
-        """Per device in mesh order, once ``model`` trained: its stage's first layer, seconds busy
+        """Per device of this worker in mesh order, once ``model`` trained: its stage's first layer, seconds busy
         (forward + backward) and idle (the bubble: the rest of the pipeline's span, from the step's start
         to the end of the last device's schedule; the update after it is not counted) since the profile
         was reset,
         and the peak bytes of micro-batch inputs it held stashed in the last step."""
         core = self._compiled_core(model)
         starts = list(core.stage_starts())
-        devices = [str(d) for d in self.device_mesh.devices.reshape(-1)]
+        # The core reports this worker's devices only: label them with this worker's part of the mesh.
+        busy = list(core.busy_seconds())
+        first = core.worker_index * len(busy)
+        devices = [str(d) for d in self.device_mesh.devices.reshape(-1)][first:first + len(busy)]
         return {"stage_starts": starts,
                 "devices": [{"device": d, "busy": float(b), "idle": float(i), "peak_stash_bytes": int(s)}
-                            for d, b, i, s in zip(devices, core.busy_seconds(), core.idle_seconds(),
+                            for d, b, i, s in zip(devices, busy, core.idle_seconds(),
                                                   core.peak_stash_bytes())]}
 
     def __repr__(self):
