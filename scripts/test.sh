@@ -54,7 +54,7 @@ fi
 # the mirrored-training tests of the C++ API).
 tsan=build/tsan
 cmake -S . -B "$tsan" -G Ninja -DMDTRAIN_TESTS=ON -DMDTRAIN_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMDTRAIN_CUDA=OFF >/dev/null
+  -DMDTRAIN_CUDA=OFF "${launcher[@]}" >/dev/null
 cmake --build "$tsan" -j2 --target test_distribute test_model
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir "$tsan" -L "distribute|model" --output-on-failure -j2 --timeout 900
@@ -65,7 +65,7 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 # sanitizers GCC takes 4x a plain build's CPU time at -O1 but 7-11x at -O2, for the same checks.
 asan=build/asan
 cmake -S . -B "$asan" -G Ninja -DMDTRAIN_TESTS=ON -DMDTRAIN_SANITIZE=address,undefined \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" -DMDTRAIN_CUDA=OFF >/dev/null
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" -DMDTRAIN_CUDA=OFF "${launcher[@]}" >/dev/null
 cmake --build "$asan" -j2
 ASAN_OPTIONS="halt_on_error=1:detect_leaks=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
   ctest --test-dir "$asan" -LE "gpu|mpi" --output-on-failure -j2 --timeout 900
