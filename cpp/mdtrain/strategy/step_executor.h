@@ -23,6 +23,10 @@ struct GlobalBatch {
   std::int64_t count;
 };
 
+// The batch's rows of x and y, in order, into x_out and y_out (made (count, ...) when they are not):
+// the whole global batch in one place, for executors that do not cut it into replica slices.
+void gather_global_batch(const GlobalBatch& batch, Tensor& x_out, Tensor& y_out);
+
 // What a step reports of its loss, exactly as the caller needs it for Keras's running mean:
 // `sum` = the sum of per-example losses over the whole global batch (every replica, every
 // worker), `regularization` = the weight penalties of the weights the step started from.

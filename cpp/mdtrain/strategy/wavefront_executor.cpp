@@ -225,15 +225,7 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, s
   }
 }
 
-void WavefrontExecutor::gather_batch(const GlobalBatch& batch) {
-  Shape xs = batch.x.shape(), ys = batch.y.shape();
-  xs[0] = batch.count;
-  ys[0] = batch.count;
-  ensure_buffer(x_batch_, xs, batch.x.dtype());
-  ensure_buffer(y_batch_, ys, batch.y.dtype());
-  ops::gather_rows(batch.x, batch.indices, batch.count, x_batch_);
-  ops::gather_rows(batch.y, batch.indices, batch.count, y_batch_);
-}
+void WavefrontExecutor::gather_batch(const GlobalBatch& batch) { gather_global_batch(batch, x_batch_, y_batch_); }
 
 void WavefrontExecutor::remake_communicators() {
   auto comms = strategy_.make_replica_communicators();

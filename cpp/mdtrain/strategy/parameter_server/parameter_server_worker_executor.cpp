@@ -89,13 +89,7 @@ void ParameterServerWorkerExecutor::wait_for_version(std::uint64_t version, std:
 }
 
 void ParameterServerWorkerExecutor::gather_batch(const GlobalBatch& batch) {
-  Shape xs = batch.x.shape(), ys = batch.y.shape();
-  xs[0] = batch.count;
-  ys[0] = batch.count;
-  ensure_buffer(x_batch_, xs, batch.x.dtype());
-  ensure_buffer(y_batch_, ys, batch.y.dtype());
-  ops::gather_rows(batch.x, batch.indices, batch.count, x_batch_);
-  ops::gather_rows(batch.y, batch.indices, batch.count, y_batch_);
+  gather_global_batch(batch, x_batch_, y_batch_);
 }
 
 StepLoss ParameterServerWorkerExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
