@@ -36,6 +36,14 @@ class Cluster:
     overlaps_communication: bool
     source: str
     device_kind: str = "GPU"
+    # Measured on this machine only: seconds a step of n replicas costs besides their work (waking
+    # the replica threads, handing the batch out, joining), as ((n, seconds), ...). Not known for
+    # presets (GPU launch and framework costs are not modelled).
+    replica_step_overhead: tuple = ()
+
+    def step_overhead(self, replicas):
+        """The measured fixed cost of a step of `replicas` replicas (0 when not measured)."""
+        return dict(self.replica_step_overhead).get(replicas, 0.0)
 
     def __post_init__(self):
         for field in ("hosts", "devices_per_host"):
@@ -94,7 +102,9 @@ class Cluster:
         bandwidth = _measure_copy_bandwidth(repeats)
         link = _measure_threads_link(_core, repeats)
         mem = _physical_memory_bytes() / n
-        return Cluster(name="this-machine", hosts=1, devices_per_host=n, peak_flops=flops, memory_bytes=mem,
+        overhead = tuple((k, _measure_replica_step_overhead(k)) for k in range(2, n + 1) if n > 1)
+        return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
+                       peak_flops=flops, memory_bytes=mem,
                        memory_bandwidth=bandwidth, intra_host=link, inter_host=link,
                        overlaps_communication=False, device_kind="CPU",
                        source=f"this machine, measured: {os.cpu_count()} cores, the core's one-thread GEMM, "
@@ -108,14 +118,18 @@ class Cluster:
                 f"[{self.source}]")
 
 
-def measure_core_gemm_flops(repeats=5, n=384):
-    """FLOP/s of our core's GEMM on one thread (a device's: the core runs BLAS single-threaded),
-    through the same layer timer the profiler uses: the second of two n -> n Dense layers on n rows
-    runs three n x n x n GEMMs (forward, input gradient, weight gradient)."""
-    from mdtrain import _core, keras
-    model = keras.Sequential([keras.layers.Dense(n, input_shape=(n,)), keras.layers.Dense(n)])
-    seconds = min(_core.measure_layer_times(model._core, n, 1)[1] for _ in range(repeats)) * 1e-9
-    return 3 * 2.0 * n ** 3 / seconds
+def measure_core_gemm_flops(repeats=5, n=512):
+    """FLOP/s of one device of this machine: our core's float32 GEMM on one thread (what each
+    replica gets while several run; the BLAS itself is single-threaded)."""
+    from mdtrain import _core
+    before = _core.cpu_thread_count()
+    _core.set_cpu_threads(1)
+    try:
+        _core.time_gemm(n, n, n, 1)  # warm-up
+        seconds = _core.time_gemm(n, n, n, repeats)
+    finally:
+        _core.set_cpu_threads(before)
+    return 2.0 * n ** 3 / seconds
 
 
 def _measure_copy_bandwidth(repeats, nbytes=64 << 20):
@@ -158,6 +172,39 @@ def _measure_threads_link(core, repeats, ranks=2):
     fit = fit_alpha_beta(sizes, [times[s] for s in sizes])
     steps = 2 * (ranks - 1)
     return AlphaBeta(fit.alpha / steps, fit.beta * ranks / steps)
+
+
+_OVERHEAD_SCRIPT = r"""
+import sys, numpy as np
+import mdtrain as tf
+n = int(sys.argv[1])
+model_strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
+with model_strategy.scope():
+    m = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
+    m.compile(optimizer="sgd", loss="mse")
+x = np.zeros((n * 200, 1), np.float32)
+m.fit(x[:n * 20], x[:n * 20], batch_size=n, epochs=1, verbose=0)
+best = 1.0
+for _ in range(3):
+    m._core.reset_profile()
+    m.fit(x, x, batch_size=n, epochs=1, verbose=0, shuffle=False)
+    best = min(best, m.step_time_breakdown()["step"])
+print(best)
+"""
+
+
+def _measure_replica_step_overhead(replicas):
+    """The step time of `replicas` replicas of a one-weight model (their work is nothing, so the
+    step is the cost of running a step across replica threads), in a child process split into
+    that many logical CPU devices."""
+    import subprocess
+    import sys
+    env = dict(os.environ, MDTRAIN_NUM_CPU_DEVICES=str(replicas))
+    out = subprocess.run([sys.executable, "-c", _OVERHEAD_SCRIPT, str(replicas)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"Cluster.measure: timing a {replicas}-replica step failed: {out.stderr[-500:]}")
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def _physical_memory_bytes():

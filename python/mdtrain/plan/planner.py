@@ -35,15 +35,22 @@ def _resolve_cluster(cluster):
 
 def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flops=None):
     """Plans for training `model` (built, Sequential) with `global_batch_size` on `cluster` (None:
-    this machine, measured; a preset name; a Cluster), best first. `profile` / `this_machine_flops`:
-    reuse earlier measurements."""
+    this machine, measured; a preset name; a Cluster), best first. `profile` (a ModelProfile, used
+    for every strategy) / `this_machine_flops`: reuse earlier measurements.
+
+    On this machine, one replica alone is costed from a profile timed on every core (the core
+    splits a lone replica's GEMMs over its threads) and several replicas or stages from one timed
+    on one thread each (what each gets while the others run)."""
     check_model(model)
     if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
         raise ValueError(f"plan: global_batch_size must be an integer >= 1, got {global_batch_size!r}")
     cluster = _resolve_cluster(cluster)
     if cluster.num_devices < 1:
         raise ValueError(f"plan: cluster '{cluster.name}' has zero devices")
-    prof = profile if profile is not None else profile_model(model)
+    prof = profile if profile is not None else profile_model(model, threads=1)
+    alone = prof
+    if cluster.name == "this-machine" and profile is None:
+        alone = profile_model(model, threads=None)
     if cluster.name == "this-machine":
         scale = 1.0
     else:
@@ -63,7 +70,7 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
         plans.append(Plan(name, n, settings, float("nan"), float("nan"), {}, "", skipped=reason))
 
     # Data parallel on one device / one host.
-    add("OneDeviceStrategy", 1, {}, steps.data_parallel(prof, cluster, 1, b, scale=scale),
+    add("OneDeviceStrategy", 1, {}, steps.data_parallel(alone, cluster, 1, b, scale=scale),
         f"one device: no communication{scaled}")
     for n in _powers_of_two_up_to(per_host)[1:]:
         if b < n:

@@ -55,6 +55,9 @@ class ModelProfile:
     optimizer: str
     optimizer_slots: int
     rows_measured: tuple
+    threads: int                 # the core's CPU threads per op while timed (1: as each of several replicas)
+    update_s: float = None       # one optimizer update of every trainable value, measured (None: not measured)
+    step_overhead_s: float = 0.0  # per step, besides the layers: batch gather, loss, hand-offs (measured)
 
     @property
     def params(self):
@@ -103,14 +106,61 @@ def check_model(model):
                          f"models only so far (its layer timer is the pipeline's, which times a layer stack)")
 
 
-def profile_model(model, rows=(16, 128), repeats=5):
+def measure_step_costs(model, profile, rows=16, steps=20, repeats=3, threads=1):
+    """The optimizer update and the rest of a step (batch gather, loss, thread hand-offs) that the
+    layer timer does not see, from short fits of a copy of `model` (same layers and optimizer
+    configuration; the model itself is not trained) on one device: the engine's own profile
+    (step_time_breakdown) gives the update; compute minus the layers' time at `rows` rows is the
+    overhead (assumed not to grow with rows). Returns (update_s, overhead_s)."""
+    import os
+    import tempfile
+
+    from mdtrain import _core, keras
+    with tempfile.TemporaryDirectory() as tmp:  # the copy: saved and loaded, compiled as the model is
+        path = os.path.join(tmp, "model.mdtrain")
+        model.save(path)
+        copy = keras.models.load_model(path, compile=False)
+    opt = model.optimizer
+    copy.compile(optimizer=type(opt).from_config(opt.get_config()), loss=model.loss)
+    x = np.zeros((rows * steps,) + tuple(model.input_shape[1:]), dtype=np.float32)
+    loss = model.loss
+    sparse = "sparse" in (loss if isinstance(loss, str) else type(loss).__name__).lower()
+    y_shape = () if sparse else tuple(copy.output_shape[1:])
+    y = np.zeros((rows * steps,) + y_shape, dtype=np.float32)
+    before = _core.cpu_thread_count()
+    if threads is not None:
+        _core.set_cpu_threads(threads)
+    try:
+        copy.fit(x[:rows * 3], y[:rows * 3], batch_size=rows, epochs=1, verbose=0)  # warm-up
+        best = None
+        for _ in range(repeats):
+            copy._core.reset_profile()
+            copy.fit(x, y, batch_size=rows, epochs=1, verbose=0, shuffle=False)
+            b = copy.step_time_breakdown()
+            if best is None or b["step"] < best["step"]:
+                best = b
+    finally:
+        _core.set_cpu_threads(before)
+    return best["update"], max(0.0, best["compute"] - profile.time(rows))
+
+
+def profile_model(model, rows=(16, 128), repeats=5, threads=1, step_costs=True):
     """Times `model`'s layers on this machine (on a copy: the model's weights and statistics are
-    not touched) at each of `rows` and fits each layer's time to a + b·rows."""
+    not touched) at each of `rows` and fits each layer's time to a + b·rows. `threads`: the core's
+    threads per op while timing: 1 is what each replica gets when several run in one process (the
+    executor's ThreadTeam), None every core (one replica alone)."""
     from mdtrain import _core
     check_model(model)
     r0, r1 = rows
-    t0 = np.asarray(_core.measure_layer_times(model._core, r0, repeats), dtype=np.float64) * 1e-9
-    t1 = np.asarray(_core.measure_layer_times(model._core, r1, repeats), dtype=np.float64) * 1e-9
+    before = _core.cpu_thread_count()
+    if threads is not None:
+        _core.set_cpu_threads(threads)
+    try:
+        t0 = np.asarray(_core.measure_layer_times(model._core, r0, repeats), dtype=np.float64) * 1e-9
+        t1 = np.asarray(_core.measure_layer_times(model._core, r1, repeats), dtype=np.float64) * 1e-9
+        threads = _core.cpu_thread_count()
+    finally:
+        _core.set_cpu_threads(before)
     per_row = np.maximum(0.0, (t1 - t0) / (r1 - r0))
     fixed = np.maximum(0.0, t0 - per_row * r0)
     layers = []
@@ -128,5 +178,9 @@ def profile_model(model, rows=(16, 128), repeats=5):
     if opt_name == "sgd" and getattr(opt, "momentum", 0):
         slots = 1
     input_values = int(np.prod(model.input_shape[1:]))
-    return ModelProfile(name=model.name, layers=tuple(layers), input_values=input_values, optimizer=opt_name,
-                        optimizer_slots=slots, rows_measured=(r0, r1))
+    prof = ModelProfile(name=model.name, layers=tuple(layers), input_values=input_values, optimizer=opt_name,
+                        optimizer_slots=slots, rows_measured=(r0, r1), threads=threads)
+    if step_costs and opt is not None and model.loss is not None:
+        update, overhead = measure_step_costs(model, prof, rows=r0, threads=threads)
+        prof = dataclasses.replace(prof, update_s=update, step_overhead_s=overhead)
+    return prof

@@ -40,10 +40,20 @@ class StepResult:
     timeline: object = None
 
 
-def update_seconds(values, slots, cluster):
-    """An optimizer update streams each value, its gradient and its slots (read + write): memory
-    bound, at the device's memory bandwidth."""
+def update_seconds(values, slots, cluster, profile=None, scale=1.0):
+    """On the profiled machine (scale 1), the measured update of the whole model (profile.update_s)
+    pro rata; elsewhere an estimate: an update streams each value, its gradient and its slots
+    (read + write), memory bound at the device's memory bandwidth."""
+    if profile is not None and profile.update_s is not None and scale == 1.0:
+        return profile.update_s * values / max(1, profile.params)
     return values * BYTES_PER_VALUE * (3 + 2 * slots) / cluster.memory_bandwidth
+
+
+def overhead_seconds(profile, scale):
+    """The rest of a step the layer timer does not see (batch gather, loss, hand-offs), measured
+    on the profiled machine; not known elsewhere (0: GPU launch and framework costs are not
+    modelled)."""
+    return profile.step_overhead_s if scale == 1.0 else 0.0
 
 
 def _breakdown(timeline, devices, pipeline=False):
@@ -96,7 +106,10 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
     layers = profile.layers
     last_backward = {}
     pending_buckets = []
+    if n > 1:  # waking and joining the replica threads (measured on this machine only)
+        sim.add("replica hand-off", group, cluster.step_overhead(n), category=COMMUNICATION)
     for d in replayed:
+        sim.add(f"{d} gather+loss", d, overhead_seconds(profile, scale))
         for i, layer in enumerate(layers):
             sim.add(f"{d} fwd {layer.name}", d, layer.forward_time(rows) * scale)
     # Backward, layer by layer on every replica; a bucket's collective joins all replicas after
@@ -115,23 +128,24 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
     slots = profile.optimizer_slots
     if n == 1:
         for d in replayed:
-            sim.add(f"{d} update", d, update_seconds(profile.params, slots, cluster), category=UPDATE)
+            sim.add(f"{d} update", d, update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
         memory = params_bytes * (2 + slots)
     elif sync == "bucketed":
         for d in replayed:
             sim.add(f"{d} wait buckets", d, 0.0, deps=tuple(pending_buckets), category=COMMUNICATION)
-            sim.add(f"{d} update", d, update_seconds(profile.params, slots, cluster), category=UPDATE)
+            sim.add(f"{d} update", d, update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
         memory = params_bytes * (2 + slots)
     elif sync == "zero1":
         sim.add("reduce-scatter", group, collectives.reduce_scatter(params_bytes, n, cluster), category=COMMUNICATION)
         for d in replayed:
-            sim.add(f"{d} update shard", d, update_seconds(profile.params / n, slots, cluster), category=UPDATE)
+            sim.add(f"{d} update shard", d, update_seconds(profile.params / n, slots, cluster, profile, scale),
+                    category=UPDATE)
         sim.add("all-gather", group, collectives.all_gather(params_bytes, n, cluster), category=COMMUNICATION)
         memory = params_bytes * (2 + slots / n)
     elif sync == "parameter_device":
         sim.add("reduce to device 0", group, collectives.reduce_to_one(params_bytes, n, cluster),
                 category=COMMUNICATION)
-        sim.add("dev0 update", "dev0", update_seconds(profile.params, slots, cluster), category=UPDATE)
+        sim.add("dev0 update", "dev0", update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
         sim.add("broadcast", group, collectives.broadcast(params_bytes, n, cluster), category=COMMUNICATION)
         memory = params_bytes * (2 + slots)
     else:
@@ -176,6 +190,9 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
     def shard(i):
         return t if forms[i] != "replicated" else 1
 
+    sim.add("replica hand-off", group, cluster.step_overhead(t * dp), category=COMMUNICATION)
+    for d in devs:
+        sim.add(f"{d} gather+loss", d, overhead_seconds(profile, scale))
     for i, layer in enumerate(layers):
         for d in devs:
             sim.add(f"{d} fwd {layer.name}", d, layer.forward_time(rows) * scale / shard(i))
@@ -199,7 +216,7 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
                 collectives.all_reduce(local_values * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
     slots = profile.optimizer_slots
     for d in devs:
-        sim.add(f"{d} update", d, update_seconds(local_values, slots, cluster), category=UPDATE)
+        sim.add(f"{d} update", d, update_seconds(local_values, slots, cluster, profile, scale), category=UPDATE)
     timeline = sim.run()
     act = rows * BYTES_PER_VALUE * (profile.input_values +
                                     sum(layer.activation_values / shard(i) for i, layer in enumerate(layers)))
@@ -253,24 +270,12 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
         stage_values = [0] * p
     ops = ops if ops is not None else pipeline_ops(schedule, p, m)
     sim = Simulator()
-    sends = {}
     devs = [f"stage{s}" for s in range(p)]
-    # The transfers: a send is buffered (the stage goes on), the transfer occupies the link
-    # between the two stages in the sender's order, the receive waits for it.
-    for s, stage_ops in enumerate(ops):
-        for kind, mb in stage_ops:
-            if kind == "send_activation":
-                sends[("act", s, mb)] = None
-            elif kind == "send_gradient":
-                sends[("grad", s, mb)] = None
-    # Build tasks stage by stage in a dependency-safe way: sim resolves order per resource, and a
-    # receive's dependency must exist when added, so create transfer tasks lazily in a first pass
-    # over sends, then the stage tasks referencing them.
-    last_fwd = {}
-    last_bwd = {}
-    transfer = {}
+    # A send is buffered (the stage goes on); the transfer occupies the link between the two
+    # stages, in the sender's order; the receive waits for it. Stages' ops are added in rounds
+    # so a transfer exists before the receive that waits for it is added.
+    last_fwd, last_bwd, transfer = {}, {}, {}
     pending = [list(stage_ops) for stage_ops in ops]
-    # Tasks are added in rounds so a transfer task exists before its receive is added.
     while any(pending):
         progressed = False
         for s in range(p):
@@ -303,13 +308,12 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
                 progressed = True
         if not progressed:
             raise RuntimeError("pipeline: the schedule's receives never match a send")
-    span_end = {}
     slots = profile.optimizer_slots
     for s, d in enumerate(devs):
         if dp > 1 and stage_values[s]:
             sim.add(f"{d} gradient all-reduce", (d, f"net{s}"),
                     collectives.all_reduce(stage_values[s] * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
-        span_end[s] = sim.add(f"{d} update", d, update_seconds(stage_values[s], slots, cluster), category=UPDATE)
+        sim.add(f"{d} update", d, update_seconds(stage_values[s], slots, cluster, profile, scale), category=UPDATE)
     timeline = sim.run()
     # The bubble: inside the pipeline's span (up to the last backward anywhere), the time a
     # stage does not compute; after the span, waiting for the slowest stage's update is exposed
@@ -342,13 +346,14 @@ def parameter_servers(profile, cluster, workers, k, global_batch, scale=1.0):
     ws = [f"worker{w}" for w in range(workers)]
     compute = {}
     for w in ws:
-        compute[w] = sim.add(f"{w} fwd+bwd", w, profile.time(rows) * scale)
+        compute[w] = sim.add(f"{w} fwd+bwd", w, profile.time(rows) * scale + overhead_seconds(profile, scale))
     pushes = {}
     for j in range(k):
         for w in ws:
             push = sim.add(f"{w} push to ps{j}", (f"ps{j}-link",), link.time(shard_bytes), deps=(compute[w],),
                            category=COMMUNICATION)
-            upd = sim.add(f"ps{j} apply {w}", f"ps{j}", update_seconds(shard_values, profile.optimizer_slots, cluster),
+            upd = sim.add(f"ps{j} apply {w}", f"ps{j}",
+                          update_seconds(shard_values, profile.optimizer_slots, cluster, profile, scale),
                           deps=(push,), category=UPDATE)
             pushes.setdefault(w, []).append(upd)
     for j in range(k):
