@@ -21,9 +21,11 @@ MODELS = {"seed": [128], "heavy": [2048, 2048]}
 
 def build(tf, hidden, scope=None):
     def make():
-        m = tf.keras.Sequential([tf.keras.layers.Dense(hidden[0], activation="relu", input_shape=(784,))] +
-                                [tf.keras.layers.Dense(h, activation="relu") for h in hidden[1:]] +
-                                [tf.keras.layers.Dense(10)])
+        # Named layers: the ModelParallel case's layout map names their kernels.
+        m = tf.keras.Sequential([tf.keras.layers.Dense(hidden[0], activation="relu", input_shape=(784,), name="d0")] +
+                                [tf.keras.layers.Dense(h, activation="relu", name=f"d{i + 1}")
+                                 for i, h in enumerate(hidden[1:])] +
+                                [tf.keras.layers.Dense(10, name=f"d{len(hidden)}")])
         m.compile(optimizer=tf.keras.optimizers.Adam(),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         return m
@@ -86,7 +88,7 @@ def main():
              find(plans, "MirroredStrategy", 2)),
             ("CentralStorageStrategy x2", lambda: tf.distribute.experimental.CentralStorageStrategy(
                 ["/cpu:0", "/cpu:1"]).scope(), find(plans, "CentralStorageStrategy", 2)),
-            ("ModelParallel (1, 2)", lambda: _model_parallel(dist, hidden),
+            ("ModelParallel (1, 2)", lambda: _model_parallel(dist, find(plans, "ModelParallel", 2, mesh=(1, 2))),
              find(plans, "ModelParallel", 2, mesh=(1, 2))),
         ]
         for m in (2, 4):
@@ -112,12 +114,15 @@ def main():
         print(f"| {model_name} | {label} | {p * 1e3:.3f} | {m * 1e3:.3f} | {e:+.0%} |")
 
 
-def _model_parallel(dist, hidden):
+def _model_parallel(dist, planned):
+    """The layout the planner costed (its settings["layout"]: layer:form, ...)."""
     mesh = dist.DeviceMesh((1, 2), ("batch", "model"))
     layout = dist.LayoutMap(mesh)
-    # The planner's pairing: the first Dense column-parallel, the next row-parallel.
-    layout["dense/kernel"] = (None, "model")
-    layout["dense_1/kernel"] = ("model", None)
+    for item in planned.settings["layout"].split(", "):
+        layer, form = item.split(":")
+        layout[f"{layer}/kernel"] = ("model", None) if form == "row" else (None, "model")
+        if form != "row":
+            layout[f"{layer}/bias"] = ("model",)
     return dist.ModelParallel(layout_map=layout).scope()
 
 

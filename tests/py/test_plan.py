@@ -137,12 +137,12 @@ def test_presets_name_their_source():
 @pytest.mark.parametrize("p,m", [(2, 2), (2, 8), (4, 4), (4, 16), (8, 8)])
 def test_simulated_bubble_of_equal_stages_is_the_formula(schedule, p, m):
     prof = synthetic_profile()
-    result, bubble, pipe_end = steps.pipeline(prof, gpu_cluster(), p, m, schedule, 1, 64 * m,
+    result, bubble, span = steps.pipeline(prof, gpu_cluster(), p, m, schedule, 1, 64 * m,
                                               stage_costs=[(1.0, 2.0)] * p)
-    assert pipe_end == pytest.approx((m + p - 1) * 3.0)
-    assert bubble / pipe_end == pytest.approx((p - 1) / (m + p - 1))
+    assert span == pytest.approx((m + p - 1) * 3.0)
+    assert bubble / span == pytest.approx((p - 1) / (m + p - 1))
     # ... and what the core's own schedule simulator says
-    assert bubble / pipe_end == pytest.approx(_core.pipeline_bubble_fraction(schedule, p, m, 1.0, 2.0))
+    assert bubble / span == pytest.approx(_core.pipeline_bubble_fraction(schedule, p, m, 1.0, 2.0))
 
 
 def test_pipeline_ops_are_the_executors():

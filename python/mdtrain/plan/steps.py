@@ -252,7 +252,8 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
              stage_costs=None):
     """PipelineParallel on a (pipe=p, batch=dp) mesh with m micro-batches. stage_costs: optional
     [(forward_s, backward_s)] per stage per micro-batch (tests: equal stages); else from the
-    profile, stages cut by time as stages='balance_time' does."""
+    profile, stages cut by time as stages='balance_time' does. Returns (StepResult, the mean
+    bubble per stage in seconds, the pipeline's span: first forward to last backward)."""
     rows = global_batch // (dp * m)
     layers = profile.layers
     if stage_costs is None:
@@ -276,6 +277,9 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     # so a transfer exists before the receive that waits for it is added.
     last_fwd, last_bwd, transfer = {}, {}, {}
     pending = [list(stage_ops) for stage_ops in ops]
+    if groups:  # measured on this machine only (0 elsewhere)
+        sim.add("stage threads hand-off", tuple(devs), cluster.step_overhead(p * dp), category=COMMUNICATION)
+        sim.add("stage0 gather+loss", devs[0], overhead_seconds(profile, scale))
     while any(pending):
         progressed = False
         for s in range(p):
@@ -318,11 +322,13 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     # The bubble: inside the pipeline's span (up to the last backward anywhere), the time a
     # stage does not compute; after the span, waiting for the slowest stage's update is exposed
     # communication/update skew, not bubble.
+    pipe_start = min(t.start for t in last_fwd.values())
     pipe_end = max(t.end for t in last_bwd.values())
-    busy = [timeline.busy(d, COMPUTE) for d in devs]
-    bubble = sum(pipe_end - b for b in busy) / p
+    busy = [sum(t.duration for key, t in list(last_fwd.items()) + list(last_bwd.items()) if key[0] == s)
+            for s in range(p)]
+    bubble = sum(pipe_end - pipe_start - b for b in busy) / p
     update = sum(timeline.busy(d, UPDATE) for d in devs) / p
-    compute = sum(busy) / p
+    compute = sum(timeline.busy(d, COMPUTE) for d in devs) / p
     comm = max(0.0, timeline.makespan - compute - update - bubble)
     peak = [peak_in_flight(stage_ops) for stage_ops in ops]
     if groups:
@@ -331,7 +337,7 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     else:
         memory = 0.0
     return StepResult(timeline.makespan, {"compute": compute, "communication": comm, "update": update,
-                                          "bubble": bubble}, memory, timeline), bubble, pipe_end
+                                          "bubble": bubble}, memory, timeline), bubble, pipe_end - pipe_start
 
 
 def parameter_servers(profile, cluster, workers, k, global_batch, scale=1.0):
