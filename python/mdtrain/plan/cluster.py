@@ -2,9 +2,9 @@
 α–β model of the links inside a host and between hosts.
 
 Presets come from published figures (vendor datasheets), labelled with their source; they are
-peaks, not what a framework reaches. `Cluster.measure()` times this machine instead (a GEMM for
-FLOP/s, all-reduces of our threads communicator for the intra-host link, a copy for memory
-bandwidth)."""
+peaks, not what a framework reaches. `Cluster.measure()` times this machine instead (our core's
+GEMM for FLOP/s, all-reduces of our threads communicator for the intra-host link, a copy for
+memory bandwidth, a step of n replicas of a one-weight model for the framework's hand-off)."""
 import dataclasses
 import os
 import threading
@@ -90,10 +90,11 @@ class Cluster:
 
     @staticmethod
     def measure(devices=None, repeats=5):
-        """This machine: one logical CPU device per core (or `devices`), each core's GEMM FLOP/s
-        (a float32 numpy matmul on one thread's share), the threads communicator's all-reduce
-        fitted to α–β over 4 KB..4 MB, and a copy's memory bandwidth. On a loaded machine the
-        figures are what the load leaves."""
+        """This machine: one logical CPU device per core (or `devices`), each device's FLOP/s (our
+        core's float32 GEMM on one thread), the threads communicator's all-reduce fitted to α–β
+        over 4 KB..4 MB, a copy's memory bandwidth, and the fixed cost of a step of 2, 4, ..
+        and `devices` replicas (each timed in a child process). On a loaded machine the figures
+        are what the load leaves."""
         from mdtrain import _core  # the extension: not needed for presets
         n = devices if devices is not None else (os.cpu_count() or 1)
         if n < 1:
@@ -102,7 +103,8 @@ class Cluster:
         bandwidth = _measure_copy_bandwidth(repeats)
         link = _measure_threads_link(_core, repeats)
         mem = _physical_memory_bytes() / n
-        overhead = tuple((k, _measure_replica_step_overhead(k)) for k in range(2, n + 1) if n > 1)
+        counts = sorted({2 ** i for i in range(1, n.bit_length()) if 2 ** i <= n} | ({n} if n > 1 else set()))
+        overhead = tuple((k, _measure_replica_step_overhead(k)) for k in counts)
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
                        peak_flops=flops, memory_bytes=mem,
                        memory_bandwidth=bandwidth, intra_host=link, inter_host=link,

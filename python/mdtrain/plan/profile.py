@@ -48,7 +48,7 @@ class LayerCost:
 
 @dataclasses.dataclass(frozen=True)
 class ModelProfile:
-    """A model's layers' costs as measured on `measured_on` (a Cluster, or None: this machine)."""
+    """A model's layers' costs, measured on this machine (profile_model)."""
     name: str
     layers: tuple
     input_values: int            # per row
