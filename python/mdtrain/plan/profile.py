@@ -3,7 +3,7 @@ rows it runs on, FLOPs, and parameter and activation bytes.
 
 The times come from the core's own layer timer, the one PipelineParallel(stages="balance_time")
 cuts stages by (measure_layer_times in cpp/mdtrain/strategy/pipeline_strategy.h): forward +
-backward of each layer on a copy of the model, best of a few repeats. It is run at two row counts
+backward of each layer on a copy of the model, the median of 5 single timings. It is run at two row counts
 and fitted per layer to a + b·rows, so the planner can cost any per-device batch. The timer gives
 forward + backward together; they are split by the layer's FLOP ratio (a layer with a kernel:
 backward = 2 × forward, input and weight gradients; without: backward = forward). That split is
@@ -144,6 +144,14 @@ def measure_step_costs(model, profile, rows=16, steps=20, repeats=3, threads=1):
     return best["update"], max(0.0, best["compute"] - profile.time(rows))
 
 
+def _median_layer_times(core, model, rows, repeats):
+    """Seconds per layer, the median of `repeats` single timings: a sustained step pays the
+    typical time, not the best (the timer's own best-of-k picks a moment with a free core, which on
+    a loaded machine is far from what a step gets)."""
+    runs = [core.measure_layer_times(model._core, rows, 1) for _ in range(repeats)]
+    return np.median(np.asarray(runs, dtype=np.float64), axis=0) * 1e-9
+
+
 def profile_model(model, rows=(16, 128), repeats=5, threads=1, step_costs=True):
     """Times `model`'s layers on this machine (on a copy: the model's weights and statistics are
     not touched) at each of `rows` and fits each layer's time to a + b·rows. `threads`: the core's
@@ -156,8 +164,8 @@ def profile_model(model, rows=(16, 128), repeats=5, threads=1, step_costs=True):
     if threads is not None:
         _core.set_cpu_threads(threads)
     try:
-        t0 = np.asarray(_core.measure_layer_times(model._core, r0, repeats), dtype=np.float64) * 1e-9
-        t1 = np.asarray(_core.measure_layer_times(model._core, r1, repeats), dtype=np.float64) * 1e-9
+        t0 = _median_layer_times(_core, model, r0, repeats)
+        t1 = _median_layer_times(_core, model, r1, repeats)
         threads = _core.cpu_thread_count()
     finally:
         _core.set_cpu_threads(before)
