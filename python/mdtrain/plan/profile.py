@@ -3,8 +3,8 @@ rows it runs on, FLOPs, and parameter and activation bytes.
 
 The times come from the core's own layer timer, the one PipelineParallel(stages="balance_time")
 cuts stages by (measure_layer_times in cpp/mdtrain/strategy/pipeline_strategy.h): forward +
-backward of each layer on a copy of the model, the median of 5 single timings. It is run at two row counts
-and fitted per layer to a + b·rows, so the planner can cost any per-device batch. The timer gives
+backward of each layer on a copy of the model, the median of 5 single timings. It is run at two
+row counts and fitted per layer to a + b·rows, so the planner can cost any per-device batch. The timer gives
 forward + backward together; they are split by the layer's FLOP ratio (a layer with a kernel:
 backward = 2 × forward, input and weight gradients; without: backward = forward). That split is
 an assumption, not a measurement."""
