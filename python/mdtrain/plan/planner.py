@@ -107,12 +107,16 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
             f"gradients reduced onto one device, its update, weights broadcast{scaled}")
     for k in (1, 2, 4):
         workers = n_all
-        if prof.params < k:
+        if cluster.name == "this-machine":
+            # Workers and servers are processes talking ZeroMQ here: costing them with the threads
+            # link (and without a process's per-step costs) would rank them first on no evidence.
+            skip("ParameterServerStrategy", workers, {"num_ps": k},
+                 "the ZeroMQ transport between processes is not measured yet")
             continue
         add("ParameterServerStrategy", workers, {"num_ps": k, "synchronous": True},
             steps.parameter_servers(prof, cluster, workers, k, b, scale=scale),
-            f"{workers} workers push/pull through {k} server link(s) (ZeroMQ transport costed with the "
-            f"{'inter' if cluster.hosts > 1 else 'intra'}-host link){scaled}")
+            f"{workers} workers push/pull through {k} server link(s) (the "
+            f"{'inter' if cluster.hosts > 1 else 'intra'}-host link's figures){scaled}")
     # Tensor parallel (ModelParallel), with the rest of the devices on the batch axis.
     for t in _powers_of_two_up_to(per_host)[1:]:
         dp = n_all // t
