@@ -78,11 +78,3 @@ class Timeline:
     def busy(self, resource, category=None):
         return sum(t.duration for t in self.tasks
                    if resource in t.resources and (category is None or t.category == category))
-
-    def end_of(self, resource):
-        return max((t.end for t in self.tasks if resource in t.resources), default=0.0)
-
-    def span(self, resources, category):
-        """From the first start to the last end of `category` tasks on `resources`."""
-        ts = [t for t in self.tasks if t.category == category and set(t.resources) & set(resources)]
-        return (max(t.end for t in ts) - min(t.start for t in ts)) if ts else 0.0
