@@ -27,6 +27,8 @@ void register_exceptions() {
 }
 }  // namespace
 
+void init_plan(py::module_& m);  // plan_bindings.cpp: layer times and pipeline schedules for the planner
+
 }  // namespace mdtrain::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -48,4 +50,5 @@ PYBIND11_MODULE(_core, m) {
   init_distribute(m);
   init_ps(m);
   init_tape(m);
+  init_plan(m);
 }

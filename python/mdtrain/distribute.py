@@ -831,6 +831,7 @@ from mdtrain._ps import coordinator as _ps_coordinator  # noqa: E402
 from mdtrain._ps import partitioners as _ps_partitioners  # noqa: E402
 from mdtrain._ps.services import Server  # noqa: E402,F401
 from mdtrain._ps.strategy import ParameterServerStrategy  # noqa: E402
+from mdtrain import plan as _planner  # noqa: E402
 
 
 class coordinator:  # noqa: N801 - tf.distribute.coordinator namespace
@@ -849,3 +850,7 @@ class _Partitioners:  # tf.distribute.experimental.partitioners
 experimental.ParameterServerStrategy = ParameterServerStrategy
 experimental.partitioners = _Partitioners
 experimental.coordinator = coordinator
+
+# The scaling planner (an mdtrain extension, docs/planner.md).
+experimental.plan = _planner.plan
+experimental.Cluster = _planner.Cluster

@@ -1,0 +1,36 @@
+// What the scaling planner (python/mdtrain/plan) reads from the core: the per-layer times the
+// pipeline's stages="balance_time" cut uses, and the pipeline schedules the executor runs, so the
+// planner costs the same measurements and the same op order as the code that trains.
+#include "bindings.h"
+#include "mdtrain/model/model.h"
+#include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/strategy/pipeline_schedule.h"
+#include "mdtrain/strategy/pipeline_strategy.h"
+
+namespace mdtrain::bindings {
+
+void init_plan(py::module_& m) {
+  m.def(
+      "measure_layer_times",
+      [](Model& model, std::int64_t rows, int repeats) {
+        LayerStack& stack = model.stack();
+        py::gil_scoped_release release;
+        return measure_layer_times(stack, rows, repeats);
+      },
+      py::arg("model"), py::arg("rows") = 32, py::arg("repeats") = 3,
+      "Nanoseconds of forward + backward of each layer of a Sequential model on `rows` rows (the best "
+      "of `repeats`; what PipelineParallel(stages='balance_time') cuts by).");
+  m.def(
+      "pipeline_schedule_ops",
+      [](const std::string& schedule, int stages, int microbatches) {
+        const PipelineSchedule s = make_pipeline_schedule(pipeline_schedule_kind(schedule), stages, microbatches);
+        std::vector<std::vector<std::pair<std::string, int>>> out(s.ops.size());
+        for (std::size_t i = 0; i < s.ops.size(); ++i)
+          for (const auto& op : s.ops[i]) out[i].emplace_back(name_of(op.kind), op.microbatch);
+        return out;
+      },
+      py::arg("schedule"), py::arg("stages"), py::arg("microbatches"),
+      "Each stage's ops (kind, micro-batch) in the order PipelineExecutor runs them.");
+}
+
+}  // namespace mdtrain::bindings

@@ -1,0 +1,253 @@
+"""What a cluster is to the planner: hosts × devices, each device's peak FLOP/s and memory, and an
+α–β model of the links inside a host and between hosts.
+
+Presets come from published figures (vendor datasheets), labelled with their source; they are
+peaks, not what a framework reaches. `Cluster.measure()` times this machine instead (our core's
+GEMM for FLOP/s, all-reduces of our threads communicator for the intra-host link, a copy for
+memory bandwidth, a step of n replicas of a one-weight model for the framework's hand-off)."""
+import dataclasses
+import os
+import threading
+import time
+
+import numpy as np
+
+from mdtrain.plan.alpha_beta import AlphaBeta, fit_alpha_beta
+
+_GB = 1e9
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """hosts × devices_per_host devices. Each device: peak_flops (FLOP/s), memory_bytes,
+    memory_bandwidth (bytes/s, what an optimizer update streams at). intra_host / inter_host: the
+    α–β of one point-to-point transfer between two devices of one host / of different hosts.
+    overlaps_communication: whether a gradient bucket's all-reduce runs beside backward (NCCL's
+    communication stream on GPUs) or blocks the device's thread (the CPU communicators: see
+    GradientReducer). source: where the figures come from."""
+    name: str
+    hosts: int
+    devices_per_host: int
+    peak_flops: float
+    memory_bytes: float
+    memory_bandwidth: float
+    intra_host: AlphaBeta
+    inter_host: AlphaBeta
+    overlaps_communication: bool
+    source: str
+    device_kind: str = "GPU"
+    # Measured on this machine only: seconds a step of n replicas costs besides their work (waking
+    # the replica threads, handing the batch out, joining), as ((n, seconds), ...). Not known for
+    # presets (GPU launch and framework costs are not modelled).
+    replica_step_overhead: tuple = ()
+
+    def step_overhead(self, replicas):
+        """The measured fixed cost of a step of `replicas` replicas (0 when not measured)."""
+        return dict(self.replica_step_overhead).get(replicas, 0.0)
+
+    def __post_init__(self):
+        for field in ("hosts", "devices_per_host"):
+            v = getattr(self, field)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"Cluster '{self.name}': {field} must be an integer >= 1, got {v!r} "
+                                 f"(a cluster with zero devices has nothing to plan for)")
+        for field in ("peak_flops", "memory_bytes", "memory_bandwidth"):
+            v = getattr(self, field)
+            if not v > 0:
+                raise ValueError(f"Cluster '{self.name}': {field} must be > 0, got {v!r}")
+
+    @property
+    def num_devices(self):
+        return self.hosts * self.devices_per_host
+
+    def link(self, devices_spanned):
+        """The α–β of a group of `devices_spanned` consecutive devices: intra-host when it fits in
+        one host, else the slower inter-host link (the bottleneck of a ring over hosts)."""
+        return self.intra_host if devices_spanned <= self.devices_per_host else self.inter_host
+
+    def with_devices(self, hosts=None, devices_per_host=None):
+        """The same hardware with another number of hosts / devices per host."""
+        return dataclasses.replace(self, hosts=self.hosts if hosts is None else hosts,
+                                   devices_per_host=self.devices_per_host if devices_per_host is None
+                                   else devices_per_host)
+
+    @staticmethod
+    def preset_names():
+        return sorted(_PRESETS)
+
+    @staticmethod
+    def preset(name, hosts=None):
+        """A cluster from published figures ('dgx-h100', 'dgx-a100', 'v100-25gbe'); `hosts`
+        overrides the preset's host count. ValueError for an unknown name."""
+        if name == "this-machine":
+            c = Cluster.measure()
+        elif name in _PRESETS:
+            c = _PRESETS[name]
+        else:
+            raise ValueError(f"unknown cluster preset {name!r}: known presets are "
+                             f"{', '.join(Cluster.preset_names() + ['this-machine'])}")
+        return c if hosts is None else c.with_devices(hosts=hosts)
+
+    @staticmethod
+    def measure(devices=None, repeats=5):
+        """This machine: one logical CPU device per core (or `devices`), each device's FLOP/s (our
+        core's float32 GEMM on one thread), the threads communicator's all-reduce fitted to α–β
+        over 4 KB..4 MB, a copy's memory bandwidth, and the fixed cost of a step of 2, 4, ..
+        and `devices` replicas (each timed in a child process). On a loaded machine the figures
+        are what the load leaves."""
+        from mdtrain import _core  # the extension: not needed for presets
+        n = devices if devices is not None else (os.cpu_count() or 1)
+        if n < 1:
+            raise ValueError(f"Cluster.measure: devices must be >= 1, got {n}")
+        flops = measure_core_gemm_flops(repeats)
+        bandwidth = _measure_copy_bandwidth(repeats)
+        link = _measure_threads_link(_core, repeats)
+        mem = _physical_memory_bytes() / n
+        counts = sorted({2 ** i for i in range(1, n.bit_length()) if 2 ** i <= n} | ({n} if n > 1 else set()))
+        overhead = tuple((k, _measure_replica_step_overhead(k)) for k in counts)
+        return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
+                       peak_flops=flops, memory_bytes=mem,
+                       memory_bandwidth=bandwidth, intra_host=link, inter_host=link,
+                       overlaps_communication=False, device_kind="CPU",
+                       source=f"this machine, measured: {os.cpu_count()} cores, the core's one-thread GEMM, "
+                              f"threads-communicator all-reduce fit")
+
+    def __str__(self):
+        return (f"{self.name}: {self.hosts} host(s) x {self.devices_per_host} {self.device_kind}(s), "
+                f"{self.peak_flops / 1e12:.3g} TFLOP/s and {self.memory_bytes / _GB:.3g} GB each, "
+                f"intra-host {self.intra_host.bandwidth / _GB:.3g} GB/s + {self.intra_host.alpha * 1e6:.3g} us, "
+                f"inter-host {self.inter_host.bandwidth / _GB:.3g} GB/s + {self.inter_host.alpha * 1e6:.3g} us "
+                f"[{self.source}]")
+
+
+def measure_core_gemm_flops(repeats=5, n=512):
+    """FLOP/s of one device of this machine: our core's float32 GEMM on one thread (what each
+    replica gets while several run; the BLAS itself is single-threaded)."""
+    from mdtrain import _core
+    before = _core.cpu_thread_count()
+    _core.set_cpu_threads(1)
+    try:
+        _core.time_gemm(n, n, n, 1)  # warm-up
+        seconds = _core.time_gemm(n, n, n, repeats)
+    finally:
+        _core.set_cpu_threads(before)
+    return 2.0 * n ** 3 / seconds
+
+
+def _measure_copy_bandwidth(repeats, nbytes=64 << 20):
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    return 2.0 * nbytes / best  # read + write
+
+
+def _measure_threads_link(core, repeats, ranks=2):
+    """Times all-reduces of 2 ranks of the threads communicator (one Python thread per rank; the
+    C++ call releases the GIL) and fits α–β to them; returned per point-to-point transfer, i.e. the
+    all-reduce's fit divided back through the ring's 2(n-1) messages and 2(n-1)/n of the bytes."""
+    comms = core.make_communicators("threads", ranks)
+    sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20]
+    times = {s: float("inf") for s in sizes}
+    iters = 20
+
+    def run(rank, out):
+        for s in sizes:
+            buf = np.ones(s // 4, dtype=np.float32)
+            for _ in range(repeats):
+                comms[rank].barrier()
+                t = time.perf_counter()
+                for _ in range(iters):
+                    comms[rank].all_reduce(buf)
+                if rank == 0:
+                    out[s] = min(out[s], (time.perf_counter() - t) / iters)
+
+    threads = [threading.Thread(target=run, args=(r, times)) for r in range(1, ranks)]
+    for th in threads:
+        th.start()
+    run(0, times)
+    for th in threads:
+        th.join()
+    fit = fit_alpha_beta(sizes, [times[s] for s in sizes])
+    steps = 2 * (ranks - 1)
+    return AlphaBeta(fit.alpha / steps, fit.beta * ranks / steps)
+
+
+_OVERHEAD_SCRIPT = r"""
+import sys, numpy as np
+import mdtrain as tf
+n = int(sys.argv[1])
+model_strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
+with model_strategy.scope():
+    m = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
+    m.compile(optimizer="sgd", loss="mse")
+x = np.zeros((n * 200, 1), np.float32)
+m.fit(x[:n * 20], x[:n * 20], batch_size=n, epochs=1, verbose=0)
+best = 1.0
+for _ in range(3):
+    m._core.reset_profile()
+    m.fit(x, x, batch_size=n, epochs=1, verbose=0, shuffle=False)
+    best = min(best, m.step_time_breakdown()["step"])
+print(best)
+"""
+
+
+def _measure_replica_step_overhead(replicas):
+    """The step time of `replicas` replicas of a one-weight model (their work is nothing, so the
+    step is the cost of running a step across replica threads), in a child process split into
+    that many logical CPU devices."""
+    import subprocess
+    import sys
+    env = dict(os.environ, MDTRAIN_NUM_CPU_DEVICES=str(replicas))
+    out = subprocess.run([sys.executable, "-c", _OVERHEAD_SCRIPT, str(replicas)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"Cluster.measure: timing a {replicas}-replica step failed: {out.stderr[-500:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _physical_memory_bytes():
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 8.0 * _GB
+
+
+def _gbps(gigabits):
+    return gigabits * 1e9 / 8
+
+
+# Published figures. Peak dense FLOP/s are for the precision the planner scales by (our core
+# trains in float32: TF32 tensor-core peaks for A100/H100, FP32 for V100), without sparsity.
+_PRESETS = {
+    "dgx-h100": Cluster(
+        name="dgx-h100", hosts=1, devices_per_host=8, peak_flops=494.7e12, memory_bytes=80 * _GB,
+        memory_bandwidth=3.35e12,
+        intra_host=AlphaBeta(alpha=3e-6, beta=1 / (450 * _GB)),
+        inter_host=AlphaBeta(alpha=5e-6, beta=1 / _gbps(400)),
+        overlaps_communication=True,
+        source="8x H100 SXM (TF32 dense 494.7 TFLOP/s, 80 GB HBM3 3.35 TB/s), NVLink 4 (900 GB/s "
+               "bidirectional = 450 GB/s per direction), 400 Gb/s InfiniBand NDR per GPU — NVIDIA "
+               "datasheet figures; latencies are typical, not from the datasheet"),
+    "dgx-a100": Cluster(
+        name="dgx-a100", hosts=1, devices_per_host=8, peak_flops=156e12, memory_bytes=80 * _GB,
+        memory_bandwidth=2.039e12,
+        intra_host=AlphaBeta(alpha=3e-6, beta=1 / (300 * _GB)),
+        inter_host=AlphaBeta(alpha=5e-6, beta=1 / _gbps(200)),
+        overlaps_communication=True,
+        source="8x A100 SXM 80GB (TF32 dense 156 TFLOP/s, 2.039 TB/s), NVLink 3 (600 GB/s "
+               "bidirectional), 200 Gb/s InfiniBand HDR per GPU — NVIDIA datasheet figures; latencies "
+               "typical"),
+    "v100-25gbe": Cluster(
+        name="v100-25gbe", hosts=1, devices_per_host=8, peak_flops=15.7e12, memory_bytes=16 * _GB,
+        memory_bandwidth=0.9e12,
+        intra_host=AlphaBeta(alpha=5e-6, beta=1 / (150 * _GB)),
+        inter_host=AlphaBeta(alpha=25e-6, beta=1 / _gbps(25)),
+        overlaps_communication=True,
+        source="8x V100 SXM2 16GB (FP32 15.7 TFLOP/s, 900 GB/s), NVLink 2 (300 GB/s bidirectional), "
+               "25 Gb/s Ethernet between hosts (the Horovod paper's setup) — NVIDIA datasheet figures; "
+               "latencies typical"),
+}

@@ -1,0 +1,154 @@
+"""plan(model, global_batch_size, cluster): every strategy and setting that applies to the model
+on the cluster, simulated from the model's measured profile, best first.
+
+Compute on a preset cluster is the time measured on this machine scaled by the ratio of this
+machine's measured per-device GEMM FLOP/s to the preset's peak FLOP/s (an assumption: it treats
+every layer as reaching the same fraction of peak on both, which favours small layers on GPUs)."""
+from mdtrain.plan import steps
+from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
+from mdtrain.plan.plan_result import Plan, PlanList
+from mdtrain.plan.profile import check_model, profile_model
+
+BUCKET_SIZES = (25 << 20, 4 << 20, 1 << 20)  # GradientReducer's default (DDP's) and two smaller
+_MIB = 1 << 20
+
+
+def _powers_of_two_up_to(n):
+    out, k = [], 1
+    while k <= n:
+        out.append(k)
+        k *= 2
+    if out[-1] != n:
+        out.append(n)
+    return out
+
+
+def _resolve_cluster(cluster):
+    if cluster is None:
+        return Cluster.measure()
+    if isinstance(cluster, str):
+        return Cluster.preset(cluster)
+    if not isinstance(cluster, Cluster):
+        raise ValueError(f"plan: cluster must be None (this machine), a preset name or a Cluster, got {cluster!r}")
+    return cluster
+
+
+def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flops=None):
+    """Plans for training `model` (built, Sequential) with `global_batch_size` on `cluster` (None:
+    this machine, measured; a preset name; a Cluster), best first. `profile` (a ModelProfile, used
+    for every strategy) / `this_machine_flops`: reuse earlier measurements.
+
+    On this machine, one replica alone is costed from a profile timed on every core (the core
+    splits a lone replica's GEMMs over its threads) and several replicas or stages from one timed
+    on one thread each (what each gets while the others run)."""
+    check_model(model)
+    if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
+        raise ValueError(f"plan: global_batch_size must be an integer >= 1, got {global_batch_size!r}")
+    cluster = _resolve_cluster(cluster)
+    if cluster.num_devices < 1:
+        raise ValueError(f"plan: cluster '{cluster.name}' has zero devices")
+    prof = profile if profile is not None else profile_model(model, threads=1)
+    alone = prof
+    if cluster.name == "this-machine" and profile is None:
+        alone = profile_model(model, threads=None)
+    if cluster.name == "this-machine":
+        scale = 1.0
+    else:
+        here = this_machine_flops if this_machine_flops is not None else measure_core_gemm_flops()
+        scale = here / cluster.peak_flops
+    plans = []
+    n_all, per_host = cluster.num_devices, cluster.devices_per_host
+    b = global_batch_size
+    scaled = "" if scale == 1.0 else f"; compute scaled x{scale:.3g} by FLOP/s ratio"
+
+    def add(name, n, settings, result, why):
+        fits = result.memory_per_device_bytes <= cluster.memory_bytes
+        plans.append(Plan(name, n, settings, result.step_time_s, result.memory_per_device_bytes, result.breakdown,
+                          why if fits else why + " (does NOT fit device memory)", timeline=result.timeline))
+
+    def skip(name, n, settings, reason):
+        plans.append(Plan(name, n, settings, float("nan"), float("nan"), {}, "", skipped=reason))
+
+    # Data parallel on one device / one host.
+    add("OneDeviceStrategy", 1, {}, steps.data_parallel(alone, cluster, 1, b, scale=scale),
+        f"one device: no communication{scaled}")
+    for n in _powers_of_two_up_to(per_host)[1:]:
+        if b < n:
+            skip("MirroredStrategy", n, {}, f"global batch {b} < {n} replicas (replicas with no rows)")
+            continue
+        if not cluster.overlaps_communication:
+            # CPU devices of one process: the executor always shards the update (ZeRO-1).
+            add("MirroredStrategy", n, {"gradient_sync": "zero1"},
+                steps.data_parallel(prof, cluster, n, b, sync="zero1", scale=scale),
+                f"{n} replicas: reduce-scatter, 1/{n} of the update each, all-gather (the CPU executor's "
+                f"ZeRO-1){scaled}")
+        else:
+            for bucket in BUCKET_SIZES:
+                add("MirroredStrategy", n, {"bucket_bytes": f"{bucket // _MIB}MiB"},
+                    steps.data_parallel(prof, cluster, n, b, sync="bucketed", bucket_bytes=bucket, scale=scale),
+                    f"{n} replicas, {bucket // _MIB} MiB buckets all-reduced during backward{scaled}")
+    if cluster.hosts > 1:
+        if b < n_all:
+            skip("MultiWorkerMirroredStrategy", n_all, {}, f"global batch {b} < {n_all} replicas")
+        else:
+            for bucket in BUCKET_SIZES:
+                settings = {"workers": cluster.hosts, "bucket_bytes": f"{bucket // _MIB}MiB"}
+                add("MultiWorkerMirroredStrategy", n_all, settings,
+                    steps.data_parallel(prof, cluster, n_all, b, sync="bucketed", bucket_bytes=bucket, scale=scale),
+                    f"{cluster.hosts} hosts x {per_host}: hierarchical all-reduce of {bucket // _MIB} MiB buckets"
+                    f"{scaled}")
+    else:
+        skip("MultiWorkerMirroredStrategy", n_all, {},
+             "one host: Mirrored covers it (MPI transport between processes not measured yet)")
+    # Centralized parameters.
+    if per_host > 1 and b >= per_host:
+        add("CentralStorageStrategy", per_host, {},
+            steps.data_parallel(prof, cluster, per_host, b, sync="parameter_device", scale=scale),
+            f"gradients reduced onto one device, its update, weights broadcast{scaled}")
+    for k in (1, 2, 4):
+        workers = n_all
+        if cluster.name == "this-machine":
+            # Workers and servers are processes talking ZeroMQ here: costing them with the threads
+            # link (and without a process's per-step costs) would rank them first on no evidence.
+            skip("ParameterServerStrategy", workers, {"num_ps": k},
+                 "the ZeroMQ transport between processes is not measured yet")
+            continue
+        add("ParameterServerStrategy", workers, {"num_ps": k, "synchronous": True},
+            steps.parameter_servers(prof, cluster, workers, k, b, scale=scale),
+            f"{workers} workers push/pull through {k} server link(s) (the "
+            f"{'inter' if cluster.hosts > 1 else 'intra'}-host link's figures){scaled}")
+    # Tensor parallel (ModelParallel), with the rest of the devices on the batch axis.
+    for t in _powers_of_two_up_to(per_host)[1:]:
+        dp = n_all // t
+        forms = steps.tensor_parallel_forms(prof, t)
+        if all(f == "replicated" for f in forms):
+            skip("ModelParallel", t * dp, {"mesh": (dp, t)}, f"no Dense layer has units divisible by {t}")
+            continue
+        if b % dp:
+            skip("ModelParallel", t * dp, {"mesh": (dp, t)}, f"global batch {b} not divisible by the batch axis {dp}")
+            continue
+        result, forms = steps.tensor_parallel(prof, cluster, t, dp, b, scale=scale)
+        split = ", ".join(f"{layer.name}:{f}" for layer, f in zip(prof.layers, forms) if f != "replicated")
+        add("ModelParallel", t * dp, {"mesh": (dp, t), "layout": split}, result,
+            f"Dense layers split {t} ways ({split}), all-reduces of activations in forward and backward{scaled}")
+    # Pipelines.
+    layers = len(prof.layers)
+    for p in _powers_of_two_up_to(min(n_all, 8))[1:]:
+        dp = n_all // p
+        if p > layers:
+            skip("PipelineParallel", p * dp, {"stages": p}, f"{p} stages > {layers} layers")
+            continue
+        for m in (p, 2 * p, 4 * p, 8 * p):
+            if b % (dp * m):
+                skip("PipelineParallel", p * dp, {"stages": p, "microbatches": m},
+                     f"global batch {b} not divisible by batch axis {dp} x {m} micro-batches")
+                continue
+            for schedule in ("gpipe", "1f1b"):
+                result, bubble, _ = steps.pipeline(prof, cluster, p, m, schedule, dp, b, scale=scale)
+                add("PipelineParallel", p * dp, {"stages": p, "microbatches": m, "schedule": schedule,
+                                                 "mesh": (p, dp)}, result,
+                    f"{p} stages cut by time, {m} micro-batches of {b // (dp * m)} rows, {schedule}: "
+                    f"bubble {bubble / max(result.step_time_s, 1e-30):.0%} of the step{scaled}")
+    inputs = (f"model '{prof.name}': {prof.params} parameters, {len(prof.layers)} layers, profiled on this machine "
+              f"at rows {prof.rows_measured}; global batch {b}; cluster {cluster}")
+    return PlanList(plans, inputs)

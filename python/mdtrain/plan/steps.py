@@ -1,0 +1,378 @@
+"""Each strategy's training step as simulator tasks, in the order the code runs them:
+
+- data parallel (replicated_executor.cpp): forward of every layer, backward last layer first; then
+  - "bucketed": the packed gradient (layer 0's values first) cut into buckets of bucket_bytes, a
+    bucket all-reduced as soon as backward has written all of it, last bucket first
+    (GradientReducer); on a communication stream beside backward when the cluster overlaps (NCCL),
+    else on the device's thread, blocking it (the CPU communicators); every replica then applies
+    the whole update;
+  - "zero1" (several CPU devices of one process): after backward a reduce-scatter, each replica
+    updates its 1/n of the values, an all-gather (ZeroShards);
+  - "parameter_device" (CentralStorageStrategy): a reduction onto replica 0, its update, a broadcast.
+- tensor parallel (tensor_parallel_plan.h): Dense layers split over the model axis, a
+  column-parallel Dense followed by a row-parallel one (Megatron's pairing): an all-reduce of the
+  row-parallel layer's output in forward and of the column-parallel layer's input gradient in
+  backward; an unpaired column-parallel Dense all-gathers its output (and all-reduces its input
+  gradient).
+- pipeline (pipeline_schedule.h): each stage's op list from the core's make_pipeline_schedule
+  (GPipe or 1F1B), sends buffered, a receive waiting for its transfer on the link between stages;
+  then each stage's gradient sum over its batch-axis replicas and its update.
+- parameter servers: each worker's compute, a push of its gradient shards to the k servers (each
+  server's link shared by every worker, in worker order), the server's update, the pull back.
+
+Replicas of a data-parallel group are identical, so at most `REPLAYED_REPLICAS` of them are
+replayed; collectives are costed for the whole group."""
+import dataclasses
+
+from mdtrain.plan import collectives
+from mdtrain.plan.pipeline_memory import peak_in_flight
+from mdtrain.plan.profile import BYTES_PER_VALUE
+from mdtrain.plan.simulate import COMMUNICATION, COMPUTE, UPDATE, Simulator
+
+REPLAYED_REPLICAS = 4
+
+
+@dataclasses.dataclass
+class StepResult:
+    step_time_s: float
+    breakdown: dict
+    memory_per_device_bytes: float
+    timeline: object = None
+
+
+def update_seconds(values, slots, cluster, profile=None, scale=1.0):
+    """On the profiled machine (scale 1), the measured update of the whole model (profile.update_s)
+    pro rata; elsewhere an estimate: an update streams each value, its gradient and its slots
+    (read + write), memory bound at the device's memory bandwidth."""
+    if profile is not None and profile.update_s is not None and scale == 1.0:
+        return profile.update_s * values / max(1, profile.params)
+    return values * BYTES_PER_VALUE * (3 + 2 * slots) / cluster.memory_bandwidth
+
+
+def overhead_seconds(profile, scale):
+    """The rest of a step the layer timer does not see (batch gather, loss, hand-offs), measured
+    on the profiled machine; not known elsewhere (0: GPU launch and framework costs are not
+    modelled)."""
+    return profile.step_overhead_s if scale == 1.0 else 0.0
+
+
+def _breakdown(timeline, devices, pipeline=False):
+    """Averages over `devices`: compute, update, communication on the device's thread, and the
+    rest of the step, idle: waiting for a stream's all-reduce or another rank (exposed
+    communication) or, in a pipeline, for a neighbouring stage (the bubble)."""
+    n = len(devices)
+    step = timeline.makespan
+    compute = sum(timeline.busy(d, COMPUTE) for d in devices) / n
+    update = sum(timeline.busy(d, UPDATE) for d in devices) / n
+    comm = sum(timeline.busy(d, COMMUNICATION) for d in devices) / n
+    idle = max(0.0, step - compute - update - comm)
+    return {"compute": compute, "communication": comm + (0.0 if pipeline else idle), "update": update,
+            "bubble": idle if pipeline else 0.0}
+
+
+def _activation_bytes(profile, rows, layers=None):
+    layers = profile.layers if layers is None else layers
+    return rows * BYTES_PER_VALUE * (sum(layer.activation_values for layer in layers) + profile.input_values)
+
+
+def bucket_starts(profile, bucket_bytes):
+    """For each layer index, the buckets (highest first) whose last value becomes final once that
+    layer's backward ran: bucket k covers values [k·E, (k+1)·E) of the packed gradient (layer 0
+    first), and is started when backward has reached the layer holding value k·E."""
+    total = profile.params
+    per_bucket = max(1, bucket_bytes // BYTES_PER_VALUE)
+    count = max(1, -(-total // per_bucket))
+    first_value = []
+    v = 0
+    for layer in profile.layers:
+        first_value.append(v)
+        v += layer.params
+    starts = {i: [] for i in range(len(profile.layers))}
+    for k in reversed(range(count)):
+        begin = k * per_bucket
+        # the layer whose values include `begin` (the last layer starting at or before it)
+        owner = max([i for i, f in enumerate(first_value) if f <= begin and profile.layers[i].params > 0] or [0])
+        size = min(per_bucket, total - begin) * BYTES_PER_VALUE
+        starts[owner].append((k, size))
+    return starts
+
+
+def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_bytes=25 << 20, scale=1.0):
+    rows = -(-global_batch // n)
+    sim = Simulator()
+    replayed = [f"dev{d}" for d in range(min(n, REPLAYED_REPLICAS))]
+    group = tuple(replayed) + ("net",)
+    params_bytes = profile.param_bytes
+    layers = profile.layers
+    last_backward = {}
+    pending_buckets = []
+    if n > 1:  # waking and joining the replica threads (measured on this machine only)
+        sim.add("replica hand-off", group, cluster.step_overhead(n), category=COMMUNICATION)
+    for d in replayed:
+        sim.add(f"{d} gather+loss", d, overhead_seconds(profile, scale))
+        for i, layer in enumerate(layers):
+            sim.add(f"{d} fwd {layer.name}", d, layer.forward_time(rows) * scale)
+    # Backward, layer by layer on every replica; a bucket's collective joins all replicas after
+    # the layer that finalizes it (on the stream when overlapped, else on the replicas' threads).
+    starts = bucket_starts(profile, bucket_bytes) if sync == "bucketed" and n > 1 else {}
+    for i in reversed(range(len(layers))):
+        for d in replayed:
+            last_backward[d] = sim.add(f"{d} bwd {layers[i].name}", d, layers[i].backward_time(rows) * scale)
+        for k, size in starts.get(i, []):
+            seconds = collectives.all_reduce(size, n, cluster)
+            if cluster.overlaps_communication:
+                pending_buckets.append(sim.add(f"all-reduce bucket {k}", ("net",), seconds,
+                                               deps=tuple(last_backward.values()), category=COMMUNICATION))
+            else:
+                sim.add(f"all-reduce bucket {k}", group, seconds, category=COMMUNICATION)
+    slots = profile.optimizer_slots
+    if n == 1:
+        for d in replayed:
+            sim.add(f"{d} update", d, update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
+        memory = params_bytes * (2 + slots)
+    elif sync == "bucketed":
+        for d in replayed:
+            sim.add(f"{d} wait buckets", d, 0.0, deps=tuple(pending_buckets), category=COMMUNICATION)
+            sim.add(f"{d} update", d, update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
+        memory = params_bytes * (2 + slots)
+    elif sync == "zero1":
+        sim.add("reduce-scatter", group, collectives.reduce_scatter(params_bytes, n, cluster), category=COMMUNICATION)
+        for d in replayed:
+            sim.add(f"{d} update shard", d, update_seconds(profile.params / n, slots, cluster, profile, scale),
+                    category=UPDATE)
+        sim.add("all-gather", group, collectives.all_gather(params_bytes, n, cluster), category=COMMUNICATION)
+        memory = params_bytes * (2 + slots / n)
+    elif sync == "parameter_device":
+        sim.add("reduce to device 0", group, collectives.reduce_to_one(params_bytes, n, cluster),
+                category=COMMUNICATION)
+        sim.add("dev0 update", "dev0", update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
+        sim.add("broadcast", group, collectives.broadcast(params_bytes, n, cluster), category=COMMUNICATION)
+        memory = params_bytes * (2 + slots)
+    else:
+        raise ValueError(f"data_parallel: unknown sync {sync!r}")
+    timeline = sim.run()
+    return StepResult(timeline.makespan, _breakdown(timeline, replayed),
+                      memory + _activation_bytes(profile, rows), timeline)
+
+
+def tensor_parallel_forms(profile, t):
+    """Each layer's form over a model axis of t: 'column', 'row', 'column_gather' or 'replicated'
+    (the layout a planner would write: Megatron pairs of consecutive Dense layers)."""
+    forms = ["replicated"] * len(profile.layers)
+    dense = [i for i, layer in enumerate(profile.layers) if layer.kind == "Dense"]
+    i = 0
+    while i < len(dense):
+        a = dense[i]
+        la = profile.layers[a]
+        if la.activation_values % t != 0:
+            i += 1
+            continue
+        between = profile.layers[a + 1:dense[i + 1]] if i + 1 < len(dense) else None
+        if between is not None and all(x.params == 0 for x in between):
+            forms[a], forms[dense[i + 1]] = "column", "row"
+            i += 2
+        else:
+            forms[a] = "column_gather"
+            i += 1
+    return forms
+
+
+def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
+    """ModelParallel on a (batch=dp, model=t) mesh: sharded layers' time and values divided by t
+    (assumed to split evenly); the model axis's collectives on the replica's thread (blocking)."""
+    rows = -(-global_batch // dp)
+    forms = tensor_parallel_forms(profile, t)
+    sim = Simulator()
+    devs = [f"dev{d}" for d in range(min(t, REPLAYED_REPLICAS))]
+    group = tuple(devs) + ("net",)
+    layers = profile.layers
+
+    def shard(i):
+        return t if forms[i] != "replicated" else 1
+
+    sim.add("replica hand-off", group, cluster.step_overhead(t * dp), category=COMMUNICATION)
+    for d in devs:
+        sim.add(f"{d} gather+loss", d, overhead_seconds(profile, scale))
+    for i, layer in enumerate(layers):
+        for d in devs:
+            sim.add(f"{d} fwd {layer.name}", d, layer.forward_time(rows) * scale / shard(i))
+        out_bytes = rows * layer.activation_values * BYTES_PER_VALUE
+        if forms[i] == "row":
+            sim.add(f"all-reduce out {layer.name}", group, collectives.all_reduce(out_bytes, t, cluster),
+                    category=COMMUNICATION)
+        elif forms[i] == "column_gather":
+            sim.add(f"all-gather out {layer.name}", group, collectives.all_gather(out_bytes, t, cluster),
+                    category=COMMUNICATION)
+    for i in reversed(range(len(layers))):
+        for d in devs:
+            sim.add(f"{d} bwd {layers[i].name}", d, layers[i].backward_time(rows) * scale / shard(i))
+        if forms[i] in ("column", "column_gather") and i > 0:
+            in_bytes = rows * layers[i - 1].activation_values * BYTES_PER_VALUE
+            sim.add(f"all-reduce dx {layers[i].name}", group, collectives.all_reduce(in_bytes, t, cluster),
+                    category=COMMUNICATION)
+    local_values = sum(layer.params / shard(i) for i, layer in enumerate(layers))
+    if dp > 1:
+        sim.add("gradient all-reduce (batch axis)", group,
+                collectives.all_reduce(local_values * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
+    slots = profile.optimizer_slots
+    for d in devs:
+        sim.add(f"{d} update", d, update_seconds(local_values, slots, cluster, profile, scale), category=UPDATE)
+    timeline = sim.run()
+    act = rows * BYTES_PER_VALUE * (profile.input_values +
+                                    sum(layer.activation_values / shard(i) for i, layer in enumerate(layers)))
+    return StepResult(timeline.makespan, _breakdown(timeline, devs),
+                      local_values * BYTES_PER_VALUE * (2 + slots) + act, timeline), forms
+
+
+def balance_stages(times, stages):
+    """The first layer of stages 1..p-1, cut greedily on the running total as
+    balance_stages_by_parameters (pipeline_strategy.cpp) does."""
+    n = len(times)
+    if n < stages:
+        raise ValueError(f"{n} layers cannot make {stages} stages")
+    total = float(sum(times))
+    running, starts = 0.0, []
+    for i in range(n):
+        if len(starts) >= stages - 1:
+            break
+        next_stage = len(starts) + 1
+        if i > (starts[-1] if starts else 0) and (running >= total * next_stage / stages or
+                                                  n - i <= stages - next_stage):
+            starts.append(i)
+        running += times[i]
+    return starts
+
+
+def pipeline_ops(schedule, stages, microbatches):
+    from mdtrain import _core
+    return _core.pipeline_schedule_ops(schedule, stages, microbatches)
+
+
+def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stage_starts=None, ops=None,
+             stage_costs=None):
+    """PipelineParallel on a (pipe=p, batch=dp) mesh with m micro-batches. stage_costs: optional
+    [(forward_s, backward_s)] per stage per micro-batch (tests: equal stages); else from the
+    profile, stages cut by time as stages='balance_time' does. Returns (StepResult, the mean
+    bubble per stage in seconds, the pipeline's span: first forward to last backward)."""
+    rows = global_batch // (dp * m)
+    layers = profile.layers
+    if stage_costs is None:
+        starts = stage_starts if stage_starts is not None else balance_stages(
+            [layer.time(rows) for layer in layers], p)
+        bounds = [0] + list(starts) + [len(layers)]
+        groups = [layers[bounds[s]:bounds[s + 1]] for s in range(p)]
+        stage_costs = [(sum(x.forward_time(rows) for x in g) * scale, sum(x.backward_time(rows) for x in g) * scale)
+                       for g in groups]
+        boundary_bytes = [rows * g[-1].activation_values * BYTES_PER_VALUE for g in groups]
+        stage_values = [sum(x.params for x in g) for g in groups]
+    else:
+        groups = None
+        boundary_bytes = [0.0] * p
+        stage_values = [0] * p
+    ops = ops if ops is not None else pipeline_ops(schedule, p, m)
+    sim = Simulator()
+    devs = [f"stage{s}" for s in range(p)]
+    # A send is buffered (the stage goes on); the transfer occupies the link between the two
+    # stages, in the sender's order; the receive waits for it. Stages' ops are added in rounds
+    # so a transfer exists before the receive that waits for it is added.
+    last_fwd, last_bwd, transfer = {}, {}, {}
+    pending = [list(stage_ops) for stage_ops in ops]
+    if groups:  # measured on this machine only (0 elsewhere)
+        sim.add("stage threads hand-off", tuple(devs), cluster.step_overhead(p * dp), category=COMMUNICATION)
+        sim.add("stage0 gather+loss", devs[0], overhead_seconds(profile, scale))
+    while any(pending):
+        progressed = False
+        for s in range(p):
+            while pending[s]:
+                kind, mb = pending[s][0]
+                f, b = stage_costs[s]
+                d = devs[s]
+                if kind == "forward":
+                    last_fwd[(s, mb)] = sim.add(f"{d} F{mb}", d, f)
+                elif kind == "backward":
+                    last_bwd[(s, mb)] = sim.add(f"{d} B{mb}", d, b)
+                elif kind == "send_activation":
+                    same = (s // cluster.devices_per_host) == ((s + 1) // cluster.devices_per_host)
+                    transfer[("act", s + 1, mb)] = sim.add(
+                        f"act {s}->{s + 1} mb{mb}", f"link{s}>{s + 1}",
+                        collectives.point_to_point(boundary_bytes[s], same, cluster) if groups else 0.0,
+                        deps=(last_fwd[(s, mb)],), category=COMMUNICATION)
+                elif kind == "send_gradient":
+                    same = (s // cluster.devices_per_host) == ((s - 1) // cluster.devices_per_host)
+                    transfer[("grad", s - 1, mb)] = sim.add(
+                        f"grad {s}->{s - 1} mb{mb}", f"link{s}>{s - 1}",
+                        collectives.point_to_point(boundary_bytes[s - 1], same, cluster) if groups else 0.0,
+                        deps=(last_bwd[(s, mb)],), category=COMMUNICATION)
+                elif kind in ("recv_activation", "recv_gradient"):
+                    key = ("act" if kind == "recv_activation" else "grad", s, mb)
+                    if key not in transfer:
+                        break  # its sender has not reached the send yet: next round
+                    sim.add(f"{d} {kind} mb{mb}", d, 0.0, deps=(transfer[key],), category=COMPUTE)
+                pending[s].pop(0)
+                progressed = True
+        if not progressed:
+            raise RuntimeError("pipeline: the schedule's receives never match a send")
+    slots = profile.optimizer_slots
+    for s, d in enumerate(devs):
+        if dp > 1 and stage_values[s]:
+            sim.add(f"{d} gradient all-reduce", (d, f"net{s}"),
+                    collectives.all_reduce(stage_values[s] * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
+        sim.add(f"{d} update", d, update_seconds(stage_values[s], slots, cluster, profile, scale), category=UPDATE)
+    timeline = sim.run()
+    # The bubble: inside the pipeline's span (up to the last backward anywhere), the time a
+    # stage does not compute; after the span, waiting for the slowest stage's update is exposed
+    # communication/update skew, not bubble.
+    pipe_start = min(t.start for t in last_fwd.values())
+    pipe_end = max(t.end for t in last_bwd.values())
+    busy = [sum(t.duration for key, t in list(last_fwd.items()) + list(last_bwd.items()) if key[0] == s)
+            for s in range(p)]
+    bubble = sum(pipe_end - pipe_start - b for b in busy) / p
+    update = sum(timeline.busy(d, UPDATE) for d in devs) / p
+    compute = sum(timeline.busy(d, COMPUTE) for d in devs) / p
+    comm = max(0.0, timeline.makespan - compute - update - bubble)
+    peak = [peak_in_flight(stage_ops) for stage_ops in ops]
+    if groups:
+        memory = max(stage_values[s] * BYTES_PER_VALUE * (2 + slots) +
+                     peak[s] * _activation_bytes(profile, rows, groups[s]) for s in range(p))
+    else:
+        memory = 0.0
+    return StepResult(timeline.makespan, {"compute": compute, "communication": comm, "update": update,
+                                          "bubble": bubble}, memory, timeline), bubble, pipe_end - pipe_start
+
+
+def parameter_servers(profile, cluster, workers, k, global_batch, scale=1.0):
+    """ParameterServerStrategy with `workers` workers (one device each) and k servers: each
+    worker computes, pushes 1/k of its gradient to each server over the server's link (shared by
+    all workers, in worker order), the server applies it, the worker pulls the new values."""
+    rows = -(-global_batch // workers)
+    sim = Simulator()
+    shard_values = profile.params / k
+    shard_bytes = shard_values * BYTES_PER_VALUE
+    link = cluster.inter_host if cluster.hosts > 1 else cluster.intra_host
+    ws = [f"worker{w}" for w in range(workers)]
+    compute = {}
+    for w in ws:
+        compute[w] = sim.add(f"{w} fwd+bwd", w, profile.time(rows) * scale + overhead_seconds(profile, scale))
+    pushes = {}
+    for j in range(k):
+        for w in ws:
+            push = sim.add(f"{w} push to ps{j}", (f"ps{j}-link",), link.time(shard_bytes), deps=(compute[w],),
+                           category=COMMUNICATION)
+            upd = sim.add(f"ps{j} apply {w}", f"ps{j}",
+                          update_seconds(shard_values, profile.optimizer_slots, cluster, profile, scale),
+                          deps=(push,), category=UPDATE)
+            pushes.setdefault(w, []).append(upd)
+    for j in range(k):
+        for w in ws:
+            pull = sim.add(f"{w} pull from ps{j}", (f"ps{j}-link",), link.time(shard_bytes),
+                           deps=(pushes[w][j],), category=COMMUNICATION)
+            pushes[w].append(pull)
+    for w in ws:
+        sim.add(f"{w} has weights", w, 0.0, deps=tuple(pushes[w]), category=COMMUNICATION)
+    timeline = sim.run()
+    n = len(ws)
+    comp = sum(timeline.busy(w, COMPUTE) for w in ws) / n
+    upd = timeline.busy("ps0", UPDATE) / workers
+    return StepResult(timeline.makespan, {"compute": comp, "communication": max(0.0, timeline.makespan - comp - upd),
+                                          "update": upd, "bubble": 0.0},
+                      profile.param_bytes * 2 + _activation_bytes(profile, rows), timeline)

@@ -1,0 +1,269 @@
+"""The scaling planner (mdtrain.plan, tf.distribute.experimental.plan): its API, its bad inputs,
+the event simulator's properties, the α–β fit, and one check against measurement."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mdtrain as tf
+from mdtrain import _core
+from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, fit_alpha_beta, fit_benchmark_json, plan
+from mdtrain.plan import steps
+from mdtrain.plan.profile import LayerCost
+from mdtrain.plan.simulate import Simulator
+
+STRATEGY_NAMES = {"OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CentralStorageStrategy",
+                  "ParameterServerStrategy", "ModelParallel", "PipelineParallel"}
+
+
+def seed_mlp():
+    tf.keras.utils.set_random_seed(0)
+    m = tf.keras.Sequential([tf.keras.layers.Dense(128, activation="relu", input_shape=(784,)),
+                             tf.keras.layers.Dense(10)])
+    m.compile(optimizer=tf.keras.optimizers.Adam(),
+              loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+
+
+def synthetic_profile(layers=4, units=256, per_row=1e-6, fixed=1e-5):
+    """A profile with known costs (no timing): `layers` Dense layers of `units` units."""
+    costs = tuple(LayerCost(name=f"dense_{i}", kind="Dense", params=units * units + units, activation_values=units,
+                            forward_flops=2.0 * units * units, backward_flops=4.0 * units * units, fixed_s=fixed,
+                            per_row_s=per_row, backward_share=2 / 3) for i in range(layers))
+    return ModelProfile(name="synthetic", layers=costs, input_values=units, optimizer="adam", optimizer_slots=2,
+                        rows_measured=(16, 128), threads=1)
+
+
+def gpu_cluster(hosts=2, bandwidth=50e9, overlaps=True):
+    return Cluster(name="test", hosts=hosts, devices_per_host=8, peak_flops=1e14, memory_bytes=80e9,
+                   memory_bandwidth=2e12, intra_host=AlphaBeta(3e-6, 1 / (8 * bandwidth)),
+                   inter_host=AlphaBeta(5e-6, 1 / bandwidth), overlaps_communication=overlaps, source="test figures")
+
+
+# ---- API ----------------------------------------------------------------------------------------
+
+def test_plan_is_exposed_under_tf_distribute_experimental():
+    assert tf.distribute.experimental.plan is plan
+    assert tf.distribute.experimental.Cluster is Cluster
+
+
+def test_plans_on_a_preset_are_sorted_and_complete():
+    model = seed_mlp()
+    plans = tf.distribute.experimental.plan(model, 256, "dgx-h100")
+    ok = [p for p in plans if p.applicable]
+    assert ok and plans.best is ok[0]
+    assert [p.step_time_s for p in ok] == sorted(p.step_time_s for p in ok)
+    for p in plans:
+        assert p.strategy_name in STRATEGY_NAMES
+        assert isinstance(p.settings, dict) and p.num_devices >= 1
+    for p in ok:
+        assert p.step_time_s > 0 and p.memory_per_device_bytes > 0 and p.why
+        assert set(p.breakdown) == {"compute", "communication", "update", "bubble"}
+        assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-6)
+    names = {p.strategy_name for p in ok}
+    assert {"OneDeviceStrategy", "MirroredStrategy", "CentralStorageStrategy", "ParameterServerStrategy",
+            "ModelParallel", "PipelineParallel"} <= names
+    # A 2-layer model cannot make 4 stages: listed as skipped, with the reason.
+    skipped = [p for p in plans if p.strategy_name == "PipelineParallel" and not p.applicable]
+    assert any("4 stages > 2 layers" in p.skipped for p in skipped)
+    table = str(plans)
+    assert "step ms" in table and "dgx-h100" in table and "skipped: 4 stages > 2 layers" in table
+
+
+def test_batch_not_divisible_is_a_skipped_plan_with_its_reason():
+    plans = plan(seed_mlp(), 63, "dgx-h100")
+    reasons = [p.skipped for p in plans if not p.applicable]
+    assert any("not divisible" in r for r in reasons)
+
+
+def test_multi_host_preset_lists_multi_worker_mirrored():
+    plans = plan(seed_mlp(), 1024, Cluster.preset("dgx-h100", hosts=4))
+    mw = [p for p in plans if p.strategy_name == "MultiWorkerMirroredStrategy" and p.applicable]
+    assert mw and all(p.num_devices == 32 for p in mw)
+
+
+def test_cli_prints_the_table(tmp_path):
+    path = tmp_path / "seed.keras"
+    seed_mlp().save(str(path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-m", "mdtrain.plan", str(path), "--batch", "64", "--cluster",
+                          "dgx-a100"], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "MirroredStrategy" in out.stdout and "NVIDIA datasheet" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "mdtrain.plan", str(path), "--batch", "64", "--cluster", "tpu-pod"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and "unknown cluster preset 'tpu-pod'" in bad.stderr
+
+
+# ---- bad input ----------------------------------------------------------------------------------
+
+def test_unbuilt_model_is_a_value_error():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(4)])
+    with pytest.raises(ValueError, match="not built"):
+        plan(model, 32, "dgx-h100")
+
+
+@pytest.mark.parametrize("batch", [0, -4, 2.5])
+def test_bad_batch_is_a_value_error(batch):
+    with pytest.raises(ValueError, match="global_batch_size"):
+        plan(seed_mlp(), batch, "dgx-h100")
+
+
+def test_unknown_preset_is_a_value_error_naming_it():
+    with pytest.raises(ValueError, match="unknown cluster preset 'dgx-z9'"):
+        Cluster.preset("dgx-z9")
+    with pytest.raises(ValueError, match="unknown cluster preset"):
+        plan(seed_mlp(), 32, "dgx-z9")
+
+
+@pytest.mark.parametrize("field", ["hosts", "devices_per_host"])
+def test_zero_devices_is_a_value_error_naming_the_field(field):
+    with pytest.raises(ValueError, match=f"{field} must be an integer >= 1"):
+        Cluster.preset("dgx-h100").with_devices(**{field: 0})
+
+
+def test_presets_name_their_source():
+    for name in Cluster.preset_names():
+        c = Cluster.preset(name)
+        assert "datasheet" in c.source and c.num_devices == 8
+
+
+# ---- the simulator ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", [(2, 2), (2, 8), (4, 4), (4, 16), (8, 8)])
+def test_simulated_bubble_of_equal_stages_is_the_formula(schedule, p, m):
+    prof = synthetic_profile()
+    result, bubble, span = steps.pipeline(prof, gpu_cluster(), p, m, schedule, 1, 64 * m,
+                                              stage_costs=[(1.0, 2.0)] * p)
+    assert span == pytest.approx((m + p - 1) * 3.0)
+    assert bubble / span == pytest.approx((p - 1) / (m + p - 1))
+    # ... and what the core's own schedule simulator says
+    assert bubble / span == pytest.approx(_core.pipeline_bubble_fraction(schedule, p, m, 1.0, 2.0))
+
+
+def test_pipeline_ops_are_the_executors():
+    ops = _core.pipeline_schedule_ops("1f1b", 2, 4)
+    assert ops[0][0] == ("forward", 0) and ("backward", 3) in ops[1]
+    with pytest.raises(ValueError):
+        _core.pipeline_schedule_ops("1f1b", 4, 2)  # fewer micro-batches than stages
+
+
+@pytest.mark.parametrize("bucket", [1 << 20, 64 << 10, 25 << 20])
+def test_overlap_never_makes_a_step_slower_than_its_compute(bucket):
+    prof = synthetic_profile()
+    for n in (2, 8, 16):
+        over = steps.data_parallel(prof, gpu_cluster(overlaps=True), n, 256, bucket_bytes=bucket)
+        blocking = steps.data_parallel(prof, gpu_cluster(overlaps=False), n, 256, bucket_bytes=bucket)
+        alone = over.breakdown["compute"] + over.breakdown["update"]
+        assert over.step_time_s >= alone - 1e-12
+        assert over.step_time_s <= blocking.step_time_s + 1e-12
+
+
+def test_overlap_hides_bucket_all_reduces_behind_backward():
+    # Small buckets, slow enough links: the overlapped step exposes less communication.
+    prof = synthetic_profile(layers=8, per_row=1e-5)
+    over = steps.data_parallel(prof, gpu_cluster(bandwidth=5e9), 16, 256, bucket_bytes=64 << 10)
+    blocking = steps.data_parallel(prof, gpu_cluster(bandwidth=5e9, overlaps=False), 16, 256,
+                                   bucket_bytes=64 << 10)
+    assert over.breakdown["communication"] < blocking.breakdown["communication"]
+
+
+def test_more_bandwidth_is_never_slower():
+    prof = synthetic_profile()
+    for bw in (1e9, 1e10, 1e11):
+        slow, fast = gpu_cluster(bandwidth=bw), gpu_cluster(bandwidth=bw * 4)
+        pairs = [
+            (steps.data_parallel(prof, slow, 16, 256), steps.data_parallel(prof, fast, 16, 256)),
+            (steps.data_parallel(prof, slow, 8, 256, sync="zero1"),
+             steps.data_parallel(prof, fast, 8, 256, sync="zero1")),
+            (steps.data_parallel(prof, slow, 8, 256, sync="parameter_device"),
+             steps.data_parallel(prof, fast, 8, 256, sync="parameter_device")),
+            (steps.tensor_parallel(prof, slow, 4, 4, 256)[0], steps.tensor_parallel(prof, fast, 4, 4, 256)[0]),
+            (steps.pipeline(prof, slow, 4, 8, "1f1b", 4, 256)[0], steps.pipeline(prof, fast, 4, 8, "1f1b", 4, 256)[0]),
+            (steps.parameter_servers(prof, slow, 8, 2, 256), steps.parameter_servers(prof, fast, 8, 2, 256)),
+        ]
+        for a, b in pairs:
+            assert b.step_time_s <= a.step_time_s + 1e-12
+
+
+def test_buckets_start_last_first_at_the_layer_that_finalizes_them():
+    prof = synthetic_profile(layers=4, units=256)  # 65,792 values per layer
+    starts = steps.bucket_starts(prof, 4 * 65_792)  # one bucket per layer
+    assert [k for i in (3, 2, 1, 0) for k, _ in starts[i]] == [3, 2, 1, 0]
+    one = steps.bucket_starts(prof, 25 << 20)
+    assert [k for k, _ in one[0]] == [0] and not any(one[i] for i in (1, 2, 3))
+
+
+def test_simulator_orders_tasks_per_resource_and_detects_a_deadlock():
+    sim = Simulator()
+    a = sim.add("a", ("x", "y"), 1.0)      # holds both
+    b = sim.add("b", "y", 2.0)
+    c = sim.add("c", "x", 1.0, deps=(b,))  # after a on x, and after b
+    assert sim.run().makespan == pytest.approx(4.0)
+    assert (a.start, b.start, c.start) == (0.0, 1.0, 3.0)
+    bad = Simulator()
+    first = bad.add("first", "x", 1.0)
+    second = bad.add("second", "x", 1.0)
+    first.deps = (second,)  # first on x, but waiting for what runs after it on x
+    with pytest.raises(RuntimeError, match="deadlock"):
+        bad.run()
+
+
+# ---- α–β ----------------------------------------------------------------------------------------
+
+def test_alpha_beta_fit_recovers_known_parameters():
+    alpha, beta = 12e-6, 1 / 7e9
+    sizes = np.array([1 << k for k in range(10, 28, 2)], dtype=np.float64)
+    noise = 1 + 0.01 * np.random.default_rng(0).standard_normal(len(sizes))
+    fit = fit_alpha_beta(sizes, (alpha + beta * sizes) * noise)
+    assert fit.alpha == pytest.approx(alpha, rel=0.05)
+    assert fit.beta == pytest.approx(beta, rel=0.02)
+
+
+def test_alpha_beta_fit_of_a_benchmark_json(tmp_path):
+    rows = [{"bytes": s, "ranks": 2, "time_us": (5e-6 + s / 2e9) * 1e6} for s in (1 << 10, 1 << 16, 1 << 22)]
+    rows += [{"bytes": 1 << 20, "ranks": 4, "time_us": 1e6}]  # another group size: ignored
+    path = tmp_path / "allreduce.json"
+    path.write_text(json.dumps({"results": rows}))
+    fit = fit_benchmark_json(str(path), ranks=2)
+    assert fit.alpha == pytest.approx(5e-6, rel=1e-3) and fit.bandwidth == pytest.approx(2e9, rel=1e-3)
+
+
+@pytest.mark.parametrize("sizes,seconds", [([1, 1], [1.0, 2.0]), ([1, 2], [1.0]), ([1, 2], [0.0, 1.0])])
+def test_alpha_beta_fit_rejects_unusable_input(sizes, seconds):
+    with pytest.raises(ValueError, match="fit_alpha_beta"):
+        fit_alpha_beta(sizes, seconds)
+
+
+# ---- against measurement ------------------------------------------------------------------------
+
+def test_prediction_of_the_seed_mlp_is_the_measured_order_of_magnitude(logical_cpus):
+    """Predicted vs measured step of the seed MLP under Mirrored on 1 and 2 logical devices. The
+    machine running the tests is shared and loaded, so only the order of magnitude is asserted
+    (within 10x: on this machine the errors of the table reach 70 %, and a
+    build beside the test can slow a step several times; a unit or structure error is 1000x);
+    the accuracy table in docs/planner.md is bench/plan_accuracy.py's."""
+    logical_cpus(2)
+    cluster = Cluster.measure(devices=2)
+    plans = plan(seed_mlp(), 64, cluster)
+    # Processes over transports not measured here are listed as skipped, not guessed.
+    assert all("not measured" in p.skipped for p in plans
+               if p.strategy_name in ("ParameterServerStrategy", "MultiWorkerMirroredStrategy"))
+    rng = np.random.default_rng(0)
+    x = rng.random((64 * 30, 784), dtype=np.float32)
+    y = rng.integers(0, 10, 64 * 30)
+    for devices, name in ((["/cpu:0"], "OneDeviceStrategy"), (["/cpu:0", "/cpu:1"], "MirroredStrategy")):
+        with tf.distribute.MirroredStrategy(devices).scope():
+            model = seed_mlp()
+        model.fit(x[:320], y[:320], batch_size=64, epochs=1, verbose=0)
+        measured = float("inf")
+        for _ in range(3):  # the best of three, as the planner's timings are
+            model._core.reset_profile()
+            model.fit(x, y, batch_size=64, epochs=1, verbose=0, shuffle=False)
+            measured = min(measured, model.step_time_breakdown()["step"])
+        predicted = next(p for p in plans if p.strategy_name == name and p.applicable).step_time_s
+        assert measured / 10 < predicted < measured * 10, (name, predicted, measured)
