@@ -908,8 +908,10 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
       std::vector<const void*> inputs(n);
       for (std::size_t q = 0; q < n; ++q) inputs[q] = staging + q * my_len * elem;
       inputs[static_cast<std::size_t>(rank)] = chunk_ptr + my_begin * elem;
-      void* outputs[1] = {out};
-      detail::reduce_in_rank_order(outputs, 1, inputs.data(), size, 0, my_len, dtype, op);
+      // Kept, the slice goes to the caller too, in the same pass. That output aliases this
+      // rank's input: the kernel reads each tile from every input first.
+      void* outputs[2] = {out, base + (off + my_begin) * elem};
+      detail::reduce_in_rank_order(outputs, keep ? 2 : 1, inputs.data(), size, 0, my_len, dtype, op);
     }
     if (root < 0) {
       check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, copy, counts, displs, type, data2, request), "MPI_Iallgatherv");
@@ -919,14 +921,18 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
             "MPI_Igatherv");
     }
   };
-  // The gathered chunk (every rank for all_reduce, the root for reduce) goes back to the caller.
+  // The gathered slices (every rank for all_reduce, the root for reduce) go back to the caller.
   if (root < 0 || rank == root) {
     e.on_complete = [&](int c, int stage, int slot) {
       if (stage != 1) return;
       const std::size_t off = static_cast<std::size_t>(c) * chunk;
       const std::size_t len = std::min(chunk, count - off);
+      const std::size_t slice = (len + n - 1) / n;
+      const std::size_t my_begin = std::min(len, static_cast<std::size_t>(rank) * slice);
+      const std::size_t my_end = std::min(len, my_begin + slice);
       const unsigned char* copy = scratch->staging[static_cast<std::size_t>(slot)].data() + (n + 1) * slice_max * elem;
-      std::memcpy(base + off * elem, copy, len * elem);
+      std::memcpy(base + off * elem, copy, my_begin * elem);
+      std::memcpy(base + (off + my_end) * elem, copy + my_end * elem, (len - my_end) * elem);
     };
   }
   run(e);
