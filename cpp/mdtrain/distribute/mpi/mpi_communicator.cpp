@@ -125,9 +125,12 @@ int to_int(std::size_t n) { return static_cast<int>(n); }  // callers keep n <= 
 // into memory the caller reused. So every data-phase send goes out of a copy in `staging` and
 // every receive lands there, then is copied out once its request completed: the memory an
 // abandoned request uses is then always the graveyard's. The alternative, draining the abandoned
-// requests before throwing, cannot be bounded: a peer that gave up in its header phase never
-// posts the partners of this rank's requests. The copies cost one memcpy of each piece in and/or
-// out, within the noise of bench/allreduce_mpi.py (see docs/communicator.md).
+// requests before throwing, is unsound: a request whose partner is not posted yet looks the same
+// whether that peer gave up in its header phase (it never posts it: the drain waits forever) or is
+// merely slow (it posts it later: the drain is needed), and telling them apart takes an agreement
+// round among all ranks on every failure. The copies cost one memcpy of each piece in and/or out
+// (all_reduce: the (n-1)/n of a chunk other ranks reduce, and the slices they send back), which
+// matters most where transfers are memcpys too: shared memory (see docs/communicator.md).
 struct Scratch {
   std::vector<unsigned char> mine;                  // this rank's header block
   std::vector<unsigned char> blocks;                // every rank's header block
