@@ -115,10 +115,26 @@ int to_int(std::size_t n) { return static_cast<int>(n); }  // callers keep n <= 
 
 // Memory an abandoned collective's MPI requests may still use. MPI cannot cancel a collective,
 // so it stays allocated until the requests complete (reap_graveyard), possibly forever.
+//
+// No MPI request ever reads or writes the caller's buffers: a collective that throws has to
+// leave its pending requests behind (a peer that gave up never posts their partners, so they
+// may never complete), and the caller frees its buffers as soon as the call returns. Open MPI
+// keeps moving a matched rendezvous transfer whenever this process makes progress (any later
+// MPI call), so a request left on caller memory reads freed memory (observed: a segfault in
+// mca_pml_ob1_send_request_schedule_once, and a peer's CMA read failing with EFAULT) or writes
+// into memory the caller reused. So every data-phase send goes out of a copy in `staging` and
+// every receive lands there, then is copied out once its request completed: the memory an
+// abandoned request uses is then always the graveyard's. The alternative, draining the abandoned
+// requests before throwing, is unsound: a request whose partner is not posted yet looks the same
+// whether that peer gave up in its header phase (it never posts it: the drain waits forever) or is
+// merely slow (it posts it later: the drain is needed), and telling them apart takes an agreement
+// round among all ranks on every failure. The copies cost one memcpy of each piece in and/or out
+// (all_reduce: the (n-1)/n of a chunk other ranks reduce, and the slices they send back), which
+// matters most where transfers are memcpys too: shared memory (see docs/communicator.md).
 struct Scratch {
   std::vector<unsigned char> mine;                  // this rank's header block
   std::vector<unsigned char> blocks;                // every rank's header block
-  std::vector<std::vector<unsigned char>> staging;  // per pipeline slot
+  std::vector<std::vector<unsigned char>> staging;  // per pipeline slot: MPI's only data buffers
   std::vector<std::vector<int>> counts;             // per slot: 4 x size ints for v-collectives
   std::vector<std::vector<char>> sends;             // bodies of control messages in flight
   MPI_Comm comms[1] = {MPI_COMM_NULL};              // where MPI_Comm_idup writes the new communicator
@@ -170,6 +186,7 @@ struct MpiCommunicator::State {
   std::int64_t abandoned_by_peer = 0;      // highest collective a peer gave up (kTagAbandoned)
 
   std::unique_ptr<Scratch> scratch = std::make_unique<Scratch>();
+  std::function<bool(bool issued)> data_phase_hook;  // MpiCommunicator::set_data_phase_hook
 
   // ---- everything below runs with the runtime mutex held, unless said otherwise ----
 
@@ -301,7 +318,7 @@ struct MpiCommunicator::State {
     // Starts step `stage` of `chunk` in `slot` (any local work included); leaves *request null
     // when the step issued no MPI request.
     std::function<void(int chunk, int stage, int slot, MPI_Request* request)> step;
-    std::function<void(int chunk, int stage)> on_complete;  // optional
+    std::function<void(int chunk, int stage, int slot)> on_complete;  // optional
   };
   void run(const Engine& engine);
   void ask_peers();
@@ -520,7 +537,7 @@ void MpiCommunicator::State::run(const Engine& e) {
   int finished = 0;
   auto complete = [&](int slot, int stage) {
     const auto i = static_cast<std::size_t>(slot);
-    if (e.on_complete) e.on_complete(chunk_in[i], stage);
+    if (e.on_complete) e.on_complete(chunk_in[i], stage, slot);
     stages_done[i] = stage + 1;
     if (stage + 1 == stages) {
       chunk_in[i] = -1;
@@ -576,13 +593,24 @@ void MpiCommunicator::State::run(const Engine& e) {
     }
   };
 
+  // set_data_phase_hook: called without the lock, so that it may use other communicators.
+  auto hook = [&](bool issued) {
+    if (phase != kDataPhase || !data_phase_hook || !data_phase_hook(issued)) return;
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    record_failure(cat("rank ", rank, " gave up ", kind_name(kind), " #", seq, " (data phase hook)"), false);
+    give_up(requests);
+    throw_group_failure(false);
+  };
+
   const double limit = owner->timeout();
   const Clock::time_point started = Clock::now();
   Clock::time_point deadline = deadline_after(started, limit);
   detail::SpinWait wait(may_spin);
+  hook(false);
   bool first = true;
   for (;;) {
     bool progressed = false;
+    const bool issuing = first;
     {
       std::lock_guard<std::mutex> lock(rt.mutex);
       ensure_usable();
@@ -593,6 +621,7 @@ void MpiCommunicator::State::run(const Engine& e) {
       });
       if (finished == e.chunks) return;
     }
+    if (issuing) hook(true);
     if (progressed) {
       wait = detail::SpinWait(may_spin);
       // The data phase times out on a lack of progress, not on its length.
@@ -736,7 +765,7 @@ void MpiCommunicator::State::exchange(const Header& header, const void* payload,
       check(MPI_Isend(sc.mine.data(), to_int(bytes), MPI_BYTE, p, kTagHeader, data, request), "MPI_Isend");
     }
   };
-  e.on_complete = [&](int c, int) {
+  e.on_complete = [&](int c, int, int) {
     if (c < peers) arrived[static_cast<std::size_t>(peer(c))] = true;
   };
   // Completed: every rank sent its header, so every rank goes on to the data phase (if any), and
@@ -821,7 +850,9 @@ void MpiCommunicator::State::bytes_per_slot(std::size_t staging_bytes, std::size
 // all_reduce (root < 0) or reduce to `root`, chunk by chunk: rank r receives slice r of every
 // rank's chunk (MPI_Ialltoallv), folds them in rank order, and sends the result to every rank
 // (MPI_Iallgatherv, in place) or to the root (MPI_Igatherv). Each element is reduced by one
-// rank, in rank order, so every rank (and reduce's root) ends with the same bits.
+// rank, in rank order, so every rank (and reduce's root) ends with the same bits. MPI sees only
+// a copy of the chunk (see Scratch): the other ranks' slices are copied in before the exchange,
+// the reduced slice is written there, and the gathered chunk is copied back once complete.
 void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DType dtype, ReduceOp op, int root) {
   const std::size_t elem = size_of(dtype);
   const auto n = static_cast<std::size_t>(size);
@@ -829,8 +860,8 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
   const std::size_t chunks = (count + chunk - 1) / chunk;
   const std::size_t slice_max = (chunk + n - 1) / n;
   // Staging: n received slices (this rank's place unused), then (reduce, non-root) the reduced
-  // slice. Counts: the exchange's, then the gather's.
-  bytes_per_slot((n + 1) * slice_max * elem, 6 * n);
+  // slice, then the copy of the chunk. Counts: the exchange's, then the gather's.
+  bytes_per_slot((n + 1) * slice_max * elem + std::min(chunk, count) * elem, 6 * n);
   const MPI_Datatype type = mpi_type(dtype);
   char* base = static_cast<char*>(data_ptr);
   Engine e;
@@ -851,7 +882,8 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
     int* displs = send_counts + 5 * n;
     unsigned char* staging = scratch->staging[static_cast<std::size_t>(slot)].data();
     unsigned char* reduced = staging + n * slice_max * elem;
-    char* chunk_ptr = base + off * elem;
+    unsigned char* copy = reduced + slice_max * elem;
+    const char* chunk_ptr = base + off * elem;
     if (stage == 0) {
       for (std::size_t q = 0; q < n; ++q) {
         const std::size_t b = std::min(len, q * slice);
@@ -864,29 +896,48 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
         recv_counts[q] = self ? 0 : to_int(my_len);
         recv_displs[q] = to_int(q * my_len);
       }
-      check(MPI_Ialltoallv(chunk_ptr, send_counts, send_displs, type, staging, recv_counts, recv_displs, type, data,
+      // What goes to the others: all but this rank's slice, which the fold reads in place.
+      std::memcpy(copy, chunk_ptr, my_begin * elem);
+      const std::size_t my_end = my_begin + my_len;
+      std::memcpy(copy + my_end * elem, chunk_ptr + my_end * elem, (len - my_end) * elem);
+      check(MPI_Ialltoallv(copy, send_counts, send_displs, type, staging, recv_counts, recv_displs, type, data,
                            request),
             "MPI_Ialltoallv");
       return;
     }
     const bool keep = root < 0 || rank == root;
-    void* out = keep ? static_cast<void*>(chunk_ptr + my_begin * elem) : reduced;
+    void* out = keep ? static_cast<void*>(copy + my_begin * elem) : reduced;
     if (my_len > 0) {
       std::vector<const void*> inputs(n);
       for (std::size_t q = 0; q < n; ++q) inputs[q] = staging + q * my_len * elem;
-      // The output may alias this input: the kernel reads each tile from every input first.
       inputs[static_cast<std::size_t>(rank)] = chunk_ptr + my_begin * elem;
-      void* outputs[1] = {out};
-      detail::reduce_in_rank_order(outputs, 1, inputs.data(), size, 0, my_len, dtype, op);
+      // Kept, the slice goes to the caller too, in the same pass. That output aliases this
+      // rank's input: the kernel reads each tile from every input first.
+      void* outputs[2] = {out, base + (off + my_begin) * elem};
+      detail::reduce_in_rank_order(outputs, keep ? 2 : 1, inputs.data(), size, 0, my_len, dtype, op);
     }
     if (root < 0) {
-      check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, chunk_ptr, counts, displs, type, data2, request), "MPI_Iallgatherv");
+      check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, copy, counts, displs, type, data2, request), "MPI_Iallgatherv");
     } else {
-      check(MPI_Igatherv(rank == root ? MPI_IN_PLACE : out, to_int(my_len), type, chunk_ptr, counts, displs, type, root,
+      check(MPI_Igatherv(rank == root ? MPI_IN_PLACE : out, to_int(my_len), type, copy, counts, displs, type, root,
                          data2, request),
             "MPI_Igatherv");
     }
   };
+  // The gathered slices (every rank for all_reduce, the root for reduce) go back to the caller.
+  if (root < 0 || rank == root) {
+    e.on_complete = [&](int c, int stage, int slot) {
+      if (stage != 1) return;
+      const std::size_t off = static_cast<std::size_t>(c) * chunk;
+      const std::size_t len = std::min(chunk, count - off);
+      const std::size_t slice = (len + n - 1) / n;
+      const std::size_t my_begin = std::min(len, static_cast<std::size_t>(rank) * slice);
+      const std::size_t my_end = std::min(len, my_begin + slice);
+      const unsigned char* copy = scratch->staging[static_cast<std::size_t>(slot)].data() + (n + 1) * slice_max * elem;
+      std::memcpy(base + off * elem, copy, my_begin * elem);
+      std::memcpy(base + (off + my_end) * elem, copy + my_end * elem, (len - my_end) * elem);
+    };
+  }
   run(e);
 }
 
@@ -1024,6 +1075,11 @@ int MpiCommunicator::size() const { return state_->size; }
 int MpiCommunicator::id() const { return state_->id; }
 const MpiOptions& MpiCommunicator::options() const { return state_->options; }
 
+void MpiCommunicator::set_data_phase_hook(std::function<bool(bool issued)> hook) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  state_->data_phase_hook = std::move(hook);
+}
+
 void MpiCommunicator::abort(const std::string& reason) {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
@@ -1083,15 +1139,26 @@ void MpiCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, i
   s.enter_data_phase();
   const std::size_t chunk = piece_size(count, s.options.chunk_bytes / elem);
   const MPI_Datatype type = mpi_type(dtype);
+  // Through staging (see Scratch): the root copies each piece in, the others copy it out.
+  s.bytes_per_slot(std::min(chunk, count) * elem, 0);
+  char* out = static_cast<char*>(data);
   State::Engine e;
   e.chunks = static_cast<int>((count + chunk - 1) / chunk);
   e.slots = s.options.chunks_in_flight;
-  e.step = [&](int c, int, int, MPI_Request* request) {
+  e.step = [&](int c, int, int slot, MPI_Request* request) {
     const std::size_t off = static_cast<std::size_t>(c) * chunk;
-    s.check(MPI_Ibcast(static_cast<char*>(data) + off * elem, to_int(std::min(chunk, count - off)), type, root, s.data,
-                       request),
-            "MPI_Ibcast");
+    const std::size_t len = std::min(chunk, count - off);
+    unsigned char* staging = s.scratch->staging[static_cast<std::size_t>(slot)].data();
+    if (s.rank == root) std::memcpy(staging, out + off * elem, len * elem);
+    s.check(MPI_Ibcast(staging, to_int(len), type, root, s.data, request), "MPI_Ibcast");
   };
+  if (s.rank != root) {
+    e.on_complete = [&](int c, int, int slot) {
+      const std::size_t off = static_cast<std::size_t>(c) * chunk;
+      std::memcpy(out + off * elem, s.scratch->staging[static_cast<std::size_t>(slot)].data(),
+                  std::min(chunk, count - off) * elem);
+    };
+  }
   s.run(e);
   s.finish_data_phase();
 }
@@ -1134,7 +1201,9 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t co
   const auto n = static_cast<std::size_t>(s.size);
   const std::size_t piece = piece_size(count_per_rank, s.options.chunk_bytes / elem / n);
   const MPI_Datatype type = mpi_type(dtype);
-  s.bytes_per_slot(0, 2 * n);
+  // Through staging (see Scratch): rank q's block of piece c at q * len, gathered in place there
+  // after this rank copied its own in, then copied out to the caller's blocks.
+  s.bytes_per_slot(n * std::min(piece, count_per_rank) * elem, 2 * n);
   State::Engine e;
   e.chunks = static_cast<int>((count_per_rank + piece - 1) / piece);
   e.slots = s.options.chunks_in_flight;
@@ -1145,11 +1214,21 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t co
     int* displs = counts + n;
     for (std::size_t q = 0; q < n; ++q) {
       counts[q] = to_int(len);
-      displs[q] = to_int(q * count_per_rank);
+      displs[q] = to_int(q * len);
     }
-    const void* src = in_place ? MPI_IN_PLACE : static_cast<const char*>(send) + off * elem;
-    s.check(MPI_Iallgatherv(src, to_int(len), type, out + off * elem, counts, displs, type, s.data, request),
-            "MPI_Iallgatherv");
+    unsigned char* staging = s.scratch->staging[static_cast<std::size_t>(slot)].data();
+    std::memcpy(staging + static_cast<std::size_t>(s.rank) * len * elem, static_cast<const char*>(send) + off * elem,
+                len * elem);
+    s.check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, staging, counts, displs, type, s.data, request), "MPI_Iallgatherv");
+  };
+  e.on_complete = [&](int c, int, int slot) {
+    const std::size_t off = static_cast<std::size_t>(c) * piece;
+    const std::size_t len = std::min(piece, count_per_rank - off);
+    const unsigned char* staging = s.scratch->staging[static_cast<std::size_t>(slot)].data();
+    for (std::size_t q = 0; q < n; ++q) {
+      if (in_place && q == static_cast<std::size_t>(s.rank)) continue;  // already there
+      std::memcpy(out + (q * count_per_rank + off) * elem, staging + q * len * elem, len * elem);
+    }
   };
   s.run(e);
   s.finish_data_phase();
@@ -1177,7 +1256,10 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
   s.enter_data_phase();
   const std::size_t piece = piece_size(count_per_rank, s.options.chunk_bytes / elem / n);
   const MPI_Datatype type = mpi_type(dtype);
-  s.bytes_per_slot(n * piece * elem, 4 * n);
+  // Staging: the received blocks of the piece (this rank's place unused), then the copies of the
+  // blocks this rank sends (see Scratch), at the same places.
+  const std::size_t piece_bytes = n * std::min(piece, count_per_rank) * elem;
+  s.bytes_per_slot(2 * piece_bytes, 4 * n);
   State::Engine e;
   e.chunks = static_cast<int>((count_per_rank + piece - 1) / piece);
   e.stages = 2;
@@ -1187,6 +1269,7 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
     const std::size_t len = std::min(piece, count_per_rank - off);
     unsigned char* staging = s.scratch->staging[static_cast<std::size_t>(slot)].data();
     if (stage == 0) {
+      unsigned char* copy = staging + piece_bytes;
       int* counts = s.scratch->counts[static_cast<std::size_t>(slot)].data();
       int* displs = counts + n;
       int* recv_counts = counts + 2 * n;
@@ -1194,12 +1277,15 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
       for (std::size_t q = 0; q < n; ++q) {
         const bool self = q == static_cast<std::size_t>(s.rank);  // read in place below
         counts[q] = self ? 0 : to_int(len);
-        displs[q] = to_int(q * count_per_rank);
+        displs[q] = to_int(q * len);
         recv_counts[q] = self ? 0 : to_int(len);
         recv_displs[q] = to_int(q * len);
+        if (!self) {
+          std::memcpy(copy + q * len * elem, static_cast<const char*>(send) + (q * count_per_rank + off) * elem,
+                      len * elem);
+        }
       }
-      s.check(MPI_Ialltoallv(static_cast<const char*>(send) + off * elem, counts, displs, type, staging, recv_counts,
-                             recv_displs, type, s.data, request),
+      s.check(MPI_Ialltoallv(copy, counts, displs, type, staging, recv_counts, recv_displs, type, s.data, request),
               "MPI_Ialltoallv");
       return;
     }
@@ -1260,6 +1346,20 @@ void MpiCommunicator::do_recv(void* data, std::size_t count, DType dtype, int pe
   const Clock::time_point deadline = deadline_after(Clock::now(), limit);
   std::vector<char> body;
   MPI_Request request = MPI_REQUEST_NULL;
+  // An MPI error with the message being received: the request keeps its body (see Scratch).
+  struct AbandonOnThrow {
+    MPI_Request& request;
+    std::vector<char>& body;
+    ~AbandonOnThrow() {
+      if (request == MPI_REQUEST_NULL) return;
+      auto a = std::make_unique<Abandoned>();
+      a->requests.push_back(request);
+      a->scratch = std::make_unique<Scratch>();
+      a->scratch->sends.push_back(std::move(body));
+      std::lock_guard<std::mutex> lock(runtime().mutex);
+      runtime().graveyard.push_back(std::move(a));
+    }
+  } abandon_on_throw{request, body};
   detail::SpinWait wait(s.may_spin);
   for (;;) {
     {
@@ -1279,7 +1379,7 @@ void MpiCommunicator::do_recv(void* data, std::size_t count, DType dtype, int pe
       if (request != MPI_REQUEST_NULL) {
         int done = 0;
         s.check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-        if (done) break;
+        if (done) break;  // MPI_Test set the request null
       }
     }
     if (!wait.step()) continue;

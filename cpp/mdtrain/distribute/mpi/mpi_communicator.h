@@ -44,7 +44,10 @@
 // - abort(reason), from any thread, sends a notice to every peer: their pending and later
 //   collectives throw std::runtime_error naming this rank and the reason. A collective already
 //   moving data finishes its transfer first (its peers are in it too and need this rank), then
-//   throws.
+//   throws; one that a peer gave up throws at once.
+// MPI never sees the caller's buffers: pipelined pieces go through mdtrain's own staging memory
+// (one memcpy in or out per piece), so a collective that throws leaves no MPI request on them,
+// and the caller may free them at once.
 // send/recv are point to point on the data communicator with their own tag (collectives never
 // match them); a send is buffered (MPI_Isend of a copy), so it never waits for the receiver.
 // split(color, key) is MPI_Comm_split of this communicator (after a header exchange, so a rank
@@ -57,12 +60,12 @@
 // throws); make a new one. Nothing here calls MPI_Abort. A peer process that dies: mpirun ends
 // the whole job by default; with `mpirun --enable-recovery` the others time out, reporting that
 // the rank did not answer. A collective given up on leaves MPI requests pending (MPI cannot
-// cancel a collective): the memory mdtrain owns stays allocated for them and the communicator
-// is never freed (nor is any failed group's, nor any communicator's private control
-// communicator: see ~MpiCommunicator), but a user buffer that was in a data transfer at that moment (a peer died
-// mid-transfer) may still be written if the peer comes back.
+// cancel a collective): the memory mdtrain owns stays allocated for them (and is the only memory
+// they use) and the communicator is never freed (nor is any failed group's, nor any
+// communicator's private control communicator: see ~MpiCommunicator).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -102,6 +105,13 @@ class MpiCommunicator final : public Communicator {
   // 1 for the first MPI communicator made in this process, 2 for the second, ...
   int id() const;
   const MpiOptions& options() const;
+
+  // Testing only (tests/cpp/mpi): when set, every pipelined data phase on this rank calls
+  // hook(false) before it issues its first pieces and hook(true) right after, without any lock
+  // held (the hook may use other communicators). When it returns true, this rank gives the
+  // collective up there, as when a peer gave it up: its MPI requests are left pending, the peers
+  // are told, and the call throws std::runtime_error. An empty function removes it.
+  void set_data_phase_hook(std::function<bool(bool issued)> hook);
 
   struct State;  // defined in the .cpp, which alone includes mpi.h
 
