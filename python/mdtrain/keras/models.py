@@ -133,6 +133,7 @@ class Model:
                                       output_values)
         self._layers = [layer for layer, _ in nodes]
         self._mask_source = next((t._mask_source for t in outputs if getattr(t, "_mask_source", None)), None)
+        self._mask_readers = [layer.name for layer in self._layers if getattr(layer, "_reads_mask_in_graph", False)]
         self._adopt_core(core, single_output)
 
     def _adopt_core(self, core, single_output=True):
@@ -436,13 +437,14 @@ class Model:
         if self.loss is None:
             raise RuntimeError(f"You must call `compile()` before using the model ({where}).")
         source = getattr(self, "_mask_source", None)
-        if source is not None and self._graph is not None:
-            # Keras would leave the masked steps out of the loss and the metrics; the layer graph does
-            # not hand masks to its outputs yet, and counting the padding would silently train another
-            # model. (A Sequential model's loss and metrics leave them out: nn/masked_steps.h.)
-            raise NotImplementedError(f"{where}: the output of functional model '{self.name}' carries the mask of "
-                                      f'layer "{source}"; mdtrain weights the loss and metrics by masks in '
-                                      "Sequential models only for now (predict works)")
+        if source is not None and self._graph is not None and not self._graph.single_output:
+            # Keras would leave the masked steps out of each output's loss and metrics; the packed
+            # outputs of several (nn/multi_output_loss.h) carry no masks yet, and counting the padding
+            # would silently train another model. (One output's loss and metrics leave them out:
+            # nn/masked_steps.h.)
+            raise NotImplementedError(f"{where}: an output of functional model '{self.name}' carries the mask of "
+                                      f'layer "{source}"; mdtrain weights the loss and metrics by masks for models '
+                                      "with one output only for now (predict works)")
 
     def _check_strategy(self, where):
         scope = _distribute._current_scope()
