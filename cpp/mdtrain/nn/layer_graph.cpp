@@ -338,6 +338,11 @@ Tensor LayerGraph::merged_mask(const Node& node, const std::vector<Tensor>& inpu
     if (masks.back().defined()) ++present;
   }
   const auto* concatenate = dynamic_cast<const Concatenate*>(node.layer.get());
+  // Keras's Multiply reads masks (masked steps multiply as 1, the output is zeroed outside the
+  // merged mask); the product here does not.
+  MDTRAIN_CHECK(present == 0 || node.layer->class_name() != "Multiply", std::invalid_argument, "[functional] layer \"",
+                node.layer->name(),
+                "\" (Multiply) receives masks, which Keras multiplies as 1 at masked steps; mdtrain does not yet");
   if (present == 0 || (concatenate == nullptr && present < masks.size())) return Tensor();
   const MaskJoin join = concatenate != nullptr ? concatenate_join(*concatenate) : MaskJoin::Or;
   MDTRAIN_CHECK(join != MaskJoin::Unsupported, std::invalid_argument, "[functional] layer \"", node.layer->name(),

@@ -182,6 +182,12 @@ def call_symbolic(layer, inputs):
     # or any input of Concatenate.
     incoming = [t._mask_source for t in tensors if getattr(t, "_mask_source", None) is not None]
     from mdtrain.keras.layers import mask_after
+    if merge and incoming and type(layer).__name__ == "Multiply":
+        # Keras's Multiply reads masks: masked steps multiply as 1, and the output is zeroed where the
+        # merged mask is 0 (keras/src/layers/merging/multiply.py); mdtrain's product does not yet.
+        raise NotImplementedError(f'Multiply layer "{layer.name}" receives the mask of layer "{incoming[0]}" in a '
+                                  "functional model; Keras would multiply masked steps as 1, which mdtrain does not "
+                                  "do yet (Add and Concatenate pass masks)")
     if merge:
         keeps = incoming and (len(incoming) == len(tensors) or type(layer).__name__ == "Concatenate")
         mask_source = incoming[0] if keeps else None
