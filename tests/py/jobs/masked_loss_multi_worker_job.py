@@ -2,7 +2,7 @@
 devices: trains a model whose output carries an Embedding's mask under MultiWorkerMirroredStrategy
 (4 replicas; the loss divides by the kept steps of the whole global batch, summed over every
 replica of both workers) and on one device in this process; prints MASKED_OK unless the losses,
-accuracy and weights differ beyond float32 rounding."""
+accuracy (fit and evaluate) and weights differ beyond float32 rounding."""
 import numpy as np
 
 import mdtrain as tf
@@ -24,13 +24,14 @@ def train(strategy):
                       metrics=["accuracy"])
     # batch_size 6 over 21 rows: 6 rows split 2, 2, 1, 1; the last batch has 3, so one replica has none
     history = model.fit(x, y, batch_size=6, epochs=2, shuffle=False, verbose=0)
-    return history.history, model.get_weights()
+    return history.history, model.evaluate(x, y, batch_size=6, verbose=0), model.get_weights()
 
 
 multi_worker = tf.distribute.MultiWorkerMirroredStrategy()
 assert multi_worker.num_replicas_in_sync == 4, multi_worker.num_replicas_in_sync
-split_history, split_weights = train(multi_worker)
-one_history, one_weights = train(tf.distribute.OneDeviceStrategy("/cpu:0"))
+split_history, split_eval, split_weights = train(multi_worker)
+one_history, one_eval, one_weights = train(tf.distribute.OneDeviceStrategy("/cpu:0"))
+np.testing.assert_allclose(split_eval, one_eval, rtol=1e-5)
 for key in one_history:
     np.testing.assert_allclose(split_history[key], one_history[key], rtol=1e-5, err_msg=key)
 assert len(split_weights) == len(one_weights)
