@@ -66,10 +66,11 @@ class LayerGraph final : public PackedNetwork {
   void backward_without_rows(const GradientsFinal& on_final) override;
 
   // Keras's masks (nn/sequence_mask.h) travel along the edges as in LayerStack; a merge layer's
-  // output carries (Keras 3's compute_mask) for Add and Multiply the OR of its inputs' masks when
-  // every input has one (else none), for Concatenate on the last axis the OR of its inputs' masks
-  // with an unmasked input counting as all ones, and on the time axis the masks joined in time.
-  // The output's mask is known for a model with one output (several outputs: none).
+  // output carries (Keras 3's compute_mask) for Add the OR of its inputs' masks when every input
+  // has one (else none), for Concatenate on the last axis the OR of its inputs' masks with an
+  // unmasked input counting as all ones, and on the time axis the masks joined in time. Multiply
+  // of masked inputs throws (Keras's multiplies masked steps as 1). The output's mask is known
+  // for a model with one output (several outputs: none).
   bool output_masked() const override;
   Tensor output_mask() const override;
 
