@@ -6,7 +6,13 @@ TrainEngine::TrainEngine(Network& primary, std::shared_ptr<Strategy> strategy, c
                          const Optimizer& optimizer)
     : strategy_(std::move(strategy)),
       executor_(strategy_->make_executor(primary, loss, optimizer)),
-      replica_metrics_(static_cast<std::size_t>(executor_->num_replicas())) {}
+      replica_metrics_(static_cast<std::size_t>(executor_->num_replicas())) {
+  // Counting the padding would silently train another model than Keras's.
+  MDTRAIN_CHECK(!primary.output_masked() || executor_->reads_output_masks(), std::invalid_argument,
+                "[engine] the output of the model carries a mask (Keras leaves the masked steps out of the loss and ",
+                "metrics), which ", strategy_->name(), " does not read yet; Mirrored, MultiWorkerMirrored, ",
+                "CentralStorage and OneDevice do");
+}
 
 TrainEngine::~TrainEngine() = default;
 
@@ -81,6 +87,14 @@ void TrainEngine::on_replica_output(int local_replica, const Tensor& y, const Te
   rep.y_host.copy_from(y);
   rep.pred_host.copy_from(pred);
   for (auto& m : rep.metrics) m->update(rep.y_host, rep.pred_host);
+}
+
+void TrainEngine::on_replica_masked_output(int local_replica, const Tensor& y, const Tensor& pred, const Tensor& mask) {
+  ReplicaMetrics& rep = replica_metrics_[static_cast<std::size_t>(local_replica)];
+  if (rep.metrics.empty()) return;
+  rep.kept.select(y, pred, mask, "metric");
+  if (rep.kept.kept() == 0) return;  // Keras adds a weight of 0: nothing
+  for (auto& m : rep.metrics) m->update(rep.kept.y_true(), rep.kept.y_pred());
 }
 
 }  // namespace mdtrain

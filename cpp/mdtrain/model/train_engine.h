@@ -6,6 +6,7 @@
 #include "mdtrain/model/logs.h"
 #include "mdtrain/model/metric.h"
 #include "mdtrain/nn/loss.h"
+#include "mdtrain/nn/masked_steps.h"
 #include "mdtrain/nn/network.h"
 #include "mdtrain/optim/optimizer.h"
 #include "mdtrain/strategy/step_executor.h"
@@ -64,10 +65,13 @@ class TrainEngine final : private ReplicaOutputSink {
  private:
   // Metrics accumulate on the host: labels and predictions of a GPU replica are copied back first.
   void on_replica_output(int local_replica, const Tensor& y, const Tensor& pred) override;
+  // Metrics of an output that carries a mask: updated on the kept steps only (nn/masked_steps.h).
+  void on_replica_masked_output(int local_replica, const Tensor& y, const Tensor& pred, const Tensor& mask) override;
 
   struct ReplicaMetrics {
     std::vector<std::unique_ptr<Metric>> metrics;
     Tensor y_host, pred_host;  // host copies for the metrics of a GPU replica
+    MaskedSteps kept;          // the kept steps of a masked output
   };
 
   std::shared_ptr<Strategy> strategy_;  // outlives executor_, which refers to it

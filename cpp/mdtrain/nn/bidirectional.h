@@ -19,6 +19,7 @@ class Bidirectional : public Layer, public MaskedLayer {
                 std::unique_ptr<RecurrentLayer> backward_layer, std::string merge_mode = "concat");
   void set_input_mask(const Tensor& mask) override;
   Tensor output_mask() const override { return forward_->output_mask(); }
+  bool output_masked(bool input_masked) const override { return forward_->output_masked(input_masked); }
 
   std::string class_name() const override { return "Bidirectional"; }
   Shape compute_output_shape(const Shape& input_shape) const override;

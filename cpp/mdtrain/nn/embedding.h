@@ -51,6 +51,7 @@ class Embedding : public Layer, public MaskedLayer {
 
   // mask_zero: the last forward's input shape, 1 where its index was not 0 (on CPU devices); else empty.
   Tensor output_mask() const override;
+  bool output_masked(bool /*input_masked*/) const override { return options_.mask_zero; }
 
   const Options& options() const { return options_; }
   Parameter& embeddings() { return embeddings_; }

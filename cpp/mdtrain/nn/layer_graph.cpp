@@ -1,9 +1,12 @@
 #include "mdtrain/nn/layer_graph.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "mdtrain/core/dtype_dispatch.h"
+#include "mdtrain/nn/concatenate.h"
 #include "mdtrain/nn/merge_layer.h"
+#include "mdtrain/nn/sequence_mask.h"
 
 namespace mdtrain {
 
@@ -162,14 +165,21 @@ Tensor LayerGraph::forward(const Tensor& x, const ForwardContext& ctx) {
       values_[k] = input_buffers_[k];
     }
   }
+  masks_.assign(ni + nodes_.size(), Tensor());
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const Node& node = nodes_[i];
     if (auto* merge = dynamic_cast<MergeLayer*>(node.layer.get())) {
       std::vector<Tensor> in;
       for (int v : node.inputs) in.push_back(values_[static_cast<std::size_t>(v)]);
       values_[ni + i] = merge->forward_inputs(in);
+      masks_[ni + i] = merged_mask(node, in);
     } else {
-      values_[ni + i] = node.layer->forward(values_[static_cast<std::size_t>(node.inputs[0])], ctx);
+      const auto input = static_cast<std::size_t>(node.inputs[0]);
+      auto* masked = dynamic_cast<MaskedLayer*>(node.layer.get());
+      if (masked != nullptr) masked->set_input_mask(masks_[input]);
+      values_[ni + i] = node.layer->forward(values_[input], ctx);
+      if (masked != nullptr) masks_[ni + i] = masked->output_mask();
+      else if (passes_mask(*node.layer)) masks_[ni + i] = masks_[input];
     }
   }
   if (outputs_.size() == 1) return values_[static_cast<std::size_t>(outputs_[0])];
@@ -261,12 +271,125 @@ void LayerGraph::backward_from_logits(const Tensor& dlogits, const GradientsFina
 }
 
 void LayerGraph::step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) {
+  forward_without_rows(ctx);
+  backward_without_rows(on_final);
+}
+
+void LayerGraph::forward_without_rows(const ForwardContext& ctx) {
   check_built();
   for (auto& node : nodes_) node.layer->forward_without_rows(ctx);
+}
+
+void LayerGraph::backward_without_rows(const GradientsFinal& on_final) {
   for (std::size_t i = nodes_.size(); i-- > 0;) {
     nodes_[i].layer->backward_without_rows(!reads_only_inputs(nodes_[i]));
     layer_done(i, on_final);
   }
+}
+
+namespace {
+
+// A concatenation's mask joins its inputs' along time (axis 1 of (batch, timesteps, ...)) or ORs
+// them (the last axis); any other axis has no mask to give in Keras's terms here.
+enum class MaskJoin { Or, Time, Unsupported };
+
+MaskJoin concatenate_join(const Concatenate& layer) {
+  const std::size_t rank = layer.output_shape().size();  // without the batch axis
+  const int axis = layer.axis() < 0 ? layer.axis() + static_cast<int>(rank) + 1 : layer.axis();
+  if (rank >= 2 && axis == static_cast<int>(rank)) return MaskJoin::Or;
+  if (rank >= 2 && axis == 1) return MaskJoin::Time;
+  return MaskJoin::Unsupported;
+}
+
+}  // namespace
+
+bool LayerGraph::output_masked() const {
+  if (outputs_.size() != 1 || !built_) return false;
+  const auto ni = static_cast<std::size_t>(num_inputs());
+  std::vector<bool> masked(ni + nodes_.size(), false);
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    if (dynamic_cast<const MergeLayer*>(node.layer.get()) != nullptr) {
+      bool any = false, all = true;
+      for (int v : node.inputs) {
+        any = any || masked[static_cast<std::size_t>(v)];
+        all = all && masked[static_cast<std::size_t>(v)];
+      }
+      masked[ni + i] = dynamic_cast<const Concatenate*>(node.layer.get()) != nullptr ? any : all;
+    } else if (const auto* reader = dynamic_cast<const MaskedLayer*>(node.layer.get())) {
+      masked[ni + i] = reader->output_masked(masked[static_cast<std::size_t>(node.inputs[0])]);
+    } else {
+      masked[ni + i] = passes_mask(*node.layer) && masked[static_cast<std::size_t>(node.inputs[0])];
+    }
+  }
+  return masked[static_cast<std::size_t>(outputs_[0])];
+}
+
+Tensor LayerGraph::output_mask() const {
+  if (outputs_.size() != 1 || masks_.empty()) return Tensor();
+  return masks_[static_cast<std::size_t>(outputs_[0])];
+}
+
+Tensor LayerGraph::merged_mask(const Node& node, const std::vector<Tensor>& inputs) const {
+  std::vector<Tensor> masks;
+  std::size_t present = 0;
+  for (int v : node.inputs) {
+    masks.push_back(masks_[static_cast<std::size_t>(v)]);
+    if (masks.back().defined()) ++present;
+  }
+  const auto* concatenate = dynamic_cast<const Concatenate*>(node.layer.get());
+  // Keras's Multiply reads masks (masked steps multiply as 1, the output is zeroed outside the
+  // merged mask); the product here does not.
+  MDTRAIN_CHECK(present == 0 || node.layer->class_name() != "Multiply", std::invalid_argument, "[functional] layer \"",
+                node.layer->name(),
+                "\" (Multiply) receives masks, which Keras multiplies as 1 at masked steps; mdtrain does not yet");
+  if (present == 0 || (concatenate == nullptr && present < masks.size())) return Tensor();
+  const MaskJoin join = concatenate != nullptr ? concatenate_join(*concatenate) : MaskJoin::Or;
+  MDTRAIN_CHECK(join != MaskJoin::Unsupported, std::invalid_argument, "[functional] layer \"", node.layer->name(),
+                "\" concatenates inputs that carry masks along axis ", concatenate->axis(),
+                "; mdtrain joins masks along the time or the last axis only");
+  const std::int64_t batch = inputs[0].dim(0);
+  // Each input's mask as (batch, its timesteps); an unmasked input's is all ones.
+  std::vector<std::vector<std::uint8_t>> bytes;
+  std::vector<std::int64_t> steps;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const std::int64_t t = inputs[k].dim(1);
+    steps.push_back(t);
+    if (masks[k].defined()) {
+      check_mask_shape(masks[k], batch, t, "functional", node.layer->name());
+      bytes.push_back(mask_to_bytes(masks[k]));
+    } else {
+      bytes.emplace_back(static_cast<std::size_t>(batch * t), std::uint8_t{1});
+    }
+  }
+  const Tensor& first = masks[0].defined()
+                            ? masks[0]
+                            : *std::find_if(masks.begin(), masks.end(), [](const Tensor& m) { return m.defined(); });
+  std::int64_t out_steps = steps[0];
+  if (join == MaskJoin::Time) {
+    out_steps = 0;
+    for (std::int64_t t : steps) out_steps += t;
+  }
+  Tensor out({batch, out_steps}, first.dtype(), first.device());
+  dispatch_floating(out.dtype(), "functional", [&](auto tag) {
+    using T = decltype(tag);
+    T* m = out.template data<T>();
+    for (std::int64_t b = 0; b < batch; ++b) {
+      if (join == MaskJoin::Time) {
+        std::int64_t at = 0;
+        for (std::size_t k = 0; k < bytes.size(); ++k)
+          for (std::int64_t t = 0; t < steps[k]; ++t, ++at)
+            m[b * out_steps + at] = bytes[k][static_cast<std::size_t>(b * steps[k] + t)] ? T(1) : T(0);
+      } else {
+        for (std::int64_t t = 0; t < out_steps; ++t) {
+          bool keep = false;
+          for (const auto& k : bytes) keep = keep || k[static_cast<std::size_t>(b * out_steps + t)] != 0;
+          m[b * out_steps + t] = keep ? T(1) : T(0);
+        }
+      }
+    }
+  });
+  return out;
 }
 
 std::unique_ptr<LayerGraph> LayerGraph::clone_to(const Device& device) const {

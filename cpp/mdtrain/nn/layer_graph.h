@@ -62,6 +62,17 @@ class LayerGraph final : public PackedNetwork {
   Tensor logits() const override;
   void backward_from_logits(const Tensor& dlogits, const GradientsFinal& on_final) override;
   void step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) override;
+  void forward_without_rows(const ForwardContext& ctx) override;
+  void backward_without_rows(const GradientsFinal& on_final) override;
+
+  // Keras's masks (nn/sequence_mask.h) travel along the edges as in LayerStack; a merge layer's
+  // output carries (Keras 3's compute_mask) for Add the OR of its inputs' masks when every input
+  // has one (else none), for Concatenate on the last axis the OR of its inputs' masks with an
+  // unmasked input counting as all ones, and on the time axis the masks joined in time. Multiply
+  // of masked inputs throws (Keras's multiplies masked steps as 1). The output's mask is known
+  // for a model with one output (several outputs: none).
+  bool output_masked() const override;
+  Tensor output_mask() const override;
 
   // A deep copy (layers, weights, connections) with its packed parameters on `device`.
   std::unique_ptr<LayerGraph> clone_to(const Device& device) const;
@@ -74,6 +85,8 @@ class LayerGraph final : public PackedNetwork {
   // Adds `g` to the gradient of `value` (dropped for the graph's inputs).
   void accumulate(int value, const Tensor& g);
   bool reads_only_inputs(const Node& node) const;
+  // The mask a merge node's output carries given its inputs' (see output_masked).
+  Tensor merged_mask(const Node& node, const std::vector<Tensor>& inputs) const;
 
   std::vector<Shape> input_shapes_;
   std::vector<Node> nodes_;
@@ -82,6 +95,7 @@ class LayerGraph final : public PackedNetwork {
   bool built_ = false;
   Shape packed_input_shape_;
   std::vector<Tensor> values_;        // per value, the last forward's
+  std::vector<Tensor> masks_;         // per value, the mask it carries (empty: none)
   std::vector<Tensor> grads_;         // per value, during backward
   std::vector<Tensor> accumulators_;  // per value read more than once: the summed gradient
   std::vector<Tensor> input_buffers_, output_buffer_;

@@ -53,7 +53,18 @@ Tensor LayerStack::forward(const Tensor& x, const ForwardContext& ctx) {
     if (masked != nullptr) mask = masked->output_mask();
     else if (!passes_mask(*layer)) mask = Tensor();
   }
+  output_mask_ = mask;
   return h;
+}
+
+bool LayerStack::output_masked() const {
+  bool masked = false;
+  for (const auto& layer : layers_) {
+    const auto* reader = dynamic_cast<const MaskedLayer*>(layer.get());
+    if (reader != nullptr) masked = reader->output_masked(masked);
+    else if (!passes_mask(*layer)) masked = false;
+  }
+  return masked;
 }
 
 void LayerStack::backward(const Tensor& dy, const GradientsFinal& on_final) {
@@ -65,8 +76,16 @@ void LayerStack::backward(const Tensor& dy, const GradientsFinal& on_final) {
 }
 
 void LayerStack::step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) {
+  forward_without_rows(ctx);
+  backward_without_rows(on_final);
+}
+
+void LayerStack::forward_without_rows(const ForwardContext& ctx) {
   MDTRAIN_CHECK(built_, std::logic_error, "[sequential] the model is not built yet");
   for (auto& layer : layers_) layer->forward_without_rows(ctx);
+}
+
+void LayerStack::backward_without_rows(const GradientsFinal& on_final) {
   for (std::size_t i = layers_.size(); i-- > 0;) {
     layers_[i]->backward_without_rows(i > 0);
     layer_done(i, on_final);

@@ -45,6 +45,12 @@ class LayerStack final : public PackedNetwork {
   // on_final is called at the same points as backward() calls it, so the collectives the caller
   // runs from it interleave with the layers' in the same order on every replica.
   void step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) override;
+  void forward_without_rows(const ForwardContext& ctx) override;
+  void backward_without_rows(const GradientsFinal& on_final) override;
+
+  // Whether the last layer's output carries a mask, and the mask of the last forward's output.
+  bool output_masked() const override;
+  Tensor output_mask() const override { return output_mask_; }
 
   // The last layer's final activation, its logits, and backward from d(loss)/d(logits) (see
   // Layer::output_activation).
@@ -65,6 +71,7 @@ class LayerStack final : public PackedNetwork {
   bool built_ = false;
   std::uint64_t seed_ = 0;
   Shape input_shape_;
+  Tensor output_mask_;  // what the last forward's output carries (empty: none)
 };
 
 }  // namespace mdtrain

@@ -19,6 +19,7 @@ class Masking : public Layer, public MaskedLayer {
   Json config() const override;
   static std::unique_ptr<Layer> from_config(const Json& config);
   Tensor output_mask() const override { return mask_; }
+  bool output_masked(bool /*input_masked*/) const override { return true; }
 
  private:
   double mask_value_;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "mdtrain/core/device.h"
@@ -51,6 +52,22 @@ class Network {
   // A training step's forward and backward for a replica whose slice is empty: joins every
   // collective the layers run and calls on_final at the points backward() would.
   virtual void step_without_rows(const ForwardContext& ctx, const GradientsFinal& on_final) = 0;
+
+  // Keras's masks (nn/sequence_mask.h) at the output: whether it carries one (known from the
+  // layers alone, before any forward: every replica of a step agrees, rows or not), and the mask
+  // of the last forward's output ((batch, timesteps); empty: none). A masked output's loss and
+  // metrics leave the masked steps out (nn/masked_steps.h).
+  virtual bool output_masked() const { return false; }
+  virtual Tensor output_mask() const { return Tensor(); }
+  // The two halves of step_without_rows, for an executor that runs a collective between them (the
+  // count of a masked output's kept steps, which is only known after the forward). Networks whose
+  // output may carry a mask implement them.
+  virtual void forward_without_rows(const ForwardContext& /*ctx*/) {
+    throw std::logic_error("[network] forward_without_rows is not implemented by this network");
+  }
+  virtual void backward_without_rows(const GradientsFinal& /*on_final*/) {
+    throw std::logic_error("[network] backward_without_rows is not implemented by this network");
+  }
 
   // Every weight in get_weights() order; the trainable ones in packed order.
   virtual ParameterList parameters() = 0;

@@ -60,6 +60,7 @@ class RecurrentLayer : public Layer, public MaskedLayer {
   bool has_cuda_kernels() const override { return true; }
   void set_input_mask(const Tensor& mask) override { input_mask_seq_ = mask; }
   Tensor output_mask() const override { return options_.return_sequences ? input_mask_seq_ : Tensor(); }
+  bool output_masked(bool input_masked) const override { return input_masked && options_.return_sequences; }
 
   const Options& options() const { return options_; }
 

@@ -21,6 +21,9 @@ class MaskedLayer {
   virtual void set_input_mask(const Tensor& /*mask*/) {}
   // The mask the output of the last forward carries (empty: none).
   virtual Tensor output_mask() const = 0;
+  // Whether the output carries a mask, given whether the input does: known before any forward,
+  // so that every replica of a step (one without rows too) agrees on it (Network::output_masked).
+  virtual bool output_masked(bool input_masked) const = 0;
 };
 
 class Layer;

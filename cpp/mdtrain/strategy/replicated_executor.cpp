@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "mdtrain/core/memory_stats.h"
+#include "mdtrain/nn/masked_steps.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/batch_split.h"
@@ -23,6 +24,7 @@ struct ReplicatedExecutor::Replica {
   std::unique_ptr<GradientReducer> reducer;
   CommunicatorSums sums{comm};  // what the layers see of the other replicas (ForwardContext)
   Tensor x_batch, y_batch, dpred;
+  MaskedSteps masked;               // the kept steps of an output that carries a mask
   double loss_sum = 0;              // this step's sum of per-example losses on this replica's slice
   double all_workers_loss_sum = 0;  // loss_sum summed over every replica of every worker
   StepProfile profile;
@@ -159,6 +161,7 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
   // optimizer counts steps.
   const auto step = static_cast<std::uint64_t>(replicas_.front()->optimizer->iterations());
   const auto step_start = Clock::now();
+  const bool masked_output = primary_.output_masked();
   for_each_slice(batch.count, [&](Replica& rep, int local, std::int64_t first, std::int64_t rows) {
     Network& net = *rep.net;
     rep.loss_sum = 0;
@@ -181,7 +184,9 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
         in_reducer += seconds_since(r0);
       };
     }
-    if (rows > 0) {
+    if (masked_output) {
+      masked_train_step(rep, batch, ctx, first, rows, on_final, local, outputs);
+    } else if (rows > 0) {
       gather_batch(rep, batch, first, rows);
       const std::int64_t labels = global_label_count(*rep.loss, &rep.y_batch, rep.comm.get());
       Tensor pred = net.forward(rep.x_batch, ctx);
@@ -257,8 +262,13 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
 
 StepLoss ReplicatedExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[engine] an evaluation batch needs at least one example");
+  const bool masked_output = primary_.output_masked();
   for_each_slice(batch.count, [&](Replica& rep, int local, std::int64_t first, std::int64_t rows) {
     rep.loss_sum = 0;
+    if (masked_output) {
+      masked_test_step(rep, batch, first, rows, local, outputs);
+      return;
+    }
     if (rows == 0) {
       global_label_count(*rep.loss, nullptr, rep.comm.get());
       return;
@@ -277,6 +287,64 @@ StepLoss ReplicatedExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSi
   result.sum = sum_of_replica_losses(batch.count);
   result.regularization = replicas_.front()->net->regularization_loss();
   return result;
+}
+
+void ReplicatedExecutor::masked_train_step(Replica& rep, const GlobalBatch& batch, const ForwardContext& ctx,
+                                           std::int64_t first, std::int64_t rows,
+                                           const Network::GradientsFinal& on_final, int local,
+                                           ReplicaOutputSink* outputs) {
+  // Keras's divisor is the kept steps of the whole global batch (nn/masked_steps.h), known only
+  // after the forward: every replica sums it between its forward and its backward, a replica
+  // without rows too (its layers' collectives, then the count's, then backward's, as the others).
+  Network& net = *rep.net;
+  if (rows == 0) {
+    net.packed_grads().fill(0.0);
+    net.forward_without_rows(ctx);
+    global_count(0, rep.comm.get());
+    net.backward_without_rows(on_final);
+    return;
+  }
+  gather_batch(rep, batch, first, rows);
+  Tensor pred = net.forward(rep.x_batch, ctx);
+  const Tensor mask = net.output_mask();
+  MDTRAIN_CHECK(mask.defined(), std::invalid_argument, "[engine] the output of the model carries a mask, but the ",
+                "layer that makes it produced none on ", net.device().to_string(),
+                " (masks are supported on CPU devices only for now)");
+  const Tensor& scored = rep.logits_loss ? net.logits() : pred;
+  rep.masked.select(*rep.loss, rep.y_batch, scored, mask);
+  const std::int64_t global = global_count(rep.masked.count(*rep.loss), rep.comm.get());
+  const BatchLossScale ls = counted_loss_scale(batch.count, global);
+  if (rep.logits_loss) {
+    rep.loss_sum = rep.masked.forward_backward(*rep.logits_loss, ls.grad_scale, &rep.dpred);
+    net.backward_from_logits(rep.dpred, on_final);
+  } else {
+    rep.loss_sum = rep.masked.forward_backward(*rep.loss, ls.grad_scale, &rep.dpred);
+    net.backward(rep.dpred, on_final);
+  }
+  rep.loss_sum *= ls.report_factor;
+  if (outputs) outputs->on_replica_masked_output(local, rep.y_batch, pred, mask);
+}
+
+void ReplicatedExecutor::masked_test_step(Replica& rep, const GlobalBatch& batch, std::int64_t first, std::int64_t rows,
+                                          int local, ReplicaOutputSink* outputs) {
+  if (rows == 0) {
+    global_count(0, rep.comm.get());
+    return;
+  }
+  gather_batch(rep, batch, first, rows);
+  ForwardContext ctx;
+  ctx.global_row_offset = first;
+  Tensor pred = rep.net->forward(rep.x_batch, ctx);
+  const Tensor mask = rep.net->output_mask();
+  MDTRAIN_CHECK(mask.defined(), std::invalid_argument, "[engine] the output of the model carries a mask, but the ",
+                "layer that makes it produced none on ", rep.net->device().to_string(),
+                " (masks are supported on CPU devices only for now)");
+  const Tensor& scored = rep.logits_loss ? rep.net->logits() : pred;
+  rep.masked.select(*rep.loss, rep.y_batch, scored, mask);
+  const std::int64_t global = global_count(rep.masked.count(*rep.loss), rep.comm.get());
+  rep.loss_sum = rep.masked.forward_backward(rep.logits_loss ? *rep.logits_loss : *rep.loss, 1.0, nullptr);
+  rep.loss_sum *= counted_loss_scale(batch.count, global).report_factor;
+  if (outputs) outputs->on_replica_masked_output(local, rep.y_batch, pred, mask);
 }
 
 double ReplicatedExecutor::sum_of_replica_losses(std::int64_t count) {

@@ -72,6 +72,7 @@ class ReplicatedExecutor final : public StepExecutor {
 
   std::vector<StepProfile> profile() const override;
   void reset_profile() override;
+  bool reads_output_masks() const override { return true; }
 
   GradientSync gradient_sync() const { return sync_; }
 
@@ -86,6 +87,12 @@ class ReplicatedExecutor final : public StepExecutor {
   void gather_batch(Replica& rep, const GlobalBatch& batch, std::int64_t first, std::int64_t rows);
   // The sum over all replicas (of all workers) of the last step's loss sums.
   double sum_of_replica_losses(std::int64_t count);
+  // A replica's step when the network's output carries a mask (nn/masked_steps.h).
+  void masked_train_step(Replica& rep, const GlobalBatch& batch, const ForwardContext& ctx, std::int64_t first,
+                         std::int64_t rows, const Network::GradientsFinal& on_final, int local,
+                         ReplicaOutputSink* outputs);
+  void masked_test_step(Replica& rep, const GlobalBatch& batch, std::int64_t first, std::int64_t rows, int local,
+                        ReplicaOutputSink* outputs);
 
   Network& primary_;
   Strategy& strategy_;

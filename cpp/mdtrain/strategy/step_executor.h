@@ -53,6 +53,9 @@ class ReplicaOutputSink {
  public:
   virtual ~ReplicaOutputSink() = default;
   virtual void on_replica_output(int local_replica, const Tensor& y, const Tensor& pred) = 0;
+  // The same for an output that carries a mask ((batch, timesteps), nn/sequence_mask.h): metrics
+  // leave the masked steps out.
+  virtual void on_replica_masked_output(int local_replica, const Tensor& y, const Tensor& pred, const Tensor& mask) = 0;
 };
 
 class StepExecutor {
@@ -91,6 +94,10 @@ class StepExecutor {
   // groups (peers in other processes included) with `reason`: a process that stops training
   // (an exception between steps) releases peers waiting for it. The next step makes fresh groups.
   virtual void abort(const std::string& reason) = 0;
+
+  // Whether the loss and metrics leave out the steps an output's mask drops (nn/masked_steps.h).
+  // An executor that does not cannot train a network whose output_masked(): TrainEngine refuses.
+  virtual bool reads_output_masks() const { return false; }
 
   virtual std::vector<StepProfile> profile() const = 0;  // one per local replica
   virtual void reset_profile() = 0;

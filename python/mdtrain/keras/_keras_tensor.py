@@ -177,15 +177,24 @@ def call_symbolic(layer, inputs):
         given = ", ".join(str(t.shape) for t in tensors)
         raise ValueError(f'Layer "{layer.name}" ({type(layer).__name__}) cannot be called on inputs of shape '
                          f"{given}: {e}") from None
-    # Masks (layers.mask_after): the graph runner (nn/layer_graph.h) does not pass them between
-    # layers yet, so a layer that would read one refuses rather than run the padding through.
+    # Masks (layers.mask_after; the graph runner passes them along the edges, nn/layer_graph.h). A
+    # merge's output carries one (Keras 3's compute_mask) when every input of Add/Multiply has one,
+    # or any input of Concatenate.
     incoming = [t._mask_source for t in tensors if getattr(t, "_mask_source", None) is not None]
-    if incoming and getattr(layer, "_would_read_mask", False):
-        raise NotImplementedError(f'{type(layer).__name__} layer "{layer.name}" receives the mask of layer '
-                                  f'"{incoming[0]}" in a functional model; mdtrain passes masks in Sequential models '
-                                  "only for now (Keras would skip the masked steps)")
     from mdtrain.keras.layers import mask_after
-    mask_source = mask_after(layer, incoming[0] if incoming and not merge else None)
+    if merge and incoming and type(layer).__name__ == "Multiply":
+        # Keras's Multiply reads masks: masked steps multiply as 1, and the output is zeroed where the
+        # merged mask is 0 (keras/src/layers/merging/multiply.py); mdtrain's product does not yet.
+        raise NotImplementedError(f'Multiply layer "{layer.name}" receives the mask of layer "{incoming[0]}" in a '
+                                  "functional model; Keras would multiply masked steps as 1, which mdtrain does not "
+                                  "do yet (Add and Concatenate pass masks)")
+    if merge:
+        keeps = incoming and (len(incoming) == len(tensors) or type(layer).__name__ == "Concatenate")
+        mask_source = incoming[0] if keeps else None
+    else:
+        mask_source = mask_after(layer, incoming[0] if incoming else None)
+        if incoming and getattr(layer, "_would_read_mask", False):
+            layer._reads_mask_in_graph = True
     node = _Node(layer, tensors)
     layer._symbolic_node = node
     if _Trace.active is not None:

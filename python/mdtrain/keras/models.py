@@ -133,6 +133,7 @@ class Model:
                                       output_values)
         self._layers = [layer for layer, _ in nodes]
         self._mask_source = next((t._mask_source for t in outputs if getattr(t, "_mask_source", None)), None)
+        self._mask_readers = [layer.name for layer in self._layers if getattr(layer, "_reads_mask_in_graph", False)]
         self._adopt_core(core, single_output)
 
     def _adopt_core(self, core, single_output=True):
@@ -394,6 +395,13 @@ class Model:
             raise NotImplementedError(f"compile: layer \"{readers[0]}\" of model '{self.name}' reads a mask, which "
                                       f"{type(strategy).__name__} does not pass between layers yet (Mirrored, "
                                       "MultiWorkerMirrored, CentralStorage and OneDevice do)")
+        source = getattr(self, "_mask_source", None)
+        if hasattr(strategy, "_core_for") and source is not None:
+            # Nor do they leave the masked steps out of the loss (strategy/replicated_executor.cpp does).
+            raise NotImplementedError(f"compile: the output of model '{self.name}' carries the mask of layer "
+                                      f'"{source}", which {type(strategy).__name__} does not leave out of the loss '
+                                      "and metrics yet (Mirrored, MultiWorkerMirrored, CentralStorage and OneDevice "
+                                      "do)")
         core_strategy = strategy._core_for(self) if hasattr(strategy, "_core_for") else strategy._core
         self._core.compile(loss._core, optimizer._make_core(), identifiers, core_strategy, metric_outputs)
         self._outputs = layout
@@ -429,12 +437,14 @@ class Model:
         if self.loss is None:
             raise RuntimeError(f"You must call `compile()` before using the model ({where}).")
         source = getattr(self, "_mask_source", None)
-        if source is not None:
-            # Keras would leave the masked steps out of the loss and the metrics; mdtrain's loss does
-            # not read masks yet, and counting the padding would silently train another model.
-            raise NotImplementedError(f"{where}: the output of model '{self.name}' carries the mask of layer "
-                                      f'"{source}" (return_sequences after a mask); mdtrain does not weight the loss '
-                                      "and metrics by masks yet (predict works; or end with return_sequences=False)")
+        if source is not None and self._graph is not None and not self._graph.single_output:
+            # Keras would leave the masked steps out of each output's loss and metrics; the packed
+            # outputs of several (nn/multi_output_loss.h) carry no masks yet, and counting the padding
+            # would silently train another model. (One output's loss and metrics leave them out:
+            # nn/masked_steps.h.)
+            raise NotImplementedError(f"{where}: an output of functional model '{self.name}' carries the mask of "
+                                      f'layer "{source}"; mdtrain weights the loss and metrics by masks for models '
+                                      "with one output only for now (predict works)")
 
     def _check_strategy(self, where):
         scope = _distribute._current_scope()
