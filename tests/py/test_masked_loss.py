@@ -288,3 +288,60 @@ def test_what_masked_outputs_cannot_do_yet_is_refused_by_name(logical_cpus):
                                    L.Dense(2)])
         with pytest.raises(NotImplementedError, match=r"carries the mask of layer \"emb\""):
             seq.compile(optimizer="sgd", loss="mse")
+
+
+KERAS_TAPE = """
+import json, numpy as np, keras, tensorflow as tf
+L = keras.layers
+d = np.load("case.npz")
+model = {model}
+model.set_weights([d[f"w{{i}}"] for i in range(int(d["nw"]))])
+loss_fn = {loss}
+with tf.GradientTape() as tape:
+    loss = loss_fn(d["y"], model(d["x"]))
+grads = tape.gradient(loss, model.trainable_weights)
+np.savez("keras.npz", **{{f"g{{i}}": tf.convert_to_tensor(g).numpy() for i, g in enumerate(grads)}})
+print("RESULT", json.dumps({{"loss": float(loss)}}))
+"""
+
+TAPE_MODELS = {
+    "sequential": "keras.Sequential([keras.Input((6,), dtype='int32'), L.Embedding(7, 3, mask_zero=True), "
+                  "L.LSTM(4, return_sequences=True), L.Dense(3)])",
+    "functional": "(lambda i: keras.Model(i, L.Dense(3)(L.GRU(4, return_sequences=True)("
+                  "L.Embedding(7, 3, mask_zero=True)(i)))))(keras.Input((6,), dtype='int32'))",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TAPE_MODELS))
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "sum"])
+def test_a_loss_called_on_a_masked_model_output_under_gradient_tape_equals_keras(tmp_path, kind, reduction):
+    # model(x) carries its output's mask (Keras's _keras_mask) and the loss reads it: the same
+    # value and gradients as Keras, not the padding's loss.
+    keras_model = TAPE_MODELS[kind].replace("keras.", "tf.keras.")
+    model = eval(keras_model, {"tf": tf, "L": L})
+    rng = np.random.default_rng(3)
+    model.set_weights([w + rng.normal(scale=0.3, size=w.shape).astype(np.float32) for w in model.get_weights()])
+    weights = model.get_weights()
+    y = np.random.default_rng(5).integers(0, 3, size=TOKENS.shape)
+    np.savez(tmp_path / "case.npz", x=TOKENS, y=y, nw=np.array(len(weights)),
+             **{f"w{i}": w for i, w in enumerate(weights)})
+    loss_src = f"keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction={reduction!r})"
+    out = run_keras(KERAS_TAPE.format(model=TAPE_MODELS[kind], loss=loss_src), cwd=tmp_path)
+    expected = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])["loss"]
+    loss_fn = eval(loss_src, {"keras": tf.keras})
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(TOKENS))
+    grads = tape.gradient(loss, model.trainable_weights)
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+    k = np.load(tmp_path / "keras.npz")
+    for i, g in enumerate(grads):
+        np.testing.assert_allclose(np.asarray(g), k[f"g{i}"], rtol=1e-4, atol=1e-6, err_msg=str(i))
+
+
+def test_a_functional_model_called_directly_refuses_masked_merges():
+    a = tf.keras.Input((6,), dtype="int32")
+    e = L.Embedding(7, 3, mask_zero=True)(a)
+    model = tf.keras.Model(a, L.Dense(2)(L.Add(name="sum")([e, e])))
+    with pytest.raises(NotImplementedError, match=r'Add layer "sum" merges masked inputs'):
+        model(TOKENS)
+    assert model.predict(TOKENS, verbose=0).shape == (7, 6, 2)

@@ -204,7 +204,14 @@ def call_model(model, inputs, training=None):
             mask = layer._eager_output_mask
     if training:
         model._tape_training_calls = step + 1
-    return h
+    return _with_mask(h, mask)
+
+
+def _with_mask(output, mask):
+    """The model's output carrying its mask for a loss called on it (keras_losses.call_loss)."""
+    if mask is not None:
+        output._keras_mask = np.asarray(mask, dtype=np.float32)
+    return output
 
 
 def _call_graph(model, inputs, training):
@@ -236,15 +243,24 @@ def _call_graph(model, inputs, training):
                                  f"{(None, *shape)}, found shape {tuple(x.shape)}")
         model._core.refresh_weights()
         step = model.__dict__.get("_tape_training_calls", 0)
-        values = list(xs)
+        values, masks = list(xs), [None] * len(xs)
         for layer, ids in graph.nodes:
             if getattr(layer, "_merge", False):
+                masked = [i for i in ids if masks[i] is not None]
+                if masked:
+                    # fit's graph runner (nn/layer_graph.cpp) merges masks; this path does not yet,
+                    # and dropping them would run the padding through the next recurrent layer.
+                    raise NotImplementedError(f'{type(layer).__name__} layer "{layer.name}" merges masked inputs; '
+                                              "calling a functional model with masked merges directly (model(x), "
+                                              "GradientTape) is not supported yet: fit, evaluate and predict are")
                 values.append(layer._eager([values[i] for i in ids]))
+                masks.append(None)
             else:
-                values.append(_run_layer(layer, values[ids[0]], training, step, model))
+                values.append(_run_layer(layer, values[ids[0]], training, step, model, masks[ids[0]]))
+                masks.append(layer._eager_output_mask)
     if training:
         model._tape_training_calls = step + 1
-    outs = [values[i] for i in graph.outputs]
+    outs = [_with_mask(values[i], masks[i]) for i in graph.outputs]
     return outs[0] if graph.single_output else outs
 
 

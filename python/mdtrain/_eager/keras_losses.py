@@ -37,9 +37,12 @@ def call_loss(loss, y_true, y_pred, sample_weight=None):
         logits_core = _logits_loss(loss, activation)
         if logits_core is not None:
             core, target = logits_core, logits
-    if sample_weight is None:
+    mask = getattr(pred, "_keras_mask", None)
+    if sample_weight is None and mask is None:
         return _loss_node(core, labels, target, reduction, loss)
     per_example = _loss_node(core, labels, target, None, loss)
+    if mask is not None:
+        sample_weight = _mask_weights(mask, per_example, reduction, sample_weight, loss)
     weights = ops.cast(convert_to_tensor(sample_weight), per_example.dtype)
     if weights.ndim > per_example.ndim:
         weights = ops.reshape(weights, per_example.shape)
@@ -50,6 +53,24 @@ def call_loss(loss, y_true, y_pred, sample_weight=None):
     if reduction == "sum":
         return total
     return ops.realdiv(total, max(int(np.prod(per_example.shape.as_list(), dtype=np.int64)), 1))
+
+
+def _mask_weights(mask, per_example, reduction, sample_weight, loss):
+    """Keras's apply_mask: a masked step weighs 0; for a mean, a kept one total / valid, so that the
+    mean over all steps is the sum over the kept ones / their count (fit's arithmetic, docs/
+    losses_and_metrics.md), and a batch with every step masked has loss 0."""
+    shape = tuple(per_example.shape.as_list())
+    if mask.shape != shape:
+        raise ValueError(f"{type(loss).__name__}: y_pred carries a mask of shape {mask.shape}, but the loss has "
+                         f"one value per {shape} steps")
+    weights = mask.astype(np.float64)
+    if reduction in ("sum_over_batch_size", "mean"):
+        weights = weights * (weights.size / (weights.sum() + 1e-7))
+    weights = weights.astype(np.float32)
+    if sample_weight is None:
+        return weights
+    sample = np.asarray(sample_weight, dtype=np.float32)
+    return weights * sample.reshape(sample.shape + (1,) * (weights.ndim - sample.ndim))
 
 
 def _loss_node(core, labels, target, reduction, loss):

@@ -118,7 +118,9 @@ _NUMPY_TEXT = dict(edgeitems=3, threshold=1000)
 class EagerTensor:
     """tf.Tensor: an immutable value with a shape and a dtype, computed eagerly."""
 
-    __slots__ = ("_value", "_id", "_keras_logits", "__weakref__")
+    # _keras_mask: the (batch, timesteps) mask a model's output carries (Keras's `_keras_mask`),
+    # which a loss called on the output reads, as Keras's Loss.__call__ does.
+    __slots__ = ("_value", "_id", "_keras_logits", "_keras_mask", "__weakref__")
     __array_priority__ = 100  # NumPy leaves `array + tensor` to the tensor
 
     def __init__(self, value, _id=None):
@@ -129,6 +131,7 @@ class EagerTensor:
         self._value = value
         self._id = _tape.new_id() if _id is None else _id
         self._keras_logits = None
+        self._keras_mask = None
 
     # ---- attributes ------------------------------------------------------------------------
     @property
