@@ -2,6 +2,7 @@
 samples/s of one device vs 2 stages vs 2 x 2 (batch x pipe) for a deep MLP and the seed CNN.
 
     PYTHONPATH=python python3 bench/pipeline.py [--width 2048] [--layers 8] [--batch 128] [--steps 3]
+                                                [--bubble-only]
 
 Part 1: a deep MLP (--layers x Dense(--width)) cut into 2 stages of equal size on 2 logical CPU devices,
 GPipe at m = 2, 4, 8, 16 micro-batches: per stage the busy (forward + backward) and idle seconds per
@@ -11,15 +12,19 @@ micro-batch inputs stashed (GPipe vs 1F1B). Part 2: for the MLP and examples/fas
 CNN (random 28 x 28 inputs), samples/s of one device, 2 stages (1F1B) and 2 x 2 (batch x pipe), their
 ratio to one device, the bubble, and per stage the weight bytes and the peak stash. One run: ratios
 are from the same run. On a machine with fewer free cores than devices the stages do not overlap
-(it reports the cores it saw)."""
+(it reports the cores it saw). Writes bench/results/pipeline.json."""
 import argparse
 import os
+import sys
 import time
 import warnings
 
 import numpy as np
 
 import mdtrain as tf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402
 
 distribution = tf.keras.distribution
 
@@ -84,7 +89,9 @@ def main():
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--bubble-only", action="store_true", help="part 1 only (the bubble table)")
     args = parser.parse_args()
+    bubble_rows, throughput_rows = [], []
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
     rng = np.random.default_rng(0)
@@ -106,6 +113,12 @@ def main():
         stash_1 = stage_memory(one_f, model_1)[1]
         print(f"{m:>3} {(2 - 1) / (m + 2 - 1):>8.3f} {measured:>9.3f} {stages[0]['busy']:>8.3f} {stages[0]['idle']:>8.3f}"
               f" {stages[1]['busy']:>8.3f} {stages[1]['idle']:>8.3f} {max(stash_g):>12} {max(stash_1):>11}")
+        bubble_rows.append({"m": m, "formula": (2 - 1) / (m + 2 - 1), "measured": measured,
+                            "stages": [{"busy": st["busy"], "idle": st["idle"]} for st in stages],
+                            "peak_stash_gpipe": max(stash_g), "peak_stash_1f1b": max(stash_1)})
+    if args.bubble_only:
+        _save(args, bubble_rows, throughput_rows)
+        return
 
     xc = rng.standard_normal((args.batch * args.steps, 28, 28, 1)).astype("float32")
     models = {"mlp": (x, lambda s: mlp(args.width, args.layers, s), split, 8, "sgd"),
@@ -115,6 +128,7 @@ def main():
     for name, (xs, make, cut, m, optimizer) in models.items():
         _, one = train(tf.distribute.OneDeviceStrategy("/cpu:0"), xs, y, args.batch, lambda: make(None), optimizer)
         print(f"{name:<5} {'1 device':<22} {one:>10.1f} {1.0:>6.2f}")
+        throughput_rows.append({"model": name, "setup": "1 device", "samples_per_s": one})
         for label, mesh, batch_dim in ((f"2 stages (1f1b, m={m})", pipe, None),
                                        (f"2x2 batch x pipe (m={m})", grid, "batch")):
             pp = quiet(lambda: distribution.PipelineParallel(mesh, num_microbatches=m, batch_dim_name=batch_dim))
@@ -124,6 +138,15 @@ def main():
             print(f"{name:<5} {label:<22} {rate:>10.1f} {rate / one:>6.2f} {frac:>7.3f} "
                   f"{' / '.join(f'{w / 2**20:.2f}' for w in weights):>18} "
                   f"{' / '.join(f'{b / 2**20:.3f}' for b in stash):>21}")
+            throughput_rows.append({"model": name, "setup": label, "samples_per_s": rate, "vs_one_device": rate / one,
+                                    "bubble": frac, "weight_bytes_per_stage": weights, "peak_stash_bytes": stash})
+    _save(args, bubble_rows, throughput_rows)
+
+
+def _save(args, bubble_rows, throughput_rows):
+    path = _common.write_json("pipeline.json", {"machine": _common.machine(), "args": vars(args),
+                                                "bubble": bubble_rows, "throughput": throughput_rows})
+    print(f"\nwritten {path}")
 
 
 if __name__ == "__main__":
