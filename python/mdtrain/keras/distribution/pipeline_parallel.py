@@ -8,7 +8,7 @@ Not a Keras API (Keras 3 has no pipeline parallelism); named in its family:
 import warnings
 
 from mdtrain import _core
-from mdtrain.keras.distribution.distributions import _PerModelDistribution
+from mdtrain.keras.distribution.pipe_axis import _PipeAxisDistribution
 
 __all__ = ["PipelineParallel"]
 
@@ -20,7 +20,7 @@ def bubble_fraction(stages, num_microbatches):
     return (stages - 1) / (num_microbatches + stages - 1)
 
 
-class PipelineParallel(_PerModelDistribution):
+class PipelineParallel(_PipeAxisDistribution):
     """Pipeline parallelism over ``device_mesh``'s ``pipe_dim_name`` axis.
 
     ``stages``: None (cut at the model's ``PipelineSplit`` layers, or, without any, so that the stages
@@ -33,12 +33,10 @@ class PipelineParallel(_PerModelDistribution):
     def __init__(self, device_mesh, num_microbatches, schedule="1f1b", pipe_dim_name="pipe", batch_dim_name=None,
                  stages=None, auto_shard_dataset=True):
         super().__init__(device_mesh, batch_dim_name, auto_shard_dataset)
-        if pipe_dim_name not in device_mesh.axis_names:
-            raise ValueError(f"pipe_dim_name={pipe_dim_name!r} is not an axis of {device_mesh} (axes: "
-                             f"{list(device_mesh.axis_names)})")
+        self._set_pipe_axis(pipe_dim_name)
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-        p = int(device_mesh.shape[list(device_mesh.axis_names).index(pipe_dim_name)])
+        p = self._num_stages
         if not isinstance(num_microbatches, int) or num_microbatches < p:
             raise ValueError(f"num_microbatches={num_microbatches!r} must be an int >= the number of stages ({p}): "
                              "with fewer micro-batches some stages would never overlap (other libraries hang here)")
@@ -54,11 +52,9 @@ class PipelineParallel(_PerModelDistribution):
                           f"for about {bubble_fraction(p, num_microbatches):.0%} of a step (the bubble, "
                           f"(p-1)/(m+p-1)); use at least {4 * p} micro-batches to bring it under "
                           f"{bubble_fraction(p, 4 * p):.0%}", stacklevel=2)
-        self._pipe_dim_name = pipe_dim_name
         self._num_microbatches = num_microbatches
         self._schedule = schedule
         self._stages = list(stages) if isinstance(stages, (list, tuple)) else stages
-        self._num_stages = p
 
     @property
     def num_microbatches(self):
@@ -67,28 +63,6 @@ class PipelineParallel(_PerModelDistribution):
     @property
     def schedule(self):
         return self._schedule
-
-    @property
-    def pipe_dim_name(self):
-        return self._pipe_dim_name
-
-    @property
-    def num_stages(self):
-        return self._num_stages
-
-    @property
-    def num_model_replicas(self):
-        if self.batch_dim_name is None:
-            return 1
-        return int(self.device_mesh.shape[list(self.device_mesh.axis_names).index(self.batch_dim_name)])
-
-    @property
-    def num_replicas_in_sync(self):
-        return self.num_model_replicas
-
-    def run(self, fn, args=(), kwargs=None):
-        raise NotImplementedError("strategy.run (custom training loops) under PipelineParallel is not supported: "
-                                  "train with model.fit / evaluate / predict")
 
     def _model_core_arg(self, model):
         """The first layer of stages 1..p-1 for ``model`` ([]: cut by the C++ strategy; also before a
