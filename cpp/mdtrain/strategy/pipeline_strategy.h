@@ -52,8 +52,9 @@ class PipelineStrategy : public MeshWorkersStrategy {
 
   // Pipe axis across workers: the compiled model's executor gathers the other workers' stages
   // (PipelineExecutor::gather_stages). Collective: every worker first tells whether it has an
-  // executor, and a worker without one where others have one is std::logic_error("[pipeline] ...")
-  // on every worker rather than a hang. No-op otherwise.
+  // executor and whether its stages are stale (one sum of two numbers); a worker without one where
+  // others have one is std::logic_error("[pipeline] ...") on every worker rather than a hang, and
+  // when no worker is stale none gathers. No-op in one process.
   void gather_stages();
 
   // The executor of the model compiled last under this strategy, or null.
