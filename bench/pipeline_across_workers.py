@@ -6,8 +6,9 @@ Run on 2 workers, one logical device each:
 
 A deep MLP (--layers x Dense(--width), Adam: 2 slots per weight) cut into 2 equal stages, 1F1B; after a
 warm-up epoch, --repeats epochs of --steps steps each are timed one by one, and worker 0 prints the
-best and median samples/s, the weight bytes per stage and how many times the stages were gathered
-(sent to the other worker: weights and optimizer slots) per epoch. Run it against two builds to compare
+best and median samples/s, the weight bytes per stage, how many times the stages were gathered
+(sent to the other worker: weights and optimizer slots) per epoch, and what summing one metric's
+accumulators over the workers costs (done after every step since the per-batch logs are shared). Run it against two builds to compare
 them under the same conditions (docs/pipeline.md, "Measured across workers")."""
 import argparse
 import os
@@ -60,6 +61,12 @@ def main():
         start = time.perf_counter()
         model.fit(x, y, batch_size=args.batch, epochs=1, verbose=0, shuffle=False)
         rates.append(len(x) / (time.perf_counter() - start))
+    # What summing a metric's accumulators over the workers costs each step (accuracy: 2 numbers).
+    totals, calls = np.zeros(2), 200
+    start = time.perf_counter()
+    for _ in range(calls):
+        pp._core.sum_across_workers(totals)
+    metric_sum_us = (time.perf_counter() - start) / calls * 1e6
     report = pp.stage_report(model)
     gathers = report.get("gathers")
     per_epoch = "every step (not counted)" if gathers is None else f"{(gathers - gathers_before) / args.repeats:g}"
@@ -70,7 +77,8 @@ def main():
               f"{args.steps} steps/epoch, 2 workers x 1 stage; weights/stage MiB "
               f"{' / '.join(f'{w / 2**20:.2f}' for w in weights)}; gathers/epoch {per_epoch}")
         print(f"samples/s best {max(rates):.1f} median {statistics.median(rates):.1f} "
-              f"(epochs: {', '.join(f'{r:.1f}' for r in rates)})", flush=True)
+              f"(epochs: {', '.join(f'{r:.1f}' for r in rates)}); a step {args.batch / statistics.median(rates) * 1e3:.0f} ms, "
+              f"summing one metric over the workers {metric_sum_us:.0f} us", flush=True)
 
 
 if __name__ == "__main__":
