@@ -8,8 +8,9 @@ A deep MLP (--layers x Dense(--width), Adam: 2 slots per weight) cut into 2 equa
 warm-up epoch, --repeats epochs of --steps steps each are timed one by one, and worker 0 prints the
 best and median samples/s, the weight bytes per stage, how many times the stages were gathered
 (sent to the other worker: weights and optimizer slots) per epoch, and what summing one metric's
-accumulators over the workers costs (done after every step since the per-batch logs are shared). Run it against two builds to compare
-them under the same conditions (docs/pipeline.md, "Measured across workers")."""
+accumulators over the workers costs (done after every step since the per-batch logs are shared).
+Run it against two builds to compare them under the same conditions (docs/pipeline.md, "Measured
+across workers")."""
 import argparse
 import os
 import statistics
@@ -77,7 +78,8 @@ def main():
               f"{args.steps} steps/epoch, 2 workers x 1 stage; weights/stage MiB "
               f"{' / '.join(f'{w / 2**20:.2f}' for w in weights)}; gathers/epoch {per_epoch}")
         print(f"samples/s best {max(rates):.1f} median {statistics.median(rates):.1f} "
-              f"(epochs: {', '.join(f'{r:.1f}' for r in rates)}); a step {args.batch / statistics.median(rates) * 1e3:.0f} ms, "
+              f"(epochs: {', '.join(f'{r:.1f}' for r in rates)}); "
+              f"a step {args.batch / statistics.median(rates) * 1e3:.0f} ms, "
               f"summing one metric over the workers {metric_sum_us:.0f} us", flush=True)
 
 

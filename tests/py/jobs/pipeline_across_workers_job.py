@@ -13,8 +13,9 @@ the stages across workers they are gathered lazily: the 2x1 run checks that no g
 an epoch (the stage report's count; get_weights mid-epoch refuses), that checkpoints written at each
 epoch's end and mid-epoch (ModelCheckpoint with save_freq=3, which gathers first) hold the whole
 model, equal to one device's at the same step, and that mid-epoch savers given to one worker only
-are refused before training, on every worker. A model with BatchNormalization is compared with the same pipeline in one process (its
-normalization uses per-micro-batch statistics, so not with one device), moving statistics included.
+are refused before training, on every worker. A model with BatchNormalization is compared with the
+same pipeline in one process (its normalization uses per-micro-batch statistics, so not with one
+device), moving statistics included.
 First, a mesh whose pipe axis spans the workers with two stages on each, (4,) ("pipe",), must be a
 ValueError before any training (printed as "REFUSED <message>"). Prints one RESULT line per worker
 (what every worker must agree on) and exits non-zero on a mismatch."""
