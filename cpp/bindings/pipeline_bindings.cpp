@@ -47,7 +47,18 @@ void init_pipeline(py::module_& m) {
           .def("stage_starts", [](const PipelineStrategy& s) { return compiled_executor(s).stage_starts(); })
           .def("busy_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).busy_seconds(); })
           .def("idle_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).idle_seconds(); })
-          .def("peak_stash_bytes", [](const PipelineStrategy& s) { return compiled_executor(s).peak_stash_bytes(); });
+          .def("peak_stash_bytes", [](const PipelineStrategy& s) { return compiled_executor(s).peak_stash_bytes(); })
+          // Pipe axis across workers: collective, every worker at the same point (docs/pipeline.md).
+          .def("gather_stages",
+               [](PipelineStrategy& s) {
+                 py::gil_scoped_release release;  // waits for the other workers
+                 s.gather_stages();
+               })
+          .def_property_readonly("pipe_across_workers", &PipelineStrategy::pipe_across_workers)
+          // True when the other workers' stages are gathered (no step since the last gather_stages),
+          // or nothing trained yet; and how many gathers ran.
+          .def("stages_whole", [](const PipelineStrategy& s) { return !s.executor() || s.executor()->stages_whole(); })
+          .def("gathers", [](const PipelineStrategy& s) { return s.executor() ? s.executor()->gathers() : 0; });
   def_worker_coordination(pipeline, workers_strategy<PipelineStrategy>);
   m.def(
       "pipeline_bubble_fraction",

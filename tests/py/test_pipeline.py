@@ -246,7 +246,11 @@ def test_stages_across_2_workers_train_evaluate_and_save_like_one_device_on_ever
     # The job (2 workers x 2 logical devices) checks on each worker, against one device, fit's
     # losses and accuracy, get_weights, the optimizer slots, evaluate, predict and a saved .keras
     # file, for 2 stages on 2 workers x 1 device and a (pipe 2, batch 2) mesh; with BatchNormalization
-    # against the same pipeline in one process; and that 2 stages per worker are refused.
+    # against the same pipeline in one process; and that 2 stages per worker are refused. Also that
+    # every worker's per-batch logs equal one device's, and (2x1) that the stages are gathered lazily:
+    # 4 gathers in 2 epochs of 4 steps (the epoch ends, 2 mid-epoch saves), get_weights
+    # refused mid-epoch, checkpoints at epoch ends and mid-epoch equal one device's, and mid-epoch
+    # savers on one worker only refused on both before any step; all asserted in the job.
     job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "pipeline_across_workers_job.py")
     cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

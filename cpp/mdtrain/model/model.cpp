@@ -260,6 +260,9 @@ Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const 
   if (reset_metrics) eng.reset_metrics();
   EpochResult result;
   const auto steps = static_cast<std::int64_t>(offsets.size()) - 1;
+  // Partial metrics on each worker (Strategy::metrics_split_across_workers): every worker sums them
+  // after every step, batch callbacks or not, so all show the same batch logs.
+  const bool sum_step_metrics = eng.strategy().metrics_split_across_workers();
   for (std::int64_t s = 0; s < steps; ++s) {
     const std::int64_t begin = offsets[static_cast<std::size_t>(s)];
     const std::int64_t count = offsets[static_cast<std::size_t>(s) + 1] - begin;
@@ -267,7 +270,13 @@ Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const 
     if (!std::isfinite(loss) && result.first_nonfinite_step < 0) result.first_nonfinite_step = s;
     result.steps = s + 1;
     if (step_hook_) step_hook_();
-    if (on_batch_end && on_batch_end(first_batch + s, eng.logs())) {
+    if (sum_step_metrics) {
+      const Logs logs = eng.logs(/*all_workers=*/true);
+      if (on_batch_end && on_batch_end(first_batch + s, logs)) {
+        result.stopped = true;
+        break;
+      }
+    } else if (on_batch_end && on_batch_end(first_batch + s, eng.logs())) {
       result.stopped = true;
       break;
     }

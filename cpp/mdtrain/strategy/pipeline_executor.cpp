@@ -208,7 +208,11 @@ void PipelineExecutor::remake_communicators() {
 StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[pipeline] a training batch needs at least one example");
   StepLoss result;
-  result.regularization = regularization_loss();
+  // Across workers the other workers' stages in the primary are as old as the last gather: each
+  // worker gives its own stages' layers, summed with the loss below (regularization_from).
+  std::vector<double> own_layers;
+  if (across_workers_) own_layers = own_layer_regularization();
+  else result.regularization = regularization_loss();
   const auto step = static_cast<std::uint64_t>(devices_.front()->optimizer->iterations());
   const int p = schedule_.stages, m = schedule_.microbatches;
   const auto step_start = Clock::now();
@@ -401,9 +405,6 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     net.add_regularization_gradients();
     dev.optimizer->apply(net.trainable_parameters());
     dev.profile.update += seconds_since(t);
-    t = Clock::now();
-    if (across_workers_ && dev.pipeline == 0) gather_stages(dev);
-    dev.profile.allreduce += seconds_since(t);
     dev.profile.steps += 1;
   });
   wall_ += seconds_since(step_start);
@@ -415,19 +416,65 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
   for (const auto& dev : devices_) span_end = std::max(span_end, dev->schedule_end);
   const double span = std::chrono::duration<double>(span_end - step_start).count();
   for (auto& dev : devices_) dev->idle += std::max(0.0, span - dev->step_busy);
+  const bool stale_before = primary_stale_;
   primary_stale_ = true;
+  if (across_workers_) ++steps_since_gather_;
   for (const auto& dev : devices_)
     if (dev->stage == p - 1) result.sum += dev->loss_sum;  // pipeline order
   if (strategy_.num_workers() > 1) {
-    // Every worker must see the same loss (callbacks decide on it): summed in worker order.
+    // Every worker must see the same loss (callbacks decide on it): summed in worker order, with
+    // each layer's regularization loss when the stages span the workers (one sum: one latency).
     std::vector<double> v{result.sum};
+    v.insert(v.end(), own_layers.begin(), own_layers.end());
     strategy_.sum_across_workers(v);
     result.sum = v.front();
+    if (across_workers_) result.regularization = regularization_from(v.data() + 1, stale_before);
   }
   return result;
 }
 
-void PipelineExecutor::gather_stages(Device& dev) {
+std::vector<double> PipelineExecutor::own_layer_regularization() const {
+  std::vector<double> out(primary_.layers().size(), 0.0);
+  for (const auto& dev : devices_) {
+    if (dev->pipeline != first_pipeline_) continue;
+    const auto first = static_cast<std::size_t>(starts_[static_cast<std::size_t>(dev->stage)]);
+    const auto& layers = dev->net->layers();
+    for (std::size_t j = 0; j < layers.size(); ++j) out[first + j] = layers[j]->regularization_loss();
+  }
+  return out;
+}
+
+double PipelineExecutor::regularization_from(const double* per_layer, bool stages_newer) const {
+  // The folds regularization_loss() makes: over the layers when the primary is current, else
+  // stage by stage (each stage's net folds its layers), so the loss is bitwise what it was when
+  // the stages were gathered after every step.
+  double sum = 0;
+  if (!stages_newer) {
+    for (std::size_t i = 0; i < primary_.layers().size(); ++i) sum += per_layer[i];
+    return sum;
+  }
+  for (int s = 0; s < schedule_.stages; ++s) {
+    double stage = 0;
+    for (int i = starts_[static_cast<std::size_t>(s)]; i < starts_[static_cast<std::size_t>(s) + 1]; ++i)
+      stage += per_layer[static_cast<std::size_t>(i)];
+    sum += stage;
+  }
+  return sum;
+}
+
+void PipelineExecutor::gather_stages() {
+  if (!across_workers_) return;
+  const auto t = Clock::now();
+  run_devices([&](Device& dev, int) {
+    if (dev.pipeline == 0) gather_stage(dev);
+  });
+  const double seconds = seconds_since(t);
+  for (auto& dev : devices_) dev->profile.allreduce += seconds;
+  steps_since_gather_ = 0;
+  ++gathers_;
+}
+
+void PipelineExecutor::gather_stage(Device& dev) {
   const int workers = strategy_.num_workers();
   const int p = schedule_.stages;
   const int mine = worker_of_stage(dev.stage);

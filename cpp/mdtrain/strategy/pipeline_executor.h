@@ -35,9 +35,10 @@ class PipelineStrategy;
 //
 // Across MPI workers either each worker runs whole pipelines (the batch axis across workers), or
 // every pipeline spans the workers (PipelineStrategy::pipe_across_workers): each worker computes
-// only its stages, activations and gradients go over MPI send/recv, and after every update each
-// stage's weights and optimizer slots are sent to the other workers (gather_stages), so the
-// primary, get_weights, checkpoints and optimizer_state() are whole on every worker at any time.
+// only its stages, activations and gradients go over MPI send/recv. Between steps each worker
+// keeps only its own stages current: the other workers' stages (weights and optimizer slots) reach
+// its primary and optimizer_state() when gather_stages() runs, a collective call that the training
+// loop makes at points every worker reaches (epoch ends, in-epoch checkpoints; docs/pipeline.md).
 // Evaluation and prediction run through the pipelines across the workers; the last stage sends its
 // rows of the output to every other worker, so each returns the whole result.
 //
@@ -74,6 +75,17 @@ class PipelineExecutor final : public StepExecutor {
   std::vector<StepProfile> profile() const override;
   void reset_profile() override;
 
+  // Pipe axis across workers: each stage of pipeline 0 sends its weights (BatchNormalization's
+  // moving statistics included) and optimizer slots to every other worker, which writes them into
+  // its primary and the optimizer state it reports. Collective: every worker must call it at the
+  // same point (PipelineStrategy::gather_stages checks that they do). No-op in one process.
+  void gather_stages();
+  // False while the other workers' stages in the primary and optimizer_state() are older than
+  // theirs (a step ran since the last gather_stages); always true in one process.
+  bool stages_whole() const { return !across_workers_ || steps_since_gather_ == 0; }
+  // How many times gather_stages moved the stages since this executor was made.
+  std::int64_t gathers() const { return gathers_; }
+
   // The first layer of each stage (stage 0 starts at 0).
   const std::vector<int>& stage_starts() const { return starts_; }
   // Per device, summed over training steps since reset_profile: seconds in forward and backward
@@ -104,10 +116,15 @@ class PipelineExecutor final : public StepExecutor {
   // rank (the stage) that receives for worker `w` what the other workers' stages send it.
   static int worker_of_stage(int stage) { return stage; }
   static int receiver_of_worker(int w) { return w; }
-  // Pipe axis across workers, on pipeline 0's devices after each update: each stage sends its
-  // weights (BatchNormalization's moving statistics included) and optimizer slots to every other
-  // worker, whose receiving stage writes them into the primary (weights) and gathered_slots_.
-  void gather_stages(Device& dev);
+  // gather_stages on one of pipeline 0's devices: its stage sends to every other worker, and the
+  // receiving stage writes what the other workers' stages send into the primary and gathered_slots_.
+  void gather_stage(Device& dev);
+  // Per layer of the primary: its regularization loss when one of this worker's stages holds it
+  // (read from the stage), else 0; summed over the workers, every layer's current value.
+  std::vector<double> own_layer_regularization() const;
+  // The regularization loss from every layer's value, folded as regularization_loss() folds it
+  // (`stages_newer`: the stages hold newer weights than the primary).
+  double regularization_from(const double* per_layer, bool stages_newer) const;
 
   LayerStack& primary_;
   PipelineStrategy& strategy_;
@@ -119,9 +136,11 @@ class PipelineExecutor final : public StepExecutor {
   int pipelines_ = 1;                             // along the batch axis, over every worker
   int first_pipeline_ = 0;                        // this worker's first: its stages are copied into the primary
   // Pipe axis across workers (PipelineStrategy::pipe_across_workers): the other workers' stages are
-  // gathered into the primary and gathered_slots_ after every step, so weights, checkpoints and
-  // the optimizer state are whole on every worker without a collective call later.
+  // gathered into the primary and gathered_slots_ by gather_stages only, not after every step (that
+  // moved (workers - 1) x (weights + slots) bytes per step).
   bool across_workers_ = false;
+  std::int64_t steps_since_gather_ = 0;
+  std::int64_t gathers_ = 0;
   std::vector<std::vector<std::string>> stage_slots_;  // per stage: its slot names, whole-state order
   Optimizer::State slot_template_;                     // the whole optimizer's state: slot shapes
   std::map<std::string, Tensor> gathered_slots_;       // the other workers' stages' slots

@@ -84,6 +84,23 @@ std::unique_ptr<StepExecutor> PipelineStrategy::make_executor(Network& primary, 
   return executor;
 }
 
+void PipelineStrategy::gather_stages() {
+  if (!pipe_across_workers_) return;
+  // A worker that has no executor (it released its model's engine) would skip the sends the others
+  // wait for: count the workers that have one first, so a mismatch fails everywhere instead. And
+  // the workers whose stages are stale: every worker sees the same sums, so all skip a gather that
+  // none needs (the model already whole: a second fit, evaluate after fit), or none does.
+  std::vector<double> counts{executor_ != nullptr ? 1.0 : 0.0,
+                             executor_ != nullptr && !executor_->stages_whole() ? 1.0 : 0.0};
+  sum_across_workers(counts);
+  const auto have = static_cast<int>(counts[0]);
+  MDTRAIN_CHECK(have == 0 || have == num_workers(), std::logic_error, "[pipeline] gathering the stages: ", have, " of ",
+                num_workers(),
+                " workers have a trained model under this strategy (every worker must train "
+                "and gather the same model at the same points)");
+  if (executor_ != nullptr && counts[1] > 0) executor_->gather_stages();
+}
+
 std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& layer_parameters, int stages) {
   const int n = static_cast<int>(layer_parameters.size());
   MDTRAIN_CHECK(stages >= 1 && n >= stages, std::invalid_argument, "[pipeline] ", n, " layers cannot fill ", stages,

@@ -48,6 +48,14 @@ class PipelineStrategy : public MeshWorkersStrategy {
   // True when each pipeline spans the MPI workers (stage s on worker s); false
   // in one process or when each worker runs whole pipelines.
   bool pipe_across_workers() const { return pipe_across_workers_; }
+  bool metrics_split_across_workers() const override { return pipe_across_workers_; }
+
+  // Pipe axis across workers: the compiled model's executor gathers the other workers' stages
+  // (PipelineExecutor::gather_stages). Collective: every worker first tells whether it has an
+  // executor and whether its stages are stale (one sum of two numbers); a worker without one where
+  // others have one is std::logic_error("[pipeline] ...") on every worker rather than a hang, and
+  // when no worker is stale none gathers. No-op in one process.
+  void gather_stages();
 
   // The executor of the model compiled last under this strategy, or null.
   PipelineExecutor* executor() const { return executor_; }

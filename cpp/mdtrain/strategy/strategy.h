@@ -43,6 +43,10 @@ class Strategy {
   // Sums `values` element-wise over the workers (rank order), from the thread driving training,
   // while no replica runs; every worker must call it at the same point. One worker: no-op.
   virtual void sum_across_workers(std::vector<double>& /*values*/) {}
+  // True when a step's predictions land on some workers only (a pipeline whose stages span the
+  // workers: its last stage's), so a worker's own metric accumulators are partial: the training
+  // loop then sums them over the workers after every step (a collective), for the batch logs.
+  virtual bool metrics_split_across_workers() const { return false; }
   // Fails the strategy's own coordination between workers (pending and later), naming `reason`,
   // on every worker: see StepExecutor::abort, which does the same for the replicas' groups.
   virtual void abort(const std::string& /*reason*/) {}

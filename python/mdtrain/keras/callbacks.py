@@ -859,6 +859,8 @@ class ModelCheckpoint(_MonitorCallback):
         return False
 
     def _save_model(self, epoch, batch, logs):
+        if batch is not None:
+            _gather_stages(self.model)  # before any worker may decide to skip: a collective
         logs = logs or {}
         filepath = self._get_file_path(epoch, batch, logs)
         if not self._should_save(epoch, logs, filepath):
@@ -1185,6 +1187,15 @@ class LearningRateScheduler(Callback):
             logs["learning_rate"] = _get_learning_rate(self.model.optimizer)
 
 
+def _gather_stages(model):
+    """Before a save in the middle of an epoch, under PipelineParallel with the pipe axis across
+    workers: the other workers' stages (fit gathers only at epoch ends). A collective, reached by
+    every worker at the same step: fit checks that every worker has the same mid-epoch savers."""
+    gather = getattr(getattr(model, "_strategy", None), "gather_stages", None)
+    if gather is not None:
+        gather(model)
+
+
 def _is_chief(model):
     """True where files are written: worker 0 of a multi-worker job, or any single process."""
     strategy = getattr(model, "distribute_strategy", None)
@@ -1342,6 +1353,8 @@ class BackupAndRestore(Callback):
 
     def _save(self, epoch, step):
         self._steps_since_save = 0
+        if step != 0:
+            _gather_stages(self.model)  # mid-epoch; fit gathers at each epoch's end
         if not _is_chief(self.model):
             return
         from mdtrain import _random

@@ -594,9 +594,12 @@ class Model:
                 steps = check_count(steps_per_epoch, "steps_per_epoch", "fit")
 
         self._sync_workers()
+        agreement = getattr(self._strategy, "_fit_agreement", None)
         self._check_workers_agree("fit", batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
                                   steps_per_epoch=-1 if steps is None else steps,
-                                  samples=len(x) if dataset is None else -1)
+                                  samples=len(x) if dataset is None else -1,
+                                  **({} if agreement is None else agreement(self, callbacks)))
+        self._gather_stages()  # whole before on_train_begin (after a fit that failed mid-epoch too)
         self._fit_batch_size, self._fit_steps = batch_size, steps
         cbs = _callbacks.CallbackList(callbacks, add_history=True, add_progbar=verbose != 0 and self._is_chief(),
                                       model=self, verbose=verbose, epochs=epochs, steps=steps)
@@ -629,6 +632,7 @@ class Model:
                     result = self._core.train_epoch(x, y, order, batch_size, steps, batch_hook)
             else:
                 result = self._fit_dataset_epoch(dataset, cbs, batch_hook, skip)
+            self._gather_stages()  # every worker ends the epoch here: the epoch-end callbacks see whole weights
             logs = dict(result["logs"])
             bad_step = result["first_nonfinite_step"]
             if bad_step >= 0 and not warned_nonfinite:
@@ -688,6 +692,13 @@ class Model:
 
     def _is_chief(self):
         return self.distribute_strategy.should_checkpoint
+
+    def _gather_stages(self):
+        """PipelineParallel with the pipe axis across workers: the other workers' stages into this
+        model (PipelineParallel.gather_stages). Collective: called only where every worker is."""
+        gather = getattr(self._strategy, "gather_stages", None)
+        if gather is not None:
+            gather(self)
 
     def _sync_workers(self):
         """In a multi-worker job, start every worker from worker 0's weights and shuffling seed
@@ -760,6 +771,7 @@ class Model:
                  callbacks=None, return_dict=False):
         self._check_compiled("evaluate")
         self._check_strategy("evaluate")
+        self._gather_stages()
         self._refresh_from_strategy()
         if sample_weight is not None:
             raise NotImplementedError("evaluate: sample_weight is not supported yet")
@@ -802,6 +814,7 @@ class Model:
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """Outputs for x (keras.Model.predict). mdtrain shows no progress bar for predict; `verbose`
         is checked and otherwise has no effect (docs/differences.md)."""
+        self._gather_stages()
         self._refresh_from_strategy()
         batch_size = check_batch_size(batch_size, "predict")
         steps = None if steps is None else check_count(steps, "steps", "predict")
@@ -849,6 +862,7 @@ class Model:
         self._check_strategy("train_on_batch")
         x, y = self._prepare_xy(x, y, "train_on_batch")
         logs = dict(self._core.train_on_batch(x, y))
+        self._gather_stages()  # whole after the call, as after any step of one device
         return logs if return_dict else (list(logs.values())[0] if len(logs) == 1 else list(logs.values()))
 
     def train_step(self, data):
@@ -935,6 +949,7 @@ class Model:
         """Weights (and optimizer state). A path ending in .weights.h5 gets Keras 3's HDF5 layout;
         any other path mdtrain's own format."""
         filepath = self._check_save_path("save_weights", filepath, overwrite)
+        self._refresh_from_strategy()
         if _keras_archive.is_keras_weights(filepath):
             _keras_archive.save_weights(self, filepath)
         else:

@@ -197,6 +197,24 @@ TEST(Pipeline, OneFOneBStashesNoMoreThanGPipe) {
   EXPECT_GE(idle[1], 0.0);
 }
 
+TEST(Pipeline, InOneProcessTheStagesAreAlwaysWholeAndGatheringIsANoOp) {
+  // Lazy gathering concerns stages on other workers only: in one process the primary gathers from
+  // the stages' devices on any read, so gather_stages moves nothing and the batch logs need no sum.
+  auto strategy = pipeline(2, 2, PipelineScheduleKind::OneFOneB, 1, {3});
+  EXPECT_FALSE(strategy->metrics_split_across_workers());
+  strategy->gather_stages();  // no executor yet: nothing to gather
+  auto m = make_model(strategy, "adam");
+  train(*m, 1);
+  ASSERT_NE(strategy->executor(), nullptr);
+  EXPECT_TRUE(strategy->executor()->stages_whole());
+  strategy->gather_stages();
+  EXPECT_EQ(strategy->executor()->gathers(), 0);
+  auto reference = make_model(nullptr, "adam");
+  train(*reference, 1);
+  const auto want = reference->get_weights(), got = m->get_weights();
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_LE(worst_gap(got[i], want[i]), kTolerance);
+}
+
 TEST(Pipeline, FewerMicroBatchesThanStagesFailsBeforeTraining) {
   try {
     pipeline(4, 3, PipelineScheduleKind::OneFOneB);

@@ -5,10 +5,11 @@ schedule ("gpipe" or "1f1b"); optionally several pipelines over a batch axis (do
 Not a Keras API (Keras 3 has no pipeline parallelism); named in its family:
 ``with PipelineParallel(mesh, num_microbatches=8).scope(): model = ...; model.compile(...)``, then
 ``fit`` / ``evaluate`` / ``predict`` unchanged."""
+import hashlib
 import warnings
 
 from mdtrain import _core
-from mdtrain.keras.distribution.distributions import _PerModelDistribution
+from mdtrain.keras.distribution.pipe_axis import _PipeAxisDistribution
 
 __all__ = ["PipelineParallel"]
 
@@ -20,7 +21,7 @@ def bubble_fraction(stages, num_microbatches):
     return (stages - 1) / (num_microbatches + stages - 1)
 
 
-class PipelineParallel(_PerModelDistribution):
+class PipelineParallel(_PipeAxisDistribution):
     """Pipeline parallelism over ``device_mesh``'s ``pipe_dim_name`` axis.
 
     ``stages``: None (cut at the model's ``PipelineSplit`` layers, or, without any, so that the stages
@@ -33,12 +34,10 @@ class PipelineParallel(_PerModelDistribution):
     def __init__(self, device_mesh, num_microbatches, schedule="1f1b", pipe_dim_name="pipe", batch_dim_name=None,
                  stages=None, auto_shard_dataset=True):
         super().__init__(device_mesh, batch_dim_name, auto_shard_dataset)
-        if pipe_dim_name not in device_mesh.axis_names:
-            raise ValueError(f"pipe_dim_name={pipe_dim_name!r} is not an axis of {device_mesh} (axes: "
-                             f"{list(device_mesh.axis_names)})")
+        self._set_pipe_axis(pipe_dim_name)
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-        p = int(device_mesh.shape[list(device_mesh.axis_names).index(pipe_dim_name)])
+        p = self._num_stages
         if not isinstance(num_microbatches, int) or num_microbatches < p:
             raise ValueError(f"num_microbatches={num_microbatches!r} must be an int >= the number of stages ({p}): "
                              "with fewer micro-batches some stages would never overlap (other libraries hang here)")
@@ -54,11 +53,9 @@ class PipelineParallel(_PerModelDistribution):
                           f"for about {bubble_fraction(p, num_microbatches):.0%} of a step (the bubble, "
                           f"(p-1)/(m+p-1)); use at least {4 * p} micro-batches to bring it under "
                           f"{bubble_fraction(p, 4 * p):.0%}", stacklevel=2)
-        self._pipe_dim_name = pipe_dim_name
         self._num_microbatches = num_microbatches
         self._schedule = schedule
         self._stages = list(stages) if isinstance(stages, (list, tuple)) else stages
-        self._num_stages = p
 
     @property
     def num_microbatches(self):
@@ -67,28 +64,6 @@ class PipelineParallel(_PerModelDistribution):
     @property
     def schedule(self):
         return self._schedule
-
-    @property
-    def pipe_dim_name(self):
-        return self._pipe_dim_name
-
-    @property
-    def num_stages(self):
-        return self._num_stages
-
-    @property
-    def num_model_replicas(self):
-        if self.batch_dim_name is None:
-            return 1
-        return int(self.device_mesh.shape[list(self.device_mesh.axis_names).index(self.batch_dim_name)])
-
-    @property
-    def num_replicas_in_sync(self):
-        return self.num_model_replicas
-
-    def run(self, fn, args=(), kwargs=None):
-        raise NotImplementedError("strategy.run (custom training loops) under PipelineParallel is not supported: "
-                                  "train with model.fit / evaluate / predict")
 
     def _model_core_arg(self, model):
         """The first layer of stages 1..p-1 for ``model`` ([]: cut by the C++ strategy; also before a
@@ -114,19 +89,60 @@ class PipelineParallel(_PerModelDistribution):
                                       stage_starts, self._pipe_dim_name, self.batch_dim_name,
                                       self._stages == "balance_time")
 
+    def gather_stages(self, model):
+        """With the pipe axis across MPI workers: sends every stage's weights and optimizer slots
+        of ``model`` to the other workers, so that ``get_weights``, ``save`` and the optimizer state
+        are whole on each. ``fit`` does it at the end of every epoch, ``evaluate``, ``predict`` and
+        ``train_on_batch`` too, and the callbacks that save mid-epoch before they save; between
+        those points each worker keeps only its own stage current. Collective: every worker must
+        call it at the same point (a worker left out waits for the others forever); a worker that
+        has not trained ``model`` while the others have is an error on all. No-op otherwise."""
+        core = self._model_cores.get(model)
+        if core is not None:
+            core.gather_stages()
+
+    def _refresh_model(self, model):
+        """Before get_weights / save / evaluate / predict: refuses to hand out the other workers'
+        stages as they were at the last gather (the model's reads call this on one worker only,
+        so it cannot gather itself)."""
+        core = self._model_cores.get(model)
+        if core is not None and not core.stages_whole():
+            raise ValueError(
+                f"model '{model.name}': under PipelineParallel with the pipe axis across workers each worker keeps "
+                "only its own stage current during an epoch; the other stages are gathered at the end of each "
+                "epoch and before evaluate / predict. To read or save the whole model mid-epoch, call "
+                "distribution.gather_stages(model) on every worker at the same point first (e.g. in "
+                "on_train_batch_end of a callback every worker runs), or use ModelCheckpoint / BackupAndRestore "
+                "with an integer save_freq, which do that.")
+
+    def _fit_agreement(self, model, callbacks):
+        """Extra fields fit checks every worker agrees on: the callbacks that gather the stages
+        mid-epoch (a collective) must be the same on every worker, else fit refuses to start."""
+        if not self._core.pipe_across_workers:
+            return {}
+        from mdtrain.keras import callbacks as _callbacks
+        savers = sorted((type(c).__name__, int(c.save_freq)) for c in (callbacks or [])
+                        if isinstance(c, (_callbacks.ModelCheckpoint, _callbacks.BackupAndRestore))
+                        and c.save_freq != "epoch")
+        digest = hashlib.sha256(repr(savers).encode()).digest()[:6] if savers else bytes(6)
+        return {"mid_epoch_savers (ModelCheckpoint / BackupAndRestore with an integer save_freq gather the stages, "
+                "a collective: give them to every worker)": int.from_bytes(digest, "little")}
+
     def stage_report(self, model):
         """Per device of this worker in mesh order, once ``model`` trained: its stage's first layer, seconds busy
         (forward + backward) and idle (the bubble: the rest of the pipeline's span, from the step's start
         to the end of the last device's schedule; the update after it is not counted) since the profile
         was reset,
-        and the peak bytes of micro-batch inputs it held stashed in the last step."""
+        and the peak bytes of micro-batch inputs it held stashed in the last step. With the pipe axis
+        across workers, ``gathers``: how many times the stages were gathered (gather_stages), and
+        ``stages_whole``: whether this worker holds every stage's current weights now."""
         core = self._compiled_core(model)
         starts = list(core.stage_starts())
         # The core reports this worker's devices only: label them with this worker's part of the mesh.
         busy = list(core.busy_seconds())
         first = core.worker_index * len(busy)
         devices = [str(d) for d in self.device_mesh.devices.reshape(-1)][first:first + len(busy)]
-        return {"stage_starts": starts,
+        return {"stage_starts": starts, "gathers": int(core.gathers()), "stages_whole": bool(core.stages_whole()),
                 "devices": [{"device": d, "busy": float(b), "idle": float(i), "peak_stash_bytes": int(s)}
                             for d, b, i, s in zip(devices, busy, core.idle_seconds(),
                                                   core.peak_stash_bytes())]}

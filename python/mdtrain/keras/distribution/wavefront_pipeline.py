@@ -10,12 +10,12 @@ time (the time chunk plays the micro-batch's role)."""
 import numpy as np
 
 from mdtrain import _core
-from mdtrain.keras.distribution.distributions import _PerModelDistribution
+from mdtrain.keras.distribution.pipe_axis import _PipeAxisDistribution
 
 __all__ = ["WavefrontPipeline"]
 
 
-class WavefrontPipeline(_PerModelDistribution):
+class WavefrontPipeline(_PipeAxisDistribution):
     """The wavefront pipeline over ``device_mesh``'s ``pipe_dim_name`` axis (logical CPU devices,
     one thread each), ``time_chunk`` steps per message.
 
@@ -28,39 +28,15 @@ class WavefrontPipeline(_PerModelDistribution):
         super().__init__(device_mesh, None, auto_shard_dataset)
         if isinstance(time_chunk, bool) or not isinstance(time_chunk, (int, np.integer)) or time_chunk < 1:
             raise ValueError(f"time_chunk must be a positive integer (time steps per message), got {time_chunk!r}")
-        if pipe_dim_name not in device_mesh.axis_names:
-            raise ValueError(f"pipe_dim_name={pipe_dim_name!r} is not an axis of {device_mesh} (axes: "
-                             f"{list(device_mesh.axis_names)})")
+        self._set_pipe_axis(pipe_dim_name)
         if len(device_mesh.axis_names) != 1:
             raise ValueError(f"WavefrontPipeline needs a 1-D mesh with only the {pipe_dim_name!r} axis, got "
                              f"{list(device_mesh.axis_names)}")
         self._time_chunk = int(time_chunk)
-        self._pipe_dim_name = pipe_dim_name
-        self._num_stages = int(device_mesh.shape[0])
 
     @property
     def time_chunk(self):
         return self._time_chunk
-
-    @property
-    def pipe_dim_name(self):
-        return self._pipe_dim_name
-
-    @property
-    def num_stages(self):
-        return self._num_stages
-
-    @property
-    def num_model_replicas(self):
-        return 1
-
-    @property
-    def num_replicas_in_sync(self):
-        return 1
-
-    def run(self, fn, args=(), kwargs=None):
-        raise NotImplementedError("strategy.run (custom training loops) under WavefrontPipeline is not supported: "
-                                  "train with model.fit / evaluate / predict")
 
     def _check_layers(self, model):
         from mdtrain.keras import layers as L
