@@ -190,8 +190,12 @@ MISBEHAVING_JOB = os.path.join(HERE, "jobs", "misbehaving_worker_job.py")
 
 def failure_line(proc, worker=0):
     prefix = f"FAILED on worker {worker} after "
-    line = next((l for l in proc.stdout.splitlines() if l.startswith(prefix)), None)
+    # Another worker's output may still share the line (mpirun forwards each process's writes as
+    # they come): the report starts at the prefix and ends before the next worker's report.
+    line = next((l[l.index(prefix):].split("FAILED on worker ")[1] for l in proc.stdout.splitlines() if prefix in l),
+                None)
     assert line is not None, proc.stdout + proc.stderr
+    line = "FAILED on worker " + line
     return line, float(line[len(prefix):].split()[0].rstrip("s:"))
 
 

@@ -44,6 +44,9 @@ start = time.monotonic()
 try:
     model.fit(x, y, epochs=5, batch_size=batch_size, verbose=0, callbacks=callbacks)
 except Exception as e:
-    print(f"FAILED on worker {rank} after {time.monotonic() - start:.1f}s: {type(e).__name__}: {e}", flush=True)
+    # One write of the whole line: mpirun forwards each write of each worker as it comes, so a
+    # print's text and its newline (two writes) could interleave with the other worker's line.
+    sys.stdout.write(f"FAILED on worker {rank} after {time.monotonic() - start:.1f}s: {type(e).__name__}: {e}\n")
+    sys.stdout.flush()
     sys.exit(3)
 print("NO FAILURE", flush=True)
