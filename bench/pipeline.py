@@ -4,7 +4,8 @@ samples/s of one device vs 2 stages vs 2 x 2 (batch x pipe) for a deep MLP and t
     PYTHONPATH=python python3 bench/pipeline.py [--width 2048] [--layers 8] [--batch 128] [--steps 3]
                                                 [--bubble-only]
 
-Part 1: a deep MLP (--layers x Dense(--width)) cut into 2 stages of equal size on 2 logical CPU devices,
+Part 1: a deep MLP (--layers x Dense(--width), on 1.5 x width input features so that both stages do
+the same work) cut into 2 stages on 2 logical CPU devices,
 GPipe at m = 2, 4, 8, 16 micro-batches: per stage the busy (forward + backward) and idle seconds per
 step, the measured idle fraction (idle / (busy + idle) over the stages, within the pipeline's span:
 step start to the end of the last stage's schedule) against the formula, and the peak bytes of
@@ -29,9 +30,9 @@ import _common  # noqa: E402
 distribution = tf.keras.distribution
 
 
-def mlp(width, layers, split_at=None):
+def mlp(width, layers, split_at=None, input_width=None):
     tf.keras.utils.set_random_seed(1)
-    out = [tf.keras.Input((width,))]
+    out = [tf.keras.Input((input_width or width,))]
     for i in range(layers):
         if split_at is not None and i == split_at:
             out.append(tf.keras.layers.PipelineSplit())
@@ -90,6 +91,8 @@ def main():
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--bubble-only", action="store_true", help="part 1 only (the bubble table)")
+    parser.add_argument("--input-width", type=int, default=None,
+                        help="part 1's input features (default 1.5 x width: equal stages, see below)")
     args = parser.parse_args()
     bubble_rows, throughput_rows = [], []
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -98,7 +101,14 @@ def main():
     x = rng.standard_normal((args.batch * args.steps, args.width)).astype("float32")
     y = rng.integers(0, 10, len(x)).astype("int32")
     split = args.layers // 2
-    print(f"cores seen: {os.cpu_count()}; {args.layers} x Dense({args.width}), batch {args.batch}, 2 stages")
+    # Equal stages for the formula: the first stage computes no gradient for its input (its first
+    # layer skips dX, a third of that layer's work) and the last adds the head and the loss. With
+    # k = layers / 2 square layers per stage, stage 0 costs 2*in*w + 3*(k-1)*w^2 and stage 1
+    # 3*k*w^2 (+ the small head): equal at in = 1.5 w.
+    input_width = args.input_width or (3 * args.width) // 2
+    xb = rng.standard_normal((args.batch * args.steps, input_width)).astype("float32")
+    print(f"cores seen: {os.cpu_count()}; {args.layers} x Dense({args.width}) on {input_width} input features, "
+          f"batch {args.batch}, 2 stages")
     pipe = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
     grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
     print(f"{'m':>3} {'formula':>8} {'measured':>9} {'busy0 s':>8} {'idle0 s':>8} {'busy1 s':>8} {'idle1 s':>8}"
@@ -106,10 +116,10 @@ def main():
     for m in (2, 4, 8, 16):
         gpipe = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="gpipe"))
         one_f = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="1f1b"))
-        model, _ = train(gpipe, x, y, args.batch, lambda: mlp(args.width, args.layers, split))
+        model, _ = train(gpipe, xb, y, args.batch, lambda: mlp(args.width, args.layers, split, input_width))
         measured, stages = bubble(model)
         stash_g = stage_memory(gpipe, model)[1]
-        model_1, _ = train(one_f, x, y, args.batch, lambda: mlp(args.width, args.layers, split))
+        model_1, _ = train(one_f, xb, y, args.batch, lambda: mlp(args.width, args.layers, split, input_width))
         stash_1 = stage_memory(one_f, model_1)[1]
         print(f"{m:>3} {(2 - 1) / (m + 2 - 1):>8.3f} {measured:>9.3f} {stages[0]['busy']:>8.3f} {stages[0]['idle']:>8.3f}"
               f" {stages[1]['busy']:>8.3f} {stages[1]['idle']:>8.3f} {max(stash_g):>12} {max(stash_1):>11}")

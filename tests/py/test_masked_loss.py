@@ -338,6 +338,16 @@ def test_a_loss_called_on_a_masked_model_output_under_gradient_tape_equals_keras
         np.testing.assert_allclose(np.asarray(g), k[f"g{i}"], rtol=1e-4, atol=1e-6, err_msg=str(i))
 
 
+def test_a_metric_called_on_a_masked_output_directly_refuses_rather_than_count_the_padding():
+    model = tf.keras.Sequential([tf.keras.Input((6,), dtype="int32"), L.Embedding(7, 3, mask_zero=True),
+                                 L.LSTM(4, return_sequences=True), L.Dense(3)])
+    metric = tf.keras.metrics.SparseCategoricalAccuracy()
+    with pytest.raises(NotImplementedError, match=r"SparseCategoricalAccuracy.*carries a mask"):
+        metric.update_state(np.zeros(TOKENS.shape, np.int32), model(TOKENS))
+    metric.update_state(np.zeros((2,), np.int32), np.eye(3, dtype=np.float32)[:2])  # an unmasked one still counts
+    assert float(metric.result()) == 0.5
+
+
 def test_a_functional_model_called_directly_refuses_masked_merges():
     a = tf.keras.Input((6,), dtype="int32")
     e = L.Embedding(7, 3, mask_zero=True)(a)

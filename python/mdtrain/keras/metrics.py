@@ -22,6 +22,12 @@ class Metric:
     def update_state(self, y_true, y_pred, sample_weight=None):
         if sample_weight is not None:
             raise NotImplementedError("sample_weight is not supported yet")
+        if getattr(y_pred, "_keras_mask", None) is not None:
+            # Keras weights a metric by the mask y_pred carries; counting the padding would be a
+            # silently different value.
+            raise NotImplementedError(f"{type(self).__name__} '{self.name}': y_pred carries a mask (the output of a "
+                                      "masked model called directly); metrics called by hand do not leave masked "
+                                      "steps out yet (fit and evaluate do)")
         y_true, y_pred = _labels(y_true), np.ascontiguousarray(y_pred, dtype=np.float32)
         self._ensure(y_true, y_pred)
         self._core.update(y_true, y_pred)
