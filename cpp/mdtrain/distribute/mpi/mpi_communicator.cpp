@@ -387,6 +387,10 @@ struct Runtime {
   std::vector<MpiCommunicator::State*> live;
   bool end_job_on_failure = false;  // mpi_end_job_on_failure
   std::vector<std::unique_ptr<Abandoned>> graveyard;
+  // Caller buffer owners whose requests completed: dropped only once the mutex is released (see
+  // MpiCollective), since an owner's deleter may wait (a NumPy array's takes the GIL, which a
+  // Python thread waiting for this mutex may hold).
+  std::vector<std::shared_ptr<void>> released;
 };
 
 // Never destroyed: the atexit finalizer and communicators outliving static destruction use it.
@@ -448,16 +452,16 @@ void initialize_locked(Runtime& rt) {
 // Frees abandoned memory whose requests completed after all (a late peer arrived).
 void reap_graveyard(Runtime& rt) {
   auto& g = rt.graveyard;
-  g.erase(std::remove_if(g.begin(), g.end(),
-                         [](const std::unique_ptr<Abandoned>& a) {
-                           int done = 0;
-                           if (MPI_Testall(to_int(a->requests.size()), a->requests.data(), &done,
-                                           MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
-                             return false;
-                           }
-                           return done != 0;
-                         }),
-          g.end());
+  for (auto& a : g) {
+    int done = 0;
+    if (MPI_Testall(to_int(a->requests.size()), a->requests.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
+        !done) {
+      continue;
+    }
+    for (auto& owner : a->owners) rt.released.push_back(std::move(owner));
+    a.reset();
+  }
+  g.erase(std::remove(g.begin(), g.end(), nullptr), g.end());
 }
 
 // Elements per pipeline piece: `wanted`, or more when count would need over INT_MAX pieces.
@@ -525,7 +529,7 @@ void MpiCommunicator::State::begin(int k) {
 }
 
 void MpiCommunicator::State::end() {
-  owners.clear();
+  owners.clear();  // normally moved out already by ~MpiCollective, to be dropped without the mutex
   last_active = Clock::now();
   last_kind = kind;
   kind = kNone;
@@ -983,8 +987,15 @@ class MpiCollective {
     }
   }
   ~MpiCollective() {
-    std::lock_guard<std::mutex> lock(runtime().mutex);
-    s_.end();
+    std::vector<std::shared_ptr<void>> released;
+    {
+      std::lock_guard<std::mutex> lock(runtime().mutex);
+      released = std::move(s_.owners);
+      s_.end();
+      for (auto& owner : runtime().released) released.push_back(std::move(owner));
+      runtime().released.clear();
+    }
+    // Dropped here, without the mutex (see Runtime::released).
   }
   MpiCollective(const MpiCollective&) = delete;
   MpiCollective& operator=(const MpiCollective&) = delete;
