@@ -178,13 +178,29 @@ void Communicator::do_enqueue_all_reduce(void* data, std::size_t count, DType dt
   do_all_reduce(data, count, dtype, op);
 }
 
+// buffer_owners() for the duration of one Tensor-form call.
+class BufferOwnersScope {
+ public:
+  BufferOwnersScope(Communicator& comm, std::vector<std::shared_ptr<void>> owners) : comm_(comm) {
+    comm_.buffer_owners_ = std::move(owners);
+  }
+  ~BufferOwnersScope() { comm_.buffer_owners_.clear(); }
+  BufferOwnersScope(const BufferOwnersScope&) = delete;
+  BufferOwnersScope& operator=(const BufferOwnersScope&) = delete;
+
+ private:
+  Communicator& comm_;
+};
+
 void Communicator::all_reduce(Tensor& tensor, ReduceOp op) {
   check_tensor("all_reduce", tensor, "tensor");
+  BufferOwnersScope owners(*this, {tensor.storage()});
   all_reduce(tensor.raw(), static_cast<std::size_t>(tensor.numel()), tensor.dtype(), op);
 }
 
 void Communicator::broadcast(Tensor& tensor, int root) {
   check_tensor("broadcast", tensor, "tensor");
+  BufferOwnersScope owners(*this, {tensor.storage()});
   broadcast(tensor.raw(), static_cast<std::size_t>(tensor.numel()), tensor.dtype(), root);
 }
 
@@ -196,6 +212,7 @@ void Communicator::all_gather(const Tensor& send, Tensor& recv) {
   MDTRAIN_CHECK(recv.numel() == send.numel() * size(), std::invalid_argument, "[", backend(), "] all_gather: recv ",
                 to_string(recv.shape()), " must hold size() = ", size(), " times the elements of send ",
                 to_string(send.shape()));
+  BufferOwnersScope owners(*this, {send.storage(), recv.storage()});
   all_gather(send.raw(), recv.raw(), static_cast<std::size_t>(send.numel()), send.dtype());
 }
 
@@ -207,6 +224,7 @@ void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op)
   MDTRAIN_CHECK(send.numel() == recv.numel() * size(), std::invalid_argument, "[", backend(), "] reduce_scatter: send ",
                 to_string(send.shape()), " must hold size() = ", size(), " times the elements of recv ",
                 to_string(recv.shape()));
+  BufferOwnersScope owners(*this, {send.storage(), recv.storage()});
   reduce_scatter(send.raw(), recv.raw(), static_cast<std::size_t>(recv.numel()), recv.dtype(), op);
 }
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mdtrain/core/device.h"
 #include "mdtrain/core/dtype.h"
@@ -112,7 +113,9 @@ class Communicator {
   void send_recv(const void* send_data, std::size_t send_count, int send_peer, void* recv_data, std::size_t recv_count,
                  int recv_peer, DType dtype);
 
-  // Tensor forms: whole tensors, element counts and dtypes taken from them.
+  // Tensor forms: whole tensors, element counts and dtypes taken from them. The tensors'
+  // storage owners are known to the backend for the call (buffer_owners()): a backend that must
+  // leave requests on abandoned buffers (mpi) keeps the owners alive instead of copying.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   void broadcast(Tensor& tensor, int root);
   // recv.numel() == size() * send.numel().
@@ -150,6 +153,12 @@ class Communicator {
   // Called by set_timeout after the new value is stored (composite backends pass it on).
   virtual void on_timeout_changed(double /*seconds*/) {}
 
+  // During a Tensor form (all_reduce, broadcast, all_gather, reduce_scatter): the owners of the
+  // tensors' storage (one per tensor; null for none), so that a backend may keep the buffers
+  // alive past the call (mpi: a collective given up on leaves MPI requests on them). Empty during
+  // the raw-pointer forms: their buffers' lifetime is unknown beyond the call.
+  const std::vector<std::shared_ptr<void>>& buffer_owners() const { return buffer_owners_; }
+
  private:
   void check_buffer(const char* op, const void* ptr, std::size_t count, const char* what) const;
   void check_op(const char* op, DType dtype, ReduceOp reduce) const;
@@ -157,6 +166,8 @@ class Communicator {
   void check_tensor(const char* op, const Tensor& tensor, const char* what) const;
 
   double timeout_ = kDefaultTimeout;
+  std::vector<std::shared_ptr<void>> buffer_owners_;
+  friend class BufferOwnersScope;
 };
 
 }  // namespace mdtrain

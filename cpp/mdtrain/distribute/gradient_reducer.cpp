@@ -35,8 +35,14 @@ void GradientReducer::start_bucket(std::size_t bucket) {
   void* data = static_cast<char*>(grads.raw()) + begin * elem;
   if (enqueue_) {
     comm_.enqueue_all_reduce(data, count, grads.dtype(), ReduceOp::Sum);
+  } else if (algorithm_ == Algorithm::AllReduce && count > 0) {
+    // A view sharing the packed gradients' owner: the Tensor form lets a backend that must keep
+    // the memory past a failed call (mpi) do so instead of staging every piece through a copy.
+    Tensor bucket_view =
+        Tensor::wrap(data, {static_cast<std::int64_t>(count)}, grads.dtype(), grads.storage(), grads.device());
+    comm_.all_reduce(bucket_view, ReduceOp::Sum);
   } else if (algorithm_ == Algorithm::AllReduce) {
-    comm_.all_reduce(data, count, grads.dtype(), ReduceOp::Sum);
+    comm_.all_reduce(data, count, grads.dtype(), ReduceOp::Sum);  // empty: no view of nothing
   } else {
     comm_.reduce(data, count, grads.dtype(), ReduceOp::Sum, 0);
     comm_.broadcast(data, count, grads.dtype(), 0);

@@ -131,6 +131,11 @@ int to_int(std::size_t n) { return static_cast<int>(n); }  // callers keep n <= 
 // round among all ranks on every failure. The copies cost one memcpy of each piece in and/or out
 // (all_reduce: the (n-1)/n of a chunk other ranks reduce, and the slices they send back), which
 // matters most where transfers are memcpys too: shared memory (see docs/communicator.md).
+//
+// Except when the caller's buffers have known owners (the Tensor forms: buffer_owners()): then
+// all_reduce and broadcast post their requests on the caller's memory directly, and a collective
+// given up on puts the owners in the graveyard with its requests, so the memory outlives them
+// (as PyTorch's ProcessGroupMPI keeps the tensors in its Work objects).
 struct Scratch {
   std::vector<unsigned char> mine;                  // this rank's header block
   std::vector<unsigned char> blocks;                // every rank's header block
@@ -143,6 +148,7 @@ struct Scratch {
 struct Abandoned {
   std::vector<MPI_Request> requests;
   std::unique_ptr<Scratch> scratch;
+  std::vector<std::shared_ptr<void>> owners;  // of caller buffers the requests use (direct)
 };
 
 // Set when any MPI group of this process failed (a timeout, an abort, a peer's notice): MPI_Finalize
@@ -186,6 +192,9 @@ struct MpiCommunicator::State {
   std::int64_t abandoned_by_peer = 0;      // highest collective a peer gave up (kTagAbandoned)
 
   std::unique_ptr<Scratch> scratch = std::make_unique<Scratch>();
+  // The collective in progress uses the caller's buffers directly: their owners, kept alive by
+  // the graveyard if it is given up (see Scratch). Empty: everything goes through staging.
+  std::vector<std::shared_ptr<void>> owners;
   std::function<bool(bool issued)> data_phase_hook;  // MpiCommunicator::set_data_phase_hook
 
   // ---- everything below runs with the runtime mutex held, unless said otherwise ----
@@ -359,6 +368,10 @@ struct MpiCommunicator::State {
     detail::reduce_in_rank_order(outputs, 1, inputs.data(), size, offset, count, dtype, op);
   }
   void reduce_chunks(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
+  // Takes the caller's buffer owners for the collective in progress (locks the mutex): true, and
+  // the data phase may post requests on the caller's memory, when there are some and each owns
+  // something (a Tensor wrapping memory without an owner has a pointer but no control block).
+  bool hold(const std::vector<std::shared_ptr<void>>& given);
   void bytes_per_slot(std::size_t staging_bytes, std::size_t count_ints);
 };
 
@@ -374,6 +387,10 @@ struct Runtime {
   std::vector<MpiCommunicator::State*> live;
   bool end_job_on_failure = false;  // mpi_end_job_on_failure
   std::vector<std::unique_ptr<Abandoned>> graveyard;
+  // Caller buffer owners whose requests completed: dropped only once the mutex is released (see
+  // MpiCollective), since an owner's deleter may wait (a NumPy array's takes the GIL, which a
+  // Python thread waiting for this mutex may hold).
+  std::vector<std::shared_ptr<void>> released;
 };
 
 // Never destroyed: the atexit finalizer and communicators outliving static destruction use it.
@@ -435,16 +452,16 @@ void initialize_locked(Runtime& rt) {
 // Frees abandoned memory whose requests completed after all (a late peer arrived).
 void reap_graveyard(Runtime& rt) {
   auto& g = rt.graveyard;
-  g.erase(std::remove_if(g.begin(), g.end(),
-                         [](const std::unique_ptr<Abandoned>& a) {
-                           int done = 0;
-                           if (MPI_Testall(to_int(a->requests.size()), a->requests.data(), &done,
-                                           MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
-                             return false;
-                           }
-                           return done != 0;
-                         }),
-          g.end());
+  for (auto& a : g) {
+    int done = 0;
+    if (MPI_Testall(to_int(a->requests.size()), a->requests.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
+        !done) {
+      continue;
+    }
+    for (auto& owner : a->owners) rt.released.push_back(std::move(owner));
+    a.reset();
+  }
+  g.erase(std::remove(g.begin(), g.end(), nullptr), g.end());
 }
 
 // Elements per pipeline piece: `wanted`, or more when count would need over INT_MAX pieces.
@@ -479,6 +496,7 @@ void MpiCommunicator::State::abandon(std::vector<MPI_Request>& requests) {
   std::fill(requests.begin(), requests.end(), MPI_REQUEST_NULL);
   if (a->requests.empty()) return;
   tainted = true;
+  a->owners = owners;
   // The control messages in flight keep their bodies in the fresh scratch.
   auto fresh = std::make_unique<Scratch>();
   fresh->sends = std::move(scratch->sends);
@@ -511,6 +529,7 @@ void MpiCommunicator::State::begin(int k) {
 }
 
 void MpiCommunicator::State::end() {
+  owners.clear();  // normally moved out already by ~MpiCollective, to be dropped without the mutex
   last_active = Clock::now();
   last_kind = kind;
   kind = kNone;
@@ -785,6 +804,14 @@ void MpiCommunicator::State::exchange(const Header& header, const void* payload,
   }
 }
 
+bool MpiCommunicator::State::hold(const std::vector<std::shared_ptr<void>>& given) {
+  const bool known = !given.empty() && std::all_of(given.begin(), given.end(),
+                                                   [](const std::shared_ptr<void>& o) { return o.use_count() > 0; });
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  owners = known ? given : std::vector<std::shared_ptr<void>>{};
+  return known;
+}
+
 void MpiCommunicator::State::enter_data_phase() {
   std::lock_guard<std::mutex> lock(runtime().mutex);
   phase = kDataPhase;
@@ -853,7 +880,9 @@ void MpiCommunicator::State::bytes_per_slot(std::size_t staging_bytes, std::size
 // rank, in rank order, so every rank (and reduce's root) ends with the same bits. MPI sees only
 // a copy of the chunk (see Scratch): the other ranks' slices are copied in before the exchange,
 // the reduced slice is written there, and the gathered chunk is copied back once complete.
+// Direct (owners known), MPI sends from and gathers into the caller's chunk, without copies.
 void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DType dtype, ReduceOp op, int root) {
+  const bool direct = !owners.empty();
   const std::size_t elem = size_of(dtype);
   const auto n = static_cast<std::size_t>(size);
   const std::size_t chunk = piece_size(count, std::max(options.chunk_bytes / elem, n));
@@ -861,7 +890,7 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
   const std::size_t slice_max = (chunk + n - 1) / n;
   // Staging: n received slices (this rank's place unused), then (reduce, non-root) the reduced
   // slice, then the copy of the chunk. Counts: the exchange's, then the gather's.
-  bytes_per_slot((n + 1) * slice_max * elem + std::min(chunk, count) * elem, 6 * n);
+  bytes_per_slot((n + 1) * slice_max * elem + (direct ? 0 : std::min(chunk, count) * elem), 6 * n);
   const MPI_Datatype type = mpi_type(dtype);
   char* base = static_cast<char*>(data_ptr);
   Engine e;
@@ -882,8 +911,9 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
     int* displs = send_counts + 5 * n;
     unsigned char* staging = scratch->staging[static_cast<std::size_t>(slot)].data();
     unsigned char* reduced = staging + n * slice_max * elem;
-    unsigned char* copy = reduced + slice_max * elem;
-    const char* chunk_ptr = base + off * elem;
+    char* chunk_ptr = base + off * elem;
+    // Where MPI reads this rank's contribution and gathers the result.
+    void* copy = direct ? static_cast<void*>(chunk_ptr) : reduced + slice_max * elem;
     if (stage == 0) {
       for (std::size_t q = 0; q < n; ++q) {
         const std::size_t b = std::min(len, q * slice);
@@ -896,25 +926,28 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
         recv_counts[q] = self ? 0 : to_int(my_len);
         recv_displs[q] = to_int(q * my_len);
       }
-      // What goes to the others: all but this rank's slice, which the fold reads in place.
-      std::memcpy(copy, chunk_ptr, my_begin * elem);
-      const std::size_t my_end = my_begin + my_len;
-      std::memcpy(copy + my_end * elem, chunk_ptr + my_end * elem, (len - my_end) * elem);
+      if (!direct) {
+        // What goes to the others: all but this rank's slice, which the fold reads in place.
+        std::memcpy(copy, chunk_ptr, my_begin * elem);
+        const std::size_t my_end = my_begin + my_len;
+        std::memcpy(static_cast<char*>(copy) + my_end * elem, chunk_ptr + my_end * elem, (len - my_end) * elem);
+      }
       check(MPI_Ialltoallv(copy, send_counts, send_displs, type, staging, recv_counts, recv_displs, type, data,
                            request),
             "MPI_Ialltoallv");
       return;
     }
     const bool keep = root < 0 || rank == root;
-    void* out = keep ? static_cast<void*>(copy + my_begin * elem) : reduced;
+    void* out = keep ? static_cast<void*>(static_cast<char*>(copy) + my_begin * elem) : reduced;
     if (my_len > 0) {
       std::vector<const void*> inputs(n);
       for (std::size_t q = 0; q < n; ++q) inputs[q] = staging + q * my_len * elem;
       inputs[static_cast<std::size_t>(rank)] = chunk_ptr + my_begin * elem;
       // Kept, the slice goes to the caller too, in the same pass. That output aliases this
       // rank's input: the kernel reads each tile from every input first.
+      // Direct, out is that slice of the caller's chunk already.
       void* outputs[2] = {out, base + (off + my_begin) * elem};
-      detail::reduce_in_rank_order(outputs, keep ? 2 : 1, inputs.data(), size, 0, my_len, dtype, op);
+      detail::reduce_in_rank_order(outputs, keep && !direct ? 2 : 1, inputs.data(), size, 0, my_len, dtype, op);
     }
     if (root < 0) {
       check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, copy, counts, displs, type, data2, request), "MPI_Iallgatherv");
@@ -925,7 +958,7 @@ void MpiCommunicator::State::reduce_chunks(void* data_ptr, std::size_t count, DT
     }
   };
   // The gathered slices (every rank for all_reduce, the root for reduce) go back to the caller.
-  if (root < 0 || rank == root) {
+  if (!direct && (root < 0 || rank == root)) {
     e.on_complete = [&](int c, int stage, int slot) {
       if (stage != 1) return;
       const std::size_t off = static_cast<std::size_t>(c) * chunk;
@@ -954,8 +987,15 @@ class MpiCollective {
     }
   }
   ~MpiCollective() {
-    std::lock_guard<std::mutex> lock(runtime().mutex);
-    s_.end();
+    std::vector<std::shared_ptr<void>> released;
+    {
+      std::lock_guard<std::mutex> lock(runtime().mutex);
+      released = std::move(s_.owners);
+      s_.end();
+      for (auto& owner : runtime().released) released.push_back(std::move(owner));
+      runtime().released.clear();
+    }
+    // Dropped here, without the mutex (see Runtime::released).
   }
   MpiCollective(const MpiCollective&) = delete;
   MpiCollective& operator=(const MpiCollective&) = delete;
@@ -1103,6 +1143,7 @@ void MpiCommunicator::do_all_reduce(void* data, std::size_t count, DType dtype, 
   // A fold over one rank (Mean divides by 1) leaves the data as it is.
   if (s.size == 1) return s.finish_fused();
   s.enter_data_phase();
+  s.hold(buffer_owners());
   s.reduce_chunks(data, count, dtype, op, -1);
   s.finish_data_phase();
 }
@@ -1140,7 +1181,9 @@ void MpiCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, i
   const std::size_t chunk = piece_size(count, s.options.chunk_bytes / elem);
   const MPI_Datatype type = mpi_type(dtype);
   // Through staging (see Scratch): the root copies each piece in, the others copy it out.
-  s.bytes_per_slot(std::min(chunk, count) * elem, 0);
+  // Direct (owners known): MPI_Ibcast on the caller's pieces.
+  const bool direct = s.hold(buffer_owners());
+  s.bytes_per_slot(direct ? 0 : std::min(chunk, count) * elem, 0);
   char* out = static_cast<char*>(data);
   State::Engine e;
   e.chunks = static_cast<int>((count + chunk - 1) / chunk);
@@ -1148,11 +1191,12 @@ void MpiCommunicator::do_broadcast(void* data, std::size_t count, DType dtype, i
   e.step = [&](int c, int, int slot, MPI_Request* request) {
     const std::size_t off = static_cast<std::size_t>(c) * chunk;
     const std::size_t len = std::min(chunk, count - off);
+    if (direct) return s.check(MPI_Ibcast(out + off * elem, to_int(len), type, root, s.data, request), "MPI_Ibcast");
     unsigned char* staging = s.scratch->staging[static_cast<std::size_t>(slot)].data();
     if (s.rank == root) std::memcpy(staging, out + off * elem, len * elem);
     s.check(MPI_Ibcast(staging, to_int(len), type, root, s.data, request), "MPI_Ibcast");
   };
-  if (s.rank != root) {
+  if (!direct && s.rank != root) {
     e.on_complete = [&](int c, int, int slot) {
       const std::size_t off = static_cast<std::size_t>(c) * chunk;
       std::memcpy(out + off * elem, s.scratch->staging[static_cast<std::size_t>(slot)].data(),

@@ -47,7 +47,9 @@
 //   throws; one that a peer gave up throws at once.
 // MPI never sees the caller's buffers: pipelined pieces go through mdtrain's own staging memory
 // (one memcpy in or out per piece), so a collective that throws leaves no MPI request on them,
-// and the caller may free them at once.
+// and the caller may free them at once. Except in the Tensor forms of all_reduce and broadcast
+// (buffer_owners() known): MPI works on the tensors' memory, and a collective that throws keeps
+// the owners alive with its pending requests (a late transfer may still write such a tensor).
 // send/recv are point to point on the data communicator with their own tag (collectives never
 // match them); a send is buffered (MPI_Isend of a copy), so it never waits for the receiver.
 // split(color, key) is MPI_Comm_split of this communicator (after a header exchange, so a rank
