@@ -29,6 +29,16 @@ def _outputs_and_gradients(model, x, target):
     return np.asarray(y), [np.asarray(g) for g in grads]
 
 
+def _outputs_and_gradients_of_every_step(model, x, target):
+    """As _outputs_and_gradients, with the mean squared error written by hand: a masked output's
+    masked steps count in the loss (keras.losses would leave them out)."""
+    with tf.GradientTape() as tape:
+        y = model(x, training=True)
+        loss = tf.reduce_mean(tf.square(y - target))
+    grads = tape.gradient(loss, model.trainable_variables)
+    return np.asarray(y), [np.asarray(g) for g in grads]
+
+
 KERAS_SIDE = """
 import numpy as np, keras, tensorflow as tf
 d = np.load("case.npz", allow_pickle=True)
@@ -272,7 +282,8 @@ model = keras.Sequential([keras.Input(d["x"].shape[1:], dtype=str(d["x"].dtype))
 model.set_weights([d[f"w{{i}}"] for i in range(int(d["nw"]))])
 with tf.GradientTape() as tape:
     y = model(d["x"], training=True)
-    # Not keras.losses: Keras's losses would leave masked steps out; mdtrain's eager loss has no mask.
+    # By hand, not keras.losses (which would leave the masked steps out): the gradient reaching a
+    # masked step's output must flow into the carried state. The mdtrain side does the same.
     loss = tf.reduce_mean(tf.square(y - d["target"]))
 grads = tape.gradient(loss, model.trainable_variables)  # the Embedding's: IndexedSlices, made dense
 np.savez("keras.npz", y=np.asarray(y), **{{f"g{{i}}": np.asarray(tf.convert_to_tensor(g)) for i, g in enumerate(grads)}})
@@ -290,7 +301,7 @@ def _compare_masked_with_keras(tmp_path, layers_src, x):
     rng = np.random.default_rng(3)
     model.set_weights([w + rng.normal(scale=0.3, size=w.shape).astype(np.float32) for w in model.get_weights()])
     target = rng.normal(size=(len(x), *model.output_shape[1:])).astype(np.float32)
-    y, grads = _outputs_and_gradients(model, x, target)
+    y, grads = _outputs_and_gradients_of_every_step(model, x, target)
     weights = model.get_weights()
     np.savez(tmp_path / "case.npz", x=x, target=target, nw=np.array(len(weights)),
              **{f"w{i}": w for i, w in enumerate(weights)})
