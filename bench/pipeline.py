@@ -4,7 +4,7 @@ samples/s of one device vs 2 stages vs 2 x 2 (batch x pipe) for a deep MLP and t
     PYTHONPATH=python python3 bench/pipeline.py [--width 2048] [--layers 8] [--batch 128] [--steps 3]
                                                 [--bubble-only]
 
-Part 1: a deep MLP (--layers x Dense(--width), on 1.5 x width input features so that both stages do
+Part 1: a deep MLP (--layers x Dense(--width), on 4/3 x width input features so that both stages do
 the same work) cut into 2 stages on 2 logical CPU devices,
 GPipe at m = 2, 4, 8, 16 micro-batches: per stage the busy (forward + backward) and idle seconds per
 step, the measured idle fraction (idle / (busy + idle) over the stages, within the pipeline's span:
@@ -92,7 +92,7 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--bubble-only", action="store_true", help="part 1 only (the bubble table)")
     parser.add_argument("--input-width", type=int, default=None,
-                        help="part 1's input features (default 1.5 x width: equal stages, see below)")
+                        help="part 1's input features (default 4/3 x width: equal stages, see below)")
     args = parser.parse_args()
     bubble_rows, throughput_rows = [], []
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -101,11 +101,13 @@ def main():
     x = rng.standard_normal((args.batch * args.steps, args.width)).astype("float32")
     y = rng.integers(0, 10, len(x)).astype("int32")
     split = args.layers // 2
-    # Equal stages for the formula: the first stage computes no gradient for its input (its first
-    # layer skips dX, a third of that layer's work) and the last adds the head and the loss. With
-    # k = layers / 2 square layers per stage, stage 0 costs 2*in*w + 3*(k-1)*w^2 and stage 1
-    # 3*k*w^2 (+ the small head): equal at in = 1.5 w.
-    input_width = args.input_width or (3 * args.width) // 2
+    # Equal stages for the formula. Per micro-batch a GPipe stage runs its forward twice (the step
+    # and the recomputation before its backward: a layer holds one micro-batch's state) and its
+    # backward once; the first stage computes no gradient for its input (its first layer skips dX)
+    # and the last adds the small head and the loss. With k = layers / 2 square layers per stage,
+    # stage 0 costs 3*in*w + 4*(k-1)*w^2 and stage 1 4*k*w^2: equal at in = 4/3 w. (1.5 w, used
+    # before, balanced the stages without the recomputation: stage 0 was ~3 % busier.)
+    input_width = args.input_width or (4 * args.width) // 3
     xb = rng.standard_normal((args.batch * args.steps, input_width)).astype("float32")
     print(f"cores seen: {os.cpu_count()}; {args.layers} x Dense({args.width}) on {input_width} input features, "
           f"batch {args.batch}, 2 stages")
