@@ -2,7 +2,8 @@
 inputs they were measured with, and the planner's own replay of them.
 
 - Horovod (Sergeev & Del Balso 2018, "Horovod: fast and easy distributed deep learning in
-  TensorFlow", arXiv:1802.05799, §5 and Figs. 6-7; the same text in Horovod's docs/benchmarks):
+  TensorFlow", arXiv:1802.05799, §5 and Figs. 6-7 — section and figure numbers from memory; the
+  quoted text and the batch size read in Horovod's docs/benchmarks):
   "128 servers with 4 Pascal GPUs each connected by RoCE-capable 25 Gbit/s network. Horovod
   achieves 90% scaling efficiency for both Inception V3 and ResNet-101, and 68% scaling efficiency
   for VGG-16", run with tf_cnn_benchmarks `--batch_size 64` (per GPU) on synthetic data.
