@@ -14,7 +14,7 @@ NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parents[2] / "notebooks").g
 
 def test_every_notebook_is_found_and_committed_without_outputs():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart_fashion_mnist.ipynb", "02_scaling.ipynb",
-                                          "03_model_parallel.ipynb"]
+                                          "03_model_parallel.ipynb", "04_planning.ipynb"]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), path.name
