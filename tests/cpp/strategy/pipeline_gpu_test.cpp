@@ -1,5 +1,5 @@
 // PipelineStrategy on GPUs: two stages on two GPUs (NCCL send / recv between them) train like one
-// device to float32 rounding, with BatchNormalization's deferred statistics and Adam; skips, saying
+// device to float32 rounding (with BatchNormalization: like the pipeline on CPU devices), Adam; skips, saying
 // why, without 2 GPUs (MDTRAIN_GPU_TESTS_ON_CPU=1 runs it on two logical CPU devices in place of
 // them: a check of the test, not of CUDA). Runs everywhere: a mesh mixing CPU devices and GPUs, GPUs
 // this process does not see, and GPUs out of mesh order are refused before any training.
@@ -21,6 +21,7 @@
 #include "mdtrain/nn/dropout.h"
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/optim/registry.h"
+#include "mdtrain/strategy/pipeline_executor.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
 
 namespace mdtrain {
@@ -33,16 +34,15 @@ constexpr std::int64_t kRows = 96, kFeatures = 12, kClasses = 5, kBatch = 32;
 
 const Device kCpu0{DeviceKind::CPU, 0}, kGpu0{DeviceKind::CUDA, 0}, kGpu1{DeviceKind::CUDA, 1};
 
-// Dense, Dropout (masks keyed by global row), BatchNormalization | Dense, Dense: cut after the
-// BatchNormalization (stage_starts {3}).
-std::unique_ptr<Model> mlp(std::shared_ptr<Strategy> strategy) {
+// Dense, Dropout (masks keyed by global row), [BatchNormalization] | Dense, Dense: two stages.
+std::unique_ptr<Model> mlp(std::shared_ptr<Strategy> strategy, bool batch_norm) {
   auto m = std::make_unique<Model>("pipe_mlp", 17);
   Dense::Options hidden;
   hidden.units = 32;
   hidden.activation = "relu";
   m->add(std::make_shared<Dense>("hidden0", hidden));
   m->add(std::make_shared<Dropout>("dropout", 0.1, 5));
-  m->add(std::make_shared<BatchNormalization>("norm", BatchNormalization::Options{}));
+  if (batch_norm) m->add(std::make_shared<BatchNormalization>("norm", BatchNormalization::Options{}));
   m->add(std::make_shared<Dense>("hidden1", hidden));
   Dense::Options out;
   out.units = kClasses;
@@ -53,34 +53,46 @@ std::unique_ptr<Model> mlp(std::shared_ptr<Strategy> strategy) {
   return m;
 }
 
+std::shared_ptr<PipelineStrategy> two_stages(DeviceKind kind, PipelineScheduleKind schedule, bool batch_norm) {
+  return std::make_shared<PipelineStrategy>(DeviceMesh({2}, {"pipe"}, {Device{kind, 0}, Device{kind, 1}}), 4, schedule,
+                                            std::vector<int>{batch_norm ? 3 : 2});
+}
+
+void train(Model& m) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> noise;
+  Tensor x({kRows, kFeatures}, DType::Float32), y({kRows}, DType::Int32);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = noise(rng);
+  for (std::int64_t i = 0; i < kRows; ++i) y.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 7 % kClasses);
+  std::vector<std::int64_t> order(kRows);
+  std::iota(order.begin(), order.end(), 0);
+  for (int epoch = 0; epoch < 2; ++epoch) m.train_epoch(x, y, order.data(), kRows, kBatch, kRows / kBatch, nullptr);
+}
+
+// Without BatchNormalization the stages train like one CPU device; with it (each micro-batch
+// normalized by its own statistics, the moving statistics deferred to the global batch) like the
+// same pipeline on two logical CPU devices.
 TEST(PipelineGpu, TwoStagesOnTwoGpusTrainLikeOneDevice) {
   if (!harness_on_cpu() && cuda::device_count() < 2)
     GTEST_SKIP() << "needs 2 GPUs, this process sees " << cuda::device_count()
                  << (cuda::device_count() == 0 ? ": " + cuda::unavailable_reason() : std::string());
   const DeviceKind kind = harness_on_cpu() ? DeviceKind::CPU : DeviceKind::CUDA;
-  for (auto schedule : {PipelineScheduleKind::GPipe, PipelineScheduleKind::OneFOneB}) {
-    SCOPED_TRACE(schedule == PipelineScheduleKind::GPipe ? "gpipe" : "1f1b");
-    auto pp = std::make_shared<PipelineStrategy>(DeviceMesh({2}, {"pipe"}, {Device{kind, 0}, Device{kind, 1}}), 4,
-                                                 schedule, std::vector<int>{3});
-    auto staged = mlp(pp);
-    auto single = mlp(gpu_testing::cpu());
-
-    std::mt19937_64 rng(3);
-    std::normal_distribution<float> noise;
-    Tensor x({kRows, kFeatures}, DType::Float32), y({kRows}, DType::Int32);
-    for (std::int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = noise(rng);
-    for (std::int64_t i = 0; i < kRows; ++i) y.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 7 % kClasses);
-    std::vector<std::int64_t> order(kRows);
-    std::iota(order.begin(), order.end(), 0);
-    for (auto* m : {staged.get(), single.get()})
-      for (int epoch = 0; epoch < 2; ++epoch)
-        m->train_epoch(x, y, order.data(), kRows, kBatch, kRows / kBatch, nullptr);
-    // Weights, BatchNormalization's moving statistics included, copied back from the stages.
-    expect_weights_close(staged->get_weights(), single->get_weights(), "2 stages vs 1 device");
-    // The stages live on their devices; the whole model (the host copy) stays on the host.
-    EXPECT_EQ(pp->executor()->replica_network(0).device(), (Device{kind, 0}));
-    EXPECT_EQ(pp->executor()->replica_network(1).device(), (Device{kind, 1}));
-  }
+  for (auto schedule : {PipelineScheduleKind::GPipe, PipelineScheduleKind::OneFOneB})
+    for (bool batch_norm : {false, true}) {
+      SCOPED_TRACE(std::string(name_of(schedule)) + (batch_norm ? ", BatchNormalization" : ""));
+      auto pp = two_stages(kind, schedule, batch_norm);
+      auto staged = mlp(pp, batch_norm);
+      auto reference =
+          batch_norm ? mlp(two_stages(DeviceKind::CPU, schedule, true), true) : mlp(gpu_testing::cpu(), false);
+      train(*staged);
+      train(*reference);
+      // The weights (BatchNormalization's moving statistics included), copied back from the stages.
+      expect_weights_close(staged->get_weights(), reference->get_weights(), "2 stages vs the reference");
+      if (!harness_on_cpu()) {  // each stage lives on its GPU
+        EXPECT_TRUE(pp->executor()->replica_network(0).device() == kGpu0);
+        EXPECT_TRUE(pp->executor()->replica_network(1).device() == kGpu1);
+      }
+    }
 }
 
 std::string refusal(const std::vector<Device>& devices) {
