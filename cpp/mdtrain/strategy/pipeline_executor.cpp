@@ -7,7 +7,9 @@
 #include <map>
 #include <mutex>
 
+#include "mdtrain/core/memory_stats.h"
 #include "mdtrain/distribute/gradient_reducer.h"
+#include "mdtrain/ops/accumulate.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/batch_split.h"
@@ -22,6 +24,8 @@ using Clock = std::chrono::steady_clock;
 
 struct PipelineExecutor::Device {
   int pipeline = 0, stage = 0;  // mesh coordinates along the batch and pipe axes
+  mdtrain::Device place;        // the mesh's device
+  mdtrain::Device memory;       // where the stage's tensors live: the host for CPU devices, else the GPU
   std::unique_ptr<Communicator> pipe_comm, batch_comm;
   CommunicatorSums batch_sums{batch_comm};  // what deferred statistics see of the batch axis
   std::unique_ptr<LayerStack> net;
@@ -44,14 +48,6 @@ namespace {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string weight_of_slot(const std::string& slot) { return slot.substr(0, slot.rfind('/')); }
-
-template <class T>
-void add_into(Tensor& acc, const Tensor& g) {
-  T* a = acc.data<T>();
-  const T* b = g.data<T>();
-  const std::int64_t n = acc.numel();
-  for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
-}
 
 Shape with_rows(std::int64_t rows, const Shape& per_row) {
   Shape s{rows};
@@ -78,6 +74,8 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
                 "[pipeline] clipnorm and global_clipnorm are not supported under PipelineParallel yet (the norm "
                 "spans stages); use clipvalue");
   validate(schedule_);
+  // Layers without CUDA kernels are refused here, before any communicator or GPU memory exists.
+  for (const mdtrain::Device& d : strategy_.devices()) primary_.check_device_support(d);
   const auto& layers = primary_.layers();
   const int p = strategy_.num_stages();
   starts_ = {0};
@@ -107,6 +105,9 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
   const Optimizer::State whole_state = optimizer.state();
   for (int d = 0; d < strategy_.num_local_replicas(); ++d) {
     auto dev = std::make_unique<Device>();
+    dev->place = strategy_.devices()[static_cast<std::size_t>(d)];
+    dev->memory = dev->place.is_cpu() ? mdtrain::Device{} : dev->place;
+    const DeviceMemoryScope on_device(dev->place);
     const std::vector<int> at = mesh.coordinates(strategy_.first_local_replica() + d);
     dev->stage = at[static_cast<std::size_t>(mesh.axis_index(strategy_.pipe_axis()))];
     dev->pipeline = strategy_.batch_axis() ? at[static_cast<std::size_t>(mesh.axis_index(*strategy_.batch_axis()))] : 0;
@@ -119,6 +120,8 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
       dev->net->add(std::shared_ptr<Layer>(layers[static_cast<std::size_t>(i)]->clone()));
     dev->net->build(layers[static_cast<std::size_t>(first)]->input_shape(), 0, primary_.dtype());
     copy_weights(primary_, static_cast<std::size_t>(first), *dev->net, 0, static_cast<std::size_t>(last - first));
+    // Built and filled on the host; a GPU's stage is then copied to its GPU (weights and buffers).
+    if (!dev->place.is_cpu()) dev->net = dev->net->clone_to(dev->place);
     dev->loss = loss.clone();
     dev->logits_loss = loss.on_logits_of(dev->net->output_activation());
     dev->optimizer = optimizer.clone();
@@ -172,6 +175,7 @@ void PipelineExecutor::run_devices(F&& fn) {
   try {
     strategy_.run_replicas([&](int d) {
       Device& dev = *devices_[static_cast<std::size_t>(d)];
+      const DeviceMemoryScope on_device(dev.place);
       try {
         fn(dev, d);
       } catch (const std::exception& e) {
@@ -242,7 +246,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
       if (last_stage && group.rows > 0) {
         Shape ys = batch.y.shape();
         ys[0] = group.rows;
-        group_y = Tensor(ys, batch.y.dtype());
+        group_y = Tensor(ys, batch.y.dtype(), dev.memory);
         ops::gather_rows(batch.y, batch.indices + group.first, group.rows, group_y);
       }
       labels = global_label_count(*dev.loss, last_stage && group.rows > 0 ? &group_y : nullptr,
@@ -295,7 +299,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
       if (!is_recv) flush_send();
       switch (op.kind) {
         case PipelineOpKind::RecvActivation: {
-          Tensor x(with_rows(r.rows, in_shape), primary_.dtype());
+          Tensor x(with_rows(r.rows, in_shape), primary_.dtype(), dev.memory);
           recv_into(x, dev.stage - 1);
           dev.stash[i] = x;
           dev.stash_bytes += static_cast<std::int64_t>(x.nbytes());
@@ -306,7 +310,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           if (r.rows == 0) break;
           auto t = Clock::now();
           if (first_stage) {
-            Tensor x(with_rows(r.rows, in_shape), batch.x.dtype());
+            Tensor x(with_rows(r.rows, in_shape), batch.x.dtype(), dev.memory);  // gathered on the host, copied
             ops::gather_rows(batch.x, batch.indices + r.first, r.rows, x);
             dev.stash[i] = x;
             dev.stash_bytes += static_cast<std::int64_t>(x.nbytes());
@@ -316,17 +320,17 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           if (last_stage) {
             Shape ys = batch.y.shape();
             ys[0] = r.rows;
-            Tensor y(ys, batch.y.dtype());
+            Tensor y(ys, batch.y.dtype(), dev.memory);
             ops::gather_rows(batch.y, batch.indices + r.first, r.rows, y);
             const BatchLossScale ls = batch_loss_scale(*dev.loss, y, out, batch.count, labels);
             Tensor dp;
             double sum = 0;
             if (dev.logits_loss) {
               const Tensor logits = layers.back()->logits();
-              dp = Tensor(logits.shape(), logits.dtype());
+              dp = Tensor(logits.shape(), logits.dtype(), dev.memory);
               sum = dev.logits_loss->forward_backward(y, logits, ls.grad_scale, &dp);
             } else {
-              dp = Tensor(out.shape(), out.dtype());
+              dp = Tensor(out.shape(), out.dtype(), dev.memory);
               sum = dev.loss->forward_backward(y, out, ls.grad_scale, &dp);
             }
             dev.loss_sum += sum * ls.report_factor;
@@ -346,7 +350,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           break;
         }
         case PipelineOpKind::RecvGradient: {
-          Tensor g(with_rows(r.rows, out_shape), primary_.dtype());
+          Tensor g(with_rows(r.rows, out_shape), primary_.dtype(), dev.memory);
           recv_into(g, dev.stage + 1);
           dev.dpred[i] = g;
           break;
@@ -367,13 +371,11 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           out = g;  // d(loss)/d(stage input), sent next
           Tensor& grads = net.packed_grads();
           if (!have_grads) {
-            ensure_buffer(dev.accumulated, grads.shape(), grads.dtype());
+            ensure_buffer(dev.accumulated, grads.shape(), grads.dtype(), dev.memory);
             dev.accumulated.copy_from(grads);
             have_grads = true;
-          } else if (grads.dtype() == DType::Float64) {
-            add_into<double>(dev.accumulated, grads);
           } else {
-            add_into<float>(dev.accumulated, grads);
+            ops::add_into(dev.accumulated, grads);  // on the stage's device
           }
           dev.stash_bytes -= static_cast<std::int64_t>(dev.stash[i].nbytes());
           dev.stash[i] = Tensor();
@@ -529,8 +531,13 @@ void PipelineExecutor::forward_pipelined(std::int64_t count,
       Tensor h;
       if (dev.stage == 0) {
         h = input(r.first, r.rows);
+        if (!dev.place.is_cpu()) {  // host rows to the first stage's GPU
+          Tensor on_device(h.shape(), h.dtype(), dev.memory);
+          on_device.copy_from(h);
+          h = on_device;
+        }
       } else {
-        h = Tensor(with_rows(r.rows, dev.net->input_shape()), primary_.dtype());
+        h = Tensor(with_rows(r.rows, dev.net->input_shape()), primary_.dtype(), dev.memory);
         dev.pipe_comm->recv(h.raw(), static_cast<std::size_t>(h.numel()), h.dtype(), dev.stage - 1);
       }
       ForwardContext ctx;

@@ -45,7 +45,15 @@ class PipelineStrategy;
 // BatchNormalization normalizes each micro-batch with its own statistics and moves its moving
 // statistics once per global batch from all micro-batches (deferred, ForwardContext::
 // defer_statistics; a recomputed forward records nothing), so they do not depend on the
-// micro-batch count. Not supported yet (std::invalid_argument("[pipeline] ...") at the first step):
+// micro-batch count.
+//
+// On GPUs (every device of the mesh a GPU, NCCL communicators) each stage's LayerStack is copied to
+// its GPU; the first stage gathers its micro-batches' rows on the host into its GPU (the last stage
+// its labels), received activations and gradients land in that GPU's memory (NCCL send / recv, a
+// send followed by a recv run as one group), the micro-batches' gradients are summed there
+// (ops::add_into), and the loss, the batch axis's gradient sum and the update run there too. The
+// primary (the whole model) stays on the host: refresh_primary copies the stages' weights back
+// from their GPUs. Not supported yet (std::invalid_argument("[pipeline] ...") at the first step):
 // layer graphs, clipnorm / global_clipnorm, synchronized BatchNormalization.
 class PipelineExecutor final : public StepExecutor {
  public:

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/nn/layer_stack.h"
@@ -24,9 +25,7 @@ PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, Pipeli
       pipe_axis_(std::move(pipe_axis)),
       batch_axis_(std::move(batch_axis)),
       balance_by_time_(balance_by_time) {
-  for (const auto& d : mesh_.devices())
-    MDTRAIN_CHECK(d.is_cpu(), std::invalid_argument, "[pipeline] ", d.to_string(),
-                  ": pipeline parallelism runs on logical CPU devices for now");
+  check_pipeline_devices(devices(), cuda::device_count());
   MDTRAIN_CHECK(mesh_.has_axis(pipe_axis_), std::invalid_argument, "[pipeline] the pipe axis '", pipe_axis_,
                 "' is not in the mesh ", mesh_.to_string());
   if (batch_axis_)
@@ -47,6 +46,28 @@ PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, Pipeli
 }
 
 PipelineStrategy::~PipelineStrategy() = default;
+
+void check_pipeline_devices(const std::vector<Device>& devices, int visible_gpus) {
+  MDTRAIN_CHECK(!devices.empty(), std::invalid_argument, "[pipeline] a pipeline needs at least one device");
+  const bool gpus = !devices.front().is_cpu();
+  for (const Device& d : devices)
+    MDTRAIN_CHECK(d.is_cpu() != gpus, std::invalid_argument, "[pipeline] ", d.to_string(),
+                  ": stages must all be on CPU devices or all on GPUs, got ", devices.front().to_string(), " and ",
+                  d.to_string());
+  if (!gpus) return;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const Device& d = devices[i];
+    MDTRAIN_CHECK(d.index >= 0 && d.index < visible_gpus, std::invalid_argument, "[pipeline] ", d.to_string(),
+                  " is not a visible GPU (this process sees ", visible_gpus, ")",
+                  visible_gpus == 0 ? ": " + cuda::unavailable_reason() : std::string());
+    // This process's NCCL communicators give rank r GPU r (as MirroredStrategy's do): the mesh's
+    // devices of this process must be those GPUs in that order.
+    MDTRAIN_CHECK(d.index == static_cast<int>(i), std::invalid_argument, "[pipeline] ", d.to_string(),
+                  " is this process's device ", i,
+                  " of the mesh: GPU stages must be /device:GPU:0, /device:GPU:1, "
+                  "... in mesh order (the NCCL communicator of rank r drives GPU r)");
+  }
+}
 
 bool pipe_spans_workers(const DeviceMesh& mesh, const std::string& pipe_axis) {
   const int workers = mesh.num_workers();
@@ -74,7 +95,9 @@ bool pipe_spans_workers(const DeviceMesh& mesh, const std::string& pipe_axis) {
 }
 
 std::vector<std::unique_ptr<Communicator>> PipelineStrategy::make_replica_communicators() const {
-  return world_communicators("threads");
+  // Threads between CPU devices, NCCL between GPUs (send / recv of activations and gradients, the
+  // batch axis's gradient sums); the axes' groups are split from this one (ncclCommSplit).
+  return world_communicators(devices().front().is_cpu() ? "threads" : "nccl");
 }
 
 std::unique_ptr<StepExecutor> PipelineStrategy::make_executor(Network& primary, const Loss& loss,

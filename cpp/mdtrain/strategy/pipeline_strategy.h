@@ -1,7 +1,8 @@
 #pragma once
-// Pipeline parallelism on logical CPU devices (threads): the model's layers cut into contiguous
-// stages, stage s on the devices at position s of the pipe axis, each global batch cut into
-// micro-batches that flow through the stages by a schedule (pipeline_schedule.h: GPipe or 1F1B).
+// Pipeline parallelism on logical CPU devices (threads) or GPUs (NCCL): the model's layers cut
+// into contiguous stages, stage s on the devices at position s of the pipe axis, each global batch
+// cut into micro-batches that flow through the stages by a schedule (pipeline_schedule.h: GPipe or
+// 1F1B).
 // An optional batch axis makes several pipelines that train on their slices of the global batch
 // and sum their stages' gradients (data parallelism x pipeline). The step is PipelineExecutor's.
 #include <memory>
@@ -18,15 +19,16 @@ class PipelineExecutor;
 
 class PipelineStrategy : public MeshWorkersStrategy {
  public:
-  // `mesh`: CPU devices with the axis `pipe_axis` (its size: the number of stages) and, optionally,
-  // `batch_axis`; no other axis. Across MPI workers (`workers`: the strategy that joined them) either
-  // each worker runs whole pipelines, or every pipeline spans the workers, stage s on worker s (the
-  // pipe axis first: ("pipe", "batch")); see pipe_spans_workers. `stage_starts`: the index of the first layer of
+  // `mesh`: CPU devices or GPUs (all one kind, see check_pipeline_devices) with the axis
+  // `pipe_axis` (its size: the number of stages) and, optionally, `batch_axis`; no other axis.
+  // Across MPI workers (`workers`: the strategy that joined them) either each worker runs whole
+  // pipelines, or every pipeline spans the workers, stage s on worker s (the pipe axis first:
+  // ("pipe", "batch")); see pipe_spans_workers. `stage_starts`: the index of the first layer of
   // stages 1..p-1 (ascending, each stage at least one layer); empty: cut so that the stages hold
-  // about the same number of parameters, or (`balance_by_time`) the same measured forward + backward
-  // time (each layer timed on a copy of the model, 32 rows of zeros, best of 3). Throws
-  // std::invalid_argument("[pipeline] ...") for a bad mesh, num_microbatches < stages, or GPUs. Stage cuts are checked
-  // against the model when it is compiled.
+  // about the same number of parameters, or (`balance_by_time`) the same measured forward +
+  // backward time (each layer timed on a copy of the model, 32 rows of zeros, best of 3). Throws
+  // std::invalid_argument("[pipeline] ...") for a bad mesh, num_microbatches < stages, or devices
+  // check_pipeline_devices refuses. Stage cuts are checked against the model when it is compiled.
   PipelineStrategy(DeviceMesh mesh, int num_microbatches, PipelineScheduleKind schedule,
                    std::vector<int> stage_starts = {}, std::string pipe_axis = "pipe",
                    std::optional<std::string> batch_axis = std::nullopt, bool balance_by_time = false,
@@ -74,6 +76,12 @@ class PipelineStrategy : public MeshWorkersStrategy {
   bool pipe_across_workers_ = false;
   PipelineExecutor* executor_ = nullptr;
 };
+
+// The devices of a pipeline (this process's devices of its mesh): all CPU devices, or all GPUs
+// that this process sees (`visible_gpus`: cuda::device_count()), /device:GPU:i at position i.
+// Throws std::invalid_argument("[pipeline] ...") naming the device otherwise (with
+// cuda::unavailable_reason() when no GPU is visible).
+void check_pipeline_devices(const std::vector<Device>& devices, int visible_gpus);
 
 // How the pipelines (groups along `pipe_axis`) of a mesh lie on its workers: false when each lies
 // inside one worker (or the mesh is one process's), true when every one spans all the workers, stage

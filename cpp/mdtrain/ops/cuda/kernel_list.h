@@ -131,6 +131,9 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaRecurrentKernels.GruStepBackwardMatchesCpu"},
     {"add_masked_kernel", "ops/cuda/recurrent_kernels.cu", "math::add_masked", "",
      "CudaRecurrentKernels.AddMaskedMatchesCpu"},
+    // ops/accumulate.h
+    {"add_into_kernel", "ops/cuda/accumulate_kernels.cu", "math::accumulate", "",
+     "CudaKernels.AddIntoMatchesCpuBitwise"},
 };
 
 }  // namespace mdtrain::cuda

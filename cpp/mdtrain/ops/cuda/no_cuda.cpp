@@ -5,6 +5,7 @@
 
 #include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/core/errors.h"
+#include "mdtrain/ops/cuda/accumulate_kernels.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
 #include "mdtrain/ops/cuda/embedding_kernels.h"
 #include "mdtrain/ops/cuda/kernels.h"
@@ -118,5 +119,8 @@ void gru_step_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor
   unavailable("gru_step_backward");
 }
 void add_masked(const Tensor&, const Tensor&, Tensor&) { unavailable("add_masked"); }
+
+// ops/cuda/accumulate_kernels.h
+void add_into(Tensor&, const Tensor&) { unavailable("add_into"); }
 
 }  // namespace mdtrain::cuda

@@ -1,6 +1,8 @@
 """keras.distribution.PipelineParallel: the model's layers cut into stages on the devices of the
 mesh's pipe axis, each global batch cut into micro-batches that flow through the stages by a
 schedule ("gpipe" or "1f1b"); optionally several pipelines over a batch axis (docs/pipeline.md).
+The mesh's devices are logical CPU devices or GPUs ("gpu:0", "gpu:1", ...: each stage on its GPU,
+activations and gradients over NCCL), not a mix.
 
 Not a Keras API (Keras 3 has no pipeline parallelism); named in its family:
 ``with PipelineParallel(mesh, num_microbatches=8).scope(): model = ...; model.compile(...)``, then
