@@ -121,7 +121,7 @@ def measure_multi_worker(model_name, workers, args):
 
 def _model_parallel(dist, planned):
     """The layout the planner costed (its settings["layout"]: layer:form, ...)."""
-    mesh = dist.DeviceMesh((1, 2), ("batch", "model"))
+    mesh = dist.DeviceMesh((1, 2), ("batch", "model"), devices=dist.list_devices()[:2])
     layout = dist.LayoutMap(mesh)
     for item in planned.settings["layout"].split(", "):
         layer, form = item.split(":")
@@ -156,7 +156,8 @@ def cases_for(tf, plans2, plans4, args):
         for schedule in schedules:
             cases.append((f"PipelineParallel p=2 m={m} {schedule}", f"{2 * m} stage messages",
                           lambda m=m, s=schedule: dist.PipelineParallel(
-                              dist.DeviceMesh((2,), ("pipe",)), m, schedule=s, stages="balance_time").scope(),
+                              dist.DeviceMesh((2,), ("pipe",), devices=dist.list_devices()[:2]), m, schedule=s,
+                              stages="balance_time").scope(),
                           find(plans2, "PipelineParallel", 2, microbatches=m, schedule=schedule)))
     for k in (2, 4):
         cases.append((f"MultiWorkerMirrored {k} procs", "bucketed all-reduce over MPI, each updates all",

@@ -53,6 +53,10 @@ class Cluster:
     pipeline_message_s: float = None
     pipeline_step_overhead_s: float = None
     mpi_source: str = ""
+    # Measured on this machine: how many one-thread GEMM loops' worth of work `cores` threads
+    # running them at once get done (cores on an idle machine; less when other work holds cores).
+    # None: not measured (every device computes at its profiled speed beside the others).
+    concurrent_speedup: float = None
 
     def step_overhead(self, replicas):
         """The measured fixed cost of a step of `replicas` replicas (0 when not measured)."""
@@ -69,6 +73,15 @@ class Cluster:
 
     def mpi_step_overhead(self, processes):
         return {n: s for n, _, s in self.mpi_processes}.get(processes, 0.0)
+
+    def contention(self, devices):
+        """The factor by which each of `devices` (> 1) devices computing at once is slower than the
+        profile timed alone on one thread: cores / concurrent_speedup for as many devices as cores
+        (1 on an idle machine; measured only at that count). Sharing beyond the cores is the
+        replay's core resources (core_of), not this factor."""
+        if devices <= 1 or self.cores is None or self.concurrent_speedup is None:
+            return 1.0
+        return max(1.0, self.cores / max(self.concurrent_speedup, 1e-9))
 
     def core_of(self, device_index):
         """The core a device's compute runs on in the replay (None: its own). Devices are dealt
@@ -134,6 +147,7 @@ class Cluster:
         if n < 1:
             raise ValueError(f"Cluster.measure: devices must be >= 1, got {n}")
         flops = measure_core_gemm_flops(repeats)
+        speedup = measure_concurrent_speedup(os.cpu_count() or 1)
         bandwidth = _measure_copy_bandwidth(repeats)
         link = _measure_threads_link(_core, repeats)
         mem = _physical_memory_bytes() / n
@@ -148,7 +162,8 @@ class Cluster:
             from mdtrain.plan.probes import measure_pipeline_messages
             message_s, step_s = measure_pipeline_messages()
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
-                       cores=os.cpu_count() or 1, mpi_processes=processes, mpi_source=mpi_source,
+                       cores=os.cpu_count() or 1, concurrent_speedup=speedup, mpi_processes=processes,
+                       mpi_source=mpi_source,
                        pipeline_message_s=message_s, pipeline_step_overhead_s=step_s,
                        peak_flops=flops, memory_bytes=mem,
                        memory_bandwidth=bandwidth, intra_host=link, inter_host=link,
@@ -162,6 +177,8 @@ class Cluster:
                 f"intra-host {self.intra_host.bandwidth / _GB:.3g} GB/s + {self.intra_host.alpha * 1e6:.3g} us, "
                 f"inter-host {self.inter_host.bandwidth / _GB:.3g} GB/s + {self.inter_host.alpha * 1e6:.3g} us"
                 + (f", compute on {self.cores} cores" if self.cores is not None else "")
+                + (f" ({self.concurrent_speedup:.2f}x one thread's GEMM work when all run at once)"
+                   if self.concurrent_speedup is not None else "")
                 + "".join(f", MPI x{n}: all-reduce {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s, "
                           f"step {s * 1e3:.3g} ms" for n, ab, s in self.mpi_processes)
                 + (f", pipeline message {self.pipeline_message_s * 1e6:.3g} us, step "
@@ -181,6 +198,37 @@ def measure_core_gemm_flops(repeats=5, n=512):
     finally:
         _core.set_cpu_threads(before)
     return 2.0 * n ** 3 / seconds
+
+
+def measure_concurrent_speedup(threads, n=256, calls=100, repeats=5):
+    """How much one-thread GEMM work `threads` threads running at once get done, relative to one
+    thread alone (the median of `repeats` rounds each): `threads` on an idle machine with that many
+    cores, less when other processes hold cores. The core's GEMM releases the GIL."""
+    from mdtrain import _core
+    if threads <= 1:
+        return 1.0
+    before = _core.cpu_thread_count()
+    _core.set_cpu_threads(1)
+
+    def work():
+        for _ in range(calls):
+            _core.time_gemm(n, n, n, 1)
+
+    def wall(k):
+        ts = [threading.Thread(target=work) for _ in range(k)]
+        t = time.perf_counter()
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+        return time.perf_counter() - t
+
+    try:
+        work()  # warm-up
+        ratios = [threads * wall(1) / wall(threads) for _ in range(repeats)]
+    finally:
+        _core.set_cpu_threads(before)
+    return float(min(threads, max(1.0, np.median(ratios))))
 
 
 def _measure_copy_bandwidth(repeats, nbytes=64 << 20):
