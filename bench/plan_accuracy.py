@@ -28,6 +28,7 @@ import pathlib
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -177,6 +178,7 @@ def main():
     args = parser.parse_args()
     args.steps = args.steps or (12 if args.quick else 30)
     args.repeats = args.repeats or (2 if args.quick else 3)
+    warnings.filterwarnings("ignore", message="PipelineParallel: .* micro-batches")  # m = 2 is asked for
     if args.worker:
         return worker_main(args)
     os.environ.setdefault("MDTRAIN_NUM_CPU_DEVICES", "4")
@@ -213,7 +215,8 @@ def main():
             rows.append({"model": model_name, "case": label, "sync": sync, "predicted_ms": predicted.step_time_s * 1e3,
                          "measured_ms": measured["step"] * 1e3, "error": err,
                          "predicted_breakdown_ms": {k: v * 1e3 for k, v in predicted.breakdown.items()},
-                         "measured_breakdown_ms": {k: v * 1e3 for k, v in measured.items() if k != "steps"},
+                         "measured_breakdown_ms": {k: v * 1e3 for k, v in measured.items()
+                                                   if k != "steps" and isinstance(v, float)},
                          "why": predicted.why, "load_average": os.getloadavg()[0]})
             print(f"{model_name:6} {label:34} predicted {predicted.step_time_s * 1e3:9.3f} ms  "
                   f"measured {measured['step'] * 1e3:9.3f} ms  error {err:+.0%}  (load {os.getloadavg()[0]:.1f})",

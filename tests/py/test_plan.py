@@ -259,7 +259,8 @@ def test_devices_sharing_fewer_cores_are_not_faster_than_the_cores_compute():
     assert shared.step_time_s >= two.breakdown["compute"] - 1e-12
     assert own.step_time_s < shared.step_time_s
     # When other work leaves the 2 cores only one core's worth of concurrent work (the measured
-    # concurrent_speedup), 2 devices are no faster than one device's compute of the whole batch.
+    # concurrent_speedup), 2 devices are replayed on one core: no faster than one device's compute
+    # of the whole batch.
     busy = steps.data_parallel(prof, cpu_cluster(2, cores=2, concurrent_speedup=1.0), 2, 256, sync="zero1")
     assert busy.step_time_s >= prof.time(256) - 1e-12 > two.step_time_s
     tp_shared = steps.tensor_parallel(prof, cpu_cluster(4, cores=1), 4, 1, 256)[0]

@@ -55,7 +55,7 @@ class Cluster:
     mpi_source: str = ""
     # Measured on this machine: how many one-thread GEMM loops' worth of work `cores` threads
     # running them at once get done (cores on an idle machine; less when other work holds cores).
-    # None: not measured (every device computes at its profiled speed beside the others).
+    # The replay deals devices over that many cores, rounded (effective_cores). None: not measured.
     concurrent_speedup: float = None
 
     def step_overhead(self, replicas):
@@ -74,20 +74,22 @@ class Cluster:
     def mpi_step_overhead(self, processes):
         return {n: s for n, _, s in self.mpi_processes}.get(processes, 0.0)
 
-    def contention(self, devices):
-        """The factor by which each of `devices` (> 1) devices computing at once is slower than the
-        profile timed alone on one thread: cores / concurrent_speedup for as many devices as cores
-        (1 on an idle machine; measured only at that count). Sharing beyond the cores is the
-        replay's core resources (core_of), not this factor."""
-        if devices <= 1 or self.cores is None or self.concurrent_speedup is None:
-            return 1.0
-        return max(1.0, self.cores / max(self.concurrent_speedup, 1e-9))
+    @property
+    def effective_cores(self):
+        """The cores the replay deals devices over: `cores`, or fewer when the measured concurrent
+        speedup says other work holds some (rounded: the replay's cores are whole)."""
+        if self.cores is None:
+            return None
+        if self.concurrent_speedup is None:
+            return self.cores
+        return max(1, min(self.cores, int(round(self.concurrent_speedup))))
 
     def core_of(self, device_index):
         """The core a device's compute runs on in the replay (None: its own). Devices are dealt
         round-robin over the cores: for identical replicas this gives the same step as the OS's
         time sharing (n/c of the work per core)."""
-        return None if self.cores is None else f"core{device_index % self.cores}"
+        cores = self.effective_cores
+        return None if cores is None else f"core{device_index % cores}"
 
     def __post_init__(self):
         for field in ("hosts", "devices_per_host"):
@@ -177,7 +179,8 @@ class Cluster:
                 f"intra-host {self.intra_host.bandwidth / _GB:.3g} GB/s + {self.intra_host.alpha * 1e6:.3g} us, "
                 f"inter-host {self.inter_host.bandwidth / _GB:.3g} GB/s + {self.inter_host.alpha * 1e6:.3g} us"
                 + (f", compute on {self.cores} cores" if self.cores is not None else "")
-                + (f" ({self.concurrent_speedup:.2f}x one thread's GEMM work when all run at once)"
+                + (f" ({self.concurrent_speedup:.2f}x one thread's GEMM work when all run at once: replayed on "
+                   f"{self.effective_cores})"
                    if self.concurrent_speedup is not None else "")
                 + "".join(f", MPI x{n}: all-reduce {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s, "
                           f"step {s * 1e3:.3g} ms" for n, ab, s in self.mpi_processes)

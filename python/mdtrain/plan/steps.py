@@ -131,20 +131,19 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
         def all_reduce(size):
             return collectives.all_reduce(size, n, cluster)
         fixed = cluster.step_overhead(n)
-    slow = cluster.contention(n)  # several devices computing at once on this machine's cores
     if n > 1:  # waking and joining the replica threads / processes (measured on this machine only)
         sim.add("replica hand-off", group, fixed, category=COMMUNICATION)
     for j, d in enumerate(replayed):
-        sim.add(f"{d} gather+loss", on_core(cluster, d, j), overhead_seconds(profile, scale) * slow)
+        sim.add(f"{d} gather+loss", on_core(cluster, d, j), overhead_seconds(profile, scale))
         for i, layer in enumerate(layers):
-            sim.add(f"{d} fwd {layer.name}", on_core(cluster, d, j), layer.forward_time(rows) * scale * slow)
+            sim.add(f"{d} fwd {layer.name}", on_core(cluster, d, j), layer.forward_time(rows) * scale)
     # Backward, layer by layer on every replica; a bucket's collective joins all replicas after
     # the layer that finalizes it (on the stream when overlapped, else on the replicas' threads).
     starts = bucket_starts(profile, bucket_bytes) if sync == "bucketed" and n > 1 else {}
     for i in reversed(range(len(layers))):
         for j, d in enumerate(replayed):
             last_backward[d] = sim.add(f"{d} bwd {layers[i].name}", on_core(cluster, d, j),
-                                       layers[i].backward_time(rows) * scale * slow)
+                                       layers[i].backward_time(rows) * scale)
         for k, size in starts.get(i, []):
             seconds = all_reduce(size)
             if cluster.overlaps_communication:
@@ -162,13 +161,13 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
         for j, d in enumerate(replayed):
             sim.add(f"{d} wait buckets", d, 0.0, deps=tuple(pending_buckets), category=COMMUNICATION)
             sim.add(f"{d} update", on_core(cluster, d, j),
-                    update_seconds(profile.params, slots, cluster, profile, scale) * slow, category=UPDATE)
+                    update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
         memory = params_bytes * (2 + slots)
     elif sync == "zero1":
         sim.add("reduce-scatter", group, collectives.reduce_scatter(params_bytes, n, cluster), category=COMMUNICATION)
         for j, d in enumerate(replayed):
             sim.add(f"{d} update shard", on_core(cluster, d, j),
-                    update_seconds(profile.params / n, slots, cluster, profile, scale) * slow, category=UPDATE)
+                    update_seconds(profile.params / n, slots, cluster, profile, scale), category=UPDATE)
         sim.add("all-gather", group, collectives.all_gather(params_bytes, n, cluster), category=COMMUNICATION)
         memory = params_bytes * (2 + slots / n)
     elif sync == "parameter_device":
@@ -219,14 +218,13 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
     def shard(i):
         return t if forms[i] != "replicated" else 1
 
-    slow = cluster.contention(t * dp)
     sim.add("replica hand-off", group, cluster.step_overhead(t * dp), category=COMMUNICATION)
     for j, d in enumerate(devs):
-        sim.add(f"{d} gather+loss", on_core(cluster, d, j), overhead_seconds(profile, scale) * slow)
+        sim.add(f"{d} gather+loss", on_core(cluster, d, j), overhead_seconds(profile, scale))
     for i, layer in enumerate(layers):
         for j, d in enumerate(devs):
             sim.add(f"{d} fwd {layer.name}", on_core(cluster, d, j),
-                    layer.forward_time(rows) * scale * slow / shard(i))
+                    layer.forward_time(rows) * scale / shard(i))
         out_bytes = rows * layer.activation_values * BYTES_PER_VALUE
         if forms[i] == "row":
             sim.add(f"all-reduce out {layer.name}", group, collectives.all_reduce(out_bytes, t, cluster),
@@ -237,7 +235,7 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
     for i in reversed(range(len(layers))):
         for j, d in enumerate(devs):
             sim.add(f"{d} bwd {layers[i].name}", on_core(cluster, d, j),
-                    layers[i].backward_time(rows) * scale * slow / shard(i))
+                    layers[i].backward_time(rows) * scale / shard(i))
         if forms[i] in ("column", "column_gather") and i > 0:
             in_bytes = rows * layers[i - 1].activation_values * BYTES_PER_VALUE
             sim.add(f"all-reduce dx {layers[i].name}", group, collectives.all_reduce(in_bytes, t, cluster),
@@ -249,7 +247,7 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
     slots = profile.optimizer_slots
     for j, d in enumerate(devs):
         sim.add(f"{d} update", on_core(cluster, d, j),
-                update_seconds(local_values, slots, cluster, profile, scale) * slow, category=UPDATE)
+                update_seconds(local_values, slots, cluster, profile, scale), category=UPDATE)
     timeline = sim.run()
     act = rows * BYTES_PER_VALUE * (profile.input_values +
                                     sum(layer.activation_values / shard(i) for i, layer in enumerate(layers)))
@@ -294,9 +292,8 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
             [layer.time(rows) for layer in layers], p)
         bounds = [0] + list(starts) + [len(layers)]
         groups = [layers[bounds[s]:bounds[s + 1]] for s in range(p)]
-        slow = cluster.contention(p * dp)
-        stage_costs = [(sum(x.forward_time(rows) for x in g) * scale * slow,
-                        sum(x.backward_time(rows) for x in g) * scale * slow) for g in groups]
+        stage_costs = [(sum(x.forward_time(rows) for x in g) * scale,
+                        sum(x.backward_time(rows) for x in g) * scale) for g in groups]
         boundary_bytes = [rows * g[-1].activation_values * BYTES_PER_VALUE for g in groups]
         stage_values = [sum(x.params for x in g) for g in groups]
     else:
@@ -319,7 +316,7 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
         fixed = (cluster.pipeline_step_overhead_s if cluster.pipeline_step_overhead_s is not None and dp == 1
                  else cluster.step_overhead(p * dp))
         sim.add("stage threads hand-off", tuple(devs), fixed, category=COMMUNICATION)
-        sim.add("stage0 gather+loss", on_core(cluster, devs[0], 0), overhead_seconds(profile, scale) * slow)
+        sim.add("stage0 gather+loss", on_core(cluster, devs[0], 0), overhead_seconds(profile, scale))
     while any(pending):
         progressed = False
         for s in range(p):
@@ -359,7 +356,7 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
             sim.add(f"{d} gradient all-reduce", (d, f"net{s}"),
                     collectives.all_reduce(stage_values[s] * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
         sim.add(f"{d} update", on_core(cluster, d, s * dp),
-                update_seconds(stage_values[s], slots, cluster, profile, scale) * (slow if groups else 1.0),
+                update_seconds(stage_values[s], slots, cluster, profile, scale),
                 category=UPDATE)
     timeline = sim.run()
     # The bubble: inside the pipeline's span (up to the last backward anywhere), the time a
