@@ -21,7 +21,11 @@
   server's link shared by every worker, in worker order), the server's update, the pull back.
 
 Replicas of a data-parallel group are identical, so at most `REPLAYED_REPLICAS` of them are
-replayed; collectives are costed for the whole group."""
+replayed; collectives are costed for the whole group. On a machine whose devices share cores
+(Cluster.cores: this one) every device is replayed and its compute and update also hold a core, so
+n devices on fewer cores run at most that many at once; a pipeline's receive there costs the
+measured per-message send + wake-up, and MultiWorkerMirrored's all-reduces are the measured MPI
+ones (Cluster.mpi_processes)."""
 import dataclasses
 
 from mdtrain.plan import collectives
@@ -154,8 +158,8 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
     slots = profile.optimizer_slots
     if n == 1:
         for j, d in enumerate(replayed):
-            sim.add(f"{d} update", on_core(cluster, d, j), update_seconds(profile.params, slots, cluster, profile, scale),
-                    category=UPDATE)
+            sim.add(f"{d} update", on_core(cluster, d, j),
+                    update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
         memory = params_bytes * (2 + slots)
     elif sync == "bucketed":
         for j, d in enumerate(replayed):
