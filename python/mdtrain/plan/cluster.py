@@ -40,10 +40,56 @@ class Cluster:
     # the replica threads, handing the batch out, joining), as ((n, seconds), ...). Not known for
     # presets (GPU launch and framework costs are not modelled).
     replica_step_overhead: tuple = ()
+    # Cores the devices' compute shares (this machine: logical CPU devices on os.cpu_count() cores;
+    # None: every device has its own, as GPUs). n devices on c < n cores run at most c at once.
+    cores: int = None
+    # MPI between worker processes on this host (MultiWorkerMirroredStrategy), measured: per
+    # process count n, the α–β of a whole all-reduce of n ranks (not one transfer) and the fixed
+    # cost of a step of n workers, as ((n, AlphaBeta, seconds), ...). Empty: not measured.
+    mpi_processes: tuple = ()
+    # Pipelines on this machine, measured: the cost of one message between stages (a send, the
+    # wake-up of the stage thread waiting in the receive) and a step's fixed cost, from a
+    # two-stage pipeline of a one-weight model at 2 and 16 micro-batches. None: not measured.
+    pipeline_message_s: float = None
+    pipeline_step_overhead_s: float = None
+    mpi_source: str = ""
+    # Measured on this machine: how many one-thread GEMM loops' worth of work `cores` threads
+    # running them at once get done (cores on an idle machine; less when other work holds cores).
+    # The replay deals devices over that many cores, rounded (effective_cores). None: not measured.
+    concurrent_speedup: float = None
 
     def step_overhead(self, replicas):
         """The measured fixed cost of a step of `replicas` replicas (0 when not measured)."""
         return dict(self.replica_step_overhead).get(replicas, 0.0)
+
+    def mpi_workers(self):
+        """The process counts whose MPI all-reduce was measured on this host."""
+        return tuple(n for n, _, _ in self.mpi_processes)
+
+    def mpi_all_reduce(self, nbytes, processes):
+        """Seconds of an all-reduce of `nbytes` over `processes` MPI processes (measured fit)."""
+        fit = {n: ab for n, ab, _ in self.mpi_processes}[processes]
+        return fit.time(nbytes)
+
+    def mpi_step_overhead(self, processes):
+        return {n: s for n, _, s in self.mpi_processes}.get(processes, 0.0)
+
+    @property
+    def effective_cores(self):
+        """The cores the replay deals devices over: `cores`, or fewer when the measured concurrent
+        speedup says other work holds some (rounded: the replay's cores are whole)."""
+        if self.cores is None:
+            return None
+        if self.concurrent_speedup is None:
+            return self.cores
+        return max(1, min(self.cores, int(round(self.concurrent_speedup))))
+
+    def core_of(self, device_index):
+        """The core a device's compute runs on in the replay (None: its own). Devices are dealt
+        round-robin over the cores: for identical replicas this gives the same step as the OS's
+        time sharing (n/c of the work per core)."""
+        cores = self.effective_cores
+        return None if cores is None else f"core{device_index % cores}"
 
     def __post_init__(self):
         for field in ("hosts", "devices_per_host"):
@@ -89,35 +135,58 @@ class Cluster:
         return c if hosts is None else c.with_devices(hosts=hosts)
 
     @staticmethod
-    def measure(devices=None, repeats=5):
-        """This machine: one logical CPU device per core (or `devices`), each device's FLOP/s (our
-        core's float32 GEMM on one thread), the threads communicator's all-reduce fitted to α–β
-        over 4 KB..4 MB, a copy's memory bandwidth, and the fixed cost of a step of 2, 4, ..
-        and `devices` replicas (each timed in a child process). On a loaded machine the figures
-        are what the load leaves."""
+    def measure(devices=None, repeats=5, mpi=True, pipeline=True):
+        """This machine: one logical CPU device per core (or `devices`, which may exceed the cores:
+        their compute then shares os.cpu_count() cores), each device's FLOP/s (our core's float32
+        GEMM on one thread), the threads communicator's all-reduce fitted to α–β over 4 KB..4 MB,
+        a copy's memory bandwidth, and the fixed cost of a step of 2, 4, .. and `devices`
+        replicas (each timed in a child process). `mpi`: also, when mpirun and an MPI build are
+        there, the MPI all-reduce of 2, 4, .. `devices` processes and their step's fixed cost
+        (mpirun children, a few seconds each). `pipeline`: the per-message and per-step cost of a
+        two-stage pipeline (a child). On a loaded machine the figures are what the load leaves."""
         from mdtrain import _core  # the extension: not needed for presets
         n = devices if devices is not None else (os.cpu_count() or 1)
         if n < 1:
             raise ValueError(f"Cluster.measure: devices must be >= 1, got {n}")
         flops = measure_core_gemm_flops(repeats)
+        speedup = measure_concurrent_speedup(os.cpu_count() or 1)
         bandwidth = _measure_copy_bandwidth(repeats)
         link = _measure_threads_link(_core, repeats)
         mem = _physical_memory_bytes() / n
         counts = sorted({2 ** i for i in range(1, n.bit_length()) if 2 ** i <= n} | ({n} if n > 1 else set()))
         overhead = tuple((k, _measure_replica_step_overhead(k)) for k in counts)
+        processes, mpi_source = (), "MPI not measured (mpi=False)"
+        if mpi:
+            from mdtrain.plan.probes import measure_mpi_processes
+            processes, mpi_source = measure_mpi_processes(counts)
+        message_s = step_s = None
+        if pipeline:
+            from mdtrain.plan.probes import measure_pipeline_messages
+            message_s, step_s = measure_pipeline_messages()
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
+                       cores=os.cpu_count() or 1, concurrent_speedup=speedup, mpi_processes=processes,
+                       mpi_source=mpi_source,
+                       pipeline_message_s=message_s, pipeline_step_overhead_s=step_s,
                        peak_flops=flops, memory_bytes=mem,
                        memory_bandwidth=bandwidth, intra_host=link, inter_host=link,
                        overlaps_communication=False, device_kind="CPU",
                        source=f"this machine, measured: {os.cpu_count()} cores, the core's one-thread GEMM, "
-                              f"threads-communicator all-reduce fit")
+                              f"threads-communicator all-reduce fit; {mpi_source}")
 
     def __str__(self):
         return (f"{self.name}: {self.hosts} host(s) x {self.devices_per_host} {self.device_kind}(s), "
                 f"{self.peak_flops / 1e12:.3g} TFLOP/s and {self.memory_bytes / _GB:.3g} GB each, "
                 f"intra-host {self.intra_host.bandwidth / _GB:.3g} GB/s + {self.intra_host.alpha * 1e6:.3g} us, "
-                f"inter-host {self.inter_host.bandwidth / _GB:.3g} GB/s + {self.inter_host.alpha * 1e6:.3g} us "
-                f"[{self.source}]")
+                f"inter-host {self.inter_host.bandwidth / _GB:.3g} GB/s + {self.inter_host.alpha * 1e6:.3g} us"
+                + (f", compute on {self.cores} cores" if self.cores is not None else "")
+                + (f" ({self.concurrent_speedup:.2f}x one thread's GEMM work when all run at once: replayed on "
+                   f"{self.effective_cores})"
+                   if self.concurrent_speedup is not None else "")
+                + "".join(f", MPI x{n}: all-reduce {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s, "
+                          f"step {s * 1e3:.3g} ms" for n, ab, s in self.mpi_processes)
+                + (f", pipeline message {self.pipeline_message_s * 1e6:.3g} us, step "
+                   f"{self.pipeline_step_overhead_s * 1e3:.3g} ms" if self.pipeline_message_s is not None else "")
+                + f" [{self.source}]")
 
 
 def measure_core_gemm_flops(repeats=5, n=512):
@@ -132,6 +201,37 @@ def measure_core_gemm_flops(repeats=5, n=512):
     finally:
         _core.set_cpu_threads(before)
     return 2.0 * n ** 3 / seconds
+
+
+def measure_concurrent_speedup(threads, n=256, calls=100, repeats=5):
+    """How much one-thread GEMM work `threads` threads running at once get done, relative to one
+    thread alone (the median of `repeats` rounds each): `threads` on an idle machine with that many
+    cores, less when other processes hold cores. The core's GEMM releases the GIL."""
+    from mdtrain import _core
+    if threads <= 1:
+        return 1.0
+    before = _core.cpu_thread_count()
+    _core.set_cpu_threads(1)
+
+    def work():
+        for _ in range(calls):
+            _core.time_gemm(n, n, n, 1)
+
+    def wall(k):
+        ts = [threading.Thread(target=work) for _ in range(k)]
+        t = time.perf_counter()
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+        return time.perf_counter() - t
+
+    try:
+        work()  # warm-up
+        ratios = [threads * wall(1) / wall(threads) for _ in range(repeats)]
+    finally:
+        _core.set_cpu_threads(before)
+    return float(min(threads, max(1.0, np.median(ratios))))
 
 
 def _measure_copy_bandwidth(repeats, nbytes=64 << 20):

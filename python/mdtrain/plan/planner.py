@@ -33,10 +33,11 @@ def _resolve_cluster(cluster):
     return cluster
 
 
-def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flops=None):
+def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flops=None, alone_profile=None):
     """Plans for training `model` (built, Sequential) with `global_batch_size` on `cluster` (None:
     this machine, measured; a preset name; a Cluster), best first. `profile` (a ModelProfile, used
-    for every strategy) / `this_machine_flops`: reuse earlier measurements.
+    for every strategy unless `alone_profile` is given for one device alone) /
+    `this_machine_flops`: reuse earlier measurements.
 
     On this machine, one replica alone is costed from a profile timed on every core (the core
     splits a lone replica's GEMMs over its threads) and several replicas or stages from one timed
@@ -48,8 +49,8 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
     if cluster.num_devices < 1:
         raise ValueError(f"plan: cluster '{cluster.name}' has zero devices")
     prof = profile if profile is not None else profile_model(model, threads=1)
-    alone = prof
-    if cluster.name == "this-machine" and profile is None:
+    alone = prof if alone_profile is None else alone_profile
+    if cluster.name == "this-machine" and profile is None and alone_profile is None:
         alone = profile_model(model, threads=None)
     if cluster.name == "this-machine":
         scale = 1.0
@@ -81,7 +82,8 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
             add("MirroredStrategy", n, {"gradient_sync": "zero1"},
                 steps.data_parallel(prof, cluster, n, b, sync="zero1", scale=scale),
                 f"{n} replicas: reduce-scatter, 1/{n} of the update each, all-gather (the CPU executor's "
-                f"ZeRO-1){scaled}")
+                f"ZeRO-1){f' sharing {cluster.cores} cores' if cluster.cores and n > cluster.cores else ''}"
+                f"{scaled}")
         else:
             for bucket in BUCKET_SIZES:
                 add("MirroredStrategy", n, {"bucket_bytes": f"{bucket // _MIB}MiB"},
@@ -97,9 +99,22 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
                     steps.data_parallel(prof, cluster, n_all, b, sync="bucketed", bucket_bytes=bucket, scale=scale),
                     f"{cluster.hosts} hosts x {per_host}: hierarchical all-reduce of {bucket // _MIB} MiB buckets"
                     f"{scaled}")
+    elif cluster.mpi_processes:
+        # Worker processes on this host, one device each, talking MPI (measured by Cluster.measure).
+        for k in cluster.mpi_workers():
+            settings = {"workers": k, "bucket_bytes": f"{BUCKET_SIZES[0] // _MIB}MiB"}
+            if b < k:
+                skip("MultiWorkerMirroredStrategy", k, settings, f"global batch {b} < {k} workers")
+                continue
+            cores = cluster.cores or k
+            add("MultiWorkerMirroredStrategy", k, settings,
+                steps.data_parallel(prof, cluster, k, b, sync="bucketed", bucket_bytes=BUCKET_SIZES[0],
+                                    scale=scale, processes=True),
+                f"{k} MPI processes on this host{f' sharing {cores} cores' if k > cores else ''}: gradient "
+                f"buckets all-reduced by MPI (measured α–β and step cost of {k} processes), each updates all")
     else:
         skip("MultiWorkerMirroredStrategy", n_all, {},
-             "one host: Mirrored covers it (MPI transport between processes not measured yet)")
+             f"one host: Mirrored covers it (MPI transport between processes not measured: {cluster.mpi_source})")
     # Centralized parameters.
     if per_host > 1 and b >= per_host:
         add("CentralStorageStrategy", per_host, {},

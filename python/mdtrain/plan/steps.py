@@ -21,7 +21,11 @@
   server's link shared by every worker, in worker order), the server's update, the pull back.
 
 Replicas of a data-parallel group are identical, so at most `REPLAYED_REPLICAS` of them are
-replayed; collectives are costed for the whole group."""
+replayed; collectives are costed for the whole group. On a machine whose devices share cores
+(Cluster.cores: this one) every device is replayed and its compute and update also hold a core, so
+n devices on fewer cores run at most that many at once; a pipeline's receive there costs the
+measured per-message send + wake-up, and MultiWorkerMirrored's all-reduces are the measured MPI
+ones (Cluster.mpi_processes)."""
 import dataclasses
 
 from mdtrain.plan import collectives
@@ -97,29 +101,55 @@ def bucket_starts(profile, bucket_bytes):
     return starts
 
 
-def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_bytes=25 << 20, scale=1.0):
+def replayed_devices(cluster, n):
+    """The devices replayed of a group of n identical ones: every one when they share cores
+    (this machine: the cores decide the step), else at most REPLAYED_REPLICAS."""
+    return [f"dev{d}" for d in range(n if cluster.cores is not None else min(n, REPLAYED_REPLICAS))]
+
+
+def on_core(cluster, device, index):
+    """The resources a device's compute holds: the device, and on a machine whose devices share
+    cores (Cluster.cores) the core it runs on, so n devices on c < n cores run at most c at once."""
+    core = cluster.core_of(index)
+    return (device,) if core is None else (device, core)
+
+
+def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_bytes=25 << 20, scale=1.0,
+                  processes=False):
+    """processes: the replicas are MPI worker processes on this host (MultiWorkerMirroredStrategy
+    on one device each): their all-reduces and step's fixed cost are the measured MPI ones
+    (Cluster.mpi_processes), not the threads communicator's."""
     rows = -(-global_batch // n)
     sim = Simulator()
-    replayed = [f"dev{d}" for d in range(min(n, REPLAYED_REPLICAS))]
+    replayed = replayed_devices(cluster, n)
     group = tuple(replayed) + ("net",)
     params_bytes = profile.param_bytes
     layers = profile.layers
     last_backward = {}
     pending_buckets = []
-    if n > 1:  # waking and joining the replica threads (measured on this machine only)
-        sim.add("replica hand-off", group, cluster.step_overhead(n), category=COMMUNICATION)
-    for d in replayed:
-        sim.add(f"{d} gather+loss", d, overhead_seconds(profile, scale))
+    if processes:
+        def all_reduce(size):
+            return cluster.mpi_all_reduce(size, n)
+        fixed = cluster.mpi_step_overhead(n)
+    else:
+        def all_reduce(size):
+            return collectives.all_reduce(size, n, cluster)
+        fixed = cluster.step_overhead(n)
+    if n > 1:  # waking and joining the replica threads / processes (measured on this machine only)
+        sim.add("replica hand-off", group, fixed, category=COMMUNICATION)
+    for j, d in enumerate(replayed):
+        sim.add(f"{d} gather+loss", on_core(cluster, d, j), overhead_seconds(profile, scale))
         for i, layer in enumerate(layers):
-            sim.add(f"{d} fwd {layer.name}", d, layer.forward_time(rows) * scale)
+            sim.add(f"{d} fwd {layer.name}", on_core(cluster, d, j), layer.forward_time(rows) * scale)
     # Backward, layer by layer on every replica; a bucket's collective joins all replicas after
     # the layer that finalizes it (on the stream when overlapped, else on the replicas' threads).
     starts = bucket_starts(profile, bucket_bytes) if sync == "bucketed" and n > 1 else {}
     for i in reversed(range(len(layers))):
-        for d in replayed:
-            last_backward[d] = sim.add(f"{d} bwd {layers[i].name}", d, layers[i].backward_time(rows) * scale)
+        for j, d in enumerate(replayed):
+            last_backward[d] = sim.add(f"{d} bwd {layers[i].name}", on_core(cluster, d, j),
+                                       layers[i].backward_time(rows) * scale)
         for k, size in starts.get(i, []):
-            seconds = collectives.all_reduce(size, n, cluster)
+            seconds = all_reduce(size)
             if cluster.overlaps_communication:
                 pending_buckets.append(sim.add(f"all-reduce bucket {k}", ("net",), seconds,
                                                deps=tuple(last_backward.values()), category=COMMUNICATION))
@@ -127,19 +157,21 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
                 sim.add(f"all-reduce bucket {k}", group, seconds, category=COMMUNICATION)
     slots = profile.optimizer_slots
     if n == 1:
-        for d in replayed:
-            sim.add(f"{d} update", d, update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
+        for j, d in enumerate(replayed):
+            sim.add(f"{d} update", on_core(cluster, d, j),
+                    update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
         memory = params_bytes * (2 + slots)
     elif sync == "bucketed":
-        for d in replayed:
+        for j, d in enumerate(replayed):
             sim.add(f"{d} wait buckets", d, 0.0, deps=tuple(pending_buckets), category=COMMUNICATION)
-            sim.add(f"{d} update", d, update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
+            sim.add(f"{d} update", on_core(cluster, d, j),
+                    update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
         memory = params_bytes * (2 + slots)
     elif sync == "zero1":
         sim.add("reduce-scatter", group, collectives.reduce_scatter(params_bytes, n, cluster), category=COMMUNICATION)
-        for d in replayed:
-            sim.add(f"{d} update shard", d, update_seconds(profile.params / n, slots, cluster, profile, scale),
-                    category=UPDATE)
+        for j, d in enumerate(replayed):
+            sim.add(f"{d} update shard", on_core(cluster, d, j),
+                    update_seconds(profile.params / n, slots, cluster, profile, scale), category=UPDATE)
         sim.add("all-gather", group, collectives.all_gather(params_bytes, n, cluster), category=COMMUNICATION)
         memory = params_bytes * (2 + slots / n)
     elif sync == "parameter_device":
@@ -183,7 +215,7 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
     rows = -(-global_batch // dp)
     forms = tensor_parallel_forms(profile, t)
     sim = Simulator()
-    devs = [f"dev{d}" for d in range(min(t, REPLAYED_REPLICAS))]
+    devs = replayed_devices(cluster, t)
     group = tuple(devs) + ("net",)
     layers = profile.layers
 
@@ -191,11 +223,12 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
         return t if forms[i] != "replicated" else 1
 
     sim.add("replica hand-off", group, cluster.step_overhead(t * dp), category=COMMUNICATION)
-    for d in devs:
-        sim.add(f"{d} gather+loss", d, overhead_seconds(profile, scale))
+    for j, d in enumerate(devs):
+        sim.add(f"{d} gather+loss", on_core(cluster, d, j), overhead_seconds(profile, scale))
     for i, layer in enumerate(layers):
-        for d in devs:
-            sim.add(f"{d} fwd {layer.name}", d, layer.forward_time(rows) * scale / shard(i))
+        for j, d in enumerate(devs):
+            sim.add(f"{d} fwd {layer.name}", on_core(cluster, d, j),
+                    layer.forward_time(rows) * scale / shard(i))
         out_bytes = rows * layer.activation_values * BYTES_PER_VALUE
         if forms[i] == "row":
             sim.add(f"all-reduce out {layer.name}", group, collectives.all_reduce(out_bytes, t, cluster),
@@ -204,8 +237,9 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
             sim.add(f"all-gather out {layer.name}", group, collectives.all_gather(out_bytes, t, cluster),
                     category=COMMUNICATION)
     for i in reversed(range(len(layers))):
-        for d in devs:
-            sim.add(f"{d} bwd {layers[i].name}", d, layers[i].backward_time(rows) * scale / shard(i))
+        for j, d in enumerate(devs):
+            sim.add(f"{d} bwd {layers[i].name}", on_core(cluster, d, j),
+                    layers[i].backward_time(rows) * scale / shard(i))
         if forms[i] in ("column", "column_gather") and i > 0:
             in_bytes = rows * layers[i - 1].activation_values * BYTES_PER_VALUE
             sim.add(f"all-reduce dx {layers[i].name}", group, collectives.all_reduce(in_bytes, t, cluster),
@@ -215,8 +249,9 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
         sim.add("gradient all-reduce (batch axis)", group,
                 collectives.all_reduce(local_values * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
     slots = profile.optimizer_slots
-    for d in devs:
-        sim.add(f"{d} update", d, update_seconds(local_values, slots, cluster, profile, scale), category=UPDATE)
+    for j, d in enumerate(devs):
+        sim.add(f"{d} update", on_core(cluster, d, j),
+                update_seconds(local_values, slots, cluster, profile, scale), category=UPDATE)
     timeline = sim.run()
     act = rows * BYTES_PER_VALUE * (profile.input_values +
                                     sum(layer.activation_values / shard(i) for i, layer in enumerate(layers)))
@@ -261,8 +296,8 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
             [layer.time(rows) for layer in layers], p)
         bounds = [0] + list(starts) + [len(layers)]
         groups = [layers[bounds[s]:bounds[s + 1]] for s in range(p)]
-        stage_costs = [(sum(x.forward_time(rows) for x in g) * scale, sum(x.backward_time(rows) for x in g) * scale)
-                       for g in groups]
+        stage_costs = [(sum(x.forward_time(rows) for x in g) * scale,
+                        sum(x.backward_time(rows) for x in g) * scale) for g in groups]
         boundary_bytes = [rows * g[-1].activation_values * BYTES_PER_VALUE for g in groups]
         stage_values = [sum(x.params for x in g) for g in groups]
     else:
@@ -277,9 +312,15 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     # so a transfer exists before the receive that waits for it is added.
     last_fwd, last_bwd, transfer = {}, {}, {}
     pending = [list(stage_ops) for stage_ops in ops]
-    if groups:  # measured on this machine only (0 elsewhere)
-        sim.add("stage threads hand-off", tuple(devs), cluster.step_overhead(p * dp), category=COMMUNICATION)
-        sim.add("stage0 gather+loss", devs[0], overhead_seconds(profile, scale))
+    # Measured on this machine only (0 elsewhere): the step's fixed cost (the two-stage probe's
+    # when measured, else that of as many replica threads) and each message's send + wake-up of
+    # the stage thread waiting in its receive, on the receiving stage.
+    message_s = cluster.pipeline_message_s if groups and cluster.pipeline_message_s is not None else 0.0
+    if groups:
+        fixed = (cluster.pipeline_step_overhead_s if cluster.pipeline_step_overhead_s is not None and dp == 1
+                 else cluster.step_overhead(p * dp))
+        sim.add("stage threads hand-off", tuple(devs), fixed, category=COMMUNICATION)
+        sim.add("stage0 gather+loss", on_core(cluster, devs[0], 0), overhead_seconds(profile, scale))
     while any(pending):
         progressed = False
         for s in range(p):
@@ -288,9 +329,9 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
                 f, b = stage_costs[s]
                 d = devs[s]
                 if kind == "forward":
-                    last_fwd[(s, mb)] = sim.add(f"{d} F{mb}", d, f)
+                    last_fwd[(s, mb)] = sim.add(f"{d} F{mb}", on_core(cluster, d, s * dp), f)
                 elif kind == "backward":
-                    last_bwd[(s, mb)] = sim.add(f"{d} B{mb}", d, b)
+                    last_bwd[(s, mb)] = sim.add(f"{d} B{mb}", on_core(cluster, d, s * dp), b)
                 elif kind == "send_activation":
                     same = (s // cluster.devices_per_host) == ((s + 1) // cluster.devices_per_host)
                     transfer[("act", s + 1, mb)] = sim.add(
@@ -307,7 +348,8 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
                     key = ("act" if kind == "recv_activation" else "grad", s, mb)
                     if key not in transfer:
                         break  # its sender has not reached the send yet: next round
-                    sim.add(f"{d} {kind} mb{mb}", d, 0.0, deps=(transfer[key],), category=COMPUTE)
+                    sim.add(f"{d} {kind} mb{mb}", d, message_s, deps=(transfer[key],),
+                            category=COMMUNICATION if message_s else COMPUTE)
                 pending[s].pop(0)
                 progressed = True
         if not progressed:
@@ -317,7 +359,9 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
         if dp > 1 and stage_values[s]:
             sim.add(f"{d} gradient all-reduce", (d, f"net{s}"),
                     collectives.all_reduce(stage_values[s] * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
-        sim.add(f"{d} update", d, update_seconds(stage_values[s], slots, cluster, profile, scale), category=UPDATE)
+        sim.add(f"{d} update", on_core(cluster, d, s * dp),
+                update_seconds(stage_values[s], slots, cluster, profile, scale),
+                category=UPDATE)
     timeline = sim.run()
     # The bubble: inside the pipeline's span (up to the last backward anywhere), the time a
     # stage does not compute; after the span, waiting for the slowest stage's update is exposed
@@ -326,7 +370,10 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     pipe_end = max(t.end for t in last_bwd.values())
     busy = [sum(t.duration for key, t in list(last_fwd.items()) + list(last_bwd.items()) if key[0] == s)
             for s in range(p)]
-    bubble = sum(pipe_end - pipe_start - b for b in busy) / p
+    # A receive's message cost is communication, not bubble.
+    received = [sum(t.duration for t in timeline.tasks if t.resources == (devs[s],) and " recv_" in t.name)
+                for s in range(p)]
+    bubble = max(0.0, sum(pipe_end - pipe_start - b - r for b, r in zip(busy, received)) / p)
     update = sum(timeline.busy(d, UPDATE) for d in devs) / p
     compute = sum(timeline.busy(d, COMPUTE) for d in devs) / p
     comm = max(0.0, timeline.makespan - compute - update - bubble)

@@ -1,0 +1,132 @@
+"""Small probes of this machine's per-step costs that the layer timer and the threads link do not
+see, each timed in child processes (so the caller's process, its devices and MPI stay untouched):
+
+- MPI between worker processes (MultiWorkerMirroredStrategy): under `mpirun -n k`, all-reduces of
+  the MPI communicator at 4 KB..4 MB (the median of 5 rounds of 10, rank 0's clock) fitted to
+  α–β, and the step of a one-weight model under MultiWorkerMirroredStrategy (the best of 3 fits:
+  what a step of k workers costs besides their work). With k processes on fewer cores, both
+  include the oversubscription (MPI waits by polling).
+- Pipeline messages: a two-stage PipelineParallel of a one-weight model at 2 and 16
+  micro-batches. Its step grows by one send and one wake-up of a waiting stage thread per
+  message (2 per micro-batch on 2 stages: an activation and a gradient), so the per-message cost
+  is the difference of the two steps over the difference of their message counts, and the step's
+  fixed cost what is left at 2 micro-batches. Both are this probe's measurement, not fitted to
+  any model's table."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from mdtrain.plan.alpha_beta import fit_alpha_beta
+
+MPI_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
+
+_MPI_SCRIPT = r"""
+import json, sys, time
+import numpy as np
+import mdtrain as tf
+from mdtrain import _core
+sizes = [int(s) for s in sys.argv[1].split(",")]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    m = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
+    m.compile(optimizer="sgd", loss="mse")
+k = strategy.num_replicas_in_sync
+x = np.zeros((k * 200, 1), np.float32)
+m.fit(x[:k * 20], x[:k * 20], batch_size=k, epochs=1, verbose=0)
+step = 1.0
+for _ in range(3):
+    m._core.reset_profile()
+    m.fit(x, x, batch_size=k, epochs=1, verbose=0, shuffle=False)
+    step = min(step, m.step_time_breakdown()["step"])
+comm = _core.make_communicators("mpi")[0]
+times = []
+for s in sizes:
+    buf = np.ones(s // 4, np.float32)
+    comm.all_reduce(buf)
+    rounds = []
+    for _ in range(5):
+        comm.barrier()
+        t = time.perf_counter()
+        for _ in range(10):
+            comm.all_reduce(buf)
+        rounds.append((time.perf_counter() - t) / 10)
+    times.append(float(np.median(rounds)))
+if comm.rank == 0:
+    print("PROBE " + json.dumps({"ranks": comm.size, "sizes": sizes, "seconds": times, "step": step}))
+"""
+
+
+def mpi_available():
+    from mdtrain import _core
+    return shutil.which("mpirun") is not None and _core.mpi_available()
+
+
+def measure_mpi_processes(counts, timeout=180):
+    """((k, AlphaBeta of a k-rank all-reduce, a k-worker step's fixed seconds), ...) for each k in
+    `counts`, and a sentence saying where they come from (or why they are missing)."""
+    if not mpi_available():
+        return (), "MPI not measured (no mpirun or no MPI build)"
+    from mdtrain import launch
+    out = []
+    for k in counts:
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the children import this mdtrain
+        cmd = launch.mpirun_command(k, ["-c", _MPI_SCRIPT, ",".join(str(s) for s in MPI_SIZES)],
+                                    devices_per_worker=1, env=env)
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return tuple(out), f"MPI probe of {k} processes timed out after {timeout} s"
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")), None)
+        if proc.returncode != 0 or line is None:
+            return tuple(out), f"MPI probe of {k} processes failed: {(proc.stderr or proc.stdout)[-300:]}"
+        r = json.loads(line[len("PROBE "):])
+        out.append((k, fit_alpha_beta(r["sizes"], r["seconds"]), float(r["step"])))
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return tuple(out), (f"MPI measured {stamp} under mpirun -n {'/'.join(str(k) for k in counts)} "
+                        f"(all-reduce 4 KB..4 MB, one-weight MultiWorkerMirrored step)")
+
+
+_PIPELINE_SCRIPT = r"""
+import sys
+import numpy as np
+import mdtrain as tf
+dist = tf.keras.distribution
+batch = 16
+x = np.zeros((batch * 100, 1), np.float32)
+out = []
+for m in (2, 16):
+    with dist.PipelineParallel(dist.DeviceMesh((2,), ("pipe",)), m, schedule="gpipe").scope():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    model.fit(x[:batch * 10], x[:batch * 10], batch_size=batch, epochs=1, verbose=0)
+    best = 1.0
+    for _ in range(3):
+        model._core.reset_profile()
+        model.fit(x, x, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+        best = min(best, model.step_time_breakdown()["step"])
+    out.append(best)
+print("PROBE", out[0], out[1])
+"""
+
+
+def measure_pipeline_messages(timeout=180):
+    """(seconds per message between two stages, a two-stage pipeline step's fixed seconds), or
+    (None, None) when the probe fails."""
+    env = dict(os.environ, MDTRAIN_NUM_CPU_DEVICES="2")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PIPELINE_SCRIPT], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, None
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")), None)
+    if proc.returncode != 0 or line is None:
+        return None, None
+    few, many = (float(v) for v in line.split()[1:])
+    messages_few, messages_many = 2 * 2, 2 * 16  # an activation and a gradient per micro-batch
+    per_message = max(0.0, (many - few) / (messages_many - messages_few))
+    return per_message, max(0.0, few - per_message * messages_few)
