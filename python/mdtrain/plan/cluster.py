@@ -348,6 +348,7 @@ _PRESETS = {
         inter_host=AlphaBeta(alpha=25e-6, beta=1 / _gbps(25)),
         overlaps_communication=True,
         source="8x V100 SXM2 16GB (FP32 15.7 TFLOP/s, 900 GB/s), NVLink 2 (300 GB/s bidirectional), "
-               "25 Gb/s Ethernet between hosts (the Horovod paper's setup) — NVIDIA datasheet figures; "
+               "25 Gb/s Ethernet between hosts (the Horovod paper's network; its servers held 4 Pascal GPUs, "
+               "see published_record.horovod_cluster) — NVIDIA datasheet figures; "
                "latencies typical"),
 }
