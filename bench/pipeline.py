@@ -11,10 +11,11 @@ step, the measured idle fraction (idle / (busy + idle) over the stages, within t
 step start to the end of the last stage's schedule) against the formula, GPipe's wall time per step,
 the peak bytes of micro-batch inputs stashed and of activations held (inputs plus the layers' state
 kept for backward), GPipe vs 1F1B. --recompute: the stages keep only the inputs and recompute each
-micro-batch's forward before its backward (PipelineParallel(recompute=True)). Part 2: for the MLP and examples/fashion_mnist_cnn.py's
-CNN (random 28 x 28 inputs), samples/s of one device, 2 stages (1F1B) and 2 x 2 (batch x pipe), their
-ratio to one device, the bubble, and per stage the weight bytes and the peak stash. One run: ratios
-are from the same run. On a machine with fewer free cores than devices the stages do not overlap
+micro-batch's forward before its backward (PipelineParallel(recompute=True)).
+Part 2: for the MLP and examples/fashion_mnist_cnn.py's CNN (random 28 x 28 inputs), samples/s of one
+device, 2 stages (1F1B) and 2 x 2 (batch x pipe), their ratio to one device, the bubble, and per stage
+the weight bytes, the peak stash and the peak activation bytes. One run: ratios are from the same
+run. On a machine with fewer free cores than devices the stages do not overlap
 (it reports the cores it saw). Writes bench/results/pipeline.json."""
 import argparse
 import os
