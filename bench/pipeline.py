@@ -2,17 +2,20 @@
 samples/s of one device vs 2 stages vs 2 x 2 (batch x pipe) for a deep MLP and the seed CNN.
 
     PYTHONPATH=python python3 bench/pipeline.py [--width 2048] [--layers 8] [--batch 128] [--steps 3]
-                                                [--bubble-only]
+                                                [--bubble-only] [--recompute]
 
-Part 1: a deep MLP (--layers x Dense(--width), on 4/3 x width input features so that both stages do
-the same work) cut into 2 stages on 2 logical CPU devices,
+Part 1: a deep MLP (--layers x Dense(--width), on 1.5 x width input features so that both stages do
+the same work; 4/3 x width with --recompute) cut into 2 stages on 2 logical CPU devices,
 GPipe at m = 2, 4, 8, 16 micro-batches: per stage the busy (forward + backward) and idle seconds per
 step, the measured idle fraction (idle / (busy + idle) over the stages, within the pipeline's span:
-step start to the end of the last stage's schedule) against the formula, and the peak bytes of
-micro-batch inputs stashed (GPipe vs 1F1B). Part 2: for the MLP and examples/fashion_mnist_cnn.py's
-CNN (random 28 x 28 inputs), samples/s of one device, 2 stages (1F1B) and 2 x 2 (batch x pipe), their
-ratio to one device, the bubble, and per stage the weight bytes and the peak stash. One run: ratios
-are from the same run. On a machine with fewer free cores than devices the stages do not overlap
+step start to the end of the last stage's schedule) against the formula, GPipe's wall time per step,
+the peak bytes of micro-batch inputs stashed and of activations held (inputs plus the layers' state
+kept for backward), GPipe vs 1F1B. --recompute: the stages keep only the inputs and recompute each
+micro-batch's forward before its backward (PipelineParallel(recompute=True)).
+Part 2: for the MLP and examples/fashion_mnist_cnn.py's CNN (random 28 x 28 inputs), samples/s of one
+device, 2 stages (1F1B) and 2 x 2 (batch x pipe), their ratio to one device, the bubble, and per stage
+the weight bytes, the peak stash and the peak activation bytes. One run: ratios are from the same
+run. On a machine with fewer free cores than devices the stages do not overlap
 (it reports the cores it saw). Writes bench/results/pipeline.json."""
 import argparse
 import os
@@ -69,13 +72,14 @@ def bubble(model):
 
 
 def stage_memory(pp, model):
-    """Per stage (pipeline 0): weight bytes and peak stashed micro-batch input bytes."""
+    """Per stage (pipeline 0): weight bytes, peak stashed micro-batch input bytes, and peak activation bytes
+    (the inputs plus the layers' state kept for backward)."""
     report = pp.stage_report(model)
     starts = report["stage_starts"]
     weights = [sum(w.size * w.itemsize for layer in model.layers[a:b] for w in layer.get_weights())
                for a, b in zip(starts, starts[1:])]
     stash = [d["peak_stash_bytes"] for d in report["devices"]][:len(weights)]
-    return weights, stash
+    return weights, stash, [d["peak_activation_bytes"] for d in report["devices"]][:len(weights)]
 
 
 def quiet(make):
@@ -92,7 +96,11 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--bubble-only", action="store_true", help="part 1 only (the bubble table)")
     parser.add_argument("--input-width", type=int, default=None,
-                        help="part 1's input features (default 4/3 x width: equal stages, see below)")
+                        help="part 1's input features (default 1.5 x width, 4/3 x width with --recompute: equal "
+                             "stages, see below)")
+    parser.add_argument("--recompute", action="store_true",
+                        help="PipelineParallel(recompute=True): recompute each micro-batch's forward before its "
+                             "backward instead of keeping its activations")
     args = parser.parse_args()
     bubble_rows, throughput_rows = [], []
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -101,33 +109,39 @@ def main():
     x = rng.standard_normal((args.batch * args.steps, args.width)).astype("float32")
     y = rng.integers(0, 10, len(x)).astype("int32")
     split = args.layers // 2
-    # Equal stages for the formula. Per micro-batch a GPipe stage runs its forward twice (the step
-    # and the recomputation before its backward: a layer holds one micro-batch's state) and its
-    # backward once; the first stage computes no gradient for its input (its first layer skips dX)
-    # and the last adds the small head and the loss. With k = layers / 2 square layers per stage,
-    # stage 0 costs 3*in*w + 4*(k-1)*w^2 and stage 1 4*k*w^2: equal at in = 4/3 w. (1.5 w, used
-    # before, balanced the stages without the recomputation: stage 0 was ~3 % busier.)
-    input_width = args.input_width or (4 * args.width) // 3
+    # Equal stages for the formula. Per micro-batch a stage runs its forward once and its backward
+    # once (each in-flight micro-batch keeps its activations); the first stage computes no gradient
+    # for its input (its first layer skips dX) and the last adds the small head and the loss. With
+    # k = layers / 2 square layers per stage, stage 0 costs 2*in*w + 3*(k-1)*w^2 and stage 1
+    # 3*k*w^2: equal at in = 1.5 w. With --recompute a stage runs each forward twice (the step and
+    # the recomputation before the backward): stage 0 costs 3*in*w + 4*(k-1)*w^2 and stage 1
+    # 4*k*w^2, equal at in = 4/3 w.
+    input_width = args.input_width or (4 * args.width // 3 if args.recompute else 3 * args.width // 2)
     xb = rng.standard_normal((args.batch * args.steps, input_width)).astype("float32")
     print(f"cores seen: {os.cpu_count()}; {args.layers} x Dense({args.width}) on {input_width} input features, "
-          f"batch {args.batch}, 2 stages")
+          f"batch {args.batch}, 2 stages, recompute={args.recompute}")
     pipe = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
     grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
     print(f"{'m':>3} {'formula':>8} {'measured':>9} {'busy0 s':>8} {'idle0 s':>8} {'busy1 s':>8} {'idle1 s':>8}"
-          f" {'stash GPipe':>12} {'stash 1F1B':>11}")
+          f" {'step ms':>8} {'stash GPipe':>12} {'stash 1F1B':>11} {'act GPipe':>10} {'act 1F1B':>10}")
     for m in (2, 4, 8, 16):
-        gpipe = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="gpipe"))
-        one_f = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="1f1b"))
-        model, _ = train(gpipe, xb, y, args.batch, lambda: mlp(args.width, args.layers, split, input_width))
+        gpipe = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="gpipe",
+                                                            recompute=args.recompute))
+        one_f = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="1f1b",
+                                                            recompute=args.recompute))
+        model, rate = train(gpipe, xb, y, args.batch, lambda: mlp(args.width, args.layers, split, input_width))
+        step_ms = 1e3 * args.batch / rate
         measured, stages = bubble(model)
-        stash_g = stage_memory(gpipe, model)[1]
+        _, stash_g, act_g = stage_memory(gpipe, model)
         model_1, _ = train(one_f, xb, y, args.batch, lambda: mlp(args.width, args.layers, split, input_width))
-        stash_1 = stage_memory(one_f, model_1)[1]
+        _, stash_1, act_1 = stage_memory(one_f, model_1)
         print(f"{m:>3} {(2 - 1) / (m + 2 - 1):>8.3f} {measured:>9.3f} {stages[0]['busy']:>8.3f} {stages[0]['idle']:>8.3f}"
-              f" {stages[1]['busy']:>8.3f} {stages[1]['idle']:>8.3f} {max(stash_g):>12} {max(stash_1):>11}")
-        bubble_rows.append({"m": m, "formula": (2 - 1) / (m + 2 - 1), "measured": measured,
+              f" {stages[1]['busy']:>8.3f} {stages[1]['idle']:>8.3f} {step_ms:>8.1f} {max(stash_g):>12}"
+              f" {max(stash_1):>11} {max(act_g):>10} {max(act_1):>10}")
+        bubble_rows.append({"m": m, "formula": (2 - 1) / (m + 2 - 1), "measured": measured, "step_ms_gpipe": step_ms,
                             "stages": [{"busy": st["busy"], "idle": st["idle"]} for st in stages],
-                            "peak_stash_gpipe": max(stash_g), "peak_stash_1f1b": max(stash_1)})
+                            "peak_stash_gpipe": max(stash_g), "peak_stash_1f1b": max(stash_1),
+                            "peak_activation_gpipe": max(act_g), "peak_activation_1f1b": max(act_1)})
     if args.bubble_only:
         _save(args, bubble_rows, throughput_rows)
         return
@@ -136,22 +150,25 @@ def main():
     models = {"mlp": (x, lambda s: mlp(args.width, args.layers, s), split, 8, "sgd"),
               "cnn": (xc, cnn, 5, 4, "adam")}  # the CNN cut after its convolutions (Flatten starts stage 1)
     print(f"\n{'model':<5} {'setup':<22} {'samples/s':>10} {'vs 1':>6} {'bubble':>7} {'weights/stage MiB':>18}"
-          f" {'peak stash/stage MiB':>21}")
+          f" {'peak stash/stage MiB':>21} {'peak act/stage MiB':>19}")
     for name, (xs, make, cut, m, optimizer) in models.items():
         _, one = train(tf.distribute.OneDeviceStrategy("/cpu:0"), xs, y, args.batch, lambda: make(None), optimizer)
         print(f"{name:<5} {'1 device':<22} {one:>10.1f} {1.0:>6.2f}")
         throughput_rows.append({"model": name, "setup": "1 device", "samples_per_s": one})
         for label, mesh, batch_dim in ((f"2 stages (1f1b, m={m})", pipe, None),
                                        (f"2x2 batch x pipe (m={m})", grid, "batch")):
-            pp = quiet(lambda: distribution.PipelineParallel(mesh, num_microbatches=m, batch_dim_name=batch_dim))
+            pp = quiet(lambda: distribution.PipelineParallel(mesh, num_microbatches=m, batch_dim_name=batch_dim,
+                                                             recompute=args.recompute))
             model, rate = train(pp, xs, y, args.batch, lambda: make(cut), optimizer)
             frac, _ = bubble(model)
-            weights, stash = stage_memory(pp, model)
+            weights, stash, act = stage_memory(pp, model)
             print(f"{name:<5} {label:<22} {rate:>10.1f} {rate / one:>6.2f} {frac:>7.3f} "
                   f"{' / '.join(f'{w / 2**20:.2f}' for w in weights):>18} "
-                  f"{' / '.join(f'{b / 2**20:.3f}' for b in stash):>21}")
+                  f"{' / '.join(f'{b / 2**20:.3f}' for b in stash):>21} "
+                  f"{' / '.join(f'{b / 2**20:.3f}' for b in act):>19}")
             throughput_rows.append({"model": name, "setup": label, "samples_per_s": rate, "vs_one_device": rate / one,
-                                    "bubble": frac, "weight_bytes_per_stage": weights, "peak_stash_bytes": stash})
+                                    "bubble": frac, "weight_bytes_per_stage": weights, "peak_stash_bytes": stash,
+                                    "peak_activation_bytes": act})
     _save(args, bubble_rows, throughput_rows)
 
 

@@ -21,7 +21,7 @@ void init_pipeline(py::module_& m) {
       py::class_<PipelineStrategy, Strategy, std::shared_ptr<PipelineStrategy>>(m, "PipelineStrategy")
           .def(py::init([](const DeviceMesh& mesh, int num_microbatches, const std::string& schedule,
                            const std::vector<int>& stage_starts, const std::string& pipe_dim_name,
-                           const std::optional<std::string>& batch_dim_name, bool balance_by_time) {
+                           const std::optional<std::string>& batch_dim_name, bool balance_by_time, bool recompute) {
                  // A mesh across workers (DeviceMesh.for_workers): join the MPI job over this worker's
                  // devices (listed first in the mesh), as ModelParallelStrategy's binding does.
                  std::shared_ptr<Strategy> workers;
@@ -33,11 +33,11 @@ void init_pipeline(py::module_& m) {
                  }
                  return std::make_shared<PipelineStrategy>(mesh, num_microbatches, pipeline_schedule_kind(schedule),
                                                            stage_starts, pipe_dim_name, batch_dim_name, balance_by_time,
-                                                           workers);
+                                                           workers, recompute);
                }),
                py::arg("mesh"), py::arg("num_microbatches"), py::arg("schedule") = "1f1b",
                py::arg("stage_starts") = std::vector<int>{}, py::arg("pipe_dim_name") = "pipe",
-               py::arg("batch_dim_name") = py::none(), py::arg("balance_by_time") = false)
+               py::arg("batch_dim_name") = py::none(), py::arg("balance_by_time") = false, py::arg("recompute") = false)
           .def_property_readonly("num_stages", &PipelineStrategy::num_stages)
           .def_property_readonly("num_microbatches", &PipelineStrategy::num_microbatches)
           .def_property_readonly("mesh", &PipelineStrategy::mesh)
@@ -48,6 +48,9 @@ void init_pipeline(py::module_& m) {
           .def("busy_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).busy_seconds(); })
           .def("idle_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).idle_seconds(); })
           .def("peak_stash_bytes", [](const PipelineStrategy& s) { return compiled_executor(s).peak_stash_bytes(); })
+          .def("peak_activation_bytes",
+               [](const PipelineStrategy& s) { return compiled_executor(s).peak_activation_bytes(); })
+          .def_property_readonly("recompute", &PipelineStrategy::recompute)
           // Pipe axis across workers: collective, every worker at the same point (docs/pipeline.md).
           .def("gather_stages",
                [](PipelineStrategy& s) {

@@ -2,7 +2,8 @@
 layer indices, or balanced by parameters) trains to the loss and weights of one device (float32
 rounding of the micro-batches' summed gradients), GPipe and 1F1B bitwise equal, 2 x 2 (batch x pipe)
 meshes; fewer micro-batches than stages is a ValueError before training and few of them warn with the
-bubble fraction; step_time_breakdown reports each stage's busy and idle time."""
+bubble fraction; step_time_breakdown reports each stage's busy and idle time; keeping each in-flight
+micro-batch's activations (the default) and recomputing them (recompute=True) give bitwise equal weights."""
 import json
 import os
 import re
@@ -225,6 +226,59 @@ def test_batch_norm_moving_statistics_and_dropout_do_not_depend_on_the_micro_bat
         _, got = one_step(_pp(mesh, m, "1f1b"), batch_norm=False)
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _bn_dropout_model(stages):
+    tf.keras.utils.set_random_seed(11)
+    layers = [tf.keras.Input((20,)), tf.keras.layers.Dense(32, activation="relu"),
+              tf.keras.layers.Dropout(0.25, seed=3), tf.keras.layers.BatchNormalization(momentum=0.5)]
+    layers += [tf.keras.layers.PipelineSplit()] if stages == 4 else []
+    layers += [tf.keras.layers.Dense(24, activation="tanh"), tf.keras.layers.PipelineSplit(),
+               tf.keras.layers.Dense(16, activation="relu")]
+    layers += [tf.keras.layers.PipelineSplit()] if stages == 4 else []
+    layers += [tf.keras.layers.Dense(5)]
+    return tf.keras.Sequential(layers)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("mesh_shape", [(2,), (4,), (2, 2)])
+def test_kept_activations_and_recomputation_give_bitwise_equal_weights(logical_cpus, data, schedule, mesh_shape):
+    # recompute=False (the default) keeps each in-flight micro-batch's activations in its own copy of
+    # the stage's layers; recompute=True re-runs the forward before the backward. Same values, same
+    # order of the gradient sums, BatchNormalization's statistics recorded once per micro-batch, Dropout
+    # masks keyed by global row: bitwise the same weights, uneven micro-batches (45 rows in 5).
+    logical_cpus(4)
+    x, y = data
+    names = ("batch", "pipe")[-len(mesh_shape):]
+    mesh = distribution.DeviceMesh(mesh_shape, names, devices=distribution.list_devices()[:int(np.prod(mesh_shape))])
+    stages = mesh_shape[-1]
+    runs = {}
+    for recompute in (False, True):
+        pp = _pp(mesh, 5, schedule, batch_dim_name="batch" if len(mesh_shape) == 2 else None, recompute=recompute)
+        assert pp.recompute is recompute
+        with pp.scope():
+            model = _bn_dropout_model(stages)
+            model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        history = model.fit(x, y, batch_size=45, epochs=2, shuffle=False, verbose=0)
+        runs[recompute] = (model.get_weights(), history.history["loss"], pp.stage_report(model))
+    (kept, kept_loss, kept_report), (again, again_loss, again_report) = runs[False], runs[True]
+    assert kept_loss == again_loss
+    for a, b in zip(kept, again):
+        np.testing.assert_array_equal(a, b)
+    for k, r in zip(kept_report["devices"], again_report["devices"]):
+        assert k["peak_stash_bytes"] == r["peak_stash_bytes"]  # the inputs are stashed either way
+        assert k["peak_activation_bytes"] >= r["peak_activation_bytes"] > r["peak_stash_bytes"]
+    if schedule == "gpipe":  # 5 micro-batches in flight: 5 sets of layer state against one
+        assert kept_report["devices"][0]["peak_activation_bytes"] > again_report["devices"][0]["peak_activation_bytes"]
+
+
+def test_recompute_must_be_a_bool(logical_cpus):
+    logical_cpus(2)
+    mesh = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+    for bad in (1, "yes", None):
+        with pytest.raises(TypeError, match="recompute"):
+            distribution.PipelineParallel(mesh, num_microbatches=8, recompute=bad)
+    assert distribution.PipelineParallel(mesh, num_microbatches=8).recompute is False
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None or not _core.mpi_available(),

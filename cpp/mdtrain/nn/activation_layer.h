@@ -19,6 +19,7 @@ class ActivationLayer : public Layer {
     return need_input_grad ? dlogits : Tensor();
   }
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override { return bytes_of({&y_, &dx_}); }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and
   // unknown ones are ignored. The one way layers are made from Python and from model files.

@@ -237,6 +237,20 @@ void BatchNormalization::apply_deferred_statistics(CrossReplicaContext* replicas
   update_moving_statistics(mean.data(), spread.data());
 }
 
+void BatchNormalization::move_deferred_statistics_to(Layer& to) {
+  auto* other = dynamic_cast<BatchNormalization*>(&to);
+  MDTRAIN_CHECK(other != nullptr && other->channels_ == channels_, std::invalid_argument,
+                "[batch_normalization] layer \"", name_,
+                "\" can move its deferred statistics only to a clone of itself");
+  if (other == this) return;
+  other->deferred_counts_.insert(other->deferred_counts_.end(), deferred_counts_.begin(), deferred_counts_.end());
+  other->deferred_means_.insert(other->deferred_means_.end(), deferred_means_.begin(), deferred_means_.end());
+  other->deferred_vars_.insert(other->deferred_vars_.end(), deferred_vars_.begin(), deferred_vars_.end());
+  deferred_counts_.clear();
+  deferred_means_.clear();
+  deferred_vars_.clear();
+}
+
 void BatchNormalization::update_moving_statistics(const double* mean, const double* var) {
   std::vector<double> m = load_float64(moving_mean_.value), v = load_float64(moving_variance_.value);
   for (std::size_t k = 0; k < m.size(); ++k) {

@@ -60,11 +60,14 @@ class BatchNormalization : public Layer {
   // counts, means and variances, over the replicas too), as one forward on the whole global batch
   // would move them. Not with synchronized=True (std::invalid_argument at the forward).
   void apply_deferred_statistics(CrossReplicaContext* replicas) override;
+  // `to` must be a BatchNormalization of as many channels (std::invalid_argument otherwise).
+  void move_deferred_statistics_to(Layer& to) override;
   void backward_without_rows(bool need_input_grad) override;
   std::vector<Parameter*> parameters() override;
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override { return bytes_of({&host_stats_, &stats_, &xhat_, &y_, &dx_}); }
   bool has_cuda_kernels() const override { return true; }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and

@@ -232,4 +232,9 @@ std::unique_ptr<Layer> Bidirectional::from_config(const Json& c) {
                                          as_recurrent(layer_from_config(backward), name), mode.as_string());
 }
 
+std::int64_t Bidirectional::held_activation_bytes() const {
+  return forward_->held_activation_bytes() + backward_->held_activation_bytes() +
+         bytes_of({&mask_, &yf_, &yb_, &y_, &dy_masked_, &dy_forward_, &dy_backward_, &dy_aligned_, &dx_});
+}
+
 }  // namespace mdtrain

@@ -29,6 +29,7 @@ class Bidirectional : public Layer, public MaskedLayer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override;
   Json config() const override;
   // {"layer": {"class_name": "LSTM", "config": ...}, "merge_mode": "concat", "backward_layer":
   // optional}; without backward_layer, the layer's config with go_backwards flipped.

@@ -67,6 +67,9 @@ class Conv2D : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override {
+    return bytes_of({&col_, &z_, &y_, &dz_, &dx_, &run_dw_, &run_db_});
+  }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and
   // unknown ones are ignored. The one way layers are made from Python and from model files.

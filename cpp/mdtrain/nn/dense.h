@@ -35,6 +35,7 @@ class Dense : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override { return bytes_of({&z_, &y_, &dz_, &dx_}); }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and
   // unknown ones are ignored. The one way layers are made from Python and from model files.

@@ -40,6 +40,7 @@ class Embedding : public Layer, public MaskedLayer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override { return bytes_of({&rows_, &y_}); }
   Json config() const override;
   // Keras's config; missing fields take Keras's defaults. A non-null embeddings_constraint is
   // refused (mdtrain has no constraints); Keras 2's input_length is ignored.

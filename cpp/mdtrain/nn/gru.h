@@ -18,6 +18,10 @@ class GRU : public RecurrentLayer {
 
   std::string class_name() const override { return "GRU"; }
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override {
+    return RecurrentLayer::held_activation_bytes() +
+           bytes_of({&hz_, &gates_buf_, &dx_gates_, &dh_gates_, &rh_, &drh_, &dh_through_});
+  }
   Json config() const override;
   static std::unique_ptr<Layer> from_config(const Json& config);
 

@@ -1,5 +1,7 @@
 #include "mdtrain/nn/layer.h"
 
+#include <algorithm>
+
 #include "mdtrain/core/allocation_budget.h"
 
 namespace mdtrain {
@@ -59,6 +61,19 @@ Json Layer::config() const {
 void ensure_buffer(Tensor& t, const Shape& shape, DType dtype, const Device& device) {
   if (!t.defined() || t.shape() != shape || t.dtype() != dtype || t.device() != device)
     t = Tensor(shape, dtype, device);
+}
+
+std::int64_t Layer::bytes_of(std::initializer_list<const Tensor*> tensors) {
+  std::int64_t sum = 0;
+  std::vector<const void*> seen;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    const void* storage = t->storage().get();
+    if (std::find(seen.begin(), seen.end(), storage) != seen.end()) continue;
+    seen.push_back(storage);
+    sum += static_cast<std::int64_t>(t->nbytes());
+  }
+  return sum;
 }
 
 }  // namespace mdtrain

@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,11 @@ class Layer {
   // ctx.defer_statistics since the last call (summed over `replicas` when given: every replica
   // calls it), and forgets them. Layers without running statistics keep the default.
   virtual void apply_deferred_statistics(CrossReplicaContext* /*replicas*/) {}
+  // Appends the statistics recorded by this layer's deferred forwards to those of `to` (a clone
+  // of this layer) and forgets them here: a strategy that runs micro-batches on clones of a layer
+  // (a pipeline stage keeping each in-flight micro-batch's activations) gathers them, in forward
+  // order, on the layer whose apply_deferred_statistics it calls. Default: nothing recorded.
+  virtual void move_deferred_statistics_to(Layer& /*to*/) {}
 
   // The activation this layer applies last (Linear when none). When it is softmax or sigmoid, the
   // engine may compute a crossentropy from logits() and come back through backward_from_logits(),
@@ -90,6 +96,12 @@ class Layer {
 
   // A deep copy: same configuration, same weights, independent buffers.
   virtual std::unique_ptr<Layer> clone() const = 0;
+  // Bytes of the per-call state this layer holds now: what its last forward kept for backward
+  // (activations, masks, statistics), its output and its backward scratch; not its weights or
+  // gradients, and not views of its input (the previous layer's output, or the caller's). A
+  // pipeline stage that keeps several micro-batches' activations holds this once per micro-batch
+  // in flight. Layers that keep no per-call state (Flatten, Reshape) keep the default.
+  virtual std::int64_t held_activation_bytes() const { return 0; }
   // True when forward and backward run on CUDA devices (the layer's buffers follow its input's
   // device and it calls only ops with CUDA kernels). Layers that keep the default cannot be
   // placed on a GPU: LayerStack::check_device_support names them.
@@ -108,6 +120,8 @@ class Layer {
   }
   // Keras's message for an input that does not fit a built layer.
   void check_input(const Tensor& x) const;
+  // The bytes of the defined tensors among `tensors`, a storage shared by several counted once.
+  static std::int64_t bytes_of(std::initializer_list<const Tensor*> tensors);
 
   std::string name_;
   bool built_ = false;

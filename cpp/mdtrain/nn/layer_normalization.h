@@ -36,6 +36,9 @@ class LayerNormalization : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override {
+    return bytes_of({&xhat_, &inv_std_, &y_, &dx_, &sum_dy_, &sum_dy_xhat_});
+  }
   bool has_cuda_kernels() const override { return true; }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and

@@ -15,6 +15,9 @@ class LSTM : public RecurrentLayer {
 
   std::string class_name() const override { return "LSTM"; }
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override {
+    return RecurrentLayer::held_activation_bytes() + bytes_of({&gates_buf_, &c_, &dc_, &held_dc_});
+  }
   std::int64_t state_count() const override { return 2; }  // h, c
   Json config() const override;
   // Keras's config; missing fields take Keras's defaults. Options mdtrain does not have yet

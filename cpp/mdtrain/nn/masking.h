@@ -16,6 +16,7 @@ class Masking : public Layer, public MaskedLayer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override { return bytes_of({&mask_, &y_, &dx_}); }
   Json config() const override;
   static std::unique_ptr<Layer> from_config(const Json& config);
   Tensor output_mask() const override { return mask_; }

@@ -22,6 +22,7 @@ class Pooling2D : public Layer {
   Shape compute_output_shape(const Shape& input_shape) const override;
   // Both pools run on GPUs: their buffers follow the input's device.
   bool has_cuda_kernels() const override { return true; }
+  std::int64_t held_activation_bytes() const override { return bytes_of({&y_, &dx_}); }
   Json config() const override;
   const Options& options() const { return options_; }
   // The options of a Keras config (pool_size, strides, padding, data_format; missing fields take
@@ -56,6 +57,9 @@ class MaxPooling2D : public Pooling2D {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
+  std::int64_t held_activation_bytes() const override {
+    return Pooling2D::held_activation_bytes() + bytes_of({&argmax_});
+  }
 
  private:
   Tensor argmax_;  // Int32, the output's shape

@@ -342,4 +342,12 @@ RecurrentLayer::Options RecurrentLayer::options_from_config(const Json& c, const
   return o;
 }
 
+std::int64_t RecurrentLayer::held_activation_bytes() const {
+  std::int64_t sum = bytes_of({&xt_, &xz_, &h_, &dh_, &dxz_, &dhz_, &dh_initial_, &ones_, &input_mask_seq_, &held_dh_,
+                               &y_, &dxt_, &dx_, &input_mask_, &recurrent_mask_, &masked_h_, &dh_scratch_});
+  for (const auto* states : {&final_state_grad_, &initial_state_, &initial_state_grad_})
+    for (const Tensor& t : *states) sum += bytes_of({&t});
+  return sum;
+}
+
 }  // namespace mdtrain

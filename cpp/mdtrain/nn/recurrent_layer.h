@@ -56,6 +56,8 @@ class RecurrentLayer : public Layer, public MaskedLayer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   Json config() const override;
+  // Every step's state (time-major), masks and backward scratch; cells add theirs.
+  std::int64_t held_activation_bytes() const override;
   // The cells' element-wise steps have CUDA kernels (ops/recurrent.h); the rest is ops::gemm etc.
   bool has_cuda_kernels() const override { return true; }
   void set_input_mask(const Tensor& mask) override { input_mask_seq_ = mask; }

@@ -29,6 +29,10 @@ struct PipelineExecutor::Device {
   std::unique_ptr<Communicator> pipe_comm, batch_comm;
   CommunicatorSums batch_sums{batch_comm};  // what deferred statistics see of the batch axis
   std::unique_ptr<LayerStack> net;
+  // Without recomputation: one clone of `net` per micro-batch that may be in flight at once, its
+  // weights and gradients views of net's (share_weights), holding that micro-batch's activations.
+  std::vector<std::unique_ptr<LayerStack>> slots;
+  std::int64_t peak_activation = 0;  // peak of stash_bytes + the layers' held state (see header)
   std::unique_ptr<Loss> loss, logits_loss;
   std::unique_ptr<Optimizer> optimizer;
   Tensor accumulated;         // the micro-batches' summed gradients
@@ -53,6 +57,42 @@ Shape with_rows(std::int64_t rows, const Shape& per_row) {
   Shape s{rows};
   s.insert(s.end(), per_row.begin(), per_row.end());
   return s;
+}
+
+// The most micro-batches a stage's op list has in flight at once (forwarded, not yet backward).
+int max_in_flight(const std::vector<PipelineOp>& ops) {
+  int now = 0, peak = 0;
+  for (const PipelineOp& op : ops) {
+    if (op.kind == PipelineOpKind::Forward) peak = std::max(peak, ++now);
+    if (op.kind == PipelineOpKind::Backward) --now;
+  }
+  return peak;
+}
+
+// Makes `slot` (a clone of `stage`) read and write the stage's weights and gradients in place:
+// its parameters' tensors and packed buffers become views of the stage's (its own copies freed).
+// Re-taken every step, in case something replaced the stage's tensors.
+void share_weights(LayerStack& stage, LayerStack& slot) {
+  for (std::size_t j = 0; j < stage.layers().size(); ++j) {
+    auto from = stage.layers()[j]->parameters();
+    auto to = slot.layers()[j]->parameters();
+    for (std::size_t k = 0; k < from.size(); ++k) {
+      to[k]->value = from[k]->value;
+      to[k]->grad = from[k]->grad;
+    }
+  }
+  slot.packed_values() = stage.packed_values();
+  slot.packed_grads() = stage.packed_grads();
+  slot.padded_values() = stage.padded_values();
+  slot.padded_grads() = stage.padded_grads();
+  slot.non_trainable_values() = stage.non_trainable_values();
+}
+
+// Bytes of the per-call state the layers of `stack` hold (Layer::held_activation_bytes).
+std::int64_t held_activation_bytes(const LayerStack& stack) {
+  std::int64_t sum = 0;
+  for (const auto& layer : stack.layers()) sum += layer->held_activation_bytes();
+  return sum;
 }
 }  // namespace
 
@@ -122,6 +162,14 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
     copy_weights(primary_, static_cast<std::size_t>(first), *dev->net, 0, static_cast<std::size_t>(last - first));
     // Built and filled on the host; a GPU's stage is then copied to its GPU (weights and buffers).
     if (!dev->place.is_cpu()) dev->net = dev->net->clone_to(dev->place);
+    if (!strategy_.recompute()) {
+      // Clones on the stage's device (LayerStack::clone keeps it), weights shared with the stage.
+      const int slots = max_in_flight(schedule_.ops[static_cast<std::size_t>(dev->stage)]);
+      for (int k = 0; k < slots; ++k) {
+        dev->slots.push_back(dev->net->clone());
+        share_weights(*dev->net, *dev->slots.back());
+      }
+    }
     dev->loss = loss.clone();
     dev->logits_loss = loss.on_logits_of(dev->net->output_activation());
     dev->optimizer = optimizer.clone();
@@ -252,9 +300,30 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
       labels = global_label_count(*dev.loss, last_stage && group.rows > 0 ? &group_y : nullptr,
                                   pipelines_ > 1 ? dev.batch_comm.get() : nullptr);
     }
-    int last_forward = -1;  // the micro-batch whose forward state the layers hold
+    int last_forward = -1;  // recompute: the micro-batch whose forward state the layers hold
     bool have_grads = false;
     Communicator& pipe = *dev.pipe_comm;
+    // Kept activations: micro-batch mb runs forward and backward on slot slot_of[mb], taken from
+    // free_slots at its forward and given back after its backward.
+    const bool keep = !dev.slots.empty();
+    std::vector<int> slot_of(static_cast<std::size_t>(m), -1), free_slots;
+    for (int k = static_cast<int>(dev.slots.size()); k-- > 0;) free_slots.push_back(k);
+    for (auto& slot : dev.slots) share_weights(net, *slot);
+    auto layers_of = [&](int mb) -> const LayerList& {
+      return keep ? dev.slots[static_cast<std::size_t>(slot_of[static_cast<std::size_t>(mb)])]->layers() : layers;
+    };
+    dev.peak_activation = 0;
+    // What the stage holds for backward now: the stashed inputs and every slot's layer state (a
+    // slot keeps its buffers between micro-batches), or net's (recompute).
+    auto note_activation_bytes = [&] {
+      std::int64_t held = dev.stash_bytes;
+      if (keep) {
+        for (const auto& slot : dev.slots) held += held_activation_bytes(*slot);
+      } else {
+        held += held_activation_bytes(net);
+      }
+      dev.peak_activation = std::max(dev.peak_activation, held);
+    };
     auto run_forward = [&](int mb, bool recompute) {
       const RowSlice r = micro(mb);
       ForwardContext ctx;
@@ -263,8 +332,20 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
       ctx.recompute = recompute;
       ctx.step = step;
       ctx.global_row_offset = r.first;
+      if (keep && !recompute) {
+        MDTRAIN_CHECK(!free_slots.empty(), std::logic_error, "[pipeline] stage ", dev.stage,
+                      " has no free state slot for micro-batch ", mb);
+        slot_of[static_cast<std::size_t>(mb)] = free_slots.back();
+        free_slots.pop_back();
+      }
+      const LayerList& run = layers_of(mb);
       Tensor h = dev.stash[static_cast<std::size_t>(mb)];
-      for (const auto& layer : layers) h = layer->forward(h, ctx);
+      for (const auto& layer : run) h = layer->forward(h, ctx);
+      note_activation_bytes();
+      // The slot's recorded statistics join the stage's, in forward order (as one set of layers
+      // records them).
+      if (keep)
+        for (std::size_t j = 0; j < run.size(); ++j) run[j]->move_deferred_statistics_to(*layers[j]);
       last_forward = mb;
       return h;
     };
@@ -326,7 +407,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
             Tensor dp;
             double sum = 0;
             if (dev.logits_loss) {
-              const Tensor logits = layers.back()->logits();
+              const Tensor logits = layers_of(mb).back()->logits();
               dp = Tensor(logits.shape(), logits.dtype(), dev.memory);
               sum = dev.logits_loss->forward_backward(y, logits, ls.grad_scale, &dp);
             } else {
@@ -361,12 +442,19 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
             break;
           }
           auto t = Clock::now();
-          if (last_forward != mb) run_forward(mb, true);  // recomputation: the layers hold another micro-batch
+          // Recomputation: the layers hold another micro-batch.
+          if (!keep && last_forward != mb) run_forward(mb, true);
+          const LayerList& run = layers_of(mb);
           Tensor g = dev.dpred[i];
-          for (std::size_t l = layers.size(); l-- > 0;) {
+          for (std::size_t l = run.size(); l-- > 0;) {
             const bool need = l > 0 || !first_stage;
-            g = (l + 1 == layers.size() && last_stage && dev.logits_loss) ? layers[l]->backward_from_logits(g, need)
-                                                                          : layers[l]->backward(g, need);
+            g = (l + 1 == run.size() && last_stage && dev.logits_loss) ? run[l]->backward_from_logits(g, need)
+                                                                       : run[l]->backward(g, need);
+          }
+          note_activation_bytes();  // backward scratch; the input is still stashed
+          if (keep) {               // the slot is free again; its gradients are in net's (views)
+            free_slots.push_back(slot_of[i]);
+            slot_of[i] = -1;
           }
           out = g;  // d(loss)/d(stage input), sent next
           Tensor& grads = net.packed_grads();
@@ -745,6 +833,18 @@ std::vector<double> PipelineExecutor::idle_seconds() const {
 std::vector<std::int64_t> PipelineExecutor::peak_stash_bytes() const {
   std::vector<std::int64_t> out;
   for (const auto& dev : devices_) out.push_back(dev->peak_stash);
+  return out;
+}
+
+std::vector<std::int64_t> PipelineExecutor::peak_activation_bytes() const {
+  std::vector<std::int64_t> out;
+  for (const auto& dev : devices_) out.push_back(dev->peak_activation);
+  return out;
+}
+
+std::vector<int> PipelineExecutor::state_slots() const {
+  std::vector<int> out;
+  for (const auto& dev : devices_) out.push_back(static_cast<int>(dev->slots.size()));
   return out;
 }
 

@@ -19,10 +19,16 @@ class PipelineStrategy;
 // weights copied from the primary). A training step cuts pipeline b's slice of the global batch
 // (slice_of, as every executor cuts it) into num_microbatches micro-batches (slice_of again:
 // uneven, possibly empty) and runs the schedule's op list of its stage: activations go forward and
-// their gradients back over the pipe-axis communicator (send/recv). Each layer keeps the state of
-// its last forward only, so a stage stashes the input of every micro-batch in flight and, when the
-// micro-batch it is about to run backward for is not the one it ran forward last, runs its forward
-// again on the stash (recomputation, as GPipe does): bitwise the same activations.
+// their gradients back over the pipe-axis communicator (send/recv). A layer keeps the state of its
+// last forward only, so each stage has one state slot per micro-batch that can be in flight at once
+// (GPipe: all m; 1F1B: at most p - s on stage s; the peak of forwards whose backward has not run in
+// the stage's op list): a clone of the stage's layers whose weights and gradients are views of the
+// stage's (re-taken every step), holding one micro-batch's activations from its forward to its
+// backward (as PyTorch's pipelining and DeepSpeed keep them). With PipelineStrategy::recompute()
+// the stage keeps only the inputs of its in-flight micro-batches and, before the backward of one
+// that is not the last it ran forward, runs its forward again (GPipe's recomputation: less memory,
+// one more forward per micro-batch). Either way each micro-batch's forward and backward compute
+// bitwise the same values, so the two give bitwise the same weights.
 //
 // The loss of each micro-batch is scaled by batch_loss_scale for the whole global batch, and each
 // stage sums its micro-batches' gradients in ascending micro-batch order (both schedules run
@@ -44,8 +50,8 @@ class PipelineStrategy;
 //
 // BatchNormalization normalizes each micro-batch with its own statistics and moves its moving
 // statistics once per global batch from all micro-batches (deferred, ForwardContext::
-// defer_statistics; a recomputed forward records nothing), so they do not depend on the
-// micro-batch count.
+// defer_statistics; a recomputed forward records nothing; a slot's records move to the stage's
+// layers after each forward, in forward order), so they do not depend on the micro-batch count.
 //
 // On GPUs (every device of the mesh a GPU, NCCL communicators) each stage's LayerStack is copied to
 // its GPU; the first stage gathers its micro-batches' rows on the host into its GPU (the last stage
@@ -105,6 +111,14 @@ class PipelineExecutor final : public StepExecutor {
   // Per device: the most bytes of micro-batch inputs it held stashed at once in the last
   // training step (1F1B holds at most stages - s micro-batches, GPipe all of them).
   std::vector<std::int64_t> peak_stash_bytes() const;
+  // Per device: the most bytes it held for backward at once in the last training step, its
+  // stashed micro-batch inputs plus the per-call state of its layers (Layer::held_activation_bytes:
+  // activations saved for backward, outputs, backward scratch; not weights or gradients) in every
+  // state slot (a slot keeps its buffers between micro-batches), or in the stage's one set of
+  // layers with recomputation.
+  std::vector<std::int64_t> peak_activation_bytes() const;
+  // How many state slots each device has (0 with recompute: the stage's layers run every forward).
+  std::vector<int> state_slots() const;
 
  private:
   struct Device;

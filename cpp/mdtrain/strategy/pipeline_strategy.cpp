@@ -16,7 +16,7 @@ namespace mdtrain {
 PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, PipelineScheduleKind schedule,
                                    std::vector<int> stage_starts, std::string pipe_axis,
                                    std::optional<std::string> batch_axis, bool balance_by_time,
-                                   std::shared_ptr<Strategy> workers)
+                                   std::shared_ptr<Strategy> workers, bool recompute)
     : MeshWorkersStrategy(mesh, std::move(workers), "pipeline"),
       mesh_(std::move(mesh)),
       microbatches_(num_microbatches),
@@ -24,7 +24,8 @@ PipelineStrategy::PipelineStrategy(DeviceMesh mesh, int num_microbatches, Pipeli
       stage_starts_(std::move(stage_starts)),
       pipe_axis_(std::move(pipe_axis)),
       batch_axis_(std::move(batch_axis)),
-      balance_by_time_(balance_by_time) {
+      balance_by_time_(balance_by_time),
+      recompute_(recompute) {
   check_pipeline_devices(devices(), cuda::device_count());
   MDTRAIN_CHECK(mesh_.has_axis(pipe_axis_), std::invalid_argument, "[pipeline] the pipe axis '", pipe_axis_,
                 "' is not in the mesh ", mesh_.to_string());

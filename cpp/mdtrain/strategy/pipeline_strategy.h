@@ -29,10 +29,14 @@ class PipelineStrategy : public MeshWorkersStrategy {
   // backward time (each layer timed on a copy of the model, 32 rows of zeros, best of 3). Throws
   // std::invalid_argument("[pipeline] ...") for a bad mesh, num_microbatches < stages, or devices
   // check_pipeline_devices refuses. Stage cuts are checked against the model when it is compiled.
+  // `recompute`: each stage keeps only the inputs of its in-flight micro-batches and runs a
+  // micro-batch's forward again before its backward (less memory, one more forward per
+  // micro-batch); false: it keeps every in-flight micro-batch's activations (PipelineExecutor).
+  // Both give bitwise the same weights.
   PipelineStrategy(DeviceMesh mesh, int num_microbatches, PipelineScheduleKind schedule,
                    std::vector<int> stage_starts = {}, std::string pipe_axis = "pipe",
                    std::optional<std::string> batch_axis = std::nullopt, bool balance_by_time = false,
-                   std::shared_ptr<Strategy> workers = nullptr);
+                   std::shared_ptr<Strategy> workers = nullptr, bool recompute = false);
   ~PipelineStrategy() override;
 
   std::string name() const override { return "PipelineParallel"; }
@@ -47,6 +51,7 @@ class PipelineStrategy : public MeshWorkersStrategy {
   const std::string& pipe_axis() const { return pipe_axis_; }
   const std::optional<std::string>& batch_axis() const { return batch_axis_; }
   bool balance_by_time() const { return balance_by_time_; }
+  bool recompute() const { return recompute_; }
   // True when each pipeline spans the MPI workers (stage s on worker s); false
   // in one process or when each worker runs whole pipelines.
   bool pipe_across_workers() const { return pipe_across_workers_; }
@@ -73,6 +78,7 @@ class PipelineStrategy : public MeshWorkersStrategy {
   std::string pipe_axis_;
   std::optional<std::string> batch_axis_;
   bool balance_by_time_ = false;
+  bool recompute_ = false;
   bool pipe_across_workers_ = false;
   PipelineExecutor* executor_ = nullptr;
 };

@@ -1,8 +1,10 @@
 // PipelineStrategy (pipeline stages on logical CPU devices, and pipelines x data parallelism):
 // weights after several SGD / Adam steps equal the one-device model within float32 rounding (the
 // micro-batches' gradients are summed in another order), for GPipe and 1F1B, 2 and 4 stages,
-// uneven micro-batches; the two schedules are bitwise equal; 1F1B stashes no more than GPipe;
-// errors before training for fewer micro-batches than stages and unsupported layers.
+// uneven micro-batches; the two schedules are bitwise equal; keeping each in-flight micro-batch's
+// activations (state slots) and recomputing them give bitwise equal weights; 1F1B stashes and holds
+// no more than GPipe; errors before training for fewer micro-batches than stages and unsupported
+// layers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,13 +89,14 @@ std::unique_ptr<Model> make_model(std::shared_ptr<Strategy> strategy, const std:
 }
 
 std::shared_ptr<PipelineStrategy> pipeline(int stages, int microbatches, PipelineScheduleKind kind, int pipelines = 1,
-                                           std::vector<int> starts = {}) {
+                                           std::vector<int> starts = {}, bool recompute = false) {
   if (pipelines == 1)
     return std::make_shared<PipelineStrategy>(DeviceMesh({stages}, {"pipe"}, cpus(stages)), microbatches, kind,
-                                              std::move(starts));
+                                              std::move(starts), "pipe", std::nullopt, false, nullptr, recompute);
   return std::make_shared<PipelineStrategy>(DeviceMesh({pipelines, stages}, {"batch", "pipe"},
                                                        cpus(pipelines * stages)),
-                                            microbatches, kind, std::move(starts), "pipe", std::string("batch"));
+                                            microbatches, kind, std::move(starts), "pipe", std::string("batch"), false,
+                                            nullptr, recompute);
 }
 
 void train(Model& m, int epochs) {
@@ -191,6 +194,25 @@ TEST(Pipeline, OneFOneBStashesNoMoreThanGPipe) {
     EXPECT_GT(po[s], 0);
     EXPECT_LT(po[s], pg[s]) << "stage " << s;  // m = 8 >= 2p: 1F1B holds at most p - s micro-batches
   }
+  // The activations kept for backward: one state slot per micro-batch in flight (GPipe all 8, 1F1B
+  // p - s), each holding its layers' state, on top of the stashed inputs.
+  EXPECT_EQ(g->executor()->state_slots(), (std::vector<int>{8, 8}));
+  EXPECT_EQ(o->executor()->state_slots(), (std::vector<int>{2, 1}));
+  const auto ag = g->executor()->peak_activation_bytes(), ao = o->executor()->peak_activation_bytes();
+  ASSERT_EQ(ag.size(), 2u);
+  for (std::size_t s = 0; s < ag.size(); ++s) {
+    EXPECT_GT(ao[s], po[s]) << "stage " << s;  // the layers' state counts beyond the inputs
+    EXPECT_LT(ao[s], ag[s]) << "stage " << s;
+  }
+  // Recomputation holds one set of layer states: less than keeping 1F1B's p - s of them.
+  auto r = pipeline(2, 8, PipelineScheduleKind::OneFOneB, 1, {}, true);
+  auto c = make_model(r, "sgd");
+  train(*c, 1);
+  EXPECT_EQ(r->executor()->state_slots(), (std::vector<int>{0, 0}));
+  EXPECT_EQ(r->executor()->peak_stash_bytes(), po);
+  const auto ar = r->executor()->peak_activation_bytes();
+  EXPECT_LT(ar[0], ao[0]);
+  EXPECT_LE(ar[1], ao[1]);  // stage 1 of 1F1B keeps one micro-batch in flight: one set either way
   const auto busy = g->executor()->busy_seconds(), idle = g->executor()->idle_seconds();
   ASSERT_EQ(busy.size(), 2u);
   EXPECT_GT(busy[0], 0.0);
@@ -267,6 +289,43 @@ TEST(Pipeline, BatchNormalizationMovingStatisticsDoNotDependOnTheMicroBatchCount
     EXPECT_LE(worst_gap(eight[i], two[i]), 1e-6);
     EXPECT_LE(worst_gap(grid[i], want[i]), 1e-6);
     EXPECT_TRUE(bitwise_equal(eight[i], eight_1f1b[i])) << "recomputation recorded a micro-batch twice";
+  }
+}
+
+// Keeping each in-flight micro-batch's activations in its own state slot and recomputing them
+// from the stashed input run every micro-batch's forward and backward on the same values, sum the
+// gradients in the same order and record BatchNormalization's statistics once each: bitwise the
+// same weights (Dropout masks, BatchNormalization's moving statistics, Adam's slots included).
+TEST(Pipeline, KeptActivationsAndRecomputationGiveBitwiseEqualWeights) {
+  struct Case {
+    int stages, microbatches, pipelines;
+    PipelineScheduleKind kind;
+  };
+  const std::vector<Case> cases = {{2, 3, 1, PipelineScheduleKind::GPipe},    {2, 3, 1, PipelineScheduleKind::OneFOneB},
+                                   {4, 5, 1, PipelineScheduleKind::GPipe},    {4, 5, 1, PipelineScheduleKind::OneFOneB},
+                                   {2, 4, 2, PipelineScheduleKind::OneFOneB}, {2, 4, 2, PipelineScheduleKind::GPipe}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.stages) + " stages, " + std::to_string(c.microbatches) + " micro-batches, " +
+                 std::to_string(c.pipelines) + " pipelines, " +
+                 (c.kind == PipelineScheduleKind::GPipe ? "GPipe" : "1F1B"));
+    auto kept = make_model(pipeline(c.stages, c.microbatches, c.kind, c.pipelines), "adam");
+    auto recomputed = make_model(pipeline(c.stages, c.microbatches, c.kind, c.pipelines, {}, true), "adam");
+    train(*kept, 2);
+    train(*recomputed, 2);
+    const auto a = kept->get_weights(), b = recomputed->get_weights();
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(bitwise_equal(a[i], b[i])) << "weight " << i;
+    const auto sa = kept->optimizer_state(), sb = recomputed->optimizer_state();
+    ASSERT_EQ(sa.size(), sb.size());
+    for (std::size_t i = 0; i < sa.size(); ++i) EXPECT_TRUE(bitwise_equal(sa[i].second, sb[i].second)) << sa[i].first;
+    if (c.stages == 2) {  // BatchNormalization in the first stage, uneven micro-batches
+      auto bn_kept = batch_norm_model(pipeline(2, c.microbatches, c.kind, c.pipelines, {2}));
+      auto bn_recomputed = batch_norm_model(pipeline(2, c.microbatches, c.kind, c.pipelines, {2}, true));
+      train(*bn_kept, 2);
+      train(*bn_recomputed, 2);
+      const auto x = bn_kept->get_weights(), y = bn_recomputed->get_weights();
+      for (std::size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(bitwise_equal(x[i], y[i])) << "bn model weight " << i;
+    }
   }
 }
 

@@ -31,10 +31,17 @@ class PipelineParallel(_PipeAxisDistribution):
     ``"balance_params"``, or ``"balance_time"`` (each layer's forward + backward time, measured on a
     copy of the model when it is compiled). ``batch_dim_name`` names a data-parallel axis: one pipeline per position on it.
     Fewer micro-batches than stages is a ValueError here, before any training; fewer than
-    4 x stages warns with the bubble fraction it costs."""
+    4 x stages warns with the bubble fraction it costs.
+
+    ``recompute``: False (the default) keeps each in-flight micro-batch's activations until its backward
+    (a copy of the stage's layer state per micro-batch in flight: m under GPipe, at most p - s on stage s
+    under 1F1B); True keeps only their inputs and runs each micro-batch's forward again before its
+    backward (less memory, one more forward per micro-batch). Both give bitwise the same weights."""
 
     def __init__(self, device_mesh, num_microbatches, schedule="1f1b", pipe_dim_name="pipe", batch_dim_name=None,
-                 stages=None, auto_shard_dataset=True):
+                 stages=None, auto_shard_dataset=True, recompute=False):
+        if not isinstance(recompute, bool):
+            raise TypeError(f"recompute must be a bool, got {recompute!r} ({type(recompute).__name__})")
         super().__init__(device_mesh, batch_dim_name, auto_shard_dataset)
         self._set_pipe_axis(pipe_dim_name)
         if schedule not in SCHEDULES:
@@ -57,6 +64,7 @@ class PipelineParallel(_PipeAxisDistribution):
                           f"{bubble_fraction(p, 4 * p):.0%}", stacklevel=2)
         self._num_microbatches = num_microbatches
         self._schedule = schedule
+        self._recompute = recompute
         self._stages = list(stages) if isinstance(stages, (list, tuple)) else stages
 
     @property
@@ -66,6 +74,10 @@ class PipelineParallel(_PipeAxisDistribution):
     @property
     def schedule(self):
         return self._schedule
+
+    @property
+    def recompute(self):
+        return self._recompute
 
     def _model_core_arg(self, model):
         """The first layer of stages 1..p-1 for ``model`` ([]: cut by the C++ strategy; also before a
@@ -89,7 +101,7 @@ class PipelineParallel(_PipeAxisDistribution):
     def _make_core(self, stage_starts):
         return _core.PipelineStrategy(self.device_mesh._core, self._num_microbatches, self._schedule,
                                       stage_starts, self._pipe_dim_name, self.batch_dim_name,
-                                      self._stages == "balance_time")
+                                      self._stages == "balance_time", self._recompute)
 
     def gather_stages(self, model):
         """With the pipe axis across MPI workers: sends every stage's weights and optimizer slots
@@ -135,7 +147,10 @@ class PipelineParallel(_PipeAxisDistribution):
         (forward + backward) and idle (the bubble: the rest of the pipeline's span, from the step's start
         to the end of the last device's schedule; the update after it is not counted) since the profile
         was reset,
-        and the peak bytes of micro-batch inputs it held stashed in the last step. With the pipe axis
+        ``peak_stash_bytes``: the peak bytes of micro-batch inputs it held stashed in the last step, and
+        ``peak_activation_bytes``: that plus the bytes its layers' saved state holds (activations kept for
+        backward, outputs, backward scratch) for every micro-batch that can be in flight at once (with
+        ``recompute=True``: for one), measured as what their calls left allocated. With the pipe axis
         across workers, ``gathers``: how many times the stages were gathered (gather_stages), and
         ``stages_whole``: whether this worker holds every stage's current weights now."""
         core = self._compiled_core(model)
@@ -145,10 +160,11 @@ class PipelineParallel(_PipeAxisDistribution):
         first = core.worker_index * len(busy)
         devices = [str(d) for d in self.device_mesh.devices.reshape(-1)][first:first + len(busy)]
         return {"stage_starts": starts, "gathers": int(core.gathers()), "stages_whole": bool(core.stages_whole()),
-                "devices": [{"device": d, "busy": float(b), "idle": float(i), "peak_stash_bytes": int(s)}
-                            for d, b, i, s in zip(devices, busy, core.idle_seconds(),
-                                                  core.peak_stash_bytes())]}
+                "devices": [{"device": d, "busy": float(b), "idle": float(i), "peak_stash_bytes": int(s),
+                             "peak_activation_bytes": int(a)}
+                            for d, b, i, s, a in zip(devices, busy, core.idle_seconds(), core.peak_stash_bytes(),
+                                                     core.peak_activation_bytes())]}
 
     def __repr__(self):
         return (f"<PipelineParallel device_mesh={self.device_mesh}, num_microbatches={self._num_microbatches}, "
-                f"schedule={self._schedule!r}>")
+                f"schedule={self._schedule!r}, recompute={self._recompute}>")
