@@ -1,5 +1,6 @@
 #include "mdtrain/nn/dense.h"
 
+#include "mdtrain/ops/accumulate.h"
 #include "mdtrain/ops/ops.h"
 
 namespace mdtrain {
@@ -74,8 +75,20 @@ Tensor Dense::backward_from_logits(const Tensor& dlogits, bool need_input_grad) 
 }
 
 Tensor Dense::backward_preactivation(const Tensor& dz, bool need_input_grad) {
-  ops::gemm(x_, true, dz, false, weights_.kernel.grad);
-  if (options_.use_bias) ops::sum_rows(dz, weights_.bias.grad);
+  // Accumulating: the GEMM adds x^T dz, summed over this call's rows, to the gradient (beta = 1).
+  // The bias's column sums go to a scratch first and are then added, so that, as for the kernel, one
+  // addition per element joins this call's gradient to the sum (sum_rows with beta = 1 would add the
+  // rows one by one into it).
+  ops::gemm(x_, true, dz, false, weights_.kernel.grad, 1.0, accumulate_gradients_ ? 1.0 : 0.0);
+  if (options_.use_bias) {
+    if (accumulate_gradients_) {
+      ensure_buffer(dbias_, weights_.bias.grad.shape(), dtype_, dz.device());
+      ops::sum_rows(dz, dbias_);
+      ops::add_into(weights_.bias.grad, dbias_);
+    } else {
+      ops::sum_rows(dz, weights_.bias.grad);
+    }
+  }
   if (!need_input_grad) return Tensor();
   ensure_buffer(dx_, x_.shape(), dtype_, x_.device());
   ops::gemm(dz, false, weights_.kernel.value, true, dx_);

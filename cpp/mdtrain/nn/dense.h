@@ -25,6 +25,7 @@ class Dense : public Layer {
 
   std::string class_name() const override { return "Dense"; }
   bool has_cuda_kernels() const override { return true; }
+  bool supports_gradient_accumulation() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
@@ -35,7 +36,7 @@ class Dense : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
-  std::int64_t held_activation_bytes() const override { return bytes_of({&z_, &y_, &dz_, &dx_}); }
+  std::int64_t held_activation_bytes() const override { return bytes_of({&z_, &y_, &dz_, &dx_, &dbias_}); }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and
   // unknown ones are ignored. The one way layers are made from Python and from model files.
@@ -57,6 +58,7 @@ class Dense : public Layer {
   // Per-call state: the input of the last forward (as 2-D), the pre-activation when the
   // activation's gradient needs it, the output, and scratch for backward.
   Tensor x_, z_, y_, dz_, dx_;
+  Tensor dbias_;  // accumulating: this call's bias gradient, before it is added
   Shape last_input_shape_;
 };
 

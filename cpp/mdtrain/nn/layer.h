@@ -61,6 +61,17 @@ class Layer {
   // undefined Tensor when !need_input_grad (the first layer skips that GEMM).
   virtual Tensor backward(const Tensor& dy, bool need_input_grad) = 0;
 
+  // Gradient accumulation: a layer that supports it, once set_accumulate_gradients(true), adds
+  // its parameters' gradients to their .grad in backward (and backward_from_logits) instead of
+  // overwriting them, so a strategy summing micro-batches needs no separate pass over the
+  // gradients. Each micro-batch's gradient is computed as without accumulation and then added
+  // (for Dense: the weight-gradient GEMM with beta = 1), so the sum is bitwise that of adding the
+  // overwritten gradients one by one (tests/cpp/nn/gradient_accumulation_test.cpp). Layers that
+  // keep the default do not support it and ignore the flag.
+  virtual bool supports_gradient_accumulation() const { return false; }
+  void set_accumulate_gradients(bool accumulate) { accumulate_gradients_ = accumulate; }
+  bool accumulate_gradients() const { return accumulate_gradients_; }
+
   // A replica whose slice of a training batch is empty runs no forward or backward; it calls these
   // instead, in the same order (forward layer by layer, then backward in reverse with the same
   // need_input_grad), so that a layer that runs collectives through ctx.replicas in training
@@ -127,6 +138,7 @@ class Layer {
   bool built_ = false;
   DType dtype_ = DType::Float32;
   Shape input_shape_, output_shape_;
+  bool accumulate_gradients_ = false;  // read by layers whose supports_gradient_accumulation()
 };
 
 // Reallocates `t` only when its shape or dtype must change (per-step buffers are reused).

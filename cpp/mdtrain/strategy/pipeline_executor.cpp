@@ -35,7 +35,7 @@ struct PipelineExecutor::Device {
   std::int64_t peak_activation = 0;  // peak of stash_bytes + the layers' held state (see header)
   std::unique_ptr<Loss> loss, logits_loss;
   std::unique_ptr<Optimizer> optimizer;
-  Tensor accumulated;         // the micro-batches' summed gradients
+  Tensor accumulated;         // the micro-batches' summed gradients (when a layer cannot sum them)
   std::vector<Tensor> stash;  // per micro-batch: the stage's input, until its backward
   std::vector<Tensor> dpred;  // last stage, per micro-batch: d(loss)/d(output or logits)
   std::vector<Tensor> y;      // last stage, per micro-batch: the labels
@@ -86,6 +86,23 @@ void share_weights(LayerStack& stage, LayerStack& slot) {
   slot.padded_values() = stage.padded_values();
   slot.padded_grads() = stage.padded_grads();
   slot.non_trainable_values() = stage.non_trainable_values();
+}
+
+// True when every layer of `stack` that has trainable parameters can add its gradients to them in
+// backward (Layer::supports_gradient_accumulation): the stage then sums its micro-batches' gradients
+// in the packed gradients themselves, without a separate pass per micro-batch.
+bool accumulates_in_backward(LayerStack& stack) {
+  for (const auto& layer : stack.layers()) {
+    if (layer->supports_gradient_accumulation()) continue;
+    for (const Parameter* param : layer->parameters())
+      if (param->trainable) return false;
+  }
+  return true;
+}
+
+// Sets every layer of `stack` to accumulate its gradients in backward, or to overwrite them.
+void set_accumulate_gradients(LayerStack& stack, bool accumulate) {
+  for (const auto& layer : stack.layers()) layer->set_accumulate_gradients(accumulate);
 }
 
 // Bytes of the per-call state the layers of `stack` hold (Layer::held_activation_bytes).
@@ -309,6 +326,18 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     std::vector<int> slot_of(static_cast<std::size_t>(m), -1), free_slots;
     for (int k = static_cast<int>(dev.slots.size()); k-- > 0;) free_slots.push_back(k);
     for (auto& slot : dev.slots) share_weights(net, *slot);
+    // Every layer accumulates: the first backward with rows overwrites the stage's gradients, the
+    // others add to them (the same additions, in the same order, as the pass into dev.accumulated).
+    const bool in_backward = accumulates_in_backward(net);
+    // Layers overwrite their gradients again after the step, or if it throws (evaluation, other
+    // executors and the next step see them as they were).
+    struct OverwriteAfterStep {
+      Device& dev;
+      ~OverwriteAfterStep() {
+        set_accumulate_gradients(*dev.net, false);
+        for (auto& slot : dev.slots) set_accumulate_gradients(*slot, false);
+      }
+    } overwrite_after_step{dev};
     auto layers_of = [&](int mb) -> const LayerList& {
       return keep ? dev.slots[static_cast<std::size_t>(slot_of[static_cast<std::size_t>(mb)])]->layers() : layers;
     };
@@ -445,6 +474,8 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           // Recomputation: the layers hold another micro-batch.
           if (!keep && last_forward != mb) run_forward(mb, true);
           const LayerList& run = layers_of(mb);
+          if (in_backward)
+            for (const auto& layer : run) layer->set_accumulate_gradients(have_grads);
           Tensor g = dev.dpred[i];
           for (std::size_t l = run.size(); l-- > 0;) {
             const bool need = l > 0 || !first_stage;
@@ -458,7 +489,9 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           }
           out = g;  // d(loss)/d(stage input), sent next
           Tensor& grads = net.packed_grads();
-          if (!have_grads) {
+          if (in_backward) {
+            have_grads = true;  // the layers added this micro-batch's gradients to grads
+          } else if (!have_grads) {
             ensure_buffer(dev.accumulated, grads.shape(), grads.dtype(), dev.memory);
             dev.accumulated.copy_from(grads);
             have_grads = true;
@@ -486,8 +519,8 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     dev.schedule_end = Clock::now();
     for (const auto& layer : layers) layer->apply_deferred_statistics(pipelines_ > 1 ? &dev.batch_sums : nullptr);
     Tensor& grads = net.packed_grads();
-    if (have_grads) grads.copy_from(dev.accumulated);
-    else grads.fill(0.0);
+    if (!have_grads) grads.fill(0.0);
+    else if (!in_backward) grads.copy_from(dev.accumulated);  // else grads hold the sum already
     auto t = Clock::now();
     if (pipelines_ > 1) GradientReducer(*dev.batch_comm, strategy_.gradient_bucket_bytes()).reduce(grads);
     dev.profile.allreduce += seconds_since(t);
