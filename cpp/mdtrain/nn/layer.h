@@ -66,8 +66,10 @@ class Layer {
   // overwriting them, so a strategy summing micro-batches needs no separate pass over the
   // gradients. Each micro-batch's gradient is computed as without accumulation and then added
   // (for Dense: the weight-gradient GEMM with beta = 1), so the sum is bitwise that of adding the
-  // overwritten gradients one by one (tests/cpp/nn/gradient_accumulation_test.cpp). Layers that
-  // keep the default do not support it and ignore the flag.
+  // overwritten gradients one by one while a call's rows fit in one of the BLAS's inner blocks
+  // (320 rows with OpenBLAS here), and equal to float32 rounding beyond
+  // (tests/cpp/nn/gradient_accumulation_test.cpp). Layers that keep the default do not support it
+  // and ignore the flag.
   virtual bool supports_gradient_accumulation() const { return false; }
   void set_accumulate_gradients(bool accumulate) { accumulate_gradients_ = accumulate; }
   bool accumulate_gradients() const { return accumulate_gradients_; }
