@@ -7,8 +7,8 @@
 
 #include "mdtrain/distribute/communicator.h"
 #include "mdtrain/nn/recurrent_layer.h"
+#include "mdtrain/ops/accumulate.h"
 #include "mdtrain/ops/ops.h"
-#include "mdtrain/ops/recurrent.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/wavefront_strategy.h"
 
@@ -21,22 +21,12 @@ struct WavefrontExecutor::Stage {
   std::unique_ptr<Communicator> comm;
   // clones[j][k]: layer first + j for chunk k.
   std::vector<std::vector<std::unique_ptr<RecurrentLayer>>> clones;
-  Tensor ones;
 };
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// acc += g, elementwise (any device), through a ones buffer.
-void accumulate(const Tensor& g, Tensor& acc, Tensor& ones) {
-  // add_masked takes 2-D tensors: every gradient as one row.
-  Tensor row = acc.reshape({1, acc.numel()});
-  ensure_buffer(ones, row.shape(), acc.dtype(), acc.device());
-  ones.fill(1.0);
-  ops::add_masked(g.reshape({1, acc.numel()}), ones, row);
-}
 
 // Steps [t0, t1) of a batch-major (batch, T, f) sequence into `out` (batch, t1 - t0, f), or back.
 void copy_steps(const Tensor& seq, std::int64_t t0, std::int64_t t1, Tensor& chunk, bool into_chunk) {
@@ -219,7 +209,7 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, s
       auto ps = st.clones[j][k]->parameters();
       for (std::size_t i = 0; i < ps.size(); ++i) {
         if (k == 0) masters[i]->grad.copy_from(ps[i]->grad);
-        else accumulate(ps[i]->grad, masters[i]->grad, st.ones);
+        else ops::add_into(masters[i]->grad, ps[i]->grad);
       }
     }
   }
