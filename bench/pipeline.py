@@ -1,11 +1,12 @@
 """Pipeline parallelism: measured bubble vs (p-1)/(m+p-1), stashed activations per stage, and
 samples/s of one device vs 2 stages vs 2 x 2 (batch x pipe) for a deep MLP and the seed CNN.
 
-    PYTHONPATH=python python3 bench/pipeline.py [--width 2048] [--layers 8] [--batch 128] [--steps 3]
+    PYTHONPATH=python python3 bench/pipeline.py [--width 2048] [--layers 8] [--batch 128] [--steps 6]
                                                 [--bubble-only] [--recompute]
 
-Part 1: a deep MLP (--layers x Dense(--width), on 1.5 x width input features so that both stages do
-the same work; 4/3 x width with --recompute) cut into 2 stages on 2 logical CPU devices,
+Part 1: a deep MLP (--layers x Dense(--width) after a Dense(--width) projection from 64 input
+features, so that the two stages take the same time in forward and in backward; see the comment
+in main) cut into 2 stages on 2 logical CPU devices,
 GPipe at m = 2, 4, 8, 16 micro-batches: per stage the busy (forward + backward) and idle seconds per
 step, the measured idle fraction (idle / (busy + idle) over the stages, within the pipeline's span:
 step start to the end of the last stage's schedule) against the formula, GPipe's wall time per step,
@@ -33,10 +34,14 @@ import _common  # noqa: E402
 distribution = tf.keras.distribution
 
 
-def mlp(width, layers, split_at=None, input_width=None):
+def mlp(width, layers, split_at=None, input_width=None, projection=False):
+    """layers x Dense(width) and a Dense(10) head; with `projection`, a Dense(width) from input_width
+    features first (not counted in `layers`; split_at counts it)."""
     tf.keras.utils.set_random_seed(1)
     out = [tf.keras.Input((input_width or width,))]
-    for i in range(layers):
+    if projection:
+        out.append(tf.keras.layers.Dense(width, activation="relu"))
+    for i in range(int(projection), layers + int(projection)):
         if split_at is not None and i == split_at:
             out.append(tf.keras.layers.PipelineSplit())
         out.append(tf.keras.layers.Dense(width, activation="relu"))
@@ -93,10 +98,10 @@ def main():
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--bubble-only", action="store_true", help="part 1 only (the bubble table)")
     parser.add_argument("--input-width", type=int, default=None,
-                        help="part 1's input features (default 1.5 x width, 4/3 x width with --recompute: equal "
+                        help="part 1's input features, projected to width by a first Dense (default 64: equal "
                              "stages, see below)")
     parser.add_argument("--recompute", action="store_true",
                         help="PipelineParallel(recompute=True): recompute each micro-batch's forward before its "
@@ -109,16 +114,23 @@ def main():
     x = rng.standard_normal((args.batch * args.steps, args.width)).astype("float32")
     y = rng.integers(0, 10, len(x)).astype("int32")
     split = args.layers // 2
-    # Equal stages for the formula. Per micro-batch a stage runs its forward once and its backward
-    # once (each in-flight micro-batch keeps its activations); the first stage computes no gradient
-    # for its input (its first layer skips dX) and the last adds the small head and the loss. With
-    # k = layers / 2 square layers per stage, stage 0 costs 2*in*w + 3*(k-1)*w^2 and stage 1
-    # 3*k*w^2: equal at in = 1.5 w. With --recompute a stage runs each forward twice (the step and
-    # the recomputation before the backward): stage 0 costs 3*in*w + 4*(k-1)*w^2 and stage 1
-    # 4*k*w^2, equal at in = 4/3 w.
-    input_width = args.input_width or (4 * args.width // 3 if args.recompute else 3 * args.width // 2)
+    # Equal stages for the formula, which assumes every stage takes the same time for a micro-batch's
+    # forward and the same for its backward (equal sums are not enough: with 2 stages whose forwards
+    # differ by d, the later stage waits d for every micro-batch's activation in the forward phase,
+    # and the earlier stage the same in the backward phase when the backwards differ the other way,
+    # an idle time that grows with m where the formula's stays one micro-batch). A first stage's
+    # first layer computes no gradient for its input (its backward costs as much as its forward,
+    # the other layers' twice), so no input width makes a stage that starts with it equal to one of
+    # square layers in both passes. So the stages are k = layers / 2 Dense(width) each, and the first
+    # is preceded by a Dense(width) projection from few (--input-width, default 64) features:
+    # per row stage 0 costs in*w + k*w^2 forward and in*w + 2*k*w^2 backward, stage 1 k*w^2 + 10*w
+    # and 2*k*w^2 + 20*w (the head): equal within in / (k*w) (0.8 % at the defaults), with or
+    # without --recompute (which adds one more forward to both backwards).
+    input_width = args.input_width or 64
+    split_at = 1 + args.layers // 2  # after the projection and the first k layers
     xb = rng.standard_normal((args.batch * args.steps, input_width)).astype("float32")
-    print(f"cores seen: {os.cpu_count()}; {args.layers} x Dense({args.width}) on {input_width} input features, "
+    print(f"cores seen: {os.cpu_count()}; {args.layers} x Dense({args.width}) after a Dense({args.width}) from "
+          f"{input_width} input features, "
           f"batch {args.batch}, 2 stages, recompute={args.recompute}")
     pipe = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
     grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
@@ -129,11 +141,11 @@ def main():
                                                             recompute=args.recompute))
         one_f = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="1f1b",
                                                             recompute=args.recompute))
-        model, rate = train(gpipe, xb, y, args.batch, lambda: mlp(args.width, args.layers, split, input_width))
+        model, rate = train(gpipe, xb, y, args.batch, lambda: mlp(args.width, args.layers, split_at, input_width, projection=True))
         step_ms = 1e3 * args.batch / rate
         measured, stages = bubble(model)
         _, stash_g, act_g = stage_memory(gpipe, model)
-        model_1, _ = train(one_f, xb, y, args.batch, lambda: mlp(args.width, args.layers, split, input_width))
+        model_1, _ = train(one_f, xb, y, args.batch, lambda: mlp(args.width, args.layers, split_at, input_width, projection=True))
         _, stash_1, act_1 = stage_memory(one_f, model_1)
         print(f"{m:>3} {(2 - 1) / (m + 2 - 1):>8.3f} {measured:>9.3f} {stages[0]['busy']:>8.3f} {stages[0]['idle']:>8.3f}"
               f" {stages[1]['busy']:>8.3f} {stages[1]['idle']:>8.3f} {step_ms:>8.1f} {max(stash_g):>12}"
