@@ -7,8 +7,8 @@ samples/s of one device vs 2 stages vs 2 x 2 (batch x pipe) for a deep MLP and t
 Part 1: a deep MLP (--layers x Dense(--width) after a Dense(--width) projection from 64 input
 features, so that the two stages take the same time in forward and in backward; see the comment
 in main) cut into 2 stages on 2 logical CPU devices,
-GPipe at m = 2, 4, 8, 16 micro-batches: per stage the busy (forward + backward) and idle seconds per
-step, the measured idle fraction (idle / (busy + idle) over the stages, within the pipeline's span:
+GPipe at m = 2, 4, 8, 16 micro-batches: per stage the busy (forward + backward), forward and idle
+seconds per step, the measured idle fraction (idle / (busy + idle) over the stages, within the pipeline's span:
 step start to the end of the last stage's schedule) against the formula, GPipe's wall time per step,
 the peak bytes of micro-batch inputs stashed and of activations held (inputs plus the layers' state
 kept for backward), GPipe vs 1F1B. --recompute: the stages keep only the inputs and recompute each
@@ -134,7 +134,8 @@ def main():
           f"batch {args.batch}, 2 stages, recompute={args.recompute}")
     pipe = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
     grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
-    print(f"{'m':>3} {'formula':>8} {'measured':>9} {'busy0 s':>8} {'idle0 s':>8} {'busy1 s':>8} {'idle1 s':>8}"
+    print(f"{'m':>3} {'formula':>8} {'measured':>9} {'busy0 s':>8} {'fwd0 s':>7} {'idle0 s':>8} {'busy1 s':>8}"
+          f" {'fwd1 s':>7} {'idle1 s':>8}"
           f" {'step ms':>8} {'stash GPipe':>12} {'stash 1F1B':>11} {'act GPipe':>10} {'act 1F1B':>10}")
     for m in (2, 4, 8, 16):
         gpipe = quiet(lambda: distribution.PipelineParallel(pipe, num_microbatches=m, schedule="gpipe",
@@ -147,11 +148,13 @@ def main():
         _, stash_g, act_g = stage_memory(gpipe, model)
         model_1, _ = train(one_f, xb, y, args.batch, lambda: mlp(args.width, args.layers, split_at, input_width, projection=True))
         _, stash_1, act_1 = stage_memory(one_f, model_1)
-        print(f"{m:>3} {(2 - 1) / (m + 2 - 1):>8.3f} {measured:>9.3f} {stages[0]['busy']:>8.3f} {stages[0]['idle']:>8.3f}"
-              f" {stages[1]['busy']:>8.3f} {stages[1]['idle']:>8.3f} {step_ms:>8.1f} {max(stash_g):>12}"
+        print(f"{m:>3} {(2 - 1) / (m + 2 - 1):>8.3f} {measured:>9.3f} {stages[0]['busy']:>8.3f}"
+              f" {stages[0]['forward']:>7.3f} {stages[0]['idle']:>8.3f} {stages[1]['busy']:>8.3f}"
+              f" {stages[1]['forward']:>7.3f} {stages[1]['idle']:>8.3f} {step_ms:>8.1f} {max(stash_g):>12}"
               f" {max(stash_1):>11} {max(act_g):>10} {max(act_1):>10}")
         bubble_rows.append({"m": m, "formula": (2 - 1) / (m + 2 - 1), "measured": measured, "step_ms_gpipe": step_ms,
-                            "stages": [{"busy": st["busy"], "idle": st["idle"]} for st in stages],
+                            "stages": [{"busy": st["busy"], "forward": st["forward"], "idle": st["idle"]}
+                                       for st in stages],
                             "peak_stash_gpipe": max(stash_g), "peak_stash_1f1b": max(stash_1),
                             "peak_activation_gpipe": max(act_g), "peak_activation_1f1b": max(act_1)})
     if args.bubble_only:

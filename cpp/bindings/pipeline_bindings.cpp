@@ -42,10 +42,11 @@ void init_pipeline(py::module_& m) {
           .def_property_readonly("num_microbatches", &PipelineStrategy::num_microbatches)
           .def_property_readonly("mesh", &PipelineStrategy::mesh)
           // Per device in mesh order, for the model compiled last: its first layer, seconds busy
-          // (forward + backward) and idle since the profile was reset, and the peak bytes of stashed
-          // micro-batch inputs in the last step.
+          // (forward + backward), of which forward, and idle since the profile was reset, and the
+          // peak bytes of stashed micro-batch inputs in the last step.
           .def("stage_starts", [](const PipelineStrategy& s) { return compiled_executor(s).stage_starts(); })
           .def("busy_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).busy_seconds(); })
+          .def("forward_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).forward_seconds(); })
           .def("idle_seconds", [](const PipelineStrategy& s) { return compiled_executor(s).idle_seconds(); })
           .def("peak_stash_bytes", [](const PipelineStrategy& s) { return compiled_executor(s).peak_stash_bytes(); })
           .def("peak_activation_bytes",

@@ -190,6 +190,9 @@ def test_step_time_breakdown_has_each_stage_busy_and_idle(logical_cpus, data):
     assert len(report["stages"]) == 2
     for stage in report["stages"]:
         assert stage["busy"] > 0 and stage["idle"] >= 0
+        # Both passes ran and add up to busy.
+        assert stage["forward"] > 0 and stage["backward"] > 0
+        assert stage["forward"] + stage["backward"] == pytest.approx(stage["busy"])
     assert pp.stage_report(model)["stage_starts"] == [0, 2, 5]
     # The simulated bubble of the schedule is the formula.
     assert _core.pipeline_bubble_fraction("gpipe", 4, 8) == pytest.approx(3 / 11)

@@ -42,6 +42,7 @@ struct PipelineExecutor::Device {
   double loss_sum = 0;
   std::int64_t stash_bytes = 0, peak_stash = 0;
   double busy = 0;       // forward + backward seconds since reset_profile
+  double forward = 0;    // busy's forward part (a recomputed forward counts as backward)
   double idle = 0;       // seconds waiting inside the schedule's span since reset_profile
   double step_busy = 0;  // this step's share of busy
   Clock::time_point schedule_end;
@@ -450,6 +451,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           }
           const double busy = seconds_since(t);
           dev.busy += busy;
+          dev.forward += busy;
           dev.step_busy += busy;
           dev.profile.compute += busy;
           break;
@@ -846,6 +848,7 @@ void PipelineExecutor::reset_profile() {
   for (auto& dev : devices_) {
     dev->profile = StepProfile{};
     dev->busy = 0;
+    dev->forward = 0;
     dev->idle = 0;
   }
   wall_ = 0;
@@ -854,6 +857,12 @@ void PipelineExecutor::reset_profile() {
 std::vector<double> PipelineExecutor::busy_seconds() const {
   std::vector<double> out;
   for (const auto& dev : devices_) out.push_back(dev->busy);
+  return out;
+}
+
+std::vector<double> PipelineExecutor::forward_seconds() const {
+  std::vector<double> out;
+  for (const auto& dev : devices_) out.push_back(dev->forward);
   return out;
 }
 

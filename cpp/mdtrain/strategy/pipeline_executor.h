@@ -108,6 +108,11 @@ class PipelineExecutor final : public StepExecutor {
   // over the batch axis and the optimizer update that follow are not bubble (profile()).
   std::vector<double> busy_seconds() const;
   std::vector<double> idle_seconds() const;
+  // Per device: busy_seconds' forward part (the last stage's includes the loss; a forward run
+  // again before its backward, with recomputation, counts as backward). The bubble formula assumes
+  // equal forwards and equal backwards across stages, not only equal sums: with 2 stages whose
+  // forwards differ, the later one waits the difference for every micro-batch.
+  std::vector<double> forward_seconds() const;
   // Per device: the most bytes of micro-batch inputs it held stashed at once in the last
   // training step (1F1B holds at most stages - s micro-batches, GPipe all of them).
   std::vector<std::int64_t> peak_stash_bytes() const;

@@ -913,10 +913,11 @@ class Model:
                "compute": max(p["compute"] for p in profile) / steps,
                "communication": first["allreduce"] / steps, "update": first["update"] / steps}
         out["idle"] = max(0.0, out["step"] - out["compute"] - out["communication"] - out["update"])
-        # Pipeline parallelism: each device's busy (forward + backward) and idle (bubble) time
-        # within the pipeline's span (the update after it is "update", not bubble).
+        # Pipeline parallelism: each device's busy (forward + backward, and the two apart) and idle
+        # (bubble) time within the pipeline's span (the update after it is "update", not bubble).
         if stage_devices is not None:
-            out["stages"] = [{"device": d["device"], "busy": d["busy"] / steps, "idle": d["idle"] / steps}
+            out["stages"] = [{"device": d["device"], "busy": d["busy"] / steps, "forward": d["forward"] / steps,
+                              "backward": (d["busy"] - d["forward"]) / steps, "idle": d["idle"] / steps}
                              for d in stage_devices]
         return out
 

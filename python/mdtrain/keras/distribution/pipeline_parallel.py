@@ -144,7 +144,8 @@ class PipelineParallel(_PipeAxisDistribution):
 
     def stage_report(self, model):
         """Per device of this worker in mesh order, once ``model`` trained: its stage's first layer, seconds busy
-        (forward + backward) and idle (the bubble: the rest of the pipeline's span, from the step's start
+        (forward + backward), ``forward`` (busy's forward part: the last stage's includes the loss, a
+        recomputed forward counts as backward) and idle (the bubble: the rest of the pipeline's span, from the step's start
         to the end of the last device's schedule; the update after it is not counted) since the profile
         was reset,
         ``peak_stash_bytes``: the peak bytes of micro-batch inputs it held stashed in the last step, and
@@ -160,10 +161,10 @@ class PipelineParallel(_PipeAxisDistribution):
         first = core.worker_index * len(busy)
         devices = [str(d) for d in self.device_mesh.devices.reshape(-1)][first:first + len(busy)]
         return {"stage_starts": starts, "gathers": int(core.gathers()), "stages_whole": bool(core.stages_whole()),
-                "devices": [{"device": d, "busy": float(b), "idle": float(i), "peak_stash_bytes": int(s),
-                             "peak_activation_bytes": int(a)}
-                            for d, b, i, s, a in zip(devices, busy, core.idle_seconds(), core.peak_stash_bytes(),
-                                                     core.peak_activation_bytes())]}
+                "devices": [{"device": d, "busy": float(b), "forward": float(f), "idle": float(i),
+                             "peak_stash_bytes": int(s), "peak_activation_bytes": int(a)}
+                            for d, b, f, i, s, a in zip(devices, busy, core.forward_seconds(), core.idle_seconds(),
+                                                        core.peak_stash_bytes(), core.peak_activation_bytes())]}
 
     def __repr__(self):
         return (f"<PipelineParallel device_mesh={self.device_mesh}, num_microbatches={self._num_microbatches}, "
