@@ -182,6 +182,7 @@ class Cluster:
                 + (f" ({self.concurrent_speedup:.2f}x one thread's GEMM work when all run at once: replayed on "
                    f"{self.effective_cores})"
                    if self.concurrent_speedup is not None else "")
+                + "".join(f", {n} replicas' step {s * 1e3:.3g} ms" for n, s in self.replica_step_overhead)
                 + "".join(f", MPI x{n}: all-reduce {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s, "
                           f"step {s * 1e3:.3g} ms" for n, ab, s in self.mpi_processes)
                 + (f", pipeline message {self.pipeline_message_s * 1e6:.3g} us, step "
@@ -277,21 +278,11 @@ def _measure_threads_link(core, repeats, ranks=2):
 
 
 _OVERHEAD_SCRIPT = r"""
-import sys, numpy as np
+import sys
 import mdtrain as tf
+from mdtrain.plan.one_weight_step import best_step
 n = int(sys.argv[1])
-model_strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
-with model_strategy.scope():
-    m = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
-    m.compile(optimizer="sgd", loss="mse")
-x = np.zeros((n * 200, 1), np.float32)
-m.fit(x[:n * 20], x[:n * 20], batch_size=n, epochs=1, verbose=0)
-best = 1.0
-for _ in range(3):
-    m._core.reset_profile()
-    m.fit(x, x, batch_size=n, epochs=1, verbose=0, shuffle=False)
-    best = min(best, m.step_time_breakdown()["step"])
-print(best)
+print(best_step(tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)]).scope(), n))
 """
 
 
