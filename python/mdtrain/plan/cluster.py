@@ -57,6 +57,11 @@ class Cluster:
     # running them at once get done (cores on an idle machine; less when other work holds cores).
     # The replay deals devices over that many cores, rounded (effective_cores). None: not measured.
     concurrent_speedup: float = None
+    # Measured on this machine: the memory bandwidth `cores` threads streaming at once get, as a
+    # share of `cores` times one thread's alone (1: it scales with the cores; 1/cores: the cores
+    # together stream no faster than one). An optimizer update is memory bound, so an update
+    # running while other cores work takes its alone time / this share. None: not measured.
+    concurrent_bandwidth_share: float = None
 
     def step_overhead(self, replicas):
         """The measured fixed cost of a step of `replicas` replicas (0 when not measured)."""
@@ -138,7 +143,7 @@ class Cluster:
     def measure(devices=None, repeats=5, mpi=True, pipeline=True):
         """This machine: one logical CPU device per core (or `devices`, which may exceed the cores:
         their compute then shares os.cpu_count() cores), each device's FLOP/s (our core's float32
-        GEMM on one thread), the threads communicator's all-reduce fitted to α–β over 4 KB..4 MB,
+        GEMM on one thread), the threads communicator's all-reduce fitted to α–β over 4 KB..64 MB,
         a copy's memory bandwidth, and the fixed cost of a step of 2, 4, .. and `devices`
         replicas (each timed in a child process). `mpi`: also, when mpirun and an MPI build are
         there, the MPI all-reduce of 2, 4, .. `devices` processes and their step's fixed cost
@@ -151,6 +156,7 @@ class Cluster:
         flops = measure_core_gemm_flops(repeats)
         speedup = measure_concurrent_speedup(os.cpu_count() or 1)
         bandwidth = _measure_copy_bandwidth(repeats)
+        bandwidth_share = measure_bandwidth_share(os.cpu_count() or 1)
         link = _measure_threads_link(_core, repeats)
         mem = _physical_memory_bytes() / n
         counts = sorted({2 ** i for i in range(1, n.bit_length()) if 2 ** i <= n} | ({n} if n > 1 else set()))
@@ -164,7 +170,8 @@ class Cluster:
             from mdtrain.plan.probes import measure_pipeline_messages
             message_s, step_s = measure_pipeline_messages()
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
-                       cores=os.cpu_count() or 1, concurrent_speedup=speedup, mpi_processes=processes,
+                       cores=os.cpu_count() or 1, concurrent_speedup=speedup,
+                       concurrent_bandwidth_share=bandwidth_share, mpi_processes=processes,
                        mpi_source=mpi_source,
                        pipeline_message_s=message_s, pipeline_step_overhead_s=step_s,
                        peak_flops=flops, memory_bytes=mem,
@@ -182,6 +189,8 @@ class Cluster:
                 + (f" ({self.concurrent_speedup:.2f}x one thread's GEMM work when all run at once: replayed on "
                    f"{self.effective_cores})"
                    if self.concurrent_speedup is not None else "")
+                + (f", memory bandwidth of all cores at once {self.concurrent_bandwidth_share:.2f} x theirs alone"
+                   if self.concurrent_bandwidth_share is not None else "")
                 + "".join(f", {n} replicas' step {s * 1e3:.3g} ms" for n, s in self.replica_step_overhead)
                 + "".join(f", MPI x{n}: all-reduce {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s, "
                           f"step {s * 1e3:.3g} ms" for n, ab, s in self.mpi_processes)
@@ -235,6 +244,39 @@ def measure_concurrent_speedup(threads, n=256, calls=100, repeats=5):
     return float(min(threads, max(1.0, np.median(ratios))))
 
 
+def measure_bandwidth_share(threads, nbytes=64 << 20, repeats=5):
+    """The bandwidth `threads` threads copying their own `nbytes` at once get together, over
+    `threads` times one thread's alone (the best of `repeats` each; numpy's copy releases the
+    GIL). 1.0 for one thread."""
+    if threads <= 1:
+        return 1.0
+    src = [np.ones(nbytes // 4, dtype=np.float32) for _ in range(threads)]
+    dst = [np.empty_like(a) for a in src]
+    for a, b in zip(src, dst):
+        np.copyto(b, a)  # first touch
+
+    def wall(k):
+        best = float("inf")
+        for _ in range(repeats):
+            start = threading.Barrier(k + 1)
+
+            def copy(i):
+                start.wait()
+                np.copyto(dst[i], src[i])
+
+            ts = [threading.Thread(target=copy, args=(i,)) for i in range(k)]
+            for th in ts:
+                th.start()
+            start.wait()
+            t = time.perf_counter()
+            for th in ts:
+                th.join()
+            best = min(best, time.perf_counter() - t)
+        return best
+
+    return float(min(1.0, wall(1) / wall(threads)))
+
+
 def _measure_copy_bandwidth(repeats, nbytes=64 << 20):
     src = np.ones(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
@@ -251,13 +293,17 @@ def _measure_threads_link(core, repeats, ranks=2):
     C++ call releases the GIL) and fits α–β to them; returned per point-to-point transfer, i.e. the
     all-reduce's fit divided back through the ring's 2(n-1) messages and 2(n-1)/n of the bytes."""
     comms = core.make_communicators("threads", ranks)
-    sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20]
+    # Up to 64 MB: the models' gradients are tens of MB, which stream from memory, not from the
+    # caches that hold the 4 MB buffers (a fit of 4 KB..4 MB put the heavy MLP's ZeRO-1
+    # reduce-scatter + all-gather of 23 MB at a fifth of the communication its step measured).
+    sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
     times = {s: float("inf") for s in sizes}
-    iters = 20
 
     def run(rank, out):
         for s in sizes:
             buf = np.ones(s // 4, dtype=np.float32)
+            iters = 20 if s <= 4 << 20 else 4
+            comms[rank].all_reduce(buf)  # first touch
             for _ in range(repeats):
                 comms[rank].barrier()
                 t = time.perf_counter()

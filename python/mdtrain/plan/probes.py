@@ -2,7 +2,7 @@
 see, each timed in child processes (so the caller's process, its devices and MPI stay untouched):
 
 - MPI between worker processes (MultiWorkerMirroredStrategy): under `mpirun -n k`, all-reduces of
-  the MPI communicator at 4 KB..4 MB (the median of 5 rounds of 10, rank 0's clock) fitted to
+  the MPI communicator at 4 KB..16 MB (the median of 5 rounds of 10, rank 0's clock) fitted to
   α–β, and the step of a one-weight model under MultiWorkerMirroredStrategy (one_weight_step.py:
   what a step of k workers costs besides their work). With k processes on fewer cores, both
   include the oversubscription (MPI waits by polling).
@@ -21,7 +21,7 @@ import time
 
 from mdtrain.plan.alpha_beta import fit_alpha_beta
 
-MPI_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
+MPI_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)  # up to the size of a 25 MiB gradient bucket
 
 _MPI_SCRIPT = r"""
 import json, sys, time
@@ -79,7 +79,7 @@ def measure_mpi_processes(counts, timeout=180):
         out.append((k, fit_alpha_beta(r["sizes"], r["seconds"]), float(r["step"])))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return tuple(out), (f"MPI measured {stamp} under mpirun -n {'/'.join(str(k) for k in counts)} "
-                        f"(all-reduce 4 KB..4 MB, one-weight MultiWorkerMirrored step)")
+                        f"(all-reduce 4 KB..16 MB, one-weight MultiWorkerMirrored step)")
 
 
 _PIPELINE_SCRIPT = r"""

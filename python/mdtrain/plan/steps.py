@@ -23,9 +23,12 @@
 Replicas of a data-parallel group are identical, so at most `REPLAYED_REPLICAS` of them are
 replayed; collectives are costed for the whole group. On a machine whose devices share cores
 (Cluster.cores: this one) every device is replayed and its compute and update also hold a core, so
-n devices on fewer cores run at most that many at once; a pipeline's receive there costs the
-measured per-message send + wake-up, and MultiWorkerMirrored's all-reduces are the measured MPI
-ones (Cluster.mpi_processes)."""
+n devices on fewer cores run at most that many at once; a device's layer that runs while another
+core computes costs the profile's shared time (measured while every core ran a copy of the model:
+the cores share memory bandwidth and caches), alone the alone time (simulate.py applies it to
+the overlapping part of each task); a pipeline's receive there costs the measured per-message
+send + wake-up, and MultiWorkerMirrored's all-reduces are the measured MPI ones
+(Cluster.mpi_processes)."""
 import dataclasses
 
 from mdtrain.plan import collectives
@@ -133,6 +136,14 @@ class _Compute:
                             shared_duration=shared)
 
 
+def add_update(sim, name, resources, seconds, profile, cluster, scale):
+    """An optimizer update: memory bound, so while other cores work it takes its alone time over
+    the measured share of memory bandwidth the cores get together (when measured)."""
+    share = cluster.concurrent_bandwidth_share
+    shared = seconds / share if contention_measured(profile, cluster, scale) and share else None
+    return sim.add(name, resources, seconds, category=UPDATE, shared_duration=shared)
+
+
 def replayed_devices(cluster, n):
     """The devices replayed of a group of n identical ones: every one when they share cores
     (this machine: the cores decide the step), else at most REPLAYED_REPLICAS."""
@@ -193,20 +204,20 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
     slots = profile.optimizer_slots
     if n == 1:
         for j, d in enumerate(replayed):
-            sim.add(f"{d} update", on_core(cluster, d, j),
-                    update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
+            add_update(sim, f"{d} update", on_core(cluster, d, j),
+                       update_seconds(profile.params, slots, cluster, profile, scale), profile, cluster, scale)
         memory = params_bytes * (2 + slots)
     elif sync == "bucketed":
         for j, d in enumerate(replayed):
             sim.add(f"{d} wait buckets", d, 0.0, deps=tuple(pending_buckets), category=COMMUNICATION)
-            sim.add(f"{d} update", on_core(cluster, d, j),
-                    update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
+            add_update(sim, f"{d} update", on_core(cluster, d, j),
+                       update_seconds(profile.params, slots, cluster, profile, scale), profile, cluster, scale)
         memory = params_bytes * (2 + slots)
     elif sync == "zero1":
         sim.add("reduce-scatter", group, collectives.reduce_scatter(params_bytes, n, cluster), category=COMMUNICATION)
         for j, d in enumerate(replayed):
-            sim.add(f"{d} update shard", on_core(cluster, d, j),
-                    update_seconds(profile.params / n, slots, cluster, profile, scale), category=UPDATE)
+            add_update(sim, f"{d} update shard", on_core(cluster, d, j),
+                       update_seconds(profile.params / n, slots, cluster, profile, scale), profile, cluster, scale)
         sim.add("all-gather", group, collectives.all_gather(params_bytes, n, cluster), category=COMMUNICATION)
         memory = params_bytes * (2 + slots / n)
     elif sync == "parameter_device":
@@ -287,8 +298,8 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
                 collectives.all_reduce(local_values * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
     slots = profile.optimizer_slots
     for j, d in enumerate(devs):
-        sim.add(f"{d} update", on_core(cluster, d, j),
-                update_seconds(local_values, slots, cluster, profile, scale), category=UPDATE)
+        add_update(sim, f"{d} update", on_core(cluster, d, j),
+                   update_seconds(local_values, slots, cluster, profile, scale), profile, cluster, scale)
     timeline = sim.run()
     act = rows * BYTES_PER_VALUE * (profile.input_values +
                                     sum(layer.activation_values / shard(i) for i, layer in enumerate(layers)))
@@ -403,9 +414,8 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
         if dp > 1 and stage_values[s]:
             sim.add(f"{d} gradient all-reduce", (d, f"net{s}"),
                     collectives.all_reduce(stage_values[s] * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
-        sim.add(f"{d} update", on_core(cluster, d, s * dp),
-                update_seconds(stage_values[s], slots, cluster, profile, scale),
-                category=UPDATE)
+        add_update(sim, f"{d} update", on_core(cluster, d, s * dp),
+                   update_seconds(stage_values[s], slots, cluster, profile, scale), profile, cluster, scale)
     timeline = sim.run()
     # The bubble: inside the pipeline's span (up to the last backward anywhere), the time a
     # stage does not compute; after the span, waiting for the slowest stage's update is exposed
