@@ -17,7 +17,8 @@ this script's --worker mode). The machine has os.cpu_count() cores: 4 devices or
 cores share them, and the planner is told so (Cluster.cores). --quick (12 steps, 2 repeats,
 GPipe only) measures the whole table in about 10 minutes on 2 idle cores.
 
-Prints a markdown table and writes bench/results/plan_accuracy.json with the load average before
+Each timed fit lasts at least MIN_FIT_SECONDS (more epochs over the same batches for fast
+models), after an untimed whole fit. Prints a markdown table and writes bench/results/plan_accuracy.json with the load average before
 and after, the cluster as measured, and each row's predicted and measured breakdown. Spinning
 collectives and every timing here want an idle machine: quote the load with the table.
 """
@@ -74,18 +75,28 @@ def data(model_name, batch, steps):
     return rng.random((batch * steps,) + shape, dtype=np.float32), rng.integers(0, 10, batch * steps)
 
 
-def measured_step(model, x, y, batch, repeats):
+MIN_FIT_SECONDS = 0.3
+
+
+def measured_step(model, x, y, batch, repeats, agree=None):
     """The best of `repeats` fits' step time, that fit's breakdown (seconds per step), and the
     slowest fit's step ("worst_step": the spread says how much the machine moved meanwhile). A
     whole fit first, untimed: a freshly built model's first steps pay page faults of its
     activations, gradients and optimizer slots and the threads' start, which no later step pays
     (a row measured right after its model was built once read 1.6x its neighbour for the same
-    work)."""
+    work). Each timed fit runs enough epochs over the data to last MIN_FIT_SECONDS (as the
+    warm-up fit took; at most 50): 30 steps of the seed MLP are 5 ms, which one preemption
+    doubles, so its rows moved by 1.5x between runs. `agree`: maps this process's epoch count to
+    the one every MPI worker uses (they must run the same steps)."""
+    t = time.perf_counter()
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)  # warm-up
+    epochs = int(min(50, max(1, np.ceil(MIN_FIT_SECONDS / (time.perf_counter() - t)))))
+    if agree is not None:
+        epochs = agree(epochs)
     best, worst = None, 0.0
     for _ in range(repeats):
         model._core.reset_profile()
-        model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+        model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, shuffle=False)
         b = model.step_time_breakdown()
         worst = max(worst, b["step"])
         if best is None or b["step"] < best["step"]:
@@ -105,10 +116,18 @@ def find(plans, name, n, **settings):
 def worker_main(args):
     """One MPI process of a MultiWorkerMirrored case: rank 0 prints its measurement."""
     import mdtrain as tf
+    from mdtrain import _core
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     model = build(tf, args.worker, strategy.scope())
     x, y = data(args.worker, args.batch, args.steps)
-    best = measured_step(model, x, y, args.batch, args.repeats)
+    comm = _core.make_communicators("mpi")[0]
+
+    def agree(epochs):  # the workers' mean, rounded up: the same on every rank
+        total = np.array([epochs], np.float32)
+        comm.all_reduce(total)
+        return int(np.ceil(total[0] / comm.size))
+
+    best = measured_step(model, x, y, args.batch, args.repeats, agree)
     if strategy.should_checkpoint:
         print("WORKER " + json.dumps(best), flush=True)
 

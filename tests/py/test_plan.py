@@ -345,6 +345,18 @@ def test_multi_worker_on_one_host_is_costed_from_the_measured_mpi_figures():
     assert all("not measured" in p.skipped for p in plans if p.strategy_name == "MultiWorkerMirroredStrategy")
 
 
+def test_collectives_of_devices_of_one_host_use_the_measured_threads_all_reduce():
+    from mdtrain.plan import collectives
+    slow = AlphaBeta(1e-3, 1e-9)
+    cluster = cpu_cluster(4, cores=2, threads_all_reduce=((4, slow),))
+    assert collectives.all_reduce(1e6, 4, cluster) == pytest.approx(slow.time(1e6))
+    assert collectives.reduce_scatter(1e6, 4, cluster) == pytest.approx(slow.time(1e6) / 2)
+    # Another group size keeps the link's ring model.
+    assert collectives.all_reduce(1e6, 2, cluster) == collectives.all_reduce(1e6, 2, cpu_cluster(4, cores=2))
+    zero = steps.data_parallel(synthetic_profile(), cluster, 4, 64, sync="zero1")
+    assert zero.breakdown["communication"] >= slow.time(synthetic_profile().param_bytes) - 1e-12
+
+
 # ---- against measurement ------------------------------------------------------------------------
 
 def test_prediction_of_the_seed_mlp_is_the_measured_order_of_magnitude(logical_cpus):

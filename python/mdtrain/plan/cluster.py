@@ -62,6 +62,11 @@ class Cluster:
     # together stream no faster than one). An optimizer update is memory bound, so an update
     # running while other cores work takes its alone time / this share. None: not measured.
     concurrent_bandwidth_share: float = None
+    # Measured on this machine: the α–β of a whole all-reduce of the threads communicator (the
+    # collectives of devices of one process) per rank count, as ((n, AlphaBeta), ...); the
+    # collectives of n devices of one host use it rather than the link's ring model (with more
+    # devices than cores a rank waits for a peer without a core). Empty: not measured.
+    threads_all_reduce: tuple = ()
 
     def step_overhead(self, replicas):
         """The measured fixed cost of a step of `replicas` replicas (0 when not measured)."""
@@ -144,6 +149,7 @@ class Cluster:
         """This machine: one logical CPU device per core (or `devices`, which may exceed the cores:
         their compute then shares os.cpu_count() cores), each device's FLOP/s (our core's float32
         GEMM on one thread), the threads communicator's all-reduce fitted to α–β over 4 KB..64 MB,
+        the whole all-reduce of 2, 4, .. and `devices` ranks (the collectives of that many devices),
         a copy's memory bandwidth, and the fixed cost of a step of 2, 4, .. and `devices`
         replicas (each timed in a child process). `mpi`: also, when mpirun and an MPI build are
         there, the MPI all-reduce of 2, 4, .. `devices` processes and their step's fixed cost
@@ -157,9 +163,10 @@ class Cluster:
         speedup = measure_concurrent_speedup(os.cpu_count() or 1)
         bandwidth = _measure_copy_bandwidth(repeats)
         bandwidth_share = measure_bandwidth_share(os.cpu_count() or 1)
-        link = _measure_threads_link(_core, repeats)
         mem = _physical_memory_bytes() / n
         counts = sorted({2 ** i for i in range(1, n.bit_length()) if 2 ** i <= n} | ({n} if n > 1 else set()))
+        all_reduces = {k: measure_threads_all_reduce(_core, repeats, k) for k in sorted(set(counts) | {2})}
+        link = link_of_all_reduce(all_reduces[2], 2)
         overhead = tuple((k, _measure_replica_step_overhead(k)) for k in counts)
         processes, mpi_source = (), "MPI not measured (mpi=False)"
         if mpi:
@@ -171,7 +178,8 @@ class Cluster:
             message_s, step_s = measure_pipeline_messages()
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
                        cores=os.cpu_count() or 1, concurrent_speedup=speedup,
-                       concurrent_bandwidth_share=bandwidth_share, mpi_processes=processes,
+                       concurrent_bandwidth_share=bandwidth_share,
+                       threads_all_reduce=tuple((k, all_reduces[k]) for k in counts), mpi_processes=processes,
                        mpi_source=mpi_source,
                        pipeline_message_s=message_s, pipeline_step_overhead_s=step_s,
                        peak_flops=flops, memory_bytes=mem,
@@ -191,6 +199,8 @@ class Cluster:
                    if self.concurrent_speedup is not None else "")
                 + (f", memory bandwidth of all cores at once {self.concurrent_bandwidth_share:.2f} x theirs alone"
                    if self.concurrent_bandwidth_share is not None else "")
+                + "".join(f", threads all-reduce x{n}: {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s"
+                          for n, ab in self.threads_all_reduce)
                 + "".join(f", {n} replicas' step {s * 1e3:.3g} ms" for n, s in self.replica_step_overhead)
                 + "".join(f", MPI x{n}: all-reduce {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s, "
                           f"step {s * 1e3:.3g} ms" for n, ab, s in self.mpi_processes)
@@ -244,10 +254,13 @@ def measure_concurrent_speedup(threads, n=256, calls=100, repeats=5):
     return float(min(threads, max(1.0, np.median(ratios))))
 
 
-def measure_bandwidth_share(threads, nbytes=64 << 20, repeats=5):
-    """The bandwidth `threads` threads copying their own `nbytes` at once get together, over
-    `threads` times one thread's alone (the best of `repeats` each; numpy's copy releases the
-    GIL). 1.0 for one thread."""
+def measure_bandwidth_share(threads, nbytes=64 << 20, copies=2, repeats=9):
+    """The bandwidth `threads` threads each copying their own `nbytes` `copies` times at once get
+    together, over `threads` times one thread's alone (numpy's copy releases the GIL). The median
+    wall time of `repeats` rounds each, not the best: the best of a few single copies read
+    anywhere from 0.5 to 0.97 on this machine in one minute (a round whose threads barely
+    overlapped looks like free bandwidth); the median of rounds of two copies 0.5 to 0.77.
+    1.0 for one thread."""
     if threads <= 1:
         return 1.0
     src = [np.ones(nbytes // 4, dtype=np.float32) for _ in range(threads)]
@@ -256,13 +269,14 @@ def measure_bandwidth_share(threads, nbytes=64 << 20, repeats=5):
         np.copyto(b, a)  # first touch
 
     def wall(k):
-        best = float("inf")
+        rounds = []
         for _ in range(repeats):
             start = threading.Barrier(k + 1)
 
             def copy(i):
                 start.wait()
-                np.copyto(dst[i], src[i])
+                for _ in range(copies):
+                    np.copyto(dst[i], src[i])
 
             ts = [threading.Thread(target=copy, args=(i,)) for i in range(k)]
             for th in ts:
@@ -271,8 +285,8 @@ def measure_bandwidth_share(threads, nbytes=64 << 20, repeats=5):
             t = time.perf_counter()
             for th in ts:
                 th.join()
-            best = min(best, time.perf_counter() - t)
-        return best
+            rounds.append(time.perf_counter() - t)
+        return float(np.median(rounds))
 
     return float(min(1.0, wall(1) / wall(threads)))
 
@@ -288,10 +302,11 @@ def _measure_copy_bandwidth(repeats, nbytes=64 << 20):
     return 2.0 * nbytes / best  # read + write
 
 
-def _measure_threads_link(core, repeats, ranks=2):
-    """Times all-reduces of 2 ranks of the threads communicator (one Python thread per rank; the
-    C++ call releases the GIL) and fits α–β to them; returned per point-to-point transfer, i.e. the
-    all-reduce's fit divided back through the ring's 2(n-1) messages and 2(n-1)/n of the bytes."""
+def measure_threads_all_reduce(core, repeats, ranks):
+    """α–β of a whole all-reduce of `ranks` ranks of the threads communicator (one Python thread
+    per rank; the C++ call releases the GIL), fitted to the best of `repeats` rounds at each size.
+    With more ranks than cores it includes what the oversubscription costs (a rank waits for a
+    peer that has no core)."""
     comms = core.make_communicators("threads", ranks)
     # Up to 64 MB: the models' gradients are tens of MB, which stream from memory, not from the
     # caches that hold the 4 MB buffers (a fit of 4 KB..4 MB put the heavy MLP's ZeRO-1
@@ -318,7 +333,12 @@ def _measure_threads_link(core, repeats, ranks=2):
     run(0, times)
     for th in threads:
         th.join()
-    fit = fit_alpha_beta(sizes, [times[s] for s in sizes])
+    return fit_alpha_beta(sizes, [times[s] for s in sizes])
+
+
+def link_of_all_reduce(fit, ranks):
+    """One point-to-point transfer's α–β from a whole ring all-reduce's: the fit divided back
+    through the ring's 2(n-1) messages and 2(n-1)/n of the bytes."""
     steps = 2 * (ranks - 1)
     return AlphaBeta(fit.alpha / steps, fit.beta * ranks / steps)
 

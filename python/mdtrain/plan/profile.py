@@ -195,27 +195,35 @@ def profile_rows(largest):
 
 
 def _median_layer_times(core, model, rows, repeats, shared_by=1):
-    """Seconds per layer, the median of `repeats` single timings: a sustained step pays the
-    typical time, not the best (the timer's own best-of-k picks a moment with a free core, which on
-    a loaded machine is far from what a step gets). With shared_by > 1, shared_by - 1 other threads
-    time their own copies through the same timer all the while (the binding releases the GIL), so
-    each timing is of a layer competing for memory bandwidth and caches as a replica's does."""
+    """Seconds per layer at each of `rows` (an array rows x layers), the median of `repeats`
+    single timings: a sustained step pays the typical time, not the best (the timer's own best-of-k
+    picks a moment with a free core, which on a loaded machine is far from what a step gets). The
+    row counts are timed in interleaved rounds, so a burst of other work slows one timing of
+    several row counts rather than every timing of one. With shared_by > 1, shared_by - 1 other
+    threads time their own copies at the same row count through the same timer all the while (the
+    binding releases the GIL), so each timing is of a layer competing for memory bandwidth and
+    caches as a replica's does."""
     stop = threading.Event()
+    current = [rows[0]]
 
     def compete():
         while not stop.is_set():
-            core.measure_layer_times(model._core, rows, 1)
+            core.measure_layer_times(model._core, current[0], 1)
 
     others = [threading.Thread(target=compete, daemon=True) for _ in range(shared_by - 1)]
     for th in others:
         th.start()
+    runs = {r: [] for r in rows}
     try:
-        runs = [core.measure_layer_times(model._core, rows, 1) for _ in range(repeats)]
+        for _ in range(repeats):
+            for r in rows:
+                current[0] = r
+                runs[r].append(core.measure_layer_times(model._core, r, 1))
     finally:
         stop.set()
         for th in others:
             th.join()
-    return np.median(np.asarray(runs, dtype=np.float64), axis=0) * 1e-9
+    return np.stack([np.median(np.asarray(runs[r], dtype=np.float64), axis=0) for r in rows]) * 1e-9
 
 
 def _points(rows, times):
@@ -253,8 +261,8 @@ def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, share
         _core.set_cpu_threads(threads)
     try:
         _core.measure_layer_times(model._core, rows[-1], 1)  # warm-up: first-touch page faults
-        alone = [_median_layer_times(_core, model, r, repeats) for r in rows]
-        together = [_median_layer_times(_core, model, r, repeats, cores) for r in rows] if shared else None
+        alone = _median_layer_times(_core, model, rows, repeats)
+        together = _median_layer_times(_core, model, rows, repeats, cores) if shared else None
         threads = _core.cpu_thread_count()
     finally:
         _core.set_cpu_threads(before)
