@@ -51,7 +51,9 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
     # Every power of two up to the global batch: each per-device batch and micro-batch the plans
     # below cost is one of them (or lies between two).
     rows = profile_rows(global_batch_size)
-    prof = profile if profile is not None else profile_model(model, rows=rows, threads=1)
+    # The shared timings (every core running a copy) are only used on the machine profiled.
+    prof = profile if profile is not None else profile_model(model, rows=rows, threads=1,
+                                                             shared=None if cluster.cores is not None else False)
     alone = prof if alone_profile is None else alone_profile
     if cluster.name == "this-machine" and profile is None and alone_profile is None:
         alone = profile_model(model, rows=rows, threads=None)
