@@ -256,11 +256,11 @@ def measure_concurrent_speedup(threads, n=256, calls=100, repeats=5):
 
 def measure_bandwidth_share(threads, nbytes=64 << 20, copies=2, repeats=9):
     """The bandwidth `threads` threads each copying their own `nbytes` `copies` times at once get
-    together, over `threads` times one thread's alone (numpy's copy releases the GIL). The median
-    wall time of `repeats` rounds each, not the best: the best of a few single copies read
-    anywhere from 0.5 to 0.97 on this machine in one minute (a round whose threads barely
-    overlapped looks like free bandwidth); the median of rounds of two copies 0.5 to 0.77.
-    1.0 for one thread."""
+    together, over `threads` times one thread's alone (numpy's copy releases the GIL): the median,
+    over `repeats` pairs of rounds (one thread, then all), of each pair's ratio. Pairs, so a drift
+    in what the machine gives (other tenants of the host, other work here) moves both rounds of a
+    pair; the best of a few single copies read anywhere from 0.5 to 0.97 on this machine within
+    one minute. 1.0 for one thread."""
     if threads <= 1:
         return 1.0
     src = [np.ones(nbytes // 4, dtype=np.float32) for _ in range(threads)]
@@ -269,26 +269,24 @@ def measure_bandwidth_share(threads, nbytes=64 << 20, copies=2, repeats=9):
         np.copyto(b, a)  # first touch
 
     def wall(k):
-        rounds = []
-        for _ in range(repeats):
-            start = threading.Barrier(k + 1)
+        start = threading.Barrier(k + 1)
 
-            def copy(i):
-                start.wait()
-                for _ in range(copies):
-                    np.copyto(dst[i], src[i])
-
-            ts = [threading.Thread(target=copy, args=(i,)) for i in range(k)]
-            for th in ts:
-                th.start()
+        def copy(i):
             start.wait()
-            t = time.perf_counter()
-            for th in ts:
-                th.join()
-            rounds.append(time.perf_counter() - t)
-        return float(np.median(rounds))
+            for _ in range(copies):
+                np.copyto(dst[i], src[i])
 
-    return float(min(1.0, wall(1) / wall(threads)))
+        ts = [threading.Thread(target=copy, args=(i,)) for i in range(k)]
+        for th in ts:
+            th.start()
+        start.wait()
+        t = time.perf_counter()
+        for th in ts:
+            th.join()
+        return time.perf_counter() - t
+
+    ratios = [wall(1) / wall(threads) for _ in range(repeats)]
+    return float(min(1.0, np.median(ratios)))
 
 
 def _measure_copy_bandwidth(repeats, nbytes=64 << 20):

@@ -260,7 +260,13 @@ def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, share
     if threads is not None:
         _core.set_cpu_threads(threads)
     try:
-        _core.measure_layer_times(model._core, rows[-1], 1)  # warm-up: first-touch page faults
+        # Warm-up: two untimed rounds over every row count. The first round's timings of 8-64
+        # rows of the CNN read 1.3-1.5x every later round's (fresh pages and the allocator
+        # settling for that mix of sizes), which a sustained step never pays; one call at the
+        # largest row count did not settle it, one round not quite at 64 rows.
+        for _ in range(2):
+            for r in rows:
+                _core.measure_layer_times(model._core, r, 1)
         alone = _median_layer_times(_core, model, rows, repeats)
         together = _median_layer_times(_core, model, rows, repeats, cores) if shared else None
         threads = _core.cpu_thread_count()
