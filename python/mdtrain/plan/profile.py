@@ -19,6 +19,7 @@ an assumption, not a measurement."""
 import dataclasses
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -194,12 +195,18 @@ def profile_rows(largest):
     return tuple(out + [int(largest)])
 
 
+MIN_PROFILE_SECONDS = 0.2  # per profile pass: small models get more rounds than `repeats`
+MAX_ROUNDS = 50
+
+
 def _median_layer_times(core, model, rows, repeats, shared_by=1):
-    """Seconds per layer at each of `rows` (an array rows x layers), the median of `repeats`
-    single timings: a sustained step pays the typical time, not the best (the timer's own best-of-k
-    picks a moment with a free core, which on a loaded machine is far from what a step gets). The
-    row counts are timed in interleaved rounds, so a burst of other work slows one timing of
-    several row counts rather than every timing of one. With shared_by > 1, shared_by - 1 other
+    """Seconds per layer at each of `rows` (an array rows x layers), the median of at least
+    `repeats` single timings: a sustained step pays the typical time, not the best (the timer's own
+    best-of-k picks a moment with a free core, which on a loaded machine is far from what a step
+    gets). The row counts are timed in interleaved rounds, so a burst of other work slows one
+    timing of several row counts rather than every timing of one; rounds go on until they took
+    MIN_PROFILE_SECONDS (at most MAX_ROUNDS): the seed MLP's layers take 0.03-0.2 ms, and the
+    median of 5 such timings on every core moved its one-device prediction by 1.5x between runs. With shared_by > 1, shared_by - 1 other
     threads time their own copies at the same row count through the same timer all the while (the
     binding releases the GIL), so each timing is of a layer competing for memory bandwidth and
     caches as a replica's does."""
@@ -214,11 +221,14 @@ def _median_layer_times(core, model, rows, repeats, shared_by=1):
     for th in others:
         th.start()
     runs = {r: [] for r in rows}
+    started = time.perf_counter()
     try:
-        for _ in range(repeats):
+        rounds = 0
+        while rounds < repeats or (time.perf_counter() - started < MIN_PROFILE_SECONDS and rounds < MAX_ROUNDS):
             for r in rows:
                 current[0] = r
                 runs[r].append(core.measure_layer_times(model._core, r, 1))
+            rounds += 1
     finally:
         stop.set()
         for th in others:
