@@ -18,8 +18,9 @@ cores share them, and the planner is told so (Cluster.cores). --quick (12 steps,
 GPipe only) measures the whole table in about 10 minutes on 2 idle cores.
 
 Each timed fit lasts at least MIN_FIT_SECONDS (more epochs over the same batches for fast
-models), after an untimed whole fit. Prints a markdown table and writes bench/results/plan_accuracy.json with the load average before
-and after, the cluster as measured, and each row's predicted and measured breakdown. Spinning
+models), after an untimed whole fit. Prints a markdown table and writes
+bench/results/plan_accuracy.json with the load average before and after, the cluster as measured,
+and each row's predicted and measured breakdown and the slowest fit's step. Spinning
 collectives and every timing here want an idle machine: quote the load with the table.
 """
 import argparse

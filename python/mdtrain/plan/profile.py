@@ -3,17 +3,17 @@ rows it runs on, FLOPs, and parameter and activation bytes.
 
 The times come from the core's own layer timer, the one PipelineParallel(stages="balance_time")
 cuts stages by (measure_layer_times in cpp/mdtrain/strategy/pipeline_strategy.h): forward +
-backward of each layer on a copy of the model, the median of 5 single timings. It is run at every
-power of two from 1 row up to the largest batch a plan gives one device, and a layer's time at
-other row counts is interpolated piecewise-linearly between those points: a layer's time is not
-linear in rows (BLAS kernels change blocking, small calls are dominated by fixed costs), so a
-two-point a + b·rows fit extrapolated to 2-row micro-batches overstated them by up to 2x. Profiles
-without points (synthetic or published ones) keep a + b·rows. Each point is timed twice: alone,
-and while every other core runs its own copy of the model through the same timer (`shared`), which
-is what a device's layer costs when several devices compute at once and share the memory
-bandwidth and caches (the replay uses it for the part of a task that overlaps another core's
-compute: simulate.py). The timer gives
-forward + backward together; they are split by the layer's FLOP ratio (a layer with a kernel:
+backward of each layer on a copy of the model, the median of at least 5 single timings. It is run
+at every power of two from 1 row up to the largest batch a plan gives one device, and a layer's
+time at other row counts is interpolated piecewise-linearly between those points: a layer's time
+is not linear in rows (BLAS kernels change blocking, small calls are dominated by fixed costs), so
+a two-point a + b·rows fit of 16 and 128 rows extrapolated to 2-8-row micro-batches was a guess
+exactly where pipelines need a measurement. Profiles without points (synthetic or published ones)
+keep a + b·rows. Each point is timed twice: alone, and while every other core runs its own copy of
+the model through the same timer (`shared`), which is what a device's layer costs when several
+devices compute at once and share the memory bandwidth and caches (the replay uses it for the part
+of a task that overlaps another core's compute: simulate.py). The timer gives forward + backward
+together; they are split by the layer's FLOP ratio (a layer with a kernel:
 backward = 2 × forward, input and weight gradients; without: backward = forward). That split is
 an assumption, not a measurement."""
 import dataclasses
@@ -205,10 +205,10 @@ def _median_layer_times(core, model, rows, repeats, shared_by=1):
     best-of-k picks a moment with a free core, which on a loaded machine is far from what a step
     gets). The row counts are timed in interleaved rounds, so a burst of other work slows one
     timing of several row counts rather than every timing of one; rounds go on until they took
-    MIN_PROFILE_SECONDS (at most MAX_ROUNDS): the seed MLP's layers take 0.03-0.2 ms, and the
-    median of 5 such timings on every core moved its one-device prediction by 1.5x between runs. With shared_by > 1, shared_by - 1 other
-    threads time their own copies at the same row count through the same timer all the while (the
-    binding releases the GIL), so each timing is of a layer competing for memory bandwidth and
+    MIN_PROFILE_SECONDS (at most MAX_ROUNDS): the seed MLP's layers take 0.03-0.2 ms, and five
+    timings are a small sample of so noisy a time. With shared_by > 1, shared_by - 1 other threads
+    time their own copies at the same row count through the same timer all the while (the binding
+    releases the GIL), so each timing is of a layer competing for memory bandwidth and
     caches as a replica's does."""
     stop = threading.Event()
     current = [rows[0]]
