@@ -302,15 +302,17 @@ def _measure_copy_bandwidth(repeats, nbytes=64 << 20):
 
 def measure_threads_all_reduce(core, repeats, ranks):
     """α–β of a whole all-reduce of `ranks` ranks of the threads communicator (one Python thread
-    per rank; the C++ call releases the GIL), fitted to the best of `repeats` rounds at each size.
-    With more ranks than cores it includes what the oversubscription costs (a rank waits for a
-    peer that has no core)."""
+    per rank; the C++ call releases the GIL), fitted to the median of `repeats` rounds at each
+    size: a step pays the typical all-reduce, not the best (the best of 5 put the heavy MLP's
+    23 MB at 0.8-1 ms on 2 ranks; its median reads 1.65 ms, and the ZeRO-1 step's collectives
+    measure 1.7-2.5 ms). With more ranks than cores it includes what the oversubscription costs
+    (a rank waits for a peer that has no core)."""
     comms = core.make_communicators("threads", ranks)
     # Up to 64 MB: the models' gradients are tens of MB, which stream from memory, not from the
     # caches that hold the 4 MB buffers (a fit of 4 KB..4 MB put the heavy MLP's ZeRO-1
     # reduce-scatter + all-gather of 23 MB at a fifth of the communication its step measured).
     sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
-    times = {s: float("inf") for s in sizes}
+    times = {s: [] for s in sizes}
 
     def run(rank, out):
         for s in sizes:
@@ -323,7 +325,7 @@ def measure_threads_all_reduce(core, repeats, ranks):
                 for _ in range(iters):
                     comms[rank].all_reduce(buf)
                 if rank == 0:
-                    out[s] = min(out[s], (time.perf_counter() - t) / iters)
+                    out[s].append((time.perf_counter() - t) / iters)
 
     threads = [threading.Thread(target=run, args=(r, times)) for r in range(1, ranks)]
     for th in threads:
@@ -331,7 +333,7 @@ def measure_threads_all_reduce(core, repeats, ranks):
     run(0, times)
     for th in threads:
         th.join()
-    return fit_alpha_beta(sizes, [times[s] for s in sizes])
+    return fit_alpha_beta(sizes, [float(np.median(times[s])) for s in sizes])
 
 
 def link_of_all_reduce(fit, ranks):
