@@ -13,7 +13,7 @@ import mdtrain as tf
 from mdtrain import _core
 from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, fit_alpha_beta, fit_benchmark_json, plan
 from mdtrain.plan import probes, steps
-from mdtrain.plan.profile import LayerCost
+from mdtrain.plan.profile import LayerCost, profile_model, profile_rows
 from mdtrain.plan.simulate import Simulator
 
 STRATEGY_NAMES = {"OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CentralStorageStrategy",
@@ -214,6 +214,53 @@ def test_simulator_orders_tasks_per_resource_and_detects_a_deadlock():
         bad.run()
 
 
+def test_overlapping_tasks_on_other_cores_take_their_shared_duration():
+    sim = Simulator()
+    a = sim.add("a", ("dev0", "core0"), 1.0, shared_duration=2.0)
+    b = sim.add("b", ("dev1", "core1"), 1.0, shared_duration=2.0)  # runs beside a the whole time
+    c = sim.add("c", ("dev1", "core1"), 1.0, shared_duration=2.0, deps=(a,))  # after a: alone
+    d = sim.add("d", ("dev2", "core0"), 1.0, shared_duration=2.0)  # same core as a: never beside it
+    timeline = sim.run()
+    assert (a.duration, b.duration) == (pytest.approx(2.0), pytest.approx(2.0))
+    assert d.start >= a.end
+    # c starts when a ends (t = 2) and overlaps d (t = 2..) on the other core: shared too.
+    assert c.start == pytest.approx(2.0) and c.duration == pytest.approx(2.0)
+    assert timeline.makespan == pytest.approx(4.0)
+    lone = Simulator()
+    e = lone.add("e", ("dev0", "core0"), 1.0, shared_duration=3.0)
+    lone.add("f", ("dev1", "core1"), 0.5, deps=(e,), shared_duration=3.0)
+    assert lone.run().makespan == pytest.approx(1.5)  # one after the other: alone durations
+
+
+def test_measured_points_are_interpolated_and_the_linear_fit_kept_without_them():
+    layer = LayerCost(name="d", kind="Dense", params=10, activation_values=4, forward_flops=8.0, backward_flops=16.0,
+                      fixed_s=1.0, per_row_s=1.0, backward_share=2 / 3, points=((1, 1.0), (4, 2.0), (8, 6.0)),
+                      shared_points=((1, 2.0), (4, 4.0), (8, 12.0)))
+    assert [layer.time(r) for r in (1, 2, 4, 6, 8, 10)] == pytest.approx([1.0, 4 / 3, 2.0, 4.0, 6.0, 8.0])
+    assert layer.time(6, shared=True) == pytest.approx(8.0)
+    assert layer.forward_time(4) + layer.backward_time(4) == pytest.approx(2.0)
+    assert layer.time(0) == 0.0
+    linear = dataclasses.replace(layer, points=(), shared_points=())
+    assert linear.time(3) == linear.time(3, shared=True) == pytest.approx(4.0)
+
+
+def test_profile_is_taken_at_the_rows_asked_for_alone_and_shared():
+    prof = profile_model(seed_mlp(), rows=profile_rows(8), repeats=1, step_costs=False)
+    assert prof.rows_measured == (1, 2, 4, 8)
+    for layer in prof.layers:
+        assert [r for r, _ in layer.points] == [1, 2, 4, 8]
+        times = [t for _, t in layer.points]
+        assert all(t > 0 for t in times) and times == sorted(times)
+        if (os.cpu_count() or 1) > 1:
+            assert prof.shared_by == os.cpu_count() and [r for r, _ in layer.shared_points] == [1, 2, 4, 8]
+    assert profile_rows(64) == (1, 2, 4, 8, 16, 32, 64) and profile_rows(48)[-2:] == (32, 48)
+    for bad in (0, -4, 2.5):
+        with pytest.raises(ValueError, match="row count"):
+            profile_rows(bad)
+    with pytest.raises(ValueError, match="rows"):
+        profile_model(seed_mlp(), rows=(0, 4))
+
+
 # ---- α–β ----------------------------------------------------------------------------------------
 
 def test_alpha_beta_fit_recovers_known_parameters():
@@ -296,6 +343,18 @@ def test_multi_worker_on_one_host_is_costed_from_the_measured_mpi_figures():
     # Without MPI figures they stay skipped, saying why.
     plans = plan(model, 64, cpu_cluster(2, cores=2), profile=prof, this_machine_flops=cluster.peak_flops)
     assert all("not measured" in p.skipped for p in plans if p.strategy_name == "MultiWorkerMirroredStrategy")
+
+
+def test_collectives_of_devices_of_one_host_use_the_measured_threads_all_reduce():
+    from mdtrain.plan import collectives
+    slow = AlphaBeta(1e-3, 1e-9)
+    cluster = cpu_cluster(4, cores=2, threads_all_reduce=((4, slow),))
+    assert collectives.all_reduce(1e6, 4, cluster) == pytest.approx(slow.time(1e6))
+    assert collectives.reduce_scatter(1e6, 4, cluster) == pytest.approx(slow.time(1e6) / 2)
+    # Another group size keeps the link's ring model.
+    assert collectives.all_reduce(1e6, 2, cluster) == collectives.all_reduce(1e6, 2, cpu_cluster(4, cores=2))
+    zero = steps.data_parallel(synthetic_profile(), cluster, 4, 64, sync="zero1")
+    assert zero.breakdown["communication"] >= slow.time(synthetic_profile().param_bytes) - 1e-12
 
 
 # ---- against measurement ------------------------------------------------------------------------

@@ -57,6 +57,16 @@ class Cluster:
     # running them at once get done (cores on an idle machine; less when other work holds cores).
     # The replay deals devices over that many cores, rounded (effective_cores). None: not measured.
     concurrent_speedup: float = None
+    # Measured on this machine: the memory bandwidth `cores` threads streaming at once get, as a
+    # share of `cores` times one thread's alone (1: it scales with the cores; 1/cores: the cores
+    # together stream no faster than one). An optimizer update is memory bound, so an update
+    # running while other cores work takes its alone time / this share. None: not measured.
+    concurrent_bandwidth_share: float = None
+    # Measured on this machine: the α–β of a whole all-reduce of the threads communicator (the
+    # collectives of devices of one process) per rank count, as ((n, AlphaBeta), ...); the
+    # collectives of n devices of one host use it rather than the link's ring model (with more
+    # devices than cores a rank waits for a peer without a core). Empty: not measured.
+    threads_all_reduce: tuple = ()
 
     def step_overhead(self, replicas):
         """The measured fixed cost of a step of `replicas` replicas (0 when not measured)."""
@@ -138,7 +148,8 @@ class Cluster:
     def measure(devices=None, repeats=5, mpi=True, pipeline=True):
         """This machine: one logical CPU device per core (or `devices`, which may exceed the cores:
         their compute then shares os.cpu_count() cores), each device's FLOP/s (our core's float32
-        GEMM on one thread), the threads communicator's all-reduce fitted to α–β over 4 KB..4 MB,
+        GEMM on one thread), the threads communicator's all-reduce fitted to α–β over 4 KB..64 MB,
+        the whole all-reduce of 2, 4, .. and `devices` ranks (the collectives of that many devices),
         a copy's memory bandwidth, and the fixed cost of a step of 2, 4, .. and `devices`
         replicas (each timed in a child process). `mpi`: also, when mpirun and an MPI build are
         there, the MPI all-reduce of 2, 4, .. `devices` processes and their step's fixed cost
@@ -151,9 +162,11 @@ class Cluster:
         flops = measure_core_gemm_flops(repeats)
         speedup = measure_concurrent_speedup(os.cpu_count() or 1)
         bandwidth = _measure_copy_bandwidth(repeats)
-        link = _measure_threads_link(_core, repeats)
+        bandwidth_share = measure_bandwidth_share(os.cpu_count() or 1)
         mem = _physical_memory_bytes() / n
         counts = sorted({2 ** i for i in range(1, n.bit_length()) if 2 ** i <= n} | ({n} if n > 1 else set()))
+        all_reduces = {k: measure_threads_all_reduce(_core, repeats, k) for k in sorted(set(counts) | {2})}
+        link = link_of_all_reduce(all_reduces[2], 2)
         overhead = tuple((k, _measure_replica_step_overhead(k)) for k in counts)
         processes, mpi_source = (), "MPI not measured (mpi=False)"
         if mpi:
@@ -164,7 +177,9 @@ class Cluster:
             from mdtrain.plan.probes import measure_pipeline_messages
             message_s, step_s = measure_pipeline_messages()
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
-                       cores=os.cpu_count() or 1, concurrent_speedup=speedup, mpi_processes=processes,
+                       cores=os.cpu_count() or 1, concurrent_speedup=speedup,
+                       concurrent_bandwidth_share=bandwidth_share,
+                       threads_all_reduce=tuple((k, all_reduces[k]) for k in counts), mpi_processes=processes,
                        mpi_source=mpi_source,
                        pipeline_message_s=message_s, pipeline_step_overhead_s=step_s,
                        peak_flops=flops, memory_bytes=mem,
@@ -182,6 +197,11 @@ class Cluster:
                 + (f" ({self.concurrent_speedup:.2f}x one thread's GEMM work when all run at once: replayed on "
                    f"{self.effective_cores})"
                    if self.concurrent_speedup is not None else "")
+                + (f", memory bandwidth of all cores at once {self.concurrent_bandwidth_share:.2f} x theirs alone"
+                   if self.concurrent_bandwidth_share is not None else "")
+                + "".join(f", threads all-reduce x{n}: {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s"
+                          for n, ab in self.threads_all_reduce)
+                + "".join(f", {n} replicas' step {s * 1e3:.3g} ms" for n, s in self.replica_step_overhead)
                 + "".join(f", MPI x{n}: all-reduce {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s, "
                           f"step {s * 1e3:.3g} ms" for n, ab, s in self.mpi_processes)
                 + (f", pipeline message {self.pipeline_message_s * 1e6:.3g} us, step "
@@ -234,6 +254,41 @@ def measure_concurrent_speedup(threads, n=256, calls=100, repeats=5):
     return float(min(threads, max(1.0, np.median(ratios))))
 
 
+def measure_bandwidth_share(threads, nbytes=64 << 20, copies=2, repeats=9):
+    """The bandwidth `threads` threads each copying their own `nbytes` `copies` times at once get
+    together, over `threads` times one thread's alone (numpy's copy releases the GIL): the median,
+    over `repeats` pairs of rounds (one thread, then all), of each pair's ratio. Pairs, so a drift
+    in what the machine gives (other tenants of the host, other work here) moves both rounds of a
+    pair; the best of a few single copies read anywhere from 0.5 to 0.97 on this machine within
+    one minute. 1.0 for one thread."""
+    if threads <= 1:
+        return 1.0
+    src = [np.ones(nbytes // 4, dtype=np.float32) for _ in range(threads)]
+    dst = [np.empty_like(a) for a in src]
+    for a, b in zip(src, dst):
+        np.copyto(b, a)  # first touch
+
+    def wall(k):
+        start = threading.Barrier(k + 1)
+
+        def copy(i):
+            start.wait()
+            for _ in range(copies):
+                np.copyto(dst[i], src[i])
+
+        ts = [threading.Thread(target=copy, args=(i,)) for i in range(k)]
+        for th in ts:
+            th.start()
+        start.wait()
+        t = time.perf_counter()
+        for th in ts:
+            th.join()
+        return time.perf_counter() - t
+
+    ratios = [wall(1) / wall(threads) for _ in range(repeats)]
+    return float(min(1.0, np.median(ratios)))
+
+
 def _measure_copy_bandwidth(repeats, nbytes=64 << 20):
     src = np.ones(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
@@ -245,25 +300,32 @@ def _measure_copy_bandwidth(repeats, nbytes=64 << 20):
     return 2.0 * nbytes / best  # read + write
 
 
-def _measure_threads_link(core, repeats, ranks=2):
-    """Times all-reduces of 2 ranks of the threads communicator (one Python thread per rank; the
-    C++ call releases the GIL) and fits α–β to them; returned per point-to-point transfer, i.e. the
-    all-reduce's fit divided back through the ring's 2(n-1) messages and 2(n-1)/n of the bytes."""
+def measure_threads_all_reduce(core, repeats, ranks):
+    """α–β of a whole all-reduce of `ranks` ranks of the threads communicator (one Python thread
+    per rank; the C++ call releases the GIL), fitted to the median of `repeats` rounds at each
+    size: a step pays the typical all-reduce, not the best (the best of 5 put the heavy MLP's
+    23 MB at 0.8-1 ms on 2 ranks; its median reads 1.65 ms, and the ZeRO-1 step's collectives
+    measure 1.7-2.5 ms). With more ranks than cores it includes what the oversubscription costs
+    (a rank waits for a peer that has no core)."""
     comms = core.make_communicators("threads", ranks)
-    sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20]
-    times = {s: float("inf") for s in sizes}
-    iters = 20
+    # Up to 64 MB: the models' gradients are tens of MB, which stream from memory, not from the
+    # caches that hold the 4 MB buffers (a fit of 4 KB..4 MB put the heavy MLP's ZeRO-1
+    # reduce-scatter + all-gather of 23 MB at a fifth of the communication its step measured).
+    sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+    times = {s: [] for s in sizes}
 
     def run(rank, out):
         for s in sizes:
             buf = np.ones(s // 4, dtype=np.float32)
+            iters = 20 if s <= 4 << 20 else 4
+            comms[rank].all_reduce(buf)  # first touch
             for _ in range(repeats):
                 comms[rank].barrier()
                 t = time.perf_counter()
                 for _ in range(iters):
                     comms[rank].all_reduce(buf)
                 if rank == 0:
-                    out[s] = min(out[s], (time.perf_counter() - t) / iters)
+                    out[s].append((time.perf_counter() - t) / iters)
 
     threads = [threading.Thread(target=run, args=(r, times)) for r in range(1, ranks)]
     for th in threads:
@@ -271,27 +333,22 @@ def _measure_threads_link(core, repeats, ranks=2):
     run(0, times)
     for th in threads:
         th.join()
-    fit = fit_alpha_beta(sizes, [times[s] for s in sizes])
+    return fit_alpha_beta(sizes, [float(np.median(times[s])) for s in sizes])
+
+
+def link_of_all_reduce(fit, ranks):
+    """One point-to-point transfer's α–β from a whole ring all-reduce's: the fit divided back
+    through the ring's 2(n-1) messages and 2(n-1)/n of the bytes."""
     steps = 2 * (ranks - 1)
     return AlphaBeta(fit.alpha / steps, fit.beta * ranks / steps)
 
 
 _OVERHEAD_SCRIPT = r"""
-import sys, numpy as np
+import sys
 import mdtrain as tf
+from mdtrain.plan.one_weight_step import best_step
 n = int(sys.argv[1])
-model_strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
-with model_strategy.scope():
-    m = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
-    m.compile(optimizer="sgd", loss="mse")
-x = np.zeros((n * 200, 1), np.float32)
-m.fit(x[:n * 20], x[:n * 20], batch_size=n, epochs=1, verbose=0)
-best = 1.0
-for _ in range(3):
-    m._core.reset_profile()
-    m.fit(x, x, batch_size=n, epochs=1, verbose=0, shuffle=False)
-    best = min(best, m.step_time_breakdown()["step"])
-print(best)
+print(best_step(tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)]).scope(), n))
 """
 
 

@@ -3,7 +3,16 @@ transfer: α + β·bytes). Ring algorithms (what the threads, MPI and NCCL backe
 messages): an all-reduce of S bytes over n ranks is 2(n-1) steps of S/n bytes, a reduce-scatter or
 an all-gather (n-1) steps. A group spanning several hosts is costed hierarchically (NCCL's
 tree/ring over hosts): reduce-scatter inside each host, all-reduce of a host's shard between
-hosts, all-gather inside each host."""
+hosts, all-gather inside each host. On this machine the threads communicator's whole all-reduce
+of n ranks is measured (Cluster.threads_all_reduce): a group of n devices of one host is costed
+from it, a reduce-scatter or an all-gather as half of it (the ring's two halves)."""
+
+
+def _measured(n, cluster):
+    """The measured all-reduce fit of n devices of one host, or None."""
+    if n > cluster.devices_per_host:
+        return None
+    return dict(cluster.threads_all_reduce).get(n)
 
 
 def ring_steps(n, steps_per_rank, nbytes, link):
@@ -15,6 +24,9 @@ def ring_steps(n, steps_per_rank, nbytes, link):
 def all_reduce(nbytes, n, cluster):
     if n <= 1:
         return 0.0
+    fit = _measured(n, cluster)
+    if fit is not None:
+        return fit.time(nbytes)
     per_host = min(n, cluster.devices_per_host)
     hosts = -(-n // per_host)
     if hosts == 1:
@@ -28,6 +40,9 @@ def reduce_scatter(nbytes, n, cluster):
     """nbytes: the whole buffer (each rank ends with nbytes / n)."""
     if n <= 1:
         return 0.0
+    fit = _measured(n, cluster)
+    if fit is not None:
+        return fit.time(nbytes) / 2
     return ring_steps(n, 1, nbytes, cluster.link(n))
 
 

@@ -7,7 +7,7 @@ every layer as reaching the same fraction of peak on both, which favours small l
 from mdtrain.plan import steps
 from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
 from mdtrain.plan.plan_result import Plan, PlanList
-from mdtrain.plan.profile import check_model, profile_model
+from mdtrain.plan.profile import check_model, profile_model, profile_rows
 
 BUCKET_SIZES = (25 << 20, 4 << 20, 1 << 20)  # GradientReducer's default (DDP's) and two smaller
 _MIB = 1 << 20
@@ -48,10 +48,15 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
     cluster = _resolve_cluster(cluster)
     if cluster.num_devices < 1:
         raise ValueError(f"plan: cluster '{cluster.name}' has zero devices")
-    prof = profile if profile is not None else profile_model(model, threads=1)
+    # Every power of two up to the global batch: each per-device batch and micro-batch the plans
+    # below cost is one of them (or lies between two).
+    rows = profile_rows(global_batch_size)
+    # The shared timings (every core running a copy) are only used on the machine profiled.
+    prof = profile if profile is not None else profile_model(model, rows=rows, threads=1,
+                                                             shared=None if cluster.cores is not None else False)
     alone = prof if alone_profile is None else alone_profile
     if cluster.name == "this-machine" and profile is None and alone_profile is None:
-        alone = profile_model(model, threads=None)
+        alone = profile_model(model, rows=rows, threads=None)
     if cluster.name == "this-machine":
         scale = 1.0
     else:

@@ -2,8 +2,8 @@
 see, each timed in child processes (so the caller's process, its devices and MPI stay untouched):
 
 - MPI between worker processes (MultiWorkerMirroredStrategy): under `mpirun -n k`, all-reduces of
-  the MPI communicator at 4 KB..4 MB (the median of 5 rounds of 10, rank 0's clock) fitted to
-  α–β, and the step of a one-weight model under MultiWorkerMirroredStrategy (the best of 3 fits:
+  the MPI communicator at 4 KB..16 MB (the median of 5 rounds of 10, rank 0's clock) fitted to
+  α–β, and the step of a one-weight model under MultiWorkerMirroredStrategy (one_weight_step.py:
   what a step of k workers costs besides their work). With k processes on fewer cores, both
   include the oversubscription (MPI waits by polling).
 - Pipeline messages: a two-stage PipelineParallel of a one-weight model at 2 and 16
@@ -21,26 +21,18 @@ import time
 
 from mdtrain.plan.alpha_beta import fit_alpha_beta
 
-MPI_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
+MPI_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)  # up to the size of a 25 MiB gradient bucket
 
 _MPI_SCRIPT = r"""
 import json, sys, time
 import numpy as np
 import mdtrain as tf
 from mdtrain import _core
+from mdtrain.plan.one_weight_step import best_step
 sizes = [int(s) for s in sys.argv[1].split(",")]
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
-with strategy.scope():
-    m = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
-    m.compile(optimizer="sgd", loss="mse")
 k = strategy.num_replicas_in_sync
-x = np.zeros((k * 200, 1), np.float32)
-m.fit(x[:k * 20], x[:k * 20], batch_size=k, epochs=1, verbose=0)
-step = 1.0
-for _ in range(3):
-    m._core.reset_profile()
-    m.fit(x, x, batch_size=k, epochs=1, verbose=0, shuffle=False)
-    step = min(step, m.step_time_breakdown()["step"])
+step = best_step(strategy.scope(), k)
 comm = _core.make_communicators("mpi")[0]
 times = []
 for s in sizes:
@@ -87,28 +79,15 @@ def measure_mpi_processes(counts, timeout=180):
         out.append((k, fit_alpha_beta(r["sizes"], r["seconds"]), float(r["step"])))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return tuple(out), (f"MPI measured {stamp} under mpirun -n {'/'.join(str(k) for k in counts)} "
-                        f"(all-reduce 4 KB..4 MB, one-weight MultiWorkerMirrored step)")
+                        f"(all-reduce 4 KB..16 MB, one-weight MultiWorkerMirrored step)")
 
 
 _PIPELINE_SCRIPT = r"""
-import sys
-import numpy as np
 import mdtrain as tf
+from mdtrain.plan.one_weight_step import best_step
 dist = tf.keras.distribution
-batch = 16
-x = np.zeros((batch * 100, 1), np.float32)
-out = []
-for m in (2, 16):
-    with dist.PipelineParallel(dist.DeviceMesh((2,), ("pipe",)), m, schedule="gpipe").scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,)), tf.keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-    model.fit(x[:batch * 10], x[:batch * 10], batch_size=batch, epochs=1, verbose=0)
-    best = 1.0
-    for _ in range(3):
-        model._core.reset_profile()
-        model.fit(x, x, batch_size=batch, epochs=1, verbose=0, shuffle=False)
-        best = min(best, model.step_time_breakdown()["step"])
-    out.append(best)
+out = [best_step(dist.PipelineParallel(dist.DeviceMesh((2,), ("pipe",)), m, schedule="gpipe").scope(), 16,
+                 layers=2, steps=100) for m in (2, 16)]
 print("PROBE", out[0], out[1])
 """
 

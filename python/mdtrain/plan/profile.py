@@ -3,12 +3,23 @@ rows it runs on, FLOPs, and parameter and activation bytes.
 
 The times come from the core's own layer timer, the one PipelineParallel(stages="balance_time")
 cuts stages by (measure_layer_times in cpp/mdtrain/strategy/pipeline_strategy.h): forward +
-backward of each layer on a copy of the model, the median of 5 single timings. It is run at two
-row counts and fitted per layer to a + b·rows, so the planner can cost any per-device batch. The timer gives
-forward + backward together; they are split by the layer's FLOP ratio (a layer with a kernel:
+backward of each layer on a copy of the model, the median of at least 5 single timings. It is run
+at every power of two from 1 row up to the largest batch a plan gives one device, and a layer's
+time at other row counts is interpolated piecewise-linearly between those points: a layer's time
+is not linear in rows (BLAS kernels change blocking, small calls are dominated by fixed costs), so
+a two-point a + b·rows fit of 16 and 128 rows extrapolated to 2-8-row micro-batches was a guess
+exactly where pipelines need a measurement. Profiles without points (synthetic or published ones)
+keep a + b·rows. Each point is timed twice: alone, and while every other core runs its own copy of
+the model through the same timer (`shared`), which is what a device's layer costs when several
+devices compute at once and share the memory bandwidth and caches (the replay uses it for the part
+of a task that overlaps another core's compute: simulate.py). The timer gives forward + backward
+together; they are split by the layer's FLOP ratio (a layer with a kernel:
 backward = 2 × forward, input and weight gradients; without: backward = forward). That split is
 an assumption, not a measurement."""
 import dataclasses
+import os
+import threading
+import time
 
 import numpy as np
 
@@ -17,6 +28,20 @@ BYTES_PER_VALUE = 4  # float32: the core trains in float32
 # Optimizer slots per trainable value (Keras's optimizers as the core implements them).
 _SLOTS = {"adam": 2, "adamw": 2, "adamax": 2, "nadam": 2, "rmsprop": 1, "adagrad": 1, "adadelta": 2,
           "ftrl": 2, "lion": 1}
+
+
+def _interpolate(points, rows):
+    """Piecewise-linear through the measured (rows, seconds) points; beyond the last point along
+    the last segment's slope (never below the last point), below the first one the first point's
+    time (a call on fewer rows is not cheaper than on one row's worth of fixed costs)."""
+    xs = [r for r, _ in points]
+    ys = [t for _, t in points]
+    if len(points) == 1 or rows <= xs[0]:
+        return ys[0]
+    if rows >= xs[-1]:
+        slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+        return ys[-1] + slope * (rows - xs[-1])
+    return float(np.interp(rows, xs, ys))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,16 +55,28 @@ class LayerCost:
     fixed_s: float               # forward + backward seconds per call, independent of rows
     per_row_s: float             # forward + backward seconds per row
     backward_share: float        # the share of the measured time attributed to backward
+    # Measured (rows, seconds) points, rows ascending: time() interpolates between them; empty:
+    # a + b·rows from fixed_s and per_row_s.
+    points: tuple = ()
+    # The same rows' seconds while every core of the machine ran a copy at once (empty: not
+    # measured; the replay then uses the alone time throughout).
+    shared_points: tuple = ()
 
-    def time(self, rows):
-        """Forward + backward seconds on `rows` rows, on the machine profiled."""
-        return self.fixed_s + self.per_row_s * rows if rows > 0 else 0.0
+    def time(self, rows, shared=False):
+        """Forward + backward seconds on `rows` rows, on the machine profiled; `shared`: while
+        the other cores compute too (the alone time when that was not measured)."""
+        if rows <= 0:
+            return 0.0
+        points = self.shared_points if shared and self.shared_points else self.points
+        if not points:
+            return self.fixed_s + self.per_row_s * rows
+        return _interpolate(points, rows)
 
-    def forward_time(self, rows):
-        return self.time(rows) * (1.0 - self.backward_share)
+    def forward_time(self, rows, shared=False):
+        return self.time(rows, shared) * (1.0 - self.backward_share)
 
-    def backward_time(self, rows):
-        return self.time(rows) * self.backward_share
+    def backward_time(self, rows, shared=False):
+        return self.time(rows, shared) * self.backward_share
 
     @property
     def param_bytes(self):
@@ -58,6 +95,7 @@ class ModelProfile:
     threads: int                 # the core's CPU threads per op while timed (1: as each of several replicas)
     update_s: float = None       # one optimizer update of every trainable value, measured (None: not measured)
     step_overhead_s: float = 0.0  # per step, besides the layers: batch gather, loss, hand-offs (measured)
+    shared_by: int = 1           # how many copies ran at once for the layers' shared points (1: none)
 
     @property
     def params(self):
@@ -71,8 +109,8 @@ class ModelProfile:
     def flops_per_row(self):
         return sum(layer.forward_flops + layer.backward_flops for layer in self.layers)
 
-    def time(self, rows):
-        return sum(layer.time(rows) for layer in self.layers)
+    def time(self, rows, shared=False):
+        return sum(layer.time(rows, shared) for layer in self.layers)
 
 
 def _kernel_values(layer):
@@ -144,42 +182,118 @@ def measure_step_costs(model, profile, rows=16, steps=20, repeats=3, threads=1):
     return best["update"], max(0.0, best["compute"] - profile.time(rows))
 
 
-def _median_layer_times(core, model, rows, repeats):
-    """Seconds per layer, the median of `repeats` single timings: a sustained step pays the
-    typical time, not the best (the timer's own best-of-k picks a moment with a free core, which on
-    a loaded machine is far from what a step gets)."""
-    runs = [core.measure_layer_times(model._core, rows, 1) for _ in range(repeats)]
-    return np.median(np.asarray(runs, dtype=np.float64), axis=0) * 1e-9
+def profile_rows(largest):
+    """The row counts profiled for plans of at most `largest` rows per device: every power of two
+    from 1 up to it, and it (the planner's per-device and per-micro-batch batches are these for
+    power-of-two batches and meshes; others are interpolated)."""
+    if not isinstance(largest, (int, np.integer)) or largest < 1:
+        raise ValueError(f"profile_rows: the largest row count must be an integer >= 1, got {largest!r}")
+    out, k = [], 1
+    while k < largest:
+        out.append(k)
+        k *= 2
+    return tuple(out + [int(largest)])
 
 
-def profile_model(model, rows=(16, 128), repeats=5, threads=1, step_costs=True):
+MIN_PROFILE_SECONDS = 0.2  # per profile pass: small models get more rounds than `repeats`
+MAX_ROUNDS = 50
+
+
+def _median_layer_times(core, model, rows, repeats, shared_by=1):
+    """Seconds per layer at each of `rows` (an array rows x layers), the median of at least
+    `repeats` single timings: a sustained step pays the typical time, not the best (the timer's own
+    best-of-k picks a moment with a free core, which on a loaded machine is far from what a step
+    gets). The row counts are timed in interleaved rounds, so a burst of other work slows one
+    timing of several row counts rather than every timing of one; rounds go on until they took
+    MIN_PROFILE_SECONDS (at most MAX_ROUNDS): the seed MLP's layers take 0.03-0.2 ms, and five
+    timings are a small sample of so noisy a time. With shared_by > 1, shared_by - 1 other threads
+    time their own copies at the same row count through the same timer all the while (the binding
+    releases the GIL), so each timing is of a layer competing for memory bandwidth and
+    caches as a replica's does."""
+    stop = threading.Event()
+    current = [rows[0]]
+
+    def compete():
+        while not stop.is_set():
+            core.measure_layer_times(model._core, current[0], 1)
+
+    others = [threading.Thread(target=compete, daemon=True) for _ in range(shared_by - 1)]
+    for th in others:
+        th.start()
+    runs = {r: [] for r in rows}
+    started = time.perf_counter()
+    try:
+        rounds = 0
+        while rounds < repeats or (time.perf_counter() - started < MIN_PROFILE_SECONDS and rounds < MAX_ROUNDS):
+            for r in rows:
+                current[0] = r
+                runs[r].append(core.measure_layer_times(model._core, r, 1))
+            rounds += 1
+    finally:
+        stop.set()
+        for th in others:
+            th.join()
+    return np.stack([np.median(np.asarray(runs[r], dtype=np.float64), axis=0) for r in rows]) * 1e-9
+
+
+def _points(rows, times):
+    """Per layer, ((rows, seconds), ...). A layer on fewer rows is not slower than on more: where a
+    timing says so it was interrupted (noise only adds time), so each point is capped by the
+    points above it."""
+    times = np.minimum.accumulate(np.asarray(times)[::-1], axis=0)[::-1]
+    return [tuple((int(r), float(t)) for r, t in zip(rows, times[:, i])) for i in range(times.shape[1])]
+
+
+def _line(points):
+    """a + b·rows through the points (least squares, clamped at 0): the summary a reader sees."""
+    if len(points) < 2:
+        return 0.0, points[0][1] / points[0][0]
+    b, a = np.polyfit([r for r, _ in points], [t for _, t in points], 1)
+    return max(0.0, float(a)), max(0.0, float(b))
+
+
+def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, shared=None):
     """Times `model`'s layers on this machine (on a copy: the model's weights and statistics are
-    not touched) at each of `rows` and fits each layer's time to a + b·rows. `threads`: the core's
-    threads per op while timing: 1 is what each replica gets when several run in one process (the
-    executor's ThreadTeam), None every core (one replica alone)."""
+    not touched) at each of `rows` (default: profile_rows(128)); a layer's time at other rows is
+    interpolated between them. `threads`: the core's threads per op while timing: 1 is what each
+    replica gets when several run in one process (the executor's ThreadTeam), None every core (one
+    replica alone). `shared`: also time each point while every other core runs a copy (default:
+    with threads=1 on a machine of several cores: what replicas and stages run as)."""
     from mdtrain import _core
     check_model(model)
-    r0, r1 = rows
+    rows = profile_rows(128) if rows is None else tuple(sorted({int(r) for r in rows}))
+    if not rows or rows[0] < 1:
+        raise ValueError(f"profile_model: rows must be row counts >= 1, got {rows!r}")
+    cores = os.cpu_count() or 1
+    shared = (threads == 1 and cores > 1) if shared is None else bool(shared)
     before = _core.cpu_thread_count()
     if threads is not None:
         _core.set_cpu_threads(threads)
     try:
-        t0 = _median_layer_times(_core, model, r0, repeats)
-        t1 = _median_layer_times(_core, model, r1, repeats)
+        # Warm-up: two untimed rounds over every row count. The first round's timings of 8-64
+        # rows of the CNN read 1.3-1.5x every later round's (fresh pages and the allocator
+        # settling for that mix of sizes), which a sustained step never pays; one call at the
+        # largest row count did not settle it, one round not quite at 64 rows.
+        for _ in range(2):
+            for r in rows:
+                _core.measure_layer_times(model._core, r, 1)
+        alone = _median_layer_times(_core, model, rows, repeats)
+        together = _median_layer_times(_core, model, rows, repeats, cores) if shared else None
         threads = _core.cpu_thread_count()
     finally:
         _core.set_cpu_threads(before)
-    per_row = np.maximum(0.0, (t1 - t0) / (r1 - r0))
-    fixed = np.maximum(0.0, t0 - per_row * r0)
+    points = _points(rows, alone)
+    shared_points = _points(rows, together) if shared else [()] * len(points)
     layers = []
     for i, layer in enumerate(model.layers):
         out_values = int(np.prod(layer.output_shape[1:])) if layer.output_shape else 0
         fwd, ratio = _layer_flops(layer, out_values)
         params = int(sum(int(np.prod(tuple(v.shape))) for v in layer.trainable_variables))
+        fixed, per_row = _line(points[i])
         layers.append(LayerCost(name=layer.name, kind=type(layer).__name__, params=params,
                                 activation_values=out_values, forward_flops=fwd, backward_flops=fwd * ratio,
-                                fixed_s=float(fixed[i]), per_row_s=float(per_row[i]),
-                                backward_share=ratio / (1.0 + ratio)))
+                                fixed_s=fixed, per_row_s=per_row, backward_share=ratio / (1.0 + ratio),
+                                points=points[i], shared_points=shared_points[i]))
     opt = getattr(model, "optimizer", None)
     opt_name = type(opt).__name__.lower() if opt is not None else "sgd"
     slots = _SLOTS.get(opt_name, 0)
@@ -187,8 +301,9 @@ def profile_model(model, rows=(16, 128), repeats=5, threads=1, step_costs=True):
         slots = 1
     input_values = int(np.prod(model.input_shape[1:]))
     prof = ModelProfile(name=model.name, layers=tuple(layers), input_values=input_values, optimizer=opt_name,
-                        optimizer_slots=slots, rows_measured=(r0, r1), threads=threads)
+                        optimizer_slots=slots, rows_measured=rows, threads=threads,
+                        shared_by=cores if shared else 1)
     if step_costs and opt is not None and model.loss is not None:
-        update, overhead = measure_step_costs(model, prof, rows=r0, threads=threads)
+        update, overhead = measure_step_costs(model, prof, rows=min(16, rows[-1]), threads=threads)
         prof = dataclasses.replace(prof, update_s=update, step_overhead_s=overhead)
     return prof

@@ -23,9 +23,12 @@
 Replicas of a data-parallel group are identical, so at most `REPLAYED_REPLICAS` of them are
 replayed; collectives are costed for the whole group. On a machine whose devices share cores
 (Cluster.cores: this one) every device is replayed and its compute and update also hold a core, so
-n devices on fewer cores run at most that many at once; a pipeline's receive there costs the
-measured per-message send + wake-up, and MultiWorkerMirrored's all-reduces are the measured MPI
-ones (Cluster.mpi_processes)."""
+n devices on fewer cores run at most that many at once; a device's layer that runs while another
+core computes costs the profile's shared time (measured while every core ran a copy of the model:
+the cores share memory bandwidth and caches), alone the alone time (simulate.py applies it to
+the overlapping part of each task); a pipeline's receive there costs the measured per-message
+send + wake-up, and MultiWorkerMirrored's all-reduces are the measured MPI ones
+(Cluster.mpi_processes)."""
 import dataclasses
 
 from mdtrain.plan import collectives
@@ -101,6 +104,46 @@ def bucket_starts(profile, bucket_bytes):
     return starts
 
 
+def contention_measured(profile, cluster, scale):
+    """Whether the replay charges compute that overlaps another core's at the profile's shared
+    layer times: on the profiled machine (scale 1) whose devices share its cores, when the profile
+    timed its layers while every core ran a copy."""
+    return profile.shared_by > 1 and scale == 1.0 and cluster.cores is not None
+
+
+def replay_cluster(profile, cluster, scale):
+    """The cluster as the replay deals compute over it. When contention was measured on the
+    model's own layers, the devices go over every core and the shared layer times say what running
+    at once costs (memory bandwidth, caches, and what other load leaves) in place of the GEMM
+    probe's whole-core share (Cluster.concurrent_speedup), which would count that twice."""
+    if contention_measured(profile, cluster, scale):
+        return dataclasses.replace(cluster, concurrent_speedup=None)
+    return cluster
+
+
+class _Compute:
+    """Adds a device's compute to the replay: its alone seconds and, when contention was measured,
+    the seconds it takes while other cores compute (simulate.py's shared_duration)."""
+
+    def __init__(self, sim, profile, cluster, scale):
+        self.sim, self.scale = sim, scale
+        self.shared = contention_measured(profile, cluster, scale)
+
+    def add(self, name, resources, seconds_at, deps=(), category=COMPUTE):
+        """seconds_at(shared) -> unscaled seconds."""
+        shared = seconds_at(True) * self.scale if self.shared else None
+        return self.sim.add(name, resources, seconds_at(False) * self.scale, deps=deps, category=category,
+                            shared_duration=shared)
+
+
+def add_update(sim, name, resources, seconds, profile, cluster, scale):
+    """An optimizer update: memory bound, so while other cores work it takes its alone time over
+    the measured share of memory bandwidth the cores get together (when measured)."""
+    share = cluster.concurrent_bandwidth_share
+    shared = seconds / share if contention_measured(profile, cluster, scale) and share else None
+    return sim.add(name, resources, seconds, category=UPDATE, shared_duration=shared)
+
+
 def replayed_devices(cluster, n):
     """The devices replayed of a group of n identical ones: every one when they share cores
     (this machine: the cores decide the step), else at most REPLAYED_REPLICAS."""
@@ -120,7 +163,9 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
     on one device each): their all-reduces and step's fixed cost are the measured MPI ones
     (Cluster.mpi_processes), not the threads communicator's."""
     rows = -(-global_batch // n)
+    cluster = replay_cluster(profile, cluster, scale)
     sim = Simulator()
+    compute = _Compute(sim, profile, cluster, scale)
     replayed = replayed_devices(cluster, n)
     group = tuple(replayed) + ("net",)
     params_bytes = profile.param_bytes
@@ -140,14 +185,15 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
     for j, d in enumerate(replayed):
         sim.add(f"{d} gather+loss", on_core(cluster, d, j), overhead_seconds(profile, scale))
         for i, layer in enumerate(layers):
-            sim.add(f"{d} fwd {layer.name}", on_core(cluster, d, j), layer.forward_time(rows) * scale)
+            compute.add(f"{d} fwd {layer.name}", on_core(cluster, d, j),
+                        lambda shared, layer=layer: layer.forward_time(rows, shared))
     # Backward, layer by layer on every replica; a bucket's collective joins all replicas after
     # the layer that finalizes it (on the stream when overlapped, else on the replicas' threads).
     starts = bucket_starts(profile, bucket_bytes) if sync == "bucketed" and n > 1 else {}
     for i in reversed(range(len(layers))):
         for j, d in enumerate(replayed):
-            last_backward[d] = sim.add(f"{d} bwd {layers[i].name}", on_core(cluster, d, j),
-                                       layers[i].backward_time(rows) * scale)
+            last_backward[d] = compute.add(f"{d} bwd {layers[i].name}", on_core(cluster, d, j),
+                                           lambda shared: layers[i].backward_time(rows, shared))
         for k, size in starts.get(i, []):
             seconds = all_reduce(size)
             if cluster.overlaps_communication:
@@ -158,20 +204,20 @@ def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_byt
     slots = profile.optimizer_slots
     if n == 1:
         for j, d in enumerate(replayed):
-            sim.add(f"{d} update", on_core(cluster, d, j),
-                    update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
+            add_update(sim, f"{d} update", on_core(cluster, d, j),
+                       update_seconds(profile.params, slots, cluster, profile, scale), profile, cluster, scale)
         memory = params_bytes * (2 + slots)
     elif sync == "bucketed":
         for j, d in enumerate(replayed):
             sim.add(f"{d} wait buckets", d, 0.0, deps=tuple(pending_buckets), category=COMMUNICATION)
-            sim.add(f"{d} update", on_core(cluster, d, j),
-                    update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
+            add_update(sim, f"{d} update", on_core(cluster, d, j),
+                       update_seconds(profile.params, slots, cluster, profile, scale), profile, cluster, scale)
         memory = params_bytes * (2 + slots)
     elif sync == "zero1":
         sim.add("reduce-scatter", group, collectives.reduce_scatter(params_bytes, n, cluster), category=COMMUNICATION)
         for j, d in enumerate(replayed):
-            sim.add(f"{d} update shard", on_core(cluster, d, j),
-                    update_seconds(profile.params / n, slots, cluster, profile, scale), category=UPDATE)
+            add_update(sim, f"{d} update shard", on_core(cluster, d, j),
+                       update_seconds(profile.params / n, slots, cluster, profile, scale), profile, cluster, scale)
         sim.add("all-gather", group, collectives.all_gather(params_bytes, n, cluster), category=COMMUNICATION)
         memory = params_bytes * (2 + slots / n)
     elif sync == "parameter_device":
@@ -214,7 +260,9 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
     (assumed to split evenly); the model axis's collectives on the replica's thread (blocking)."""
     rows = -(-global_batch // dp)
     forms = tensor_parallel_forms(profile, t)
+    cluster = replay_cluster(profile, cluster, scale)
     sim = Simulator()
+    compute = _Compute(sim, profile, cluster, scale)
     devs = replayed_devices(cluster, t)
     group = tuple(devs) + ("net",)
     layers = profile.layers
@@ -227,8 +275,8 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
         sim.add(f"{d} gather+loss", on_core(cluster, d, j), overhead_seconds(profile, scale))
     for i, layer in enumerate(layers):
         for j, d in enumerate(devs):
-            sim.add(f"{d} fwd {layer.name}", on_core(cluster, d, j),
-                    layer.forward_time(rows) * scale / shard(i))
+            compute.add(f"{d} fwd {layer.name}", on_core(cluster, d, j),
+                        lambda shared, layer=layer: layer.forward_time(rows, shared) / shard(i))
         out_bytes = rows * layer.activation_values * BYTES_PER_VALUE
         if forms[i] == "row":
             sim.add(f"all-reduce out {layer.name}", group, collectives.all_reduce(out_bytes, t, cluster),
@@ -238,8 +286,8 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
                     category=COMMUNICATION)
     for i in reversed(range(len(layers))):
         for j, d in enumerate(devs):
-            sim.add(f"{d} bwd {layers[i].name}", on_core(cluster, d, j),
-                    layers[i].backward_time(rows) * scale / shard(i))
+            compute.add(f"{d} bwd {layers[i].name}", on_core(cluster, d, j),
+                        lambda shared: layers[i].backward_time(rows, shared) / shard(i))
         if forms[i] in ("column", "column_gather") and i > 0:
             in_bytes = rows * layers[i - 1].activation_values * BYTES_PER_VALUE
             sim.add(f"all-reduce dx {layers[i].name}", group, collectives.all_reduce(in_bytes, t, cluster),
@@ -250,8 +298,8 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
                 collectives.all_reduce(local_values * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
     slots = profile.optimizer_slots
     for j, d in enumerate(devs):
-        sim.add(f"{d} update", on_core(cluster, d, j),
-                update_seconds(local_values, slots, cluster, profile, scale), category=UPDATE)
+        add_update(sim, f"{d} update", on_core(cluster, d, j),
+                   update_seconds(local_values, slots, cluster, profile, scale), profile, cluster, scale)
     timeline = sim.run()
     act = rows * BYTES_PER_VALUE * (profile.input_values +
                                     sum(layer.activation_values / shard(i) for i, layer in enumerate(layers)))
@@ -291,6 +339,9 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     bubble per stage in seconds, the pipeline's span: first forward to last backward)."""
     rows = global_batch // (dp * m)
     layers = profile.layers
+    cluster = replay_cluster(profile, cluster, scale)
+    contended = stage_costs is None and contention_measured(profile, cluster, scale)
+    shared_costs = None
     if stage_costs is None:
         starts = stage_starts if stage_starts is not None else balance_stages(
             [layer.time(rows) for layer in layers], p)
@@ -298,6 +349,9 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
         groups = [layers[bounds[s]:bounds[s + 1]] for s in range(p)]
         stage_costs = [(sum(x.forward_time(rows) for x in g) * scale,
                         sum(x.backward_time(rows) for x in g) * scale) for g in groups]
+        if contended:
+            shared_costs = [(sum(x.forward_time(rows, True) for x in g) * scale,
+                             sum(x.backward_time(rows, True) for x in g) * scale) for g in groups]
         boundary_bytes = [rows * g[-1].activation_values * BYTES_PER_VALUE for g in groups]
         stage_values = [sum(x.params for x in g) for g in groups]
     else:
@@ -327,11 +381,12 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
             while pending[s]:
                 kind, mb = pending[s][0]
                 f, b = stage_costs[s]
+                sf, sb = shared_costs[s] if shared_costs else (None, None)
                 d = devs[s]
                 if kind == "forward":
-                    last_fwd[(s, mb)] = sim.add(f"{d} F{mb}", on_core(cluster, d, s * dp), f)
+                    last_fwd[(s, mb)] = sim.add(f"{d} F{mb}", on_core(cluster, d, s * dp), f, shared_duration=sf)
                 elif kind == "backward":
-                    last_bwd[(s, mb)] = sim.add(f"{d} B{mb}", on_core(cluster, d, s * dp), b)
+                    last_bwd[(s, mb)] = sim.add(f"{d} B{mb}", on_core(cluster, d, s * dp), b, shared_duration=sb)
                 elif kind == "send_activation":
                     same = (s // cluster.devices_per_host) == ((s + 1) // cluster.devices_per_host)
                     transfer[("act", s + 1, mb)] = sim.add(
@@ -359,9 +414,8 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
         if dp > 1 and stage_values[s]:
             sim.add(f"{d} gradient all-reduce", (d, f"net{s}"),
                     collectives.all_reduce(stage_values[s] * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
-        sim.add(f"{d} update", on_core(cluster, d, s * dp),
-                update_seconds(stage_values[s], slots, cluster, profile, scale),
-                category=UPDATE)
+        add_update(sim, f"{d} update", on_core(cluster, d, s * dp),
+                   update_seconds(stage_values[s], slots, cluster, profile, scale), profile, cluster, scale)
     timeline = sim.run()
     # The bubble: inside the pipeline's span (up to the last backward anywhere), the time a
     # stage does not compute; after the span, waiting for the slowest stage's update is exposed
