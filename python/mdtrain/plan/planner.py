@@ -128,10 +128,25 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
     for k in (1, 2, 4):
         workers = n_all
         if cluster.name == "this-machine":
-            # Workers and servers are processes talking ZeroMQ here: costing them with the threads
-            # link (and without a process's per-step costs) would rank them first on no evidence.
-            skip("ParameterServerStrategy", workers, {"num_ps": k},
-                 "the ZeroMQ transport between processes is not measured yet")
+            # Workers and servers are processes talking ZeroMQ here: costed from that transport's
+            # measured α–β (ps_probe.py), never from the threads link (which would rank them first
+            # on no evidence).
+            settings = {"num_ps": k, "workers": workers, "mode": "asynchronous", "rows_per_step": b,
+                        "partitioner": f"FixedShards({k})"}
+            if cluster.ps_transport is None:
+                skip("ParameterServerStrategy", workers, settings, cluster.ps_source or
+                     "the ZeroMQ transport between processes is not measured")
+                continue
+            cores = cluster.cores or workers + k
+            add("ParameterServerStrategy", workers, settings,
+                steps.parameter_servers_async(alone, cluster, workers, k, b, cluster.ps_transport, scale=scale),
+                f"{workers} worker and {k} server processes on {cores} cores, asynchronous (the strategy's "
+                f"default): each step of {b} rows pulls every variable, computes, pushes, and waits for the "
+                f"servers' applies (measured ZeroMQ pull α–β for both directions, the model's measured update "
+                f"for the apply; each process's ops on every core, time-shared); step = seconds per update "
+                f"in the replayed steady state; not modelled: the "
+                f"coordinator's closure round trip (use steps_per_execution), the worker's per-step Python, "
+                f"staleness")
             continue
         add("ParameterServerStrategy", workers, {"num_ps": k, "synchronous": True},
             steps.parameter_servers(prof, cluster, workers, k, b, scale=scale),
