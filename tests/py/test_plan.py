@@ -395,6 +395,12 @@ def test_parameter_servers_here_are_costed_from_the_measured_transport():
     slow = plan(model, 64, this_machine(ps_transport=AlphaBeta(50e-6, 1 / 0.5e9)), profile=prof)
     slow = {p.settings["num_ps"]: p for p in slow if p.strategy_name == "ParameterServerStrategy"}
     assert all(slow[p.settings["num_ps"]].step_time_s >= p.step_time_s - 1e-12 for p in servers)
+    # Processes of one thread each (MDTRAIN_CPU_THREADS=1): two workers compute on their own cores.
+    threads1 = steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=1)
+    every = steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport)
+    assert threads1.step_time_s <= every.step_time_s + 1e-12
+    with pytest.raises(ValueError, match="process_threads"):
+        steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=0)
     # One worker: each update is its whole step (pull, compute, push, apply) one after another.
     one = steps.parameter_servers_async(prof, this_machine(devices_per_host=1), 1, 1, 64, transport)
     assert one.step_time_s == pytest.approx(2 * transport.time(prof.param_bytes) + prof.time(64) +

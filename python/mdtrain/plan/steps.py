@@ -483,7 +483,8 @@ def parameter_servers(profile, cluster, workers, k, global_batch, scale=1.0):
                       profile.param_bytes * 2 + _activation_bytes(profile, rows), timeline)
 
 
-def parameter_servers_async(profile, cluster, workers, k, global_batch, transport, rounds=4, scale=1.0):
+def parameter_servers_async(profile, cluster, workers, k, global_batch, transport, rounds=4, scale=1.0,
+                            process_threads=None):
     """ParameterServerStrategy as it runs on this machine (python/mdtrain/_ps, its default mode):
     `workers` worker processes and k server processes sharing the machine's cores, each worker
     step on a whole batch of `global_batch` rows (the strategy has one replica in sync; fit's
@@ -494,10 +495,12 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
 
     `transport`: the measured α–β of one pull (ps_probe.py). A pull or a push is one task on the
     worker's thread holding its core and every server (the servers answer concurrently: one α; the
-    worker's thread moves all the bytes). `profile` should be the every-core one: a worker or
-    server process runs its ops over every core (the default thread count; nothing lowers it for
-    these processes, unlike MPI workers), so a worker's compute and a server's apply (the model's
-    measured update pro rata) each hold every core, and processes time-share them. Each worker's
+    worker's thread moves all the bytes). `process_threads`: the threads each worker or server
+    process splits its ops over (None: every core, the default; nothing lowers it for these
+    processes, unlike MPI workers; MDTRAIN_CPU_THREADS does); `profile` should be timed with as
+    many. A worker's compute and a server's apply (the model's measured update pro rata) each
+    hold that many cores, starting at the process's own (workers first, then servers), and
+    processes time-share them. Each worker's
     steps are replayed for `rounds` rounds, the workers' requests reaching a server round by
     round in worker order; the step time is the steady state's (rounds 2..) seconds per update,
     i.e. per batch of `global_batch` rows trained. The breakdown is a worker step's (compute;
@@ -524,7 +527,14 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
     apply_s = update_seconds(shard_values, profile.optimizer_slots, cluster, profile, scale)
     steps = []  # (round, worker, compute tasks, push task, ack task)
     cores = {w: on_core(cluster, w, i) for i, w in enumerate(ws)}  # the worker's thread and its core
-    every_core = tuple(dict.fromkeys(cluster.core_of(i) for i in range(cluster.effective_cores or 0)))
+    if process_threads is not None and (not isinstance(process_threads, int) or process_threads < 1):
+        raise ValueError(f"parameter_servers_async: process_threads must be an integer >= 1, got {process_threads!r}")
+    held = cluster.effective_cores or 0
+    held = held if process_threads is None else min(held, process_threads)
+
+    def process_cores(index):
+        """The cores a process's ops hold: `held` of them, from the process's own."""
+        return tuple(dict.fromkeys(cluster.core_of(index + i) for i in range(held)))
     # Issued phase by phase within a round (every worker's pull, then compute, then push), so a
     # server sees the workers' requests as workers in step with each other send them: one
     # worker's pull does not queue behind another's compute.
@@ -533,13 +543,13 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
             sim.add(f"{w} r{r} pull", cores[w] + servers, move, category=COMMUNICATION)
         done = {}
         for w in ws:
-            ops = tuple(dict.fromkeys((w,) + every_core))
+            ops = tuple(dict.fromkeys((w,) + process_cores(ws.index(w))))
             done[w] = [sim.add(f"{w} r{r} gather+loss", ops, overhead_seconds(profile, scale)),
                        compute.add(f"{w} r{r} fwd+bwd", ops, lambda shared: profile.time(rows, shared))]
         for w in ws:
             push = sim.add(f"{w} r{r} push", cores[w] + servers, move, category=COMMUNICATION)
-            applies = [sim.add(f"{s} r{r} apply {w}", (s,) + every_core, apply_s, deps=(push,), category=UPDATE)
-                       for s in servers]
+            applies = [sim.add(f"{s} r{r} apply {w}", (s,) + process_cores(workers + j), apply_s, deps=(push,),
+                               category=UPDATE) for j, s in enumerate(servers)]
             ack = sim.add(f"{w} r{r} acks", w, 0.0, deps=tuple(applies), category=UPDATE)
             steps.append((r, w, done[w], push, ack))
     timeline = sim.run()
