@@ -500,9 +500,8 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
     processes, unlike MPI workers; MDTRAIN_CPU_THREADS does); `profile` should be timed with as
     many. A worker's compute and a server's apply (the model's measured update pro rata) each
     hold that many cores, starting at the process's own (workers first, then servers), and
-    processes time-share them. Each worker's
-    steps are replayed for `rounds` rounds, the workers' requests reaching a server round by
-    round in worker order; the step time is the steady state's (rounds 2..) seconds per update,
+    processes time-share them. Each worker's steps are replayed for `rounds` rounds, the
+    workers' requests reaching a server round by round in worker order; the step time is the steady state's (rounds 2..) seconds per update,
     i.e. per batch of `global_batch` rows trained. The breakdown is a worker step's (compute;
     its pull + push and waits for a core or a server; its wait for the applies), scaled to that
     per-update time. Not modelled: the coordinator's closure round trip (amortized by compile's
@@ -516,6 +515,8 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
         raise ValueError(f"parameter_servers_async: rounds must be an integer >= 2, got {rounds!r}")
     if transport is None:
         raise ValueError("parameter_servers_async: transport (the measured PS α–β) is required")
+    if process_threads is not None and (not isinstance(process_threads, int) or process_threads < 1):
+        raise ValueError(f"parameter_servers_async: process_threads must be an integer >= 1, got {process_threads!r}")
     rows = global_batch
     cluster = replay_cluster(profile, cluster, scale)
     sim = Simulator()
@@ -527,14 +528,13 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
     apply_s = update_seconds(shard_values, profile.optimizer_slots, cluster, profile, scale)
     steps = []  # (round, worker, compute tasks, push task, ack task)
     cores = {w: on_core(cluster, w, i) for i, w in enumerate(ws)}  # the worker's thread and its core
-    if process_threads is not None and (not isinstance(process_threads, int) or process_threads < 1):
-        raise ValueError(f"parameter_servers_async: process_threads must be an integer >= 1, got {process_threads!r}")
     held = cluster.effective_cores or 0
     held = held if process_threads is None else min(held, process_threads)
 
     def process_cores(index):
         """The cores a process's ops hold: `held` of them, from the process's own."""
         return tuple(dict.fromkeys(cluster.core_of(index + i) for i in range(held)))
+
     # Issued phase by phase within a round (every worker's pull, then compute, then push), so a
     # server sees the workers' requests as workers in step with each other send them: one
     # worker's pull does not queue behind another's compute.
@@ -542,8 +542,8 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
         for w in ws:
             sim.add(f"{w} r{r} pull", cores[w] + servers, move, category=COMMUNICATION)
         done = {}
-        for w in ws:
-            ops = tuple(dict.fromkeys((w,) + process_cores(ws.index(w))))
+        for i, w in enumerate(ws):
+            ops = tuple(dict.fromkeys((w,) + process_cores(i)))
             done[w] = [sim.add(f"{w} r{r} gather+loss", ops, overhead_seconds(profile, scale)),
                        compute.add(f"{w} r{r} fwd+bwd", ops, lambda shared: profile.time(rows, shared))]
         for w in ws:
