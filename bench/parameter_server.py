@@ -59,10 +59,13 @@ def worker_stats(strategy, coordinator, workers):
     return found
 
 
-def run_ps(tf, model_name, servers, workers):
+def run_ps(tf, model_name, servers, workers, batch=None, steps=None):
+    """batch / steps: override the table's (bench/plan_ps.py times the planner's batch)."""
     from mdtrain._ps.local_cluster import LocalCluster
 
-    build, batch, steps, warmup = MODELS[model_name]
+    build, table_batch, table_steps, warmup = MODELS[model_name]
+    batch = table_batch if batch is None else batch
+    steps = table_steps if steps is None else steps
     x, y = data(model_name)
     with LocalCluster(servers, workers) as cluster:
         cluster.wait_until_serving()

@@ -12,7 +12,7 @@ import pytest
 import mdtrain as tf
 from mdtrain import _core
 from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, fit_alpha_beta, fit_benchmark_json, plan
-from mdtrain.plan import probes, steps
+from mdtrain.plan import probes, ps_probe, steps
 from mdtrain.plan.profile import LayerCost, profile_model, profile_rows
 from mdtrain.plan.simulate import Simulator
 
@@ -357,6 +357,68 @@ def test_collectives_of_devices_of_one_host_use_the_measured_threads_all_reduce(
     assert zero.breakdown["communication"] >= slow.time(synthetic_profile().param_bytes) - 1e-12
 
 
+def test_ps_probe_measures_the_zeromq_transport():
+    pull, push, source = ps_probe.measure_ps_transport(repeats=2)
+    if not _core.zmq_available():
+        assert pull is None and push is None and "not measured" in source
+        pytest.skip(source)
+    for fit in (pull, push):
+        assert fit.alpha > 0 and 0 < fit.bandwidth < float("inf")
+    assert "ZeroMQ" in source
+    with pytest.raises(ValueError, match="repeats"):
+        ps_probe.measure_ps_transport(repeats=0)
+
+
+def this_machine(**fields):
+    """A cluster named as Cluster.measure()'s (so the planner costs it as this machine), known figures."""
+    return dataclasses.replace(cpu_cluster(2, cores=2), name="this-machine", **fields)
+
+
+def test_parameter_servers_here_are_costed_from_the_measured_transport():
+    model, prof = seed_mlp(), synthetic_profile()
+    transport = AlphaBeta(50e-6, 1 / 2e9)
+    plans = plan(model, 64, this_machine(ps_transport=transport, ps_source="test"), profile=prof)
+    servers = [p for p in plans if p.strategy_name == "ParameterServerStrategy"]
+    keys = set(next(p for p in plans if p.strategy_name == "MirroredStrategy").breakdown)
+    assert sorted(p.settings["num_ps"] for p in servers) == [1, 2, 4]
+    for p in servers:
+        assert p.applicable, p.skipped
+        assert set(p.breakdown) == keys
+        assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-6)
+        # Every update is one pull and one push of the whole model through the servers, which
+        # handle one request at a time.
+        assert p.step_time_s >= 2 * transport.time(prof.param_bytes) - 1e-12
+        # Each process's ops run on every core, so two workers' steps do not compute at once.
+        assert p.step_time_s >= prof.time(64) - 1e-12
+        assert p.settings["mode"] == "asynchronous" and p.settings["rows_per_step"] == 64
+    # A slower transport is never faster.
+    slow = plan(model, 64, this_machine(ps_transport=AlphaBeta(50e-6, 1 / 0.5e9)), profile=prof)
+    slow = {p.settings["num_ps"]: p for p in slow if p.strategy_name == "ParameterServerStrategy"}
+    assert all(slow[p.settings["num_ps"]].step_time_s >= p.step_time_s - 1e-12 for p in servers)
+    # Processes of one thread each (MDTRAIN_CPU_THREADS=1): two workers compute on their own cores.
+    threads1 = steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=1)
+    every = steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport)
+    assert threads1.step_time_s <= every.step_time_s + 1e-12
+    with pytest.raises(ValueError, match="process_threads"):
+        steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=0)
+    # One worker: each update is its whole step (pull, compute, push, apply) one after another.
+    one = steps.parameter_servers_async(prof, this_machine(devices_per_host=1), 1, 1, 64, transport)
+    assert one.step_time_s == pytest.approx(2 * transport.time(prof.param_bytes) + prof.time(64) +
+                                            steps.update_seconds(prof.params, 2, this_machine(), prof), rel=1e-6)
+
+
+def test_parameter_servers_here_stay_skipped_without_the_measurement():
+    plans = plan(seed_mlp(), 64, this_machine(ps_source="parameter-server transport not measured: no ZeroMQ"),
+                 profile=synthetic_profile())
+    servers = [p for p in plans if p.strategy_name == "ParameterServerStrategy"]
+    assert len(servers) == 3 and all(p.skipped == "parameter-server transport not measured: no ZeroMQ"
+                                     for p in servers)
+    plans = plan(seed_mlp(), 64, this_machine(), profile=synthetic_profile())
+    assert all("not measured" in p.skipped for p in plans if p.strategy_name == "ParameterServerStrategy")
+    with pytest.raises(ValueError, match="transport"):
+        steps.parameter_servers_async(synthetic_profile(), this_machine(), 2, 1, 64, None)
+
+
 # ---- against measurement ------------------------------------------------------------------------
 
 def test_prediction_of_the_seed_mlp_is_the_measured_order_of_magnitude(logical_cpus):
@@ -368,9 +430,21 @@ def test_prediction_of_the_seed_mlp_is_the_measured_order_of_magnitude(logical_c
     logical_cpus(2)
     cluster = Cluster.measure(devices=2)
     plans = plan(seed_mlp(), 64, cluster)
-    # Parameter servers (ZeroMQ, not measured here) are listed as skipped, not guessed;
-    # MultiWorkerMirrored is costed from MPI measured by Cluster.measure when MPI is there.
-    assert all("not measured" in p.skipped for p in plans if p.strategy_name == "ParameterServerStrategy")
+    # Parameter servers are costed from the ZeroMQ transport Cluster.measure timed (ps_probe.py),
+    # or listed as skipped saying why when it could not be; MultiWorkerMirrored is costed from MPI
+    # measured by Cluster.measure when MPI is there.
+    servers = [p for p in plans if p.strategy_name == "ParameterServerStrategy"]
+    assert sorted(p.settings["num_ps"] for p in servers) == [1, 2, 4]
+    if _core.zmq_available():
+        assert cluster.ps_transport is not None, cluster.ps_source
+        keys = set(next(p for p in plans if p.strategy_name == "MirroredStrategy").breakdown)
+        for p in servers:
+            assert p.applicable, p.skipped
+            assert set(p.breakdown) == keys and p.step_time_s > 0
+            assert p.settings["mode"] == "asynchronous" and "asynchronous" in p.why
+        assert "PS pull" in str(cluster)
+    else:
+        assert all("not measured" in p.skipped for p in servers)
     workers = [p for p in plans if p.strategy_name == "MultiWorkerMirroredStrategy"]
     if probes.mpi_available():
         assert cluster.mpi_workers() == (2,), cluster.mpi_source

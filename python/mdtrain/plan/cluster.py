@@ -67,6 +67,13 @@ class Cluster:
     # collectives of n devices of one host use it rather than the link's ring model (with more
     # devices than cores a rank waits for a peer without a core). Empty: not measured.
     threads_all_reduce: tuple = ()
+    # Parameter servers on this machine, measured (ps_probe.py): the α–β of a pull of S bytes from
+    # one server over our ZeroMQ transport (the transfer, either way), and of a push (the transfer
+    # plus the server's SGD apply before its ack: shown, the planner costs the apply from the model's
+    # own update). None: not measured (ps_source says why); presets use their links.
+    ps_transport: AlphaBeta = None
+    ps_push: AlphaBeta = None
+    ps_source: str = ""
 
     def step_overhead(self, replicas):
         """The measured fixed cost of a step of `replicas` replicas (0 when not measured)."""
@@ -145,7 +152,7 @@ class Cluster:
         return c if hosts is None else c.with_devices(hosts=hosts)
 
     @staticmethod
-    def measure(devices=None, repeats=5, mpi=True, pipeline=True):
+    def measure(devices=None, repeats=5, mpi=True, pipeline=True, ps=True):
         """This machine: one logical CPU device per core (or `devices`, which may exceed the cores:
         their compute then shares os.cpu_count() cores), each device's FLOP/s (our core's float32
         GEMM on one thread), the threads communicator's all-reduce fitted to α–β over 4 KB..64 MB,
@@ -154,7 +161,9 @@ class Cluster:
         replicas (each timed in a child process). `mpi`: also, when mpirun and an MPI build are
         there, the MPI all-reduce of 2, 4, .. `devices` processes and their step's fixed cost
         (mpirun children, a few seconds each). `pipeline`: the per-message and per-step cost of a
-        two-stage pipeline (a child). On a loaded machine the figures are what the load leaves."""
+        two-stage pipeline (a child). `ps`: the parameter-server transport (ZeroMQ on loopback,
+        pull and push at 4 KB..16 MB, a second or two; ps_probe.py). On a loaded machine the figures
+        are what the load leaves."""
         from mdtrain import _core  # the extension: not needed for presets
         n = devices if devices is not None else (os.cpu_count() or 1)
         if n < 1:
@@ -176,17 +185,23 @@ class Cluster:
         if pipeline:
             from mdtrain.plan.probes import measure_pipeline_messages
             message_s, step_s = measure_pipeline_messages()
+        ps_pull = ps_push = None
+        ps_source = "parameter-server transport not measured (ps=False)"
+        if ps:
+            from mdtrain.plan.ps_probe import measure_ps_transport
+            ps_pull, ps_push, ps_source = measure_ps_transport(repeats)
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
                        cores=os.cpu_count() or 1, concurrent_speedup=speedup,
                        concurrent_bandwidth_share=bandwidth_share,
                        threads_all_reduce=tuple((k, all_reduces[k]) for k in counts), mpi_processes=processes,
                        mpi_source=mpi_source,
                        pipeline_message_s=message_s, pipeline_step_overhead_s=step_s,
+                       ps_transport=ps_pull, ps_push=ps_push, ps_source=ps_source,
                        peak_flops=flops, memory_bytes=mem,
                        memory_bandwidth=bandwidth, intra_host=link, inter_host=link,
                        overlaps_communication=False, device_kind="CPU",
                        source=f"this machine, measured: {os.cpu_count()} cores, the core's one-thread GEMM, "
-                              f"threads-communicator all-reduce fit; {mpi_source}")
+                              f"threads-communicator all-reduce fit; {mpi_source}; {ps_source}")
 
     def __str__(self):
         return (f"{self.name}: {self.hosts} host(s) x {self.devices_per_host} {self.device_kind}(s), "
@@ -206,6 +221,10 @@ class Cluster:
                           f"step {s * 1e3:.3g} ms" for n, ab, s in self.mpi_processes)
                 + (f", pipeline message {self.pipeline_message_s * 1e6:.3g} us, step "
                    f"{self.pipeline_step_overhead_s * 1e3:.3g} ms" if self.pipeline_message_s is not None else "")
+                + (f", PS pull {self.ps_transport.alpha * 1e6:.3g} us + {self.ps_transport.bandwidth / _GB:.3g} GB/s"
+                   if self.ps_transport is not None else "")
+                + (f", PS push (with the server's SGD apply) {self.ps_push.alpha * 1e6:.3g} us + "
+                   f"{self.ps_push.bandwidth / _GB:.3g} GB/s" if self.ps_push is not None else "")
                 + f" [{self.source}]")
 
 

@@ -4,6 +4,8 @@ on the cluster, simulated from the model's measured profile, best first.
 Compute on a preset cluster is the time measured on this machine scaled by the ratio of this
 machine's measured per-device GEMM FLOP/s to the preset's peak FLOP/s (an assumption: it treats
 every layer as reaching the same fraction of peak on both, which favours small layers on GPUs)."""
+import os
+
 from mdtrain.plan import steps
 from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
 from mdtrain.plan.plan_result import Plan, PlanList
@@ -128,10 +130,31 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
     for k in (1, 2, 4):
         workers = n_all
         if cluster.name == "this-machine":
-            # Workers and servers are processes talking ZeroMQ here: costing them with the threads
-            # link (and without a process's per-step costs) would rank them first on no evidence.
-            skip("ParameterServerStrategy", workers, {"num_ps": k},
-                 "the ZeroMQ transport between processes is not measured yet")
+            # Workers and servers are processes talking ZeroMQ here: costed from that transport's
+            # measured α–β (ps_probe.py), never from the threads link (which would rank them first
+            # on no evidence).
+            settings = {"num_ps": k, "workers": workers, "mode": "asynchronous", "rows_per_step": b,
+                        "partitioner": f"FixedShards({k})"}
+            if cluster.ps_transport is None:
+                skip("ParameterServerStrategy", workers, settings, cluster.ps_source or
+                     "the ZeroMQ transport between processes is not measured")
+                continue
+            cores = cluster.cores or workers + k
+            # The launched processes inherit MDTRAIN_CPU_THREADS (LocalCluster passes the
+            # environment on); without it each splits its ops over every core.
+            threads = os.environ.get("MDTRAIN_CPU_THREADS")
+            threads = int(threads) if threads and threads.isdigit() and int(threads) >= 1 else None
+            add("ParameterServerStrategy", workers, settings,
+                steps.parameter_servers_async(alone, cluster, workers, k, b, cluster.ps_transport, scale=scale,
+                                              process_threads=threads),
+                f"{workers} worker and {k} server processes on {cores} cores, asynchronous (the strategy's "
+                f"default): each step of {b} rows pulls every variable, computes, pushes, and waits for the "
+                f"servers' applies (measured ZeroMQ pull α–β for both directions, the model's measured update "
+                f"for the apply; each process's ops on {f'{threads} core(s)' if threads else 'every core'}, "
+                f"time-shared); step = seconds per update "
+                f"in the replayed steady state; not modelled: the "
+                f"coordinator's closure round trip (use steps_per_execution), the worker's per-step Python, "
+                f"staleness")
             continue
         add("ParameterServerStrategy", workers, {"num_ps": k, "synchronous": True},
             steps.parameter_servers(prof, cluster, workers, k, b, scale=scale),

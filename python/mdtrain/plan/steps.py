@@ -17,8 +17,12 @@
 - pipeline (pipeline_schedule.h): each stage's op list from the core's make_pipeline_schedule
   (GPipe or 1F1B), sends buffered, a receive waiting for its transfer on the link between stages;
   then each stage's gradient sum over its batch-axis replicas and its update.
-- parameter servers: each worker's compute, a push of its gradient shards to the k servers (each
-  server's link shared by every worker, in worker order), the server's update, the pull back.
+- parameter servers on a preset: each worker's compute, a push of its gradient shards to the k
+  servers (each server's link shared by every worker, in worker order), the server's update, the
+  pull back (synchronous, the batch split over the workers);
+- parameter servers on this machine (parameter_servers_async): worker and server processes
+  sharing the cores, asynchronous as the strategy runs by default, each worker step a whole batch:
+  pull, compute, push, the servers' applies, over the measured ZeroMQ transport (ps_probe.py).
 
 Replicas of a data-parallel group are identical, so at most `REPLAYED_REPLICAS` of them are
 replayed; collectives are costed for the whole group. On a machine whose devices share cores
@@ -477,3 +481,87 @@ def parameter_servers(profile, cluster, workers, k, global_batch, scale=1.0):
     return StepResult(timeline.makespan, {"compute": comp, "communication": max(0.0, timeline.makespan - comp - upd),
                                           "update": upd, "bubble": 0.0},
                       profile.param_bytes * 2 + _activation_bytes(profile, rows), timeline)
+
+
+def parameter_servers_async(profile, cluster, workers, k, global_batch, transport, rounds=4, scale=1.0,
+                            process_threads=None):
+    """ParameterServerStrategy as it runs on this machine (python/mdtrain/_ps, its default mode):
+    `workers` worker processes and k server processes sharing the machine's cores, each worker
+    step on a whole batch of `global_batch` rows (the strategy has one replica in sync; fit's
+    batch is each step's), asynchronous: a step pulls every variable, computes forward + backward,
+    pushes the gradient, and each server applies its shard (FixedShardsPartitioner(k): about 1/k
+    of the values each) before it acks; the worker's next step starts after the acks
+    (ParameterServerWorkerExecutor; the client sends to every server, then collects the replies).
+
+    `transport`: the measured α–β of one pull (ps_probe.py). A pull or a push is one task on the
+    worker's thread holding its core and every server (the servers answer concurrently: one α; the
+    worker's thread moves all the bytes). `process_threads`: the threads each worker or server
+    process splits its ops over (None: every core, the default; nothing lowers it for these
+    processes, unlike MPI workers; MDTRAIN_CPU_THREADS does); `profile` should be timed with as
+    many. A worker's compute and a server's apply (the model's measured update pro rata) each
+    hold that many cores, starting at the process's own (workers first, then servers), and
+    processes time-share them. Each worker's steps are replayed for `rounds` rounds, the
+    workers' requests reaching a server round by round in worker order; the step time is the steady state's (rounds 2..) seconds per update,
+    i.e. per batch of `global_batch` rows trained. The breakdown is a worker step's (compute;
+    its pull + push and waits for a core or a server; its wait for the applies), scaled to that
+    per-update time. Not modelled: the coordinator's closure round trip (amortized by compile's
+    steps_per_execution), the worker's per-step Python (train_on_batch, drawing the batch), and
+    staleness (an update may use weights several updates old)."""
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"parameter_servers_async: workers must be an integer >= 1, got {workers!r}")
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"parameter_servers_async: k (servers) must be an integer >= 1, got {k!r}")
+    if not isinstance(rounds, int) or rounds < 2:
+        raise ValueError(f"parameter_servers_async: rounds must be an integer >= 2, got {rounds!r}")
+    if transport is None:
+        raise ValueError("parameter_servers_async: transport (the measured PS α–β) is required")
+    if process_threads is not None and (not isinstance(process_threads, int) or process_threads < 1):
+        raise ValueError(f"parameter_servers_async: process_threads must be an integer >= 1, got {process_threads!r}")
+    rows = global_batch
+    cluster = replay_cluster(profile, cluster, scale)
+    sim = Simulator()
+    compute = _Compute(sim, profile, cluster, scale)
+    ws = [f"worker{w}" for w in range(workers)]
+    servers = tuple(f"ps{j}" for j in range(k))
+    shard_values = profile.params / k
+    move = transport.time(profile.param_bytes)
+    apply_s = update_seconds(shard_values, profile.optimizer_slots, cluster, profile, scale)
+    steps = []  # (round, worker, compute tasks, push task, ack task)
+    cores = {w: on_core(cluster, w, i) for i, w in enumerate(ws)}  # the worker's thread and its core
+    held = cluster.effective_cores or 0
+    held = held if process_threads is None else min(held, process_threads)
+
+    def process_cores(index):
+        """The cores a process's ops hold: `held` of them, from the process's own."""
+        return tuple(dict.fromkeys(cluster.core_of(index + i) for i in range(held)))
+
+    # Issued phase by phase within a round (every worker's pull, then compute, then push), so a
+    # server sees the workers' requests as workers in step with each other send them: one
+    # worker's pull does not queue behind another's compute.
+    for r in range(rounds):
+        for w in ws:
+            sim.add(f"{w} r{r} pull", cores[w] + servers, move, category=COMMUNICATION)
+        done = {}
+        for i, w in enumerate(ws):
+            ops = tuple(dict.fromkeys((w,) + process_cores(i)))
+            done[w] = [sim.add(f"{w} r{r} gather+loss", ops, overhead_seconds(profile, scale)),
+                       compute.add(f"{w} r{r} fwd+bwd", ops, lambda shared: profile.time(rows, shared))]
+        for w in ws:
+            push = sim.add(f"{w} r{r} push", cores[w] + servers, move, category=COMMUNICATION)
+            applies = [sim.add(f"{s} r{r} apply {w}", (s,) + process_cores(workers + j), apply_s, deps=(push,),
+                               category=UPDATE) for j, s in enumerate(servers)]
+            ack = sim.add(f"{w} r{r} acks", w, 0.0, deps=tuple(applies), category=UPDATE)
+            steps.append((r, w, done[w], push, ack))
+    timeline = sim.run()
+    acks = {(r, w): ack.end for r, w, _, _, ack in steps}
+    first = max(acks[(0, w)] for w in ws)
+    last = max(acks[(rounds - 1, w)] for w in ws)
+    step_time = (last - first) / ((rounds - 1) * workers)
+    steady = [s for s in steps if s[0] > 0]
+    wall = sum(acks[(r, w)] - acks[(r - 1, w)] for r, w, *_ in steady) / len(steady)
+    comp = sum(t.duration for _, _, done, _, _ in steady for t in done) / len(steady)
+    waited = sum(ack.end - push.end for _, _, _, push, ack in steady) / len(steady)
+    f = step_time / wall if wall > 0 else 0.0
+    breakdown = {"compute": comp * f, "communication": max(0.0, wall - comp - waited) * f, "update": waited * f,
+                 "bubble": 0.0}
+    return StepResult(step_time, breakdown, profile.param_bytes * 2 + _activation_bytes(profile, rows), timeline)
