@@ -261,6 +261,15 @@ def test_profile_is_taken_at_the_rows_asked_for_alone_and_shared():
         profile_model(seed_mlp(), rows=(0, 4))
 
 
+def test_step_costs_of_a_model_compiled_with_a_string_sparse_loss():
+    # compile turns the string into a Loss whose class is the generic one: the probe must read the
+    # loss's name to feed it class ids (it fed one-hot-shaped targets and failed before).
+    model = seed_mlp()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    prof = profile_model(model, rows=(1, 2, 4), repeats=1)
+    assert prof.update_s is not None and prof.update_s > 0
+
+
 # ---- α–β ----------------------------------------------------------------------------------------
 
 def test_alpha_beta_fit_recovers_known_parameters():

@@ -162,7 +162,9 @@ def measure_step_costs(model, profile, rows=16, steps=20, repeats=3, threads=1):
     copy.compile(optimizer=type(opt).from_config(opt.get_config()), loss=model.loss)
     x = np.zeros((rows * steps,) + tuple(model.input_shape[1:]), dtype=np.float32)
     loss = model.loss
-    sparse = "sparse" in (loss if isinstance(loss, str) else type(loss).__name__).lower()
+    # A compiled loss keeps its Keras name (a string given to compile becomes a Loss named after it).
+    name = loss if isinstance(loss, str) else getattr(loss, "name", None) or type(loss).__name__
+    sparse = "sparse" in str(name).lower()
     y_shape = () if sparse else tuple(copy.output_shape[1:])
     y = np.zeros((rows * steps,) + y_shape, dtype=np.float32)
     before = _core.cpu_thread_count()
