@@ -114,7 +114,21 @@ def test_seed_model_reaches_its_accuracy_with_two_servers_and_two_workers(make_s
         np.testing.assert_array_equal(got, want)
 
 
-def test_deterministic_mode_gives_the_same_weights_twice_and_equals_serial_training(make_strategy, fashion):
+def test_local_cluster_tasks_share_the_cores_unless_the_user_chose_a_thread_count(cluster):
+    from mdtrain._ps.local_cluster import tasks_threads
+    assert tasks_threads("ps", 2, cores=8) == 1
+    assert tasks_threads("worker", 2, cores=8) == 4 and tasks_threads("worker", 4, cores=2) == 1
+    for job in ("ps", "worker"):
+        want = os.environ.get("MDTRAIN_CPU_THREADS", str(tasks_threads(job, 2)))
+        env = cluster.task_env(job)
+        assert env["MDTRAIN_CPU_THREADS"] == want
+        # A process started with that environment runs its ops on that many threads.
+        out = subprocess.run([sys.executable, "-c", "import mdtrain, mdtrain._core as c; print(c.cpu_thread_count())"],
+                             env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want
+
+
+def test_deterministic_mode_gives_the_same_weights_twice_and_equals_serial_training(cluster, make_strategy, fashion):
     x, y = fashion[0][:2048], fashion[1][:2048]
     results = []
     for _ in range(2):
@@ -134,9 +148,16 @@ def test_deterministic_mode_gives_the_same_weights_twice_and_equals_serial_train
     reference.set_weights(initial)
     batches = [_ArrayBatches(x, y.astype(np.int32), 64, True, model._epoch_seed())(InputContext(2, w))
                for w in range(2)]
-    for k in range(24):
-        bx, by = next(batches[k % 2])
-        reference.train_on_batch(bx, by)
+    # Serially with the threads per op the workers had (LocalCluster deals the cores among its
+    # tasks): a GEMM's float32 sums depend on how its rows are split over threads.
+    before = _core.cpu_thread_count()
+    _core.set_cpu_threads(int(cluster.task_env("worker")["MDTRAIN_CPU_THREADS"]))
+    try:
+        for k in range(24):
+            bx, by = next(batches[k % 2])
+            reference.train_on_batch(bx, by)
+    finally:
+        _core.set_cpu_threads(before)
     for got, want in zip(results[1], reference.get_weights()):
         np.testing.assert_array_equal(got, want)
 

@@ -6,6 +6,7 @@ machine's measured per-device GEMM FLOP/s to the preset's peak FLOP/s (an assump
 every layer as reaching the same fraction of peak on both, which favours small layers on GPUs)."""
 import os
 
+from mdtrain._ps.local_cluster import tasks_threads
 from mdtrain.plan import steps
 from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
 from mdtrain.plan.plan_result import Plan, PlanList
@@ -141,11 +142,17 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
                 continue
             cores = cluster.cores or workers + k
             # The launched processes inherit MDTRAIN_CPU_THREADS (LocalCluster passes the
-            # environment on); without it each splits its ops over every core.
+            # environment on); without it LocalCluster deals the cores among its tasks.
             threads = os.environ.get("MDTRAIN_CPU_THREADS")
-            threads = int(threads) if threads and threads.isdigit() and int(threads) >= 1 else None
+            threads = (int(threads) if threads and threads.isdigit() and int(threads) >= 1
+                       else tasks_threads("worker", workers, cores))
+            # Costed from the profile timed on as many threads as a worker has: one, or every core
+            # (a count in between is costed from the one-thread profile); a server's apply is
+            # costed on as many too (it has one thread, but its apply is memory bound).
+            threads = min(threads, cores)
+            ps_profile = alone if threads >= cores else prof
             add("ParameterServerStrategy", workers, settings,
-                steps.parameter_servers_async(alone, cluster, workers, k, b, cluster.ps_transport, scale=scale,
+                steps.parameter_servers_async(ps_profile, cluster, workers, k, b, cluster.ps_transport, scale=scale,
                                               process_threads=threads),
                 f"{workers} worker and {k} server processes on {cores} cores, asynchronous (the strategy's "
                 f"default): each step of {b} rows pulls every variable, computes, pushes, and waits for the "

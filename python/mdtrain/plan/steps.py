@@ -496,9 +496,9 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
     `transport`: the measured α–β of one pull (ps_probe.py). A pull or a push is one task on the
     worker's thread holding its core and every server (the servers answer concurrently: one α; the
     worker's thread moves all the bytes). `process_threads`: the threads each worker or server
-    process splits its ops over (None: every core, the default; nothing lowers it for these
-    processes, unlike MPI workers; MDTRAIN_CPU_THREADS does); `profile` should be timed with as
-    many. A worker's compute and a server's apply (the model's measured update pro rata) each
+    process splits its ops over (None: every core; LocalCluster gives a worker
+    cores // workers and a server one, local_cluster.tasks_threads, unless MDTRAIN_CPU_THREADS
+    is set; the planner passes the workers'); `profile` should be timed with as many. A worker's compute and a server's apply (the model's measured update pro rata) each
     hold that many cores, starting at the process's own (workers first, then servers), and
     processes time-share them. Each worker's steps are replayed for `rounds` rounds, the
     workers' requests reaching a server round by round in worker order; the step time is the steady state's (rounds 2..) seconds per update,
