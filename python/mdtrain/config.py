@@ -144,17 +144,24 @@ class _Threading:
 threading = _Threading()
 
 
-def _init_threads():
+def _env_cpu_threads():
+    """MDTRAIN_CPU_THREADS as a count, None when unset; ValueError when it is not a positive integer."""
     env = os.environ.get("MDTRAIN_CPU_THREADS")
     if not env:
-        return
+        return None
     try:
         n = int(env)
     except ValueError:
         n = -1
     if n < 1:
         raise ValueError(f"MDTRAIN_CPU_THREADS must be a positive integer, got {env!r}")
-    _core.set_cpu_threads(n)
+    return n
+
+
+def _init_threads():
+    n = _env_cpu_threads()
+    if n is not None:
+        _core.set_cpu_threads(n)
 
 
 _init_threads()

@@ -4,9 +4,8 @@ on the cluster, simulated from the model's measured profile, best first.
 Compute on a preset cluster is the time measured on this machine scaled by the ratio of this
 machine's measured per-device GEMM FLOP/s to the preset's peak FLOP/s (an assumption: it treats
 every layer as reaching the same fraction of peak on both, which favours small layers on GPUs)."""
-import os
-
 from mdtrain._ps.local_cluster import tasks_threads
+from mdtrain.config import _env_cpu_threads
 from mdtrain.plan import steps
 from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
 from mdtrain.plan.plan_result import Plan, PlanList
@@ -143,9 +142,7 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
             cores = cluster.cores or workers + k
             # The launched processes inherit MDTRAIN_CPU_THREADS (LocalCluster passes the
             # environment on); without it LocalCluster deals the cores among its tasks.
-            threads = os.environ.get("MDTRAIN_CPU_THREADS")
-            threads = (int(threads) if threads and threads.isdigit() and int(threads) >= 1
-                       else tasks_threads("worker", workers, cores))
+            threads = _env_cpu_threads() or tasks_threads("worker", workers, cores)
             # Costed from the profile timed on as many threads as a worker has: one, or every core
             # (a count in between is costed from the one-thread profile); a server's apply is
             # costed on as many too (it has one thread, but its apply is memory bound).
@@ -157,7 +154,7 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
                 f"{workers} worker and {k} server processes on {cores} cores, asynchronous (the strategy's "
                 f"default): each step of {b} rows pulls every variable, computes, pushes, and waits for the "
                 f"servers' applies (measured ZeroMQ pull α–β for both directions, the model's measured update "
-                f"for the apply; each process's ops on {f'{threads} core(s)' if threads else 'every core'}, "
+                f"for the apply; each worker's ops on {threads} core(s), "
                 f"time-shared); step = seconds per update "
                 f"in the replayed steady state; not modelled: the "
                 f"coordinator's closure round trip (use steps_per_execution), the worker's per-step Python, "
