@@ -12,14 +12,15 @@ namespace mdtrain::bindings {
 void init_plan(py::module_& m) {
   m.def(
       "measure_layer_times",
-      [](Model& model, std::int64_t rows, int repeats) {
+      [](Model& model, std::int64_t rows, int repeats, int in_flight) {
         LayerStack& stack = model.stack();
         py::gil_scoped_release release;
-        return measure_layer_times(stack, rows, repeats);
+        return measure_layer_times(stack, rows, repeats, in_flight);
       },
-      py::arg("model"), py::arg("rows") = 32, py::arg("repeats") = 3,
+      py::arg("model"), py::arg("rows") = 32, py::arg("repeats") = 3, py::arg("in_flight") = 1,
       "Nanoseconds of forward + backward of each layer of a Sequential model on `rows` rows (the best "
-      "of `repeats`; what PipelineParallel(stages='balance_time') cuts by).");
+      "of `repeats`; what PipelineParallel(stages='balance_time') cuts by); in_flight > 1: per "
+      "micro-batch, with that many micro-batches' activations held at once (a GPipe stage).");
   m.def(
       "pipeline_schedule_ops",
       [](const std::string& schedule, int stages, int microbatches) {

@@ -244,6 +244,40 @@ def test_measured_points_are_interpolated_and_the_linear_fit_kept_without_them()
     assert linear.time(3) == linear.time(3, shared=True) == pytest.approx(4.0)
 
 
+def test_in_flight_factor_is_measured_ratio_scaled_by_micro_batches_held():
+    layer = LayerCost(name="d", kind="Dense", params=10, activation_values=4, forward_flops=8.0, backward_flops=16.0,
+                      fixed_s=1.0, per_row_s=1.0, backward_share=2 / 3, points=((2, 1.0), (4, 2.0), (8, 4.0)),
+                      in_flight_points=((2, 4, 1.3), (4, 2, 1.0)))  # 4 rows: faster held than alone (noise)
+    assert layer.in_flight_factor(2, 1) == 1.0
+    assert layer.in_flight_factor(2, 4) == pytest.approx(1.3)
+    assert layer.in_flight_factor(2, 16) == pytest.approx(1.3)  # beyond the measured count: as measured
+    assert layer.in_flight_factor(2, 2) == pytest.approx(1.1)   # linear in the count from 1 at one held
+    assert layer.in_flight_factor(4, 2) == 1.0                  # never faster than alone
+    assert layer.time(2, in_flight=4) == pytest.approx(1.3)
+    assert layer.forward_time(2, in_flight=4) + layer.backward_time(2, in_flight=4) == pytest.approx(1.3)
+    assert dataclasses.replace(layer, in_flight_points=()).time(2, in_flight=4) == pytest.approx(1.0)
+
+
+def test_gpipe_stages_pay_the_measured_in_flight_time_and_1f1b_less():
+    prof = synthetic_profile(layers=4)
+    rows = (4, 8, 16, 32, 64)
+    layers = tuple(dataclasses.replace(x, points=tuple((r, 1e-4 * r) for r in rows),
+                                       in_flight_points=tuple((r, 64 // r, 1.5e-4 * r) for r in rows[:-1]))
+                   for x in prof.layers)
+    held = dataclasses.replace(prof, layers=layers)
+    plain = dataclasses.replace(prof, layers=tuple(dataclasses.replace(x, in_flight_points=()) for x in layers))
+    cluster = Cluster.preset("dgx-h100")
+    for schedule in ("gpipe", "1f1b"):
+        with_held, *_ = steps.pipeline(held, cluster, 2, 8, schedule, 1, 64, stage_starts=[2])
+        without, *_ = steps.pipeline(plain, cluster, 2, 8, schedule, 1, 64, stage_starts=[2])
+        # GPipe holds all 8 micro-batches (the measured 1.5x); 1F1B's first stage 2, its last 1.
+        expected = 1.5 if schedule == "gpipe" else 1 + 0.5 * (2 - 1) / (8 - 1)
+        assert with_held.breakdown["compute"] > without.breakdown["compute"]
+        stage0 = sum(t.duration for t in with_held.timeline.tasks if t.name.startswith("stage0 ") and
+                     (" F" in t.name or " B" in t.name))
+        assert stage0 == pytest.approx(8 * 2 * 8e-4 * expected)
+
+
 def test_profile_is_taken_at_the_rows_asked_for_alone_and_shared():
     prof = profile_model(seed_mlp(), rows=profile_rows(8), repeats=1, step_costs=False)
     assert prof.rows_measured == (1, 2, 4, 8)
@@ -253,6 +287,9 @@ def test_profile_is_taken_at_the_rows_asked_for_alone_and_shared():
         assert all(t > 0 for t in times) and times == sorted(times)
         if (os.cpu_count() or 1) > 1:
             assert prof.shared_by == os.cpu_count() and [r for r, _ in layer.shared_points] == [1, 2, 4, 8]
+        # Held as a GPipe stage of the whole 8 rows holds them: 8 x 1 row, 4 x 2, 2 x 4.
+        assert [(r, k) for r, k, _ in layer.in_flight_points] == [(1, 8), (2, 4), (4, 2)]
+        assert all(t > 0 for _, _, t in layer.in_flight_points)
     assert profile_rows(64) == (1, 2, 4, 8, 16, 32, 64) and profile_rows(48)[-2:] == (32, 48)
     for bad in (0, -4, 2.5):
         with pytest.raises(ValueError, match="row count"):

@@ -14,6 +14,7 @@
 #include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/batch_split.h"
 #include "mdtrain/strategy/communicator_sums.h"
+#include "mdtrain/strategy/pipeline_slots.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
 
 namespace mdtrain {
@@ -58,35 +59,6 @@ Shape with_rows(std::int64_t rows, const Shape& per_row) {
   Shape s{rows};
   s.insert(s.end(), per_row.begin(), per_row.end());
   return s;
-}
-
-// The most micro-batches a stage's op list has in flight at once (forwarded, not yet backward).
-int max_in_flight(const std::vector<PipelineOp>& ops) {
-  int now = 0, peak = 0;
-  for (const PipelineOp& op : ops) {
-    if (op.kind == PipelineOpKind::Forward) peak = std::max(peak, ++now);
-    if (op.kind == PipelineOpKind::Backward) --now;
-  }
-  return peak;
-}
-
-// Makes `slot` (a clone of `stage`) read and write the stage's weights and gradients in place:
-// its parameters' tensors and packed buffers become views of the stage's (its own copies freed).
-// Re-taken every step, in case something replaced the stage's tensors.
-void share_weights(LayerStack& stage, LayerStack& slot) {
-  for (std::size_t j = 0; j < stage.layers().size(); ++j) {
-    auto from = stage.layers()[j]->parameters();
-    auto to = slot.layers()[j]->parameters();
-    for (std::size_t k = 0; k < from.size(); ++k) {
-      to[k]->value = from[k]->value;
-      to[k]->grad = from[k]->grad;
-    }
-  }
-  slot.packed_values() = stage.packed_values();
-  slot.packed_grads() = stage.packed_grads();
-  slot.padded_values() = stage.padded_values();
-  slot.padded_grads() = stage.padded_grads();
-  slot.non_trainable_values() = stage.non_trainable_values();
 }
 
 // True when every layer of `stack` that has trainable parameters can add its gradients to them in
@@ -182,7 +154,7 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
     if (!dev->place.is_cpu()) dev->net = dev->net->clone_to(dev->place);
     if (!strategy_.recompute()) {
       // Clones on the stage's device (LayerStack::clone keeps it), weights shared with the stage.
-      const int slots = max_in_flight(schedule_.ops[static_cast<std::size_t>(dev->stage)]);
+      const int slots = peak_in_flight(schedule_.ops[static_cast<std::size_t>(dev->stage)]);
       for (int k = 0; k < slots; ++k) {
         dev->slots.push_back(dev->net->clone());
         share_weights(*dev->net, *dev->slots.back());

@@ -10,6 +10,7 @@
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/strategy/pipeline_executor.h"
+#include "mdtrain/strategy/pipeline_slots.h"
 
 namespace mdtrain {
 
@@ -148,11 +149,22 @@ std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& l
   return starts;
 }
 
-std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows, int repeats) {
+std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows, int repeats, int in_flight) {
+  MDTRAIN_CHECK(rows >= 1 && repeats >= 1 && in_flight >= 1, std::invalid_argument,
+                "[pipeline] measure_layer_times needs rows, repeats and in_flight >= 1, got ", rows, ", ", repeats,
+                ", ", in_flight);
   using Clock = std::chrono::steady_clock;
   auto copy = model.clone();  // a training forward may move running statistics: not the model's
-  const auto& layers = copy->layers();
-  std::vector<std::int64_t> best(layers.size(), std::numeric_limits<std::int64_t>::max());
+  // One state per micro-batch in flight, as the executor's slots: clones on the copy's weights.
+  std::vector<std::unique_ptr<LayerStack>> extra;
+  std::vector<LayerStack*> states{copy.get()};
+  for (int k = 1; k < in_flight; ++k) {
+    extra.push_back(copy->clone());
+    share_weights(*copy, *extra.back());
+    states.push_back(extra.back().get());
+  }
+  const std::size_t n = copy->layers().size();
+  std::vector<std::int64_t> best(n, std::numeric_limits<std::int64_t>::max());
   Shape shape{rows};
   for (auto d : copy->input_shape()) shape.push_back(d);
   const Tensor x = Tensor::zeros(shape, copy->dtype());
@@ -162,20 +174,27 @@ std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int6
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count();
   };
   for (int r = 0; r < repeats; ++r) {
-    std::vector<std::int64_t> t(layers.size(), 0);
-    Tensor h = x;
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      const auto start = Clock::now();
-      h = layers[i]->forward(h, ctx);
-      t[i] += ns(start);
+    std::vector<std::int64_t> t(n, 0);
+    std::vector<Tensor> out;
+    for (LayerStack* state : states) {  // every micro-batch's forward, then each one's backward
+      Tensor h = x;
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto start = Clock::now();
+        h = state->layers()[i]->forward(h, ctx);
+        t[i] += ns(start);
+      }
+      out.push_back(std::move(h));
     }
-    Tensor g = Tensor::zeros(h.shape(), h.dtype());
-    for (std::size_t i = layers.size(); i-- > 0;) {
-      const auto start = Clock::now();
-      g = layers[i]->backward(g, i > 0);
-      t[i] += ns(start);
+    for (std::size_t k = 0; k < states.size(); ++k) {
+      Tensor g = Tensor::zeros(out[k].shape(), out[k].dtype());
+      for (std::size_t i = n; i-- > 0;) {
+        const auto start = Clock::now();
+        g = states[k]->layers()[i]->backward(g, i > 0);
+        t[i] += ns(start);
+      }
     }
-    for (std::size_t i = 0; i < layers.size(); ++i) best[i] = std::min(best[i], std::max<std::int64_t>(1, t[i]));
+    for (std::size_t i = 0; i < n; ++i)
+      best[i] = std::min(best[i], std::max<std::int64_t>(1, t[i] / static_cast<std::int64_t>(states.size())));
   }
   return best;
 }

@@ -105,7 +105,12 @@ std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& l
 
 class LayerStack;
 // Nanoseconds of forward + backward of each layer of `model` (timed on a copy, `rows` rows of
-// zeros, the best of `repeats`), at least 1 each.
-std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows = 32, int repeats = 3);
+// zeros, the best of `repeats`), at least 1 each. `in_flight` > 1 times it as a GPipe stage runs
+// that many micro-batches: every one's forward (each on its own state slot sharing the copy's
+// weights, as the executor's), then every one's backward, the time per micro-batch: a stage
+// holding many micro-batches' activations reads them back from memory rather than cache, which
+// one micro-batch at a time does not show. std::invalid_argument for a count below 1.
+std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows = 32, int repeats = 3,
+                                              int in_flight = 1);
 
 }  // namespace mdtrain

@@ -61,22 +61,47 @@ class LayerCost:
     # The same rows' seconds while every core of the machine ran a copy at once (empty: not
     # measured; the replay then uses the alone time throughout).
     shared_points: tuple = ()
+    # ((rows, in_flight, seconds per micro-batch), ...): timed as a GPipe stage runs `in_flight`
+    # micro-batches of `rows` rows, every forward then every backward (empty: not measured, no
+    # in-flight cost).
+    in_flight_points: tuple = ()
 
-    def time(self, rows, shared=False):
+    def time(self, rows, shared=False, in_flight=1):
         """Forward + backward seconds on `rows` rows, on the machine profiled; `shared`: while
-        the other cores compute too (the alone time when that was not measured)."""
+        the other cores compute too (the alone time when that was not measured); `in_flight`:
+        per micro-batch when a stage holds that many micro-batches' activations at once
+        (in_flight_factor)."""
         if rows <= 0:
             return 0.0
         points = self.shared_points if shared and self.shared_points else self.points
         if not points:
             return self.fixed_s + self.per_row_s * rows
-        return _interpolate(points, rows)
+        return _interpolate(points, rows) * self.in_flight_factor(rows, in_flight)
 
-    def forward_time(self, rows, shared=False):
-        return self.time(rows, shared) * (1.0 - self.backward_share)
+    def in_flight_factor(self, rows, in_flight):
+        """How much slower a micro-batch of `rows` rows runs with `in_flight` micro-batches held at
+        once than alone: at each measured row count the in-flight point's time over the alone
+        point's (at least 1: noise only adds time), at the measured row count nearest `rows`; for fewer micro-batches
+        in flight than measured, linearly in their count from 1 (one in flight: 1), for more the
+        measured factor (the activations were already out of cache)."""
+        if in_flight <= 1 or not self.in_flight_points:
+            return 1.0
+        alone = dict(self.points)
+        measured = [(r, k, max(1.0, t / alone[r])) for r, k, t in self.in_flight_points if alone.get(r)]
+        if not measured:
+            return 1.0
+        xs = [r for r, _, _ in measured]
+        at = int(np.clip(np.searchsorted(xs, rows), 0, len(xs) - 1))
+        if at > 0 and xs[at] != rows and abs(xs[at - 1] - rows) < abs(xs[at] - rows):
+            at -= 1
+        _, k, ratio = measured[at]
+        return 1.0 + (ratio - 1.0) * min(1.0, (in_flight - 1) / max(1, k - 1))
 
-    def backward_time(self, rows, shared=False):
-        return self.time(rows, shared) * self.backward_share
+    def forward_time(self, rows, shared=False, in_flight=1):
+        return self.time(rows, shared, in_flight) * (1.0 - self.backward_share)
+
+    def backward_time(self, rows, shared=False, in_flight=1):
+        return self.time(rows, shared, in_flight) * self.backward_share
 
     @property
     def param_bytes(self):
@@ -238,6 +263,28 @@ def _median_layer_times(core, model, rows, repeats, shared_by=1):
     return np.stack([np.median(np.asarray(runs[r], dtype=np.float64), axis=0) for r in rows]) * 1e-9
 
 
+MAX_IN_FLIGHT = 32  # beyond it a stage's held activations are as far out of cache as at it
+
+
+def in_flight_rows(rows):
+    """The (rows, micro-batches in flight) the in-flight timing runs: each profiled row count
+    below the largest with as many micro-batches as make the largest (a GPipe stage of the whole
+    batch in micro-batches of that size), at most MAX_IN_FLIGHT."""
+    return tuple((r, min(MAX_IN_FLIGHT, rows[-1] // r)) for r in rows[:-1] if rows[-1] // r > 1)
+
+
+def _in_flight_layer_times(core, model, pairs, repeats):
+    """Seconds per layer per micro-batch at each (rows, in_flight) of `pairs` (rows x layers), the
+    median of at least `repeats` timings in interleaved rounds, as _median_layer_times."""
+    runs = {pair: [] for pair in pairs}
+    started, rounds = time.perf_counter(), 0
+    while rounds < repeats or (time.perf_counter() - started < MIN_PROFILE_SECONDS and rounds < MAX_ROUNDS):
+        for r, k in pairs:
+            runs[(r, k)].append(core.measure_layer_times(model._core, r, 1, k))
+        rounds += 1
+    return np.stack([np.median(np.asarray(runs[pair], dtype=np.float64), axis=0) for pair in pairs]) * 1e-9
+
+
 def _points(rows, times):
     """Per layer, ((rows, seconds), ...). A layer on fewer rows is not slower than on more: where a
     timing says so it was interrupted (noise only adds time), so each point is capped by the
@@ -254,13 +301,15 @@ def _line(points):
     return max(0.0, float(a)), max(0.0, float(b))
 
 
-def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, shared=None):
+def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, shared=None, in_flight=None):
     """Times `model`'s layers on this machine (on a copy: the model's weights and statistics are
     not touched) at each of `rows` (default: profile_rows(128)); a layer's time at other rows is
     interpolated between them. `threads`: the core's threads per op while timing: 1 is what each
     replica gets when several run in one process (the executor's ThreadTeam), None every core (one
     replica alone). `shared`: also time each point while every other core runs a copy (default:
-    with threads=1 on a machine of several cores: what replicas and stages run as)."""
+    with threads=1 on a machine of several cores: what replicas and stages run as). `in_flight`:
+    also time each row count with as many micro-batches held at once as make the largest
+    (in_flight_rows: a GPipe stage's; default: with threads=1, what pipeline stages run on)."""
     from mdtrain import _core
     check_model(model)
     rows = profile_rows(128) if rows is None else tuple(sorted({int(r) for r in rows}))
@@ -268,6 +317,7 @@ def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, share
         raise ValueError(f"profile_model: rows must be row counts >= 1, got {rows!r}")
     cores = os.cpu_count() or 1
     shared = (threads == 1 and cores > 1) if shared is None else bool(shared)
+    in_flight = (threads == 1) if in_flight is None else bool(in_flight)
     before = _core.cpu_thread_count()
     if threads is not None:
         _core.set_cpu_threads(threads)
@@ -281,6 +331,8 @@ def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, share
                 _core.measure_layer_times(model._core, r, 1)
         alone = _median_layer_times(_core, model, rows, repeats)
         together = _median_layer_times(_core, model, rows, repeats, cores) if shared else None
+        pairs = in_flight_rows(rows) if in_flight else ()
+        held = _in_flight_layer_times(_core, model, pairs, repeats) if pairs else None
         threads = _core.cpu_thread_count()
     finally:
         _core.set_cpu_threads(before)
@@ -295,7 +347,8 @@ def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, share
         layers.append(LayerCost(name=layer.name, kind=type(layer).__name__, params=params,
                                 activation_values=out_values, forward_flops=fwd, backward_flops=fwd * ratio,
                                 fixed_s=fixed, per_row_s=per_row, backward_share=ratio / (1.0 + ratio),
-                                points=points[i], shared_points=shared_points[i]))
+                                points=points[i], shared_points=shared_points[i],
+                                in_flight_points=tuple((r, k, float(held[j, i])) for j, (r, k) in enumerate(pairs))))
     opt = getattr(model, "optimizer", None)
     opt_name = type(opt).__name__.lower() if opt is not None else "sgd"
     slots = _SLOTS.get(opt_name, 0)

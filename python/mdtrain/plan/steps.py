@@ -346,23 +346,26 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     cluster = replay_cluster(profile, cluster, scale)
     contended = stage_costs is None and contention_measured(profile, cluster, scale)
     shared_costs = None
+    ops = ops if ops is not None else pipeline_ops(schedule, p, m)
     if stage_costs is None:
         starts = stage_starts if stage_starts is not None else balance_stages(
             [layer.time(rows) for layer in layers], p)
         bounds = [0] + list(starts) + [len(layers)]
         groups = [layers[bounds[s]:bounds[s + 1]] for s in range(p)]
-        stage_costs = [(sum(x.forward_time(rows) for x in g) * scale,
-                        sum(x.backward_time(rows) for x in g) * scale) for g in groups]
+        # A stage holding k micro-batches' activations at its peak (GPipe: all m) runs each one
+        # at the profile's in-flight time (LayerCost.in_flight_factor): measured, not a formula.
+        held = [peak_in_flight(stage_ops) for stage_ops in ops]
+        stage_costs = [(sum(x.forward_time(rows, in_flight=k) for x in g) * scale,
+                        sum(x.backward_time(rows, in_flight=k) for x in g) * scale) for g, k in zip(groups, held)]
         if contended:
-            shared_costs = [(sum(x.forward_time(rows, True) for x in g) * scale,
-                             sum(x.backward_time(rows, True) for x in g) * scale) for g in groups]
+            shared_costs = [(sum(x.forward_time(rows, True, k) for x in g) * scale,
+                             sum(x.backward_time(rows, True, k) for x in g) * scale) for g, k in zip(groups, held)]
         boundary_bytes = [rows * g[-1].activation_values * BYTES_PER_VALUE for g in groups]
         stage_values = [sum(x.params for x in g) for g in groups]
     else:
         groups = None
         boundary_bytes = [0.0] * p
         stage_values = [0] * p
-    ops = ops if ops is not None else pipeline_ops(schedule, p, m)
     sim = Simulator()
     devs = [f"stage{s}" for s in range(p)]
     # A send is buffered (the stage goes on); the transfer occupies the link between the two

@@ -181,6 +181,20 @@ TEST(Pipeline, ExplicitStageStartsAndBalancedCut) {
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_LE(worst_gap(got[i], want[i]), kTolerance);
 }
 
+TEST(Pipeline, LayerTimerHoldsMicroBatchesInFlightWithoutTouchingTheModel) {
+  auto m = make_model(nullptr, "sgd");
+  const auto before = m->get_weights();
+  for (int held : {1, 3}) {
+    const auto t = measure_layer_times(m->stack(), 4, 2, held);
+    ASSERT_EQ(t.size(), m->stack().layers().size());
+    for (auto ns : t) EXPECT_GE(ns, 1);
+  }
+  const auto after = m->get_weights();
+  for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(bitwise_equal(before[i], after[i]));
+  EXPECT_THROW(measure_layer_times(m->stack(), 4, 2, 0), std::invalid_argument);
+  EXPECT_THROW(measure_layer_times(m->stack(), 0, 2, 1), std::invalid_argument);
+}
+
 TEST(Pipeline, OneFOneBStashesNoMoreThanGPipe) {
   auto g = pipeline(2, 8, PipelineScheduleKind::GPipe);
   auto o = pipeline(2, 8, PipelineScheduleKind::OneFOneB);

@@ -1,0 +1,14 @@
+#pragma once
+// A pipeline stage's state slots: clones of the stage that keep one in-flight micro-batch's
+// activations each, while reading and writing the stage's own weights and gradients.
+
+namespace mdtrain {
+
+class LayerStack;
+
+// Makes `slot` (a clone of `stage`) read and write the stage's weights and gradients in place:
+// its parameters' tensors and packed buffers become views of the stage's (its own copies freed).
+// Re-taken every step, in case something replaced the stage's tensors.
+void share_weights(LayerStack& stage, LayerStack& slot);
+
+}  // namespace mdtrain
