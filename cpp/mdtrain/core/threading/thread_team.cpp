@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "mdtrain/core/errors.h"
+#include "mdtrain/core/threading/spin_wait.h"
 
 namespace mdtrain::cpu {
 
@@ -22,7 +23,10 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-ThreadTeam::ThreadTeam(int members) : members_(members), errors_(static_cast<std::size_t>(members)) {
+ThreadTeam::ThreadTeam(int members)
+    : members_(members),
+      may_spin_(static_cast<unsigned>(members) <= std::max(1u, std::thread::hardware_concurrency())),
+      errors_(static_cast<std::size_t>(members)) {
   MDTRAIN_CHECK(members >= 1, std::invalid_argument, "[threads] a team needs at least one member, got ", members);
   for (int r = 1; r < members; ++r) workers_.emplace_back([this, r] { worker_loop(r); });
 }
@@ -60,7 +64,8 @@ void ThreadTeam::run(const std::function<void(int)>& fn) {
   } catch (...) {
     record_error(0);
   }
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  detail::SpinWait wait(may_spin_);
+  while (pending_.load(std::memory_order_acquire) != 0) wait.step();
   if (previous != 1) set_intra_op_threads(previous);
   task_ = nullptr;
   const int first = first_error_.load(std::memory_order_acquire);
@@ -76,7 +81,9 @@ void ThreadTeam::record_error(int member) {
 void ThreadTeam::worker_loop(int member) {
   std::uint64_t seen = 0;
   for (;;) {
-    auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+    // Members outnumbering the cores: a spinning worker would take the core of a member (or of
+    // Python between steps) that still has work, so it sleeps at once.
+    auto spin_until = std::chrono::steady_clock::now() + (may_spin_ ? kSpinBeforeSleep : std::chrono::microseconds(0));
     while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < spin_until)
       cpu_relax();
     if (generation_.load(std::memory_order_acquire) == seen) {

@@ -34,6 +34,7 @@ class ThreadTeam {
   void record_error(int member);
 
   int members_;
+  bool may_spin_;  // the members fit on the cores: waiting for one another may spin
   std::vector<std::thread> workers_;
   const std::function<void(int)>* task_ = nullptr;
   std::atomic<std::uint64_t> generation_{0};
