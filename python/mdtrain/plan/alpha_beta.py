@@ -8,6 +8,8 @@ import json
 
 import numpy as np
 
+from mdtrain.plan.interpolate import piecewise_linear
+
 
 @dataclasses.dataclass(frozen=True)
 class AlphaBeta:
@@ -22,6 +24,26 @@ class AlphaBeta:
 
     def time(self, nbytes):
         return self.alpha + self.beta * float(nbytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredTransfer(AlphaBeta):
+    """A transfer measured at several sizes on this machine: its α–β fit (alpha, beta: what the
+    cluster prints and what a link is derived from) and the measured points, which time() reads
+    piecewise-linearly. Between a few MB in cache and tens of MB streaming from memory the cost per
+    byte changes severalfold, and a line weighted to fit 4 KB as well as 64 MB put the heavy
+    MLP's 23 MB all-reduce of 2 threads at 0.66 ms where it measures 1.4-1.7 ms."""
+    points: tuple = ()  # ((bytes, seconds), ...), bytes ascending
+
+    def time(self, nbytes):
+        return piecewise_linear(self.points, float(nbytes)) if self.points else super().time(nbytes)
+
+
+def measured_transfer(sizes, seconds):
+    """The MeasuredTransfer of (sizes, seconds) measurements: their fit and the points."""
+    fit = fit_alpha_beta(sizes, seconds)
+    points = tuple(sorted((float(b), float(t)) for b, t in zip(sizes, seconds)))
+    return MeasuredTransfer(fit.alpha, fit.beta, points)
 
 
 def fit_alpha_beta(sizes, seconds):

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from mdtrain.plan.alpha_beta import AlphaBeta, fit_alpha_beta
+from mdtrain.plan.alpha_beta import AlphaBeta, measured_transfer
 
 _GB = 1e9
 
@@ -352,7 +352,7 @@ def measure_threads_all_reduce(core, repeats, ranks):
     run(0, times)
     for th in threads:
         th.join()
-    return fit_alpha_beta(sizes, [float(np.median(times[s])) for s in sizes])
+    return measured_transfer(sizes, [float(np.median(times[s])) for s in sizes])
 
 
 def link_of_all_reduce(fit, ranks):

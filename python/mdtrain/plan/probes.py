@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from mdtrain.plan.alpha_beta import fit_alpha_beta
+from mdtrain.plan.alpha_beta import measured_transfer
 
 MPI_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)  # up to the size of a 25 MiB gradient bucket
 
@@ -76,7 +76,7 @@ def measure_mpi_processes(counts, timeout=180):
         if proc.returncode != 0 or line is None:
             return tuple(out), f"MPI probe of {k} processes failed: {(proc.stderr or proc.stdout)[-300:]}"
         r = json.loads(line[len("PROBE "):])
-        out.append((k, fit_alpha_beta(r["sizes"], r["seconds"]), float(r["step"])))
+        out.append((k, measured_transfer(r["sizes"], r["seconds"]), float(r["step"])))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return tuple(out), (f"MPI measured {stamp} under mpirun -n {'/'.join(str(k) for k in counts)} "
                         f"(all-reduce 4 KB..16 MB, one-weight MultiWorkerMirrored step)")

@@ -23,25 +23,13 @@ import time
 
 import numpy as np
 
+from mdtrain.plan.interpolate import piecewise_linear
+
 BYTES_PER_VALUE = 4  # float32: the core trains in float32
 
 # Optimizer slots per trainable value (Keras's optimizers as the core implements them).
 _SLOTS = {"adam": 2, "adamw": 2, "adamax": 2, "nadam": 2, "rmsprop": 1, "adagrad": 1, "adadelta": 2,
           "ftrl": 2, "lion": 1}
-
-
-def _interpolate(points, rows):
-    """Piecewise-linear through the measured (rows, seconds) points; beyond the last point along
-    the last segment's slope (never below the last point), below the first one the first point's
-    time (a call on fewer rows is not cheaper than on one row's worth of fixed costs)."""
-    xs = [r for r, _ in points]
-    ys = [t for _, t in points]
-    if len(points) == 1 or rows <= xs[0]:
-        return ys[0]
-    if rows >= xs[-1]:
-        slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
-        return ys[-1] + slope * (rows - xs[-1])
-    return float(np.interp(rows, xs, ys))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +64,7 @@ class LayerCost:
         points = self.shared_points if shared and self.shared_points else self.points
         if not points:
             return self.fixed_s + self.per_row_s * rows
-        return _interpolate(points, rows) * self.in_flight_factor(rows, in_flight)
+        return piecewise_linear(points, rows) * self.in_flight_factor(rows, in_flight)
 
     def in_flight_factor(self, rows, in_flight):
         """How much slower a micro-batch of `rows` rows runs with `in_flight` micro-batches held at

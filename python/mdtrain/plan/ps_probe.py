@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from mdtrain.plan.alpha_beta import fit_alpha_beta
+from mdtrain.plan.alpha_beta import measured_transfer
 
 PS_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)  # a small layer's bias .. a large layer's kernel
 
@@ -69,8 +69,8 @@ def measure_ps_transport(repeats=5, sizes=PS_SIZES):
         timed = [_round_trips(s, repeats) for s in sizes]
     except (RuntimeError, TimeoutError, OSError) as e:
         return None, None, f"parameter-server transport not measured: the loopback probe failed ({e})"
-    pull = fit_alpha_beta(sizes, [t[0] for t in timed])
-    push = fit_alpha_beta(sizes, [t[1] for t in timed])
+    pull = measured_transfer(sizes, [t[0] for t in timed])
+    push = measured_transfer(sizes, [t[1] for t in timed])
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return pull, push, (f"ZeroMQ PS transport measured {stamp}: pull/push of one float32 variable, "
                         f"{sizes[0] >> 10} KB..{sizes[-1] >> 20} MB, one in-process server on tcp://127.0.0.1, "
