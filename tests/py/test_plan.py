@@ -318,6 +318,22 @@ def test_alpha_beta_fit_recovers_known_parameters():
     assert fit.beta == pytest.approx(beta, rel=0.02)
 
 
+def test_measured_transfer_reads_its_points_and_keeps_the_fit():
+    from mdtrain.plan.alpha_beta import MeasuredTransfer, measured_transfer
+    sizes = [4e3, 1e6, 16e6, 64e6]
+    seconds = [10e-6, 50e-6, 2e-3, 10e-3]  # the per-byte cost grows past the caches
+    t = measured_transfer(sizes, seconds)
+    assert isinstance(t, MeasuredTransfer) and isinstance(t, AlphaBeta)
+    fit = fit_alpha_beta(sizes, seconds)
+    assert (t.alpha, t.beta) == (fit.alpha, fit.beta)
+    assert [t.time(s) for s in sizes] == pytest.approx(seconds)
+    assert t.time(40e6) == pytest.approx(6e-3)            # between 16 and 64 MB
+    assert t.time(128e6) == pytest.approx(10e-3 + 8e-3 / 48e6 * 64e6)  # the last segment's slope beyond
+    assert t.time(1e3) == pytest.approx(10e-6)            # not cheaper than the smallest measured
+    assert abs(fit.time(40e6) - 6e-3) > 1e-3              # what one line would have said
+    assert MeasuredTransfer(1e-6, 1e-9).time(1e3) == pytest.approx(2e-6)  # no points: the line
+
+
 def test_alpha_beta_fit_of_a_benchmark_json(tmp_path):
     rows = [{"bytes": s, "ranks": 2, "time_us": (5e-6 + s / 2e9) * 1e6} for s in (1 << 10, 1 << 16, 1 << 22)]
     rows += [{"bytes": 1 << 20, "ranks": 4, "time_us": 1e6}]  # another group size: ignored

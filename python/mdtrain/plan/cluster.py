@@ -62,8 +62,9 @@ class Cluster:
     # together stream no faster than one). An optimizer update is memory bound, so an update
     # running while other cores work takes its alone time / this share. None: not measured.
     concurrent_bandwidth_share: float = None
-    # Measured on this machine: the α–β of a whole all-reduce of the threads communicator (the
-    # collectives of devices of one process) per rank count, as ((n, AlphaBeta), ...); the
+    # Measured on this machine: a whole all-reduce of the threads communicator (the collectives
+    # of devices of one process) per rank count, as ((n, MeasuredTransfer: the α–β fit and the
+    # measured points it is read through), ...); the
     # collectives of n devices of one host use it rather than the link's ring model (with more
     # devices than cores a rank waits for a peer without a core). Empty: not measured.
     threads_all_reduce: tuple = ()

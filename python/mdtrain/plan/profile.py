@@ -12,7 +12,9 @@ exactly where pipelines need a measurement. Profiles without points (synthetic o
 keep a + b·rows. Each point is timed twice: alone, and while every other core runs its own copy of
 the model through the same timer (`shared`), which is what a device's layer costs when several
 devices compute at once and share the memory bandwidth and caches (the replay uses it for the part
-of a task that overlaps another core's compute: simulate.py). The timer gives forward + backward
+of a task that overlaps another core's compute: simulate.py). The one-thread profile also times
+each row count as a GPipe stage runs it, several micro-batches held at once (`in_flight_points`:
+a pipeline stage's time per micro-batch, LayerCost.in_flight_factor). The timer gives forward + backward
 together; they are split by the layer's FLOP ratio (a layer with a kernel:
 backward = 2 × forward, input and weight gradients; without: backward = forward). That split is
 an assumption, not a measurement."""

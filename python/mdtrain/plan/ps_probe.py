@@ -3,7 +3,8 @@
 `ParameterServerClient` in this process, one float32 variable on one server, SGD on the server.
 
 - A pull is one round trip: a small request, a reply carrying the variable's S bytes (the server
-  copies its rows out, the client copies them into a new array). Its α–β is the transport.
+  copies its rows out, the client copies them into a new array). Its measured sizes (read
+  piecewise-linearly, printed as their α–β fit: MeasuredTransfer) are the transport.
 - A push is one round trip the other way (S bytes of gradient in, a small ack out) **and** the
   server applying the gradient before it acks (SGD here: a read and a write of the variable). It
   is fitted separately; push minus pull at a size is roughly that apply, which depends on the
