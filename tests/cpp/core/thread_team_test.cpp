@@ -1,8 +1,12 @@
-// cpu::ThreadTeam (replicas side by side, and one op split over the cores), the intra-op team, and
-// GEMMs split over it: the same bits as one single-threaded BLAS call, whatever the thread count.
+// cpu::ThreadTeam (replicas side by side, and one op split over the cores; more members than cores
+// wait without spinning), the intra-op team, and GEMMs split over it: the same bits as one
+// single-threaded BLAS call, whatever the thread count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <ctime>
 #include <cstring>
 #include <random>
 #include <set>
@@ -45,6 +49,30 @@ TEST(ThreadTeam, RunsEveryMemberOnceEachOnItsOwnThreadWithoutFurtherSplits) {
     EXPECT_EQ(threads, (std::vector<int>{1, 1, 1}));  // members do not split their ops
     EXPECT_EQ(ops::cpu_thread_count(), 3);            // restored after the run
   }
+}
+
+TEST(ThreadTeam, MoreMembersThanCoresDoNotBurnTheCallersCoreWhileWaiting) {
+  // Members outnumbering the cores (4 logical devices on 2 cores): member 0, done first, must not
+  // spin for the others, or it takes the core a member still computing needs. It yields briefly,
+  // then sleeps: a few ms of CPU over a 100 ms wait, where spinning takes all of it.
+  const int members = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 2;
+  cpu::ThreadTeam team(members);
+  team.run([](int) {});  // the workers started
+  const auto wait = std::chrono::milliseconds(100);
+  auto thread_cpu_seconds = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+  };
+  const double before = thread_cpu_seconds();
+  const auto started = std::chrono::steady_clock::now();
+  team.run([&](int m) {
+    if (m != 0) std::this_thread::sleep_for(wait);
+  });
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double cpu = thread_cpu_seconds() - before;
+  EXPECT_GE(waited, 0.1);
+  EXPECT_LT(cpu, 0.5 * waited) << "member 0 used " << cpu << " s of CPU in a " << waited << " s wait";
 }
 
 TEST(ThreadTeam, RethrowsTheFirstErrorAfterEveryMemberFinished) {
