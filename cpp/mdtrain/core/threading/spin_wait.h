@@ -6,6 +6,7 @@
 // (8 replicas on 2 cores), where a spinner would burn the time slice of the rank it waits for:
 // after a short spin the waiter yields, and after a long wait it sleeps so that a slow peer (or
 // Python between steps) gets the CPU.
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -17,6 +18,12 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield" ::: "memory");
 #endif
+}
+
+// Whether `threads` that wait on each other all fit on the cores at once, so that a spinning
+// waiter's peer can run meanwhile (SpinWait's may_spin; ThreadTeam's workers between runs).
+inline bool fits_on_cores(long long threads) {
+  return threads <= static_cast<long long>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 class SpinWait {

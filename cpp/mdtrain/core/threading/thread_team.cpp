@@ -15,18 +15,10 @@ namespace {
 // About 200 us of spinning before a worker sleeps: longer than a step's gap inside an epoch,
 // shorter than any Python callback worth the name.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 }  // namespace
 
 ThreadTeam::ThreadTeam(int members)
-    : members_(members),
-      may_spin_(static_cast<unsigned>(members) <= std::max(1u, std::thread::hardware_concurrency())),
-      errors_(static_cast<std::size_t>(members)) {
+    : members_(members), may_spin_(detail::fits_on_cores(members)), errors_(static_cast<std::size_t>(members)) {
   MDTRAIN_CHECK(members >= 1, std::invalid_argument, "[threads] a team needs at least one member, got ", members);
   for (int r = 1; r < members; ++r) workers_.emplace_back([this, r] { worker_loop(r); });
 }
@@ -85,7 +77,7 @@ void ThreadTeam::worker_loop(int member) {
     // Python between steps) that still has work, so it sleeps at once.
     auto spin_until = std::chrono::steady_clock::now() + (may_spin_ ? kSpinBeforeSleep : std::chrono::microseconds(0));
     while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < spin_until)
-      cpu_relax();
+      detail::cpu_relax();
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });

@@ -1022,7 +1022,7 @@ MpiCommunicator::MpiCommunicator(const MpiOptions& options) : state_(std::make_u
     std::lock_guard<std::mutex> lock(rt.mutex);
     initialize_locked(rt);
     s.id = ++rt.made;
-    s.may_spin = static_cast<unsigned>(rt.world.local_size) <= std::max(1u, std::thread::hardware_concurrency());
+    s.may_spin = detail::fits_on_cores(rt.world.local_size);
     // Nonblocking, so that a process that never makes its communicator is reported instead of
     // hanging this one. One at a time: Open MPI 4.1 can hang with several MPI_Comm_idup of one
     // communicator outstanding.

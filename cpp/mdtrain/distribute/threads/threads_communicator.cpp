@@ -83,7 +83,7 @@ struct Mailbox {
 struct ThreadsCommunicator::Group {
   explicit Group(int n)
       : size(n),
-        may_spin(static_cast<unsigned>(n) <= std::max(1u, std::thread::hardware_concurrency())),
+        may_spin(detail::fits_on_cores(n)),
         slots(new RankSlot[static_cast<std::size_t>(n)]),
         mailboxes(new Mailbox[static_cast<std::size_t>(n) * static_cast<std::size_t>(n)]) {}
 
