@@ -158,6 +158,13 @@ def _env_cpu_threads():
     return n
 
 
+def _cpu_threads_per_local_worker(workers, cores=None):
+    """The intra-op threads each of `workers` processes training on one host gets when they split
+    its cores (MPI workers of one host, a LocalCluster's workers): two workers each splitting ops
+    over every core would fight over them (the threads spin while they wait)."""
+    return max(1, (cores or os.cpu_count() or 1) // workers)
+
+
 def _init_threads():
     n = _env_cpu_threads()
     if n is not None:

@@ -527,7 +527,7 @@ def _share_cores_with_local_workers():
     core would fight over them (the threads spin while they wait)."""
     if "MDTRAIN_CPU_THREADS" in os.environ or _config.threading._user_set:
         return
-    _core.set_cpu_threads(max(1, (os.cpu_count() or 1) // _local_worker_count()))
+    _core.set_cpu_threads(_config._cpu_threads_per_local_worker(_local_worker_count()))
 
 
 class ClusterResolver:

@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 
+from mdtrain.config import _cpu_threads_per_local_worker
+
 _log = logging.getLogger("mdtrain")
 
 
@@ -42,7 +44,7 @@ def tasks_threads(job, num_workers, cores=None):
     counted. A MDTRAIN_CPU_THREADS the user set is kept."""
     if job == "ps":
         return 1
-    return max(1, (cores or os.cpu_count() or 1) // num_workers)
+    return _cpu_threads_per_local_worker(num_workers, cores)
 
 
 class LocalCluster:
