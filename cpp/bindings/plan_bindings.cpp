@@ -1,11 +1,13 @@
 // What the scaling planner (python/mdtrain/plan) reads from the core: the per-layer times the
-// pipeline's stages="balance_time" cut uses, and the pipeline schedules the executor runs, so the
-// planner costs the same measurements and the same op order as the code that trains.
+// pipeline's stages="balance_time" cut uses, the cut itself, and the pipeline schedules the
+// executor runs, so the planner costs the same measurements, stages and op order as the code that
+// trains.
 #include "bindings.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/strategy/pipeline_schedule.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
+#include "mdtrain/strategy/stage_balance.h"
 
 namespace mdtrain::bindings {
 
@@ -17,10 +19,14 @@ void init_plan(py::module_& m) {
         py::gil_scoped_release release;
         return measure_layer_times(stack, rows, repeats, in_flight);
       },
-      py::arg("model"), py::arg("rows") = 32, py::arg("repeats") = 3, py::arg("in_flight") = 1,
+      py::arg("model"), py::arg("rows") = kBalanceTimeRows, py::arg("repeats") = 3, py::arg("in_flight") = 1,
       "Nanoseconds of forward + backward of each layer of a Sequential model on `rows` rows (the best "
       "of `repeats`; what PipelineParallel(stages='balance_time') cuts by); in_flight > 1: per "
       "micro-batch, with that many micro-batches' activations held at once (a GPipe stage).");
+  m.attr("BALANCE_TIME_ROWS") = kBalanceTimeRows;
+  m.def("balance_stages", &balance_stages, py::arg("layer_costs"), py::arg("stages"),
+        "The first layer of stages 1..stages-1 of the contiguous cut whose costliest stage costs least "
+        "(then the most even): how PipelineParallel cuts a model by parameter counts or measured times.");
   m.def(
       "pipeline_schedule_ops",
       [](const std::string& schedule, int stages, int microbatches) {

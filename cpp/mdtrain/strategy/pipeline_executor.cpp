@@ -16,6 +16,7 @@
 #include "mdtrain/strategy/communicator_sums.h"
 #include "mdtrain/strategy/pipeline_slots.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
+#include "mdtrain/strategy/stage_balance.h"
 
 namespace mdtrain {
 
@@ -110,7 +111,7 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
   const int p = strategy_.num_stages();
   starts_ = {0};
   if (strategy_.stage_starts().empty() && strategy_.balance_by_time()) {
-    for (int s : balance_stages_by_parameters(measure_layer_times(primary_), p)) starts_.push_back(s);
+    for (int s : balance_stages(measure_layer_times(primary_), p)) starts_.push_back(s);
   } else if (strategy_.stage_starts().empty()) {
     std::vector<std::int64_t> counts;
     for (const auto& layer : layers) {
@@ -118,7 +119,7 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
       for (Parameter* w : layer->parameters()) n += w->value.numel();
       counts.push_back(n);
     }
-    for (int s : balance_stages_by_parameters(counts, p)) starts_.push_back(s);
+    for (int s : balance_stages(counts, p)) starts_.push_back(s);
   } else {
     for (int s : strategy_.stage_starts()) starts_.push_back(s);
   }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
-#include <numeric>
 
 #include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/core/errors.h"
@@ -124,29 +123,6 @@ void PipelineStrategy::gather_stages() {
                 " workers have a trained model under this strategy (every worker must train "
                 "and gather the same model at the same points)");
   if (executor_ != nullptr && counts[1] > 0) executor_->gather_stages();
-}
-
-std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& layer_parameters, int stages) {
-  const int n = static_cast<int>(layer_parameters.size());
-  MDTRAIN_CHECK(stages >= 1 && n >= stages, std::invalid_argument, "[pipeline] ", n, " layers cannot fill ", stages,
-                " stages (each stage needs at least one layer)");
-  const double total =
-      static_cast<double>(std::accumulate(layer_parameters.begin(), layer_parameters.end(), std::int64_t{0}));
-  std::vector<int> starts;
-  double running = 0;
-  for (int i = 0; i < n && static_cast<int>(starts.size()) < stages - 1; ++i) {
-    const int next_stage = static_cast<int>(starts.size()) + 1;
-    const int layers_left = n - i;
-    const int stages_left = stages - next_stage;  // after the stage that would start at i
-    // Start the next stage at layer i when the running total reached its share, or when the
-    // remaining stages need every remaining layer.
-    if (i > (starts.empty() ? 0 : starts.back()) &&
-        (running >= total * next_stage / stages || layers_left <= stages_left)) {
-      starts.push_back(i);
-    }
-    running += static_cast<double>(layer_parameters[static_cast<std::size_t>(i)]);
-  }
-  return starts;
 }
 
 std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows, int repeats, int in_flight) {

@@ -97,20 +97,18 @@ void check_pipeline_devices(const std::vector<Device>& devices, int visible_gpus
 // communicator, which has no point-to-point send / recv).
 bool pipe_spans_workers(const DeviceMesh& mesh, const std::string& pipe_axis);
 
-// The first layer of stages 1..stages-1 so that the stages' costs (parameter counts, or measured
-// nanoseconds) are as even as a
-// contiguous cut allows (greedy on the running total); every stage gets at least one layer.
-// std::invalid_argument when there are fewer layers than stages.
-std::vector<int> balance_stages_by_parameters(const std::vector<std::int64_t>& layer_parameters, int stages);
-
 class LayerStack;
+// The rows PipelineParallel(stages="balance_time") times each layer on before it cuts the stages:
+// the global batch, hence the micro-batch, is not known when the executor is made.
+inline constexpr std::int64_t kBalanceTimeRows = 32;
+
 // Nanoseconds of forward + backward of each layer of `model` (timed on a copy, `rows` rows of
 // zeros, the best of `repeats`), at least 1 each. `in_flight` > 1 times it as a GPipe stage runs
 // that many micro-batches: every one's forward (each on its own state slot sharing the copy's
 // weights, as the executor's), then every one's backward, the time per micro-batch: a stage
 // holding many micro-batches' activations reads them back from memory rather than cache, which
 // one micro-batch at a time does not show. std::invalid_argument for a count below 1.
-std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows = 32, int repeats = 3,
-                                              int in_flight = 1);
+std::vector<std::int64_t> measure_layer_times(const LayerStack& model, std::int64_t rows = kBalanceTimeRows,
+                                              int repeats = 3, int in_flight = 1);
 
 }  // namespace mdtrain

@@ -312,22 +312,10 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
 
 
 def balance_stages(times, stages):
-    """The first layer of stages 1..p-1, cut greedily on the running total as
-    balance_stages_by_parameters (pipeline_strategy.cpp) does."""
-    n = len(times)
-    if n < stages:
-        raise ValueError(f"{n} layers cannot make {stages} stages")
-    total = float(sum(times))
-    running, starts = 0.0, []
-    for i in range(n):
-        if len(starts) >= stages - 1:
-            break
-        next_stage = len(starts) + 1
-        if i > (starts[-1] if starts else 0) and (running >= total * next_stage / stages or
-                                                  n - i <= stages - next_stage):
-            starts.append(i)
-        running += times[i]
-    return starts
+    """The first layer of stages 1..p-1 for per-layer `times` (seconds): the core's own cut
+    (stage_balance.h), the one PipelineParallel makes."""
+    from mdtrain import _core
+    return list(_core.balance_stages([round(t * 1e9) for t in times], stages))
 
 
 def pipeline_ops(schedule, stages, microbatches):
@@ -341,6 +329,7 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     [(forward_s, backward_s)] per stage per micro-batch (tests: equal stages); else from the
     profile, stages cut by time as stages='balance_time' does. Returns (StepResult, the mean
     bubble per stage in seconds, the pipeline's span: first forward to last backward)."""
+    from mdtrain import _core
     rows = global_batch // (dp * m)
     layers = profile.layers
     cluster = replay_cluster(profile, cluster, scale)
@@ -348,8 +337,10 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     shared_costs = None
     ops = ops if ops is not None else pipeline_ops(schedule, p, m)
     if stage_costs is None:
+        # Cut as stages="balance_time" cuts: by each layer's time on the rows the executor times
+        # (it cannot know the micro-batch when it cuts).
         starts = stage_starts if stage_starts is not None else balance_stages(
-            [layer.time(rows) for layer in layers], p)
+            [layer.time(_core.BALANCE_TIME_ROWS) for layer in layers], p)
         bounds = [0] + list(starts) + [len(layers)]
         groups = [layers[bounds[s]:bounds[s + 1]] for s in range(p)]
         # A stage holding k micro-batches' activations at its peak (GPipe: all m) runs each one

@@ -26,10 +26,11 @@ def bubble_fraction(stages, num_microbatches):
 class PipelineParallel(_PipeAxisDistribution):
     """Pipeline parallelism over ``device_mesh``'s ``pipe_dim_name`` axis.
 
-    ``stages``: None (cut at the model's ``PipelineSplit`` layers, or, without any, so that the stages
-    hold about equal parameter counts), a list of the first layer index of stages 1..p-1,
-    ``"balance_params"``, or ``"balance_time"`` (each layer's forward + backward time, measured on a
-    copy of the model when it is compiled). ``batch_dim_name`` names a data-parallel axis: one pipeline per position on it.
+    ``stages``: None (cut at the model's ``PipelineSplit`` layers, or, without any, as
+    ``"balance_params"``), a list of the first layer index of stages 1..p-1, ``"balance_params"``
+    (by parameter counts), or ``"balance_time"`` (by each layer's forward + backward time, measured
+    on a copy of the model when the first step runs). Both take the contiguous cut whose costliest
+    stage costs least, then the most even one. ``batch_dim_name`` names a data-parallel axis: one pipeline per position on it.
     Fewer micro-batches than stages is a ValueError here, before any training; fewer than
     4 x stages warns with the bubble fraction it costs.
 
