@@ -44,21 +44,6 @@ def data(model_name, rows=8192):
     return rng.integers(0, 1_000_000, size=(rows, 8)).astype(np.int32), rng.integers(0, 10, size=rows)
 
 
-def worker_stats(strategy, coordinator, workers):
-    """Each worker's pull/push counters (a closure that reads its own engine), by task index."""
-    def read():
-        from mdtrain._ps.services import _state
-        return _state.task_index, [core.stats() for core, _ in _state.jobs.values()]
-
-    found = {}
-    for _ in range(20 * workers):
-        index, stats = coordinator.schedule(read).fetch()
-        found[index] = stats[-1]
-        if len(found) == workers:
-            break
-    return found
-
-
 def run_ps(tf, model_name, servers, workers, batch=None, steps=None):
     """batch / steps: override the table's (bench/plan_ps.py times the planner's batch)."""
     from mdtrain._ps.local_cluster import LocalCluster
@@ -81,11 +66,11 @@ def run_ps(tf, model_name, servers, workers, batch=None, steps=None):
             model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
                           steps_per_execution=10 if steps >= 100 else 1)
         model.fit(x, y, batch_size=batch, epochs=1, steps_per_epoch=warmup * workers, verbose=0)
-        before = worker_stats(strategy, strategy._coordinator, workers)
+        before = strategy._worker_stats()
         t = time.perf_counter()
         model.fit(x, y, batch_size=batch, epochs=1, steps_per_epoch=steps, verbose=0)
         seconds = time.perf_counter() - t
-        after = worker_stats(strategy, strategy._coordinator, workers)
+        after = strategy._worker_stats()
         n = sum(after[w]["steps"] - before[w]["steps"] for w in after)
         delta = {k: sum(after[w][k] - before[w][k] for w in after) / n
                  for k in ("pull_seconds", "push_seconds", "compute_seconds", "bytes_pulled", "bytes_pushed")}

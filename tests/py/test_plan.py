@@ -419,7 +419,7 @@ def test_collectives_of_devices_of_one_host_use_the_measured_threads_all_reduce(
     assert zero.breakdown["communication"] >= slow.time(synthetic_profile().param_bytes) - 1e-12
 
 
-def test_ps_probe_measures_the_zeromq_transport():
+def test_ps_probe_measures_the_zeromq_transport_and_a_step_besides_it():
     pull, push, source = ps_probe.measure_ps_transport(repeats=2)
     if not _core.zmq_available():
         assert pull is None and push is None and "not measured" in source
@@ -429,6 +429,15 @@ def test_ps_probe_measures_the_zeromq_transport():
     assert "ZeroMQ" in source
     with pytest.raises(ValueError, match="repeats"):
         ps_probe.measure_ps_transport(repeats=0)
+    # The one-weight steps on a LocalCluster: a positive fixed cost per step, and the bytes of its
+    # batch costing something (drawn in Python and handed to the core).
+    step, source = ps_probe.measure_ps_step(steps=100, repeats=2)
+    assert step is not None, source
+    assert step.alpha > 0 and step.beta >= 0 and "LocalCluster" in source
+    cluster = this_machine(ps_step_overhead=step)
+    assert ps_probe.ps_step_overhead(cluster, synthetic_profile(), 64) == pytest.approx(
+        step.time(64 * (synthetic_profile().input_values + 1) * 4))
+    assert ps_probe.ps_step_overhead(this_machine(), synthetic_profile(), 64) == 0.0
 
 
 def this_machine(**fields):
@@ -454,10 +463,17 @@ def test_parameter_servers_here_are_costed_from_the_measured_transport():
         # the bound above: the workers have a core each, and a pull takes longer than the compute).
         assert p.step_time_s >= prof.time(64) - 1e-12
         assert p.settings["mode"] == "asynchronous" and p.settings["rows_per_step"] == 64
+        assert p.settings["steps_per_execution"] == ps_probe.PS_STEPS_PER_EXECUTION
     # A slower transport is never faster.
     slow = plan(model, 64, this_machine(ps_transport=AlphaBeta(50e-6, 1 / 0.5e9)), profile=prof)
     slow = {p.settings["num_ps"]: p for p in slow if p.strategy_name == "ParameterServerStrategy"}
     assert all(slow[p.settings["num_ps"]].step_time_s >= p.step_time_s - 1e-12 for p in servers)
+    # A measured cost per worker step besides its pull, compute and push lengthens each step of
+    # the two workers (each on its own core) by 1 ms: every update by half of that at least.
+    looped = plan(model, 64, this_machine(ps_transport=transport, ps_step_overhead=AlphaBeta(1e-3, 0.0)),
+                  profile=prof)
+    looped = {p.settings["num_ps"]: p for p in looped if p.strategy_name == "ParameterServerStrategy"}
+    assert all(looped[p.settings["num_ps"]].step_time_s >= p.step_time_s + 0.5e-3 - 1e-9 for p in servers)
     # Processes of one thread each (MDTRAIN_CPU_THREADS=1): two workers compute on their own cores.
     threads1 = steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=1)
     every = steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport)
@@ -466,8 +482,15 @@ def test_parameter_servers_here_are_costed_from_the_measured_transport():
         steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=0)
     # One worker: each update is its whole step (pull, compute, push, apply) one after another.
     one = steps.parameter_servers_async(prof, this_machine(devices_per_host=1), 1, 1, 64, transport)
-    assert one.step_time_s == pytest.approx(2 * transport.time(prof.param_bytes) + prof.time(64) +
-                                            steps.update_seconds(prof.params, 2, this_machine(), prof), rel=1e-6)
+    apply = steps.update_seconds(prof.params, 2, this_machine(), prof)
+    assert one.step_time_s == pytest.approx(2 * transport.time(prof.param_bytes) + prof.time(64) + apply, rel=1e-6)
+    # With the measured push (its round trip applied SGD: 3 of Adam's 7 streams of the update) and
+    # the step's cost besides the pull, compute and push, both in series on the worker.
+    push = AlphaBeta(80e-6, 1 / 1e9)
+    full = steps.parameter_servers_async(prof, this_machine(devices_per_host=1), 1, 1, 64, transport,
+                                         push_transport=push, step_overhead_s=1e-4)
+    assert full.step_time_s == pytest.approx(1e-4 + transport.time(prof.param_bytes) + prof.time(64) +
+                                             push.time(prof.param_bytes) + apply * 4 / 7, rel=1e-6)
 
 
 def test_parameter_servers_here_stay_skipped_without_the_measurement():

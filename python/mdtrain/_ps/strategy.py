@@ -192,6 +192,24 @@ class ParameterServerStrategy(_distribute.Strategy):
                     pass
         self._jobs.clear()
 
+    def _worker_stats(self):
+        """Each worker's engine counters of its latest job (pull / push / compute seconds, steps,
+        bytes), by task index: a closure that reads them, scheduled until every worker answered
+        (the coordinator gives a closure to whichever worker is free). For benchmarks and the
+        planner's probe."""
+        def read():
+            from mdtrain._ps.services import _state
+            return _state.task_index, [core.stats() for core, _ in _state.jobs.values()][-1]
+
+        coordinator, found, workers = self._coordinator_or_new(), {}, len(self._worker_addresses)
+        for _ in range(20 * workers):
+            index, stats = coordinator.schedule(read).fetch()
+            found[index] = stats
+            if len(found) == workers:
+                return found
+        raise RuntimeError(f"ParameterServerStrategy: {len(found)} of {workers} workers answered {20 * workers} "
+                           f"stats closures")
+
     def shutdown(self):
         """Ends the job: stops every worker and parameter-server task (what `join()` waits for there)."""
         if self._coordinator is not None:

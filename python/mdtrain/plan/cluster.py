@@ -75,6 +75,11 @@ class Cluster:
     ps_transport: AlphaBeta = None
     ps_push: AlphaBeta = None
     ps_source: str = ""
+    # And what a worker step costs besides its pull, compute and push, as α–β in its batch's
+    # bytes (one-weight models' steps on a LocalCluster: the coordinator's closure per
+    # steps_per_execution steps, the worker's step loop drawing the batch in Python;
+    # ps_probe.measure_ps_step). None: not measured (0 in the replay).
+    ps_step_overhead: AlphaBeta = None
 
     def step_overhead(self, replicas):
         """The measured fixed cost of a step of `replicas` replicas (0 when not measured)."""
@@ -163,7 +168,8 @@ class Cluster:
         there, the MPI all-reduce of 2, 4, .. `devices` processes and their step's fixed cost
         (mpirun children, a few seconds each). `pipeline`: the per-message and per-step cost of a
         two-stage pipeline (a child). `ps`: the parameter-server transport (ZeroMQ on loopback,
-        pull and push at 4 KB..16 MB, a second or two; ps_probe.py). On a loaded machine the figures
+        pull and push at 4 KB..16 MB) and a one-weight step on a LocalCluster (a child), a few
+        seconds (ps_probe.py). On a loaded machine the figures
         are what the load leaves."""
         from mdtrain import _core  # the extension: not needed for presets
         n = devices if devices is not None else (os.cpu_count() or 1)
@@ -188,16 +194,19 @@ class Cluster:
             message_s, step_s = measure_pipeline_messages()
         ps_pull = ps_push = None
         ps_source = "parameter-server transport not measured (ps=False)"
+        ps_step = None
         if ps:
-            from mdtrain.plan.ps_probe import measure_ps_transport
+            from mdtrain.plan.ps_probe import measure_ps_step, measure_ps_transport
             ps_pull, ps_push, ps_source = measure_ps_transport(repeats)
+            ps_step, step_source = measure_ps_step()
+            ps_source = f"{ps_source}; {step_source}"
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
                        cores=os.cpu_count() or 1, concurrent_speedup=speedup,
                        concurrent_bandwidth_share=bandwidth_share,
                        threads_all_reduce=tuple((k, all_reduces[k]) for k in counts), mpi_processes=processes,
                        mpi_source=mpi_source,
                        pipeline_message_s=message_s, pipeline_step_overhead_s=step_s,
-                       ps_transport=ps_pull, ps_push=ps_push, ps_source=ps_source,
+                       ps_transport=ps_pull, ps_push=ps_push, ps_source=ps_source, ps_step_overhead=ps_step,
                        peak_flops=flops, memory_bytes=mem,
                        memory_bandwidth=bandwidth, intra_host=link, inter_host=link,
                        overlaps_communication=False, device_kind="CPU",
@@ -226,6 +235,9 @@ class Cluster:
                    if self.ps_transport is not None else "")
                 + (f", PS push (with the server's SGD apply) {self.ps_push.alpha * 1e6:.3g} us + "
                    f"{self.ps_push.bandwidth / _GB:.3g} GB/s" if self.ps_push is not None else "")
+                + (f", PS worker step besides them {self.ps_step_overhead.alpha * 1e6:.3g} us + "
+                   f"{self.ps_step_overhead.bandwidth / _GB:.3g} GB/s of batch" if self.ps_step_overhead is not None
+                   else "")
                 + f" [{self.source}]")
 
 

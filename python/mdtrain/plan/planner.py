@@ -10,6 +10,7 @@ from mdtrain.plan import steps
 from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
 from mdtrain.plan.plan_result import Plan, PlanList
 from mdtrain.plan.profile import check_model, profile_model, profile_rows
+from mdtrain.plan.ps_probe import PS_STEPS_PER_EXECUTION, ps_step_overhead
 
 BUCKET_SIZES = (25 << 20, 4 << 20, 1 << 20)  # GradientReducer's default (DDP's) and two smaller
 _MIB = 1 << 20
@@ -134,7 +135,7 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
             # measured α–β (ps_probe.py), never from the threads link (which would rank them first
             # on no evidence).
             settings = {"num_ps": k, "workers": workers, "mode": "asynchronous", "rows_per_step": b,
-                        "partitioner": f"FixedShards({k})"}
+                        "partitioner": f"FixedShards({k})", "steps_per_execution": PS_STEPS_PER_EXECUTION}
             if cluster.ps_transport is None:
                 skip("ParameterServerStrategy", workers, settings, cluster.ps_source or
                      "the ZeroMQ transport between processes is not measured")
@@ -150,15 +151,14 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
             ps_profile = alone if threads >= cores else prof
             add("ParameterServerStrategy", workers, settings,
                 steps.parameter_servers_async(ps_profile, cluster, workers, k, b, cluster.ps_transport, scale=scale,
-                                              process_threads=threads),
+                                              process_threads=threads, push_transport=cluster.ps_push,
+                                              step_overhead_s=ps_step_overhead(cluster, prof, b)),
                 f"{workers} worker and {k} server processes on {cores} cores, asynchronous (the strategy's "
                 f"default): each step of {b} rows pulls every variable, computes, pushes, and waits for the "
-                f"servers' applies (measured ZeroMQ pull α–β for both directions, the model's measured update "
-                f"for the apply; each worker's ops on {threads} core(s), "
-                f"time-shared); step = seconds per update "
-                f"in the replayed steady state; not modelled: the "
-                f"coordinator's closure round trip (use steps_per_execution), the worker's per-step Python, "
-                f"staleness")
+                f"servers' applies (measured ZeroMQ pull and push, the model's measured update for the apply, "
+                f"a one-weight step's fixed cost at steps_per_execution={PS_STEPS_PER_EXECUTION}; each worker's "
+                f"ops on {threads} core(s), time-shared); step = seconds per update in the replayed steady "
+                f"state; not modelled: staleness")
             continue
         add("ParameterServerStrategy", workers, {"num_ps": k, "synchronous": True},
             steps.parameter_servers(prof, cluster, workers, k, b, scale=scale),

@@ -14,13 +14,24 @@
 Both ends run in one process on their own threads, so what this measures is the transport when
 each end has a core; a worker and servers that share fewer cores than they have threads also wait
 for one (the planner's replay deals them over the cores). The median of `repeats` rounds at each
-size, as the other probes: a step pays the typical round trip, not the best."""
+size, as the other probes: a step pays the typical round trip, not the best.
+
+- A step besides its pull, compute and push (measure_ps_step): a one-weight model trained under
+  ParameterServerStrategy on a LocalCluster of one worker and one server (processes on loopback,
+  in a child process so the caller's strategies stay untouched), steps_per_execution=10, less the
+  round trips and compute the worker itself timed: the coordinator's closure (one per 10 steps)
+  and the worker's step loop in Python, which draws each batch from its arrays and hands it to the
+  core. At two batch sizes, as an α–β in the batch's bytes: the replay adds it to each worker
+  step. Without it the seed MLP's one-worker steps were predicted 35 % short."""
 import json
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
 
-from mdtrain.plan.alpha_beta import measured_transfer
+from mdtrain.plan.alpha_beta import fit_alpha_beta, measured_transfer
 
 PS_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)  # a small layer's bias .. a large layer's kernel
 
@@ -76,3 +87,90 @@ def measure_ps_transport(repeats=5, sizes=PS_SIZES):
     return pull, push, (f"ZeroMQ PS transport measured {stamp}: pull/push of one float32 variable, "
                         f"{sizes[0] >> 10} KB..{sizes[-1] >> 20} MB, one in-process server on tcp://127.0.0.1, "
                         f"median of {repeats} rounds")
+
+
+# The steps per closure the planner's ParameterServerStrategy plans assume (compile's
+# steps_per_execution): TF's advice for this strategy, and what bench/parameter_server.py runs.
+PS_STEPS_PER_EXECUTION = 10
+
+# The batches of the step probe: one value, and 64 rows of 1024 features (256 KB, a seed-MLP-sized
+# batch): the worker draws each batch from its arrays and hands it to the core in Python, which
+# grows with the batch's bytes.
+PS_STEP_BATCHES = ((1, 1), (64, 1024))
+
+_STEP_SCRIPT = r"""
+import json, sys, time
+import numpy as np
+import mdtrain as tf
+from mdtrain._ps.local_cluster import LocalCluster
+spe, steps, repeats = (int(a) for a in sys.argv[1:4])
+batches = json.loads(sys.argv[4])
+
+
+def worker_counters():
+    # The worker's own engine counters: its round trips and compute, and its steps.
+    s = strategy._worker_stats()[0]
+    return np.array([s["pull_seconds"] + s["push_seconds"] + s["compute_seconds"], s["steps"]])
+
+
+with LocalCluster(1, 1) as cluster:
+    cluster.wait_until_serving()
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster.cluster),
+                                                                    task_type="chief", task_id=0)
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, timeout=120.0, worker_timeout=60.0)
+    out = []
+    for rows, features in batches:
+        with strategy.scope():
+            model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(features,))])
+            model.compile(optimizer="sgd", loss="mse", steps_per_execution=spe)
+        x, y = np.zeros((rows * steps, features), np.float32), np.zeros((rows * steps, 1), np.float32)
+        model.fit(x, y, batch_size=rows, epochs=1, steps_per_epoch=steps // 5, verbose=0)  # connects, warms up
+        best = None
+        for _ in range(repeats):
+            before = worker_counters()
+            t = time.perf_counter()
+            model.fit(x, y, batch_size=rows, epochs=1, steps_per_epoch=steps, verbose=0)
+            step = (time.perf_counter() - t) / steps
+            timed, done = worker_counters() - before
+            if best is None or step < best[0]:
+                best = (step, timed / max(1, done))
+        out.append({"batch_bytes": rows * (features + 1) * 4, "step": best[0], "counted": best[1]})
+    strategy.shutdown()
+print("PROBE " + json.dumps(out))
+"""
+
+
+def measure_ps_step(steps=300, repeats=3, timeout=300):
+    """(AlphaBeta: the seconds a worker step costs besides its pull, compute and push, for a batch
+    of S bytes of inputs and labels; a sentence saying where it comes from), or (None, the reason)
+    when it cannot be measured. Each point: a one-weight model's step less the round trips and the
+    compute the worker itself timed in it, the best of `repeats` fits of `steps` steps (the load
+    only adds)."""
+    env = dict(os.environ, MDTRAIN_NUM_CPU_DEVICES="1")
+    try:
+        out = subprocess.run([sys.executable, "-c", _STEP_SCRIPT, str(PS_STEPS_PER_EXECUTION), str(steps),
+                              str(repeats), json.dumps(PS_STEP_BATCHES)],
+                             env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"parameter-server step not measured: the one-weight LocalCluster run took over {timeout} s"
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("PROBE ")), None)
+    if out.returncode != 0 or line is None:
+        return None, f"parameter-server step not measured: the one-weight LocalCluster run failed: {out.stderr[-300:]}"
+    points = json.loads(line[len("PROBE "):])
+    rest = [max(1e-9, p["step"] - p["counted"]) for p in points]
+    fit = fit_alpha_beta([p["batch_bytes"] for p in points], rest)
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return fit, (f"PS step measured {stamp}: a one-weight model on a LocalCluster of 1 worker and 1 server, "
+                 f"steps_per_execution={PS_STEPS_PER_EXECUTION}, less its pull, compute and push as the worker "
+                 f"timed them: " + ", ".join(f"{r * 1e3:.3g} ms at {p['batch_bytes'] >> 10} KB batches"
+                                             for p, r in zip(points, rest)))
+
+
+def ps_step_overhead(cluster, profile, rows):
+    """Seconds a worker step of `rows` rows costs besides its pull, compute and push on `cluster`
+    (measured: Cluster.ps_step_overhead; 0 when not): its batch is the rows' inputs and one label
+    each, float32."""
+    if cluster.ps_step_overhead is None:
+        return 0.0
+    from mdtrain.plan.profile import BYTES_PER_VALUE
+    return cluster.ps_step_overhead.time(rows * (profile.input_values + 1) * BYTES_PER_VALUE)

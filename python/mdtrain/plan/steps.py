@@ -478,7 +478,7 @@ def parameter_servers(profile, cluster, workers, k, global_batch, scale=1.0):
 
 
 def parameter_servers_async(profile, cluster, workers, k, global_batch, transport, rounds=4, scale=1.0,
-                            process_threads=None):
+                            process_threads=None, push_transport=None, step_overhead_s=0.0):
     """ParameterServerStrategy as it runs on this machine (python/mdtrain/_ps, its default mode):
     `workers` worker processes and k server processes sharing the machine's cores, each worker
     step on a whole batch of `global_batch` rows (the strategy has one replica in sync; fit's
@@ -489,7 +489,12 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
 
     `transport`: the measured α–β of one pull (ps_probe.py). A pull or a push is one task on the
     worker's thread holding its core and every server (the servers answer concurrently: one α; the
-    worker's thread moves all the bytes). `process_threads`: the threads each worker or server
+    worker's thread moves all the bytes). `push_transport`: the measured push (its round trip
+    includes the server's SGD apply of the bytes; a push moves them slower than a pull: 0.44 against
+    0.25 ms at the seed MLP's 407 KB), the apply task then costing only the model's update beyond
+    SGD's; None: a push moves the bytes as a pull does and the apply is the whole update.
+    `step_overhead_s`: what a worker step costs besides (ps_probe.measure_ps_step: the coordinator's
+    closure, the worker's step loop), on the worker's core before each pull. `process_threads`: the threads each worker or server
     process splits its ops over (None: every core; LocalCluster gives a worker
     cores // workers and a server one, local_cluster.tasks_threads, unless MDTRAIN_CPU_THREADS
     is set; the planner passes the workers'); `profile` should be timed with as many. A worker's compute and a server's apply (the model's measured update pro rata) each
@@ -498,9 +503,7 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
     workers' requests reaching a server round by round in worker order; the step time is the steady state's (rounds 2..) seconds per update,
     i.e. per batch of `global_batch` rows trained. The breakdown is a worker step's (compute;
     its pull + push and waits for a core or a server; its wait for the applies), scaled to that
-    per-update time. Not modelled: the coordinator's closure round trip (amortized by compile's
-    steps_per_execution), the worker's per-step Python (train_on_batch, drawing the batch), and
-    staleness (an update may use weights several updates old)."""
+    per-update time. Not modelled: staleness (an update may use weights several updates old)."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"parameter_servers_async: workers must be an integer >= 1, got {workers!r}")
     if not isinstance(k, int) or k < 1:
@@ -520,6 +523,12 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
     shard_values = profile.params / k
     move = transport.time(profile.param_bytes)
     apply_s = update_seconds(shard_values, profile.optimizer_slots, cluster, profile, scale)
+    push_s = move
+    if push_transport is not None:
+        push_s = push_transport.time(profile.param_bytes)
+        # The probe's push already applied SGD: a read of the value and gradient and a write of the
+        # value, 3 of the 3 + 2·slots streams of the model's memory-bound update.
+        apply_s *= 1.0 - 3.0 / (3.0 + 2.0 * profile.optimizer_slots)
     steps = []  # (round, worker, compute tasks, push task, ack task)
     cores = {w: on_core(cluster, w, i) for i, w in enumerate(ws)}  # the worker's thread and its core
     held = cluster.effective_cores or 0
@@ -534,6 +543,8 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
     # worker's pull does not queue behind another's compute.
     for r in range(rounds):
         for w in ws:
+            if step_overhead_s:
+                sim.add(f"{w} r{r} step loop", cores[w], step_overhead_s, category=COMMUNICATION)
             sim.add(f"{w} r{r} pull", cores[w] + servers, move, category=COMMUNICATION)
         done = {}
         for i, w in enumerate(ws):
@@ -541,7 +552,7 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
             done[w] = [sim.add(f"{w} r{r} gather+loss", ops, overhead_seconds(profile, scale)),
                        compute.add(f"{w} r{r} fwd+bwd", ops, lambda shared: profile.time(rows, shared))]
         for w in ws:
-            push = sim.add(f"{w} r{r} push", cores[w] + servers, move, category=COMMUNICATION)
+            push = sim.add(f"{w} r{r} push", cores[w] + servers, push_s, category=COMMUNICATION)
             applies = [sim.add(f"{s} r{r} apply {w}", (s,) + process_cores(workers + j), apply_s, deps=(push,),
                                category=UPDATE) for j, s in enumerate(servers)]
             ack = sim.add(f"{w} r{r} acks", w, 0.0, deps=tuple(applies), category=UPDATE)
