@@ -4,7 +4,7 @@ the cuts stages="balance_time" and stages="balance_params" choose (the core's ba
 contiguous cut whose costliest stage costs least) and the cut the earlier greedy rule made (the
 next stage starts once the running total reaches its share).
 
-    PYTHONPATH=python python3 bench/pipeline_cut.py [--batch 64] [--microbatches 8] [--repeats 3]
+    PYTHONPATH=python python3 bench/pipeline_cut.py [--batch 64] [--microbatches 8] [--repeats 3] [--models heavy,cnn]
 
 Each cut: GPipe on 2 logical CPU devices, the best of --repeats fits of enough epochs of 30 steps
 to last 0.3 s, after an untimed warm-up fit; ratios are from the same run. Writes
@@ -88,8 +88,8 @@ def main():
             new, old = by_cut[cut], by_cut[earlier[k]]
             print(f"{name}: {k} cuts before layer {cut} ({plain.layers[cut].name}): {new * 1e3:.3f} ms per step "
                   f"({step * 1e3:.3f} ms as {k!r} itself); the earlier greedy rule cut before layer {earlier[k]}: "
-                  f"{old * 1e3:.3f} ms, {old / new:.2f}x; the fastest cut ({best_cut}): {by_cut[best_cut] * 1e3:.3f} ms",
-                  flush=True)
+                  f"{old * 1e3:.3f} ms, {old / new:.2f}x; the fastest cut ({best_cut}): "
+                  f"{by_cut[best_cut] * 1e3:.3f} ms", flush=True)
     print()
     _common.print_table(rows, ["model", "cut", "ms", "vs_best", "chosen_by", "earlier_rule"])
     path = _common.write_json("pipeline_cut.json", {"machine": _common.machine(), "batch": args.batch,

@@ -68,10 +68,10 @@ class Cluster:
     # collectives of n devices of one host use it rather than the link's ring model (with more
     # devices than cores a rank waits for a peer without a core). Empty: not measured.
     threads_all_reduce: tuple = ()
-    # Parameter servers on this machine, measured (ps_probe.py): the α–β of a pull of S bytes from
-    # one server over our ZeroMQ transport (the transfer, either way), and of a push (the transfer
-    # plus the server's SGD apply before its ack: shown, the planner costs the apply from the model's
-    # own update). None: not measured (ps_source says why); presets use their links.
+    # Parameter servers on this machine, measured (ps_probe.py): a pull of S bytes from one server
+    # over our ZeroMQ transport, and a push (the transfer in plus the server's SGD apply before its
+    # ack: the planner adds the model's own update beyond SGD's). None: not measured (ps_source
+    # says why); presets use their links.
     ps_transport: AlphaBeta = None
     ps_push: AlphaBeta = None
     ps_source: str = ""

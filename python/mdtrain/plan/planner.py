@@ -156,7 +156,7 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
                 f"{workers} worker and {k} server processes on {cores} cores, asynchronous (the strategy's "
                 f"default): each step of {b} rows pulls every variable, computes, pushes, and waits for the "
                 f"servers' applies (measured ZeroMQ pull and push, the model's measured update for the apply, "
-                f"a one-weight step's fixed cost at steps_per_execution={PS_STEPS_PER_EXECUTION}; each worker's "
+                f"the measured step loop besides them at steps_per_execution={PS_STEPS_PER_EXECUTION}; each worker's "
                 f"ops on {threads} core(s), time-shared); step = seconds per update in the replayed steady "
                 f"state; not modelled: staleness")
             continue

@@ -494,14 +494,15 @@ def parameter_servers_async(profile, cluster, workers, k, global_batch, transpor
     0.25 ms at the seed MLP's 407 KB), the apply task then costing only the model's update beyond
     SGD's; None: a push moves the bytes as a pull does and the apply is the whole update.
     `step_overhead_s`: what a worker step costs besides (ps_probe.measure_ps_step: the coordinator's
-    closure, the worker's step loop), on the worker's core before each pull. `process_threads`: the threads each worker or server
-    process splits its ops over (None: every core; LocalCluster gives a worker
-    cores // workers and a server one, local_cluster.tasks_threads, unless MDTRAIN_CPU_THREADS
-    is set; the planner passes the workers'); `profile` should be timed with as many. A worker's compute and a server's apply (the model's measured update pro rata) each
-    hold that many cores, starting at the process's own (workers first, then servers), and
-    processes time-share them. Each worker's steps are replayed for `rounds` rounds, the
-    workers' requests reaching a server round by round in worker order; the step time is the steady state's (rounds 2..) seconds per update,
-    i.e. per batch of `global_batch` rows trained. The breakdown is a worker step's (compute;
+    closure, the worker's step loop), on the worker's core before each pull.
+    `process_threads`: the threads each worker or server process splits its ops over (None: every
+    core; LocalCluster gives a worker cores // workers and a server one, local_cluster.tasks_threads,
+    unless MDTRAIN_CPU_THREADS is set; the planner passes the workers'); `profile` should be timed
+    with as many. A worker's compute and a server's apply (the model's measured update pro rata)
+    each hold that many cores, starting at the process's own (workers first, then servers), and
+    processes time-share them. Each worker's steps are replayed for `rounds` rounds, the workers'
+    requests reaching a server round by round in worker order; the step time is the steady state's
+    (rounds 2..) seconds per update, i.e. per batch of `global_batch` rows trained. The breakdown is a worker step's (compute;
     its pull + push and waits for a core or a server; its wait for the applies), scaled to that
     per-update time. Not modelled: staleness (an update may use weights several updates old)."""
     if not isinstance(workers, int) or workers < 1:
