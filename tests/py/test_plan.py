@@ -153,6 +153,20 @@ def test_pipeline_ops_are_the_executors():
         _core.pipeline_schedule_ops("1f1b", 4, 2)  # fewer micro-batches than stages
 
 
+def test_pipeline_plans_cost_the_cut_the_executor_makes():
+    # Layer times at the executor's timing rows of 1, 8, 1, 1 ms: of 2 stages, [0 1 | 2 3] has the
+    # least costly slowest stage (9 ms, either other cut 10 ms), the core's cut; plans say it.
+    def layer(i, ms):
+        return dataclasses.replace(synthetic_profile().layers[0], name=f"dense_{i}", fixed_s=ms * 1e-3, per_row_s=0.0)
+    prof = dataclasses.replace(synthetic_profile(), layers=tuple(layer(i, t) for i, t in enumerate((1, 8, 1, 1))))
+    assert steps.balance_time_starts(prof, 2) == list(_core.balance_stages([1, 8, 1, 1], 2)) == [2]
+    assert steps.balance_time_starts(prof, 4) == [1, 2, 3]
+    plans = plan(seed_mlp(), 64, gpu_cluster(hosts=1), profile=prof)
+    piped = [p for p in plans if p.strategy_name == "PipelineParallel" and p.applicable]
+    assert piped and all(p.settings["stage_starts"] == steps.balance_time_starts(prof, p.settings["stages"])
+                         for p in piped)
+
+
 @pytest.mark.parametrize("bucket", [1 << 20, 64 << 10, 25 << 20])
 def test_overlap_never_makes_a_step_slower_than_its_compute(bucket):
     prof = synthetic_profile()

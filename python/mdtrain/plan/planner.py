@@ -185,15 +185,18 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
         if p > layers:
             skip("PipelineParallel", p * dp, {"stages": p}, f"{p} stages > {layers} layers")
             continue
+        # The cut stages="balance_time" makes (the executor times each layer once, whatever m).
+        starts = steps.balance_time_starts(prof, p)
         for m in (p, 2 * p, 4 * p, 8 * p):
             if b % (dp * m):
                 skip("PipelineParallel", p * dp, {"stages": p, "microbatches": m},
                      f"global batch {b} not divisible by batch axis {dp} x {m} micro-batches")
                 continue
             for schedule in ("gpipe", "1f1b"):
-                result, bubble, _ = steps.pipeline(prof, cluster, p, m, schedule, dp, b, scale=scale)
+                result, bubble, _ = steps.pipeline(prof, cluster, p, m, schedule, dp, b, scale=scale,
+                                                   stage_starts=starts)
                 add("PipelineParallel", p * dp, {"stages": p, "microbatches": m, "schedule": schedule,
-                                                 "mesh": (p, dp)}, result,
+                                                 "mesh": (p, dp), "stage_starts": starts}, result,
                     f"{p} stages cut by time, {m} micro-batches of {b // (dp * m)} rows, {schedule}: "
                     f"bubble {bubble / max(result.step_time_s, 1e-30):.0%} of the step{scaled}")
     inputs = (f"model '{prof.name}': {prof.params} parameters, {len(prof.layers)} layers, profiled on this machine "

@@ -318,6 +318,13 @@ def balance_stages(times, stages):
     return list(_core.balance_stages([round(t * 1e9) for t in times], stages))
 
 
+def balance_time_starts(profile, stages):
+    """Where stages="balance_time" cuts the profiled model: by each layer's time on the rows the
+    executor times (it cannot know the micro-batch when it cuts)."""
+    from mdtrain import _core
+    return balance_stages([layer.time(_core.BALANCE_TIME_ROWS) for layer in profile.layers], stages)
+
+
 def pipeline_ops(schedule, stages, microbatches):
     from mdtrain import _core
     return _core.pipeline_schedule_ops(schedule, stages, microbatches)
@@ -329,7 +336,6 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     [(forward_s, backward_s)] per stage per micro-batch (tests: equal stages); else from the
     profile, stages cut by time as stages='balance_time' does. Returns (StepResult, the mean
     bubble per stage in seconds, the pipeline's span: first forward to last backward)."""
-    from mdtrain import _core
     rows = global_batch // (dp * m)
     layers = profile.layers
     cluster = replay_cluster(profile, cluster, scale)
@@ -337,10 +343,7 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
     shared_costs = None
     ops = ops if ops is not None else pipeline_ops(schedule, p, m)
     if stage_costs is None:
-        # Cut as stages="balance_time" cuts: by each layer's time on the rows the executor times
-        # (it cannot know the micro-batch when it cuts).
-        starts = stage_starts if stage_starts is not None else balance_stages(
-            [layer.time(_core.BALANCE_TIME_ROWS) for layer in layers], p)
+        starts = stage_starts if stage_starts is not None else balance_time_starts(profile, p)
         bounds = [0] + list(starts) + [len(layers)]
         groups = [layers[bounds[s]:bounds[s + 1]] for s in range(p)]
         # A stage holding k micro-batches' activations at its peak (GPipe: all m) runs each one
