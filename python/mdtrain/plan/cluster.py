@@ -380,7 +380,7 @@ import sys
 import mdtrain as tf
 from mdtrain.plan.one_weight_step import best_step
 n = int(sys.argv[1])
-print(best_step(tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)]).scope(), n))
+print("PROBE", best_step(tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)]).scope(), n))
 """
 
 
@@ -388,14 +388,14 @@ def _measure_replica_step_overhead(replicas):
     """The step time of `replicas` replicas of a one-weight model (their work is nothing, so the
     step is the cost of running a step across replica threads), in a child process split into
     that many logical CPU devices."""
-    import subprocess
     import sys
-    env = dict(os.environ, MDTRAIN_NUM_CPU_DEVICES=str(replicas))
-    out = subprocess.run([sys.executable, "-c", _OVERHEAD_SCRIPT, str(replicas)], env=env, capture_output=True,
-                         text=True, timeout=300)
-    if out.returncode != 0:
-        raise RuntimeError(f"Cluster.measure: timing a {replicas}-replica step failed: {out.stderr[-500:]}")
-    return float(out.stdout.strip().splitlines()[-1])
+
+    from mdtrain.plan.probes import probe_env, run_probe
+    text, failure = run_probe([sys.executable, "-c", _OVERHEAD_SCRIPT, str(replicas)],
+                              probe_env(MDTRAIN_NUM_CPU_DEVICES=str(replicas)), timeout=300)
+    if text is None:
+        raise RuntimeError(f"Cluster.measure: timing a {replicas}-replica step {failure}")
+    return float(text)
 
 
 def _physical_memory_bytes():

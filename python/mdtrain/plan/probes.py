@@ -55,6 +55,25 @@ if comm.rank == 0:
 """
 
 
+def probe_env(**extra):
+    """The environment of a probe child: this one's, the caller's sys.path as PYTHONPATH (the
+    child imports this mdtrain, not another installed one), and `extra`."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **extra)
+
+
+def run_probe(cmd, env, timeout):
+    """Runs a probe child `cmd` under `env` (probe_env); (the text after its "PROBE " line, None),
+    or (None, how it failed: "timed out after ..." / "failed: " and the end of its output)."""
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")), None)
+    if proc.returncode != 0 or line is None:
+        return None, f"failed: {(proc.stderr or proc.stdout)[-300:]}"
+    return line[len("PROBE "):], None
+
+
 def mpi_available():
     from mdtrain import _core
     return shutil.which("mpirun") is not None and _core.mpi_available()
@@ -68,18 +87,13 @@ def measure_mpi_processes(counts, timeout=180):
     from mdtrain import launch
     out = []
     for k in counts:
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the children import this mdtrain
+        env = probe_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         cmd = launch.mpirun_command(k, ["-c", _MPI_SCRIPT, ",".join(str(s) for s in MPI_SIZES)],
                                     devices_per_worker=1, env=env)
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return tuple(out), f"MPI probe of {k} processes timed out after {timeout} s"
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")), None)
-        if proc.returncode != 0 or line is None:
-            return tuple(out), f"MPI probe of {k} processes failed: {(proc.stderr or proc.stdout)[-300:]}"
-        r = json.loads(line[len("PROBE "):])
+        text, failure = run_probe(cmd, env, timeout)
+        if text is None:
+            return tuple(out), f"MPI probe of {k} processes {failure}"
+        r = json.loads(text)
         out.append((k, measured_transfer(r["sizes"], r["seconds"]), float(r["step"])))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return tuple(out), (f"MPI measured {stamp} under mpirun -n {'/'.join(str(k) for k in counts)} "
@@ -99,17 +113,10 @@ print("PROBE", out[0], out[1])
 def measure_pipeline_messages(timeout=180):
     """(seconds per message between two stages, a two-stage pipeline step's fixed seconds), or
     (None, None) when the probe fails."""
-    env = dict(os.environ, MDTRAIN_NUM_CPU_DEVICES="2")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    try:
-        proc = subprocess.run([sys.executable, "-c", _PIPELINE_SCRIPT], env=env, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
+    text, _ = run_probe([sys.executable, "-c", _PIPELINE_SCRIPT], probe_env(MDTRAIN_NUM_CPU_DEVICES="2"), timeout)
+    if text is None:
         return None, None
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")), None)
-    if proc.returncode != 0 or line is None:
-        return None, None
-    few, many = (float(v) for v in line.split()[1:])
+    few, many = (float(v) for v in text.split())
     messages_few, messages_many = 2 * 2, 2 * 16  # an activation and a gradient per micro-batch
     per_message = max(0.0, (many - few) / (messages_many - messages_few))
     return per_message, max(0.0, few - per_message * messages_few)

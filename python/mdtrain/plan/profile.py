@@ -218,19 +218,20 @@ MIN_PROFILE_SECONDS = 0.2  # per profile pass: small models get more rounds than
 MAX_ROUNDS = 50
 
 
-def _median_layer_times(core, model, rows, repeats, shared_by=1):
-    """Seconds per layer at each of `rows` (an array rows x layers), the median of at least
-    `repeats` single timings: a sustained step pays the typical time, not the best (the timer's own
-    best-of-k picks a moment with a free core, which on a loaded machine is far from what a step
-    gets). The row counts are timed in interleaved rounds, so a burst of other work slows one
-    timing of several row counts rather than every timing of one; rounds go on until they took
-    MIN_PROFILE_SECONDS (at most MAX_ROUNDS): the seed MLP's layers take 0.03-0.2 ms, and five
-    timings are a small sample of so noisy a time. With shared_by > 1, shared_by - 1 other threads
-    time their own copies at the same row count through the same timer all the while (the binding
-    releases the GIL), so each timing is of a layer competing for memory bandwidth and
-    caches as a replica's does."""
+def _median_layer_times(core, model, points, repeats, shared_by=1):
+    """Seconds per layer at each of `points`, (rows, micro-batches in flight) pairs (an array
+    points x layers: per micro-batch), the median of at least `repeats` single timings: a
+    sustained step pays the typical time, not the best (the timer's own best-of-k picks a moment
+    with a free core, which on a loaded machine is far from what a step gets). The points are
+    timed in interleaved rounds, so a burst of other work slows one timing of several points
+    rather than every timing of one; rounds go on until they took MIN_PROFILE_SECONDS (at most
+    MAX_ROUNDS): the seed MLP's layers take 0.03-0.2 ms, and five timings are a small sample of so
+    noisy a time. With shared_by > 1, shared_by - 1 other threads time their own copies at the
+    same row count (one micro-batch) through the same timer all the while (the binding releases
+    the GIL), so each timing is of a layer competing for memory bandwidth and caches as a
+    replica's does."""
     stop = threading.Event()
-    current = [rows[0]]
+    current = [points[0][0]]
 
     def compete():
         while not stop.is_set():
@@ -239,20 +240,20 @@ def _median_layer_times(core, model, rows, repeats, shared_by=1):
     others = [threading.Thread(target=compete, daemon=True) for _ in range(shared_by - 1)]
     for th in others:
         th.start()
-    runs = {r: [] for r in rows}
+    runs = {point: [] for point in points}
     started = time.perf_counter()
     try:
         rounds = 0
         while rounds < repeats or (time.perf_counter() - started < MIN_PROFILE_SECONDS and rounds < MAX_ROUNDS):
-            for r in rows:
+            for r, k in points:
                 current[0] = r
-                runs[r].append(core.measure_layer_times(model._core, r, 1))
+                runs[(r, k)].append(core.measure_layer_times(model._core, r, 1, k))
             rounds += 1
     finally:
         stop.set()
         for th in others:
             th.join()
-    return np.stack([np.median(np.asarray(runs[r], dtype=np.float64), axis=0) for r in rows]) * 1e-9
+    return np.stack([np.median(np.asarray(runs[point], dtype=np.float64), axis=0) for point in points]) * 1e-9
 
 
 MAX_IN_FLIGHT = 32  # beyond it a stage's held activations are as far out of cache as at it
@@ -263,18 +264,6 @@ def in_flight_rows(rows):
     below the largest with as many micro-batches as make the largest (a GPipe stage of the whole
     batch in micro-batches of that size), at most MAX_IN_FLIGHT."""
     return tuple((r, min(MAX_IN_FLIGHT, rows[-1] // r)) for r in rows[:-1] if rows[-1] // r > 1)
-
-
-def _in_flight_layer_times(core, model, pairs, repeats):
-    """Seconds per layer per micro-batch at each (rows, in_flight) of `pairs` (rows x layers), the
-    median of at least `repeats` timings in interleaved rounds, as _median_layer_times."""
-    runs = {pair: [] for pair in pairs}
-    started, rounds = time.perf_counter(), 0
-    while rounds < repeats or (time.perf_counter() - started < MIN_PROFILE_SECONDS and rounds < MAX_ROUNDS):
-        for r, k in pairs:
-            runs[(r, k)].append(core.measure_layer_times(model._core, r, 1, k))
-        rounds += 1
-    return np.stack([np.median(np.asarray(runs[pair], dtype=np.float64), axis=0) for pair in pairs]) * 1e-9
 
 
 def _points(rows, times):
@@ -321,10 +310,11 @@ def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, share
         for _ in range(2):
             for r in rows:
                 _core.measure_layer_times(model._core, r, 1)
-        alone = _median_layer_times(_core, model, rows, repeats)
-        together = _median_layer_times(_core, model, rows, repeats, cores) if shared else None
+        one_each = [(r, 1) for r in rows]
+        alone = _median_layer_times(_core, model, one_each, repeats)
+        together = _median_layer_times(_core, model, one_each, repeats, cores) if shared else None
         pairs = in_flight_rows(rows) if in_flight else ()
-        held = _in_flight_layer_times(_core, model, pairs, repeats) if pairs else None
+        held = _median_layer_times(_core, model, pairs, repeats) if pairs else None
         threads = _core.cpu_thread_count()
     finally:
         _core.set_cpu_threads(before)

@@ -24,14 +24,13 @@ size, as the other probes: a step pays the typical round trip, not the best.
   core. At two batch sizes, as an α–β in the batch's bytes: the replay adds it to each worker
   step. Without it the seed MLP's one-worker steps were predicted 35 % short."""
 import json
-import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 from mdtrain.plan.alpha_beta import fit_alpha_beta, measured_transfer
+from mdtrain.plan.probes import probe_env, run_probe
 
 PS_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)  # a small layer's bias .. a large layer's kernel
 
@@ -146,17 +145,12 @@ def measure_ps_step(steps=300, repeats=3, timeout=300):
     when it cannot be measured. Each point: a one-weight model's step less the round trips and the
     compute the worker itself timed in it, the best of `repeats` fits of `steps` steps (the load
     only adds)."""
-    env = dict(os.environ, MDTRAIN_NUM_CPU_DEVICES="1")
-    try:
-        out = subprocess.run([sys.executable, "-c", _STEP_SCRIPT, str(PS_STEPS_PER_EXECUTION), str(steps),
-                              str(repeats), json.dumps(PS_STEP_BATCHES)],
-                             env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"parameter-server step not measured: the one-weight LocalCluster run took over {timeout} s"
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("PROBE ")), None)
-    if out.returncode != 0 or line is None:
-        return None, f"parameter-server step not measured: the one-weight LocalCluster run failed: {out.stderr[-300:]}"
-    points = json.loads(line[len("PROBE "):])
+    text, failure = run_probe([sys.executable, "-c", _STEP_SCRIPT, str(PS_STEPS_PER_EXECUTION), str(steps),
+                               str(repeats), json.dumps(PS_STEP_BATCHES)], probe_env(MDTRAIN_NUM_CPU_DEVICES="1"),
+                              timeout)
+    if text is None:
+        return None, f"parameter-server step not measured: the one-weight LocalCluster run {failure}"
+    points = json.loads(text)
     rest = [max(1e-9, p["step"] - p["counted"]) for p in points]
     fit = fit_alpha_beta([p["batch_bytes"] for p in points], rest)
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
