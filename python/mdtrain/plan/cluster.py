@@ -198,8 +198,9 @@ class Cluster:
         if ps:
             from mdtrain.plan.ps_probe import measure_ps_step, measure_ps_transport
             ps_pull, ps_push, ps_source = measure_ps_transport(repeats)
-            ps_step, step_source = measure_ps_step()
-            ps_source = f"{ps_source}; {step_source}"
+            if ps_pull is not None:  # without the transport (no ZeroMQ) no LocalCluster runs either
+                ps_step, step_source = measure_ps_step()
+                ps_source = f"{ps_source}; {step_source}"
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
                        cores=os.cpu_count() or 1, concurrent_speedup=speedup,
                        concurrent_bandwidth_share=bandwidth_share,

@@ -31,6 +31,7 @@ import numpy as np
 
 from mdtrain.plan.alpha_beta import fit_alpha_beta, measured_transfer
 from mdtrain.plan.probes import probe_env, run_probe
+from mdtrain.plan.profile import BYTES_PER_VALUE
 
 PS_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)  # a small layer's bias .. a large layer's kernel
 
@@ -166,5 +167,4 @@ def ps_step_overhead(cluster, profile, rows):
     each, float32."""
     if cluster.ps_step_overhead is None:
         return 0.0
-    from mdtrain.plan.profile import BYTES_PER_VALUE
     return cluster.ps_step_overhead.time(rows * (profile.input_values + 1) * BYTES_PER_VALUE)
