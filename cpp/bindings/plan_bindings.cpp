@@ -3,11 +3,13 @@
 // executor runs, so the planner costs the same measurements, stages and op order as the code that
 // trains.
 #include "bindings.h"
+#include "mdtrain/core/errors.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/strategy/pipeline_schedule.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
 #include "mdtrain/strategy/stage_balance.h"
+#include "mdtrain/strategy/stage_timer.h"
 
 namespace mdtrain::bindings {
 
@@ -24,6 +26,27 @@ void init_plan(py::module_& m) {
       "of `repeats`; what PipelineParallel(stages='balance_time') cuts by); in_flight > 1: per "
       "micro-batch, with that many micro-batches' activations held at once (a GPipe stage).");
   m.attr("BALANCE_TIME_ROWS") = kBalanceTimeRows;
+  m.def(
+      "measure_stage_time",
+      [](Model& model, std::size_t first, std::size_t last, std::int64_t rows, const std::string& schedule, int stages,
+         int microbatches, int stage, int repeats) {
+        const PipelineSchedule s = make_pipeline_schedule(pipeline_schedule_kind(schedule), stages, microbatches);
+        MDTRAIN_CHECK(stage >= 0 && stage < stages, std::invalid_argument, "[pipeline] measure_stage_time: stage ",
+                      stage, " of a ", stages, "-stage schedule");
+        LayerStack& stack = model.stack();
+        py::gil_scoped_release release;
+        std::vector<std::pair<std::int64_t, std::int64_t>> out;
+        for (const StageTime& t :
+             measure_stage_time(stack, first, last, rows, s.ops[static_cast<std::size_t>(stage)], repeats))
+          out.emplace_back(t.forward_ns, t.backward_ns);
+        return out;
+      },
+      py::arg("model"), py::arg("first"), py::arg("last"), py::arg("rows"), py::arg("schedule"), py::arg("stages"),
+      py::arg("microbatches"), py::arg("stage"), py::arg("repeats") = 1,
+      "Nanoseconds (forward, backward) of layers [first, last) of a Sequential model run as stage `stage` of "
+      "`schedule` with `stages` stages and `microbatches` micro-batches of `rows` rows, as PipelineExecutor "
+      "runs it (state slots sharing the stage's weights, gradients summed), summed over the stage's op "
+      "list: one per timed pass, after an untimed one.");
   m.def("balance_stages", &balance_stages, py::arg("layer_costs"), py::arg("stages"),
         "The first layer of stages 1..stages-1 of the contiguous cut whose costliest stage costs least "
         "(then the most even): how PipelineParallel cuts a model by parameter counts or measured times.");

@@ -12,7 +12,8 @@ import pytest
 import mdtrain as tf
 from mdtrain import _core
 from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, fit_alpha_beta, fit_benchmark_json, plan
-from mdtrain.plan import probes, ps_probe, steps
+from mdtrain.plan import planner as planner_module
+from mdtrain.plan import probes, ps_probe, stage_profile, steps
 from mdtrain.plan.profile import LayerCost, profile_model, profile_rows
 from mdtrain.plan.simulate import Simulator
 
@@ -36,6 +37,12 @@ def synthetic_profile(layers=4, units=256, per_row=1e-6, fixed=1e-5):
                             per_row_s=per_row, backward_share=2 / 3) for i in range(layers))
     return ModelProfile(name="synthetic", layers=costs, input_values=units, optimizer="adam", optimizer_slots=2,
                         rows_measured=(16, 128), threads=1)
+
+
+def _measured_like(prof, rows=(1, 2, 4, 8, 16, 32, 64)):
+    """`prof` with measured-looking points (as profile_model gives on this machine)."""
+    return dataclasses.replace(prof, layers=tuple(dataclasses.replace(x, points=tuple((r, x.time(r)) for r in rows))
+                                                  for x in prof.layers))
 
 
 def gpu_cluster(hosts=2, bandwidth=50e9, overlaps=True):
@@ -290,6 +297,56 @@ def test_gpipe_stages_pay_the_measured_in_flight_time_and_1f1b_less():
         stage0 = sum(t.duration for t in with_held.timeline.tasks if t.name.startswith("stage0 ") and
                      (" F" in t.name or " B" in t.name))
         assert stage0 == pytest.approx(8 * 2 * 8e-4 * expected)
+
+
+def test_stage_timer_times_every_stage_of_the_cut_without_touching_the_model():
+    model = seed_mlp()
+    before = [w.copy() for w in model.get_weights()]
+    for schedule in ("gpipe", "1f1b"):
+        costs = stage_profile.measure_stage_costs(model, [1], 8, schedule, 4, repeats=2)
+        assert len(costs) == 2 and all(f > 0 and b > 0 for f, b in costs)
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    with pytest.raises(ValueError, match="stage 2 of a 2-stage"):
+        _core.measure_stage_time(model._core, 0, 1, 8, "gpipe", 2, 4, 2)
+    with pytest.raises(ValueError, match="is not a stage"):
+        _core.measure_stage_time(model._core, 1, 1, 8, "gpipe", 2, 4, 0)
+    with pytest.raises(ValueError, match="micro-batches"):
+        _core.measure_stage_time(model._core, 0, 1, 8, "gpipe", 2, 1, 0)
+
+
+def test_pipeline_stages_are_costed_from_the_stage_timer_when_given():
+    prof = _measured_like(synthetic_profile(layers=4))
+    cluster = Cluster.preset("dgx-h100")
+    for schedule in ("gpipe", "1f1b"):
+        from_layers, *_ = steps.pipeline(prof, cluster, 2, 8, schedule, 1, 64, stage_starts=[2])
+        timed, *_ = steps.pipeline(prof, cluster, 2, 8, schedule, 1, 64, stage_starts=[2],
+                                   measured_stages=[(1e-3, 2e-3), (3e-3, 6e-3)])
+        assert timed.step_time_s != pytest.approx(from_layers.step_time_s)
+        # Each stage's forwards and backwards take the timer's time per micro-batch.
+        for s, per_mb in enumerate((3e-3, 9e-3)):
+            busy = sum(t.duration for t in timed.timeline.tasks
+                       if t.name.startswith(f"stage{s} ") and (" F" in t.name or " B" in t.name))
+            assert busy == pytest.approx(8 * per_mb)
+
+
+def test_plans_here_time_the_stages_and_presets_scale_the_layers(monkeypatch):
+    model, asked = seed_mlp(), []
+
+    def timer(model_, starts, rows, schedule, microbatches):
+        asked.append((list(starts), rows, schedule, microbatches))
+        return [(1e-3, 2e-3)] * (len(starts) + 1)
+    monkeypatch.setattr(planner_module, "measure_stage_costs", timer)
+    prof = _measured_like(synthetic_profile(layers=4))
+    plans = plan(model, 64, this_machine(), profile=prof)
+    piped = [p for p in plans if p.strategy_name == "PipelineParallel" and p.applicable]
+    assert piped and len(asked) == len(piped)
+    assert {(tuple(a[0]), a[1], a[2], a[3]) for a in asked} == {
+        (tuple(p.settings["stage_starts"]), 64 // (p.settings["microbatches"] * p.settings["mesh"][1]),
+         p.settings["schedule"], p.settings["microbatches"]) for p in piped}
+    asked.clear()
+    plan(model, 64, gpu_cluster(hosts=1), profile=prof, this_machine_flops=1e12)
+    plan(model, 64, this_machine(), profile=synthetic_profile(layers=4))  # no measured points: layers
+    assert asked == []
 
 
 def test_profile_is_taken_at_the_rows_asked_for_alone_and_shared():

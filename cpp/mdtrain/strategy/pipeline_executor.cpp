@@ -62,23 +62,6 @@ Shape with_rows(std::int64_t rows, const Shape& per_row) {
   return s;
 }
 
-// True when every layer of `stack` that has trainable parameters can add its gradients to them in
-// backward (Layer::supports_gradient_accumulation): the stage then sums its micro-batches' gradients
-// in the packed gradients themselves, without a separate pass per micro-batch.
-bool accumulates_in_backward(LayerStack& stack) {
-  for (const auto& layer : stack.layers()) {
-    if (layer->supports_gradient_accumulation()) continue;
-    for (const Parameter* param : layer->parameters())
-      if (param->trainable) return false;
-  }
-  return true;
-}
-
-// Sets every layer of `stack` to accumulate its gradients in backward, or to overwrite them.
-void set_accumulate_gradients(LayerStack& stack, bool accumulate) {
-  for (const auto& layer : stack.layers()) layer->set_accumulate_gradients(accumulate);
-}
-
 // Bytes of the per-call state the layers of `stack` hold (Layer::held_activation_bytes).
 std::int64_t held_activation_bytes(const LayerStack& stack) {
   std::int64_t sum = 0;

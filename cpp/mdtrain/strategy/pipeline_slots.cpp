@@ -20,4 +20,17 @@ void share_weights(LayerStack& stage, LayerStack& slot) {
   slot.non_trainable_values() = stage.non_trainable_values();
 }
 
+bool accumulates_in_backward(const LayerStack& stack) {
+  for (const auto& layer : stack.layers()) {
+    if (layer->supports_gradient_accumulation()) continue;
+    for (const Parameter* param : layer->parameters())
+      if (param->trainable) return false;
+  }
+  return true;
+}
+
+void set_accumulate_gradients(LayerStack& stack, bool accumulate) {
+  for (const auto& layer : stack.layers()) layer->set_accumulate_gradients(accumulate);
+}
+
 }  // namespace mdtrain

@@ -11,4 +11,12 @@ class LayerStack;
 // Re-taken every step, in case something replaced the stage's tensors.
 void share_weights(LayerStack& stage, LayerStack& slot);
 
+// True when every layer of `stack` that has trainable parameters can add its gradients to them in
+// backward (Layer::supports_gradient_accumulation): the stage then sums its micro-batches' gradients
+// in the packed gradients themselves, without a separate pass per micro-batch.
+bool accumulates_in_backward(const LayerStack& stack);
+
+// Sets every layer of `stack` to accumulate its gradients in backward, or to overwrite them.
+void set_accumulate_gradients(LayerStack& stack, bool accumulate);
+
 }  // namespace mdtrain

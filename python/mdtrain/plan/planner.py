@@ -11,6 +11,7 @@ from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
 from mdtrain.plan.plan_result import Plan, PlanList
 from mdtrain.plan.profile import check_model, profile_model, profile_rows
 from mdtrain.plan.ps_probe import PS_STEPS_PER_EXECUTION, ps_step_overhead
+from mdtrain.plan.stage_profile import measure_stage_costs
 
 BUCKET_SIZES = (25 << 20, 4 << 20, 1 << 20)  # GradientReducer's default (DDP's) and two smaller
 _MIB = 1 << 20
@@ -180,6 +181,7 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
             f"Dense layers split {t} ways ({split}), all-reduces of activations in forward and backward{scaled}")
     # Pipelines.
     layers = len(prof.layers)
+    time_stages_here = scale == 1.0 and all(layer.points for layer in prof.layers)
     for p in _powers_of_two_up_to(min(n_all, 8))[1:]:
         dp = n_all // p
         if p > layers:
@@ -193,8 +195,12 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
                      f"global batch {b} not divisible by batch axis {dp} x {m} micro-batches")
                 continue
             for schedule in ("gpipe", "1f1b"):
+                # On this machine each stage is timed as it runs (stage_profile.py); elsewhere its
+                # layers' profiled times are scaled.
+                measured = (measure_stage_costs(model, starts, b // (dp * m), schedule, m)
+                            if time_stages_here else None)
                 result, bubble, _ = steps.pipeline(prof, cluster, p, m, schedule, dp, b, scale=scale,
-                                                   stage_starts=starts)
+                                                   stage_starts=starts, measured_stages=measured)
                 add("PipelineParallel", p * dp, {"stages": p, "microbatches": m, "schedule": schedule,
                                                  "mesh": (p, dp), "stage_starts": starts}, result,
                     f"{p} stages cut by time, {m} micro-batches of {b // (dp * m)} rows, {schedule}: "

@@ -331,10 +331,12 @@ def pipeline_ops(schedule, stages, microbatches):
 
 
 def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stage_starts=None, ops=None,
-             stage_costs=None):
+             stage_costs=None, measured_stages=None):
     """PipelineParallel on a (pipe=p, batch=dp) mesh with m micro-batches. stage_costs: optional
     [(forward_s, backward_s)] per stage per micro-batch (tests: equal stages); else from the
-    profile, stages cut by time as stages='balance_time' does. Returns (StepResult, the mean
+    profile, stages cut by time as stages='balance_time' does (or at stage_starts), each stage's
+    cost the stage timer's (`measured_stages`, stage_profile.measure_stage_costs, the same list
+    shape) when given, else the sum of its layers' profiled times. Returns (StepResult, the mean
     bubble per stage in seconds, the pipeline's span: first forward to last backward)."""
     rows = global_batch // (dp * m)
     layers = profile.layers
@@ -349,11 +351,19 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
         # A stage holding k micro-batches' activations at its peak (GPipe: all m) runs each one
         # at the profile's in-flight time (LayerCost.in_flight_factor): measured, not a formula.
         held = [peak_in_flight(stage_ops) for stage_ops in ops]
-        stage_costs = [(sum(x.forward_time(rows, in_flight=k) for x in g) * scale,
-                        sum(x.backward_time(rows, in_flight=k) for x in g) * scale) for g, k in zip(groups, held)]
-        if contended:
-            shared_costs = [(sum(x.forward_time(rows, True, k) for x in g) * scale,
-                             sum(x.backward_time(rows, True, k) for x in g) * scale) for g, k in zip(groups, held)]
+        if measured_stages is not None:
+            # The stage as it runs, timed alone; while other cores compute it pays what its layers
+            # pay then (their shared over alone time).
+            stage_costs = [(f * scale, b * scale) for f, b in measured_stages]
+            if contended:
+                ratios = [sum(x.time(rows, True) for x in g) / max(sum(x.time(rows) for x in g), 1e-30) for g in groups]
+                shared_costs = [(f * r, b * r) for (f, b), r in zip(stage_costs, ratios)]
+        else:
+            stage_costs = [(sum(x.forward_time(rows, in_flight=k) for x in g) * scale,
+                            sum(x.backward_time(rows, in_flight=k) for x in g) * scale) for g, k in zip(groups, held)]
+            if contended:
+                shared_costs = [(sum(x.forward_time(rows, True, k) for x in g) * scale,
+                                 sum(x.backward_time(rows, True, k) for x in g) * scale) for g, k in zip(groups, held)]
         boundary_bytes = [rows * g[-1].activation_values * BYTES_PER_VALUE for g in groups]
         stage_values = [sum(x.params for x in g) for g in groups]
     else:

@@ -25,6 +25,7 @@
 #include "mdtrain/optim/sgd.h"
 #include "mdtrain/strategy/pipeline_executor.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
+#include "mdtrain/strategy/stage_timer.h"
 
 namespace mdtrain {
 namespace {
@@ -275,6 +276,42 @@ std::unique_ptr<Model> batch_norm_model(std::shared_ptr<Strategy> strategy) {
   m->compile(std::shared_ptr<Loss>(make_loss("sparse_categorical_crossentropy")), std::make_shared<SGD>(0.05), {},
              std::move(strategy));
   return m;
+}
+
+// The planner's stage timer (stage_timer.h) runs a stage's op list on its own copy of the stage's
+// layers: every schedule's lists run (GPipe's all-forwards-first on m slots, 1F1B's interleaving),
+// each timed pass reports its forwards and backwards, the model's weights and BatchNormalization's
+// moving statistics are untouched, and bad input is an invalid_argument.
+TEST(Pipeline, StageTimerRunsEachStagesOpListWithoutTouchingTheModel) {
+  for (bool with_bn : {false, true}) {
+    auto m = with_bn ? batch_norm_model(nullptr) : make_model(nullptr, "sgd");
+    const auto before = m->get_weights();
+    const std::size_t n = m->stack().layers().size(), cut = 2;
+    for (auto kind : {PipelineScheduleKind::GPipe, PipelineScheduleKind::OneFOneB}) {
+      const PipelineSchedule schedule = make_pipeline_schedule(kind, 2, 4);
+      for (int s = 0; s < 2; ++s) {
+        const auto passes = measure_stage_time(m->stack(), s == 0 ? 0 : cut, s == 0 ? cut : n, 3,
+                                               schedule.ops[static_cast<std::size_t>(s)], 3);
+        ASSERT_EQ(passes.size(), 3u);
+        for (const StageTime& t : passes) {
+          EXPECT_GT(t.forward_ns, 0);
+          EXPECT_GT(t.backward_ns, 0);
+        }
+      }
+    }
+    const auto after = m->get_weights();
+    ASSERT_EQ(before.size(), after.size());
+    for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(bitwise_equal(before[i], after[i])) << i;
+  }
+  auto m = make_model(nullptr, "sgd");
+  const auto ops = make_pipeline_schedule(PipelineScheduleKind::GPipe, 2, 2).ops[0];
+  const std::size_t n = m->stack().layers().size();
+  EXPECT_THROW(measure_stage_time(m->stack(), 2, 2, 3, ops), std::invalid_argument);      // no layers
+  EXPECT_THROW(measure_stage_time(m->stack(), 0, n + 1, 3, ops), std::invalid_argument);  // past the last
+  EXPECT_THROW(measure_stage_time(m->stack(), 0, 2, 0, ops), std::invalid_argument);      // no rows
+  EXPECT_THROW(measure_stage_time(m->stack(), 0, 2, 3, ops, 0), std::invalid_argument);   // no pass
+  const std::vector<PipelineOp> backward_first{{PipelineOpKind::Backward, 0}, {PipelineOpKind::Forward, 0}};
+  EXPECT_THROW(measure_stage_time(m->stack(), 0, 2, 3, backward_first), std::invalid_argument);
 }
 
 // One global batch of all 30 rows: the moving statistics move once, from the whole batch's mean
