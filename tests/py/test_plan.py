@@ -327,6 +327,8 @@ def test_pipeline_stages_are_costed_from_the_stage_timer_when_given():
             busy = sum(t.duration for t in timed.timeline.tasks
                        if t.name.startswith(f"stage{s} ") and (" F" in t.name or " B" in t.name))
             assert busy == pytest.approx(8 * per_mb)
+    with pytest.raises(ValueError, match="1 stages' costs for 2 stages"):
+        steps.pipeline(prof, cluster, 2, 8, "gpipe", 1, 64, stage_starts=[2], measured_stages=[(1e-3, 2e-3)])
 
 
 def test_plans_here_time_the_stages_and_presets_scale_the_layers(monkeypatch):

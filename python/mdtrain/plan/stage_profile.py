@@ -6,7 +6,7 @@ summed) on one thread, as each stage's thread computes.
 Why not the sum of the layers' profiled times: a layer timed alone is one call on a fresh copy of
 the whole model, and a stage runs micro-batch after micro-batch through the same weights with only
 its own layers' working set. The heavy MLP's second stage (its 2048 x 2048 layer) on 4-8-row
-micro-batches ran at 0.75-0.85x the sum of its layers' profiled times in the running pipeline, and
+micro-batches ran at 0.72-0.80x the sum of its layers' profiled times in the running pipeline, and
 the stage timer read within 10 % of the running stage where the layer sum read 15-30 % over; the
 CNN's GPipe stages, which hold every micro-batch's activations, ran slower than the layer sum, and
 the stage timer sees that too (it holds them). Only for the machine it runs on: on a preset the

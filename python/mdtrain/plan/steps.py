@@ -348,10 +348,9 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
         starts = stage_starts if stage_starts is not None else balance_time_starts(profile, p)
         bounds = [0] + list(starts) + [len(layers)]
         groups = [layers[bounds[s]:bounds[s + 1]] for s in range(p)]
-        # A stage holding k micro-batches' activations at its peak (GPipe: all m) runs each one
-        # at the profile's in-flight time (LayerCost.in_flight_factor): measured, not a formula.
-        held = [peak_in_flight(stage_ops) for stage_ops in ops]
         if measured_stages is not None:
+            if len(measured_stages) != p:
+                raise ValueError(f"pipeline: measured_stages has {len(measured_stages)} stages' costs for {p} stages")
             # The stage as it runs, timed alone; while other cores compute it pays what its layers
             # pay then (their shared over alone time).
             stage_costs = [(f * scale, b * scale) for f, b in measured_stages]
@@ -359,6 +358,9 @@ def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stag
                 ratios = [sum(x.time(rows, True) for x in g) / max(sum(x.time(rows) for x in g), 1e-30) for g in groups]
                 shared_costs = [(f * r, b * r) for (f, b), r in zip(stage_costs, ratios)]
         else:
+            # A stage holding k micro-batches' activations at its peak (GPipe: all m) runs each one
+            # at the profile's in-flight time (LayerCost.in_flight_factor): measured, not a formula.
+            held = [peak_in_flight(stage_ops) for stage_ops in ops]
             stage_costs = [(sum(x.forward_time(rows, in_flight=k) for x in g) * scale,
                             sum(x.backward_time(rows, in_flight=k) for x in g) * scale) for g, k in zip(groups, held)]
             if contended:
