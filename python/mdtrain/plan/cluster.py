@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from mdtrain.plan.alpha_beta import AlphaBeta, measured_transfer
+from mdtrain.plan.collective_timer import time_all_reduce
 
 _GB = 1e9
 
@@ -338,27 +339,22 @@ def measure_threads_all_reduce(core, repeats, ranks):
     per rank; the C++ call releases the GIL), fitted to the median of `repeats` rounds at each
     size: a step pays the typical all-reduce, not the best (the best of 5 put the heavy MLP's
     23 MB at 0.8-1 ms on 2 ranks; its median reads 1.65 ms, and the ZeRO-1 step's collectives
-    measure 1.7-2.5 ms). With more ranks than cores it includes what the oversubscription costs
-    (a rank waits for a peer that has no core)."""
+    measure 1.7-2.5 ms). From 16 MB each call is timed from memory, as a step meets a gradient
+    that large (collective_timer.py). With more ranks than cores it includes what the
+    oversubscription costs (a rank waits for a peer that has no core)."""
     comms = core.make_communicators("threads", ranks)
     # Up to 64 MB: the models' gradients are tens of MB, which stream from memory, not from the
     # caches that hold the 4 MB buffers (a fit of 4 KB..4 MB put the heavy MLP's ZeRO-1
     # reduce-scatter + all-gather of 23 MB at a fifth of the communication its step measured).
     sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
-    times = {s: [] for s in sizes}
+    times = {}
 
     def run(rank, out):
         for s in sizes:
-            buf = np.ones(s // 4, dtype=np.float32)
-            iters = 20 if s <= 4 << 20 else 4
-            comms[rank].all_reduce(buf)  # first touch
-            for _ in range(repeats):
-                comms[rank].barrier()
-                t = time.perf_counter()
-                for _ in range(iters):
-                    comms[rank].all_reduce(buf)
-                if rank == 0:
-                    out[s].append((time.perf_counter() - t) / iters)
+            seconds = time_all_reduce(comms[rank], np.ones(s // 4, dtype=np.float32), repeats,
+                                      20 if s <= 4 << 20 else 4)
+            if rank == 0:
+                out[s] = seconds
 
     threads = [threading.Thread(target=run, args=(r, times)) for r in range(1, ranks)]
     for th in threads:
@@ -366,7 +362,7 @@ def measure_threads_all_reduce(core, repeats, ranks):
     run(0, times)
     for th in threads:
         th.join()
-    return measured_transfer(sizes, [float(np.median(times[s])) for s in sizes])
+    return measured_transfer(sizes, [times[s] for s in sizes])
 
 
 def link_of_all_reduce(fit, ranks):

@@ -2,7 +2,8 @@
 see, each timed in child processes (so the caller's process, its devices and MPI stay untouched):
 
 - MPI between worker processes (MultiWorkerMirroredStrategy): under `mpirun -n k`, all-reduces of
-  the MPI communicator at 4 KB..64 MB (the median of 5 rounds of 10, rank 0's clock), read
+  the MPI communicator at 4 KB..64 MB (the median of 5 rounds of 10, rank 0's clock; from 16 MB
+  10 single calls from memory, collective_timer.py), read
   piecewise-linearly (alpha_beta.MeasuredTransfer), and the step of a one-weight model under
   MultiWorkerMirroredStrategy (one_weight_step.py: what a step of k workers costs besides their
   work). With k processes on fewer cores, both
@@ -28,28 +29,18 @@ from mdtrain.plan.alpha_beta import measured_transfer
 MPI_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
 
 _MPI_SCRIPT = r"""
-import json, sys, time
+import json, sys
 import numpy as np
 import mdtrain as tf
 from mdtrain import _core
+from mdtrain.plan.collective_timer import COLD_BYTES, time_all_reduce
 from mdtrain.plan.one_weight_step import best_step
 sizes = [int(s) for s in sys.argv[1].split(",")]
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 k = strategy.num_replicas_in_sync
 step = best_step(strategy.scope(), k)
 comm = _core.make_communicators("mpi")[0]
-times = []
-for s in sizes:
-    buf = np.ones(s // 4, np.float32)
-    comm.all_reduce(buf)
-    rounds = []
-    for _ in range(5):
-        comm.barrier()
-        t = time.perf_counter()
-        for _ in range(10):
-            comm.all_reduce(buf)
-        rounds.append((time.perf_counter() - t) / 10)
-    times.append(float(np.median(rounds)))
+times = [time_all_reduce(comm, np.ones(s // 4, np.float32), 5, 10 if s < COLD_BYTES else 2) for s in sizes]
 if comm.rank == 0:
     print("PROBE " + json.dumps({"ranks": comm.size, "sizes": sizes, "seconds": times, "step": step}))
 """

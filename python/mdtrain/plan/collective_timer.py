@@ -1,0 +1,41 @@
+"""Timing an all-reduce as a training step meets it, for the probes of this machine's
+collectives (the threads communicator's in cluster.py, MPI's in probes.py).
+
+A loop of all-reduces over the same buffer finds it in the caches. A step's gradient does too
+when the model is small, but a gradient of tens of MB meets its all-reduce from memory: the
+backward and the update before it streamed more than the last-level cache holds (a gradient of
+COLD_BYTES comes with weights, and optimizer slots, of at least as many bytes each). Measured on
+this machine, 2 threads, 23 MB (the heavy MLP's gradient): 1.25-1.3 ms in a loop, 1.8-1.9 ms each
+after the caches were evicted; its ZeRO-1 step's reduce-scatter + all-gather took about 1.8 ms
+(the step less its slowest replica's compute and update), where the loop's figure read 1.0-1.3."""
+import time
+
+import numpy as np
+
+COLD_BYTES = 16 << 20   # from this size each all-reduce is timed after the caches were evicted
+EVICT_BYTES = 64 << 20  # streamed (copied) through each rank to evict them: twice a 32 MB L3
+
+
+def time_all_reduce(comm, buf, rounds, iters):
+    """Seconds of one comm.all_reduce(buf) on this rank (every rank calls this at once): the median
+    of `rounds` loops of `iters` back-to-back calls below COLD_BYTES, and from COLD_BYTES the
+    median of rounds x iters single calls, each after every rank copied EVICT_BYTES."""
+    comm.all_reduce(buf)  # first touch
+    times = []
+    if buf.nbytes < COLD_BYTES:
+        for _ in range(rounds):
+            comm.barrier()
+            t = time.perf_counter()
+            for _ in range(iters):
+                comm.all_reduce(buf)
+            times.append((time.perf_counter() - t) / iters)
+        return float(np.median(times))
+    src = np.ones(EVICT_BYTES // 4, np.float32)
+    dst = np.empty_like(src)
+    for _ in range(rounds * iters):
+        np.copyto(dst, src)
+        comm.barrier()
+        t = time.perf_counter()
+        comm.all_reduce(buf)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
