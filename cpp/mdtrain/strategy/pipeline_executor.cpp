@@ -9,7 +9,6 @@
 
 #include "mdtrain/core/memory_stats.h"
 #include "mdtrain/distribute/gradient_reducer.h"
-#include "mdtrain/ops/accumulate.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/batch_split.h"
@@ -275,7 +274,6 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
                                   pipelines_ > 1 ? dev.batch_comm.get() : nullptr);
     }
     int last_forward = -1;  // recompute: the micro-batch whose forward state the layers hold
-    bool have_grads = false;
     Communicator& pipe = *dev.pipe_comm;
     // Kept activations: micro-batch mb runs forward and backward on slot slot_of[mb], taken from
     // free_slots at its forward and given back after its backward.
@@ -283,9 +281,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     std::vector<int> slot_of(static_cast<std::size_t>(m), -1), free_slots;
     for (int k = static_cast<int>(dev.slots.size()); k-- > 0;) free_slots.push_back(k);
     for (auto& slot : dev.slots) share_weights(net, *slot);
-    // Every layer accumulates: the first backward with rows overwrites the stage's gradients, the
-    // others add to them (the same additions, in the same order, as the pass into dev.accumulated).
-    const bool in_backward = accumulates_in_backward(net);
+    MicroBatchGradientSum gradient_sum(net, dev.accumulated, dev.memory);
     // Layers overwrite their gradients again after the step, or if it throws (evaluation, other
     // executors and the next step see them as they were).
     struct OverwriteAfterStep {
@@ -432,8 +428,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
           // Recomputation: the layers hold another micro-batch.
           if (!keep && last_forward != mb) run_forward(mb, true);
           const LayerList& run = layers_of(mb);
-          if (in_backward)
-            for (const auto& layer : run) layer->set_accumulate_gradients(have_grads);
+          gradient_sum.before_backward(run);
           Tensor g = dev.dpred[i];
           for (std::size_t l = run.size(); l-- > 0;) {
             const bool need = l > 0 || !first_stage;
@@ -446,16 +441,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
             slot_of[i] = -1;
           }
           out = g;  // d(loss)/d(stage input), sent next
-          Tensor& grads = net.packed_grads();
-          if (in_backward) {
-            have_grads = true;  // the layers added this micro-batch's gradients to grads
-          } else if (!have_grads) {
-            ensure_buffer(dev.accumulated, grads.shape(), grads.dtype(), dev.memory);
-            dev.accumulated.copy_from(grads);
-            have_grads = true;
-          } else {
-            ops::add_into(dev.accumulated, grads);  // on the stage's device
-          }
+          gradient_sum.after_backward(net.packed_grads());
           dev.stash_bytes -= static_cast<std::int64_t>(dev.stash[i].nbytes());
           dev.stash[i] = Tensor();
           dev.dpred[i] = Tensor();
@@ -477,8 +463,7 @@ StepLoss PipelineExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSin
     dev.schedule_end = Clock::now();
     for (const auto& layer : layers) layer->apply_deferred_statistics(pipelines_ > 1 ? &dev.batch_sums : nullptr);
     Tensor& grads = net.packed_grads();
-    if (!have_grads) grads.fill(0.0);
-    else if (!in_backward) grads.copy_from(dev.accumulated);  // else grads hold the sum already
+    gradient_sum.finish(grads);
     auto t = Clock::now();
     if (pipelines_ > 1) GradientReducer(*dev.batch_comm, strategy_.gradient_bucket_bytes()).reduce(grads);
     dev.profile.allreduce += seconds_since(t);

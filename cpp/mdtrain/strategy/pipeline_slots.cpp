@@ -1,6 +1,7 @@
 #include "mdtrain/strategy/pipeline_slots.h"
 
 #include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/ops/accumulate.h"
 
 namespace mdtrain {
 
@@ -31,6 +32,31 @@ bool accumulates_in_backward(const LayerStack& stack) {
 
 void set_accumulate_gradients(LayerStack& stack, bool accumulate) {
   for (const auto& layer : stack.layers()) layer->set_accumulate_gradients(accumulate);
+}
+
+MicroBatchGradientSum::MicroBatchGradientSum(const LayerStack& stage, Tensor& buffer, const Device& memory)
+    : in_backward_(accumulates_in_backward(stage)), buffer_(buffer), memory_(memory) {}
+
+void MicroBatchGradientSum::before_backward(const LayerList& layers) const {
+  if (in_backward_)
+    for (const auto& layer : layers) layer->set_accumulate_gradients(have_grads_);
+}
+
+void MicroBatchGradientSum::after_backward(const Tensor& grads) {
+  if (!in_backward_) {
+    if (!have_grads_) {
+      ensure_buffer(buffer_, grads.shape(), grads.dtype(), memory_);
+      buffer_.copy_from(grads);
+    } else {
+      ops::add_into(buffer_, grads);  // on the stage's device
+    }
+  }
+  have_grads_ = true;  // in_backward_: the layers added this micro-batch's gradients to grads
+}
+
+void MicroBatchGradientSum::finish(Tensor& grads) const {
+  if (!have_grads_) grads.fill(0.0);
+  else if (!in_backward_) grads.copy_from(buffer_);  // else grads hold the sum already
 }
 
 }  // namespace mdtrain

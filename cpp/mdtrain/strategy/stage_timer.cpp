@@ -5,7 +5,6 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/nn/layer_stack.h"
-#include "mdtrain/ops/accumulate.h"
 #include "mdtrain/strategy/pipeline_slots.h"
 
 namespace mdtrain {
@@ -27,7 +26,6 @@ std::vector<StageTime> measure_stage_time(const LayerStack& model, std::size_t f
     slots.push_back(stage.clone());
     share_weights(stage, *slots.back());
   }
-  const bool in_backward = accumulates_in_backward(stage);
   Shape in_shape{rows}, out_shape{rows};
   for (auto d : stage.input_shape()) in_shape.push_back(d);
   for (auto d : stage.output_shape()) out_shape.push_back(d);
@@ -44,7 +42,7 @@ std::vector<StageTime> measure_stage_time(const LayerStack& model, std::size_t f
     StageTime t;
     std::vector<int> slot_of(ops.size(), -1), free_slots;
     for (int k = static_cast<int>(slots.size()); k-- > 0;) free_slots.push_back(k);
-    bool have_grads = false;
+    MicroBatchGradientSum gradient_sum(stage, accumulated, Device{});
     for (const PipelineOp& op : ops) {
       const auto mb = static_cast<std::size_t>(op.microbatch);
       if (mb >= slot_of.size()) slot_of.resize(mb + 1, -1);
@@ -65,24 +63,17 @@ std::vector<StageTime> measure_stage_time(const LayerStack& model, std::size_t f
                       "[pipeline] measure_stage_time: the backward of micro-batch ", mb, " comes before its forward");
         LayerStack& slot = *slots[static_cast<std::size_t>(slot_of[mb])];
         const auto start = Clock::now();
-        if (in_backward) set_accumulate_gradients(slot, have_grads);
-        Tensor g = dy;
         const auto& run = slot.layers();
+        gradient_sum.before_backward(run);
+        Tensor g = dy;
         for (std::size_t l = run.size(); l-- > 0;) g = run[l]->backward(g, l > 0 || first > 0);
-        if (!in_backward) {
-          if (!have_grads) {
-            ensure_buffer(accumulated, slot.packed_grads().shape(), slot.packed_grads().dtype());
-            accumulated.copy_from(slot.packed_grads());
-          } else {
-            ops::add_into(accumulated, slot.packed_grads());
-          }
-        }
-        have_grads = true;
+        gradient_sum.after_backward(stage.packed_grads());
         t.backward_ns += ns(start);
         free_slots.push_back(slot_of[mb]);
         slot_of[mb] = -1;
       }
     }
+    gradient_sum.finish(stage.packed_grads());
     for (auto& slot : slots) set_accumulate_gradients(*slot, false);
     for (const auto& layer : stage.layers()) layer->apply_deferred_statistics(nullptr);
     return t;
