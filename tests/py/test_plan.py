@@ -14,6 +14,7 @@ from mdtrain import _core
 from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, fit_alpha_beta, fit_benchmark_json, plan
 from mdtrain.plan import planner as planner_module
 from mdtrain.plan import probes, ps_probe, stage_profile, steps
+from mdtrain.plan.core_threads import core_threads
 from mdtrain.plan.profile import LayerCost, profile_model, profile_rows
 from mdtrain.plan.simulate import Simulator
 
@@ -297,6 +298,19 @@ def test_gpipe_stages_pay_the_measured_in_flight_time_and_1f1b_less():
         stage0 = sum(t.duration for t in with_held.timeline.tasks if t.name.startswith("stage0 ") and
                      (" F" in t.name or " B" in t.name))
         assert stage0 == pytest.approx(8 * 2 * 8e-4 * expected)
+
+
+def test_measurements_set_the_core_threads_back_however_they_end():
+    before = _core.cpu_thread_count()
+    with core_threads(1):
+        assert _core.cpu_thread_count() == 1
+    assert _core.cpu_thread_count() == before
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with core_threads(1):
+            raise RuntimeError("interrupted")
+    assert _core.cpu_thread_count() == before
+    with core_threads(None):
+        assert _core.cpu_thread_count() == before
 
 
 def test_stage_timer_times_every_stage_of_the_cut_without_touching_the_model():

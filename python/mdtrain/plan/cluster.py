@@ -14,6 +14,7 @@ import numpy as np
 
 from mdtrain.plan.alpha_beta import AlphaBeta, measured_transfer
 from mdtrain.plan.collective_timer import time_all_reduce
+from mdtrain.plan.core_threads import core_threads
 
 _GB = 1e9
 
@@ -247,13 +248,9 @@ def measure_core_gemm_flops(repeats=5, n=512):
     """FLOP/s of one device of this machine: our core's float32 GEMM on one thread (what each
     replica gets while several run; the BLAS itself is single-threaded)."""
     from mdtrain import _core
-    before = _core.cpu_thread_count()
-    _core.set_cpu_threads(1)
-    try:
+    with core_threads(1):
         _core.time_gemm(n, n, n, 1)  # warm-up
         seconds = _core.time_gemm(n, n, n, repeats)
-    finally:
-        _core.set_cpu_threads(before)
     return 2.0 * n ** 3 / seconds
 
 
@@ -264,8 +261,6 @@ def measure_concurrent_speedup(threads, n=256, calls=100, repeats=5):
     from mdtrain import _core
     if threads <= 1:
         return 1.0
-    before = _core.cpu_thread_count()
-    _core.set_cpu_threads(1)
 
     def work():
         for _ in range(calls):
@@ -280,11 +275,9 @@ def measure_concurrent_speedup(threads, n=256, calls=100, repeats=5):
             th.join()
         return time.perf_counter() - t
 
-    try:
+    with core_threads(1):
         work()  # warm-up
         ratios = [threads * wall(1) / wall(threads) for _ in range(repeats)]
-    finally:
-        _core.set_cpu_threads(before)
     return float(min(threads, max(1.0, np.median(ratios))))
 
 

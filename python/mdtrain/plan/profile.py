@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from mdtrain.plan.core_threads import core_threads
 from mdtrain.plan.interpolate import piecewise_linear
 
 BYTES_PER_VALUE = 4  # float32: the core trains in float32
@@ -170,7 +171,7 @@ def measure_step_costs(model, profile, rows=16, steps=20, repeats=3, threads=1):
     import os
     import tempfile
 
-    from mdtrain import _core, keras
+    from mdtrain import keras
     with tempfile.TemporaryDirectory() as tmp:  # the copy: saved and loaded, compiled as the model is
         path = os.path.join(tmp, "model.mdtrain")
         model.save(path)
@@ -184,10 +185,7 @@ def measure_step_costs(model, profile, rows=16, steps=20, repeats=3, threads=1):
     sparse = "sparse" in str(name).lower()
     y_shape = () if sparse else tuple(copy.output_shape[1:])
     y = np.zeros((rows * steps,) + y_shape, dtype=np.float32)
-    before = _core.cpu_thread_count()
-    if threads is not None:
-        _core.set_cpu_threads(threads)
-    try:
+    with core_threads(threads):
         copy.fit(x[:rows * 3], y[:rows * 3], batch_size=rows, epochs=1, verbose=0)  # warm-up
         best = None
         for _ in range(repeats):
@@ -196,8 +194,6 @@ def measure_step_costs(model, profile, rows=16, steps=20, repeats=3, threads=1):
             b = copy.step_time_breakdown()
             if best is None or b["step"] < best["step"]:
                 best = b
-    finally:
-        _core.set_cpu_threads(before)
     return best["update"], max(0.0, best["compute"] - profile.time(rows))
 
 
@@ -299,10 +295,7 @@ def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, share
     cores = os.cpu_count() or 1
     shared = (threads == 1 and cores > 1) if shared is None else bool(shared)
     in_flight = (threads == 1) if in_flight is None else bool(in_flight)
-    before = _core.cpu_thread_count()
-    if threads is not None:
-        _core.set_cpu_threads(threads)
-    try:
+    with core_threads(threads):
         # Warm-up: two untimed rounds over every row count. The first round's timings of 8-64
         # rows of the CNN read 1.3-1.5x every later round's (fresh pages and the allocator
         # settling for that mix of sizes), which a sustained step never pays; one call at the
@@ -316,8 +309,6 @@ def profile_model(model, rows=None, repeats=5, threads=1, step_costs=True, share
         pairs = in_flight_rows(rows) if in_flight else ()
         held = _median_layer_times(_core, model, pairs, repeats) if pairs else None
         threads = _core.cpu_thread_count()
-    finally:
-        _core.set_cpu_threads(before)
     points = _points(rows, alone)
     shared_points = _points(rows, together) if shared else [()] * len(points)
     layers = []

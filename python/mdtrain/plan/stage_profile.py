@@ -13,6 +13,8 @@ the stage timer sees that too (it holds them). Only for the machine it runs on: 
 layers' times are scaled by FLOP/s, which says nothing of this machine's caches."""
 import numpy as np
 
+from mdtrain.plan.core_threads import core_threads
+
 STAGE_REPEATS = 5  # timed passes per stage (after an untimed one); the median is used
 
 
@@ -24,15 +26,11 @@ def measure_stage_costs(model, stage_starts, rows, schedule, microbatches, repea
     from mdtrain import _core
     bounds = [0] + [int(s) for s in stage_starts] + [len(model.layers)]
     stages = len(bounds) - 1
-    before = _core.cpu_thread_count()
-    _core.set_cpu_threads(1)
-    try:
-        costs = []
+    costs = []
+    with core_threads(1):
         for s in range(stages):
             passes = np.asarray(_core.measure_stage_time(model._core, bounds[s], bounds[s + 1], int(rows), schedule,
                                                          stages, int(microbatches), s, int(repeats)), dtype=np.float64)
             forward, backward = np.median(passes, axis=0) * 1e-9 / microbatches
             costs.append((float(forward), float(backward)))
-        return costs
-    finally:
-        _core.set_cpu_threads(before)
+    return costs
