@@ -3,6 +3,7 @@
 #include "bindings.h"
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/core/cuda/runtime.h"
+#include "mdtrain/core/host_blocks.h"
 #include "mdtrain/core/memory_stats.h"
 #include "mdtrain/ops/ops.h"
 
@@ -71,6 +72,19 @@ void init_core(py::module_& m) {
         "Threads one CPU op may split its work over (the BLAS runs single-threaded).");
   m.def("set_cpu_threads", &ops::set_cpu_threads, py::arg("threads"));
   m.def("available_communicators", &available_backends);
+  m.def(
+      "host_buffer",
+      [](std::int64_t count) {
+        if (count < 0)
+          throw std::invalid_argument("[bindings] host_buffer: count must be >= 0, got " + std::to_string(count));
+        return numpy_from_tensor(Tensor::zeros(Shape{count}, DType::Float32));
+      },
+      py::arg("count"),
+      "A float32 array of `count` zeros in host memory allocated as the engine allocates its tensors "
+      "(large blocks on huge pages, core/host_blocks.h): timings of collectives and copies then meet "
+      "the memory a step's gradients live in.");
+  m.attr("HUGE_PAGE_THRESHOLD_BYTES") = kHugePageThreshold;
+  m.attr("HUGE_PAGE_BYTES") = kHugePageBytes;
   m.def(
       "memory_info",
       [](const std::string& device) {

@@ -494,7 +494,7 @@ def test_multi_worker_on_one_host_is_costed_from_the_measured_mpi_figures():
     assert all("not measured" in p.skipped for p in plans if p.strategy_name == "MultiWorkerMirroredStrategy")
 
 
-def test_collectives_of_devices_of_one_host_use_the_measured_threads_all_reduce():
+def test_collectives_of_devices_of_one_host_use_the_threads_communicators_measured_ones():
     from mdtrain.plan import collectives
     slow = AlphaBeta(1e-3, 1e-9)
     cluster = cpu_cluster(4, cores=2, threads_all_reduce=((4, slow),))
@@ -504,6 +504,16 @@ def test_collectives_of_devices_of_one_host_use_the_measured_threads_all_reduce(
     assert collectives.all_reduce(1e6, 2, cluster) == collectives.all_reduce(1e6, 2, cpu_cluster(4, cores=2))
     zero = steps.data_parallel(synthetic_profile(), cluster, 4, 64, sync="zero1")
     assert zero.breakdown["communication"] >= slow.time(synthetic_profile().param_bytes) - 1e-12
+    # A reduce onto one device and a broadcast use their own measured fits where there are some.
+    reduce, bcast = AlphaBeta(2e-3, 2e-9), AlphaBeta(3e-3, 3e-9)
+    measured = cpu_cluster(4, cores=2, threads_reduce=((4, reduce),), threads_broadcast=((4, bcast),))
+    assert collectives.reduce_to_one(1e6, 4, measured) == pytest.approx(reduce.time(1e6))
+    assert collectives.broadcast(1e6, 4, measured) == pytest.approx(bcast.time(1e6))
+    link = cpu_cluster(4, cores=2).intra_host
+    assert collectives.reduce_to_one(1e6, 2, measured) == pytest.approx(link.alpha + link.beta * 1e6)
+    central = steps.data_parallel(synthetic_profile(), measured, 4, 64, sync="parameter_device")
+    nbytes = synthetic_profile().param_bytes
+    assert central.breakdown["communication"] >= reduce.time(nbytes) + bcast.time(nbytes) - 1e-12
 
 
 def test_ps_probe_measures_the_zeromq_transport_and_a_step_besides_it():
@@ -625,6 +635,12 @@ def test_prediction_of_the_seed_mlp_is_the_measured_order_of_magnitude(logical_c
     else:
         assert all("not measured" in p.skipped for p in workers)
     assert cluster.pipeline_message_s is not None and cluster.pipeline_message_s >= 0
+    # The threads communicator's collectives of 2 ranks, each measured (a 64 MB one costs more
+    # than a 4 KB one), and CentralStorage's reduce + broadcast costed from them.
+    for fits in (cluster.threads_all_reduce, cluster.threads_reduce, cluster.threads_broadcast):
+        assert [n for n, _ in fits] == [2]
+        assert 0 < fits[0][1].time(4 << 10) < fits[0][1].time(64 << 20)
+    assert "threads reduce x2" in str(cluster) and "threads broadcast x2" in str(cluster)
     rng = np.random.default_rng(0)
     x = rng.random((64 * 30, 784), dtype=np.float32)
     y = rng.integers(0, 10, 64 * 30)

@@ -7,7 +7,8 @@
 namespace mdtrain {
 
 // Allocates `bytes` on `device`, aligned to 64 bytes on the CPU (one cache line, whole AVX-512
-// vectors). Throws AllocationError naming the size and device when memory cannot be had.
+// vectors; large blocks on huge pages, host_blocks.h). Throws AllocationError naming the size and
+// device when memory cannot be had.
 std::shared_ptr<void> allocate(const Device& device, std::size_t bytes);
 
 }  // namespace mdtrain

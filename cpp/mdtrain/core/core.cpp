@@ -12,6 +12,7 @@
 #include "mdtrain/core/dtype.h"
 #include "mdtrain/core/allocation_budget.h"
 #include "mdtrain/core/errors.h"
+#include "mdtrain/core/host_blocks.h"
 #include "mdtrain/core/memory_stats.h"
 #include "mdtrain/core/shape.h"
 
@@ -95,12 +96,12 @@ std::shared_ptr<void> allocate(const Device& device, std::size_t bytes) {
   constexpr std::size_t kAlign = 64;
   std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
   if (rounded < bytes) fail<AllocationError>("[allocator] size overflow for ", bytes, " bytes");
-  void* p = std::aligned_alloc(kAlign, rounded);
+  void* p = allocate_host_block(rounded);
   if (!p)
     fail<AllocationError>("[allocator] cannot allocate ", bytes, " bytes (", bytes / (1 << 20), " MiB) on ",
                           device.to_string());
-  return memory_accounting::charge(
-      device, p, rounded, [](void* q) { std::free(q); }, nullptr);
+  // Charged what the tensor holds; a large block's tail to its last huge page boundary is not.
+  return memory_accounting::charge(device, p, rounded, free_host_block, nullptr);
 }
 
 }  // namespace mdtrain

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from mdtrain.plan.alpha_beta import AlphaBeta, measured_transfer
-from mdtrain.plan.collective_timer import time_all_reduce
+from mdtrain.plan.collective_timer import time_collective
 from mdtrain.plan.core_threads import core_threads
 
 _GB = 1e9
@@ -70,6 +70,12 @@ class Cluster:
     # collectives of n devices of one host use it rather than the link's ring model (with more
     # devices than cores a rank waits for a peer without a core). Empty: not measured.
     threads_all_reduce: tuple = ()
+    # And, alike, its reduce onto one rank and broadcast from it (CentralStorage's reduction to the
+    # parameter device and the weights sent back), measured where they run: costed from the link
+    # (the all-reduce's fit divided through the ring), the heavy MLP's 23 MB reduce + broadcast of
+    # 2 threads read 1.5 ms where its CentralStorage step spends about 2.75. Empty: not measured.
+    threads_reduce: tuple = ()
+    threads_broadcast: tuple = ()
     # Parameter servers on this machine, measured (ps_probe.py): a pull of S bytes from one server
     # over our ZeroMQ transport, and a push (the transfer in plus the server's SGD apply before its
     # ack: the planner adds the model's own update beyond SGD's). None: not measured (ps_source
@@ -183,8 +189,9 @@ class Cluster:
         bandwidth_share = measure_bandwidth_share(os.cpu_count() or 1)
         mem = _physical_memory_bytes() / n
         counts = sorted({2 ** i for i in range(1, n.bit_length()) if 2 ** i <= n} | ({n} if n > 1 else set()))
-        all_reduces = {k: measure_threads_all_reduce(_core, repeats, k) for k in sorted(set(counts) | {2})}
-        link = link_of_all_reduce(all_reduces[2], 2)
+        collectives = {k: measure_threads_collectives(_core, repeats, k, ("all_reduce", "reduce", "broadcast"))
+                       for k in sorted(set(counts) | {2})}
+        link = link_of_all_reduce(collectives[2]["all_reduce"], 2)
         overhead = tuple((k, _measure_replica_step_overhead(k)) for k in counts)
         processes, mpi_source = (), "MPI not measured (mpi=False)"
         if mpi:
@@ -206,7 +213,10 @@ class Cluster:
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
                        cores=os.cpu_count() or 1, concurrent_speedup=speedup,
                        concurrent_bandwidth_share=bandwidth_share,
-                       threads_all_reduce=tuple((k, all_reduces[k]) for k in counts), mpi_processes=processes,
+                       threads_all_reduce=tuple((k, collectives[k]["all_reduce"]) for k in counts),
+                       threads_reduce=tuple((k, collectives[k]["reduce"]) for k in counts),
+                       threads_broadcast=tuple((k, collectives[k]["broadcast"]) for k in counts),
+                       mpi_processes=processes,
                        mpi_source=mpi_source,
                        pipeline_message_s=message_s, pipeline_step_overhead_s=step_s,
                        ps_transport=ps_pull, ps_push=ps_push, ps_source=ps_source, ps_step_overhead=ps_step,
@@ -227,8 +237,10 @@ class Cluster:
                    if self.concurrent_speedup is not None else "")
                 + (f", memory bandwidth of all cores at once {self.concurrent_bandwidth_share:.2f} x theirs alone"
                    if self.concurrent_bandwidth_share is not None else "")
-                + "".join(f", threads all-reduce x{n}: {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s"
-                          for n, ab in self.threads_all_reduce)
+                + "".join(f", threads {what} x{n}: {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s"
+                          for what, fits in (("all-reduce", self.threads_all_reduce), ("reduce", self.threads_reduce),
+                                             ("broadcast", self.threads_broadcast))
+                          for n, ab in fits)
                 + "".join(f", {n} replicas' step {s * 1e3:.3g} ms" for n, s in self.replica_step_overhead)
                 + "".join(f", MPI x{n}: all-reduce {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s, "
                           f"step {s * 1e3:.3g} ms" for n, ab, s in self.mpi_processes)
@@ -327,35 +339,36 @@ def _measure_copy_bandwidth(repeats, nbytes=64 << 20):
     return 2.0 * nbytes / best  # read + write
 
 
-def measure_threads_all_reduce(core, repeats, ranks):
-    """α–β of a whole all-reduce of `ranks` ranks of the threads communicator (one Python thread
-    per rank; the C++ call releases the GIL), fitted to the median of `repeats` rounds at each
-    size: a step pays the typical all-reduce, not the best (the best of 5 put the heavy MLP's
-    23 MB at 0.8-1 ms on 2 ranks; its median reads 1.65 ms, and the ZeRO-1 step's collectives
-    measure 1.7-2.5 ms). From 16 MB each call is timed from memory, as a step meets a gradient
-    that large (collective_timer.py). With more ranks than cores it includes what the
+def measure_threads_collectives(core, repeats, ranks, ops=("all_reduce",)):
+    """{op: MeasuredTransfer} of whole collectives of `ranks` ranks of the threads communicator
+    (one Python thread per rank; the C++ call releases the GIL) for each op of
+    collective_timer.COLLECTIVES in `ops`, read through the median of `repeats` rounds at each
+    size: a step pays the typical collective, not the best (the best of 5 put the heavy MLP's
+    23 MB all-reduce at 0.8-1 ms on 2 ranks; its median reads 1.65 ms, and the ZeRO-1 step's
+    collectives measure 1.7-2.5 ms). From 16 MB each call is timed from memory, as a step meets a
+    gradient that large (collective_timer.py). With more ranks than cores it includes what the
     oversubscription costs (a rank waits for a peer that has no core)."""
     comms = core.make_communicators("threads", ranks)
     # Up to 64 MB: the models' gradients are tens of MB, which stream from memory, not from the
     # caches that hold the 4 MB buffers (a fit of 4 KB..4 MB put the heavy MLP's ZeRO-1
     # reduce-scatter + all-gather of 23 MB at a fifth of the communication its step measured).
     sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
-    times = {}
+    times = {op: {} for op in ops}
 
-    def run(rank, out):
-        for s in sizes:
-            seconds = time_all_reduce(comms[rank], np.ones(s // 4, dtype=np.float32), repeats,
-                                      20 if s <= 4 << 20 else 4)
-            if rank == 0:
-                out[s] = seconds
+    def run(rank):
+        for op in ops:
+            for s in sizes:
+                seconds = time_collective(comms[rank], s, repeats, 20 if s <= 4 << 20 else 4, op)
+                if rank == 0:
+                    times[op][s] = seconds
 
-    threads = [threading.Thread(target=run, args=(r, times)) for r in range(1, ranks)]
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(1, ranks)]
     for th in threads:
         th.start()
-    run(0, times)
+    run(0)
     for th in threads:
         th.join()
-    return measured_transfer(sizes, [times[s] for s in sizes])
+    return {op: measured_transfer(sizes, [times[op][s] for s in sizes]) for op in ops}
 
 
 def link_of_all_reduce(fit, ranks):

@@ -1,5 +1,5 @@
-"""Timing an all-reduce as a training step meets it, for the probes of this machine's
-collectives (the threads communicator's in cluster.py, MPI's in probes.py).
+"""Timing a collective as a training step meets it, for the probes of this machine's
+collectives (the threads communicator's in cluster.py, MPI's all-reduce in probes.py).
 
 A loop of all-reduces over the same buffer finds it in the caches. A step's gradient does too
 when the model is small, but a gradient of tens of MB meets its all-reduce from memory: the
@@ -7,27 +7,44 @@ backward and the update before it streamed more than the last-level cache holds 
 COLD_BYTES comes with weights, and optimizer slots, of at least as many bytes each). Measured on
 this machine, 2 threads, 23 MB (the heavy MLP's gradient): 1.25-1.3 ms in a loop, 1.8-1.9 ms each
 after the caches were evicted; its ZeRO-1 step's reduce-scatter + all-gather took about 1.8 ms
-(the step less its slowest replica's compute and update), where the loop's figure read 1.0-1.3."""
+(the step less its slowest replica's compute and update), where the loop's figure read 1.0-1.3.
+
+The buffer is the core's own host memory (`_core.host_buffer`), allocated as the engine allocates a
+gradient: what the pages are decides what a copy between processes costs. 23 MB between 2 MPI
+processes took 4.2-4.9 ms on 4 KB pages and 2.3-2.4 ms on huge pages; a NumPy array of that
+size lands on either, depending on whether malloc found it a fresh mapping or reused its heap."""
 import time
 
 import numpy as np
 
-COLD_BYTES = 16 << 20   # from this size each all-reduce is timed after the caches were evicted
+from mdtrain import _core
+
+COLD_BYTES = 16 << 20   # from this size each collective is timed after the caches were evicted
 EVICT_BYTES = 64 << 20  # streamed (copied) through each rank to evict them: twice a 32 MB L3
 
 
-def time_all_reduce(comm, buf, rounds, iters):
-    """Seconds of one comm.all_reduce(buf) on this rank (every rank calls this at once): the median
-    of `rounds` loops of `iters` back-to-back calls below COLD_BYTES, and from COLD_BYTES the
-    median of rounds x iters single calls, each after every rank copied EVICT_BYTES."""
-    comm.all_reduce(buf)  # first touch
+COLLECTIVES = {  # what each timed call runs: the calls a step's synchronization makes
+    "all_reduce": lambda comm, buf: comm.all_reduce(buf),
+    "reduce": lambda comm, buf: comm.reduce(buf, root=0),        # onto one device (CentralStorage)
+    "broadcast": lambda comm, buf: comm.broadcast(buf, root=0),  # its weights back to the others
+}
+
+
+def time_collective(comm, nbytes, rounds, iters, op="all_reduce"):
+    """Seconds of one collective `op` (COLLECTIVES: "all_reduce", "reduce" onto rank 0, "broadcast"
+    from rank 0) of `nbytes` of float32 on this rank (every rank calls this at once): the median of
+    `rounds` loops of `iters` back-to-back calls below COLD_BYTES, and from COLD_BYTES the median
+    of rounds x iters single calls, each after every rank copied EVICT_BYTES."""
+    call = COLLECTIVES[op]
+    buf = _core.host_buffer(nbytes // 4)
+    call(comm, buf)  # first touch
     times = []
     if buf.nbytes < COLD_BYTES:
         for _ in range(rounds):
             comm.barrier()
             t = time.perf_counter()
             for _ in range(iters):
-                comm.all_reduce(buf)
+                call(comm, buf)
             times.append((time.perf_counter() - t) / iters)
         return float(np.median(times))
     src = np.ones(EVICT_BYTES // 4, np.float32)
@@ -36,6 +53,6 @@ def time_all_reduce(comm, buf, rounds, iters):
         np.copyto(dst, src)
         comm.barrier()
         t = time.perf_counter()
-        comm.all_reduce(buf)
+        call(comm, buf)
         times.append(time.perf_counter() - t)
     return float(np.median(times))

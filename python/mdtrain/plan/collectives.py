@@ -5,14 +5,16 @@ an all-gather (n-1) steps. A group spanning several hosts is costed hierarchical
 tree/ring over hosts): reduce-scatter inside each host, all-reduce of a host's shard between
 hosts, all-gather inside each host. On this machine the threads communicator's whole all-reduce
 of n ranks is measured (Cluster.threads_all_reduce): a group of n devices of one host is costed
-from it, a reduce-scatter or an all-gather as half of it (the ring's two halves)."""
+from it, a reduce-scatter or an all-gather as half of it (the ring's two halves); its reduce onto
+one rank and broadcast from it are measured too (threads_reduce, threads_broadcast)."""
 
 
-def _measured(n, cluster):
-    """The measured all-reduce fit of n devices of one host, or None."""
+def _measured(n, cluster, which="threads_all_reduce"):
+    """The measured fit (Cluster.threads_all_reduce, threads_reduce or threads_broadcast) of n
+    devices of one host, or None."""
     if n > cluster.devices_per_host:
         return None
-    return dict(cluster.threads_all_reduce).get(n)
+    return dict(getattr(cluster, which)).get(n)
 
 
 def ring_steps(n, steps_per_rank, nbytes, link):
@@ -50,15 +52,28 @@ all_gather = reduce_scatter  # the same traffic, the other way
 
 
 def reduce_to_one(nbytes, n, cluster):
-    """A reduction onto one rank (ReductionToOneDevice, CentralStorage): (n-1) steps of the whole
-    buffer pipelined into the root, bounded by the root's link."""
+    """A reduction onto one rank (ReductionToOneDevice, CentralStorage): measured where the threads
+    communicator's was (Cluster.threads_reduce), else (n-1) steps of the whole buffer pipelined
+    into the root, bounded by the root's link."""
     if n <= 1:
         return 0.0
+    fit = _measured(n, cluster, "threads_reduce")
+    if fit is not None:
+        return fit.time(nbytes)
     link = cluster.link(n)
     return (n - 1) * link.alpha + link.beta * nbytes * (n - 1)
 
 
-broadcast = reduce_to_one
+def broadcast(nbytes, n, cluster):
+    """One rank's buffer to all: measured where the threads communicator's was
+    (Cluster.threads_broadcast), else as reduce_to_one's traffic the other way."""
+    if n <= 1:
+        return 0.0
+    fit = _measured(n, cluster, "threads_broadcast")
+    if fit is not None:
+        return fit.time(nbytes)
+    link = cluster.link(n)
+    return (n - 1) * link.alpha + link.beta * nbytes * (n - 1)
 
 
 def point_to_point(nbytes, same_host, cluster):

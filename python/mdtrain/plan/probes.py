@@ -30,17 +30,16 @@ MPI_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
 
 _MPI_SCRIPT = r"""
 import json, sys
-import numpy as np
 import mdtrain as tf
 from mdtrain import _core
-from mdtrain.plan.collective_timer import COLD_BYTES, time_all_reduce
+from mdtrain.plan.collective_timer import COLD_BYTES, time_collective
 from mdtrain.plan.one_weight_step import best_step
 sizes = [int(s) for s in sys.argv[1].split(",")]
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 k = strategy.num_replicas_in_sync
 step = best_step(strategy.scope(), k)
 comm = _core.make_communicators("mpi")[0]
-times = [time_all_reduce(comm, np.ones(s // 4, np.float32), 5, 10 if s < COLD_BYTES else 2) for s in sizes]
+times = [time_collective(comm, s, 5, 10 if s < COLD_BYTES else 2) for s in sizes]
 if comm.rank == 0:
     print("PROBE " + json.dumps({"ranks": comm.size, "sizes": sizes, "seconds": times, "step": step}))
 """
