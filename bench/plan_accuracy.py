@@ -2,7 +2,8 @@
 """The planner's predictions against measurement on this machine (issue #16): for each case, the
 step time tf.distribute.experimental.plan predicts (from the model's profile and
 Cluster.measure(devices=4)) and the step time measured (a fit's wall time per step, the best of
---repeats fits of --steps steps; model.step_time_breakdown() gives the parts), with the
+--repeats fits of --steps steps, one per round over every case of the model, so a row's fits are
+seconds apart; model.step_time_breakdown() gives the parts), with the
 error of each row, for the seed MLP (784-128-10), the heavy MLP (784-2048-2048-10) and the CNN of
 examples/fashion_mnist_cnn.py, all with Adam and a global batch of 64.
 
@@ -79,38 +80,46 @@ def data(model_name, batch, steps):
 MIN_FIT_SECONDS = 0.3
 
 
-def measured_step(model, x, y, batch, repeats, agree=None):
-    """The best of `repeats` fits' step time (wall time per step), that fit's breakdown (seconds
-    per step; the engine's own step window as "engine_step"), and the
-    slowest fit's step ("worst_step": the spread says how much the machine moved meanwhile). A
-    whole fit first, untimed: a freshly built model's first steps pay page faults of its
-    activations, gradients and optimizer slots and the threads' start, which no later step pays
-    (a row measured right after its model was built once read 1.6x its neighbour for the same
-    work). Each timed fit runs enough epochs over the data to last MIN_FIT_SECONDS (as the
-    warm-up fit took; at most 50): 30 steps of the seed MLP are 5 ms, which one preemption
-    doubles, so its rows moved by 1.5x between runs. `agree`: maps this process's epoch count to
-    the one every MPI worker uses (they must run the same steps)."""
+def warm_up(model, x, y, batch, agree=None):
+    """An untimed whole fit, and the epoch count each timed fit then runs: a freshly built model's
+    first steps pay page faults of its activations, gradients and optimizer slots and the threads'
+    start, which no later step pays (a row measured right after its model was built once read
+    1.6x its neighbour for the same work). Each timed fit runs enough epochs over the data to last
+    MIN_FIT_SECONDS (as the warm-up fit took; at most 50): 30 steps of the seed MLP are 5 ms, which
+    one preemption doubles. `agree`: maps this process's epoch count to the one every MPI worker
+    uses (they must run the same steps)."""
     t = time.perf_counter()
-    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)  # warm-up
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
     epochs = int(min(50, max(1, np.ceil(MIN_FIT_SECONDS / (time.perf_counter() - t)))))
-    if agree is not None:
-        epochs = agree(epochs)
-    best, worst = None, 0.0
-    for _ in range(repeats):
-        model._core.reset_profile()
-        t = time.perf_counter()
-        model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, shuffle=False)
-        wall = time.perf_counter() - t
-        b = model.step_time_breakdown()
-        # The step a user sees: the fit's wall time per step. In one process it is the engine's
-        # step ("engine_step") within 0.01 ms; MPI workers sharing fewer cores also wait for a
-        # core between their steps, outside the engine's step window (the CNN's 4 workers on 2
-        # cores: 7.8 ms per step, each rank's window 6.2 ms).
-        b = dict(b, engine_step=b["step"], step=wall / b["steps"])
-        worst = max(worst, b["step"])
-        if best is None or b["step"] < best["step"]:
-            best = b
-    return dict(best, worst_step=worst)
+    return agree(epochs) if agree is not None else epochs
+
+
+def timed_fit(model, x, y, batch, epochs):
+    """One fit's breakdown (seconds per step; the engine's own step window as "engine_step"), its
+    step being the fit's wall time per step: what a user sees. In one process it is the engine's
+    step within 0.01 ms; MPI workers sharing fewer cores also wait for a core between their steps,
+    outside the engine's step window (the CNN's 4 workers on 2 cores: 7.8 ms per step, each rank's
+    window 6.2 ms)."""
+    model._core.reset_profile()
+    t = time.perf_counter()
+    model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, shuffle=False)
+    wall = time.perf_counter() - t
+    b = model.step_time_breakdown()
+    return dict(b, engine_step=b["step"], step=wall / b["steps"])
+
+
+def best_of(fits):
+    """The fastest fit's breakdown, with the slowest fit's step ("worst_step": the spread says how
+    much the machine moved meanwhile)."""
+    best = min(fits, key=lambda b: b["step"])
+    return dict(best, worst_step=max(b["step"] for b in fits))
+
+
+def measured_step(model, x, y, batch, repeats, agree=None):
+    """The best of `repeats` back-to-back timed fits after the warm-up (one process's measurement,
+    as an MPI worker takes it); the main table spreads a row's fits over rounds instead (main)."""
+    epochs = warm_up(model, x, y, batch, agree)
+    return best_of([timed_fit(model, x, y, batch, epochs) for _ in range(repeats)])
 
 
 def find(plans, name, n, **settings):
@@ -141,10 +150,11 @@ def worker_main(args):
         print("WORKER " + json.dumps(best), flush=True)
 
 
-def measure_multi_worker(model_name, workers, args):
+def measure_multi_worker(model_name, workers, args, repeats=None):
+    """Worker 0's measured_step of `repeats` (default --repeats) fits under mdtrain.launch -n workers."""
     cmd = [sys.executable, "-m", "mdtrain.launch", "-n", str(workers), "--devices-per-worker", "1", __file__,
            "--worker", model_name, "--batch", str(args.batch), "--steps", str(args.steps),
-           "--repeats", str(args.repeats)]
+           "--repeats", str(repeats or args.repeats)]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -237,27 +247,48 @@ def main():
         plans2 = tf.distribute.experimental.plan(model, b, cluster2, profile=one_thread, alone_profile=alone)
         plans4 = tf.distribute.experimental.plan(model, b, cluster4, profile=one_thread, alone_profile=alone)
         x, y = data(model_name, b, args.steps)
+        # Every case's model is built and warmed up first; then each round times one fit of every
+        # case in turn, and a row keeps its best fit. The host has slow phases of a few seconds
+        # (2026-11-25 11:40, the seed MLP in one process: its Adam update 4x slower, one device's
+        # step 0.143 -> 0.22 ms, for 1-10 s at a time); a row's fits taken back to back met one
+        # phase together, and its error said which phase more than what the planner predicted.
+        # Spread over rounds, a row's best fit is in the machine's usual phase unless every
+        # round's was slow. The MPI cases launch their workers once per round.
+        cases, fits = [], {}
         for label, sync, scope, predicted in cases_for(tf, plans2, plans4, args):
             try:
-                if isinstance(scope, tuple):
-                    measured = measure_multi_worker(model_name, scope[1], args)
-                else:
-                    measured = measured_step(build(tf, model_name, scope()), x, y, b, args.repeats)
+                model_ = None if isinstance(scope, tuple) else build(tf, model_name, scope())
+                epochs = None if model_ is None else warm_up(model_, x, y, b)
             except Exception as e:  # a case this build cannot run: say so, keep the table
                 print(f"{model_name:6} {label:34} not measured: {type(e).__name__}: {e}", file=sys.stderr)
                 continue
+            cases.append((label, sync, scope, predicted, model_, epochs))
+            fits[label] = []
+        for _ in range(args.repeats):
+            for label, sync, scope, predicted, model_, epochs in cases:
+                try:
+                    if model_ is None:
+                        fits[label].append(measure_multi_worker(model_name, scope[1], args, repeats=1))
+                    else:
+                        fits[label].append(timed_fit(model_, x, y, b, epochs))
+                except Exception as e:
+                    print(f"{model_name:6} {label:34} a fit failed: {type(e).__name__}: {e}", file=sys.stderr)
+        for label, sync, scope, predicted, model_, epochs in cases:
+            if not fits[label]:
+                continue
+            measured = best_of(fits[label])
             err = (predicted.step_time_s - measured["step"]) / measured["step"]
             rows.append({"model": model_name, "case": label, "sync": sync, "predicted_ms": predicted.step_time_s * 1e3,
                          "measured_ms": measured["step"] * 1e3, "error": err,
-                         "slowest_fit_ms": measured.get("worst_step", measured["step"]) * 1e3,
+                         "slowest_fit_ms": measured["worst_step"] * 1e3,
                          "predicted_breakdown_ms": {k: v * 1e3 for k, v in predicted.breakdown.items()},
                          "measured_breakdown_ms": {k: v * 1e3 for k, v in measured.items()
                                                    if k not in ("steps", "worst_step") and isinstance(v, float)},
                          "why": predicted.why, "load_average": os.getloadavg()[0]})
             print(f"{model_name:6} {label:34} predicted {predicted.step_time_s * 1e3:9.3f} ms  "
                   f"measured {measured['step'] * 1e3:9.3f} ms  error {err:+.0%}  (slowest fit "
-                  f"{measured.get('worst_step', measured['step']) * 1e3:.3f} ms, load {os.getloadavg()[0]:.1f})",
-                  flush=True)
+                  f"{measured['worst_step'] * 1e3:.3f} ms, load {os.getloadavg()[0]:.1f})", flush=True)
+        cases.clear()  # the models of this block
     load_after = os.getloadavg()
     within = sum(abs(r["error"]) <= 0.2 for r in rows)
     print(f"\n{within} of {len(rows)} rows within 20 %; load average before {load_before[0]:.1f}, "
