@@ -249,7 +249,7 @@ def main():
         x, y = data(model_name, b, args.steps)
         # Every case's model is built and warmed up first; then each round times one fit of every
         # case in turn, and a row keeps its best fit. The host has slow phases of a few seconds
-        # (2026-11-25 11:40, the seed MLP in one process: its Adam update 4x slower, one device's
+        # (2026-11-25 11:10-11:30, the seed MLP in one process: its Adam update 4x slower, one device's
         # step 0.143 -> 0.22 ms, for 1-10 s at a time); a row's fits taken back to back met one
         # phase together, and its error said which phase more than what the planner predicted.
         # Spread over rounds, a row's best fit is in the machine's usual phase unless every

@@ -51,29 +51,27 @@ def reduce_scatter(nbytes, n, cluster):
 all_gather = reduce_scatter  # the same traffic, the other way
 
 
-def reduce_to_one(nbytes, n, cluster):
-    """A reduction onto one rank (ReductionToOneDevice, CentralStorage): measured where the threads
-    communicator's was (Cluster.threads_reduce), else (n-1) steps of the whole buffer pipelined
-    into the root, bounded by the root's link."""
+def _one_root(nbytes, n, cluster, measured):
+    """A collective with one root (a reduce onto it, a broadcast from it): the threads
+    communicator's measured fit `measured` for devices of one host where there is one, else (n-1)
+    steps of the whole buffer pipelined through the root's link."""
     if n <= 1:
         return 0.0
-    fit = _measured(n, cluster, "threads_reduce")
+    fit = _measured(n, cluster, measured)
     if fit is not None:
         return fit.time(nbytes)
     link = cluster.link(n)
     return (n - 1) * link.alpha + link.beta * nbytes * (n - 1)
+
+
+def reduce_to_one(nbytes, n, cluster):
+    """A reduction onto one rank (ReductionToOneDevice, CentralStorage)."""
+    return _one_root(nbytes, n, cluster, "threads_reduce")
 
 
 def broadcast(nbytes, n, cluster):
-    """One rank's buffer to all: measured where the threads communicator's was
-    (Cluster.threads_broadcast), else as reduce_to_one's traffic the other way."""
-    if n <= 1:
-        return 0.0
-    fit = _measured(n, cluster, "threads_broadcast")
-    if fit is not None:
-        return fit.time(nbytes)
-    link = cluster.link(n)
-    return (n - 1) * link.alpha + link.beta * nbytes * (n - 1)
+    """One rank's buffer to all (CentralStorage's weights back to the replicas)."""
+    return _one_root(nbytes, n, cluster, "threads_broadcast")
 
 
 def point_to_point(nbytes, same_host, cluster):
