@@ -11,7 +11,6 @@ round so a drift of the machine meets both. A step's figure is bench/plan_accura
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -24,30 +23,20 @@ JOB = r"""
 import json, sys
 sys.path.insert(0, sys.argv[2])
 import mdtrain as tf
-from plan_accuracy import build, data, measured_step
+from plan_accuracy import build, data, measured_step, workers_agree
 case = sys.argv[1]
-if case == "multi_worker":
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    scope = strategy.scope()
-elif case == "mirrored":
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    scope = strategy.scope()
-else:
-    strategy, scope = None, None
-model = build(tf, "heavy", scope)
+strategy = {"multi_worker": tf.distribute.MultiWorkerMirroredStrategy,
+            "mirrored": lambda: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
+            "one_device": lambda: None}[case]()
+model = build(tf, "heavy", strategy.scope() if strategy else None)
 x, y = data("heavy", 64, 30)
 agree = None
 if case == "multi_worker":
     from mdtrain import _core
-    import numpy as np
-    comm = _core.make_communicators("mpi")[0]
-    def agree(epochs):
-        total = np.array([epochs], np.float32)
-        comm.all_reduce(total)
-        return int(np.ceil(total[0] / comm.size))
+    agree = workers_agree(_core.make_communicators("mpi")[0])
 best = measured_step(model, x, y, 64, 3, agree)
 if case != "multi_worker" or strategy.should_checkpoint:  # worker 0 reports
-    print("RESULT " + json.dumps(best), flush=True)
+    print("PROBE " + json.dumps(best), flush=True)
 """
 
 CASES = {"one_device": "OneDeviceStrategy", "mirrored": "MirroredStrategy x2",
@@ -55,9 +44,9 @@ CASES = {"one_device": "OneDeviceStrategy", "mirrored": "MirroredStrategy x2",
 
 
 def run(case, huge):
-    env = dict(os.environ, MDTRAIN_HUGE_PAGES="1" if huge else "0", MDTRAIN_NUM_CPU_DEVICES="2",
-               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    from mdtrain.plan.probes import probe_env, run_probe
+    env = probe_env(MDTRAIN_HUGE_PAGES="1" if huge else "0", MDTRAIN_NUM_CPU_DEVICES="2",
+                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if case == "multi_worker":
         script = os.path.join(_common.RESULTS, "_host_pages_job.py")
         os.makedirs(_common.RESULTS, exist_ok=True)
@@ -66,11 +55,10 @@ def run(case, huge):
         cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "1", script, case, HERE]
     else:
         cmd = [sys.executable, "-c", JOB, case, HERE]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if out.returncode != 0 or line is None:
-        raise SystemExit(f"{case} (huge pages {huge}) failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-    return json.loads(line[len("RESULT "):])
+    text, failure = run_probe(cmd, env, timeout=1800)
+    if text is None:
+        raise SystemExit(f"{case} (huge pages {huge}) {failure}")
+    return json.loads(text)
 
 
 def main():

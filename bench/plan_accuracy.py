@@ -131,6 +131,16 @@ def find(plans, name, n, **settings):
     raise LookupError(f"no plan {name} n={n} {settings} {skipped}")
 
 
+def workers_agree(comm):
+    """measured_step's `agree` for MPI workers on `comm`: the workers' mean epoch count, rounded
+    up, the same on every rank."""
+    def agree(epochs):
+        total = np.array([epochs], np.float32)
+        comm.all_reduce(total)
+        return int(np.ceil(total[0] / comm.size))
+    return agree
+
+
 def worker_main(args):
     """One MPI process of a MultiWorkerMirrored case: rank 0 prints its measurement."""
     import mdtrain as tf
@@ -138,14 +148,7 @@ def worker_main(args):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     model = build(tf, args.worker, strategy.scope())
     x, y = data(args.worker, args.batch, args.steps)
-    comm = _core.make_communicators("mpi")[0]
-
-    def agree(epochs):  # the workers' mean, rounded up: the same on every rank
-        total = np.array([epochs], np.float32)
-        comm.all_reduce(total)
-        return int(np.ceil(total[0] / comm.size))
-
-    best = measured_step(model, x, y, args.batch, args.repeats, agree)
+    best = measured_step(model, x, y, args.batch, args.repeats, workers_agree(_core.make_communicators("mpi")[0]))
     if strategy.should_checkpoint:
         print("WORKER " + json.dumps(best), flush=True)
 
@@ -155,8 +158,8 @@ def measure_multi_worker(model_name, workers, args, repeats=None):
     cmd = [sys.executable, "-m", "mdtrain.launch", "-n", str(workers), "--devices-per-worker", "1", __file__,
            "--worker", model_name, "--batch", str(args.batch), "--steps", str(args.steps),
            "--repeats", str(repeats or args.repeats)]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    from mdtrain.plan.probes import probe_env
+    env = probe_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("WORKER ")), None)
     if proc.returncode != 0 or line is None:

@@ -93,8 +93,7 @@ std::shared_ptr<void> allocate(const Device& device, std::size_t bytes) {
     return memory_accounting::charge(device, p, CachingAllocator::size_class(bytes), nullptr, std::move(block));
   }
   AllocationBudget::charge(bytes);
-  constexpr std::size_t kAlign = 64;
-  std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kCacheLineBytes - 1) / kCacheLineBytes * kCacheLineBytes;
   if (rounded < bytes) fail<AllocationError>("[allocator] size overflow for ", bytes, " bytes");
   void* p = allocate_host_block(rounded);
   if (!p)

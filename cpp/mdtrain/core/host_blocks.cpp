@@ -22,9 +22,8 @@ bool huge_pages_wanted() {
 }  // namespace
 
 void* allocate_host_block(std::size_t bytes) {
-  constexpr std::size_t kCacheLine = 64;
   const bool huge = bytes >= kHugePageThreshold && huge_pages_wanted();
-  const std::size_t align = huge ? kHugePageBytes : kCacheLine;
+  const std::size_t align = huge ? kHugePageBytes : kCacheLineBytes;
   const std::size_t size = (bytes + align - 1) / align * align;  // aligned_alloc wants a multiple
   if (size < bytes) return nullptr;                              // overflow: no such block
   void* p = std::aligned_alloc(align, size);

@@ -10,6 +10,9 @@
 
 namespace mdtrain {
 
+// Every host block is aligned to a cache line at least (whole AVX-512 vectors).
+inline constexpr std::size_t kCacheLineBytes = 64;
+
 // From this size a host block starts on a huge page boundary, spans whole huge pages and is
 // advised to the kernel as huge-page memory (MADV_HUGEPAGE; whether the kernel backs it with huge
 // pages is its setting: /sys/kernel/mm/transparent_hugepage/enabled).
