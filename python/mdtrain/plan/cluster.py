@@ -59,11 +59,6 @@ class Cluster:
     # running them at once get done (cores on an idle machine; less when other work holds cores).
     # The replay deals devices over that many cores, rounded (effective_cores). None: not measured.
     concurrent_speedup: float = None
-    # Measured on this machine: the memory bandwidth `cores` threads streaming at once get, as a
-    # share of `cores` times one thread's alone (1: it scales with the cores; 1/cores: the cores
-    # together stream no faster than one). An optimizer update is memory bound, so an update
-    # running while other cores work takes its alone time / this share. None: not measured.
-    concurrent_bandwidth_share: float = None
     # Measured on this machine: a whole all-reduce of the threads communicator (the collectives
     # of devices of one process) per rank count, as ((n, MeasuredTransfer: the α–β fit and the
     # measured points it is read through), ...); the
@@ -186,7 +181,6 @@ class Cluster:
         flops = measure_core_gemm_flops(repeats)
         speedup = measure_concurrent_speedup(os.cpu_count() or 1)
         bandwidth = _measure_copy_bandwidth(repeats)
-        bandwidth_share = measure_bandwidth_share(os.cpu_count() or 1)
         mem = _physical_memory_bytes() / n
         counts = sorted({2 ** i for i in range(1, n.bit_length()) if 2 ** i <= n} | ({n} if n > 1 else set()))
         collectives = {k: measure_threads_collectives(_core, repeats, k, ("all_reduce", "reduce", "broadcast"))
@@ -212,7 +206,6 @@ class Cluster:
                 ps_source = f"{ps_source}; {step_source}"
         return Cluster(replica_step_overhead=overhead, name="this-machine", hosts=1, devices_per_host=n,
                        cores=os.cpu_count() or 1, concurrent_speedup=speedup,
-                       concurrent_bandwidth_share=bandwidth_share,
                        threads_all_reduce=tuple((k, collectives[k]["all_reduce"]) for k in counts),
                        threads_reduce=tuple((k, collectives[k]["reduce"]) for k in counts),
                        threads_broadcast=tuple((k, collectives[k]["broadcast"]) for k in counts),
@@ -235,8 +228,6 @@ class Cluster:
                 + (f" ({self.concurrent_speedup:.2f}x one thread's GEMM work when all run at once: replayed on "
                    f"{self.effective_cores})"
                    if self.concurrent_speedup is not None else "")
-                + (f", memory bandwidth of all cores at once {self.concurrent_bandwidth_share:.2f} x theirs alone"
-                   if self.concurrent_bandwidth_share is not None else "")
                 + "".join(f", threads {what} x{n}: {ab.alpha * 1e6:.3g} us + {ab.bandwidth / _GB:.3g} GB/s"
                           for what, fits in (("all-reduce", self.threads_all_reduce), ("reduce", self.threads_reduce),
                                              ("broadcast", self.threads_broadcast))
@@ -291,41 +282,6 @@ def measure_concurrent_speedup(threads, n=256, calls=100, repeats=5):
         work()  # warm-up
         ratios = [threads * wall(1) / wall(threads) for _ in range(repeats)]
     return float(min(threads, max(1.0, np.median(ratios))))
-
-
-def measure_bandwidth_share(threads, nbytes=64 << 20, copies=2, repeats=9):
-    """The bandwidth `threads` threads each copying their own `nbytes` `copies` times at once get
-    together, over `threads` times one thread's alone (numpy's copy releases the GIL): the median,
-    over `repeats` pairs of rounds (one thread, then all), of each pair's ratio. Pairs, so a drift
-    in what the machine gives (other tenants of the host, other work here) moves both rounds of a
-    pair; the best of a few single copies read anywhere from 0.5 to 0.97 on this machine within
-    one minute. 1.0 for one thread."""
-    if threads <= 1:
-        return 1.0
-    src = [np.ones(nbytes // 4, dtype=np.float32) for _ in range(threads)]
-    dst = [np.empty_like(a) for a in src]
-    for a, b in zip(src, dst):
-        np.copyto(b, a)  # first touch
-
-    def wall(k):
-        start = threading.Barrier(k + 1)
-
-        def copy(i):
-            start.wait()
-            for _ in range(copies):
-                np.copyto(dst[i], src[i])
-
-        ts = [threading.Thread(target=copy, args=(i,)) for i in range(k)]
-        for th in ts:
-            th.start()
-        start.wait()
-        t = time.perf_counter()
-        for th in ts:
-            th.join()
-        return time.perf_counter() - t
-
-    ratios = [wall(1) / wall(threads) for _ in range(repeats)]
-    return float(min(1.0, np.median(ratios)))
 
 
 def _measure_copy_bandwidth(repeats, nbytes=64 << 20):

@@ -141,10 +141,12 @@ class _Compute:
 
 
 def add_update(sim, name, resources, seconds, profile, cluster, scale):
-    """An optimizer update: memory bound, so while other cores work it takes its alone time over
-    the measured share of memory bandwidth the cores get together (when measured)."""
-    share = cluster.concurrent_bandwidth_share
-    shared = seconds / share if contention_measured(profile, cluster, scale) and share else None
+    """An optimizer update: memory bound, so while other cores work it takes its alone time scaled
+    as the model's update measured while every other core fits a copy of its own
+    (profile.update_shared_s over update_s), when measured."""
+    measured = (contention_measured(profile, cluster, scale) and profile.update_s
+                and profile.update_shared_s is not None)
+    shared = seconds * profile.update_shared_s / profile.update_s if measured else None
     return sim.add(name, resources, seconds, category=UPDATE, shared_duration=shared)
 
 
