@@ -2,8 +2,11 @@
 // pipeline's stages="balance_time" cut uses, the cut itself, and the pipeline schedules the
 // executor runs, so the planner costs the same measurements, stages and op order as the code that
 // trains.
+#include <chrono>
+
 #include "bindings.h"
 #include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/communicator.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/strategy/pipeline_schedule.h"
@@ -47,6 +50,36 @@ void init_plan(py::module_& m) {
       "`schedule` with `stages` stages and `microbatches` micro-batches of `rows` rows, as PipelineExecutor "
       "runs it (state slots sharing the stage's weights, gradients summed), summed over the stage's op "
       "list: one per timed pass, after an untimed one.");
+  m.def(
+      "time_collective_calls",
+      [](Communicator& comm, const py::array& array, const std::string& op, int calls) {
+        MDTRAIN_CHECK(op == "all_reduce" || op == "reduce" || op == "broadcast", std::invalid_argument,
+                      "[plan] time_collective_calls: op must be 'all_reduce', 'reduce' or 'broadcast', got '", op,
+                      "'");
+        MDTRAIN_CHECK(calls >= 1, std::invalid_argument, "[plan] time_collective_calls: calls must be >= 1, got ",
+                      calls);
+        MDTRAIN_CHECK(array.writeable(), std::invalid_argument, "[plan] time_collective_calls: the array is read-only");
+        Tensor t = tensor_from_numpy(array);
+        // Back to back on this thread without Python between the calls: as a step issues its
+        // collectives. A loop in Python put each call's return through the GIL, which the other
+        // ranks' threads of a threads communicator were waiting for (the seed MLP's 407 KB
+        // reduce + broadcast of 2 threads read 50-90 us where its CentralStorage step spends 20).
+        py::gil_scoped_release release;
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) {
+          if (op == "all_reduce") {
+            comm.all_reduce(t, ReduceOp::Sum);
+          } else if (op == "reduce") {
+            comm.reduce(t.raw(), static_cast<std::size_t>(t.numel()), t.dtype(), ReduceOp::Sum, 0);
+          } else {
+            comm.broadcast(t, 0);
+          }
+        }
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      },
+      py::arg("comm"), py::arg("array"), py::arg("op"), py::arg("calls"),
+      "Seconds of `calls` back-to-back collectives `op` ('all_reduce' (sum), 'reduce' onto rank 0 or "
+      "'broadcast' from rank 0) of `array` in place, on this rank (every rank calls it at once).");
   m.def("balance_stages", &balance_stages, py::arg("layer_costs"), py::arg("stages"),
         "The first layer of stages 1..stages-1 of the contiguous cut whose costliest stage costs least "
         "(then the most even): how PipelineParallel cuts a model by parameter counts or measured times.");

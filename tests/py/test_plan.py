@@ -542,6 +542,73 @@ def this_machine(**fields):
     return dataclasses.replace(cpu_cluster(2, cores=2), name="this-machine", **fields)
 
 
+def test_collective_timer_runs_the_calls_in_the_core_and_refuses_bad_arguments():
+    import threading
+
+    from mdtrain.plan.collective_timer import time_collective
+    comms = _core.make_communicators("threads", 2)
+    bufs = [np.ones(1000, np.float32) for _ in comms]
+    seconds = [None, None]
+
+    def run(rank, op, calls):
+        seconds[rank] = _core.time_collective_calls(comms[rank], bufs[rank], op, calls)
+
+    def both(op, calls):
+        th = threading.Thread(target=run, args=(1, op, calls))
+        th.start()
+        run(0, op, calls)
+        th.join()
+
+    both("all_reduce", 3)  # three sums in place: 1 -> 2 -> 4 -> 8
+    assert all(np.all(b == 8.0) for b in bufs) and all(t > 0 for t in seconds)
+    bufs[1][:] = 5.0
+    both("broadcast", 2)  # rank 0's values to rank 1
+    assert np.all(bufs[1] == 8.0)
+    both("reduce", 1)  # onto rank 0 only
+    assert np.all(bufs[0] == 16.0) and np.all(bufs[1] == 8.0)
+    with pytest.raises(ValueError, match="op must be"):
+        _core.time_collective_calls(comms[0], bufs[0], "all_gather", 1)
+    with pytest.raises(ValueError, match="calls must be >= 1"):
+        _core.time_collective_calls(comms[0], bufs[0], "all_reduce", 0)
+    frozen = np.ones(4, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        _core.time_collective_calls(comms[0], frozen, "all_reduce", 1)
+    with pytest.raises(ValueError, match="op must be one of"):
+        time_collective(comms[0], 4096, 1, 1, op="gather")
+
+
+def test_updates_overlapping_other_cores_take_the_measured_shared_update():
+    # Two replicas on two cores update at once: each update is charged the model's update as timed
+    # beside a fitting copy (update_shared_s), pro rata; without that measurement, alone.
+    prof = dataclasses.replace(_measured_like(synthetic_profile(layers=2)), shared_by=2, update_s=1e-3)
+    contended = dataclasses.replace(prof, update_shared_s=3e-3)
+
+    def updates(profile, sync):
+        result = steps.data_parallel(profile, this_machine(), 2, 64, sync=sync)
+        return [t.duration for t in result.timeline.tasks if t.category == "update"]
+
+    assert updates(prof, "bucketed") == pytest.approx([1e-3, 1e-3])
+    assert updates(contended, "bucketed") == pytest.approx([3e-3, 3e-3])
+    assert updates(contended, "zero1") == pytest.approx([1.5e-3, 1.5e-3])  # each its half, at the shared rate
+    lone = steps.data_parallel(contended, this_machine(), 1, 64)  # nothing beside it: alone
+    assert [t.duration for t in lone.timeline.tasks if t.category == "update"] == pytest.approx([1e-3])
+
+
+def test_profile_times_the_update_alone_and_beside_a_fitting_copy_per_other_core():
+    model = seed_mlp()
+    before = [w.copy() for w in model.get_weights()]
+    prof = profile_model(model, rows=(4, 8), repeats=1, in_flight=False)
+    assert prof.update_s > 0
+    if (os.cpu_count() or 1) > 1:
+        assert prof.update_shared_s > 0
+    else:
+        assert prof.update_shared_s is None
+    alone = profile_model(model, rows=(4, 8), repeats=1, threads=None, in_flight=False)
+    assert alone.update_s > 0 and alone.update_shared_s is None  # one replica alone: nothing to share with
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))  # copies were trained
+
+
 def test_parameter_servers_here_are_costed_from_the_measured_transport():
     model, prof = seed_mlp(), synthetic_profile()
     transport = AlphaBeta(50e-6, 1 / 2e9)
