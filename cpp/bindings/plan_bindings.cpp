@@ -54,8 +54,7 @@ void init_plan(py::module_& m) {
       "time_collective_calls",
       [](Communicator& comm, const py::array& array, const std::string& op, int calls) {
         MDTRAIN_CHECK(op == "all_reduce" || op == "reduce" || op == "broadcast", std::invalid_argument,
-                      "[plan] time_collective_calls: op must be 'all_reduce', 'reduce' or 'broadcast', got '", op,
-                      "'");
+                      "[plan] time_collective_calls: op must be 'all_reduce', 'reduce' or 'broadcast', got '", op, "'");
         MDTRAIN_CHECK(calls >= 1, std::invalid_argument, "[plan] time_collective_calls: calls must be >= 1, got ",
                       calls);
         MDTRAIN_CHECK(array.writeable(), std::invalid_argument, "[plan] time_collective_calls: the array is read-only");
