@@ -384,6 +384,36 @@ def test_profile_is_taken_at_the_rows_asked_for_alone_and_shared():
     with pytest.raises(ValueError, match="rows"):
         profile_model(seed_mlp(), rows=(0, 4))
 
+def test_a_shared_timing_is_the_slowest_threads(monkeypatch):
+    """Timed beside competing copies, a point reads the slowest thread's median: replicas in step
+    wait for the slowest core. A fake timer stands for the core: the timing thread's layers take
+    1 and 2 ns per row, the competing thread's (a core whose sibling hyperthread is busy) 3x that.
+    The timing thread spends its time at 8 rows, so the competitor has a median there and too few
+    timings at 1 row to have one: there the timing thread's stands."""
+    import threading
+    import time
+    from mdtrain.plan import profile as profile_module
+
+    main = threading.get_ident()
+
+    class FakeCore:
+        def measure_layer_times(self, model, rows, repeats, in_flight=1):
+            if threading.get_ident() == main:
+                time.sleep(0.005 if rows == 8 else 0.0)
+                return np.array([1.0, 2.0]) * rows
+            time.sleep(0.001)
+            return np.array([3.0, 6.0]) * rows
+
+    class FakeModel:
+        _core = None
+
+    monkeypatch.setattr(profile_module, "MIN_PROFILE_SECONDS", 0.05)
+    times = profile_module._median_layer_times(FakeCore(), FakeModel(), [(1, 1), (8, 1)], repeats=5, shared_by=2)
+    np.testing.assert_allclose(times, np.array([[1.0, 2.0], [24.0, 48.0]]) * 1e-9)
+    alone = profile_module._median_layer_times(FakeCore(), FakeModel(), [(1, 1), (8, 1)], repeats=5)
+    np.testing.assert_allclose(alone, np.array([[1.0, 2.0], [8.0, 16.0]]) * 1e-9)
+
+
 
 def test_step_costs_of_a_model_compiled_with_a_string_sparse_loss():
     # compile turns the string into a Loss whose class is the generic one: the probe must read the
