@@ -267,9 +267,8 @@ def _median_layer_times(core, model, points, repeats, shared_by=1):
     the GIL), so each timing is of a layer competing for memory bandwidth and caches as a
     replica's does; a point's time is then the slowest thread's median (each thread's from at
     least MIN_COMPETING_TIMINGS timings at that row count): replicas in step wait for the slowest,
-    and a core whose hyperthread sibling another tenant keeps busy runs the same layers 1.2-4x
-    slower (2026-11-25 14:05: the seed MLP's one-thread profile read its layers at their usual
-    time on one core while every fit on both cores ran in that phase)."""
+    and on a shared host the cores need not run alike (this VM's two vCPUs, working at once, ran
+    GEMMs 1.2x and Adam's update up to 5x slower for seconds at a time, 2026-11-25)."""
     stop = threading.Event()
     current = [points[0][0]]
 
