@@ -317,7 +317,8 @@ def main():
     load_after = os.getloadavg()
     within = sum(abs(r["error"]) <= 0.2 for r in rows)
     within_first = sum(abs(r["first_prediction_error"]) <= 0.2 for r in rows)
-    print(f"\n{within} of {len(rows)} rows within 20 % ({within_first} with the first round's prediction); load average before {load_before[0]:.1f}, "
+    print(f"\n{within} of {len(rows)} rows within 20 % ({within_first} with the first round's prediction); "
+          f"load average before {load_before[0]:.1f}, "
           f"after {load_after[0]:.1f} (1 min) on {os.cpu_count()} cores; {time.time() - started:.0f} s")
     print("\n| model | case | sync | predicted ms | measured ms | error |\n|---|---|---|---:|---:|---:|")
     for r in rows:

@@ -384,6 +384,7 @@ def test_profile_is_taken_at_the_rows_asked_for_alone_and_shared():
     with pytest.raises(ValueError, match="rows"):
         profile_model(seed_mlp(), rows=(0, 4))
 
+
 def test_a_shared_timing_is_the_slowest_threads(monkeypatch):
     """Timed beside competing copies, a point reads the slowest thread's median: replicas in step
     wait for the slowest core. A fake timer stands for the core: the timing thread's layers take
@@ -412,7 +413,6 @@ def test_a_shared_timing_is_the_slowest_threads(monkeypatch):
     np.testing.assert_allclose(times, np.array([[1.0, 2.0], [24.0, 48.0]]) * 1e-9)
     alone = profile_module._median_layer_times(FakeCore(), FakeModel(), [(1, 1), (8, 1)], repeats=5)
     np.testing.assert_allclose(alone, np.array([[1.0, 2.0], [8.0, 16.0]]) * 1e-9)
-
 
 
 def test_step_costs_of_a_model_compiled_with_a_string_sparse_loss():

@@ -252,6 +252,7 @@ def profile_rows(largest):
 
 MIN_PROFILE_SECONDS = 0.2  # per profile pass: small models get more rounds than `repeats`
 MAX_ROUNDS = 50
+MIN_COMPETING_TIMINGS = 3  # a competing thread's timings at a row count it only passed through are no median
 
 
 def _median_layer_times(core, model, points, repeats, shared_by=1):
@@ -301,9 +302,6 @@ def _median_layer_times(core, model, points, repeats, shared_by=1):
                     for t in competitors if len(t.get(point[0], ())) >= MIN_COMPETING_TIMINGS]
         return np.max(medians, axis=0)
     return np.stack([slowest_median(point) for point in points]) * 1e-9
-
-
-MIN_COMPETING_TIMINGS = 3  # fewer, at a row count the timing thread passed through, are not a median
 
 
 MAX_IN_FLIGHT = 32  # beyond it a stage's held activations are as far out of cache as at it
