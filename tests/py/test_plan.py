@@ -385,34 +385,46 @@ def test_profile_is_taken_at_the_rows_asked_for_alone_and_shared():
         profile_model(seed_mlp(), rows=(0, 4))
 
 
-def test_a_shared_timing_is_the_slowest_threads(monkeypatch):
+def test_a_shared_timing_is_the_slowest_threads():
     """Timed beside competing copies, a point reads the slowest thread's median: replicas in step
     wait for the slowest core. A fake timer stands for the core: the timing thread's layers take
-    1 and 2 ns per row, the competing thread's (a core whose sibling hyperthread is busy) 3x that.
-    The timing thread spends its time at 8 rows, so the competitor has a median there and too few
-    timings at 1 row to have one: there the timing thread's stands."""
+    1 and 2 ns per row, the competing thread's (a core whose sibling hyperthread is busy) 3x that;
+    each of the timing thread's calls waits until the competitor has timed 3 more, so it has a
+    median whatever the machine's load. A competitor's row count with fewer timings than that
+    (one it only passed through) is not a median and does not count."""
     import threading
-    import time
     from mdtrain.plan import profile as profile_module
 
     main = threading.get_ident()
+    competed = threading.Condition()
+    count = [0]
 
     class FakeCore:
+        def __init__(self, competing):
+            self.competing = competing
+
         def measure_layer_times(self, model, rows, repeats, in_flight=1):
-            if threading.get_ident() == main:
-                time.sleep(0.005 if rows == 8 else 0.0)
-                return np.array([1.0, 2.0]) * rows
-            time.sleep(0.001)
-            return np.array([3.0, 6.0]) * rows
+            if threading.get_ident() != main:
+                with competed:
+                    count[0] += 1
+                    competed.notify_all()
+                return np.array([3.0, 6.0]) * rows
+            if self.competing:
+                with competed:
+                    target = count[0] + 3
+                    assert competed.wait_for(lambda: count[0] >= target, timeout=60)
+            return np.array([1.0, 2.0]) * rows
 
     class FakeModel:
         _core = None
 
-    monkeypatch.setattr(profile_module, "MIN_PROFILE_SECONDS", 0.05)
-    times = profile_module._median_layer_times(FakeCore(), FakeModel(), [(1, 1), (8, 1)], repeats=5, shared_by=2)
-    np.testing.assert_allclose(times, np.array([[1.0, 2.0], [24.0, 48.0]]) * 1e-9)
-    alone = profile_module._median_layer_times(FakeCore(), FakeModel(), [(1, 1), (8, 1)], repeats=5)
-    np.testing.assert_allclose(alone, np.array([[1.0, 2.0], [8.0, 16.0]]) * 1e-9)
+    times = profile_module._median_layer_times(FakeCore(True), FakeModel(), [(8, 1)], repeats=5, shared_by=2)
+    np.testing.assert_allclose(times, np.array([[24.0, 48.0]]) * 1e-9)
+    alone = profile_module._median_layer_times(FakeCore(False), FakeModel(), [(8, 1)], repeats=5)
+    np.testing.assert_allclose(alone, np.array([[8.0, 16.0]]) * 1e-9)
+    own = [[1.0, 2.0], [1.0, 2.0], [9.0, 9.0]]  # a median: one interrupted timing does not count
+    np.testing.assert_allclose(profile_module._slowest_median(own, [[[3.0, 1.0]] * 3]), [3.0, 2.0])
+    np.testing.assert_allclose(profile_module._slowest_median(own, [[[3.0, 6.0]] * 2]), [1.0, 2.0])
 
 
 def test_step_costs_of_a_model_compiled_with_a_string_sparse_loss():

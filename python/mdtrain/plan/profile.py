@@ -295,13 +295,17 @@ def _median_layer_times(core, model, points, repeats, shared_by=1):
         stop.set()
         for th in others:
             th.join()
+    return np.stack([_slowest_median(runs[point], [t.get(point[0], ()) for t in competitors])
+                     for point in points]) * 1e-9
 
-    def slowest_median(point):
-        medians = [np.median(np.asarray(runs[point], dtype=np.float64), axis=0)]
-        medians += [np.median(np.asarray(t[point[0]], dtype=np.float64), axis=0)
-                    for t in competitors if len(t.get(point[0], ())) >= MIN_COMPETING_TIMINGS]
-        return np.max(medians, axis=0)
-    return np.stack([slowest_median(point) for point in points]) * 1e-9
+
+def _slowest_median(own, competing):
+    """Per layer, the largest of the timing thread's median over `own` timings and each competing
+    thread's median over its timings in `competing` (those with at least MIN_COMPETING_TIMINGS)."""
+    medians = [np.median(np.asarray(own, dtype=np.float64), axis=0)]
+    medians += [np.median(np.asarray(t, dtype=np.float64), axis=0)
+                for t in competing if len(t) >= MIN_COMPETING_TIMINGS]
+    return np.max(medians, axis=0)
 
 
 MAX_IN_FLIGHT = 32  # beyond it a stage's held activations are as far out of cache as at it
