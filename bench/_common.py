@@ -59,6 +59,22 @@ def concurrent_gemm_gflops(workers, m=256, n=2048, k=2048):
     return sum(rates)
 
 
+def cpu_ticks():
+    """This machine's CPU time so far in clock ticks, summed over its CPUs: (stolen, all). Stolen
+    time is what the hypervisor gave another guest while this one had work for that CPU; a guest
+    cannot see it otherwise (its own clocks, faults and context switches do not show it)."""
+    with open("/proc/stat") as f:
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in f.readline().split()[1:9])
+    return steal, user + nice + system + idle + iowait + irq + softirq + steal
+
+
+def steal_share(before, after):
+    """The share of the CPU time between two cpu_ticks() readings that the hypervisor stole (0 when
+    no tick passed: the counters move in 10 ms ticks per CPU)."""
+    stolen, total = after[0] - before[0], after[1] - before[1]
+    return stolen / total if total > 0 else 0.0
+
+
 def machine():
     return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
             "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -24,7 +24,9 @@ Each timed fit lasts at least MIN_FIT_SECONDS (more epochs over the same batches
 models), after an untimed whole fit. Prints a markdown table and writes
 bench/results/plan_accuracy.json with the load average before and after, the cluster as measured,
 and each row's predicted and measured breakdown and the slowest fit's step. Spinning
-collectives and every timing here want an idle machine: quote the load with the table.
+collectives and every timing here want an idle machine: quote the load with the table. Each
+round's profile and each fit also record the share of the machine's CPU time the hypervisor stole
+meanwhile (/proc/stat), and the summary counts the rows whose own fits spread more than 20 %.
 """
 import argparse
 import json
@@ -36,6 +38,7 @@ import time
 import warnings
 
 import numpy as np
+from _common import cpu_ticks, steal_share
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODELS = ("seed", "heavy", "cnn")
@@ -101,13 +104,14 @@ def timed_fit(model, x, y, batch, epochs):
     step being the fit's wall time per step: what a user sees. In one process it is the engine's
     step within 0.01 ms; MPI workers sharing fewer cores also wait for a core between their steps,
     outside the engine's step window (the CNN's 4 workers on 2 cores: 7.8 ms per step, each rank's
-    window 6.2 ms)."""
+    window 6.2 ms). "steal": the share of the machine's CPU time the hypervisor took meanwhile."""
     model._core.reset_profile()
+    ticks = cpu_ticks()
     t = time.perf_counter()
     model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, shuffle=False)
     wall = time.perf_counter() - t
     b = model.step_time_breakdown()
-    return dict(b, engine_step=b["step"], step=wall / b["steps"])
+    return dict(b, engine_step=b["step"], step=wall / b["steps"], steal=steal_share(ticks, cpu_ticks()))
 
 
 def best_of(fits):
@@ -122,6 +126,10 @@ def measured_step(model, x, y, batch, repeats, agree=None):
     as an MPI worker takes it); the main table spreads a row's fits over rounds instead (main)."""
     epochs = warm_up(model, x, y, batch, agree)
     return best_of([timed_fit(model, x, y, batch, epochs) for _ in range(repeats)])
+
+
+def steal_text(share):
+    return "?" if share is None else f"{share:.0%}"
 
 
 def find(plans, name, n, **settings):
@@ -250,12 +258,16 @@ def main():
         model = build(tf, model_name)
 
         def predict():
-            """Both clusters' plans from a fresh profile of the model (as plan() takes it)."""
+            """Both clusters' plans from a fresh profile of the model (as plan() takes it), and the
+            share of the CPU time the hypervisor stole while it was profiled."""
+            ticks = cpu_ticks()
             one_thread = profile_model(model, rows=profile_rows(b), threads=1)
             alone = profile_model(model, rows=profile_rows(b), threads=None)
             return (tf.distribute.experimental.plan(model, b, cluster2, profile=one_thread, alone_profile=alone),
-                    tf.distribute.experimental.plan(model, b, cluster4, profile=one_thread, alone_profile=alone))
-        plans2, plans4 = predict()
+                    tf.distribute.experimental.plan(model, b, cluster4, profile=one_thread, alone_profile=alone),
+                    steal_share(ticks, cpu_ticks()))
+        plans2, plans4, steal = predict()
+        profile_steal = [steal]
         x, y = data(model_name, b, args.steps)
         # Every case's model is built and warmed up first; then each round times one fit of every
         # case in turn, and a row keeps its best fit. The host has slow phases of a few seconds
@@ -282,7 +294,8 @@ def main():
         layout = find(plans2, "ModelParallel", 2, mesh=(1, 2)).settings["layout"]
         for round_ in range(args.repeats):
             if round_:
-                plans2, plans4 = predict()
+                plans2, plans4, steal = predict()
+                profile_steal.append(steal)
                 for label, _, _, predicted in cases_for(tf, plans2, plans4, args, layout):
                     if label in predictions:
                         predictions[label].append(predicted)
@@ -298,28 +311,40 @@ def main():
             if not fits[label]:
                 continue
             measured = best_of(fits[label])
-            predicted = min(predictions[label], key=lambda p: p.step_time_s)
+            fastest = min(range(len(predictions[label])), key=lambda i: predictions[label][i].step_time_s)
+            predicted = predictions[label][fastest]
             first = predictions[label][0].step_time_s
             err = (predicted.step_time_s - measured["step"]) / measured["step"]
             rows.append({"model": model_name, "case": label, "sync": sync, "predicted_ms": predicted.step_time_s * 1e3,
                          "measured_ms": measured["step"] * 1e3, "error": err,
                          "slowest_fit_ms": measured["worst_step"] * 1e3,
                          "predicted_per_round_ms": [p.step_time_s * 1e3 for p in predictions[label]],
+                         "measured_per_round_ms": [f["step"] * 1e3 for f in fits[label]],
+                         # the host's share of the CPU time in each round, while profiled / fitted
+                         "steal_profile_per_round": profile_steal[:len(predictions[label])],
+                         "steal_fit_per_round": [f.get("steal") for f in fits[label]],
                          "first_prediction_error": (first - measured["step"]) / measured["step"],
                          "predicted_breakdown_ms": {k: v * 1e3 for k, v in predicted.breakdown.items()},
                          "measured_breakdown_ms": {k: v * 1e3 for k, v in measured.items()
-                                                   if k not in ("steps", "worst_step") and isinstance(v, float)},
+                                                   if k not in ("steps", "worst_step", "steal") and isinstance(v, float)},
                          "why": predicted.why, "load_average": os.getloadavg()[0]})
             print(f"{model_name:6} {label:34} predicted {predicted.step_time_s * 1e3:9.3f} ms  "
                   f"measured {measured['step'] * 1e3:9.3f} ms  error {err:+.0%}  (first plan {first * 1e3:.3f} ms, "
-                  f"slowest fit {measured['worst_step'] * 1e3:.3f} ms, load {os.getloadavg()[0]:.1f})", flush=True)
+                  f"slowest fit {measured['worst_step'] * 1e3:.3f} ms, load {os.getloadavg()[0]:.1f}, host steal "
+                  f"{steal_text(measured.get('steal'))} in the best fit, {steal_text(profile_steal[fastest])} "
+                  f"in its prediction's profile)", flush=True)
         cases.clear()  # the models of this block
     load_after = os.getloadavg()
     within = sum(abs(r["error"]) <= 0.2 for r in rows)
     within_first = sum(abs(r["first_prediction_error"]) <= 0.2 for r in rows)
+    # How far the measured side moved on its own: a row whose slowest fit is more than 20 % over
+    # its fastest (the same configuration, seconds apart) has a measurement that moves more than
+    # the accuracy asked of the prediction.
+    unsteady = sum(r["slowest_fit_ms"] > 1.2 * r["measured_ms"] for r in rows)
     print(f"\n{within} of {len(rows)} rows within 20 % ({within_first} with the first round's prediction); "
           f"load average before {load_before[0]:.1f}, "
-          f"after {load_after[0]:.1f} (1 min) on {os.cpu_count()} cores; {time.time() - started:.0f} s")
+          f"after {load_after[0]:.1f} (1 min) on {os.cpu_count()} cores; {time.time() - started:.0f} s; "
+          f"{unsteady} of {len(rows)} rows' own fits spread more than 20 % (slowest over fastest)")
     print("\n| model | case | sync | predicted ms | measured ms | error |\n|---|---|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['case']} | {r['sync']} | {r['predicted_ms']:.3f} | {r['measured_ms']:.3f} | "
@@ -330,6 +355,7 @@ def main():
                    "cores": os.cpu_count(), "load_average_before": load_before, "load_average_after": load_after,
                    "seconds": time.time() - started, "batch": b, "steps": args.steps, "repeats": args.repeats,
                    "cluster": str(cluster4), "within_20_percent": within,
+                   "rows_whose_fits_spread_over_20_percent": unsteady,
                    "first_prediction_within_20_percent": within_first, "rows": rows}, f, indent=1)
     print(f"wrote {args.output}")
 
