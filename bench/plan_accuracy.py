@@ -128,10 +128,6 @@ def measured_step(model, x, y, batch, repeats, agree=None):
     return best_of([timed_fit(model, x, y, batch, epochs) for _ in range(repeats)])
 
 
-def steal_text(share):
-    return "?" if share is None else f"{share:.0%}"
-
-
 def find(plans, name, n, **settings):
     for p in plans:
         if p.applicable and p.strategy_name == name and p.num_devices == n and \
@@ -321,8 +317,8 @@ def main():
                          "predicted_per_round_ms": [p.step_time_s * 1e3 for p in predictions[label]],
                          "measured_per_round_ms": [f["step"] * 1e3 for f in fits[label]],
                          # the host's share of the CPU time in each round, while profiled / fitted
-                         "steal_profile_per_round": profile_steal[:len(predictions[label])],
-                         "steal_fit_per_round": [f.get("steal") for f in fits[label]],
+                         "steal_profile_per_round": profile_steal,
+                         "steal_fit_per_round": [f["steal"] for f in fits[label]],
                          "first_prediction_error": (first - measured["step"]) / measured["step"],
                          "predicted_breakdown_ms": {k: v * 1e3 for k, v in predicted.breakdown.items()},
                          "measured_breakdown_ms": {k: v * 1e3 for k, v in measured.items()
@@ -331,7 +327,7 @@ def main():
             print(f"{model_name:6} {label:34} predicted {predicted.step_time_s * 1e3:9.3f} ms  "
                   f"measured {measured['step'] * 1e3:9.3f} ms  error {err:+.0%}  (first plan {first * 1e3:.3f} ms, "
                   f"slowest fit {measured['worst_step'] * 1e3:.3f} ms, load {os.getloadavg()[0]:.1f}, host steal "
-                  f"{steal_text(measured.get('steal'))} in the best fit, {steal_text(profile_steal[fastest])} "
+                  f"{measured['steal']:.0%} in the best fit, {profile_steal[fastest]:.0%} "
                   f"in its prediction's profile)", flush=True)
         cases.clear()  # the models of this block
     load_after = os.getloadavg()
