@@ -6,7 +6,9 @@ A worker that stops answering (killed, machine gone) is declared dead after `wor
 seconds: the closure it was running goes back to the front of the queue for another worker, and
 the step token it carries makes the servers apply that step once even if the dead worker had
 pushed it already (exact step counts). A dead worker's thread keeps knocking; a worker restarted
-on its address rejoins and recreates its per-worker resources on first use.
+on its address rejoins and recreates its per-worker resources on first use. Closures that wait
+while no worker answers fail after `worker_rejoin_timeout` seconds with WorkersUnavailableError
+naming the workers (a job whose workers are gone for good must not wait forever).
 
 A closure that fails with an error of its own fails its RemoteValue; the first such error is
 raised by the next `join()` / `done()` and cancels the closures still queued (as TF does). A
@@ -43,6 +45,15 @@ class ParameterServersRestored(RuntimeError):
 
 class CancelledError(RuntimeError):
     """A closure that never ran because an earlier one failed (its error is raised by join())."""
+
+
+class WorkersUnavailableError(RuntimeError):
+    """No worker answered for worker_rejoin_timeout seconds while closures waited for one; the
+    waiting closures failed with it. `workers`: (index, address, seconds gone) of each."""
+
+    def __init__(self, message, workers):
+        super().__init__(message)
+        self.workers = workers
 
 
 class RemoteValue:
@@ -144,6 +155,8 @@ class _WorkerHandle:
         self.incarnation = None
         self.alive = True
         self.failures = 0
+        # Since when, and why, it has not been answering (read while it is not: dead or never met).
+        self.unavailable_since, self.unavailable_why = time.monotonic(), "never answered"
         self._socket = None
         self._nonce = itertools.count()
         self._thread = threading.Thread(target=self._run, name=f"mdtrain-coordinator-worker-{index}", daemon=True)
@@ -186,6 +199,7 @@ class _WorkerHandle:
             self._connect()
         incarnation = self._ping(1.0)
         if incarnation is None:
+            self.coordinator._check_rejoin_deadline()
             return
         if not self.alive:
             _log.warning("ClusterCoordinator: worker %d (%s) rejoined", self.index, self.address)
@@ -199,9 +213,17 @@ class _WorkerHandle:
         self.alive = False
         self.failures += 1
         self.sent = set()  # whatever it holds, the next incarnation must be sent again
-        _log.warning("ClusterCoordinator: worker %d (%s) %s; its closure goes to another worker", self.index,
-                     self.address, why)
-        self.coordinator._requeue(closure)
+        self.unavailable_since, self.unavailable_why = time.monotonic(), why
+        c = self.coordinator
+        c._requeue(closure)
+        left = c._check_rejoin_deadline()
+        if closure.result._done():
+            fate = "its closure was cancelled"
+        elif left is None:
+            fate = "its closure goes to another worker"
+        else:
+            fate = f"no worker is alive: its closure waits for a worker to rejoin ({left:.0f} s left)"
+        _log.warning("ClusterCoordinator: worker %d (%s) %s; %s", self.index, self.address, why, fate)
 
     def _dispatch(self, closure):
         c = self.coordinator
@@ -265,6 +287,8 @@ class ClusterCoordinator:
         self._deterministic = strategy._deterministic
         self._worker_timeout = strategy._worker_timeout
         self._heartbeat_seconds = min(0.5, self._worker_timeout / 4)
+        self._worker_rejoin_timeout = strategy._worker_rejoin_timeout
+        self._starved_since = None  # since when closures wait with no worker answering
         self._lock = threading.Condition()
         self._queue = collections.deque()
         self._inflight = 0
@@ -371,6 +395,36 @@ class ClusterCoordinator:
                 self._queue.appendleft(closure)
             self._lock.notify_all()
 
+    def _check_rejoin_deadline(self):
+        """Called by the threads of workers that do not answer (each ~1 s while they knock): while
+        closures wait and no worker answers, the seconds left before they fail, else None; at the
+        deadline the waiting closures fail with WorkersUnavailableError, which join() raises."""
+        with self._lock:
+            if not self._queue or any(w.alive and w.incarnation is not None for w in self._workers):
+                self._starved_since = None
+                return None
+            now = time.monotonic()
+            if self._starved_since is None:
+                self._starved_since = now
+            left = self._worker_rejoin_timeout - (now - self._starved_since)
+            if left > 0:
+                return left
+            gone = [(w.index, w.address, now - w.unavailable_since) for w in self._workers]
+            named = "; ".join(f"worker {w.index} ({w.address}) gone for {now - w.unavailable_since:.1f} s "
+                              f"({w.unavailable_why})" for w in self._workers)
+            error = WorkersUnavailableError(
+                f"ClusterCoordinator: {len(self._queue)} closures waited {now - self._starved_since:.1f} s "
+                f"(worker_rejoin_timeout={self._worker_rejoin_timeout:g}) for a worker to rejoin and none answered: "
+                f"{named}. Start the workers again on their addresses, or raise worker_rejoin_timeout", gone)
+            for queued in self._queue:
+                queued.result._fail(error)
+            self._queue.clear()
+            if self._error is None:
+                self._error = error
+            self._starved_since = None
+            self._lock.notify_all()
+            return None
+
     def _closure_done(self, closure):
         with self._lock:
             self._inflight -= 1
@@ -415,4 +469,8 @@ class ClusterCoordinator:
 
 
 def default_worker_timeout():
-    return float(os.environ.get("MDTRAIN_PS_WORKER_TIMEOUT", "10"))
+    text = os.environ.get("MDTRAIN_PS_WORKER_TIMEOUT", "10")
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"MDTRAIN_PS_WORKER_TIMEOUT must be a positive number of seconds, got {text!r}") from None

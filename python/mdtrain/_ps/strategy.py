@@ -9,6 +9,8 @@ chief's copy is refreshed from the servers when `fit` returns and before it eval
 """
 import json
 import logging
+import math
+import numbers
 import os
 import tempfile
 import threading
@@ -43,12 +45,15 @@ class ParameterServerStrategy(_distribute.Strategy):
         timeout: seconds any wait for a parameter server may take before it fails naming the server.
         worker_timeout: seconds without an answer after which a worker is declared dead and its
             closure rescheduled (default 10, or MDTRAIN_PS_WORKER_TIMEOUT).
+        worker_rejoin_timeout: seconds closures wait while no worker answers (every worker dead,
+            or none started yet) before they fail with WorkersUnavailableError naming the workers:
+            `fit`, `join()` and `fetch()` raise it (default 300; math.inf waits for ever).
         ps_restart_timeout: seconds to wait for a failed parameter server to come back.
     """
 
     def __init__(self, cluster_resolver=None, variable_partitioner=None, *, synchronous=False,
                  replicas_to_aggregate=None, max_staleness=None, staleness_policy="drop", deterministic=False,
-                 timeout=30.0, worker_timeout=None, ps_restart_timeout=60.0):
+                 timeout=30.0, worker_timeout=None, ps_restart_timeout=60.0, worker_rejoin_timeout=300.0):
         if not _core.zmq_available():
             raise RuntimeError("ParameterServerStrategy needs mdtrain built with ZeroMQ: install libzmq3-dev "
                                "(Debian) and pkg-config, then reinstall mdtrain")
@@ -89,9 +94,11 @@ class ParameterServerStrategy(_distribute.Strategy):
         self._options = dict(synchronous=bool(synchronous), replicas_to_aggregate=int(replicas_to_aggregate),
                              max_staleness=max_staleness, staleness_policy=staleness_policy)
         self._deterministic = bool(deterministic)
-        self._timeout = float(timeout)
-        self._worker_timeout = float(worker_timeout if worker_timeout is not None else default_worker_timeout())
-        self._ps_restart_timeout = float(ps_restart_timeout)
+        self._timeout = _seconds(timeout, "timeout", finite=True)
+        self._worker_timeout = _seconds(worker_timeout if worker_timeout is not None else default_worker_timeout(),
+                                        "worker_timeout", finite=True)
+        self._ps_restart_timeout = _seconds(ps_restart_timeout, "ps_restart_timeout", finite=True)
+        self._worker_rejoin_timeout = _seconds(worker_rejoin_timeout, "worker_rejoin_timeout")
         self._coordinator = None
         self._jobs = {}  # id(model) -> _PsJob
         self._jobs_lock = threading.RLock()
@@ -220,6 +227,17 @@ class ParameterServerStrategy(_distribute.Strategy):
                     self._control(address, ("shutdown",), f"{kind} {i}", 5.0)
                 except TimeoutError:
                     _log.warning("ParameterServerStrategy: %s %d at %s did not answer the shutdown", kind, i, address)
+
+
+def _seconds(value, name, finite=False):
+    """A duration argument: a positive number of seconds (math.inf allowed unless finite), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"ParameterServerStrategy: {name} must be a number of seconds, got {value!r}")
+    value = float(value)
+    if not value > 0 or (finite and math.isinf(value)):  # NaN fails `> 0`
+        raise ValueError(f"ParameterServerStrategy: {name} must be a positive{' finite' if finite else ''} number "
+                         f"of seconds, got {value!r}")
+    return value
 
 
 class _PsJob:
