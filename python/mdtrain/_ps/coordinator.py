@@ -177,8 +177,8 @@ class _WorkerHandle:
             left = deadline - time.monotonic()
             if left <= 0 or not self._socket.poll(int(left * 1000) + 1):
                 return None
-            message = wire.receive(self._socket)
-            if message[0] == "pong" and message[1] == nonce:
+            message = wire.receive(self._socket)  # None: a frame that failed authentication, dropped
+            if message is not None and message[0] == "pong" and message[1] == nonce:
                 return message[2]
 
     def _run(self):
@@ -242,6 +242,8 @@ class _WorkerHandle:
         while True:
             if self._socket.poll(int(c._heartbeat_seconds * 1000)):
                 message = wire.receive(self._socket)
+                if message is None:
+                    continue  # a frame that failed authentication (dropped and counted by wire)
                 last_heard = time.monotonic()
                 kind = message[0]
                 if kind == "pong":

@@ -12,6 +12,12 @@ its host:port, as TF's does; `server.join()` blocks until the chief shuts the jo
   checkpoint to load, the optimizer), then runs the C++ ParameterShardServer on an endpoint of
   its own; the chief hands that endpoint to the workers. Serving pulls and applying pushes is
   C++ on the server's thread: no Python, no GIL.
+
+Every frame is authenticated with the job key (wire.py, job_secret.py) before anything in it is
+decoded: a task without a job secret refuses to start unless MDTRAIN_INSECURE_PS=1. A message a
+task cannot authenticate, decode or handle is dropped, counted and logged with its peer, and the
+task goes on serving; a serving loop that ends other than by the chief's shutdown (or stop())
+makes join() raise, so `python -m mdtrain._ps.task` exits non-zero.
 """
 import logging
 import os
@@ -23,7 +29,7 @@ import uuid
 import zmq
 
 from mdtrain import _cluster, _core
-from mdtrain._ps import wire
+from mdtrain._ps import job_secret, wire
 
 _log = logging.getLogger("mdtrain")
 
@@ -49,6 +55,7 @@ class Server:
         if job_name not in ("worker", "ps"):
             raise ValueError(f"tf.distribute.Server: only 'worker' and 'ps' tasks run a server here, not "
                              f"'{job_name}' (the chief runs the training script itself)")
+        self._key = job_secret.job_key()  # refuses to start without a job secret (or the opt-out)
         self._address = cluster.task_address(job_name, task_index)
         self._job_name, self._task_index = job_name, task_index
         self._num_workers = cluster.num_tasks("worker") if "worker" in cluster.jobs else 0
@@ -63,13 +70,13 @@ class Server:
     def start(self):
         if self._service is None:
             if self._job_name == "worker":
-                self._service = _WorkerService(self._address, self._task_index, self._num_workers)
+                self._service = _WorkerService(self._address, self._task_index, self._key, self._num_workers)
             else:
-                self._service = _PsService(self._address, self._task_index)
+                self._service = _PsService(self._address, self._task_index, self._key)
             self._service.start()
 
     def join(self):
-        """Blocks until the chief shuts the job down."""
+        """Blocks until the chief shuts the job down; raises if the service ended otherwise."""
         self.start()
         self._service.join()
 
@@ -79,17 +86,43 @@ class Server:
 
 
 class _Service:
-    def __init__(self, address, task_index):
+    """A task's listening socket and the thread serving it, one message at a time."""
+
+    kind = "task"
+
+    def __init__(self, address, task_index, key):
         self.address, self.task_index = address, task_index
         self.incarnation = uuid.uuid4().hex  # changes when the task restarts: its state is gone
-        self._socket = wire.new_socket(zmq.ROUTER)
+        self._key = key
+        self._socket = wire.new_socket(zmq.ROUTER, key=key)
         try:
             self._socket.bind(wire.tcp_address(address, bind=True))
         except zmq.ZMQError as e:
             self._socket.close()
             raise OSError(f"cannot listen on {address} for task {task_index}: {e}") from None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name=f"mdtrain-{type(self).__name__}", daemon=True)
+        self._ended_on_purpose = False  # the chief's shutdown, or stop()
+        self._failure = None  # what ended a thread of the service unexpectedly
+        self._handling_errors = 0
+        self._thread = threading.Thread(target=self._guarded, args=(self._serve,),
+                                         name=f"mdtrain-{type(self).__name__}", daemon=True)
+
+    @property
+    def name(self):
+        return f"{self.kind} {self.task_index} at {self.address}"
+
+    def _guarded(self, loop):
+        """Runs a thread's loop; an exception escaping it is the service's failure (join() raises)."""
+        try:
+            loop()
+        except BaseException as e:  # noqa: B902 - whatever it is, the task must not look finished
+            self._failure = e
+            _log.error("%s: %s ended unexpectedly:\n%s", self.name, threading.current_thread().name,
+                       traceback.format_exc())
+        finally:
+            if not self._ended_on_purpose and self._failure is None:
+                self._failure = RuntimeError("the serving loop returned without a shutdown")
+            self._stop.set()
 
     def start(self):
         if not self._thread.is_alive() and not self._stop.is_set():
@@ -98,15 +131,58 @@ class _Service:
     def join(self):
         while self._thread.is_alive():
             self._thread.join(0.5)
+        if self._failure is not None:
+            raise RuntimeError(f"{self.name}: the service ended unexpectedly: {type(self._failure).__name__}: "
+                               f"{self._failure}") from self._failure
 
     def stop(self):
+        self._ended_on_purpose = True
         self._stop.set()
         self.join()
 
+    def _serve_one(self):
+        """Receives and handles one message; a message it cannot decode or handle is dropped, logged
+        with its peer and counted, and serving goes on. Socket failures (zmq.ZMQError) escape."""
+        got = wire.receive(self._socket, with_identity=True)
+        if got is None:
+            return  # rejected by wire: counted and logged there
+        identity, message = got
+        try:
+            self._handle(identity, message)
+        except zmq.ZMQError:
+            raise
+        except Exception as e:  # a peer with the key sending something this task cannot handle
+            self._handling_errors += 1
+            _log.warning("%s: dropped a %r message from %s it could not handle (%d so far): %s: %s", self.name,
+                         message[0][:40], self._socket.last_peer, self._handling_errors, type(e).__name__, e)
+
+    def _reply(self, identity, message):
+        wire.send(self._socket, message, identity)
+
+    def _handle_common(self, identity, message):
+        """The messages every task answers; False if `message` is not one of them."""
+        kind = message[0]
+        if kind == "ping":
+            nonce = message[1]
+            if type(nonce) is not int:
+                raise TypeError(f"ping nonce {nonce!r:.40}")
+            self._reply(identity, ("pong", nonce, self.incarnation))
+        elif kind == "stats":
+            self._reply(identity, ("stats", {"rejected": self._socket.rejected,
+                                             "handling_errors": self._handling_errors}))
+        else:
+            return False
+        return True
+
+    def _unknown(self, message):
+        self._socket.reject(f"unknown: a {message[0][:40]!r} message")
+
 
 class _WorkerService(_Service):
-    def __init__(self, address, task_index, num_workers):
-        super().__init__(address, task_index)
+    kind = "worker"
+
+    def __init__(self, address, task_index, key, num_workers):
+        super().__init__(address, task_index, key)
         self.num_workers = num_workers
         self._jobs = queue.Queue()
         self._results_in = wire.new_socket(zmq.PAIR)
@@ -114,7 +190,8 @@ class _WorkerService(_Service):
         self._results_in.bind(endpoint)
         self._results_out = wire.new_socket(zmq.PAIR)
         self._results_out.connect(endpoint)
-        self._executor = threading.Thread(target=self._execute, name="mdtrain-worker-closures", daemon=True)
+        self._executor = threading.Thread(target=self._guarded, args=(self._execute,),
+                                          name="mdtrain-worker-closures", daemon=True)
         _state.service = self
 
     def _serve(self):
@@ -126,29 +203,43 @@ class _WorkerService(_Service):
             while not self._stop.is_set():
                 ready = dict(poller.poll(_POLL_MS))
                 if self._results_in in ready:
-                    self._socket.send_multipart(self._results_in.recv_multipart())
+                    # Signed here: the socket's session counter belongs to this thread.
+                    identity, *body = self._results_in.recv_multipart()
+                    wire.send_body(self._socket, body, identity)
                 if self._socket in ready:
-                    identity, message = wire.receive(self._socket, with_identity=True)
-                    kind = message[0]
-                    if kind == "ping":
-                        wire.send(self._socket, ("pong", message[1], self.incarnation), identity)
-                    elif kind == "run":
-                        self._jobs.put((identity, message))
-                    elif kind == "shutdown":
-                        wire.send(self._socket, ("bye",), identity)
-                        self._stop.set()
+                    self._serve_one()
         finally:
             self._jobs.put(None)
             self._socket.close()
+
+    def _handle(self, identity, message):
+        if self._handle_common(identity, message):
+            return
+        kind = message[0]
+        if kind == "run":
+            _, closure_id, plan, payload = message
+            if type(closure_id) is not int or not isinstance(payload, bytes):
+                raise TypeError("a run message is (run, closure id, plan, pickled closure)")
+            self._jobs.put((identity, closure_id, plan, payload))
+        elif kind == "shutdown":
+            self._reply(identity, ("bye",))
+            self._ended_on_purpose = True
+            self._stop.set()
+        else:
+            self._unknown(message)
 
     def _execute(self):
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            identity, (_, closure_id, plan, payload) = job
+            identity, closure_id, plan, payload = job
             reply = _run_closure(closure_id, plan, payload)
-            self._results_out.send_multipart([identity, wire.dumps(reply)])
+            try:
+                body = wire.encode(reply)
+            except TypeError as e:  # cannot happen for the replies _run_closure makes; say so if it does
+                body = wire.encode(("error", closure_id, wire.dumps(RuntimeError(str(e))), ""))
+            self._results_out.send_multipart([identity, *body])
 
 
 def _is_ps_failure(error):
@@ -197,34 +288,41 @@ _state = _WorkerState()
 
 
 class _PsService(_Service):
-    def __init__(self, address, task_index):
-        super().__init__(address, task_index)
+    kind = "ps"
+
+    def __init__(self, address, task_index, key):
+        super().__init__(address, task_index, key)
         self._servers = {}  # job id -> ParameterShardServer
         self._host = wire.tcp_address(address, bind=True).rsplit(":", 1)[0]
 
     def _serve(self):
         try:
             while not self._stop.is_set():
-                if not self._socket.poll(_POLL_MS):
-                    continue
-                identity, message = wire.receive(self._socket, with_identity=True)
-                kind = message[0]
-                if kind == "ping":
-                    wire.send(self._socket, ("pong", message[1], self.incarnation), identity)
-                elif kind == "configure":
-                    wire.send(self._socket, self._configure(*message[1:]), identity)
-                elif kind == "release":
-                    server = self._servers.pop(message[1], None)
-                    if server is not None:
-                        server.stop()
-                    wire.send(self._socket, ("released",), identity)
-                elif kind == "shutdown":
-                    self._shutdown()
-                    wire.send(self._socket, ("bye",), identity)
-                    self._stop.set()
+                if self._socket.poll(_POLL_MS):
+                    self._serve_one()
         finally:
             self._shutdown()
             self._socket.close()
+
+    def _handle(self, identity, message):
+        if self._handle_common(identity, message):
+            return
+        kind = message[0]
+        if kind == "configure":
+            _, job_id, spec = message
+            self._reply(identity, self._configure(job_id, spec))
+        elif kind == "release":
+            server = self._servers.pop(message[1], None)
+            if server is not None:
+                server.stop()
+            self._reply(identity, ("released",))
+        elif kind == "shutdown":
+            self._shutdown()
+            self._reply(identity, ("bye",))
+            self._ended_on_purpose = True
+            self._stop.set()
+        else:
+            self._unknown(message)
 
     def _configure(self, job_id, spec):
         try:
@@ -236,7 +334,7 @@ class _PsService(_Service):
             server = _core.ParameterShardServer(
                 layout, self.task_index, spec["initial_values"] or [], optimizer, endpoint=f"{self._host}:*",
                 synchronous=spec["synchronous"], replicas_to_aggregate=spec["replicas_to_aggregate"],
-                max_staleness=spec["max_staleness"], staleness_policy=spec["staleness_policy"])
+                max_staleness=spec["max_staleness"], staleness_policy=spec["staleness_policy"], auth_key=self._key)
             if spec.get("load"):
                 server.load(spec["load"])
             self._servers[job_id] = server
@@ -252,7 +350,8 @@ class _PsService(_Service):
 
 
 def run_task_from_environment():
-    """`python -m mdtrain.distribute_server`: the task TF_CONFIG names, until the chief ends the job."""
+    """`python -m mdtrain._ps.task`: the task TF_CONFIG names, until the chief ends the job. Raises
+    if the task cannot start or its service ends other than by the chief's shutdown."""
     resolver = _cluster.TFConfigClusterResolver()
     server = Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id)
     _log.info("%s %d listening on %s (pid %d)", resolver.task_type, resolver.task_id, server.target, os.getpid())

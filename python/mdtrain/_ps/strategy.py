@@ -21,7 +21,7 @@ import zmq
 
 from mdtrain import _cluster, _core
 from mdtrain import distribute as _distribute
-from mdtrain._ps import wire
+from mdtrain._ps import job_secret, wire
 from mdtrain._ps.coordinator import ParameterServersRestored, default_worker_timeout
 from mdtrain._ps.resources import PerWorkerResource, resolve
 
@@ -98,6 +98,7 @@ class ParameterServerStrategy(_distribute.Strategy):
         self._worker_timeout = _seconds(worker_timeout if worker_timeout is not None else default_worker_timeout(),
                                         "worker_timeout", finite=True)
         self._ps_restart_timeout = _seconds(ps_restart_timeout, "ps_restart_timeout", finite=True)
+        self._auth_key = job_secret.job_key()  # the chief refuses to start without the job's secret
         self._worker_rejoin_timeout = _seconds(worker_rejoin_timeout, "worker_rejoin_timeout")
         self._coordinator = None
         self._jobs = {}  # id(model) -> _PsJob
@@ -182,7 +183,9 @@ class ParameterServerStrategy(_distribute.Strategy):
                 if left <= 0 or not sock.poll(int(left * 1000) + 1):
                     raise TimeoutError(f"ParameterServerStrategy: {what} at {address} did not answer within "
                                        f"{wait_seconds:g} s")
-                return wire.receive(sock)
+                message = wire.receive(sock)
+                if message is not None:  # None: a frame that failed authentication, dropped
+                    return message
         finally:
             sock.close()
 
@@ -289,7 +292,8 @@ class _PsJob:
             endpoints.append(answer[1])
             versions.append(answer[2])
         self.endpoints = endpoints
-        self.client = _core.ParameterServerClient(self.layout, endpoints, _CHIEF_CLIENT_ID, s._timeout)
+        self.client = _core.ParameterServerClient(self.layout, endpoints, _CHIEF_CLIENT_ID, s._timeout,
+                                                  auth_key=s._auth_key)
         self.configured = True
         if s._coordinator is not None:
             s._coordinator._rebase(max(versions))
@@ -400,7 +404,8 @@ def _resolve_model(config, resource_id, creator_bytes):
     entry = _state.jobs.get(config["id"])
     if entry is None:
         layout = _core.PsShardLayout.make(*config["layout"])
-        core = _core.ParameterServerWorkerStrategy(layout, config["endpoints"], _state.task_index, config["timeout"])
+        core = _core.ParameterServerWorkerStrategy(layout, config["endpoints"], _state.task_index, config["timeout"],
+                                                   auth_key=job_secret.job_key())
         entry = _state.jobs[config["id"]] = (core, _WorkerStrategy(core))
     core = entry[0]
     if list(core.endpoints) != list(config["endpoints"]):
