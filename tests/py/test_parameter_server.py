@@ -1,7 +1,9 @@
 """ParameterServerStrategy end to end: parameter-server and worker tasks as processes on loopback
 (LocalCluster, what `python -m mdtrain.launch --ps P --workers W` starts), this test process as
 the chief. Accuracy of the seed model, exact weights in the deterministic mode, a worker and a
-server killed mid-training, checkpoints across server counts, and bad clusters."""
+server killed mid-training, checkpoints across server counts, and bad clusters. Every job runs
+authenticated: this process and its tasks share a job secret (test_ps_security.py tests what the
+secret keeps out)."""
 import json
 import os
 import re
@@ -16,6 +18,7 @@ import pytest
 import mdtrain as tf
 from mdtrain import _core
 from mdtrain._input_context import InputContext
+from mdtrain._ps import job_secret
 from mdtrain._ps.fit import _ArrayBatches
 from mdtrain._ps.local_cluster import LocalCluster, free_ports
 
@@ -27,6 +30,21 @@ Partitioners = tf.distribute.experimental.partitioners
 def resolver_for(cluster):
     return tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster.cluster),
                                                                 task_type="chief", task_id=0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def job_secret_file():
+    """A job secret for the module's jobs: the chief (this process) and the LocalCluster tasks,
+    which inherit this environment."""
+    saved = {k: os.environ.pop(k, None) for k in (job_secret.ENV, job_secret.INSECURE_ENV)}
+    path = job_secret.make_secret_file()
+    os.environ[job_secret.ENV] = path
+    yield path
+    os.environ.pop(job_secret.ENV, None)
+    for k, v in saved.items():
+        if v is not None:
+            os.environ[k] = v
+    job_secret.remove_secret_file(path)
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +126,8 @@ def test_seed_model_reaches_its_accuracy_with_two_servers_and_two_workers(make_s
     assert job.layout.rows[0] == [(0, 392), (392, 784)]
     for stats in job.stats():
         assert stats["updates"] == 5 * steps and stats["pushes_duplicate"] == 0
+        assert stats["frames_rejected"] == 0  # every frame of the job verified with its key
+    assert job.client.authenticated
     # The chief's copy is the servers' weights.
     values, _ = job.client.pull()
     for got, want in zip(model.get_weights(), values):
@@ -370,8 +390,10 @@ def test_launcher_runs_a_parameter_server_job(tmp_path):
         "    model.compile(tf.keras.optimizers.Adam(0.01), 'sparse_categorical_crossentropy', metrics=['accuracy'])\n"
         "model.fit(x, y, batch_size=32, epochs=10, steps_per_epoch=16, verbose=0)\n"
         "print('accuracy', model.evaluate(x, y, verbose=0)[1])\n")
+    # Without a secret of the caller's: the launcher makes one for the job, tasks and chief.
+    env = {k: v for k, v in os.environ.items() if k not in (job_secret.ENV, job_secret.INSECURE_ENV)}
     out = subprocess.run([sys.executable, "-m", "mdtrain.launch", "--ps", "1", "--workers", "2", str(script)],
-                         capture_output=True, text=True, timeout=240)
+                         capture_output=True, text=True, timeout=240, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     accuracy = float(out.stdout.split("accuracy")[-1])
     assert accuracy > 0.9
