@@ -15,17 +15,13 @@ import warnings
 
 import numpy as np
 
+from mdtrain import _safe_hdf5
 from mdtrain.keras.optimizers import LearningRateSchedule
 
 _PAIRED = ("Adam", "AdamW")  # Keras creates momentum and velocity per variable, side by side
 
 
-def _h5py():
-    try:
-        import h5py
-    except ImportError:  # a dependency of mdtrain; missing only in a broken install
-        raise ImportError("Keras weight files need h5py: pip install h5py") from None
-    return h5py
+_h5py = _safe_hdf5.h5py  # for writing; reading goes through _safe_hdf5.File
 
 
 def slot_kinds(optimizer):
@@ -147,51 +143,81 @@ def write(model, path, include_optimizer=True):
                 group.create_dataset(str(i), data=v)
 
 
-def _vars(group, where):
-    try:
-        count = len(group)
-        return [np.asarray(group[str(i)][()]) for i in range(count)]
-    except KeyError as e:
-        raise ValueError(f"{where}: variables are not numbered 0..{len(group) - 1}: {e}") from None
+def weights_file_bound(model):
+    """A bound on the size of the model's weights file: every weight and up to four optimizer
+    variables per weight (Adam's moments, AMSGrad's maximum, a margin) as float64, plus HDF5's
+    overhead per object."""
+    weights = [w for layer in model._layers for w in layer.get_weights()]
+    return 8 * 5 * sum(w.size for w in weights) + 16 * 4096 * (len(weights) + len(model._layers) + 16) + (16 << 20)
 
 
-def read(model, path, where, include_optimizer=True):
-    """Sets the model's weights (and, when compiled and present, optimizer state) from a file."""
-    h5py = _h5py()
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise ValueError(f"{where}: {path} is not a readable HDF5 weights file ({e})") from None
-    with f:
-        if "layers" not in f:
+def _vars(group, shapes):
+    """The variables 0..len(shapes)-1 of a vars group, each checked against its shape before it
+    is read."""
+    return [group.read(str(i), shape=shape) for i, shape in enumerate(shapes)]
+
+
+def _optimizer_shapes(model):
+    """The shapes of the optimizer's variables as Keras lists them: iterations, the learning rate
+    (not for a schedule), then one slot per entry of the Keras slot order."""
+    shapes = {n: w.shape for layer in model._layers
+              for n, w in zip(layer._core.weight_names(), layer.get_weights())}
+    scalars = [()] if isinstance(model.optimizer._learning_rate, LearningRateSchedule) else [(), ()]
+    return scalars, [shapes[name.rsplit("/", 1)[0]] for name in _keras_slot_order(model)]
+
+
+def read(model, path, where, include_optimizer=True, display=None):
+    """Sets the model's weights (and, when compiled and present, optimizer state) from a file.
+
+    Read through mdtrain._safe_hdf5: links, external storage and virtual datasets are refused, and
+    every dataset is checked against the shape of the variable it sets before it is read. Errors
+    name `display` (default: the path) as the file."""
+    with _safe_hdf5.File(path, where, display) as f:
+        path = f.path
+        stored = f.root.group("layers")
+        if stored is None:
             raise ValueError(f"{where}: {path} has no 'layers' group: not a Keras 3 weights file")
-        stored = f["layers"]
         names = layer_keys(model)
+        keys = stored.keys()
         if model._graph is not None:
             # Keras numbers a functional model's layer groups in its own graph order; each group
             # names its layer, so match by name where every layer is found that way.
             by_name = {}
-            for key in stored:
-                vars_group = stored[key].get("vars")
-                if vars_group is not None and "name" in vars_group.attrs:
-                    by_name[vars_group.attrs["name"]] = key
+            for key in keys:
+                layer_group = stored.get(key)
+                vars_group = layer_group.group("vars") if isinstance(layer_group, _safe_hdf5.Group) else None
+                name = vars_group.attr("name") if vars_group is not None else None
+                if isinstance(name, str):
+                    by_name[name] = key
             if all(layer.name in by_name for layer in model._layers):
                 names = [by_name[layer.name] for layer in model._layers]
-        missing = [n for n in names if n not in stored]
+        missing = [n for n in names if n not in keys]
         if missing:
-            raise ValueError(f"{where}: {path} holds layers {sorted(stored.keys())}, model '{model.name}' needs "
+            raise ValueError(f"{where}: {path} holds layers {sorted(keys)}, model '{model.name}' needs "
                              f"{names} (missing: {missing})")
         weights = []
         for layer, name in zip(model._layers, names):
             expected = [w.shape for w in layer.get_weights()]
-            values = _vars(stored[name]["vars"], where) if "vars" in stored[name] else []
-            if [v.shape for v in values] != expected:
-                raise ValueError(f"{where}: layer '{name}' in {path} has weights of shapes "
-                                 f"{[v.shape for v in values]}, the model's layer '{layer.name}' has {expected}")
-            weights += values
+            layer_group = stored.group(name)
+            group = layer_group.group("vars")
+            count = len(group) if group is not None else 0
+            # The shapes from the metadata (nothing read yet), to name the layer when they differ.
+            found = [getattr(group.get(str(i)), "shape", None) for i in range(count)]
+            if found != expected:
+                raise ValueError(f"{where}: layer '{name}' in {path} has weights of shapes {found}, the model's "
+                                 f"layer '{layer.name}' has {expected}")
+            weights += _vars(group, expected) if expected else []
         optimizer = None
-        if include_optimizer and model.optimizer is not None and "optimizer" in f and "vars" in f["optimizer"]:
-            optimizer = _vars(f["optimizer"]["vars"], where)
+        group = f.root.group("optimizer/vars") if include_optimizer and model.optimizer is not None else None
+        if group is not None and len(group):
+            scalars, slots = _optimizer_shapes(model)
+            count = len(group)
+            if count == len(scalars) + len(slots):
+                optimizer = _vars(group, scalars + slots)
+            elif count == len(scalars):
+                optimizer = _vars(group, scalars)
+            else:  # optimizer_from_keras warns and skips it, as Keras does; nothing is read
+                optimizer = [None] * count
     model.set_weights(weights)
     if optimizer:
         optimizer_from_keras(model, optimizer, where)
