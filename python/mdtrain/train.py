@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from mdtrain import _safe_hdf5
 from mdtrain._atomic import atomic_path
 from mdtrain._cluster import ClusterSpec  # noqa: F401  (tf.train.ClusterSpec)
 
@@ -107,14 +108,23 @@ class Checkpoint:
     def _read_loop_optimizer(self, group, optimizer, path):
         variables = self._model.trainable_variables
         state = []
-        for i, saved in enumerate(json.loads(group.attrs["names"])):
+        try:
+            saved_names = json.loads(group.attr("names") or "[]")
+        except (TypeError, ValueError):
+            saved_names = None
+        if not isinstance(saved_names, list) or not all(isinstance(n, str) for n in saved_names):
+            raise ValueError(f"tf.train.Checkpoint: {path}: {group.path} has no valid 'names' attribute (a JSON "
+                             "list of slot names)")
+        largest = 8 * max((int(np.prod(v.shape)) for v in variables), default=0) + 8
+        for i, saved in enumerate(saved_names):
             index, _, kind = saved.partition("/")
             if index.isdigit():
                 if int(index) >= len(variables):
                     raise ValueError(f"tf.train.Checkpoint: {path} holds optimizer slots for more variables than "
                                      f"the model's {len(variables)}")
                 saved = f"{variables[int(index)].path}/{kind}"
-            state.append((saved, np.asarray(group[str(i)][()])))
+            shape = tuple(variables[int(index)].shape) if index.isdigit() else None
+            state.append((saved, group.read(str(i), shape=shape, max_bytes=largest)))
         optimizer._standalone.set_state(state)
         # The optimizer now holds slots for the model's variables: apply_gradients continues them.
         if optimizer.__dict__.get("_tape_variable_ids") is None and len(state) > 1:
@@ -141,17 +151,20 @@ class Checkpoint:
             return self._defer(path)
         if self._model is not None:
             _keras_weights.read(self._model, path, "tf.train.Checkpoint", self._include_optimizer)
-        with _h5py().File(path, "r") as f:
-            group = f.get("checkpoint")
+        # Through the safe reader: nothing outside the file, each dataset checked before it is read.
+        with _safe_hdf5.File(path, "tf.train.Checkpoint") as f:
+            group = f.root.group("checkpoint")
             for name, var in self._values.items():
                 if group is None or name not in group:
                     raise ValueError(f"tf.train.Checkpoint: {path} holds no value for {name!r}")
-                var.assign(group[name][()])
+                var.assign(group.read(name, shape=np.shape(var.numpy())))
             for name, opt in self._loop_optimizers.items():
-                if group is not None and f"optimizers/{name}" in group:
-                    self._read_loop_optimizer(group[f"optimizers/{name}"], opt, path)
-            if group is not None and "save_counter" in group.attrs:
-                self.save_counter.value = int(group.attrs["save_counter"])
+                loop_group = group.group(f"optimizers/{name}") if group is not None else None
+                if loop_group is not None:
+                    self._read_loop_optimizer(loop_group, opt, path)
+            save_counter = group.attr("save_counter") if group is not None else None
+            if save_counter is not None:
+                self.save_counter.value = int(save_counter)
         return _LoadStatus()
 
     restore = read
