@@ -27,6 +27,22 @@ class UnsupportedKerasObject(ValueError):
     """A Keras file names a layer, loss, optimizer, metric or argument mdtrain does not support."""
 
 
+def _registry(module, base):
+    """The public classes of `module` deriving from `base`, by class name: a config's class_name
+    is looked up here, never with getattr on a module (where "__class__", "__loader__" or an
+    imported helper would be found and called)."""
+    return {name: obj for name, obj in vars(module).items()
+            if not name.startswith("_") and isinstance(obj, type) and issubclass(obj, base) and obj is not base}
+
+
+INITIALIZERS = _registry(_initializers, _initializers.Initializer)
+REGULARIZERS = _registry(_regularizers, _regularizers.Regularizer)
+LOSSES = _registry(_losses, _losses.Loss)
+METRICS = _registry(_metrics, _metrics.Metric)
+OPTIMIZERS = _registry(_optimizers, _optimizers.Optimizer)
+SCHEDULES = _registry(_schedules, _schedules.LearningRateSchedule)
+
+
 def _wrap(module, class_name, config):
     return {"module": module, "class_name": class_name, "config": config, "registered_name": None}
 
@@ -141,32 +157,49 @@ def _kwargs(cls, config, what):
     return out
 
 
-def _object(module, entry, what):
+def _config_of(entry, what):
+    config = entry.get("config")
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{what}: config is a {type(config).__name__}, expected an object")
+    return dict(config)
+
+
+def _lookup(registry, class_name, what):
+    cls = registry.get(class_name) if isinstance(class_name, str) else None
+    if cls is None:
+        raise UnsupportedKerasObject(f"{what}: {class_name!r} is not supported by mdtrain (supported: "
+                                     f"{', '.join(sorted(registry))})")
+    return cls
+
+
+def _object(registry, entry, what):
     """An mdtrain object for a Keras-serialized one (a name or None passes through)."""
     if entry is None or isinstance(entry, (str, int, float)):
         return entry
     if not isinstance(entry, dict) or "class_name" not in entry:
         raise ValueError(f"{what}: expected a Keras object {{'class_name': ..., 'config': ...}}, got {entry!r}")
-    cls = getattr(module, entry["class_name"], None)
-    if not isinstance(cls, type):
-        raise UnsupportedKerasObject(f"{what}: {entry['class_name']} is not supported by mdtrain")
-    return cls(**_kwargs(cls, dict(entry.get("config") or {}), f"{what} {entry['class_name']}"))
+    cls = _lookup(registry, entry["class_name"], what)
+    return cls(**_kwargs(cls, _config_of(entry, what), f"{what} {entry['class_name']}"))
 
 
 def layer_from_keras(entry):
+    if not isinstance(entry, dict):
+        raise ValueError(f"a layer entry is a {type(entry).__name__}, expected an object with class_name and config")
     class_name = entry.get("class_name")
-    cls = _layers._CLASSES.get(class_name)
+    cls = _layers._CLASSES.get(class_name) if isinstance(class_name, str) else None
     if cls is None:
         raise UnsupportedKerasObject(f"layer class {class_name!r} is not supported by mdtrain (supported: "
                                      f"{', '.join(sorted(_layers._CLASSES))})")
-    config = dict(entry.get("config") or {})
+    config = _config_of(entry, f"layer {class_name}")
     config.pop("dtype", None)
     name = config.get("name", class_name)
     for key, value in list(config.items()):
         if key.endswith("_initializer"):
-            config[key] = _object(_initializers, value, f"layer {name!r} {key}")
+            config[key] = _object(INITIALIZERS, value, f"layer {name!r} {key}")
         elif key.endswith("_regularizer"):
-            config[key] = _object(_regularizers, value, f"layer {name!r} {key}")
+            config[key] = _object(REGULARIZERS, value, f"layer {name!r} {key}")
     return cls(**_kwargs(cls, config, f"layer {name!r} ({class_name})"))
 
 
@@ -250,27 +283,22 @@ def compile_from_keras(compile_config):
     """compile() keyword arguments for a Keras compile_config."""
     opt = compile_config.get("optimizer")
     if isinstance(opt, dict):
-        cls = getattr(_optimizers, opt.get("class_name", ""), None)
-        if not (isinstance(cls, type) and issubclass(cls, _optimizers.Optimizer)):
-            raise UnsupportedKerasObject(f"optimizer {opt.get('class_name')!r} is not supported by mdtrain")
-        opt_config = dict(opt.get("config") or {})
+        cls = _lookup(OPTIMIZERS, opt.get("class_name"), "optimizer")
+        opt_config = _config_of(opt, "optimizer")
         lr = opt_config.get("learning_rate")
         if isinstance(lr, dict):
-            opt_config["learning_rate"] = _object(_schedules, lr, "optimizer learning_rate schedule")
+            opt_config["learning_rate"] = _object(SCHEDULES, lr, "optimizer learning_rate schedule")
         optimizer = cls(**_kwargs(cls, opt_config, f"optimizer {opt['class_name']}"))
     else:
         optimizer = opt
     def loss_from(loss):
-        return _object(_losses, loss, "loss") if isinstance(loss, dict) and "class_name" in loss else loss
+        return _object(LOSSES, loss, "loss") if isinstance(loss, dict) and "class_name" in loss else loss
 
     def metric_from(m):
         if isinstance(m, (list, tuple)):  # one output's metrics (a model with several outputs)
             return [metric_from(e) for e in m]
         if isinstance(m, dict):
-            cls = getattr(_metrics, m.get("class_name", ""), None)
-            if cls is None or not isinstance(cls, type):
-                raise UnsupportedKerasObject(f"metric {m.get('class_name')!r} is not supported by mdtrain")
-            m = cls()
+            m = _lookup(METRICS, m.get("class_name"), "metric")()
         return m
 
     loss = compile_config.get("loss")
