@@ -41,6 +41,9 @@ def as_indices(x, argname="x"):
 def _numeric_array(x, argname):
     if x is None:
         raise ValueError(f"{argname} is required")
+    if hasattr(x, "__next__") and not hasattr(x, "__array__"):  # a generator or other iterator
+        raise TypeError(f"{argname} is a {type(x).__name__} (an iterator); pass arrays, or a dataset such as "
+                        f"tf.data.Dataset.from_generator(...) yielding (x, y) batches")
     try:
         arr = np.asarray(x)
     except Exception as e:  # ragged lists and the like
@@ -117,10 +120,28 @@ def _unwrap(dataset):
     return dataset._dataset if isinstance(dataset, distribute.DistributedDataset) else dataset
 
 
-def _xy(element, where):
+def _xy(element, where, batch=None):
+    at = "" if batch is None else f" at batch {batch}"
     if not isinstance(element, (tuple, list)) or len(element) < 2:
-        raise ValueError(f"{where}: a dataset must yield (x, y) pairs, got {type(element).__name__}")
+        found = type(element).__name__ if not isinstance(element, (tuple, list)) else \
+            f"a {type(element).__name__} of {len(element)}"
+        raise ValueError(f"{where}: x (a dataset) yielded {found}{at}; each element must be an (x, y) pair")
+    if element[0] is None or element[1] is None:
+        raise ValueError(f"{where}: x (a dataset) yielded an element whose {'x' if element[0] is None else 'y'} is "
+                         f"None{at}")
     return element[0], element[1]
+
+
+_END = object()
+
+
+def _next_element(source, where, batch):
+    """The next element of a dataset iterator (_END when exhausted; a None element is an element,
+    not the end); an error raised while producing it names x and the batch."""
+    try:
+        return next(source, _END)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"{where}: x (a dataset) failed to produce batch {batch}: {e}") from e
 
 
 def materialize(dataset, where, need_y=True, steps=None):
@@ -133,12 +154,18 @@ def materialize(dataset, where, need_y=True, steps=None):
     if dataset.cardinality() < 0 and dataset.cardinality() != -2:
         raise ValueError(f"{where}: the dataset is infinite (repeat()); take() a finite part of it")
     xs, ys = [], []
-    for element in dataset:
+    source = iter(dataset)
+    while (element := _next_element(source, where, len(xs))) is not _END:
         if need_y:
-            x, y = _xy(element, where)
+            x, y = _xy(element, where, len(xs))
             ys.append(np.asarray(y))
+            if ys[-1].ndim and np.ndim(x) and len(ys[-1]) != len(x):
+                raise ValueError(f"{where}: x (a dataset) yielded batch {len(xs)} with {len(x)} inputs and "
+                                 f"{len(ys[-1])} labels")
         else:
             x = element[0] if isinstance(element, (tuple, list)) else element
+            if x is None:
+                raise ValueError(f"{where}: x (a dataset) yielded None at batch {len(xs)}")
         xs.append(np.asarray(x))
     if not xs:
         raise ValueError(f"{where}: the dataset is empty")
@@ -221,14 +248,19 @@ class DatasetEpochs:
             source, limit = self._element_iter, self.steps
         count = 0
         while limit is None or count < limit:
-            element = next(source, None)
-            if element is None:
+            element = _next_element(source, self.where, count)
+            if element is _END:
                 if limit is None:
                     return
                 self._element_iter = source = iter(self.dataset)
-                element = next(source, None)
-                if element is None:
+                element = _next_element(source, self.where, count)
+                if element is _END:
                     return
-            x, y = _xy(element, self.where)
+            x, y = _xy(element, self.where, count)
+            where = f"{self.where}: x (a dataset) batch {count}"
+            features, labels = self._features(x, f"{where}: x"), as_labels(y, f"{where}: y")
+            if len(features) != len(labels):
+                raise ValueError(f"{where} has {len(features)} inputs (shape {features.shape}) and {len(labels)} "
+                                 f"labels (shape {labels.shape}); they must match")
             count += 1
-            yield self._features(x), as_labels(y)
+            yield features, labels
