@@ -4,11 +4,14 @@
 #   scripts/fuzz.sh [seconds-per-target] [target...]       default: 60 s each, every target
 #   targets: model_file (load_model_file, i.e. model files and BackupAndRestore backups),
 #            model_load (Model::load: the reader plus layer/compile configs), idx (the IDX reader,
-#            Python, via atheris; skipped with a message when atheris is not importable)
+#            Python, via atheris; skipped with a message when atheris is not importable),
+#            keras_file (load_model on .keras archives) and weights_h5 (load_weights on .weights.h5,
+#            the HDF5 reader .keras and tf.train.Checkpoint share): Python via atheris, needing
+#            mdtrain's extension built (skipped with a message when `import mdtrain` fails)
 # Inputs that grew coverage are kept in build/fuzz/corpus/<target>/ (reused by the next run; the
 # committed seeds are only read). Findings (crash-*, leak-*, timeout-*, oom-*) go to
 # build/fuzz/findings/<target>/ and make the script exit 1; reproduce one with
-#   build/fuzz/tests/fuzz/<target>_fuzzer <file>     (or python tests/fuzz/idx_fuzzer.py <file>)
+#   build/fuzz/tests/fuzz/<target>_fuzzer <file>     (or python tests/fuzz/<target>_fuzzer.py <file>)
 # then fix the cause and commit the input to tests/fuzz/corpus/<target>/ as a regression seed.
 # Environment: MDTRAIN_FUZZ_CXX (default: the newest clang++-NN >= 16 found, else clang++),
 # MDTRAIN_FUZZ_PYTHON (the Python with atheris and NumPy, default python3),
@@ -18,7 +21,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(model_file model_load idx)
+[ ${#targets[@]} -gt 0 ] || targets=(model_file model_load idx keras_file weights_h5)
 build=build/fuzz
 python=${MDTRAIN_FUZZ_PYTHON:-python3}
 
@@ -26,8 +29,8 @@ needs_cxx=0
 for t in "${targets[@]}"; do
   case "$t" in
     model_file|model_load) needs_cxx=1 ;;
-    idx) ;;
-    *) echo "fuzz.sh: unknown target '$t' (model_file, model_load, idx)" >&2; exit 2 ;;
+    idx|keras_file|weights_h5) ;;
+    *) echo "fuzz.sh: unknown target '$t' (model_file, model_load, idx, keras_file, weights_h5)" >&2; exit 2 ;;
   esac
 done
 cxx_targets_skipped=""
@@ -70,6 +73,12 @@ for t in "${targets[@]}"; do
       continue
     fi
     cmd=("$python" tests/fuzz/idx_fuzzer.py)
+  elif [ "$t" = keras_file ] || [ "$t" = weights_h5 ]; then
+    if ! PYTHONPATH=python "$python" -c "import atheris, h5py, mdtrain" 2>/dev/null; then
+      echo "fuzz.sh: $t skipped: atheris, h5py or mdtrain (its built extension) is not importable by $python"
+      continue
+    fi
+    cmd=(env PYTHONPATH=python "$python" "tests/fuzz/${t}_fuzzer.py")
   else
     if [ -n "$cxx_targets_skipped" ]; then echo "fuzz.sh: $t skipped: $cxx_targets_skipped"; continue; fi
     cmd=("$build/tests/fuzz/${t}_fuzzer")
