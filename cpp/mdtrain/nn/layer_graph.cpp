@@ -99,6 +99,7 @@ void LayerGraph::build(std::uint64_t seed, DType dtype) {
   MDTRAIN_CHECK(!nodes_.empty(), std::invalid_argument, "[functional] cannot build a model with no layers");
   MDTRAIN_CHECK(!outputs_.empty(), std::invalid_argument, "[functional] the model's outputs are not set");
   std::vector<Shape> shapes = input_shapes_;
+  std::size_t weighted = 0;  // nodes with weights so far: the seeds' index (layer_seed)
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     Node& node = nodes_[i];
     if (auto* merge = dynamic_cast<MergeLayer*>(node.layer.get())) {
@@ -106,8 +107,9 @@ void LayerGraph::build(std::uint64_t seed, DType dtype) {
       for (int v : node.inputs) in.push_back(shapes[static_cast<std::size_t>(v)]);
       merge->build_inputs(in, dtype);
     } else {
-      node.layer->build(shapes[static_cast<std::size_t>(node.inputs[0])], layer_seed(seed, i), dtype);
+      node.layer->build(shapes[static_cast<std::size_t>(node.inputs[0])], layer_seed(seed, weighted), dtype);
     }
+    if (!node.layer->parameters().empty()) ++weighted;
     shapes.push_back(node.layer->output_shape());
   }
   dtype_ = dtype;

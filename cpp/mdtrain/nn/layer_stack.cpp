@@ -15,7 +15,7 @@ void LayerStack::add(std::shared_ptr<Layer> layer) {
     const std::size_t i = layers_.size() - 1;
     const Shape shape = layers_[i - 1]->output_shape();
     try {
-      layers_[i]->build(shape, layer_seed(seed_, i), dtype_);
+      layers_[i]->build(shape, layer_seed(seed_, weighted_before(layers_, i)), dtype_);
     } catch (...) {
       layers_.pop_back();
       throw;
@@ -27,8 +27,10 @@ void LayerStack::add(std::shared_ptr<Layer> layer) {
 void LayerStack::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
   MDTRAIN_CHECK(!layers_.empty(), std::invalid_argument, "[sequential] cannot build a model with no layers");
   Shape shape = input_shape;
+  std::size_t weighted = 0;  // layers with weights so far: the seeds' index (layer_seed)
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->build(shape, layer_seed(seed, i), dtype);
+    layers_[i]->build(shape, layer_seed(seed, weighted), dtype);
+    if (!layers_[i]->parameters().empty()) ++weighted;
     shape = layers_[i]->output_shape();
   }
   seed_ = seed;

@@ -11,6 +11,13 @@ std::uint64_t layer_seed(std::uint64_t seed, std::size_t index) {
   return z ^ (z >> 31);
 }
 
+std::size_t weighted_before(const LayerList& layers, std::size_t end) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < end && i < layers.size(); ++i)
+    if (!layers[i]->parameters().empty()) ++count;
+  return count;
+}
+
 ParameterList parameters_of(const LayerList& layers) {
   ParameterList all;
   for (const auto& layer : layers)

@@ -15,8 +15,14 @@ namespace mdtrain {
 using LayerList = std::vector<std::shared_ptr<Layer>>;
 
 // The seed of the layer at `index` in a network seeded with `seed` (a splitmix64 step: distinct
-// and well mixed per position, so one model seed initialises every layer differently).
+// and well mixed per position, so one model seed initialises every layer differently). `index`
+// counts only the layers with weights before it (weighted_before): a layer without weights
+// (Flatten, Activation, Dropout, PipelineSplit...) draws nothing, as in Keras, so inserting one
+// changes no initial weight; in a model without such layers it is the position, as it always was.
 std::uint64_t layer_seed(std::uint64_t seed, std::size_t index);
+
+// How many of layers[0, end) have weights (built layers: their parameters() are known).
+std::size_t weighted_before(const LayerList& layers, std::size_t end);
 
 // Every weight of `layers` in get_weights() order (layer by layer, each in Keras's order); the
 // trainable ones in that order are the packed order.

@@ -171,7 +171,11 @@ def call_layer(layer, inputs, training=None):
             raise ValueError(f"Layer '{layer.name}' needs inputs with a batch axis, got a scalar")
         from mdtrain import _random
 
-        _core.tape_build_layer(layer._core, list(x.shape[1:]), _random.draw_seed())
+        def build(seed):
+            _core.tape_build_layer(layer._core, list(x.shape[1:]), seed)
+            return bool(layer._core.weight_names())  # a layer without weights keeps the seed undrawn
+
+        _random.build_with_seed(build)
     training = bool(training)
     step = layer.__dict__.get("_tape_training_calls", 0)
     with _holding(model, f"layer '{layer.name}'"):

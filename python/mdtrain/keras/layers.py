@@ -248,7 +248,8 @@ class Dropout(Layer):
             raise NotImplementedError("Dropout: noise_shape is not supported yet")
         self.rate = float(rate)
         self._core = _core_layer("Dropout", {"name": self._name, "rate": self.rate,
-                                             "seed": _random.draw_seed() if seed is None else int(seed)})
+                                             # its own stream: a Dropout shifts no weights' seeds
+                                             "seed": _random.draw_mask_seed() if seed is None else int(seed)})
 
 
 class Masking(Layer):
