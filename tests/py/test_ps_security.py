@@ -178,6 +178,34 @@ def test_bodies_are_json_with_checked_arrays_and_never_carry_objects():
         wire.decode(b"\xff\xff\xff\x7fshort")
 
 
+def test_messages_are_bounded_in_size_at_both_ends(monkeypatch):
+    monkeypatch.setenv("MDTRAIN_PS_MAX_MESSAGE_BYTES", str(1 << 16))
+    with pytest.raises(ValueError, match="over the 65536 bytes.*MDTRAIN_PS_MAX_MESSAGE_BYTES"):
+        wire.dumps(bytes(70000))
+    router = wire.new_socket(zmq.ROUTER, key=KEY)
+    try:
+        assert router.getsockopt(zmq.MAXMSGSIZE) == 1 << 16
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        client = wire.new_socket(zmq.DEALER, key=KEY)
+        client.connect(f"tcp://127.0.0.1:{port}")
+        with pytest.raises(ValueError, match="MDTRAIN_PS_MAX_MESSAGE_BYTES"):
+            wire.send(client, ("run", 1, None, bytes(70000)))
+        raw = wire.context().socket(zmq.DEALER)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.connect(f"tcp://127.0.0.1:{port}")
+        raw.send(bytes(100000))  # ZeroMQ drops the connection of a peer sending more than the bound
+        assert not router.poll(500)
+        wire.send(client, ("ping", 1))
+        assert receive(router) == ("ping", 1)
+        for s in (client, raw):
+            s.close()
+    finally:
+        router.close()
+    monkeypatch.setenv("MDTRAIN_PS_MAX_MESSAGE_BYTES", "lots")
+    with pytest.raises(ValueError, match="MDTRAIN_PS_MAX_MESSAGE_BYTES must be"):
+        wire.max_message_bytes()
+
+
 # ---- the job secret -------------------------------------------------------------------------------
 def test_job_key_comes_from_the_secret_or_its_file_and_refuses_unsafe_ones(tmp_path, caplog, monkeypatch):
     assert job_secret.job_key({"MDTRAIN_JOB_SECRET": SECRET}) == KEY

@@ -185,10 +185,11 @@ class _WorkerService(_Service):
         super().__init__(address, task_index, key)
         self.num_workers = num_workers
         self._jobs = queue.Queue()
-        self._results_in = wire.new_socket(zmq.PAIR)
+        # In-process: the executor hands encoded replies to the serving thread, which signs them.
+        self._results_in = wire.new_socket(zmq.PAIR, key=None)
         endpoint = f"inproc://mdtrain-worker-results-{id(self)}"
         self._results_in.bind(endpoint)
-        self._results_out = wire.new_socket(zmq.PAIR)
+        self._results_out = wire.new_socket(zmq.PAIR, key=None)
         self._results_out.connect(endpoint)
         self._executor = threading.Thread(target=self._guarded, args=(self._execute,),
                                           name="mdtrain-worker-closures", daemon=True)

@@ -66,6 +66,7 @@ MAX_MESSAGE_ENV = "MDTRAIN_PS_MAX_MESSAGE_BYTES"
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 
 _MAX_ARRAY_DIMS = 32
+_ENVELOPE_ROOM = 1 << 16  # a pickled field's message: the frame header and the JSON around it
 _REJECT_LOG_SECONDS = 60.0
 _REJECT_LOG_PEERS = 1024
 
@@ -117,8 +118,13 @@ class _Pickler(cloudpickle.Pickler):
 
 
 def dumps(obj):
+    """Pickles what carries code (a closure, a result); refuses what no task would take."""
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    limit = max_message_bytes()
+    if buffer.tell() > limit - _ENVELOPE_ROOM:
+        raise ValueError(f"wire: {type(obj).__name__} pickles to {buffer.tell()} bytes, over the {limit} bytes a task "
+                         f"takes in one message ({MAX_MESSAGE_ENV}; set it on the chief and every task)")
     return buffer.getvalue()
 
 
