@@ -204,8 +204,11 @@ def read(model, path, where, include_optimizer=True, display=None):
             # The shapes from the metadata (nothing read yet), to name the layer when they differ.
             found = [getattr(group.get(str(i)), "shape", None) for i in range(count)]
             if found != expected:
+                first = next((i for i, (f, e) in enumerate(zip(found, expected)) if f != e), None)
+                detail = "" if first is None else (f" (dataset {group.path}/{first} has shape {found[first]}, "
+                                                   f"expected {expected[first]})")
                 raise ValueError(f"{where}: layer '{name}' in {path} has weights of shapes {found}, the model's "
-                                 f"layer '{layer.name}' has {expected}")
+                                 f"layer '{layer.name}' has {expected}{detail}")
             weights += _vars(group, expected) if expected else []
         optimizer = None
         group = f.root.group("optimizer/vars") if include_optimizer and model.optimizer is not None else None
