@@ -136,6 +136,7 @@ class Layer:
     def __call__(self, inputs, training=None, **kwargs):
         """The layer on an eager tensor (recorded by GradientTape; builds a layer of no model), or on
         KerasTensors: a node of a functional model (_keras_tensor.call_symbolic)."""
+        _refuse_call_kwargs(self, kwargs)
         if _keras_tensor.is_symbolic(inputs):
             return _keras_tensor.call_symbolic(self, inputs)
         return _keras_layers().call_layer(self, inputs, training)
@@ -233,8 +234,23 @@ class Activation(Layer):
             "name": self._name, "activation": _activation_name(activation, f'Activation "{self._name}"')})
 
 
+def _refuse_call_kwargs(layer, kwargs):
+    """Keras passes other call arguments (mask=...) on to call(); mdtrain's layers take none, so
+    they are refused rather than dropped."""
+    if kwargs:
+        raise TypeError(f'Layer "{layer.name}" ({type(layer).__name__}) was called with unexpected keyword arguments '
+                        f"{sorted(kwargs)}; it takes inputs and training"
+                        + (" (masks come from a Masking or Embedding(mask_zero=True) layer)" if "mask" in kwargs
+                           else ""))
+
+
 class Flatten(Layer):
     def __init__(self, data_format=None, **kwargs):
+        # channels_first would flatten in another order (Keras moves the channels last first);
+        # mdtrain's images are channels_last only.
+        if data_format not in (None, "channels_last"):
+            raise ValueError(f"Flatten: data_format={data_format!r} is not supported (only 'channels_last', as the "
+                             "convolutions)")
         super().__init__(**kwargs)
         self._core = _core_layer("Flatten", {"name": self._name})
 
@@ -307,7 +323,27 @@ def _returns_sequences(layer):
 class InputLayer:
     """Declares the input shape of a Sequential model (not a layer of its own in model.layers)."""
 
-    def __init__(self, shape=None, batch_size=None, dtype=None, name=None, input_shape=None, **kwargs):
+    def __init__(self, shape=None, batch_size=None, dtype=None, name=None, input_shape=None, batch_shape=None,
+                 sparse=None, **kwargs):
+        if kwargs:
+            raise TypeError(f"InputLayer: unexpected keyword arguments {sorted(kwargs)}")
+        if sparse:
+            raise NotImplementedError("InputLayer: sparse=True is not supported (inputs are dense arrays)")
+        if dtype is not None:
+            try:
+                kind = np.dtype(dtype).kind
+            except TypeError:
+                kind = None
+            if kind not in ("f", "i", "u"):  # the model converts inputs for its first layer
+                raise ValueError(f"InputLayer: dtype must be a numeric dtype, got {dtype!r}")
+        if batch_shape is not None:
+            if shape is not None or input_shape is not None:
+                raise ValueError("InputLayer: give shape or batch_shape, not both")
+            batch_shape = tuple(batch_shape)
+            if not batch_shape:
+                raise ValueError("InputLayer: batch_shape needs a batch axis, got ()")
+            batch_size = batch_shape[0] if batch_size is None else batch_size
+            shape = batch_shape[1:]
         shape = shape if shape is not None else input_shape
         if shape is None:
             raise ValueError("InputLayer: `shape` is required, e.g. InputLayer(shape=(784,))")
@@ -725,6 +761,8 @@ class _Merge(Layer):
         return {"name": self._name}
 
     def __call__(self, inputs, training=None, **kwargs):
+        # training changes nothing in a merge (as in Keras); other arguments are refused.
+        _refuse_call_kwargs(self, kwargs)
         if _keras_tensor.is_symbolic(inputs):
             return _keras_tensor.call_symbolic(self, inputs)
         if not isinstance(inputs, (list, tuple)) or len(inputs) < 2:
@@ -888,6 +926,7 @@ class _Recurrent(Layer):
 
     def __call__(self, inputs, training=None, initial_state=None, **kwargs):
         # initial_state / return_state: eager calls only (_eager/recurrent_state.py, C++ state API).
+        _refuse_call_kwargs(self, kwargs)
         if initial_state is None and not self.return_state:
             return super().__call__(inputs, training, **kwargs)
         symbolic = [_keras_tensor.is_symbolic(t) for t in [inputs] + list(
@@ -900,6 +939,16 @@ class _Recurrent(Layer):
                 "layer eagerly (it works there, with GradientTape)")
         from mdtrain._eager.recurrent_state import call_with_state
         return call_with_state(self, inputs, initial_state, training)
+
+
+def _check_use_cudnn(use_cudnn, cls_name):
+    """Keras raises when use_cudnn=True cannot be honoured; mdtrain has no cuDNN kernels (its own
+    recurrent kernels give the same results), so only "auto" and False are accepted."""
+    if use_cudnn is True:
+        raise ValueError(f"{cls_name}: use_cudnn=True was specified, but mdtrain has no cuDNN kernels; use 'auto' or "
+                         "False")
+    if use_cudnn not in ("auto", False):
+        raise ValueError(f"{cls_name}: use_cudnn must be 'auto', True or False, got {use_cudnn!r}")
 
 
 class SimpleRNN(_Recurrent):
@@ -938,6 +987,7 @@ class LSTM(_Recurrent):
                  activity_regularizer=None, kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
                  dropout=0.0, recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False,
                  go_backwards=False, stateful=False, unroll=False, use_cudnn="auto", **kwargs):
+        _check_use_cudnn(use_cudnn, type(self).__name__)
         super().__init__(**kwargs)
         self._make(units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
                    bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer,
@@ -958,6 +1008,7 @@ class GRU(_Recurrent):
                  kernel_constraint=None, recurrent_constraint=None, bias_constraint=None, dropout=0.0,
                  recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False, go_backwards=False,
                  stateful=False, unroll=False, reset_after=True, use_cudnn="auto", **kwargs):
+        _check_use_cudnn(use_cudnn, type(self).__name__)
         super().__init__(**kwargs)
         self._make(units, activation, recurrent_activation, use_bias, kernel_initializer, recurrent_initializer,
                    bias_initializer, kernel_regularizer, recurrent_regularizer, bias_regularizer,

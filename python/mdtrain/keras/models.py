@@ -79,7 +79,7 @@ class Model:
         inputs = kwargs.pop("inputs", args[0] if len(args) > 0 else None)
         outputs = kwargs.pop("outputs", args[1] if len(args) > 1 else None)
         name = kwargs.pop("name", None)
-        kwargs.pop("trainable", None)
+        _check_trainable(kwargs.pop("trainable", True), "keras.Model")
         if len(args) > 2 or kwargs:
             raise TypeError(f"keras.Model: unexpected arguments {list(args[2:]) + sorted(kwargs)}")
         if inputs is None and outputs is None:
@@ -270,7 +270,21 @@ class Model:
         """The layers' weight penalties, one scalar tensor per regularized layer (differentiable)."""
         return [loss for layer in self._layers for loss in layer.losses]
 
-    def summary(self, line_length=None, print_fn=None, **kwargs):
+    def summary(self, line_length=None, positions=None, print_fn=None, expand_nested=False, show_trainable=False,
+                layer_range=None, **kwargs):
+        """The layers, their output shapes and parameter counts as Keras's table. line_length sets
+        the table's width; positions, expand_nested, show_trainable and layer_range other than
+        their defaults are refused (not drawn yet), never ignored."""
+        if kwargs:
+            raise TypeError(f"summary() got unexpected keyword arguments {sorted(kwargs)}")
+        for arg, value, default in (("positions", positions, None), ("expand_nested", expand_nested, False),
+                                    ("show_trainable", show_trainable, False), ("layer_range", layer_range, None)):
+            if value != default:
+                raise NotImplementedError(f"summary: {arg}={value!r} is not supported yet (only its default "
+                                          f"{default!r})")
+        if line_length is not None and (isinstance(line_length, bool) or not isinstance(line_length, (int, np.integer))
+                                        or line_length < 40):
+            raise ValueError(f"summary: line_length must be an integer of at least 40, got {line_length!r}")
         print_fn = print_fn or print
         rows = []
         for layer in self._layers:
@@ -278,6 +292,9 @@ class Model:
             params = f"{layer.count_params():,}" if layer.built else "0 (unbuilt)"
             rows.append((f"{layer.name} ({type(layer).__name__})", out, params))
         w = [max(31, *(len(r[0]) + 2 for r in rows)) if rows else 31, 24, 15]
+        if line_length is not None:  # the whole line, borders included, is line_length wide
+            inner = int(line_length) - 4
+            w = [inner - int(inner * 0.35) - int(inner * 0.2), int(inner * 0.35), int(inner * 0.2)]
         lines = [f'Model: "{self.name}"',
                  "┏" + "┳".join("━" * x for x in w) + "┓",
                  "┃" + "┃".join(t.ljust(x) if i < 2 else t.rjust(x)
@@ -319,6 +336,15 @@ class Model:
             raise ValueError("compile: a loss is required, e.g. loss='sparse_categorical_crossentropy'")
         if weighted_metrics is not None:
             raise NotImplementedError("compile: weighted_metrics is not supported yet")
+        if run_eagerly:
+            # Keras would run call() / train_step in Python at every step; mdtrain traces call() once
+            # and runs the steps in C++, so a run that relies on eager execution would differ.
+            raise NotImplementedError("compile: run_eagerly=True is not supported (mdtrain runs every step in C++; "
+                                      "use a GradientTape loop to step through Python code)")
+        if jit_compile not in ("auto", True, False):
+            raise ValueError(f"compile: jit_compile must be True, False or 'auto', got {jit_compile!r}")
+        if not isinstance(auto_scale_loss, bool):
+            raise ValueError(f"compile: auto_scale_loss must be True or False, got {auto_scale_loss!r}")
         if isinstance(steps_per_execution, bool) or not isinstance(steps_per_execution, (int, np.integer)) \
                 or steps_per_execution < 1:
             raise ValueError(f"compile: steps_per_execution must be a positive integer, got {steps_per_execution!r}")
@@ -535,7 +561,17 @@ class Model:
             steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
         self._check_compiled("fit")
         self._check_strategy("fit")
+        if class_weight is not None or sample_weight is not None:
+            raise NotImplementedError("fit: class_weight and sample_weight are not supported yet")
+        if isinstance(validation_data, (tuple, list)) and len(validation_data) == 3 and validation_data[2] is not None:
+            raise NotImplementedError("fit: validation_data with sample weights (x_val, y_val, val_sample_weight) is "
+                                      "not supported yet")
+        if validation_steps is not None:
+            validation_steps = check_count(validation_steps, "validation_steps", "fit")
         scheduled_fit = getattr(self._strategy, "_fit", None)
+        if scheduled_fit is not None and (validation_split or validation_steps is not None):
+            raise NotImplementedError("fit under ParameterServerStrategy: validation_split and validation_steps are "
+                                      "not supported yet (pass validation_data)")
         if scheduled_fit is not None and self._outputs is not None:
             raise NotImplementedError(f"fit: model '{self.name}' has several outputs; ParameterServerStrategy does "
                                       "not train such models yet (every other strategy does)")
@@ -544,8 +580,6 @@ class Model:
                                  callbacks=callbacks, validation_data=validation_data, shuffle=shuffle,
                                  initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                                  validation_batch_size=validation_batch_size, validation_freq=validation_freq)
-        if class_weight is not None or sample_weight is not None:
-            raise NotImplementedError("fit: class_weight and sample_weight are not supported yet")
         batch_size = check_batch_size(batch_size, "fit")
         if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
             raise ValueError(f"fit: epochs must be a non-negative integer, got {epochs!r}")
@@ -576,8 +610,10 @@ class Model:
             x, y, val = train_validation_split(x, y, validation_split)
         if validation_data is not None:
             if is_dataset(validation_data):
-                vx, vy, _ = materialize(validation_data, "fit (validation_data)")
+                # validation_steps: the first that many batches of the dataset, as Keras
+                vx, vy, _ = materialize(validation_data, "fit (validation_data)", steps=validation_steps)
                 val = (vx, vy)
+                validation_steps = None
             elif not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
                 raise ValueError("validation_data must be a tuple (x_val, y_val) or a dataset")
             else:
@@ -587,6 +623,9 @@ class Model:
                 raise ValueError("fit: the training data is empty (x has 0 samples)")
         if val is not None:
             val = self._prepare_xy(val[0], val[1], "fit (validation_data)")
+            if validation_steps is not None:  # the first validation_steps batches, as evaluate(steps=...)
+                rows = validation_steps * check_batch_size(validation_batch_size, "fit", batch_size)
+                val = (val[0][:rows], val[1][:rows])
         if dataset is None:
             n = len(x)
             steps = math.ceil(n / batch_size)
@@ -852,7 +891,11 @@ class Model:
         if _keras_tensor.is_symbolic(inputs):
             raise NotImplementedError(f"Model '{self.name}' was called on symbolic tensors: using a model as a "
                                       "layer of another model is not supported yet")
-
+        if mask is not None:
+            raise NotImplementedError(f"Model '{self.name}' was called with mask=...: passing a mask to a model call "
+                                      "is not supported yet (a Masking or Embedding(mask_zero=True) layer makes one)")
+        if kwargs:
+            raise TypeError(f"Model '{self.name}' was called with unexpected keyword arguments {sorted(kwargs)}")
         return keras_layers.call_model(self, inputs, training)
 
     @_exclusive
@@ -860,6 +903,7 @@ class Model:
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         self._check_compiled("train_on_batch")
         self._check_strategy("train_on_batch")
+        _refuse_weights("train_on_batch", sample_weight=sample_weight, class_weight=class_weight)
         x, y = self._prepare_xy(x, y, "train_on_batch")
         logs = dict(self._core.train_on_batch(x, y))
         self._gather_stages()  # whole after the call, as after any step of one device
@@ -884,6 +928,7 @@ class Model:
     @_releases_workers_on_error
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
         self._check_compiled("test_on_batch")
+        _refuse_weights("test_on_batch", sample_weight=sample_weight)
         x, y = self._prepare_xy(x, y, "test_on_batch")
         logs = dict(self._core.test_on_batch(x, y))
         return logs if return_dict else (list(logs.values())[0] if len(logs) == 1 else list(logs.values()))
@@ -923,11 +968,16 @@ class Model:
 
     # ---- saving ----------------------------------------------------------------------------
     @_exclusive
-    def save(self, filepath, overwrite=True, **kwargs):
+    def save(self, filepath, overwrite=True, zipped=None, **kwargs):
         """Architecture, weights, compile settings and optimizer state in one file, written atomically.
 
         A path ending in .keras gets a Keras 3 archive (Keras and TensorFlow load it); any other
         path mdtrain's own format (docs/file_format.md)."""
+        if kwargs:
+            raise TypeError(f"save() got unexpected keyword arguments {sorted(kwargs)} (Keras 3 takes filepath, "
+                            "overwrite and zipped)")
+        if zipped is False:
+            raise NotImplementedError("save: zipped=False (an unzipped .keras directory) is not supported yet")
         filepath = self._check_save_path("save", filepath, overwrite)
         self._refresh_from_strategy()
         if _keras_archive.is_keras_archive(filepath):
@@ -958,6 +1008,9 @@ class Model:
 
     @_exclusive
     def load_weights(self, filepath, skip_mismatch=False):
+        if skip_mismatch:
+            raise NotImplementedError("load_weights: skip_mismatch=True is not supported yet: every layer's weights "
+                                      "must fit")
         filepath = os.fspath(filepath)
         if not os.path.exists(filepath):
             raise FileNotFoundError(f"load_weights: no file at {filepath}")
@@ -985,6 +1038,7 @@ class Sequential(Model):
     """A stack of layers trained as one model (keras.Sequential)."""
 
     def __init__(self, layers=None, name=None, trainable=True):
+        _check_trainable(trainable, "keras.Sequential")
         name = name or _naming.unique_name("sequential")
         self._init_state(_core.Model(name, _random.draw_seed()))
         for layer in layers or []:
@@ -1049,6 +1103,21 @@ class Sequential(Model):
                                  f"{(None, *self._core.input_shape)}, not {tuple(input_shape)}")
             self._input_shape = shape
         self._maybe_build()
+
+
+def _refuse_weights(where, **weights):
+    """sample_weight / class_weight of a single-batch call: the C++ losses weight every sample alike
+    (fit and evaluate refuse them too), so a weighted call is refused rather than run unweighted."""
+    given = [name for name, value in weights.items() if value is not None]
+    if given:
+        raise NotImplementedError(f"{where}: {' and '.join(given)} {'is' if len(given) == 1 else 'are'} not supported "
+                                  "yet (the step would weight every sample alike); fit and evaluate refuse them too")
+
+
+def _check_trainable(trainable, where):
+    if trainable is not True:
+        raise NotImplementedError(f"{where}: trainable={trainable!r} is not supported (freeze layers one by one: "
+                                  "layer.trainable = False)")
 
 
 def _several_arrays(x):
@@ -1127,7 +1196,14 @@ def _version():
 
 
 def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
-    """Loads a model saved by Sequential.save (under the current scope's strategy if compiled)."""
+    """Loads a model saved by Sequential.save (under the current scope's strategy if compiled).
+    custom_objects are refused: mdtrain builds only its own layers (its files hold no Python
+    code, so safe_mode has nothing to guard and is only checked)."""
+    if custom_objects:
+        raise NotImplementedError(f"load_model: custom_objects ({sorted(custom_objects)}) are not supported: mdtrain "
+                                  "loads models of its own layers only")
+    if not isinstance(safe_mode, bool):
+        raise ValueError(f"load_model: safe_mode must be True or False, got {safe_mode!r}")
     filepath = os.fspath(filepath)
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"load_model: no file at {filepath}")
