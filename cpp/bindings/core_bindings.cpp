@@ -4,6 +4,8 @@
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/core/host_blocks.h"
+#include "mdtrain/core/host_memory.h"
+#include "mdtrain/core/threading/thread_team.h"
 #include "mdtrain/core/memory_stats.h"
 #include "mdtrain/ops/ops.h"
 
@@ -71,6 +73,31 @@ void init_core(py::module_& m) {
   m.def("cpu_thread_count", &ops::cpu_thread_count,
         "Threads one CPU op may split its work over (the BLAS runs single-threaded).");
   m.def("set_cpu_threads", &ops::set_cpu_threads, py::arg("threads"));
+  m.def("max_cpu_threads", &cpu::max_threads,
+        "The most threads a team may have: max(4 x the cores, 256) (core/threading/thread_team.h).");
+  m.attr("MAX_CPU_DEVICES") = kMaxCpuDevices;
+  m.attr("LARGE_HOST_ALLOCATION_BYTES") = kLargeHostAllocation;
+  m.def(
+      "host_memory_available",
+      []() {
+        const HostMemoryAvailable now = read_host_memory();
+        py::dict d;
+        const auto bytes = now.bytes();
+        d["bytes"] = bytes ? py::object(py::int_(*bytes)) : py::object(py::none());
+        d["description"] = now.describe();
+        return d;
+      },
+      "The host memory this process can still get (core/host_memory.h): {'bytes': int or None "
+      "(nothing known), 'description': where the figure comes from}.");
+  m.def(
+      "_set_host_memory_sources",
+      [](const std::string& meminfo, const std::string& self_cgroup, const std::string& mountinfo,
+         const std::string& root) {
+        const HostMemorySources previous = set_host_memory_sources({meminfo, self_cgroup, mountinfo, root});
+        return py::make_tuple(previous.meminfo, previous.self_cgroup, previous.mountinfo, previous.root);
+      },
+      py::arg("meminfo"), py::arg("self_cgroup"), py::arg("mountinfo"), py::arg("root") = "",
+      "For tests: the files the large-allocation check reads; returns the previous ones.");
   m.def("available_communicators", &available_backends);
   m.def(
       "host_buffer",

@@ -13,6 +13,7 @@
 #include "mdtrain/core/allocation_budget.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/core/host_blocks.h"
+#include "mdtrain/core/host_memory.h"
 #include "mdtrain/core/memory_stats.h"
 #include "mdtrain/core/shape.h"
 
@@ -93,6 +94,9 @@ std::shared_ptr<void> allocate(const Device& device, std::size_t bytes) {
     return memory_accounting::charge(device, p, CachingAllocator::size_class(bytes), nullptr, std::move(block));
   }
   AllocationBudget::charge(bytes);
+  // Before malloc: with overcommit a block larger than what is left is handed out and the process
+  // is killed later, when its pages are touched (host_memory.h).
+  if (bytes >= kLargeHostAllocation) check_host_allocation(bytes);
   std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kCacheLineBytes - 1) / kCacheLineBytes * kCacheLineBytes;
   if (rounded < bytes) fail<AllocationError>("[allocator] size overflow for ", bytes, " bytes");
   void* p = allocate_host_block(rounded);

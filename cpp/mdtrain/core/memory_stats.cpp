@@ -9,7 +9,7 @@ namespace mdtrain {
 
 namespace {
 
-constexpr int kCpuSlots = 256, kGpuSlots = 64;
+constexpr int kCpuSlots = kMaxCpuDevices, kGpuSlots = 64;
 constexpr int kHostSlot = 0;  // then CPU:0 .. CPU:255, then GPU:0 .. GPU:63
 
 struct alignas(64) Slot {

@@ -20,6 +20,11 @@
 
 namespace mdtrain {
 
+// Logical CPU devices whose memory is tracked: /device:CPU:0 .. CPU:255. Also the most logical CPU
+// devices a process may have (mdtrain.config bounds MDTRAIN_NUM_CPU_DEVICES by it): each runs its
+// replica on a thread of its own.
+inline constexpr int kMaxCpuDevices = 256;
+
 struct MemoryInfo {
   std::int64_t current = 0;  // bytes allocated now
   std::int64_t peak = 0;     // most bytes allocated at once since the last reset

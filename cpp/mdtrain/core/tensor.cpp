@@ -6,6 +6,7 @@
 #include "mdtrain/core/dtype_dispatch.h"
 #include "mdtrain/core/allocator.h"
 #include "mdtrain/core/cuda/device_memory.h"
+#include "mdtrain/core/host_memory.h"
 
 namespace mdtrain {
 
@@ -27,7 +28,15 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
   std::size_t elem = size_of(dtype);
   if (numel_ > 0 && static_cast<std::uint64_t>(numel_) > std::numeric_limits<std::size_t>::max() / elem)
     fail<AllocationError>("[tensor] shape ", to_string(shape_), " is too large to allocate");
-  storage_ = allocate(device_, static_cast<std::size_t>(numel_) * elem);
+  try {
+    storage_ = allocate(device_, static_cast<std::size_t>(numel_) * elem);
+  } catch (const HostMemoryExhausted& e) {
+    // Named by what it is for: the caller (a layer building its weights) adds whose it is.
+    throw HostMemoryExhausted(cat("[tensor] a ", name_of(dtype_), " tensor of shape ", to_string(shape_), " needs ",
+                                  format_bytes(e.requested), " (", e.requested, " bytes), ", format_bytes(e.available),
+                                  " available (", e.sources, ")"),
+                              e.requested, e.available, e.sources);
+  }
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {

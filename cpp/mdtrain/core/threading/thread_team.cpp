@@ -17,9 +17,12 @@ namespace {
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
 }  // namespace
 
-ThreadTeam::ThreadTeam(int members)
-    : members_(members), may_spin_(detail::fits_on_cores(members)), errors_(static_cast<std::size_t>(members)) {
+ThreadTeam::ThreadTeam(int members) : members_(members), may_spin_(detail::fits_on_cores(members)) {
   MDTRAIN_CHECK(members >= 1, std::invalid_argument, "[threads] a team needs at least one member, got ", members);
+  MDTRAIN_CHECK(members <= max_threads(), std::invalid_argument, "[threads] a team of ", members,
+                " members exceeds the limit of ", max_threads(), " threads (max(4 x ",
+                std::max(1u, std::thread::hardware_concurrency()), " cores, 256))");
+  errors_.resize(static_cast<std::size_t>(members));  // after the checks: a negative count sizes nothing
   for (int r = 1; r < members; ++r) workers_.emplace_back([this, r] { worker_loop(r); });
 }
 
@@ -105,8 +108,15 @@ int intra_op_threads() { return serial_scopes > 0 ? 1 : intra_op_thread_count.lo
 SerialOpsOnThisThread::SerialOpsOnThisThread() { ++serial_scopes; }
 SerialOpsOnThisThread::~SerialOpsOnThisThread() { --serial_scopes; }
 
+int max_threads() {
+  static const int limit = std::max(256, 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  return limit;
+}
+
 void set_intra_op_threads(int threads) {
-  MDTRAIN_CHECK(threads >= 1, std::invalid_argument, "[threads] thread count must be >= 1, got ", threads);
+  MDTRAIN_CHECK(threads >= 1 && threads <= max_threads(), std::invalid_argument,
+                "[threads] the intra-op thread count must be from 1 to ", max_threads(), " (max(4 x the ",
+                std::max(1u, std::thread::hardware_concurrency()), " cores, 256)), got ", threads);
   intra_op_thread_count.store(threads, std::memory_order_release);
 }
 

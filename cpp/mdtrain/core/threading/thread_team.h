@@ -19,6 +19,8 @@ namespace mdtrain::cpu {
 // intra_op_threads() is 1: N members on N cores do not split their ops further.
 class ThreadTeam {
  public:
+  // Throws std::invalid_argument("[threads] ...") unless 1 <= members <= max_threads(), before any
+  // thread starts.
   explicit ThreadTeam(int members);
   ~ThreadTeam();
   ThreadTeam(const ThreadTeam&) = delete;
@@ -52,7 +54,14 @@ class ThreadTeam {
 // single-threaded: OpenBLAS's own threads keep spinning after each call, and would fight the
 // team's threads for the cores.
 int intra_op_threads();
+// Throws std::invalid_argument("[threads] ...") outside 1..max_threads().
 void set_intra_op_threads(int threads);
+
+// The most threads a team (a strategy's replicas, an op's split) may have: max(4 x the cores,
+// 256). More only oversubscribe the cores (the members wait for one another), and a count from a
+// typo or a hostile environment (MDTRAIN_CPU_THREADS=100000) would otherwise start that many
+// threads, exhausting the machine's PID space for every process on it.
+int max_threads();
 
 // While one lives, intra_op_threads() is 1 on the thread that made it, and only there (other
 // threads' ops keep splitting): for a loop of many small ops, where waking the team for each op
