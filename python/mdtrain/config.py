@@ -15,6 +15,37 @@ from typing import NamedTuple, Optional
 from mdtrain import _core
 
 _ENV_CPU_DEVICES = "MDTRAIN_NUM_CPU_DEVICES"
+_ENV_CPU_THREADS = "MDTRAIN_CPU_THREADS"
+
+# Upper bounds of the counts that start threads (a replica thread per logical CPU device, an op's
+# split over intra-op threads): a count from a typo or a hostile environment would otherwise start
+# that many threads (100000 of them exhaust a machine's PID space, for every process on it).
+#   threads: max(4 x the cores, 256) (core/threading/thread_team.h); devices: 256, the logical CPU
+#   devices whose memory is tracked (core/memory_stats.h).
+MAX_CPU_THREADS = _core.max_cpu_threads()
+MAX_CPU_DEVICES = _core.MAX_CPU_DEVICES
+_THREADS_LIMIT_WHY = f"max(4 x the {os.cpu_count() or 1} cores, 256)"
+_DEVICES_LIMIT_WHY = "the logical CPU devices mdtrain tracks"
+
+
+def _parse_env_count(name, limit, why):
+    """The positive integer in environment variable `name` (None when unset or empty), at most
+    `limit`; ValueError naming the variable, its value and the accepted range otherwise. Strict:
+    digits only, so "1e20", "4.0", "-3" and "0x10" are refused rather than guessed at."""
+    text = os.environ.get(name)
+    if not text:
+        return None
+    digits = text.strip()
+    n = int(digits) if digits.isascii() and digits.isdigit() else None
+    if n is None or not 1 <= n <= limit:
+        raise ValueError(f"{name}={text!r} is not accepted: expected an integer from 1 to {limit} ({why})")
+    return n
+
+
+def _check_count(arg, value, low, limit, why):
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= limit:
+        raise ValueError(f"{arg} must be an integer from {low} to {limit} ({why}), got {value!r}")
+    return value
 
 
 class PhysicalDevice(NamedTuple):
@@ -61,16 +92,7 @@ def list_physical_devices(device_type=None):
 def _num_logical_cpus():
     if _logical_cpu_config is not None:
         return len(_logical_cpu_config)
-    env = os.environ.get(_ENV_CPU_DEVICES)
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"{_ENV_CPU_DEVICES} must be a positive integer, got {env!r}")
-        return n
-    return 1
+    return _parse_env_count(_ENV_CPU_DEVICES, MAX_CPU_DEVICES, _DEVICES_LIMIT_WHY) or 1
 
 
 def list_logical_devices(device_type=None):
@@ -94,6 +116,9 @@ def set_logical_device_configuration(device, logical_devices):
     logical_devices = list(logical_devices)
     if not logical_devices or not all(isinstance(d, LogicalDeviceConfiguration) for d in logical_devices):
         raise ValueError("logical_devices must be a non-empty list of LogicalDeviceConfiguration")
+    if len(logical_devices) > MAX_CPU_DEVICES:
+        raise ValueError(f"logical_devices: {len(logical_devices)} logical CPU devices exceed the limit of "
+                         f"{MAX_CPU_DEVICES} ({_DEVICES_LIMIT_WHY}; each runs its replica on a thread of its own)")
     _logical_cpu_config = logical_devices
 
 
@@ -122,10 +147,10 @@ class _Threading:
 
     @staticmethod
     def set_intra_op_parallelism_threads(num_threads):
-        """0 means every core, as in TF."""
-        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 0:
-            raise ValueError(f"num_threads must be a non-negative integer, got {num_threads!r}")
-        _core.set_cpu_threads(num_threads or (os.cpu_count() or 1))
+        """0 means every core, as in TF; at most MAX_CPU_THREADS."""
+        _check_count("set_intra_op_parallelism_threads: num_threads", num_threads, 0, MAX_CPU_THREADS,
+                     _THREADS_LIMIT_WHY)
+        _core.set_cpu_threads(num_threads or min(os.cpu_count() or 1, MAX_CPU_THREADS))
         _Threading._user_set = True
 
     @staticmethod
@@ -134,7 +159,10 @@ class _Threading:
 
     @staticmethod
     def set_inter_op_parallelism_threads(num_threads):
-        """Accepted for compatibility; mdtrain runs one op at a time per replica."""
+        """Checked like set_intra_op_parallelism_threads and otherwise without effect: mdtrain runs
+        one op at a time per replica (there is no inter-op pool to size)."""
+        _check_count("set_inter_op_parallelism_threads: num_threads", num_threads, 0, MAX_CPU_THREADS,
+                     _THREADS_LIMIT_WHY)
 
     @staticmethod
     def get_inter_op_parallelism_threads():
@@ -145,17 +173,9 @@ threading = _Threading()
 
 
 def _env_cpu_threads():
-    """MDTRAIN_CPU_THREADS as a count, None when unset; ValueError when it is not a positive integer."""
-    env = os.environ.get("MDTRAIN_CPU_THREADS")
-    if not env:
-        return None
-    try:
-        n = int(env)
-    except ValueError:
-        n = -1
-    if n < 1:
-        raise ValueError(f"MDTRAIN_CPU_THREADS must be a positive integer, got {env!r}")
-    return n
+    """MDTRAIN_CPU_THREADS as a count, None when unset; ValueError naming it unless it is an
+    integer from 1 to MAX_CPU_THREADS."""
+    return _parse_env_count(_ENV_CPU_THREADS, MAX_CPU_THREADS, _THREADS_LIMIT_WHY)
 
 
 def _cpu_threads_per_local_worker(workers, cores=None):
@@ -166,6 +186,9 @@ def _cpu_threads_per_local_worker(workers, cores=None):
 
 
 def _init_threads():
+    # Both variables are checked at import, before anything starts a thread: a bad value fails
+    # `import mdtrain` with a ValueError naming it, not a later strategy (or a thread storm).
+    _num_logical_cpus()
     n = _env_cpu_threads()
     if n is not None:
         _core.set_cpu_threads(n)
