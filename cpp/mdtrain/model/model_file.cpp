@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -26,6 +27,9 @@ constexpr char kMagic[8] = {'M', 'D', 'T', 'R', 'A', 'I', 'N', '\0'};
 constexpr std::size_t kPrefixSize = 24;  // magic | version u32 | header crc32 u32 | header length u64
 constexpr std::uint64_t kAlign = 64;
 constexpr std::uint64_t kCrcChunk = 1 << 20;  // buffer for checksumming before allocating
+// The header is JSON: the architecture and one entry per tensor, a few MB for the largest models.
+// A longer one is damage (or a sparse file's hole), refused before it is checksummed or read.
+constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{64} << 20;
 constexpr const char* kFormatName = "mdtrain.model";
 constexpr const char* kWeightsGroup = "weights";
 constexpr const char* kOptimizerGroup = "optimizer";
@@ -102,12 +106,19 @@ class Reader {
   }
 
   // Checks that the padding in [begin, end) is all zero: then every byte of the file is covered
-  // by a check, and any damaged byte is reported.
+  // by a check, and any damaged byte is reported. Holes of a sparse file are zeros: skipped.
   void expect_zeros(std::uint64_t begin, std::uint64_t end) const {
-    char buf[kAlign];
+    std::vector<char> buf;
     while (begin < end) {
-      std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(end - begin, kAlign));
-      read(begin, buf, n);
+      const std::uint64_t data = next_data(begin, end);
+      if (data > begin) {
+        begin = data;
+        continue;
+      }
+      if (buf.empty()) buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(end - begin, kCrcChunk)));
+      std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
+          {end - begin, next_hole(begin, end) - begin, static_cast<std::uint64_t>(buf.size())}));
+      read(begin, buf.data(), n);
       for (std::size_t i = 0; i < n; ++i)
         if (buf[i] != 0) corrupt(cat("non-zero padding byte at offset ", begin + i));
       begin += n;
@@ -115,16 +126,27 @@ class Reader {
   }
 
   // CRC-32 of [offset, offset + n), read through a fixed-size buffer: checksums are verified
-  // before anything the size of the data is allocated. Callers have checked the range.
+  // before anything the size of the data is allocated. Callers have checked the range. The holes
+  // of a sparse file are not read but accounted as the zeros they are (crc32_of_zeros): a 64 GiB
+  // file made by `truncate` is checked in milliseconds, not minutes of reading zeros. Should the
+  // file change meanwhile, the checksum of the bytes actually loaded (read_model_file) differs.
   std::uint32_t crc_of(std::uint64_t offset, std::uint64_t n) const {
-    std::vector<char> buf(static_cast<std::size_t>(std::min<std::uint64_t>(n, kCrcChunk)));
+    std::vector<char> buf;
     std::uint32_t crc = 0;
-    while (n > 0) {
-      std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(n, buf.size()));
+    const std::uint64_t end = offset + n;
+    while (offset < end) {
+      const std::uint64_t data = next_data(offset, end);
+      if (data > offset) {
+        crc = crc32_of_zeros(data - offset, crc);
+        offset = data;
+        continue;
+      }
+      if (buf.empty()) buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(end - offset, kCrcChunk)));
+      std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(
+          {end - offset, next_hole(offset, end) - offset, static_cast<std::uint64_t>(buf.size())}));
       read(offset, buf.data(), k);
       crc = crc32(buf.data(), k, crc);
       offset += k;
-      n -= k;
     }
     return crc;
   }
@@ -137,6 +159,20 @@ class Reader {
   }
 
  private:
+  // The first byte in [pos, end) that may hold data (end: only a hole follows). Without
+  // SEEK_DATA support (or on any error) every byte is data.
+  std::uint64_t next_data(std::uint64_t pos, std::uint64_t end) const {
+    const off_t d = ::lseek(fd_, static_cast<off_t>(pos), SEEK_DATA);
+    if (d < 0) return errno == ENXIO ? end : pos;
+    return std::max(pos, std::min(end, static_cast<std::uint64_t>(d)));
+  }
+  // Where the data from `pos` (a data byte) ends: the next hole, or `end`. Always past `pos`.
+  std::uint64_t next_hole(std::uint64_t pos, std::uint64_t end) const {
+    const off_t h = ::lseek(fd_, static_cast<off_t>(pos), SEEK_HOLE);
+    if (h < 0 || static_cast<std::uint64_t>(h) <= pos) return end;
+    return std::min(end, static_cast<std::uint64_t>(h));
+  }
+
   [[noreturn]] void io_error(int err) const {
     fail<IoError>("[model_file] cannot read '", path_, "': ", std::strerror(err));
   }
@@ -225,6 +261,35 @@ TensorEntry parse_entry(const Reader& file, const Json& e, std::size_t index) {
 }
 
 }  // namespace
+
+std::uint32_t crc32_of_zeros(std::uint64_t n, std::uint32_t crc) {
+  // Feeding a zero byte to the CRC register is a linear map over GF(2) (a 32 x 32 bit matrix:
+  // column i the image of bit i); n zero bytes are its n-th power, by squaring (zlib's
+  // crc32_combine does the same).
+  static const Crc32Tables tables;
+  using Matrix = std::array<std::uint32_t, 32>;
+  auto apply = [](const Matrix& m, std::uint32_t v) {
+    std::uint32_t r = 0;
+    for (int i = 0; v != 0; ++i, v >>= 1)
+      if (v & 1) r ^= m[static_cast<std::size_t>(i)];
+    return r;
+  };
+  Matrix op;
+  for (int i = 0; i < 32; ++i) {
+    const std::uint32_t bit = std::uint32_t{1} << i;
+    op[static_cast<std::size_t>(i)] = tables.t[0][bit & 0xFF] ^ (bit >> 8);
+  }
+  std::uint32_t reg = ~crc;
+  while (n != 0) {
+    if (n & 1) reg = apply(op, reg);
+    n >>= 1;
+    if (n == 0) break;
+    Matrix squared;
+    for (std::size_t i = 0; i < 32; ++i) squared[i] = apply(op, op[i]);
+    op = squared;
+  }
+  return ~reg;
+}
 
 std::uint32_t crc32(const void* data, std::size_t size, std::uint32_t crc) {
   static const Crc32Tables tables;
@@ -331,6 +396,8 @@ ModelFile read_model_file(const Reader& file) {
   std::uint32_t header_crc = get_u32(prefix + 12);
   std::uint64_t header_len = get_u64(prefix + 16);
   if (header_len > size - kPrefixSize) file.corrupt("header length ", header_len, " exceeds the ", size, "-byte file");
+  if (header_len > kMaxHeaderBytes)
+    file.corrupt("header length ", header_len, " exceeds the ", kMaxHeaderBytes >> 20, " MiB a header may have");
 
   // Checksummed before it is read into memory: a header length that only a sparse or damaged
   // file satisfies fails here without allocating it.

@@ -45,13 +45,18 @@ void save_model_file(const std::string& path, const ModelFile& file);
 //   anything malformed        -> std::invalid_argument("[model_file] '<path>' is corrupt: <what>")
 //   valid but too large for memory -> AllocationError("[model_file] cannot load '<path>': ...")
 // A damaged or hostile file never crashes the process and never allocates more than its own size:
-// sizes are checked against the file, and checksums verified through a small buffer, before the
-// header or any tensor is read into memory (tests/fuzz/ fuzzes this).
+// sizes are checked against the file (a header of at most 64 MiB), and checksums verified through
+// a small buffer, before the header or any tensor is read into memory (tests/fuzz/ fuzzes this).
+// The holes of a sparse file are not read (they are zeros), so a huge sparse file fails its
+// checks in milliseconds; one that passes them is then too large for memory (AllocationError,
+// from the large-allocation check of core/host_memory.h) rather than read for minutes.
 ModelFile load_model_file(const std::string& path);
 
 // CRC-32 as zlib.crc32 computes it (IEEE 802.3, reflected, init and final xor 0xFFFFFFFF);
 // pass the previous result as `crc` to continue a running checksum. Used for the file's header
 // and tensor checksums, so Python can verify them with zlib.crc32.
 std::uint32_t crc32(const void* data, std::size_t size, std::uint32_t crc = 0);
+// crc32 of `n` zero bytes continuing `crc`, in O(log n) without touching them (a sparse file's holes).
+std::uint32_t crc32_of_zeros(std::uint64_t n, std::uint32_t crc = 0);
 
 }  // namespace mdtrain
