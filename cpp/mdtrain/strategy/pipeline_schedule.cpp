@@ -51,6 +51,9 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, i
   MDTRAIN_CHECK(stages >= 1, std::invalid_argument, "[pipeline] stages must be >= 1 (got ", stages, ")");
   MDTRAIN_CHECK(microbatches >= stages, std::invalid_argument, "[pipeline] num_microbatches (", microbatches,
                 ") must be >= the number of stages (", stages, "): fewer micro-batches leave stages idle");
+  MDTRAIN_CHECK(microbatches <= kMaxMicrobatches, std::invalid_argument, "[pipeline] num_microbatches (", microbatches,
+                ") exceeds the limit of ", kMaxMicrobatches,
+                " (the schedule and per-micro-batch state grow with it before any batch is seen)");
   PipelineSchedule schedule{kind, stages, microbatches, std::vector<std::vector<PipelineOp>>(stages)};
   const int p = stages, m = microbatches;
   for (int s = 0; s < p; ++s) {

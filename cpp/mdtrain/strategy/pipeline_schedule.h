@@ -43,8 +43,16 @@ struct PipelineSchedule {
   std::vector<std::vector<PipelineOp>> ops;  // ops[stage], in the order the stage runs them
 };
 
-// std::invalid_argument("[pipeline] ...") unless stages >= 1 and microbatches >= stages (fewer
-// micro-batches than stages would leave stages with nothing to overlap; other libraries hang).
+// The most micro-batches a pipeline step may have. The schedule (about 3 ops per micro-batch and
+// stage), the per-micro-batch state and, without recomputation, a copy of the stage's layers per
+// micro-batch in flight grow with the count before any batch is seen: 10^8 took gigabytes before
+// training. 4096 is far beyond use (the bubble (p-1)/(m+p-1) of 8 stages is 0.2 % there, and a
+// micro-batch of a batch below 4096 rows would have no row).
+inline constexpr int kMaxMicrobatches = 4096;
+
+// std::invalid_argument("[pipeline] ...") unless stages >= 1 and stages <= microbatches <=
+// kMaxMicrobatches (fewer micro-batches than stages would leave stages with nothing to overlap;
+// other libraries hang).
 PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int microbatches);
 
 // The most micro-batches whose forward ran and whose backward did not yet, over a stage's list:

@@ -4,6 +4,8 @@ on the cluster, simulated from the model's measured profile, best first.
 Compute on a preset cluster is the time measured on this machine scaled by the ratio of this
 machine's measured per-device GEMM FLOP/s to the preset's peak FLOP/s (an assumption: it treats
 every layer as reaching the same fraction of peak on both, which favours small layers on GPUs)."""
+import math
+
 from mdtrain._ps.local_cluster import tasks_threads
 from mdtrain.config import _env_cpu_threads
 from mdtrain.plan import steps
@@ -15,6 +17,39 @@ from mdtrain.plan.stage_profile import measure_stage_costs
 
 BUCKET_SIZES = (25 << 20, 4 << 20, 1 << 20)  # GradientReducer's default (DDP's) and two smaller
 _MIB = 1 << 20
+
+
+# The largest global batch planned for: the profile times every power of two up to it on one device.
+MAX_GLOBAL_BATCH_SIZE = 1 << 24
+
+
+def _profile_bytes_per_row(model):
+    """Host bytes one row of a profile pass holds at least: the input and every layer's output,
+    each with its gradient, in float32 (the layers' scratch comes on top)."""
+    def elements(shape):
+        return math.prod(d for d in (shape or ())[1:] if d is not None)
+    return 2 * 4 * (elements(model.input_shape) + sum(elements(layer.output_shape) for layer in model.layers))
+
+
+def _check_global_batch_size(model, global_batch_size):
+    """ValueError naming global_batch_size unless it is an integer from 1 to the smaller of
+    MAX_GLOBAL_BATCH_SIZE and the rows whose profile pass fits the host memory left: the profile
+    runs one pass of global_batch_size rows on this machine before anything is planned, and
+    10**9 rows ran for minutes towards the OOM killer."""
+    b = global_batch_size
+    if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+        raise ValueError(f"plan: global_batch_size must be an integer >= 1, got {b!r}")
+    if b > MAX_GLOBAL_BATCH_SIZE:
+        raise ValueError(f"plan: global_batch_size={b} exceeds the limit of {MAX_GLOBAL_BATCH_SIZE} "
+                         f"(the profile times one device at every power of two up to the global batch)")
+    from mdtrain import _core
+    per_row = _profile_bytes_per_row(model)
+    left = _core.host_memory_available()
+    if left["bytes"] is not None and per_row and b * per_row > left["bytes"]:
+        raise ValueError(f"plan: global_batch_size={b} needs at least {b * per_row / 2**30:.1f} GiB of host memory "
+                         f"to profile one device at that batch ({per_row} bytes per row: the input and the layers' "
+                         f"outputs with their gradients); {left['bytes'] / 2**30:.1f} GiB available "
+                         f"({left['description']}): at most {left['bytes'] // per_row} rows fit")
 
 
 def _powers_of_two_up_to(n):
@@ -47,8 +82,7 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
     splits a lone replica's GEMMs over its threads) and several replicas or stages from one timed
     on one thread each (what each gets while the others run)."""
     check_model(model)
-    if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
-        raise ValueError(f"plan: global_batch_size must be an integer >= 1, got {global_batch_size!r}")
+    _check_global_batch_size(model, global_batch_size)
     cluster = _resolve_cluster(cluster)
     if cluster.num_devices < 1:
         raise ValueError(f"plan: cluster '{cluster.name}' has zero devices")

@@ -18,6 +18,10 @@ __all__ = ["PipelineParallel"]
 SCHEDULES = ("gpipe", "1f1b")
 
 
+# The core's limit (strategy/pipeline_schedule.h kMaxMicrobatches), checked here first to name the argument.
+MAX_MICROBATCHES = 4096
+
+
 def bubble_fraction(stages, num_microbatches):
     """The idle share of a synchronous pipeline step with equal stages: (p - 1) / (m + p - 1)."""
     return (stages - 1) / (num_microbatches + stages - 1)
@@ -48,9 +52,13 @@ class PipelineParallel(_PipeAxisDistribution):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         p = self._num_stages
-        if not isinstance(num_microbatches, int) or num_microbatches < p:
+        if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) or num_microbatches < p:
             raise ValueError(f"num_microbatches={num_microbatches!r} must be an int >= the number of stages ({p}): "
                              "with fewer micro-batches some stages would never overlap (other libraries hang here)")
+        if num_microbatches > MAX_MICROBATCHES:
+            raise ValueError(f"num_microbatches={num_microbatches} exceeds the limit of {MAX_MICROBATCHES}: the "
+                             "schedule and each micro-batch's state are made before any batch is seen, and a batch "
+                             f"would need more than {MAX_MICROBATCHES} rows for every micro-batch to have one")
         if not (stages is None or stages in ("balance_params", "balance_time") or
                 (isinstance(stages, (list, tuple)) and all(isinstance(i, int) for i in stages))):
             raise ValueError(f"stages must be None, 'balance_params', 'balance_time' or a list of layer indices, "
