@@ -211,6 +211,7 @@ class Strategy:
         """Yields each global batch of `dataset` cut into per-replica slices (PerReplica values).
         With several workers, every worker iterates the same global batches and keeps the slices
         of its own replicas (as fit does)."""
+        _refuse_input_options(options, "experimental_distribute_dataset")
         return DistributedDataset(dataset, self)
 
     def run(self, fn, args=(), kwargs=None):
@@ -326,6 +327,7 @@ class Strategy:
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         """dataset_fn(tf.distribute.InputContext) builds this worker's input pipeline, batched to the
         per-replica batch size; each step gives its next element to each replica in turn."""
+        _refuse_input_options(options, "distribute_datasets_from_function")
         context = InputContext(num_input_pipelines=self._core.num_workers, input_pipeline_id=self._core.worker_index,
                                num_replicas_in_sync=self.num_replicas_in_sync)
         return DistributedDataset(dataset_fn(context), self, split=False)
@@ -654,6 +656,13 @@ def _per_replica_structure(values):
     if isinstance(first, dict):
         return {k: _per_replica_structure([v[k] for v in values]) for k in first}
     return PerReplica(values)
+
+
+def _refuse_input_options(options, where):
+    """tf.distribute.InputOptions choose device placement and replication modes mdtrain does not
+    have; refused rather than ignored (issue 34)."""
+    if options is not None:
+        raise NotImplementedError(f"{where}: options (tf.distribute.InputOptions) are not supported, got {options!r}")
 
 
 class DistributedDataset:

@@ -187,3 +187,23 @@ def test_layer_arguments_refused_not_dropped():
     assert layers.InputLayer(batch_shape=(None, 4)).shape == (4,)
     layers.LSTM(3, use_cudnn=False)
     layers.Flatten(data_format="channels_last")
+
+
+def test_optimizer_metric_and_strategy_arguments_refused_not_dropped(model):
+    variable = tf.Variable(np.ones(3, np.float32))
+    optimizer = keras.optimizers.SGD(0.1)
+    with pytest.raises(NotImplementedError, match="skip_gradients_aggregation"):
+        optimizer.apply_gradients([(np.ones(3, np.float32), variable)], skip_gradients_aggregation=True)
+    with pytest.raises(NotImplementedError, match="experimental_aggregate_gradients"):
+        optimizer.apply_gradients([(np.ones(3, np.float32), variable)], experimental_aggregate_gradients=False)
+    with pytest.raises(TypeError, match="colour"):
+        optimizer.apply_gradients([(np.ones(3, np.float32), variable)], colour=1)
+    np.testing.assert_array_equal(variable.numpy(), np.ones(3))  # nothing applied
+    with pytest.raises(NotImplementedError, match="dtype='float16'"):
+        keras.metrics.Mean(dtype="float16")
+    keras.metrics.Mean(dtype="float32")
+    strategy = tf.distribute.MirroredStrategy()
+    with pytest.raises(NotImplementedError, match="InputOptions"):
+        strategy.experimental_distribute_dataset(tf.data.Dataset.range(4).batch(2), options=object())
+    with pytest.raises(NotImplementedError, match="InputOptions"):
+        strategy.distribute_datasets_from_function(lambda ctx: tf.data.Dataset.range(4).batch(2), options=object())

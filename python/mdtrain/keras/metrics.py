@@ -5,6 +5,13 @@ from mdtrain import _core
 from mdtrain.keras.losses import _labels
 
 
+def _check_dtype(dtype, cls_name):
+    """Metrics accumulate in float64 and report float32, as Keras's default dtype; another dtype is
+    refused rather than ignored (issue 34)."""
+    if dtype not in (None, "float32", np.float32):
+        raise NotImplementedError(f"{cls_name}: dtype={dtype!r} is not supported (metrics are float32)")
+
+
 class Metric:
     """A metric with Keras's update_state / result / reset_state protocol."""
 
@@ -12,6 +19,7 @@ class Metric:
     _direction = "up"
 
     def __init__(self, name=None, dtype=None):
+        _check_dtype(dtype, type(self).__name__)
         self.name = name or self._identifier
         self._core = None
 
@@ -54,7 +62,7 @@ class Mean(Metric):
     _identifier = "mean"
 
     def __init__(self, name="mean", dtype=None):
-        super().__init__(name)
+        super().__init__(name, dtype)
         self._core = _core.Mean(self.name)
 
     def update_state(self, values, sample_weight=None):
@@ -67,7 +75,7 @@ class Mean(Metric):
 
 def _metric_class(class_name, identifier, direction="up"):
     def __init__(self, name=identifier, dtype=None):
-        Metric.__init__(self, name)
+        Metric.__init__(self, name, dtype)
         self._identifier = identifier
 
     return type(class_name, (Metric,), {"__init__": __init__, "_identifier": identifier, "_direction": direction})

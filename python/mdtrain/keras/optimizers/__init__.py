@@ -96,7 +96,14 @@ class Optimizer:
     def apply_gradients(self, grads_and_vars, name=None, skip_gradients_aggregation=False, **kwargs):
         """One update of each variable from its gradient: [(gradient, variable), ...]. Gradients
         that are None are skipped with a warning. The C++ update fit runs, on the variables' values
-        in place (a model's weights, or a tf.Variable's value). Returns iterations."""
+        in place (a model's weights, or a tf.Variable's value). Returns iterations. `name` names
+        nothing here (TF's op name); skipping the gradients' aggregation is refused."""
+        aggregate = kwargs.pop("experimental_aggregate_gradients", True)
+        if kwargs:
+            raise TypeError(f"apply_gradients() got unexpected keyword arguments {sorted(kwargs)}")
+        if skip_gradients_aggregation or not aggregate:
+            raise NotImplementedError("apply_gradients: skip_gradients_aggregation=True / "
+                                      "experimental_aggregate_gradients=False is not supported")
         from mdtrain._eager import keras_optimizers
 
         return keras_optimizers.apply_gradients(self, grads_and_vars)
