@@ -136,8 +136,9 @@ def print_auth_cost(auth):
           f"{a['ms_per_step'] - i['ms_per_step']:+.3f} ms per step")
     e = auth.get("endpoint")
     if e:
-        print(f"the C++ data endpoint alone, in one process, {e['bytes']} bytes: pull {e['authenticated']['pull_ms']:.3f} "
-              f"vs {e['insecure']['pull_ms']:.3f} ms without a key, push {e['authenticated']['push_ms']:.3f} vs "
+        print(f"the C++ data endpoint alone, in one process, {e['bytes']} bytes: pull "
+              f"{e['authenticated']['pull_ms']:.3f} vs {e['insecure']['pull_ms']:.3f} ms without a key, push "
+              f"{e['authenticated']['push_ms']:.3f} vs "
               f"{e['insecure']['push_ms']:.3f} ms")
 
 
