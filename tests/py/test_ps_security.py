@@ -206,6 +206,33 @@ def test_messages_are_bounded_in_size_at_both_ends(monkeypatch):
         wire.max_message_bytes()
 
 
+def test_any_mutation_of_a_body_decodes_or_is_malformed_never_another_error():
+    rng = np.random.default_rng(0)
+    message = ("configure", "job", {"layout": (2, [("w", (3, 4), "float32")], [2]),
+                                    "initial_values": [np.ones((3, 4), np.float32)], "load": None}, b"blob")
+    body = bytearray(b"".join(bytes(p) for p in wire.encode(message)))
+    outcomes = {"decoded": 0, "malformed": 0}
+    for _ in range(3000):
+        mutated = bytearray(body)
+        for _ in range(int(rng.integers(1, 4))):
+            op = rng.integers(0, 3)
+            at = int(rng.integers(0, len(mutated)))
+            if op == 0:
+                mutated[at] = int(rng.integers(0, 256))
+            elif op == 1:
+                del mutated[at:at + int(rng.integers(1, 8))]
+            else:
+                mutated[at:at] = bytes(rng.integers(0, 256, int(rng.integers(1, 8)), dtype=np.uint8))
+        try:
+            got = wire.decode(bytes(mutated))
+        except wire.MalformedBody:
+            outcomes["malformed"] += 1
+        else:
+            assert isinstance(got, tuple) and isinstance(got[0], str)
+            outcomes["decoded"] += 1
+    assert outcomes["malformed"] > 1000  # the mutations did reach the checks
+
+
 # ---- the job secret -------------------------------------------------------------------------------
 def test_job_key_comes_from_the_secret_or_its_file_and_refuses_unsafe_ones(tmp_path, caplog, monkeypatch):
     assert job_secret.job_key({"MDTRAIN_JOB_SECRET": SECRET}) == KEY

@@ -143,18 +143,20 @@ class _Service:
     def _serve_one(self):
         """Receives and handles one message; a message it cannot decode or handle is dropped, logged
         with its peer and counted, and serving goes on. Socket failures (zmq.ZMQError) escape."""
-        got = wire.receive(self._socket, with_identity=True)
-        if got is None:
-            return  # rejected by wire: counted and logged there
-        identity, message = got
+        message = None
         try:
+            got = wire.receive(self._socket, with_identity=True)
+            if got is None:
+                return  # rejected by wire: counted and logged there
+            identity, message = got
             self._handle(identity, message)
         except zmq.ZMQError:
             raise
         except Exception as e:  # a peer with the key sending something this task cannot handle
             self._handling_errors += 1
+            kind = message[0][:40] if message is not None else "undecoded"
             _log.warning("%s: dropped a %r message from %s it could not handle (%d so far): %s: %s", self.name,
-                         message[0][:40], self._socket.last_peer, self._handling_errors, type(e).__name__, e)
+                         kind, self._socket.last_peer, self._handling_errors, type(e).__name__, e)
 
     def _reply(self, identity, message):
         wire.send(self._socket, message, identity)

@@ -196,7 +196,7 @@ def _decode_array(spec, blob):
         raise MalformedBody(f"bad array reference {spec!r:.80}")
     try:
         dtype = np.dtype(spec["dtype"])
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):
         raise MalformedBody(f"bad array dtype {spec['dtype']!r:.40}") from None
     if dtype.kind not in "biufc" or dtype.hasobject or dtype.itemsize == 0:
         raise MalformedBody(f"array dtype {dtype} is not numeric")
@@ -239,7 +239,17 @@ def _decode_value(value, blobs):
 
 
 def decode(body):
-    """A body -> its message (a tuple starting with a str); MalformedBody if it is not one."""
+    """A body -> its message (a tuple starting with a str); MalformedBody if it is not one, whatever
+    the bytes (a frame's sender may hold the key and still send garbage)."""
+    try:
+        return _decode(body)
+    except MalformedBody:
+        raise
+    except Exception as e:  # noqa: B902 - any other failure of a check is the body's fault too
+        raise MalformedBody(f"{type(e).__name__}: {e}"[:200]) from None
+
+
+def _decode(body):
     view = memoryview(body)
     if len(view) < 4:
         raise MalformedBody(f"body of {len(view)} bytes")
