@@ -5,8 +5,12 @@ Python turns each layer's arguments into its Keras config and C++ builds the lay
 from Python, have bit for bit the initial weights, and exactly the configs (every setting, dropout
 seeds included) and names, recorded before the change (data/layer_golden.npz, written by
 `python -c "import test_layer_config_path as t; t.write_golden()"` from tests/py with mdtrain at
-commit d9c7b9e, when every layer had its own binding constructor); and a model file written by that
-version still loads (data/legacy_model.mdt, see data/make_legacy_model.py).
+commit d9c7b9e, when every layer had its own binding constructor; rewritten for issue 34, whose
+fixes change these two models' initial weights and Dropout seeds on purpose: layers without
+weights no longer shift the seeds of the weights (Dropout draws from its own stream, Flatten /
+Reshape / pooling take no seed index) and RandomNormal(seed=3) now uses its seed, which its
+config keeps); and a model file written by that version still loads (data/legacy_model.mdt, see
+data/make_legacy_model.py).
 
 Only values that do not depend on the CPU are recorded: initializers draw from mdtrain's own
 generator, while anything trained or predicted goes through BLAS kernels that differ between CPU

@@ -172,3 +172,35 @@ def _golden_cases():
 @pytest.mark.parametrize("name", sorted(_golden_cases()))
 def test_models_without_weightless_layers_keep_their_seeded_weights(name):
     assert _digest(seeded(_golden_cases()[name])) == GOLDEN[name]
+
+
+def test_an_initializers_own_seed_decides_its_values():
+    """keras.initializers.X(seed=s): the values depend on s alone (not dropped, issue 34), whatever
+    the global seed; another s gives others; the seed survives get_config / a saved model."""
+    def kernel(global_seed, seed):
+        keras.utils.set_random_seed(global_seed)
+        model = keras.Sequential([keras.Input((6,)), L.Dense(5),
+                                  L.Dense(4, kernel_initializer=keras.initializers.GlorotUniform(seed=seed))])
+        return model.layers[1].get_weights()[0], model.layers[0].get_weights()[0]
+
+    a, first_a = kernel(1, 42)
+    b, first_b = kernel(2, 42)
+    assert a.tobytes() == b.tobytes()  # the seeded kernel: equal under other global seeds
+    assert first_a.tobytes() != first_b.tobytes()  # the unseeded one follows the global seed
+    assert kernel(1, 43)[0].tobytes() != a.tobytes()
+    assert np.abs(a).max() <= np.sqrt(6 / (5 + 4))  # still Glorot's range
+    layer = L.Dense(4, kernel_initializer=keras.initializers.RandomNormal(seed=7))
+    assert layer.get_config()["kernel_initializer"]["config"]["seed"] == 7
+    with pytest.raises(ValueError, match="seed"):
+        keras.initializers.GlorotUniform(seed=-1)
+    with pytest.raises(ValueError, match="seed"):
+        keras.initializers.Orthogonal(seed="x")
+
+
+def test_a_seeded_initializer_survives_save_and_load(tmp_path):
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((6,)), L.Dense(4, kernel_initializer=keras.initializers.HeNormal(seed=5))])
+    for path in (tmp_path / "m.keras", tmp_path / "m.mdtrain"):
+        model.save(str(path))
+        config = keras.models.load_model(str(path)).layers[0].get_config()
+        assert config["kernel_initializer"]["config"]["seed"] == 5

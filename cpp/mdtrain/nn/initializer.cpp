@@ -164,6 +164,30 @@ class Orthogonal : public Initializer {
   double gain_;
 };
 
+// An initializer given its own seed (Keras's `seed=` argument): its values come from that seed
+// alone, whatever the layer's or the model's seed, and are the same at every call, as Keras's
+// seeded initializers (the seed is applied, not dropped: issue 34).
+class Seeded : public Initializer {
+ public:
+  Seeded(std::unique_ptr<Initializer> inner, std::uint64_t seed) : inner_(std::move(inner)), seed_(seed) {}
+  void fill(Tensor& t, std::int64_t fan_in, std::int64_t fan_out, Rng&) const override {
+    Rng own(seed_, kSeededStream);
+    inner_->fill(t, fan_in, fan_out, own);
+  }
+  Json config() const override {
+    Json c = inner_->config();
+    Json cfg = c.get("config", Json::object());
+    cfg.set("seed", static_cast<double>(seed_));
+    c.set("config", cfg);
+    return c;
+  }
+
+ private:
+  static constexpr std::uint64_t kSeededStream = 0x5EED;  // apart from the layers' streams
+  std::unique_ptr<Initializer> inner_;
+  std::uint64_t seed_;
+};
+
 std::string canonical(const std::string& name) {
   // "GlorotUniform" and "glorot_uniform" both become "glorotuniform".
   std::string n;
@@ -173,6 +197,8 @@ std::string canonical(const std::string& name) {
 }
 
 }  // namespace
+
+static std::unique_ptr<Initializer> make_unseeded(const std::string& name, const Json& cfg);
 
 std::unique_ptr<Initializer> make_initializer(const Json& spec) {
   std::string name;
@@ -185,6 +211,16 @@ std::unique_ptr<Initializer> make_initializer(const Json& spec) {
   } else {
     fail<std::invalid_argument>("[initializer] expected a name or a config object, got ", spec.dump());
   }
+  auto made = make_unseeded(name, cfg);
+  const Json seed = cfg.is_object() ? cfg.get("seed", Json()) : Json();
+  if (seed.is_null()) return made;
+  const double s = seed.is_number() ? seed.as_number() : -1.0;
+  MDTRAIN_CHECK(s >= 0 && s <= static_cast<double>(kMaxSeed) && std::trunc(s) == s, std::invalid_argument,
+                "[initializer] ", name, ": seed must be null or a non-negative integer below 2^53, got ", seed.dump());
+  return std::make_unique<Seeded>(std::move(made), static_cast<std::uint64_t>(s));
+}
+
+static std::unique_ptr<Initializer> make_unseeded(const std::string& name, const Json& cfg) {
   auto num = [&](const char* key, double fallback) {
     return cfg.contains(key) && !cfg.at(key).is_null() ? cfg.at(key).as_number() : fallback;
   };

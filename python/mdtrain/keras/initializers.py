@@ -1,4 +1,6 @@
-"""keras.initializers: the objects; the sampling itself happens in C++ at build time."""
+"""keras.initializers: the objects; the sampling itself happens in C++ at build time (a given
+seed= makes the values depend on that seed alone, as in Keras: nn/initializer.cpp Seeded)."""
+import numpy as np
 
 
 class Initializer:
@@ -15,7 +17,11 @@ class Initializer:
 
 class _Seeded(Initializer):
     def __init__(self, seed=None):
-        self.seed = seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                                 or not 0 <= seed < 2**53):
+            raise ValueError(f"{type(self).__name__}: seed must be None or a non-negative integer below 2^53, got "
+                             f"{seed!r}")
+        self.seed = None if seed is None else int(seed)
 
     def get_config(self):
         return {"seed": self.seed}
