@@ -10,6 +10,7 @@
 #   - openmpi-bin, libopenmpi-dev, gcc: the MPI communicator (mpirun, mpi.h, libmpi; CMake's
 #     FindMPI checks the C compiler too) and its tests
 #   - libzmq3-dev, pkg-config: the parameter server's ZeroMQ transport (found by pkg-config)
+#   - libssl-dev: libcrypto's HMAC-SHA256, which authenticates every parameter-server frame
 #   - clang-16, libclang-rt-16-dev (and clang, libclang-rt-14-dev where that is the default):
 #     the libFuzzer targets of scripts/fuzz.sh (clang >= 16 compiles the library; 14 does not)
 set -euo pipefail
@@ -26,6 +27,7 @@ command -v mpicc >/dev/null || want+=(libopenmpi-dev)
 command -v gcc >/dev/null || want+=(gcc)
 [ -f /usr/include/zmq.h ] || want+=(libzmq3-dev)
 command -v pkg-config >/dev/null || want+=(pkg-config)
+[ -f /usr/include/openssl/hmac.h ] || want+=(libssl-dev)
 # Fuzzing (scripts/fuzz.sh): clang with its libFuzzer and sanitizer runtimes.
 command -v clang >/dev/null || want+=(clang)
 [ -d /usr/lib/llvm-14/lib/clang ] && ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a \
