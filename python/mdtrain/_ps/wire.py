@@ -380,6 +380,18 @@ class FramedSocket(zmq.Socket):
 
 
 _NO_KEY = object()
+_keys = {}  # (MDTRAIN_JOB_SECRET, MDTRAIN_INSECURE_PS) -> the key read for them
+_keys_lock = threading.Lock()
+
+
+def _job_key():
+    """job_secret.job_key(), read once per setting of the variables: sockets made late (a
+    coordinator reconnecting while the job ends) do not depend on the secret file still being there."""
+    setting = (os.environ.get(job_secret.ENV), os.environ.get(job_secret.INSECURE_ENV))
+    with _keys_lock:
+        if setting not in _keys:
+            _keys[setting] = job_secret.job_key()
+        return _keys[setting]
 
 
 def new_socket(kind, linger=0, key=_NO_KEY):
@@ -387,7 +399,7 @@ def new_socket(kind, linger=0, key=_NO_KEY):
     the job has no secret and no MDTRAIN_INSECURE_PS=1 opt-out). A ROUTER (a task's listening
     socket) takes messages up to max_message_bytes()."""
     if key is _NO_KEY:
-        key = job_secret.job_key()
+        key = _job_key()
     max_bytes = max_message_bytes()
     sock = FramedSocket(context(), kind)
     sock.setsockopt(zmq.LINGER, linger)
