@@ -3,7 +3,9 @@
 # for a bounded time, starting from the committed seeds in tests/fuzz/corpus/<target>/.
 #   scripts/fuzz.sh [seconds-per-target] [target...]       default: 60 s each, every target
 #   targets: model_file (load_model_file, i.e. model files and BackupAndRestore backups),
-#            model_load (Model::load: the reader plus layer/compile configs), idx (the IDX reader,
+#            model_load (Model::load: the reader plus layer/compile configs),
+#            ps_frame (a parameter server's authenticated frames: FrameAuthenticator::open, then
+#            parse_ps_message), idx (the IDX reader,
 #            Python, via atheris; skipped with a message when atheris is not importable),
 #            keras_file (load_model on .keras archives) and weights_h5 (load_weights on .weights.h5,
 #            the HDF5 reader .keras and tf.train.Checkpoint share): Python via atheris, needing
@@ -21,16 +23,16 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(model_file model_load idx keras_file weights_h5)
+[ ${#targets[@]} -gt 0 ] || targets=(model_file model_load ps_frame idx keras_file weights_h5)
 build=build/fuzz
 python=${MDTRAIN_FUZZ_PYTHON:-python3}
 
 needs_cxx=0
 for t in "${targets[@]}"; do
   case "$t" in
-    model_file|model_load) needs_cxx=1 ;;
+    model_file|model_load|ps_frame) needs_cxx=1 ;;
     idx|keras_file|weights_h5) ;;
-    *) echo "fuzz.sh: unknown target '$t' (model_file, model_load, idx, keras_file, weights_h5)" >&2; exit 2 ;;
+    *) echo "fuzz.sh: unknown target '$t' (model_file, model_load, ps_frame, idx, keras_file, weights_h5)" >&2; exit 2 ;;
   esac
 done
 cxx_targets_skipped=""
@@ -49,7 +51,7 @@ if [ "$needs_cxx" = 1 ]; then
     cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DMDTRAIN_FUZZ=ON \
       -DMDTRAIN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
-    cmake --build "$build" -j"${MDTRAIN_FUZZ_JOBS:-2}" --target model_file_fuzzer model_load_fuzzer
+    cmake --build "$build" -j"${MDTRAIN_FUZZ_JOBS:-2}" --target model_file_fuzzer model_load_fuzzer ps_frame_fuzzer
   fi
 fi
 

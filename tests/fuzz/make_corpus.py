@@ -4,13 +4,18 @@
 
 model_file and model_load get small model files written by the library (several layer kinds,
 compiled with optimizer state and not), plus truncated and byte-flipped variants; idx gets small
-valid IDX files (images and labels, plain and gzipped) and damaged variants. Seeds are named by
-content hash, as libFuzzer names its own, and kept small (a few KiB each) so mutations are fast.
+valid IDX files (images and labels, plain and gzipped) and damaged variants; ps_frame gets
+parameter-server messages in authenticated frames signed with the fuzzer's fixed key (hmac here:
+the same bytes as the C++ frame_sign, see tests/cpp/ps/test_frame_auth.cpp's known answer). Seeds
+are named by content hash, as libFuzzer names its own, and kept small (a few KiB each) so mutations
+are fast.
 """
 import gzip
 import hashlib
+import hmac
 import os
 import random
+import struct
 import sys
 import tempfile
 
@@ -83,6 +88,39 @@ def idx_files(rng):
         yield expect + gzip.compress(raw, mtime=0)
 
 
+# The key of tests/fuzz/ps_frame_fuzzer.cpp.
+PS_FRAME_FUZZ_KEY = b"mdtrain-ps-frame-fuzzer-key-0032"
+
+
+def ps_frame(direction, session, counter, body):
+    """tag[32] | session[16] | counter[8, LE] | body, as distribute/frame_auth.h defines it."""
+    head = session + struct.pack("<Q", counter)
+    tag = hmac.new(PS_FRAME_FUZZ_KEY, b"mdtrain-frame-v1" + direction + head + body, hashlib.sha256).digest()
+    return tag + head + body
+
+
+def ps_message(kind, dtype=0, payload=b"", count=None, status=0, version=0, step=0):
+    """A PS message (strategy/parameter_server/ps_message.h: a 56-byte header, then the payload)."""
+    if count is None:
+        count = len(payload) // {0: 1, 1: 4, 2: 8}[dtype]
+    header = struct.pack("<4sHHQIIIBBHQQQ", b"MDPS", 2, kind, 7, 1, 0, 0xFFFFFFFF, dtype, status, 0, version,
+                         count, step)
+    return header + payload
+
+
+def ps_frames():
+    session = bytes(range(0x40, 0x50))
+    requests = [ps_message(1), ps_message(3, 1, struct.pack("<3f", 1, 2, 3), version=2, step=9),
+                ps_message(5, 2, struct.pack("<2d", 0.5, -1)), ps_message(6, 0, b"/tmp/ck"), ps_message(8),
+                ps_message(10)]
+    replies = [ps_message(2, 1, struct.pack("<3f", 4, 5, 6), version=3), ps_message(4, status=1, version=4),
+               ps_message(9, 0, b'{"version": 4}'), ps_message(12, 0, b"[ps] refused")]
+    for i, body in enumerate(requests):
+        yield ps_frame(b"Q", session, i + 1, body)
+    for i, body in enumerate(replies):
+        yield ps_frame(b"R", session, i + 1, body)
+
+
 def rng_array(rng, shape):
     return np.array([rng.randrange(256) for _ in range(int(np.prod(shape)))], dtype=np.uint8).reshape(shape)
 
@@ -98,6 +136,11 @@ def main():
         put("idx", data)
         for v in variants(data, rng, 2):
             put("idx", v)
+    ps_rng = random.Random(34)  # its own: the frames' variants do not move when the others change
+    for data in ps_frames():
+        put("ps_frame", data)
+        for v in variants(data, ps_rng, 1):
+            put("ps_frame", v)
     for target in sorted(os.listdir(CORPUS)):
         files = os.listdir(os.path.join(CORPUS, target))
         size = sum(os.path.getsize(os.path.join(CORPUS, target, f)) for f in files)
