@@ -16,8 +16,9 @@
 //     directories are found through /proc/self/cgroup and the mounts of /proc/self/mountinfo.
 // A figure that cannot be read is left out; when none can, nothing is checked.
 //
-// Small allocations are never checked (no file is read for them): reading the figures costs tens of
-// microseconds, which only blocks of tens of megabytes, rare and slow to fill anyway, can afford.
+// Small allocations are never checked (no file is read for them): reading the figures took 0.4 ms
+// here (cgroup v1, whose memory.stat is long), about 1 % of zeroing a 64 MiB block (36 ms): only
+// blocks that large, rare and slow to fill anyway, can afford it.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
