@@ -3,6 +3,7 @@
 // client. The Python ParameterServerStrategy / ClusterCoordinator are built on these.
 // Every blocking call releases the GIL.
 #include "bindings.h"
+#include "mdtrain/distribute/frame_auth.h"
 #include "mdtrain/distribute/message_socket.h"
 #include "mdtrain/strategy/parameter_server/parameter_server_client.h"
 #include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
@@ -37,6 +38,23 @@ StalenessPolicy parse_policy(const std::string& name) {
   if (name == "drop") return StalenessPolicy::Drop;
   if (name == "rescale") return StalenessPolicy::Rescale;
   throw std::invalid_argument("[ps] staleness_policy must be 'drop' or 'rescale', got '" + name + "'");
+}
+
+// bytes / bytearray -> their bytes; None -> nullopt (unauthenticated). The length is checked by
+// FrameKey (std::invalid_argument -> ValueError).
+std::optional<std::string> auth_key_of(const py::object& key) {
+  if (key.is_none()) return std::nullopt;
+  if (py::isinstance<py::bytes>(key)) return std::string(key.cast<py::bytes>());
+  if (py::isinstance<py::bytearray>(key)) return std::string(key.cast<py::bytearray>());
+  throw py::type_error("[ps] auth_key must be bytes (32 raw bytes) or None, got " +
+                       std::string(py::str(py::type::handle_of(key).attr("__name__"))));
+}
+
+std::string bytes_arg(const py::object& value, const char* name) {
+  if (py::isinstance<py::bytes>(value)) return std::string(value.cast<py::bytes>());
+  if (py::isinstance<py::bytearray>(value)) return std::string(value.cast<py::bytearray>());
+  throw py::type_error(std::string("[ps] frame_sign: ") + name + " must be bytes, got " +
+                       std::string(py::str(py::type::handle_of(value).attr("__name__"))));
 }
 
 }  // namespace
@@ -96,8 +114,9 @@ void init_ps(py::module_& m) {
       .def(py::init([](const ShardLayout& layout, int server_index, const std::vector<py::array>& initial_values,
                        const Optimizer& optimizer, const std::string& endpoint, bool synchronous,
                        int replicas_to_aggregate, std::optional<std::int64_t> max_staleness,
-                       const std::string& staleness_policy) {
+                       const std::string& staleness_policy, const py::object& auth_key) {
              ParameterServerOptions options;
+             options.auth_key = auth_key_of(auth_key);
              options.synchronous = synchronous;
              options.replicas_to_aggregate = replicas_to_aggregate;
              options.max_staleness = max_staleness;
@@ -108,7 +127,9 @@ void init_ps(py::module_& m) {
            py::arg("layout"), py::arg("server_index"), py::arg("initial_values"), py::arg("optimizer"),
            py::arg("endpoint") = "tcp://127.0.0.1:*", py::arg("synchronous") = false,
            py::arg("replicas_to_aggregate") = 1, py::arg("max_staleness") = py::none(),
-           py::arg("staleness_policy") = "drop")
+           py::arg("staleness_policy") = "drop", py::kw_only(), py::arg("auth_key") = py::none(),
+           "auth_key: the job's frame key (32 raw bytes): every request must be tagged with it, others are "
+           "dropped unread and counted in stats()['frames_rejected']; None: unauthenticated (insecure).")
       .def_property_readonly("endpoint", &ParameterShardServer::endpoint)
       .def_property_readonly("server_index", &ParameterShardServer::server_index)
       .def_property_readonly("serving", &ParameterShardServer::serving)
@@ -120,9 +141,19 @@ void init_ps(py::module_& m) {
       .def("load", &ParameterShardServer::load, py::arg("directory"), py::call_guard<py::gil_scoped_release>());
 
   py::class_<ParameterServerClient>(m, "ParameterServerClient", "A worker's connection to every parameter server.")
-      .def(py::init<ShardLayout, std::vector<std::string>, int, double>(), py::arg("layout"), py::arg("endpoints"),
-           py::arg("worker"), py::arg("timeout") = 30.0)
+      .def(py::init([](ShardLayout layout, std::vector<std::string> endpoints, int worker, double timeout,
+                       const py::object& auth_key) {
+             return std::make_unique<ParameterServerClient>(std::move(layout), std::move(endpoints), worker, timeout,
+                                                            auth_key_of(auth_key));
+           }),
+           py::arg("layout"), py::arg("endpoints"), py::arg("worker"), py::arg("timeout") = 30.0, py::kw_only(),
+           py::arg("auth_key") = py::none(),
+           "auth_key: the job's frame key (32 raw bytes); replies that do not verify are dropped (a server "
+           "without the key times out). None: unauthenticated (insecure).")
       .def_property("timeout", &ParameterServerClient::timeout_seconds, &ParameterServerClient::set_timeout_seconds)
+      .def_property_readonly("authenticated", &ParameterServerClient::authenticated)
+      .def_property_readonly("frames_rejected", &ParameterServerClient::frames_rejected,
+                             "Replies dropped because they did not verify.")
       .def(
           "pull",
           [](ParameterServerClient& c) {
@@ -181,8 +212,15 @@ void init_ps(py::module_& m) {
   py::class_<ParameterServerWorkerStrategy, Strategy, std::shared_ptr<ParameterServerWorkerStrategy>>(
       m, "ParameterServerWorkerStrategy",
       "A parameter-server worker: a model compiled under it pulls, computes and pushes each training step.")
-      .def(py::init<ShardLayout, std::vector<std::string>, int, double>(), py::arg("layout"), py::arg("endpoints"),
-           py::arg("worker"), py::arg("timeout") = 30.0)
+      .def(py::init([](ShardLayout layout, std::vector<std::string> endpoints, int worker, double timeout,
+                       const py::object& auth_key) {
+             return std::make_shared<ParameterServerWorkerStrategy>(std::move(layout), std::move(endpoints), worker,
+                                                                    timeout, auth_key_of(auth_key));
+           }),
+           py::arg("layout"), py::arg("endpoints"), py::arg("worker"), py::arg("timeout") = 30.0, py::kw_only(),
+           py::arg("auth_key") = py::none(),
+           "auth_key: the job's frame key (32 raw bytes), used by every client this worker makes (also after "
+           "set_endpoints). None: unauthenticated (insecure).")
       .def("set_endpoints", &ParameterServerWorkerStrategy::set_endpoints, py::arg("endpoints"))
       .def_property_readonly("endpoints", &ParameterServerWorkerStrategy::endpoints)
       .def("plan_steps", &ParameterServerWorkerStrategy::plan_steps, py::arg("first_token"),
@@ -205,6 +243,26 @@ void init_ps(py::module_& m) {
         d["compute_seconds"] = st.compute_seconds;
         return d;
       });
+
+  m.def(
+      "frame_sign",
+      [](const py::object& key, const py::object& direction, const py::object& session, std::uint64_t counter,
+         const py::object& body) {
+        const std::string dir = bytes_arg(direction, "direction");
+        if (dir != "Q" && dir != "R")
+          throw std::invalid_argument("[ps] frame_sign: direction must be b'Q' (request) or b'R' (reply)");
+        const FrameKey k(bytes_arg(key, "key"));
+        const std::string s = bytes_arg(session, "session"), b = bytes_arg(body, "body");
+        std::string frame;
+        {
+          py::gil_scoped_release release;
+          frame = frame_sign(k, static_cast<FrameDirection>(dir[0]), s, counter, b);
+        }
+        return py::bytes(frame);
+      },
+      py::arg("key"), py::arg("direction"), py::arg("session"), py::arg("counter"), py::arg("body"),
+      "The authenticated frame tag[32] | session[16] | counter[8, LE] | body, tag = HMAC-SHA256(key, "
+      "b'mdtrain-frame-v1' | direction | session | counter | body); the C++ parameter server's wire format.");
 
   m.def(
       "read_ps_checkpoint",

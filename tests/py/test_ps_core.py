@@ -99,3 +99,62 @@ def test_sync_mode_and_bad_arguments():
         _core.ParameterShardServer(lay, 0, [], sgd(), staleness_policy="ignore")
     with pytest.raises(ValueError, match="float32"):
         _core.PsShardLayout.make(1, [("x", [2], "int32")], [1])
+
+
+# ---- authenticated frames (auth_key): the C++ side of the job secret ---------------------------
+
+KEY = bytes(range(32))
+
+
+def test_frame_sign_is_hmac_sha256_of_the_documented_bytes():
+    import hashlib
+    import hmac
+    import struct
+    session, body = bytes(range(0xA0, 0xB0)), b"pull weights"
+    for direction in (b"Q", b"R"):
+        for counter in (1, 0x0102030405060708, 2**64 - 1):
+            head = session + struct.pack("<Q", counter)
+            tag = hmac.new(KEY, b"mdtrain-frame-v1" + direction + head + body, hashlib.sha256).digest()
+            assert _core.frame_sign(KEY, direction, session, counter, body) == tag + head + body
+    with pytest.raises(ValueError, match=r"\[ps\] the frame authentication key must be 32 raw bytes, got 31"):
+        _core.frame_sign(KEY[:31], b"Q", session, 1, body)
+    with pytest.raises(ValueError, match="direction must be b'Q'"):
+        _core.frame_sign(KEY, b"X", session, 1, body)
+    with pytest.raises(ValueError, match="session is 16 bytes, got 3"):
+        _core.frame_sign(KEY, b"Q", b"abc", 1, body)
+    with pytest.raises(TypeError, match="body must be bytes, got str"):
+        _core.frame_sign(KEY, b"Q", session, 1, "text")
+
+
+def test_an_authenticated_server_answers_only_its_key():
+    initial = [np.arange(15, dtype=np.float32).reshape(5, 3), np.ones(3, np.float32)]
+    lay, servers = start(1, initial, auth_key=KEY)
+    endpoints = [servers[0].endpoint]
+    good = _core.ParameterServerClient(lay, endpoints, 0, timeout=10.0, auth_key=KEY)
+    assert good.authenticated
+    values, versions = good.pull()
+    np.testing.assert_array_equal(values[0], initial[0])
+    assert good.push([np.zeros(s[1], np.float32) for s in SPECS], versions)[0] == ["applied"]
+    for intruder in (_core.ParameterServerClient(lay, endpoints, 1, timeout=0.3),
+                     _core.ParameterServerClient(lay, endpoints, 2, timeout=0.3, auth_key=bytes(32))):
+        with pytest.raises(TimeoutError, match="did not answer a pull"):
+            intruder.pull()
+        with pytest.raises(TimeoutError, match="did not answer a shutdown"):
+            intruder.shutdown()
+    assert servers[0].serving and servers[0].version == 1
+    stats = servers[0].stats()
+    assert stats["frames_rejected"] >= 4 and stats["errors"] == 0 and stats["pulls"] == 1
+    assert good.stats(0)["frames_rejected"] >= 4
+    servers[0].stop()
+
+
+def test_auth_key_must_be_32_bytes_or_none():
+    lay = layout(1)
+    with pytest.raises(ValueError, match="frame authentication key must be 32 raw bytes, got 5"):
+        _core.ParameterShardServer(lay, 0, [], sgd(), auth_key=b"short")
+    with pytest.raises(TypeError, match="auth_key must be bytes"):
+        _core.ParameterServerClient(lay, ["tcp://127.0.0.1:1"], 0, auth_key="a text key of thirty-two chars!!")
+    with pytest.raises(ValueError, match="got 33"):
+        _core.ParameterServerWorkerStrategy(lay, ["tcp://127.0.0.1:1"], 0, 1.0, auth_key=bytes(33))
+    assert not _core.ParameterServerClient(lay, ["tcp://127.0.0.1:1"], 0).authenticated
+    _core.ParameterServerWorkerStrategy(lay, ["tcp://127.0.0.1:1"], 0, 1.0, auth_key=KEY)

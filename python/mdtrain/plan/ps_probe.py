@@ -1,6 +1,8 @@
 """The parameter-server transport of this machine, measured with our own classes: a
 `ParameterShardServer` (its C++ serving thread, ZeroMQ over tcp://127.0.0.1) and a
 `ParameterServerClient` in this process, one float32 variable on one server, SGD on the server.
+Both ends share a fresh random frame key, so every frame is tagged and verified (HMAC-SHA256) as
+in a real job: the authenticated path is what is measured.
 
 - A pull is one round trip: a small request, a reply carrying the variable's S bytes (the server
   copies its rows out, the client copies them into a new array). Its measured sizes (read
@@ -24,6 +26,7 @@ size, as the other probes: a step pays the typical round trip, not the best.
   core. At two batch sizes, as an α–β in the batch's bytes: the replay adds it to each worker
   step. Without it the seed MLP's one-worker steps were predicted 35 % short."""
 import json
+import os
 import sys
 import time
 
@@ -46,9 +49,10 @@ def _round_trips(nbytes, repeats):
     from mdtrain import _core
     values = nbytes // 4
     layout = _core.PsShardLayout.make(1, [("probe", (values,), "float32")], [_core.ps_fixed_shards(1, [values])])
-    server = _core.ParameterShardServer(layout, 0, [], _sgd())
+    key = os.urandom(32)
+    server = _core.ParameterShardServer(layout, 0, [], _sgd(), auth_key=key)
     try:
-        client = _core.ParameterServerClient(layout, [server.endpoint], 0, timeout=30.0)
+        client = _core.ParameterServerClient(layout, [server.endpoint], 0, timeout=30.0, auth_key=key)
         grad = [np.ones(values, np.float32)]
         # Enough round trips per round that a round lasts about a millisecond or more.
         iters = max(2, min(50, (4 << 20) // max(nbytes, 1)))

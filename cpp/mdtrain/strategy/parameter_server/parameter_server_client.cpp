@@ -19,15 +19,22 @@ std::string seconds_text(double s) {
 }  // namespace
 
 ParameterServerClient::ParameterServerClient(ShardLayout layout, std::vector<std::string> endpoints, int worker,
-                                             double timeout_seconds)
+                                             double timeout_seconds, std::optional<std::string> auth_key)
     : layout_(std::move(layout)), endpoints_(std::move(endpoints)), worker_(worker) {
+  if (auth_key) key_.emplace(std::move(*auth_key));
   layout_.validate();
   MDTRAIN_CHECK(endpoints_.size() == static_cast<std::size_t>(layout_.num_servers), std::invalid_argument, "[ps] ",
                 endpoints_.size(), " endpoints for a layout of ", layout_.num_servers, " servers");
   MDTRAIN_CHECK(worker_ >= 0, std::invalid_argument, "[ps] worker id must be >= 0, got ", worker_);
   set_timeout_seconds(timeout_seconds);
   for (const auto& v : layout_.variables) (void)ps_dtype_of(v.dtype);
-  for (const auto& e : endpoints_) sockets_.push_back(connect_zmq_client_socket(e));
+  for (int s = 0; s < layout_.num_servers; ++s) sockets_.push_back(connect(s));
+}
+
+std::unique_ptr<MessageClientSocket> ParameterServerClient::connect(int server) const {
+  auto socket = connect_zmq_client_socket(endpoints_[server]);
+  if (!key_) return socket;
+  return authenticate(std::move(socket), *key_, rejections_);
 }
 
 void ParameterServerClient::set_timeout_seconds(double seconds) {
@@ -60,7 +67,7 @@ std::vector<std::string> ParameterServerClient::exchange(const std::vector<std::
     // A fresh connection drops what is still queued for this server, so a request reported as
     // timed out is not delivered later (a push applied by a server that comes back after its
     // worker gave up on it).
-    sockets_[s] = connect_zmq_client_socket(endpoints_[s]);
+    sockets_[s] = connect(s);
     fail<TimeoutError>("[ps] ", describe(s), " did not answer a ", name_of(kind), " within ",
                        seconds_text(timeout_seconds_), " s");
   };
@@ -80,7 +87,7 @@ std::vector<std::string> ParameterServerClient::exchange(const std::vector<std::
         // ZeroMQ can lose a message with a connection that drops (a server restarting on its
         // endpoint): requests that change nothing are asked again, on a fresh connection, until
         // the deadline. Pushes and the other requests are never repeated: one could apply twice.
-        sockets_[s] = connect_zmq_client_socket(endpoints_[s]);
+        sockets_[s] = connect(s);
         if (!sockets_[s]->send(requests[s], remaining_ms())) timed_out(s);
         continue;
       }

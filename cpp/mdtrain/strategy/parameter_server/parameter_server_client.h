@@ -14,14 +14,21 @@
 // message with a connection that drops (a server restarting); pushes and the other requests are
 // sent once. Thread-safe (calls are serialized: ZeroMQ sockets must not be used by two threads at
 // once); for concurrent pulls, use one client per thread.
+//
+// With an auth_key (the job's 32 raw bytes; distribute/frame_auth.h) every request is a tagged
+// frame and a reply that does not verify is dropped unread (frames_rejected() counts them), so a
+// server without the key, or anyone forging replies, looks like a server that does not answer.
+// Every connection, including those made again after a timeout, uses the key.
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "mdtrain/core/json.h"
 #include "mdtrain/core/tensor.h"
+#include "mdtrain/distribute/frame_auth.h"
 #include "mdtrain/distribute/message_socket.h"
 #include "mdtrain/strategy/parameter_server/ps_message.h"
 #include "mdtrain/strategy/parameter_server/shard_layout.h"
@@ -37,9 +44,10 @@ struct PushResult {
 class ParameterServerClient {
  public:
   // `endpoints[s]` is server s of `layout`; `worker` is this worker's task id (sent with every
-  // request, for the servers' logs and stats).
-  ParameterServerClient(ShardLayout layout, std::vector<std::string> endpoints, int worker,
-                        double timeout_seconds = 30);
+  // request, for the servers' logs and stats). `auth_key`: the job's frame key (32 raw bytes,
+  // else std::invalid_argument); unset: unauthenticated (insecure opt-out, tests).
+  ParameterServerClient(ShardLayout layout, std::vector<std::string> endpoints, int worker, double timeout_seconds = 30,
+                        std::optional<std::string> auth_key = std::nullopt);
 
   // Fills `values` (one whole tensor per layout variable, allocated here when undefined or of the
   // wrong shape) and returns each server's weights version, to be passed back with the gradients.
@@ -64,6 +72,9 @@ class ParameterServerClient {
   const std::vector<std::string>& endpoints() const { return endpoints_; }
   double timeout_seconds() const { return timeout_seconds_; }
   void set_timeout_seconds(double seconds);
+  bool authenticated() const { return key_.has_value(); }
+  // Replies dropped because they did not verify, over every connection this client made.
+  std::uint64_t frames_rejected() const { return rejections_->load(); }
 
  private:
   // Sends requests[s] to every server s with one (empty strings are skipped), then collects the
@@ -74,12 +85,16 @@ class ParameterServerClient {
   std::vector<std::string> ask_every_server(PsKind kind, std::vector<PsHeader>& headers);
   std::string describe(int server) const;
   PsHeader header(PsKind kind, int server);
+  // A fresh connection to server s (authenticated when there is a key).
+  std::unique_ptr<MessageClientSocket> connect(int server) const;
 
   ShardLayout layout_;
   std::vector<std::string> endpoints_;
   int worker_;
   double timeout_seconds_;
   std::uint64_t next_request_ = 1;
+  std::optional<FrameKey> key_;
+  std::shared_ptr<FrameRejections> rejections_ = std::make_shared<FrameRejections>(0);
   std::vector<std::unique_ptr<MessageClientSocket>> sockets_;
   mutable std::mutex mutex_;  // one call at a time
 };

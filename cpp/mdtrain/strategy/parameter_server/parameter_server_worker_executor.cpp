@@ -44,8 +44,9 @@ ParameterServerWorkerExecutor::ParameterServerWorkerExecutor(Network& primary, P
 
 ParameterServerClient& ParameterServerWorkerExecutor::client() {
   if (!client_ || client_generation_ != strategy_.endpoints_generation()) {
+    // A server restarted elsewhere (set_endpoints) is reached with the same key.
     client_ = std::make_unique<ParameterServerClient>(strategy_.layout(), strategy_.endpoints(), strategy_.worker(),
-                                                      strategy_.timeout_seconds());
+                                                      strategy_.timeout_seconds(), strategy_.auth_key());
     client_generation_ = strategy_.endpoints_generation();
   }
   return *client_;

@@ -1,18 +1,22 @@
 #include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
 
 #include "mdtrain/core/errors.h"
+#include "mdtrain/distribute/frame_auth.h"
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/strategy/parameter_server/parameter_server_worker_executor.h"
 
 namespace mdtrain {
 
 ParameterServerWorkerStrategy::ParameterServerWorkerStrategy(ShardLayout layout, std::vector<std::string> endpoints,
-                                                             int worker, double timeout_seconds)
+                                                             int worker, double timeout_seconds,
+                                                             std::optional<std::string> auth_key)
     : Strategy({Device{}}),
       layout_(std::move(layout)),
       endpoints_(std::move(endpoints)),
       worker_(worker),
-      timeout_seconds_(timeout_seconds) {
+      timeout_seconds_(timeout_seconds),
+      auth_key_(std::move(auth_key)) {
+  if (auth_key_) (void)FrameKey(*auth_key_);  // a bad key fails here, not at the first step
   layout_.validate();
   MDTRAIN_CHECK(endpoints_.size() == static_cast<std::size_t>(layout_.num_servers), std::invalid_argument, "[ps] ",
                 endpoints_.size(), " endpoints for a layout of ", layout_.num_servers, " servers");

@@ -36,9 +36,11 @@ struct PsWorkerStats {
 class ParameterServerWorkerStrategy : public Strategy {
  public:
   // `layout` and `endpoints`: the servers of the job; `worker`: this worker's task index;
-  // `timeout_seconds`: every wait for a server (the timeout names it).
+  // `timeout_seconds`: every wait for a server (the timeout names it); `auth_key`: the job's frame
+  // key (32 raw bytes, checked here), which every client of this worker uses, also after
+  // set_endpoints (unset: unauthenticated, the insecure opt-out).
   ParameterServerWorkerStrategy(ShardLayout layout, std::vector<std::string> endpoints, int worker,
-                                double timeout_seconds);
+                                double timeout_seconds, std::optional<std::string> auth_key = std::nullopt);
   std::string name() const override { return "ParameterServerStrategy"; }
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
@@ -47,6 +49,7 @@ class ParameterServerWorkerStrategy : public Strategy {
   const std::vector<std::string>& endpoints() const { return endpoints_; }
   int worker() const { return worker_; }
   double timeout_seconds() const { return timeout_seconds_; }
+  const std::optional<std::string>& auth_key() const { return auth_key_; }
   // A server restarted elsewhere: executors reconnect before their next step.
   void set_endpoints(std::vector<std::string> endpoints);
   std::uint64_t endpoints_generation() const { return endpoints_generation_; }
@@ -69,6 +72,7 @@ class ParameterServerWorkerStrategy : public Strategy {
   std::vector<std::string> endpoints_;
   int worker_;
   double timeout_seconds_;
+  std::optional<std::string> auth_key_;
   std::uint64_t endpoints_generation_ = 0;
   std::uint64_t next_token_ = 0;  // 0: steps carry no token
   std::optional<std::uint64_t> next_start_version_;

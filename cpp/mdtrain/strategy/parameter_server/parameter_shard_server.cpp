@@ -62,13 +62,18 @@ Json ParameterServerStats::to_json() const {
   j.set("errors", errors);
   j.set("bytes_in", bytes_in);
   j.set("bytes_out", bytes_out);
+  j.set("frames_rejected", frames_rejected);
   return j;
 }
 
 ParameterShardServer::ParameterShardServer(ShardLayout layout, int server_index,
                                            const std::vector<Tensor>& initial_values, const Optimizer& optimizer,
                                            const std::string& endpoint, ParameterServerOptions options)
-    : layout_(std::move(layout)), server_(server_index), options_(options) {
+    : layout_(std::move(layout)), server_(server_index), options_(std::move(options)) {
+  // The key is checked first: nothing is bound with a key that cannot work.
+  std::optional<FrameKey> key;
+  if (options_.auth_key) key.emplace(*options_.auth_key);
+  options_.auth_key.reset();  // kept only by the socket
   layout_.validate();
   MDTRAIN_CHECK(server_ >= 0 && server_ < layout_.num_servers, std::invalid_argument, "[ps] server index ", server_,
                 " is outside the layout's ", layout_.num_servers, " servers");
@@ -109,8 +114,10 @@ ParameterShardServer::ParameterShardServer(ShardLayout layout, int server_index,
   // short. Anything longer is foreign: ZeroMQ drops its sender before allocating it.
   std::int64_t largest = 0;
   for (const auto& p : params_) largest += static_cast<std::int64_t>(p.value.nbytes());
-  socket_ = bind_zmq_server_socket(endpoint,
-                                   static_cast<std::int64_t>(kPsHeaderSize) + std::max<std::int64_t>(largest, 1 << 16));
+  socket_ = bind_zmq_server_socket(endpoint, static_cast<std::int64_t>(kFrameOverheadBytes + kPsHeaderSize) +
+                                                 std::max<std::int64_t>(largest, 1 << 16));
+  // Authenticated: only verified bodies come out of receive(), so nothing unverified is parsed.
+  if (key) socket_ = authenticate(std::move(socket_), std::move(*key), rejections_);
   endpoint_ = socket_->endpoint();
   thread_ = std::thread([this] { serve(); });
 }
@@ -203,6 +210,7 @@ std::string ParameterShardServer::handle(const std::string& request) {
         return encode_ps_message(reply, nullptr, 0);
       }
       case PsKind::Stats:
+        stats_.frames_rejected = rejections_->load();
         reply.kind = PsKind::StatsReply;
         reply.weights_version = stats_.version;
         return encode_ps_text(reply, stats_.to_json().dump());
@@ -326,7 +334,9 @@ void ParameterShardServer::apply_gradients() {
 
 ParameterServerStats ParameterShardServer::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  ParameterServerStats s = stats_;
+  s.frames_rejected = rejections_->load();
+  return s;
 }
 
 std::uint64_t ParameterShardServer::version() const {

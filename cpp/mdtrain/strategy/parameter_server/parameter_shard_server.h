@@ -17,8 +17,14 @@
 // (which may or may not have pushed) is applied at most once on every server. Loading a
 // checkpoint forgets the tokens (the steps after it will run again).
 //
-// Malformed or foreign requests get an Error reply (or are dropped when not even the sender can
-// be told) and the server keeps serving. The destructor stops and joins the thread.
+// Authentication (options.auth_key, 32 raw bytes; distribute/frame_auth.h): every request must be
+// a frame tagged with the job's key, and every reply is one. A request that does not verify
+// (forged, altered, replayed, or from a client without the key) is dropped before it is parsed:
+// no reply, nothing changes, and stats().frames_rejected counts it. Without a key the server
+// accepts anyone who can reach its endpoint: only for an explicit insecure opt-out and tests.
+//
+// Malformed or foreign requests that verify get an Error reply (or are dropped when not even the
+// sender can be told) and the server keeps serving. The destructor stops and joins the thread.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -32,6 +38,7 @@
 #include "mdtrain/core/json.h"
 #include "mdtrain/core/parameter.h"
 #include "mdtrain/core/tensor.h"
+#include "mdtrain/distribute/frame_auth.h"
 #include "mdtrain/distribute/message_socket.h"
 #include "mdtrain/optim/optimizer.h"
 #include "mdtrain/strategy/parameter_server/ps_message.h"
@@ -46,6 +53,8 @@ struct ParameterServerOptions {
   int replicas_to_aggregate = 1;              // synchronous mode
   std::optional<std::int64_t> max_staleness;  // asynchronous mode; unset: any staleness is applied
   StalenessPolicy staleness_policy = StalenessPolicy::Drop;
+  // The job's frame key (32 raw bytes); unset: unauthenticated (insecure opt-out, tests).
+  std::optional<std::string> auth_key;
 };
 
 struct ParameterServerStats {
@@ -60,6 +69,7 @@ struct ParameterServerStats {
   std::uint64_t errors = 0;            // requests answered with Error
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
+  std::uint64_t frames_rejected = 0;  // requests dropped unread: their tag or counter did not verify
   Json to_json() const;
 };
 
@@ -68,8 +78,9 @@ class ParameterShardServer {
   // Server `server_index` of `layout`, initial values cut from `initial_values` (one whole tensor
   // per layout variable, or empty: zeros until an Assign or load()), bound to `endpoint`
   // ("tcp://127.0.0.1:*" picks a port: read endpoint()). Serving starts at once.
-  // Throws std::invalid_argument for a bad layout or options, or an optimizer with clipnorm /
-  // global_clipnorm (their norms need the whole gradient, which no server sees).
+  // Throws std::invalid_argument for a bad layout or options (an auth_key that is not 32 bytes), or
+  // an optimizer with clipnorm / global_clipnorm (their norms need the whole gradient, which no
+  // server sees).
   ParameterShardServer(ShardLayout layout, int server_index, const std::vector<Tensor>& initial_values,
                        const Optimizer& optimizer, const std::string& endpoint, ParameterServerOptions options = {});
   ~ParameterShardServer();
@@ -117,6 +128,7 @@ class ParameterShardServer {
   int aggregated_ = 0;
   std::set<std::uint64_t> seen_steps_;  // step tokens handled, the most recent kMaxSeenSteps
   ParameterServerStats stats_;
+  std::shared_ptr<FrameRejections> rejections_ = std::make_shared<FrameRejections>(0);
 
   mutable std::mutex mutex_;  // guards everything above against the local API while serving
   std::unique_ptr<MessageServerSocket> socket_;
