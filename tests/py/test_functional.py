@@ -58,7 +58,9 @@ def test_residual_mlp_trains_and_model_call_predict_agree(blobs):
     x, y = blobs
     model = residual_mlp()
     model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
-    history = model.fit(x, y, epochs=3, batch_size=32, verbose=0)
+    # 4 epochs: with 3, whether it passes 0.95 depends on the draw of the initial weights (seeds 1-6
+    # reach 0.79-1.0 after 3 epochs, over 0.99 after 4).
+    history = model.fit(x, y, epochs=4, batch_size=32, verbose=0)
     assert history.history["accuracy"][-1] > 0.95
     predicted = model.predict(x, verbose=0)
     np.testing.assert_allclose(model(x).numpy(), predicted, rtol=1e-5, atol=1e-6)
