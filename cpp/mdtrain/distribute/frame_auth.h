@@ -91,6 +91,8 @@ class FrameAuthenticator {
                               std::size_t max_sessions = kFrameReplaySessions);
   // This socket's next frame for `body`.
   std::string sign(FrameDirection direction, std::string_view body);
+  // The same into `frame`, reusing its capacity (a socket's send buffer).
+  void sign_into(FrameDirection direction, std::string_view body, std::string& frame);
   // Verifies `frame` (length, then the tag in constant time, then the replay window) and on
   // success sets `body` to what it carries. On failure returns false, leaves `body` alone and
   // counts the frame.
@@ -122,7 +124,7 @@ class AuthenticatedServerSocket final : public MessageServerSocket {
  private:
   std::unique_ptr<MessageServerSocket> inner_;
   FrameAuthenticator auth_;
-  std::string frame_;
+  std::string frame_, out_;  // the last frame received, the last sent: their capacity is reused
 };
 
 // The client side: send() signs ('Q'), receive() returns only replies that verify ('R').
@@ -138,7 +140,7 @@ class AuthenticatedClientSocket final : public MessageClientSocket {
  private:
   std::unique_ptr<MessageClientSocket> inner_;
   FrameAuthenticator auth_;
-  std::string frame_;
+  std::string frame_, out_;
 };
 
 std::unique_ptr<AuthenticatedServerSocket> authenticate(std::unique_ptr<MessageServerSocket> inner, FrameKey key,
