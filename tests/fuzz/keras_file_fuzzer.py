@@ -11,13 +11,9 @@ for the machine, naming the layer); any other exception, a crash, a hang or memo
 -rss_limit_mb is a finding. Seeds: small archives saved by mdtrain (tests/fuzz/corpus/keras_file/).
 Needs mdtrain's C++ extension (the model is built).
 """
-import inspect
 import os
 import sys
-import tempfile
 import zipfile
-
-import atheris
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -25,23 +21,11 @@ import mdtrain as tf  # noqa: E402
 from mdtrain import _safe_hdf5  # noqa: E402
 from mdtrain.keras import _keras_archive, _keras_config, _keras_weights  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import atheris_support  # noqa: E402
 
-def instrument(module):
-    """Coverage from the reader's own code (instrumenting NumPy and mdtrain whole takes minutes)."""
-    for name, obj in list(vars(module).items()):
-        if inspect.isfunction(obj) and obj.__module__ == module.__name__:
-            setattr(module, name, atheris.instrument_func(obj))
-        elif inspect.isclass(obj) and obj.__module__ == module.__name__:
-            for attr, member in list(vars(obj).items()):
-                if inspect.isfunction(member):
-                    setattr(obj, attr, atheris.instrument_func(member))
-
-
-for _module in (_keras_archive, _keras_config, _keras_weights, _safe_hdf5):
-    instrument(_module)
-
-_dir = tempfile.mkdtemp(prefix="mdtrain_keras_fuzz_")
-PATH = os.path.join(_dir, "input.keras")
+atheris_support.instrument(_keras_archive, _keras_config, _keras_weights, _safe_hdf5)
+PATH = atheris_support.scratch_path("mdtrain_keras_fuzz_", "input.keras")
 
 
 SEPARATOR = b"\n--weights--\n"
@@ -68,14 +52,5 @@ def test_one_input(data):
             raise AssertionError(f"MemoryError names no layer: {e}") from e
 
 
-def main():
-    try:
-        atheris.Setup(sys.argv, test_one_input)
-        atheris.Fuzz()
-    finally:
-        os.unlink(PATH) if os.path.exists(PATH) else None
-        os.rmdir(_dir)
-
-
 if __name__ == "__main__":
-    main()
+    atheris_support.fuzz(test_one_input, PATH)

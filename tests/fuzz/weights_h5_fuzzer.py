@@ -11,12 +11,8 @@ crash, a hang or memory beyond -rss_limit_mb is a finding. HDF5 reads past the e
 zeros, so a 64 KiB input can declare any size: the reader must check before it reads.
 Needs mdtrain's C++ extension.
 """
-import inspect
 import os
 import sys
-import tempfile
-
-import atheris
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -26,17 +22,11 @@ import mdtrain as tf  # noqa: E402
 from mdtrain import _safe_hdf5  # noqa: E402
 from mdtrain.keras import _keras_weights  # noqa: E402
 
-for _module in (_keras_weights, _safe_hdf5):
-    for _name, _obj in list(vars(_module).items()):
-        if inspect.isfunction(_obj) and _obj.__module__ == _module.__name__:
-            setattr(_module, _name, atheris.instrument_func(_obj))
-        elif inspect.isclass(_obj) and _obj.__module__ == _module.__name__:
-            for _attr, _member in list(vars(_obj).items()):
-                if inspect.isfunction(_member):
-                    setattr(_obj, _attr, atheris.instrument_func(_member))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import atheris_support  # noqa: E402
 
-_dir = tempfile.mkdtemp(prefix="mdtrain_weights_fuzz_")
-PATH = os.path.join(_dir, "input.weights.h5")
+atheris_support.instrument(_keras_weights, _safe_hdf5)
+PATH = atheris_support.scratch_path("mdtrain_weights_fuzz_", "input.weights.h5")
 L = tf.keras.layers
 tf.keras.utils.set_random_seed(0)
 MODEL = tf.keras.Sequential([L.Dense(4, input_shape=(3,)), L.Dense(2)])
@@ -59,14 +49,5 @@ def test_one_input(data):
     assert [w.shape for w in MODEL.get_weights()] == SHAPES
 
 
-def main():
-    try:
-        atheris.Setup(sys.argv, test_one_input)
-        atheris.Fuzz()
-    finally:
-        os.unlink(PATH) if os.path.exists(PATH) else None
-        os.rmdir(_dir)
-
-
 if __name__ == "__main__":
-    main()
+    atheris_support.fuzz(test_one_input, PATH)
