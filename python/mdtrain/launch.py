@@ -25,7 +25,7 @@ import sys
 # One machine's worth: every worker and task is a process (and a worker's devices are threads);
 # thousands of them started thread storms that every other job on the machine suffered.
 MAX_LOCAL_PROCESSES = 256
-MAX_DEVICES_PER_WORKER = 256
+MAX_DEVICES_PER_WORKER = 256  # mdtrain.config.MAX_CPU_DEVICES (not imported: the launcher loads no C++)
 MAX_LOCAL_DEVICES = 1024  # -n x --devices-per-worker: the job's device threads
 MAX_RESTARTS = 1000
 _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))

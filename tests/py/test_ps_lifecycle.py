@@ -138,6 +138,7 @@ def test_closures_fail_naming_a_worker_that_never_answered(monkeypatch):
     try:
         assert not waiter.is_alive(), "join() still waits for a worker that never answered"
         assert len(raised) == 1 and isinstance(raised[0], WorkersUnavailableError), raised
+        assert isinstance(raised[0], tf.errors.UnavailableError)  # what TF's coordinator raises
         message = str(raised[0])
         assert f"worker 0 (127.0.0.1:{worker_port})" in message and "never answered" in message
         assert "worker_rejoin_timeout=1.5" in message

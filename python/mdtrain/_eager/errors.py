@@ -33,5 +33,9 @@ class OutOfRangeError(OpError):
     pass
 
 
+class UnavailableError(OpError):
+    """The runtime cannot reach what it needs (ParameterServerStrategy: no worker rejoined in time)."""
+
+
 def invalid_argument(message, op):
     return InvalidArgumentError(f"{message} [Op:{op}]")

@@ -25,6 +25,7 @@ import time
 
 import zmq
 
+from mdtrain._eager import errors
 from mdtrain._input_context import InputContext
 from mdtrain._ps import wire
 from mdtrain._ps.resources import PerWorkerResource
@@ -47,9 +48,10 @@ class CancelledError(RuntimeError):
     """A closure that never ran because an earlier one failed (its error is raised by join())."""
 
 
-class WorkersUnavailableError(RuntimeError):
+class WorkersUnavailableError(errors.UnavailableError, RuntimeError):
     """No worker answered for worker_rejoin_timeout seconds while closures waited for one; the
-    waiting closures failed with it. `workers`: (index, address, seconds gone) of each."""
+    waiting closures failed with it. `workers`: (index, address, seconds gone) of each. A
+    tf.errors.UnavailableError, as TF's coordinator raises."""
 
     def __init__(self, message, workers):
         super().__init__(message)
