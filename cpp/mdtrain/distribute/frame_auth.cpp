@@ -84,19 +84,32 @@ FrameKey::FrameKey(std::string bytes) : bytes_(std::move(bytes)) {
 }
 
 namespace {
-// Writes the frame into `frame`, reusing its capacity: a socket signs into one buffer, so a reply
-// of megabytes does not cost a fresh allocation (and its page faults) per frame.
-void write_frame(const FrameKey& key, FrameDirection direction, std::string_view session, std::uint64_t counter,
-                 std::string_view body, std::string& frame) {
+// Writes the frame header for `body` into `header` (kFrameOverheadBytes; the body itself follows
+// it in the frame, wherever the caller keeps it).
+void write_header(const FrameKey& key, FrameDirection direction, std::string_view session, std::uint64_t counter,
+                  std::string_view body, char* header) {
   MDTRAIN_CHECK(session.size() == kFrameSessionBytes, std::invalid_argument, "[ps] a frame session is ",
                 kFrameSessionBytes, " bytes, got ", session.size());
-  frame.resize(kFrameOverheadBytes + body.size());
-  auto* out = reinterpret_cast<unsigned char*>(frame.data());
-  std::copy(session.begin(), session.end(), frame.begin() + kFrameTagBytes);
+  auto* out = reinterpret_cast<unsigned char*>(header);
+  std::copy(session.begin(), session.end(), header + kFrameTagBytes);
   put_le64(counter, out + kFrameTagBytes + kFrameSessionBytes);
-  std::copy(body.begin(), body.end(), frame.begin() + kFrameOverheadBytes);
   compute_tag(key.bytes(), direction, session, out + kFrameTagBytes + kFrameSessionBytes, body, out);
 }
+
+// Writes the frame into `frame`, reusing its capacity.
+void write_frame(const FrameKey& key, FrameDirection direction, std::string_view session, std::uint64_t counter,
+                 std::string_view body, std::string& frame) {
+  frame.resize(kFrameOverheadBytes + body.size());
+  std::copy(body.begin(), body.end(), frame.begin() + kFrameOverheadBytes);
+  write_header(key, direction, session, counter, std::string_view(frame).substr(kFrameOverheadBytes), frame.data());
+}
+
+// Gives back the headroom a decorator took from a caller's buffer, however the inner send ends.
+struct HeadroomRestore {
+  MessageBuffer& buffer;
+  std::size_t headroom;
+  ~HeadroomRestore() { buffer.headroom = headroom; }
+};
 }  // namespace
 
 std::string frame_sign(const FrameKey& key, FrameDirection direction, std::string_view session, std::uint64_t counter,
@@ -146,7 +159,16 @@ void FrameAuthenticator::sign_into(FrameDirection direction, std::string_view bo
   write_frame(key_, direction, session_, next_counter_++, body, frame);
 }
 
-bool FrameAuthenticator::open(FrameDirection direction, std::string_view frame, std::string& body) {
+void FrameAuthenticator::sign_in_place(FrameDirection direction, MessageBuffer& message) {
+  MDTRAIN_CHECK(message.headroom >= kFrameOverheadBytes && message.headroom <= message.bytes.size(),
+                std::invalid_argument, "[ps] signing in place needs ", kFrameOverheadBytes,
+                " bytes of headroom, the message has ", message.headroom);
+  const std::size_t at = message.headroom - kFrameOverheadBytes;
+  write_header(key_, direction, session_, next_counter_++, message.message(), message.bytes.data() + at);
+  message.headroom = at;
+}
+
+bool FrameAuthenticator::open(FrameDirection direction, std::string_view frame, std::string_view& body) {
   auto reject = [&] {
     rejections_->fetch_add(1);
     return false;
@@ -159,7 +181,21 @@ bool FrameAuthenticator::open(FrameDirection direction, std::string_view frame, 
   compute_tag(key_.bytes(), direction, session, reinterpret_cast<const unsigned char*>(counter_at), payload, expected);
   if (CRYPTO_memcmp(expected, frame.data(), kFrameTagBytes) != 0) return reject();
   if (!window_.accept(session, get_le64(counter_at))) return reject();
-  body.assign(payload);
+  body = payload;
+  return true;
+}
+
+bool FrameAuthenticator::open(FrameDirection direction, std::string_view frame, std::string& body) {
+  std::string_view view;
+  if (!open(direction, frame, view)) return false;
+  body.assign(view.data(), view.size());
+  return true;
+}
+
+bool FrameAuthenticator::open(FrameDirection direction, MessageBuffer& message) {
+  std::string_view body;
+  if (!open(direction, message.message(), body)) return false;
+  message.headroom += kFrameOverheadBytes;
   return true;
 }
 
@@ -169,19 +205,26 @@ AuthenticatedServerSocket::AuthenticatedServerSocket(std::unique_ptr<MessageServ
   MDTRAIN_CHECK(inner_, std::invalid_argument, "[ps] no server socket to authenticate");
 }
 
-bool AuthenticatedServerSocket::receive(std::string& client, std::string& message, int timeout_ms) {
+bool AuthenticatedServerSocket::receive(std::string& client, MessageBuffer& message, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, timeout_ms));
   for (;;) {
-    if (!inner_->receive(client, frame_, milliseconds_left(deadline))) return false;
-    if (auth_.open(FrameDirection::Request, frame_, message)) return true;
+    if (!inner_->receive(client, message, milliseconds_left(deadline))) return false;
+    if (auth_.open(FrameDirection::Request, message)) return true;
     // Dropped (counted by open); wait on for a genuine request in what is left of the timeout.
     if (milliseconds_left(deadline) == 0) return false;
   }
 }
 
-void AuthenticatedServerSocket::reply(const std::string& client, const std::string& message) {
-  auth_.sign_into(FrameDirection::Reply, message, out_);
-  inner_->reply(client, out_);
+void AuthenticatedServerSocket::reply(const std::string& client, MessageBuffer& message) {
+  if (message.headroom < kFrameOverheadBytes) {
+    auth_.sign_into(FrameDirection::Reply, message.message(), out_.bytes);
+    out_.headroom = 0;
+    inner_->reply(client, out_);
+    return;
+  }
+  HeadroomRestore restore{message, message.headroom};
+  auth_.sign_in_place(FrameDirection::Reply, message);
+  inner_->reply(client, message);
 }
 
 AuthenticatedClientSocket::AuthenticatedClientSocket(std::unique_ptr<MessageClientSocket> inner, FrameKey key,
@@ -190,16 +233,22 @@ AuthenticatedClientSocket::AuthenticatedClientSocket(std::unique_ptr<MessageClie
   MDTRAIN_CHECK(inner_, std::invalid_argument, "[ps] no client socket to authenticate");
 }
 
-bool AuthenticatedClientSocket::send(const std::string& message, int timeout_ms) {
-  auth_.sign_into(FrameDirection::Request, message, out_);
-  return inner_->send(out_, timeout_ms);
+bool AuthenticatedClientSocket::send(MessageBuffer& message, int timeout_ms) {
+  if (message.headroom < kFrameOverheadBytes) {
+    auth_.sign_into(FrameDirection::Request, message.message(), out_.bytes);
+    out_.headroom = 0;
+    return inner_->send(out_, timeout_ms);
+  }
+  HeadroomRestore restore{message, message.headroom};
+  auth_.sign_in_place(FrameDirection::Request, message);
+  return inner_->send(message, timeout_ms);
 }
 
-bool AuthenticatedClientSocket::receive(std::string& message, int timeout_ms) {
+bool AuthenticatedClientSocket::receive(MessageBuffer& message, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, timeout_ms));
   for (;;) {
-    if (!inner_->receive(frame_, milliseconds_left(deadline))) return false;
-    if (auth_.open(FrameDirection::Reply, frame_, message)) return true;
+    if (!inner_->receive(message, milliseconds_left(deadline))) return false;
+    if (auth_.open(FrameDirection::Reply, message)) return true;
     if (milliseconds_left(deadline) == 0) return false;
   }
 }

@@ -22,7 +22,10 @@
 // done by a holder of the key. Frames lost or dropped are not retransmitted here: the protocol
 // above times out as it would for a lost message.
 //
-// Nothing here knows the transport: the decorators wrap the abstract sockets.
+// Nothing here knows the transport: the decorators wrap the abstract sockets. They copy no
+// message: a sender's message is signed where it lies, the frame header written into the
+// MessageBuffer's headroom (message_socket.h), and a received frame is verified where it arrived
+// and handed on with its header left as headroom (a message without the room is copied once).
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +45,7 @@ inline constexpr std::size_t kFrameSessionBytes = 16;
 inline constexpr std::size_t kFrameCounterBytes = 8;
 inline constexpr std::size_t kFrameOverheadBytes = kFrameTagBytes + kFrameSessionBytes + kFrameCounterBytes;  // 56
 inline constexpr std::size_t kFrameReplaySessions = 4096;
+static_assert(kFrameOverheadBytes <= kMessageHeadroom, "a sender's headroom must hold a frame header");
 
 enum class FrameDirection : char { Request = 'Q', Reply = 'R' };
 
@@ -93,10 +97,19 @@ class FrameAuthenticator {
   std::string sign(FrameDirection direction, std::string_view body);
   // The same into `frame`, reusing its capacity (a socket's send buffer).
   void sign_into(FrameDirection direction, std::string_view body, std::string& frame);
+  // Signs message.message() in place: writes the frame header into the last kFrameOverheadBytes
+  // of the headroom and takes them out of it, so message.message() is the frame. Throws
+  // std::invalid_argument("[ps] ...") when the headroom is smaller.
+  void sign_in_place(FrameDirection direction, MessageBuffer& message);
   // Verifies `frame` (length, then the tag in constant time, then the replay window) and on
-  // success sets `body` to what it carries. On failure returns false, leaves `body` alone and
-  // counts the frame.
+  // success sets `body` to the body it carries (a view into `frame`). On failure returns false,
+  // leaves `body` alone and counts the frame. Nothing is parsed before the tag has verified.
+  bool open(FrameDirection direction, std::string_view frame, std::string_view& body);
+  // The same, setting `body` to a copy of it (left alone on failure).
   bool open(FrameDirection direction, std::string_view frame, std::string& body);
+  // Verifies message.message() as a frame and on success adds its header to the headroom, so
+  // message.message() is the body; on failure leaves `message` alone.
+  bool open(FrameDirection direction, MessageBuffer& message);
   std::uint64_t rejected() const { return rejections_->load(); }
   const std::string& session() const { return session_; }
 
@@ -111,20 +124,21 @@ class FrameAuthenticator {
 // A server socket whose receive() returns only requests that verify ('Q' frames), dropping and
 // counting the others and waiting on for what is left of the timeout, and whose reply() signs
 // ('R' frames). A dropped request gets no answer: its sender cannot be told anything it could
-// trust, and answering would let anyone probe the server.
+// trust, and answering would let anyone probe the server. A message sent with at least
+// kFrameOverheadBytes of headroom is signed in place; one with less is copied into a frame.
 class AuthenticatedServerSocket final : public MessageServerSocket {
  public:
   AuthenticatedServerSocket(std::unique_ptr<MessageServerSocket> inner, FrameKey key,
                             std::shared_ptr<FrameRejections> rejections = nullptr);
   const std::string& endpoint() const override { return inner_->endpoint(); }
-  bool receive(std::string& client, std::string& message, int timeout_ms) override;
-  void reply(const std::string& client, const std::string& message) override;
+  bool receive(std::string& client, MessageBuffer& message, int timeout_ms) override;
+  void reply(const std::string& client, MessageBuffer& message) override;
   std::uint64_t frames_rejected() const { return auth_.rejected(); }
 
  private:
   std::unique_ptr<MessageServerSocket> inner_;
   FrameAuthenticator auth_;
-  std::string frame_, out_;  // the last frame received, the last sent: their capacity is reused
+  MessageBuffer out_;  // frames of messages sent without headroom: its capacity is reused
 };
 
 // The client side: send() signs ('Q'), receive() returns only replies that verify ('R').
@@ -133,14 +147,14 @@ class AuthenticatedClientSocket final : public MessageClientSocket {
   AuthenticatedClientSocket(std::unique_ptr<MessageClientSocket> inner, FrameKey key,
                             std::shared_ptr<FrameRejections> rejections = nullptr);
   const std::string& endpoint() const override { return inner_->endpoint(); }
-  bool send(const std::string& message, int timeout_ms) override;
-  bool receive(std::string& message, int timeout_ms) override;
+  bool send(MessageBuffer& message, int timeout_ms) override;
+  bool receive(MessageBuffer& message, int timeout_ms) override;
   std::uint64_t frames_rejected() const { return auth_.rejected(); }
 
  private:
   std::unique_ptr<MessageClientSocket> inner_;
   FrameAuthenticator auth_;
-  std::string frame_, out_;
+  MessageBuffer out_;
 };
 
 std::unique_ptr<AuthenticatedServerSocket> authenticate(std::unique_ptr<MessageServerSocket> inner, FrameKey key,

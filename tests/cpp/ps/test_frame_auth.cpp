@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,19 @@
 
 namespace mdtrain {
 namespace {
+
+// The sockets carry MessageBuffers; these tests speak whole strings.
+bool send_bytes(MessageClientSocket& socket, std::string_view bytes, int timeout_ms = 5000) {
+  MessageBuffer buffer;
+  buffer.assign(bytes);
+  return socket.send(buffer, timeout_ms);
+}
+bool receive_bytes(MessageClientSocket& socket, std::string& bytes, int timeout_ms) {
+  MessageBuffer buffer;
+  if (!socket.receive(buffer, timeout_ms)) return false;
+  bytes = std::string(buffer.message());
+  return true;
+}
 
 #define SKIP_WITHOUT_ZMQ() \
   if (!zmq_available()) GTEST_SKIP() << "mdtrain was built without ZeroMQ (MDTRAIN_ZMQ=OFF or libzmq3-dev missing)"
@@ -203,14 +217,16 @@ class QueueServerSocket final : public MessageServerSocket {
   std::deque<std::pair<std::string, std::string>> requests;
   std::vector<std::pair<std::string, std::string>> replies;
   const std::string& endpoint() const override { return endpoint_; }
-  bool receive(std::string& client, std::string& message, int) override {
+  bool receive(std::string& client, MessageBuffer& message, int) override {
     if (requests.empty()) return false;
     client = requests.front().first;
-    message = requests.front().second;
+    message.assign(requests.front().second);
     requests.pop_front();
     return true;
   }
-  void reply(const std::string& client, const std::string& message) override { replies.emplace_back(client, message); }
+  void reply(const std::string& client, MessageBuffer& message) override {
+    replies.emplace_back(client, std::string(message.message()));
+  }
 
  private:
   std::string endpoint_ = "queue://test";
@@ -225,17 +241,59 @@ TEST(FrameAuth, TheServerDecoratorSkipsBadFramesAndSignsItsReplies) {
   q->requests.emplace_back("client", client.sign(FrameDirection::Request, "pull"));
   auto server = authenticate(std::move(queue), key_a());
   EXPECT_EQ(server->endpoint(), "queue://test");
-  std::string from, body;
+  std::string from;
+  MessageBuffer body;
   ASSERT_TRUE(server->receive(from, body, 1000));
   EXPECT_EQ(from, "client");
-  EXPECT_EQ(body, "pull");
+  EXPECT_EQ(body.message(), "pull");
   EXPECT_EQ(server->frames_rejected(), 2u);
   EXPECT_FALSE(server->receive(from, body, 0));  // nothing left
-  server->reply("client", "weights");
-  ASSERT_EQ(q->replies.size(), 1u);
+  // A reply without headroom is copied into a frame; one with room is signed in place, and the
+  // caller's buffer comes back as it was (the same message, the same headroom).
+  MessageBuffer bare;
+  bare.assign("weights");
+  server->reply("client", bare);
+  MessageBuffer roomy;
+  roomy.bytes = std::string(kMessageHeadroom, '#') + "weights";
+  roomy.headroom = kMessageHeadroom;
+  server->reply("client", roomy);
+  EXPECT_EQ(roomy.headroom, kMessageHeadroom);
+  EXPECT_EQ(roomy.message(), "weights");
+  ASSERT_EQ(q->replies.size(), 2u);
   std::string opened;
   ASSERT_TRUE(client.open(FrameDirection::Reply, q->replies[0].second, opened));
   EXPECT_EQ(opened, "weights");
+  ASSERT_TRUE(client.open(FrameDirection::Reply, q->replies[1].second, opened));
+  EXPECT_EQ(opened, "weights");
+}
+
+TEST(FrameAuth, SigningInPlaceMakesTheBytesSignMakes) {
+  FrameAuthenticator a(key_a());
+  FrameAuthenticator b(key_a());
+  // Two authenticators have two sessions: compare each in-place frame with frame_sign's.
+  MessageBuffer m;
+  m.bytes = std::string(kMessageHeadroom, '\0') + "push gradients";
+  m.headroom = kMessageHeadroom;
+  a.sign_in_place(FrameDirection::Request, m);
+  EXPECT_EQ(m.headroom, kMessageHeadroom - kFrameOverheadBytes);
+  EXPECT_EQ(std::string(m.message()), frame_sign(key_a(), FrameDirection::Request, a.session(), 1, "push gradients"));
+  // Opened in place: the body is what follows the header, which becomes headroom.
+  ASSERT_TRUE(b.open(FrameDirection::Request, m));
+  EXPECT_EQ(m.message(), "push gradients");
+  EXPECT_EQ(m.headroom, kMessageHeadroom);
+  // A frame that does not verify leaves the buffer alone.
+  MessageBuffer forged;
+  forged.assign(frame_sign(key_b(), FrameDirection::Request, a.session(), 2, "shutdown"));
+  const std::string before = forged.bytes;
+  EXPECT_FALSE(b.open(FrameDirection::Request, forged));
+  EXPECT_EQ(forged.headroom, 0u);
+  EXPECT_EQ(forged.bytes, before);
+  EXPECT_EQ(b.rejected(), 1u);
+  // Too little room to sign in place is refused, not written before the buffer.
+  MessageBuffer cramped;
+  cramped.bytes = std::string(kFrameOverheadBytes - 1, '\0') + "x";
+  cramped.headroom = kFrameOverheadBytes - 1;
+  EXPECT_THROW(a.sign_in_place(FrameDirection::Request, cramped), std::invalid_argument);
 }
 
 // ---- a real ParameterShardServer over ZeroMQ ------------------------------------------------------
@@ -334,22 +392,23 @@ TEST(FrameAuthServer, AReplayedRequestIsDroppedAtTheServer) {
       frame_sign(FrameKey(job_key()), FrameDirection::Request, session, 1, encode_ps_message(h, nullptr, 0));
   FrameAuthenticator reader{FrameKey(job_key())};
   std::string reply, body, none;
-  ASSERT_TRUE(raw->send(request, 5000));
-  ASSERT_TRUE(raw->receive(reply, 5000));
+  ASSERT_TRUE(send_bytes(*raw, request, 5000));
+  ASSERT_TRUE(receive_bytes(*raw, reply, 5000));
   ASSERT_TRUE(reader.open(FrameDirection::Reply, reply, body));
   EXPECT_EQ(parse_ps_message(body).header.kind, PsKind::StatsReply);
-  ASSERT_TRUE(raw->send(request, 5000));  // the same bytes again
-  EXPECT_FALSE(raw->receive(none, 300));
+  ASSERT_TRUE(send_bytes(*raw, request, 5000));  // the same bytes again
+  EXPECT_FALSE(receive_bytes(*raw, none, 300));
   EXPECT_EQ(server->stats().frames_rejected, 1u);
   // The server's reply offered back to it as a request: its tag is over direction 'R'.
-  ASSERT_TRUE(raw->send(reply, 5000));
-  EXPECT_FALSE(raw->receive(none, 300));
+  ASSERT_TRUE(send_bytes(*raw, reply, 5000));
+  EXPECT_FALSE(receive_bytes(*raw, none, 300));
   EXPECT_EQ(server->stats().frames_rejected, 2u);
   // A fresh frame of the same session is still served.
   ASSERT_TRUE(
-      raw->send(frame_sign(FrameKey(job_key()), FrameDirection::Request, session, 2, encode_ps_message(h, nullptr, 0)),
-                5000));
-  ASSERT_TRUE(raw->receive(reply, 5000));
+      send_bytes(*raw,
+                 frame_sign(FrameKey(job_key()), FrameDirection::Request, session, 2, encode_ps_message(h, nullptr, 0)),
+                 5000));
+  ASSERT_TRUE(receive_bytes(*raw, reply, 5000));
   EXPECT_TRUE(reader.open(FrameDirection::Reply, reply, body));
 }
 

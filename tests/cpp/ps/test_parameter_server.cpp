@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mdtrain/core/errors.h"
@@ -20,6 +21,19 @@
 
 namespace mdtrain {
 namespace {
+
+// The sockets carry MessageBuffers; these tests speak whole strings.
+bool send_bytes(MessageClientSocket& socket, std::string_view bytes, int timeout_ms = 5000) {
+  MessageBuffer buffer;
+  buffer.assign(bytes);
+  return socket.send(buffer, timeout_ms);
+}
+bool receive_bytes(MessageClientSocket& socket, std::string& bytes, int timeout_ms) {
+  MessageBuffer buffer;
+  if (!socket.receive(buffer, timeout_ms)) return false;
+  bytes = std::string(buffer.message());
+  return true;
+}
 
 #define SKIP_WITHOUT_ZMQ() \
   if (!zmq_available()) GTEST_SKIP() << "mdtrain was built without ZeroMQ (MDTRAIN_ZMQ=OFF or libzmq3-dev missing)"
@@ -296,9 +310,9 @@ TEST(ParameterServer, MalformedRequestsGetAnErrorAndTheServerKeepsServing) {
   Job job(2, initial, SGD(0.1));
   auto raw = connect_zmq_client_socket(job.endpoints[1]);
   auto ask = [&](const std::string& request) {
-    EXPECT_TRUE(raw->send(request, 5000));
+    EXPECT_TRUE(send_bytes(*raw, request, 5000));
     std::string reply;
-    EXPECT_TRUE(raw->receive(reply, 5000));
+    EXPECT_TRUE(receive_bytes(*raw, reply, 5000));
     const PsMessage m = parse_ps_message(reply);
     EXPECT_EQ(m.header.kind, PsKind::Error);
     return std::string(m.payload);
@@ -337,17 +351,17 @@ TEST(ParameterServer, APullOfOneVariableReturnsOnlyItsRows) {
   h.server = 0;
   h.variable = 2;  // out/kernel: all 4 rows are on server 0
   h.request_id = 42;
-  ASSERT_TRUE(raw->send(encode_ps_message(h, nullptr, 0), 5000));
+  ASSERT_TRUE(send_bytes(*raw, encode_ps_message(h, nullptr, 0), 5000));
   std::string reply;
-  ASSERT_TRUE(raw->receive(reply, 5000));
+  ASSERT_TRUE(receive_bytes(*raw, reply, 5000));
   const PsMessage m = parse_ps_message(reply);
   EXPECT_EQ(m.header.kind, PsKind::PullReply);
   EXPECT_EQ(m.header.request_id, 42u);
   ASSERT_EQ(m.header.count, 8u);
   EXPECT_EQ(std::memcmp(m.payload.data(), initial[2].raw(), initial[2].nbytes()), 0);
   h.variable = 3;  // there is no fourth variable
-  ASSERT_TRUE(raw->send(encode_ps_message(h, nullptr, 0), 5000));
-  ASSERT_TRUE(raw->receive(reply, 5000));
+  ASSERT_TRUE(send_bytes(*raw, encode_ps_message(h, nullptr, 0), 5000));
+  ASSERT_TRUE(receive_bytes(*raw, reply, 5000));
   const PsMessage e = parse_ps_message(reply);
   EXPECT_EQ(e.header.kind, PsKind::Error);
   EXPECT_NE(std::string(e.payload).find("variable index 3 is outside"), std::string::npos);

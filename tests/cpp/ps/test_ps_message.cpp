@@ -63,6 +63,30 @@ TEST(PsMessage, TextMessagesCarryTheirText) {
   EXPECT_EQ(m.header.dtype, PsDType::Bytes);
 }
 
+TEST(PsMessage, EncodingIntoABufferLeavesHeadroomAndMakesTheSameBytes) {
+  PsHeader h;
+  h.kind = PsKind::Push;
+  h.request_id = 77;
+  h.worker = 3;
+  h.server = 1;
+  h.dtype = PsDType::Float32;
+  h.weights_version = 12;
+  h.step = 0x0102030405060708ull;
+  const std::vector<float> g{1.f, 2.f, 3.f};
+  // A reused buffer full of other bytes (a larger earlier message): nothing of them may remain.
+  MessageBuffer out;
+  out.bytes.assign(4096, '\xff');
+  encode_ps_message(out, h, g.data(), g.size() * sizeof(float));
+  EXPECT_EQ(out.headroom, kMessageHeadroom);
+  EXPECT_EQ(out.message(), valid_push());
+  EXPECT_GE(out.bytes.capacity(), 4096u);  // the capacity is kept for the next large message
+  PsHeader e;
+  e.kind = PsKind::Error;
+  encode_ps_text(out, e, "no such variable");
+  EXPECT_EQ(out.message(), encode_ps_text(e, "no such variable"));
+  EXPECT_EQ(std::string(parse_ps_message(out.message()).payload), "no such variable");
+}
+
 TEST(PsMessage, EachMalformedFieldIsRefusedNamingIt) {
   const std::string good = valid_push();
   expect_refused("", "shorter than the 56-byte header");

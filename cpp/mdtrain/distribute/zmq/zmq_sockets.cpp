@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 #include <string>
+#include <string_view>
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/message_socket.h"
@@ -52,8 +53,9 @@ class Socket {
     }
   }
 
-  // The next frame; `more` tells whether another frame of the same message follows.
-  std::string receive_frame(bool& more) const {
+  // The next frame into `out` (its capacity reused: a receive buffer kept across messages costs no
+  // allocation per message); `more` tells whether another frame of the same message follows.
+  void receive_frame(std::string& out, bool& more) const {
     zmq_msg_t msg;
     zmq_msg_init(&msg);
     while (zmq_msg_recv(&msg, socket_, 0) < 0) {
@@ -62,13 +64,17 @@ class Socket {
         zmq_fail("receive failed");
       }
     }
-    std::string out(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
     more = zmq_msg_more(&msg) != 0;
+    try {
+      out.assign(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+    } catch (...) {
+      zmq_msg_close(&msg);
+      throw;
+    }
     zmq_msg_close(&msg);
-    return out;
   }
 
-  bool send_frame(const std::string& frame, int flags) const {
+  bool send_frame(std::string_view frame, int flags) const {
     while (zmq_send(socket_, frame.data(), frame.size(), flags) < 0) {
       if (zmq_errno() == EAGAIN || zmq_errno() == EHOSTUNREACH) return false;
       if (zmq_errno() != EINTR) zmq_fail("send failed");
@@ -103,24 +109,24 @@ class ZmqServerSocket final : public MessageServerSocket {
   ~ZmqServerSocket() override { zmq_unbind(socket_.get(), endpoint_.c_str()); }
   const std::string& endpoint() const override { return endpoint_; }
 
-  bool receive(std::string& client, std::string& message, int timeout_ms) override {
+  bool receive(std::string& client, MessageBuffer& message, int timeout_ms) override {
     if (!socket_.wait(ZMQ_POLLIN, timeout_ms)) return false;
     bool more = false;
-    client = socket_.receive_frame(more);
+    socket_.receive_frame(client, more);
     message.clear();
     int frames = 0;
     while (more) {
-      message = socket_.receive_frame(more);
+      socket_.receive_frame(message.bytes, more);
       ++frames;
     }
     if (frames != 1) message.clear();  // a foreign multi-frame message: answered as malformed
     return true;
   }
 
-  void reply(const std::string& client, const std::string& message) override {
+  void reply(const std::string& client, MessageBuffer& message) override {
     // A ROUTER drops messages to unknown peers, and DONTWAIT keeps a slow client from blocking
     // the server: either way the client sees no answer and times out, naming this server.
-    if (socket_.send_frame(client, ZMQ_SNDMORE | ZMQ_DONTWAIT)) socket_.send_frame(message, ZMQ_DONTWAIT);
+    if (socket_.send_frame(client, ZMQ_SNDMORE | ZMQ_DONTWAIT)) socket_.send_frame(message.message(), ZMQ_DONTWAIT);
   }
 
  private:
@@ -135,18 +141,20 @@ class ZmqClientSocket final : public MessageClientSocket {
   }
   const std::string& endpoint() const override { return endpoint_; }
 
-  bool send(const std::string& message, int timeout_ms) override {
+  bool send(MessageBuffer& message, int timeout_ms) override {
     if (!socket_.wait(ZMQ_POLLOUT, timeout_ms)) return false;
-    return socket_.send_frame(message, ZMQ_DONTWAIT);
+    return socket_.send_frame(message.message(), ZMQ_DONTWAIT);
   }
 
-  bool receive(std::string& message, int timeout_ms) override {
+  bool receive(MessageBuffer& message, int timeout_ms) override {
     if (!socket_.wait(ZMQ_POLLIN, timeout_ms)) return false;
     bool more = false;
-    message = socket_.receive_frame(more);
+    message.headroom = 0;
+    socket_.receive_frame(message.bytes, more);
     bool extra = false;
+    std::string discarded;
     while (more) {
-      socket_.receive_frame(more);
+      socket_.receive_frame(discarded, more);
       extra = true;
     }
     if (extra) message.clear();

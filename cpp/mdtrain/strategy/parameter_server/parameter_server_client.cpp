@@ -29,6 +29,8 @@ ParameterServerClient::ParameterServerClient(ShardLayout layout, std::vector<std
   set_timeout_seconds(timeout_seconds);
   for (const auto& v : layout_.variables) (void)ps_dtype_of(v.dtype);
   for (int s = 0; s < layout_.num_servers; ++s) sockets_.push_back(connect(s));
+  requests_.resize(endpoints_.size());
+  replies_.resize(endpoints_.size());
 }
 
 std::unique_ptr<MessageClientSocket> ParameterServerClient::connect(int server) const {
@@ -55,8 +57,7 @@ PsHeader ParameterServerClient::header(PsKind kind, int server) {
   return h;
 }
 
-std::vector<std::string> ParameterServerClient::exchange(const std::vector<std::string>& requests, PsKind kind,
-                                                         std::vector<PsHeader>& headers) {
+void ParameterServerClient::exchange(PsKind kind, std::vector<PsHeader>& headers) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_seconds_);
   auto remaining_ms = [&] {
@@ -72,28 +73,27 @@ std::vector<std::string> ParameterServerClient::exchange(const std::vector<std::
                        seconds_text(timeout_seconds_), " s");
   };
   const int resend_ms = std::max(1, static_cast<int>(timeout_seconds_ * 1000 / 4));
-  const int n = static_cast<int>(requests.size());
+  const int n = static_cast<int>(requests_.size());
   for (int s = 0; s < n; ++s)
-    if (!requests[s].empty() && !sockets_[s]->send(requests[s], remaining_ms())) timed_out(s);
-  std::vector<std::string> replies(n);
+    if (requests_[s].size() != 0 && !sockets_[s]->send(requests_[s], remaining_ms())) timed_out(s);
   for (int s = 0; s < n; ++s) {
-    if (requests[s].empty()) continue;
+    if (requests_[s].size() == 0) continue;
+    MessageBuffer& reply = replies_[s];
     for (;;) {
-      std::string bytes;
       const bool resendable = kind == PsKind::Pull || kind == PsKind::Stats;
       const int wait = resendable ? std::min(remaining_ms(), resend_ms) : remaining_ms();
-      if (!sockets_[s]->receive(bytes, wait)) {
+      if (!sockets_[s]->receive(reply, wait)) {
         if (!resendable || remaining_ms() == 0) timed_out(s);
         // ZeroMQ can lose a message with a connection that drops (a server restarting on its
         // endpoint): requests that change nothing are asked again, on a fresh connection, until
         // the deadline. Pushes and the other requests are never repeated: one could apply twice.
         sockets_[s] = connect(s);
-        if (!sockets_[s]->send(requests[s], remaining_ms())) timed_out(s);
+        if (!sockets_[s]->send(requests_[s], remaining_ms())) timed_out(s);
         continue;
       }
       PsMessage m;
       try {
-        m = parse_ps_message(bytes);
+        m = parse_ps_message(reply.message());
       } catch (const std::invalid_argument& e) {
         fail<std::runtime_error>("[ps] ", describe(s), " sent a malformed reply to a ", name_of(kind), ": ", e.what());
       }
@@ -102,21 +102,18 @@ std::vector<std::string> ParameterServerClient::exchange(const std::vector<std::
       if (m.header.kind == PsKind::Error)
         fail<std::runtime_error>("[ps] ", describe(s), " refused a ", name_of(kind), ": ", std::string(m.payload));
       headers[s] = m.header;
-      replies[s] = std::move(bytes);
       break;
     }
   }
-  return replies;
 }
 
-std::vector<std::string> ParameterServerClient::ask_every_server(PsKind kind, std::vector<PsHeader>& headers) {
-  std::vector<std::string> requests;
+void ParameterServerClient::ask_every_server(PsKind kind, std::vector<PsHeader>& headers) {
   headers.clear();
   for (int s = 0; s < layout_.num_servers; ++s) {
     headers.push_back(header(kind, s));
-    requests.push_back(encode_ps_message(headers.back(), nullptr, 0));
+    encode_ps_message(requests_[s], headers.back(), nullptr, 0);
   }
-  return exchange(requests, kind, headers);
+  exchange(kind, headers);
 }
 
 std::vector<std::uint64_t> ParameterServerClient::pull(std::vector<Tensor>& values) {
@@ -129,10 +126,10 @@ std::vector<std::uint64_t> ParameterServerClient::pull(std::vector<Tensor>& valu
       values[v] = Tensor(spec.shape, spec.dtype);
   }
   std::vector<PsHeader> headers;
-  const auto replies = ask_every_server(PsKind::Pull, headers);
+  ask_every_server(PsKind::Pull, headers);
   std::vector<std::uint64_t> versions(layout_.num_servers);
   for (int s = 0; s < layout_.num_servers; ++s) {
-    const PsMessage m = parse_ps_message(replies[s]);
+    const PsMessage m = parse_ps_message(replies_[s].message());
     std::uint64_t expected = 0;
     for (std::size_t v = 0; v < nv; ++v) expected += layout_.rows[v][s].size() * layout_.row_elements(v);
     MDTRAIN_CHECK(m.header.kind == PsKind::PullReply && m.header.count == expected &&
@@ -165,7 +162,6 @@ PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients, con
                       gradients[v].dtype() == layout_.variables[v].dtype,
                   std::invalid_argument, "[ps] the gradient of '", layout_.variables[v].name,
                   "' does not match the variable's shape or dtype");
-  std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {
     std::vector<std::pair<const void*, std::size_t>> payload;
@@ -180,9 +176,9 @@ PushResult ParameterServerClient::push(const std::vector<Tensor>& gradients, con
     h.weights_version = versions[s];
     h.step = step;
     headers.push_back(h);
-    requests.push_back(encode_ps_message(h, payload));
+    encode_ps_message(requests_[s], h, payload);
   }
-  exchange(requests, PsKind::Push, headers);
+  exchange(PsKind::Push, headers);
   PushResult result;
   for (const auto& h : headers) {
     result.status.push_back(h.status);
@@ -195,7 +191,6 @@ void ParameterServerClient::assign(const std::vector<Tensor>& values) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::size_t nv = layout_.variables.size();
   MDTRAIN_CHECK(values.size() == nv, std::invalid_argument, "[ps] ", values.size(), " values for ", nv, " variables");
-  std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {
     std::vector<std::pair<const void*, std::size_t>> payload;
@@ -211,43 +206,41 @@ void ParameterServerClient::assign(const std::vector<Tensor>& values) {
     PsHeader h = header(PsKind::Assign, s);
     h.dtype = ps_dtype_of(layout_.variables[0].dtype);
     headers.push_back(h);
-    requests.push_back(encode_ps_message(h, payload));
+    encode_ps_message(requests_[s], h, payload);
   }
-  exchange(requests, PsKind::Assign, headers);
+  exchange(PsKind::Assign, headers);
 }
 
 void ParameterServerClient::save(const std::string& directory) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {
     headers.push_back(header(PsKind::Save, s));
-    requests.push_back(encode_ps_text(headers.back(), directory));
+    encode_ps_text(requests_[s], headers.back(), directory);
   }
-  exchange(requests, PsKind::Save, headers);
+  exchange(PsKind::Save, headers);
 }
 
 void ParameterServerClient::load(const std::string& directory) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::string> requests;
   std::vector<PsHeader> headers;
   for (int s = 0; s < layout_.num_servers; ++s) {
     headers.push_back(header(PsKind::Load, s));
-    requests.push_back(encode_ps_text(headers.back(), directory));
+    encode_ps_text(requests_[s], headers.back(), directory);
   }
-  exchange(requests, PsKind::Load, headers);
+  exchange(PsKind::Load, headers);
 }
 
 Json ParameterServerClient::stats(int server) {
   std::lock_guard<std::mutex> lock(mutex_);
   MDTRAIN_CHECK(server >= 0 && server < layout_.num_servers, std::out_of_range, "[ps] server ", server,
                 " is outside the job's ", layout_.num_servers, " servers");
-  std::vector<std::string> requests(layout_.num_servers);
   std::vector<PsHeader> headers(layout_.num_servers);
+  for (auto& request : requests_) request.clear();  // only `server` is asked
   headers[server] = header(PsKind::Stats, server);
-  requests[server] = encode_ps_message(headers[server], nullptr, 0);
-  const auto replies = exchange(requests, PsKind::Stats, headers);
-  return Json::parse(std::string(parse_ps_message(replies[server]).payload));
+  encode_ps_message(requests_[server], headers[server], nullptr, 0);
+  exchange(PsKind::Stats, headers);
+  return Json::parse(std::string(parse_ps_message(replies_[server].message()).payload));
 }
 
 std::vector<std::uint64_t> ParameterServerClient::versions() {

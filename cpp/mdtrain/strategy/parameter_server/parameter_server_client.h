@@ -77,12 +77,11 @@ class ParameterServerClient {
   std::uint64_t frames_rejected() const { return rejections_->load(); }
 
  private:
-  // Sends requests[s] to every server s with one (empty strings are skipped), then collects the
-  // replies; throws naming the first server that failed or timed out.
-  std::vector<std::string> exchange(const std::vector<std::string>& requests, PsKind kind,
-                                    std::vector<PsHeader>& headers);
+  // Sends requests_[s] to every server s with one (empty messages are skipped), then collects the
+  // replies into replies_[s]; throws naming the first server that failed or timed out.
+  void exchange(PsKind kind, std::vector<PsHeader>& headers);
   // A request without payload to every server (pull, stats, shutdown); replies as exchange().
-  std::vector<std::string> ask_every_server(PsKind kind, std::vector<PsHeader>& headers);
+  void ask_every_server(PsKind kind, std::vector<PsHeader>& headers);
   std::string describe(int server) const;
   PsHeader header(PsKind kind, int server);
   // A fresh connection to server s (authenticated when there is a key).
@@ -96,6 +95,9 @@ class ParameterServerClient {
   std::optional<FrameKey> key_;
   std::shared_ptr<FrameRejections> rejections_ = std::make_shared<FrameRejections>(0);
   std::vector<std::unique_ptr<MessageClientSocket>> sockets_;
+  // One request and one reply buffer per server, kept across calls (and reconnections): their
+  // capacity is reused, so a push's or pull's megabytes are not allocated afresh per call.
+  std::vector<MessageBuffer> requests_, replies_;
   mutable std::mutex mutex_;  // one call at a time
 };
 

@@ -133,11 +133,14 @@ void ParameterShardServer::stop() {
 }
 
 void ParameterShardServer::serve() {
-  std::string client, request;
+  // Kept across requests: their capacity is reused, so a pull's or push's megabytes are not
+  // allocated afresh (and their pages faulted in) per request.
+  std::string client;
+  MessageBuffer request, reply;
   while (!stop_requested_.load()) {
     try {
       if (!socket_->receive(client, request, kPollMs)) continue;
-      std::string reply = handle(request);
+      handle(request.message(), reply);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         stats_.bytes_out += reply.size();
@@ -171,7 +174,7 @@ std::uint64_t ParameterShardServer::payload_elements(std::uint32_t variable) con
   return n;
 }
 
-std::string ParameterShardServer::handle(const std::string& request) {
+void ParameterShardServer::handle(std::string_view request, MessageBuffer& out) {
   PsHeader reply;
   reply.server = static_cast<std::uint32_t>(server_);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -192,9 +195,9 @@ std::string ParameterShardServer::handle(const std::string& request) {
         reply.kind = PsKind::PullReply;
         reply.dtype = dtype_;
         reply.weights_version = stats_.version;
-        return encode_ps_message(reply, payload);
+        return encode_ps_message(out, reply, payload);
       }
-      case PsKind::Push: return handle_push(m, reply);
+      case PsKind::Push: return handle_push(m, reply, out);
       case PsKind::Assign: {
         MDTRAIN_CHECK(m.header.dtype == dtype_ && m.header.count == payload_elements(m.header.variable),
                       std::invalid_argument, "[ps] assign carries ", m.header.count, " elements, ps ", server_,
@@ -207,13 +210,13 @@ std::string ParameterShardServer::handle(const std::string& request) {
         }
         reply.kind = PsKind::Done;
         reply.weights_version = stats_.version;
-        return encode_ps_message(reply, nullptr, 0);
+        return encode_ps_message(out, reply, nullptr, 0);
       }
       case PsKind::Stats:
         stats_.frames_rejected = rejections_->load();
         reply.kind = PsKind::StatsReply;
         reply.weights_version = stats_.version;
-        return encode_ps_text(reply, stats_.to_json().dump());
+        return encode_ps_text(out, reply, stats_.to_json().dump());
       case PsKind::Save:
       case PsKind::Load: {
         MDTRAIN_CHECK(m.header.dtype == PsDType::Bytes && !m.payload.empty(), std::invalid_argument, "[ps] ",
@@ -230,22 +233,22 @@ std::string ParameterShardServer::handle(const std::string& request) {
         mutex_.lock();
         reply.kind = PsKind::Done;
         reply.weights_version = stats_.version;
-        return encode_ps_message(reply, nullptr, 0);
+        return encode_ps_message(out, reply, nullptr, 0);
       }
       case PsKind::Shutdown:
         stop_requested_.store(true);
         reply.kind = PsKind::Done;
-        return encode_ps_message(reply, nullptr, 0);
+        return encode_ps_message(out, reply, nullptr, 0);
       default: fail<std::invalid_argument>("[ps] a server does not accept '", name_of(m.header.kind), "' messages");
     }
   } catch (const std::exception& e) {
     ++stats_.errors;
     reply.kind = PsKind::Error;
-    return encode_ps_text(reply, e.what());
+    return encode_ps_text(out, reply, e.what());
   }
 }
 
-std::string ParameterShardServer::handle_push(const PsMessage& m, PsHeader& reply) {
+void ParameterShardServer::handle_push(const PsMessage& m, PsHeader& reply, MessageBuffer& out) {
   MDTRAIN_CHECK(m.header.variable == kAllVariables, std::invalid_argument,
                 "[ps] a push carries the gradients of every shard the server holds (variable = all)");
   MDTRAIN_CHECK(m.header.dtype == dtype_ && m.header.count == payload_elements(kAllVariables), std::invalid_argument,
@@ -262,7 +265,7 @@ std::string ParameterShardServer::handle_push(const PsMessage& m, PsHeader& repl
       ++stats_.pushes_duplicate;
       reply.status = PsStatus::Duplicate;
       reply.weights_version = version;
-      return encode_ps_message(reply, nullptr, 0);
+      return encode_ps_message(out, reply, nullptr, 0);
     }
     seen_steps_.insert(m.header.step);
     if (seen_steps_.size() > kMaxSeenSteps) seen_steps_.erase(seen_steps_.begin());
@@ -323,7 +326,7 @@ std::string ParameterShardServer::handle_push(const PsMessage& m, PsHeader& repl
     reply.status = PsStatus::Applied;
   }
   reply.weights_version = stats_.version;
-  return encode_ps_message(reply, nullptr, 0);
+  return encode_ps_message(out, reply, nullptr, 0);
 }
 
 void ParameterShardServer::apply_gradients() {

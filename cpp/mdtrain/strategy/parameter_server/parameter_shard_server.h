@@ -32,6 +32,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -110,8 +111,9 @@ class ParameterShardServer {
 
  private:
   void serve();
-  std::string handle(const std::string& request);
-  std::string handle_push(const PsMessage& m, PsHeader& reply);
+  // Answers `request` into `out` (an Error message for anything refused).
+  void handle(std::string_view request, MessageBuffer& out);
+  void handle_push(const PsMessage& m, PsHeader& reply, MessageBuffer& out);
   // The payload matching `variable` (one or all of this server's shards): expected element count.
   std::uint64_t payload_elements(std::uint32_t variable) const;
   std::vector<std::size_t> selected(std::uint32_t variable) const;

@@ -73,15 +73,19 @@ PsDType ps_dtype_of(DType dtype) {
   fail<std::invalid_argument>("[ps] parameter server variables must be float32 or float64, got ", name_of(dtype));
 }
 
-std::string encode_ps_message(PsHeader header, const std::vector<std::pair<const void*, std::size_t>>& pieces) {
+namespace {
+// Writes header + pieces into out[at, ...), resizing `out` to end there.
+void write_ps_message(std::string& out, std::size_t at, PsHeader header,
+                      const std::vector<std::pair<const void*, std::size_t>>& pieces) {
   std::size_t payload_bytes = 0;
   for (const auto& piece : pieces) payload_bytes += piece.second;
   const std::size_t element = size_of(header.dtype);
   MDTRAIN_CHECK(payload_bytes % element == 0, std::invalid_argument, "[ps] payload of ", payload_bytes,
                 " bytes is not a whole number of elements");
   header.count = payload_bytes / element;
-  std::string out(kPsHeaderSize + payload_bytes, '\0');
-  char* p = out.data();
+  // resize keeps the capacity of a reused buffer; the header's bytes are all written below.
+  out.resize(at + kPsHeaderSize + payload_bytes);
+  char* p = out.data() + at;
   put<std::uint32_t>(p + 0, kPsMagic);
   put<std::uint16_t>(p + 4, kPsProtocolVersion);
   put<std::uint16_t>(p + 6, static_cast<std::uint16_t>(header.kind));
@@ -91,14 +95,21 @@ std::string encode_ps_message(PsHeader header, const std::vector<std::pair<const
   put<std::uint32_t>(p + 24, header.variable);
   put<std::uint8_t>(p + 28, static_cast<std::uint8_t>(header.dtype));
   put<std::uint8_t>(p + 29, static_cast<std::uint8_t>(header.status));
+  put<std::uint16_t>(p + 30, 0);
   put<std::uint64_t>(p + 32, header.weights_version);
   put<std::uint64_t>(p + 40, header.count);
   put<std::uint64_t>(p + 48, header.step);
-  char* at = p + kPsHeaderSize;
+  char* to = p + kPsHeaderSize;
   for (const auto& [data, bytes] : pieces) {
-    if (bytes) std::memcpy(at, data, bytes);
-    at += bytes;
+    if (bytes) std::memcpy(to, data, bytes);
+    to += bytes;
   }
+}
+}  // namespace
+
+std::string encode_ps_message(PsHeader header, const std::vector<std::pair<const void*, std::size_t>>& pieces) {
+  std::string out;
+  write_ps_message(out, 0, header, pieces);
   return out;
 }
 
@@ -109,6 +120,21 @@ std::string encode_ps_message(PsHeader header, const void* payload, std::size_t 
 std::string encode_ps_text(PsHeader header, const std::string& text) {
   header.dtype = PsDType::Bytes;
   return encode_ps_message(header, text.data(), text.size());
+}
+
+void encode_ps_message(MessageBuffer& out, PsHeader header,
+                       const std::vector<std::pair<const void*, std::size_t>>& pieces) {
+  write_ps_message(out.bytes, kMessageHeadroom, header, pieces);
+  out.headroom = kMessageHeadroom;
+}
+
+void encode_ps_message(MessageBuffer& out, PsHeader header, const void* payload, std::size_t payload_bytes) {
+  encode_ps_message(out, header, {{payload, payload_bytes}});
+}
+
+void encode_ps_text(MessageBuffer& out, PsHeader header, const std::string& text) {
+  header.dtype = PsDType::Bytes;
+  encode_ps_message(out, header, text.data(), text.size());
 }
 
 PsMessage parse_ps_message(std::string_view bytes) {

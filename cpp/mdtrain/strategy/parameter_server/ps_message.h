@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "mdtrain/core/dtype.h"
+#include "mdtrain/distribute/message_socket.h"
 
 namespace mdtrain {
 
@@ -96,6 +97,13 @@ std::string encode_ps_message(PsHeader header, const void* payload, std::size_t 
 std::string encode_ps_message(PsHeader header, const std::vector<std::pair<const void*, std::size_t>>& pieces);
 // A message with a text payload (Error, Save/Load paths, StatsReply).
 std::string encode_ps_text(PsHeader header, const std::string& text);
+// The same into `out` for sending, behind kMessageHeadroom bytes of room (so an authenticating
+// socket signs it in place) and reusing out's capacity (a server's reply buffer, a client's
+// request buffers: no fresh allocation of megabytes per message).
+void encode_ps_message(MessageBuffer& out, PsHeader header,
+                       const std::vector<std::pair<const void*, std::size_t>>& pieces);
+void encode_ps_message(MessageBuffer& out, PsHeader header, const void* payload, std::size_t payload_bytes);
+void encode_ps_text(MessageBuffer& out, PsHeader header, const std::string& text);
 // Validates every field; throws std::invalid_argument("[ps] ...") naming the first bad one.
 PsMessage parse_ps_message(std::string_view bytes);
 
