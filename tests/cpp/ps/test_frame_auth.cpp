@@ -267,6 +267,63 @@ TEST(FrameAuth, TheServerDecoratorSkipsBadFramesAndSignsItsReplies) {
   EXPECT_EQ(opened, "weights");
 }
 
+// An in-memory client socket: frames sent are collected, replies queued by the test.
+class QueueClientSocket final : public MessageClientSocket {
+ public:
+  std::vector<std::string> sent;
+  std::deque<std::string> replies;
+  const std::string& endpoint() const override { return endpoint_; }
+  bool send(MessageBuffer& message, int) override {
+    sent.emplace_back(message.message());
+    return true;
+  }
+  bool receive(MessageBuffer& message, int) override {
+    if (replies.empty()) return false;
+    message.assign(replies.front());
+    replies.pop_front();
+    return true;
+  }
+
+ private:
+  std::string endpoint_ = "queue://client";
+};
+
+TEST(FrameAuth, TheClientDecoratorSignsInPlaceAgainOnResendAndOpensRepliesInPlace) {
+  auto queue = std::make_unique<QueueClientSocket>();
+  QueueClientSocket* q = queue.get();
+  auto client = authenticate(std::move(queue), key_a());
+  MessageBuffer request;
+  request.bytes = std::string(kMessageHeadroom, '\0') + "pull";
+  request.headroom = kMessageHeadroom;
+  ASSERT_TRUE(client->send(request, 1000));
+  EXPECT_EQ(request.headroom, kMessageHeadroom);
+  EXPECT_EQ(request.message(), "pull");
+  ASSERT_TRUE(client->send(request, 1000));  // a resend: the buffer came back as it was
+  MessageBuffer bare;
+  bare.assign("stats");
+  ASSERT_TRUE(client->send(bare, 1000));  // no headroom: copied into a frame
+  EXPECT_EQ(bare.message(), "stats");
+  ASSERT_EQ(q->sent.size(), 3u);
+  FrameAuthenticator server(key_a());
+  std::string body;
+  ASSERT_TRUE(server.open(FrameDirection::Request, q->sent[0], body));
+  EXPECT_EQ(body, "pull");
+  ASSERT_TRUE(server.open(FrameDirection::Request, q->sent[1], body));  // counter 2, not a replay
+  EXPECT_EQ(body, "pull");
+  ASSERT_TRUE(server.open(FrameDirection::Request, q->sent[2], body));
+  EXPECT_EQ(body, "stats");
+  // Replies: a forged one is dropped and counted, the genuine one comes out as the body, in place.
+  FrameAuthenticator forger(key_b());
+  q->replies.push_back(forger.sign(FrameDirection::Reply, "weights"));
+  q->replies.push_back(server.sign(FrameDirection::Reply, "weights"));
+  MessageBuffer reply;
+  ASSERT_TRUE(client->receive(reply, 1000));
+  EXPECT_EQ(reply.message(), "weights");
+  EXPECT_EQ(reply.headroom, kFrameOverheadBytes);
+  EXPECT_EQ(client->frames_rejected(), 1u);
+  EXPECT_FALSE(client->receive(reply, 0));
+}
+
 TEST(FrameAuth, SigningInPlaceMakesTheBytesSignMakes) {
   FrameAuthenticator a(key_a());
   FrameAuthenticator b(key_a());
