@@ -22,25 +22,10 @@
 #include "mdtrain/strategy/parameter_server/parameter_server_client.h"
 #include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
 #include "mdtrain/strategy/parameter_server/parameter_shard_server.h"
+#include "ps/socket_bytes.h"
 
 namespace mdtrain {
 namespace {
-
-// The sockets carry MessageBuffers; these tests speak whole strings.
-bool send_bytes(MessageClientSocket& socket, std::string_view bytes, int timeout_ms = 5000) {
-  MessageBuffer buffer;
-  buffer.assign(bytes);
-  return socket.send(buffer, timeout_ms);
-}
-bool receive_bytes(MessageClientSocket& socket, std::string& bytes, int timeout_ms) {
-  MessageBuffer buffer;
-  if (!socket.receive(buffer, timeout_ms)) return false;
-  bytes = std::string(buffer.message());
-  return true;
-}
-
-#define SKIP_WITHOUT_ZMQ() \
-  if (!zmq_available()) GTEST_SKIP() << "mdtrain was built without ZeroMQ (MDTRAIN_ZMQ=OFF or libzmq3-dev missing)"
 
 std::string hex_bytes(const std::string& hex) {
   std::string out;
