@@ -12,7 +12,7 @@
 namespace mdtrain {
 namespace {
 
-std::string valid_push() {
+PsHeader push_header() {
   PsHeader h;
   h.kind = PsKind::Push;
   h.request_id = 77;
@@ -21,8 +21,13 @@ std::string valid_push() {
   h.dtype = PsDType::Float32;
   h.weights_version = 12;
   h.step = 0x0102030405060708ull;
-  const std::vector<float> g{1.f, 2.f, 3.f};
-  return encode_ps_message(h, g.data(), g.size() * sizeof(float));
+  return h;
+}
+
+const std::vector<float> kPushGradient{1.f, 2.f, 3.f};
+
+std::string valid_push() {
+  return encode_ps_message(push_header(), kPushGradient.data(), kPushGradient.size() * sizeof(float));
 }
 
 void expect_refused(const std::string& bytes, const std::string& fragment) {
@@ -64,19 +69,10 @@ TEST(PsMessage, TextMessagesCarryTheirText) {
 }
 
 TEST(PsMessage, EncodingIntoABufferLeavesHeadroomAndMakesTheSameBytes) {
-  PsHeader h;
-  h.kind = PsKind::Push;
-  h.request_id = 77;
-  h.worker = 3;
-  h.server = 1;
-  h.dtype = PsDType::Float32;
-  h.weights_version = 12;
-  h.step = 0x0102030405060708ull;
-  const std::vector<float> g{1.f, 2.f, 3.f};
   // A reused buffer full of other bytes (a larger earlier message): nothing of them may remain.
   MessageBuffer out;
   out.bytes.assign(4096, '\xff');
-  encode_ps_message(out, h, g.data(), g.size() * sizeof(float));
+  encode_ps_message(out, push_header(), kPushGradient.data(), kPushGradient.size() * sizeof(float));
   EXPECT_EQ(out.headroom, kMessageHeadroom);
   EXPECT_EQ(out.message(), valid_push());
   EXPECT_GE(out.bytes.capacity(), 4096u);  // the capacity is kept for the next large message
