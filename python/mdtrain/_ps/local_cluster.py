@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 
+from mdtrain._ps import job_secret
 from mdtrain.config import _cpu_threads_per_local_worker
 
 _log = logging.getLogger("mdtrain")
@@ -143,8 +144,6 @@ class LocalCluster:
             raise
 
     def _make_secret(self, export):
-        from mdtrain._ps import job_secret
-
         if self._env.get(job_secret.ENV) or self._env.get(job_secret.INSECURE_ENV) == "1":
             return  # the caller's secret (or its explicit opt-out) holds for the whole job
         self._secret_file = job_secret.make_secret_file()
@@ -273,8 +272,6 @@ class LocalCluster:
                 proc.kill()
                 proc.wait()
         if self._secret_file is not None:
-            from mdtrain._ps import job_secret
-
             if self._exported_secret and os.environ.get(job_secret.ENV) == self._secret_file:
                 del os.environ[job_secret.ENV]
             job_secret.remove_secret_file(self._secret_file)
