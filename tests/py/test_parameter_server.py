@@ -375,28 +375,40 @@ def test_bad_clusters_and_bad_uses_are_clear_errors(make_strategy, cluster, fash
         model.fit(creator, epochs=1, verbose=0)
 
 
-def test_launcher_runs_a_parameter_server_job(tmp_path):
+def test_launcher_runs_an_authenticated_seed_model_job_on_two_servers_and_two_workers(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
-        "import numpy as np\n"
+        "import json\n"
         "import mdtrain as tf\n"
+        "(x, y), (xt, yt) = tf.keras.datasets.fashion_mnist.load_data()\n"
+        "x, xt = (x[:8192] / 255.0).astype('float32'), (xt[:2000] / 255.0).astype('float32')\n"
         "resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()\n"
-        "strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)\n"
-        "rng = np.random.default_rng(0)\n"
-        "x = rng.normal(size=(512, 8)).astype('float32'); y = (x[:, 0] > 0).astype('int32')\n"
+        "partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=64 << 10,\n"
+        "                                                                          max_shards=2)\n"
+        "strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)\n"
         "with strategy.scope():\n"
-        "    model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation='relu', input_shape=(8,)),\n"
-        "                                 tf.keras.layers.Dense(2, activation='softmax')])\n"
-        "    model.compile(tf.keras.optimizers.Adam(0.01), 'sparse_categorical_crossentropy', metrics=['accuracy'])\n"
-        "model.fit(x, y, batch_size=32, epochs=10, steps_per_epoch=16, verbose=0)\n"
-        "print('accuracy', model.evaluate(x, y, verbose=0)[1])\n")
+        "    model = tf.keras.Sequential([tf.keras.layers.Flatten(input_shape=(28, 28)),\n"
+        "                                 tf.keras.layers.Dense(128, activation='relu'),\n"
+        "                                 tf.keras.layers.Dense(10)])\n"
+        "    model.compile(tf.keras.optimizers.Adam(),\n"
+        "                  tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=['accuracy'],\n"
+        "                  steps_per_execution=8)\n"
+        "model.fit(x[:8192], y[:8192], batch_size=64, epochs=3, steps_per_epoch=128, verbose=0)\n"
+        "job = strategy._jobs[id(model)]\n"
+        "print('job', json.dumps({'accuracy': model.evaluate(xt, yt[:2000], verbose=0)[1],\n"
+        "                         'servers': len(job.stats()), 'shards': job.layout.rows[0],\n"
+        "                         'authenticated': job.client.authenticated,\n"
+        "                         'rejected': [s['frames_rejected'] for s in job.stats()]}))\n")
     # Without a secret of the caller's: the launcher makes one for the job, tasks and chief.
     env = {k: v for k, v in os.environ.items() if k not in (job_secret.ENV, job_secret.INSECURE_ENV)}
-    out = subprocess.run([sys.executable, "-m", "mdtrain.launch", "--ps", "1", "--workers", "2", str(script)],
-                         capture_output=True, text=True, timeout=240, env=env)
+    out = subprocess.run([sys.executable, "-m", "mdtrain.launch", "--ps", "2", "--workers", "2", str(script)],
+                         capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    accuracy = float(out.stdout.split("accuracy")[-1])
-    assert accuracy > 0.9
+    job = json.loads(out.stdout.split("job", 1)[1])
+    print("launcher job", job)
+    assert job["accuracy"] > 0.75, job
+    assert job["servers"] == 2 and len(job["shards"]) == 2, job  # the hidden kernel is cut over both servers
+    assert job["authenticated"] and job["rejected"] == [0, 0], job
     assert '"ps": ["127.0.0.1:' in out.stderr
     bad = subprocess.run([sys.executable, "-m", "mdtrain.launch", "--ps", "0", "--workers", "2", str(script)],
                          capture_output=True, text=True, timeout=60)
