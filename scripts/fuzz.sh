@@ -76,11 +76,12 @@ for t in "${targets[@]}"; do
     fi
     cmd=("$python" tests/fuzz/idx_fuzzer.py)
   elif [ "$t" = keras_file ] || [ "$t" = weights_h5 ]; then
-    if ! PYTHONPATH=python "$python" -c "import atheris, h5py, mdtrain" 2>/dev/null; then
-      echo "fuzz.sh: $t skipped: atheris, h5py or mdtrain (its built extension) is not importable by $python"
+    # The installed mdtrain (the test command installs it first); the source tree has no extension.
+    if ! "$python" -c "import atheris, h5py, mdtrain" 2>/dev/null; then
+      echo "fuzz.sh: $t skipped: atheris, h5py or mdtrain (installed, with its extension) is not importable by $python"
       continue
     fi
-    cmd=(env PYTHONPATH=python "$python" "tests/fuzz/${t}_fuzzer.py")
+    cmd=("$python" "tests/fuzz/${t}_fuzzer.py")
   else
     if [ -n "$cxx_targets_skipped" ]; then echo "fuzz.sh: $t skipped: $cxx_targets_skipped"; continue; fi
     cmd=("$build/tests/fuzz/${t}_fuzzer")

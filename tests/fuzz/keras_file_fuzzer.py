@@ -1,6 +1,6 @@
 """atheris (libFuzzer for Python) target: the .keras reader, tf.keras.models.load_model on a zip.
 
-    PYTHONPATH=python python tests/fuzz/keras_file_fuzzer.py [libFuzzer flags] [corpus dirs]
+    python tests/fuzz/keras_file_fuzzer.py [libFuzzer flags] [corpus dirs]
     (scripts/fuzz.sh runs it)
 
 An input starting with "PK" is the file itself (the zip layer: its CRCs stop most mutations
@@ -9,14 +9,12 @@ valid archive so mutations reach the config parser and the weights reader. The p
 message starts with "load_model: " and names the path (or MemoryError, for a config declaring a layer too large
 for the machine, naming the layer); any other exception, a crash, a hang or memory beyond
 -rss_limit_mb is a finding. Seeds: small archives saved by mdtrain (tests/fuzz/corpus/keras_file/).
-Needs mdtrain's C++ extension (the model is built).
+Fuzzes the installed mdtrain (pip install .), or the one PYTHONPATH names. Needs mdtrain's C++ extension (the model is built).
 """
 import os
 import sys
 import zipfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))
 import mdtrain as tf  # noqa: E402
 from mdtrain import _safe_hdf5  # noqa: E402
 from mdtrain.keras import _keras_archive, _keras_config, _keras_weights  # noqa: E402

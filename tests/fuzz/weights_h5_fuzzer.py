@@ -1,7 +1,7 @@
 """atheris (libFuzzer for Python) target: the .weights.h5 reader (model.load_weights, and through it
 the weights inside .keras archives and tf.train.Checkpoint files: one reader, mdtrain._safe_hdf5).
 
-    PYTHONPATH=python python tests/fuzz/weights_h5_fuzzer.py [libFuzzer flags] [corpus dirs]
+    python tests/fuzz/weights_h5_fuzzer.py [libFuzzer flags] [corpus dirs]
     (scripts/fuzz.sh runs it)
 
 The input is the file, loaded into a fixed compiled model (Dense(4) on 3 inputs, Dense(2), Adam).
@@ -9,13 +9,11 @@ The property: load_weights sets weights of the model's shapes, or raises ValueEr
 starts with "load_weights: " and names the path, and leaves the weights as they were; any other exception, a
 crash, a hang or memory beyond -rss_limit_mb is a finding. HDF5 reads past the end of a file as
 zeros, so a 64 KiB input can declare any size: the reader must check before it reads.
-Needs mdtrain's C++ extension.
+Fuzzes the installed mdtrain (pip install .), or the one PYTHONPATH names. Needs mdtrain's C++ extension.
 """
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))
 import numpy as np  # noqa: E402
 
 import mdtrain as tf  # noqa: E402
