@@ -22,7 +22,8 @@ import mdtrain as tf
 from mdtrain import _atomic
 
 L = tf.keras.layers
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Children import the mdtrain this process imported (installed, or the tree PYTHONPATH names).
+MDTRAIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(tf.__file__)))
 SECRET = b"TOP-SECRET-" + bytes(range(256)) * 4  # recognisable in any dtype it could be read as
 
 
@@ -171,7 +172,7 @@ def test_wrong_shape_is_refused_naming_expected_and_found(tmp_path):
 def run_child(code, *args, timeout=240):
     """Runs code in a fresh interpreter; returns (returncode, stdout, stderr). The child prints its
     peak RSS (VmHWM, kB) last."""
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=MDTRAIN_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
     prologue = textwrap.dedent("""
         import sys
         def peak_kb():
@@ -390,7 +391,7 @@ def test_temporary_of_a_killed_save_is_removed_by_the_next_save(tmp_path):
             time.sleep(600)
         _keras_weights.write = stuck
         m.save(sys.argv[1])
-    """), target, ready], env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    """), target, ready], env=dict(os.environ, PYTHONPATH=MDTRAIN_DIR))
     try:
         for _ in range(1200):
             if os.path.exists(ready) or child.poll() is not None:

@@ -24,13 +24,14 @@ from mdtrain._ps.local_cluster import LocalCluster, free_ports
 
 pytestmark = pytest.mark.skipif(not _core.zmq_available(), reason="mdtrain was built without ZeroMQ (libzmq3-dev)")
 
-PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+# Children import the mdtrain this process imported (installed, or the tree PYTHONPATH names).
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(tf.__file__)))
 A_SECRET = "s3cret-of-this-test-0123456789abcdef"
 HANG_GUARD_SECONDS = 180  # a subprocess that runs this long hangs: the test fails instead of waiting
 
 
 def child_env(**extra):
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(PYTHON_DIR) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop(job_secret.ENV, None)
     env.pop(job_secret.INSECURE_ENV, None)
     env.update(extra)
