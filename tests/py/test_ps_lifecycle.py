@@ -75,8 +75,8 @@ def environ_of(pid):
         return dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
 
 
-def assert_ports_free(addresses):
-    """Each address can be listened on again (SO_REUSEADDR, as the tasks' ZeroMQ sockets bind)."""
+def ports_free(addresses):
+    """Whether each address can be listened on again (SO_REUSEADDR, as the tasks' ZeroMQ sockets bind)."""
     for address in addresses:
         host, port = address.rsplit(":", 1)
         s = socket.socket()
@@ -84,8 +84,18 @@ def assert_ports_free(addresses):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, int(port)))
             s.listen(1)
+        except OSError:
+            return False
         finally:
             s.close()
+    return True
+
+
+def assert_ports_freed(addresses):
+    """The ports are released within seconds of the tasks ending: /proc shows a process as ended once
+    its main thread has, while its other threads (ZeroMQ's I/O threads) may still hold the sockets
+    for a moment."""
+    wait_for(lambda: ports_free(addresses), f"the ports {addresses} to be released", 15)
 
 
 def wait_for(predicate, what, seconds=HANG_GUARD_SECONDS):
@@ -263,7 +273,7 @@ def test_sigterm_stops_the_chief_and_every_task_and_frees_the_ports(tmp_path):
     assert launcher.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "SIGTERM: stopping the chief and every task" in err
     assert [pid for pid in tasks + [info["pid"]] if proc_alive(pid)] == []
-    assert_ports_free(task_addresses(info))
+    assert_ports_freed(task_addresses(info))
     assert not os.path.exists(secret) and not os.path.exists(os.path.dirname(secret))
 
 
@@ -275,7 +285,7 @@ def test_sigkill_of_the_launcher_ends_the_tasks_and_the_chief(tmp_path):
         everyone = tasks + [info["pid"]]
         # PR_SET_PDEATHSIG: each gets SIGTERM from the kernel as the launcher dies.
         wait_for(lambda: not any(proc_alive(pid) for pid in everyone), "the orphaned tasks and chief to end", 30)
-        assert_ports_free(task_addresses(info))
+        assert_ports_freed(task_addresses(info))
     finally:
         for pid in tasks + [info["pid"]]:
             if proc_alive(pid):
