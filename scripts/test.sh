@@ -8,6 +8,8 @@ stage() { printf '== test.sh %02d:%02d %s\n' $((SECONDS / 60)) $((SECONDS % 60))
 trap 'stage "ended (exit $?)"' EXIT
 stage "system packages"
 bash scripts/system_deps.sh
+stage "commit subjects"
+bash scripts/check_commit_subjects.sh
 # ccache lets the builds below share what they compile alike: the CPU test build reuses the pip
 # build's library objects, and the CUDA build every .cpp object of the CPU one (its extra -isystem
 # for the CUDA headers only matters to ccache through the preprocessed text, which is the same for
