@@ -22,10 +22,13 @@ if [ -z "$base" ]; then
   echo "commit subjects: $self is not committed yet, nothing to check"
   exit 0
 fi
-# In a shallow clone the oldest commit present seems to add every file, so the base may be
-# that one; the commits after it are still after the real base, so the check holds for them.
-if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = "true" ]; then
-  echo "commit subjects: shallow clone, the history may start after this script's first commit"
+range="$base..HEAD"
+# In a shallow clone the oldest commit present seems to add every file. When the base found is
+# such a cut-off commit, the real one is not in the history: every commit present is after it.
+if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = "true" ] &&
+  grep -qx "$base" "$(git rev-parse --git-path shallow)" 2>/dev/null; then
+  echo "commit subjects: shallow clone, checking the commits it holds"
+  range=HEAD
 fi
 
 # Characters, not bytes: a UTF-8 locale for ${#subject}.
@@ -38,12 +41,12 @@ while IFS= read -r line; do
   if [ "${#subject}" -gt "$limit" ]; then
     long+=("${line%% *} (${#subject} chars) $subject")
   fi
-done < <(git log --format='%h %s' "$base..HEAD")
+done < <(git log --format='%h %s' "$range")
 
 if [ "${#long[@]}" -gt 0 ]; then
-  echo "commit subjects: ${#long[@]} of $count commits after ${base:0:12} have subjects over $limit characters:"
+  echo "commit subjects: over $limit characters in ${#long[@]} of the $count commits checked:"
   printf '  %s\n' "${long[@]}"
   echo "Keep the subject to $limit characters and put the story in the body (git commit --amend before pushing)."
   exit 1
 fi
-echo "commit subjects: the $count commits after ${base:0:12} have subjects of at most $limit characters"
+echo "commit subjects: at most $limit characters in all $count commits checked (after ${base:0:12})"
