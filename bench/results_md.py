@@ -11,8 +11,10 @@ A recorded file is one benchmark's figures:
                "tables": [{"title": "...", "columns": [...], "rows": [[...]]}]}]}
 
 The machines and dates are named once, in the header; each run refers to its machine by a letter.
-A bench writes its own raw output under bench/results/ too (each script's JSON, with a "machine"
-dict of its own): files without "runs" are listed at the end as raw output, not summarised here.
+Running a bench replaces its file with the script's own output (a "machine" dict from
+bench/_common.machine() and its rows): such a file is shown as one run, its scalars as figures and
+its lists of rows as tables, so `python bench/<name>.py && python bench/results_md.py` updates the
+page. Commit both to record a new measurement.
 """
 import argparse
 import glob
@@ -26,19 +28,61 @@ OUT = os.path.join(HERE, "RESULTS.md")
 
 
 def load():
-    records, raw = [], []
+    records = []
     for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
         with open(path) as f:
             data = json.load(f)
-        (records if isinstance(data, dict) and "runs" in data else raw).append((os.path.basename(path), data))
-    return records, raw
+        name = os.path.basename(path)
+        records.append((name, data if isinstance(data, dict) and "runs" in data else from_raw(name, data)))
+    return records
+
+
+def _value(v):
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (dict, list)):
+        text = json.dumps(v, separators=(",", ":"))
+        return text if len(text) <= 80 else text[:77] + "..."
+    return str(v)
+
+
+def _scalars(prefix, data, out):
+    for key, v in data.items():
+        if isinstance(v, dict) and all(not isinstance(x, (dict, list)) for x in v.values()):
+            _scalars(f"{prefix}{key}.", v, out)
+        elif not isinstance(v, list):
+            out.append(f"{prefix}{key}: {_value(v)}")
+
+
+def from_raw(name, data):
+    """A bench script's own output as a record of one run."""
+    stem = name[:-len(".json")]
+    if not isinstance(data, dict):
+        data = {"results": data}
+    machine = data.get("machine") if isinstance(data.get("machine"), dict) else {}
+    run = {"machine": ", ".join(str(x) for x in (machine.get("platform"),
+                                                  machine.get("cpus") and f"{machine['cpus']} CPUs") if x)
+           or "not recorded",
+           "date": str(machine["time"])[:10] if machine.get("time") else None, "figures": [], "tables": []}
+    if machine.get("load_average"):
+        run["conditions"] = "load average " + " / ".join(f"{x:.1f}" for x in machine["load_average"])
+    _scalars("", {k: v for k, v in data.items() if k not in ("machine", "command")}, run["figures"])
+    for key, v in data.items():
+        if isinstance(v, list) and v and all(isinstance(r, dict) for r in v):
+            columns = [c for c in dict.fromkeys(c for r in v for c in r)]
+            run["tables"].append({"title": key, "columns": columns,
+                                  "rows": [[_value(r.get(c, "")) for c in columns] for r in v]})
+        elif isinstance(v, list):
+            run["figures"].append(f"{key}: {_value(v)}")
+    return {"bench": stem, "command": data.get("command") or f"python bench/{stem}.py",
+            "what": "the bench's own output", "runs": [run]}
 
 
 def cell(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render(records, raw):
+def render(records):
     machines = []
     for _, rec in records:
         for run in rec["runs"]:
@@ -79,10 +123,6 @@ def render(records, raw):
                 lines.append("")
         if rec.get("source"):
             lines += [f"<sub>bench/results/{name}: {rec['source']}</sub>", ""]
-    if raw:
-        lines += ["## Raw output not summarised here", ""]
-        lines += [f"- `bench/results/{name}`" for name, _ in raw]
-        lines.append("")
     return "\n".join(lines)
 
 
@@ -90,7 +130,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if RESULTS.md is out of date")
     args = parser.parse_args()
-    text = render(*load())
+    text = render(load())
     if args.check:
         current = open(OUT).read() if os.path.exists(OUT) else ""
         if current != text:
