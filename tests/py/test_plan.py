@@ -718,7 +718,7 @@ def test_prediction_of_the_seed_mlp_is_the_measured_order_of_magnitude(logical_c
     machine running the tests is shared and loaded, so only the order of magnitude is asserted
     (within 10x: on this machine the errors of the table reach 70 %, and a
     build beside the test can slow a step several times; a unit or structure error is 1000x);
-    the accuracy table in docs/planner.md is bench/plan_accuracy.py's."""
+    the accuracy table is bench/plan_accuracy.py's (bench/RESULTS.md)."""
     logical_cpus(2)
     cluster = Cluster.measure(devices=2)
     plans = plan(seed_mlp(), 64, cluster)
