@@ -19,6 +19,10 @@ class ActivationLayer : public Layer {
     return need_input_grad ? dlogits : Tensor();
   }
   std::unique_ptr<Layer> clone() const override;
+  // Softmax needs every feature; any other activation passes a split activation through.
+  TensorParallelForm tensor_parallel_form() const override {
+    return activation_ == Activation::Softmax ? TensorParallelForm::None : TensorParallelForm::Elementwise;
+  }
   std::int64_t held_activation_bytes() const override { return bytes_of({&y_, &dx_}); }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and

@@ -303,6 +303,13 @@ double Conv2D::regularization_loss() const { return weights_.regularization_loss
 
 void Conv2D::add_regularization_gradients() { weights_.add_regularization_gradients(options_.use_bias); }
 
+std::unique_ptr<Layer> Conv2D::with_output_share(int shards, bool drop_activation) const {
+  Options o = options_;
+  o.filters /= shards;
+  if (drop_activation) o.activation = "linear";
+  return std::make_unique<Conv2D>(name_, o);
+}
+
 std::unique_ptr<Layer> Conv2D::clone() const {
   auto copy = std::make_unique<Conv2D>(name_, options_);
   copy->copy_build_state(*this);

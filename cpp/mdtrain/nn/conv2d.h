@@ -67,6 +67,8 @@ class Conv2D : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  TensorParallelForm tensor_parallel_form() const override { return TensorParallelForm::Conv2D; }
+  std::unique_ptr<Layer> with_output_share(int shards, bool drop_activation) const override;
   std::int64_t held_activation_bytes() const override {
     return bytes_of({&col_, &z_, &y_, &dz_, &dx_, &run_dw_, &run_db_});
   }

@@ -115,6 +115,13 @@ Json Dense::config() const {
   return c;
 }
 
+std::unique_ptr<Layer> Dense::with_output_share(int shards, bool drop_activation) const {
+  Json c = config();
+  c.set("units", c.at("units").as_int() / shards);
+  if (drop_activation) c.set("activation", "linear");
+  return from_config(c);
+}
+
 std::unique_ptr<Layer> Dense::from_config(const Json& c) {
   Options o;
   o.units = c.at("units").as_int();

@@ -36,6 +36,8 @@ class Dense : public Layer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  TensorParallelForm tensor_parallel_form() const override { return TensorParallelForm::Dense; }
+  std::unique_ptr<Layer> with_output_share(int shards, bool drop_activation) const override;
   std::int64_t held_activation_bytes() const override { return bytes_of({&z_, &y_, &dz_, &dx_, &dbias_}); }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and

@@ -15,6 +15,7 @@ class Dropout : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
+  TensorParallelForm tensor_parallel_form() const override { return TensorParallelForm::ElementwiseDropout; }
   std::int64_t held_activation_bytes() const override { return bytes_of({&mask_, &y_, &dx_}); }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and

@@ -151,6 +151,12 @@ void Embedding::add_regularization_gradients() {
   if (regularizer_ && built_) regularizer_->add_gradient(embeddings_.value, embeddings_.grad);
 }
 
+std::unique_ptr<Layer> Embedding::with_output_share(int shards, bool /*drop_activation*/) const {
+  Options o = options_;
+  o.output_dim /= shards;
+  return std::make_unique<Embedding>(name_, o);
+}
+
 std::unique_ptr<Layer> Embedding::clone() const {
   auto copy = std::make_unique<Embedding>(name_, options_);
   copy->copy_build_state(*this);

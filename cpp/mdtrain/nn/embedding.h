@@ -40,6 +40,8 @@ class Embedding : public Layer, public MaskedLayer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   std::unique_ptr<Layer> clone() const override;
+  TensorParallelForm tensor_parallel_form() const override { return TensorParallelForm::Embedding; }
+  std::unique_ptr<Layer> with_output_share(int shards, bool drop_activation) const override;
   std::int64_t held_activation_bytes() const override { return bytes_of({&rows_, &y_}); }
   Json config() const override;
   // Keras's config; missing fields take Keras's defaults. A non-null embeddings_constraint is

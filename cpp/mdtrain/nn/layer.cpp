@@ -50,6 +50,10 @@ Tensor Layer::backward_from_logits(const Tensor&, bool) {
   fail<std::logic_error>("[layer] layer \"", name_, "\" (", class_name(), ") has no logits");
 }
 
+std::unique_ptr<Layer> Layer::with_output_share(int /*shards*/, bool /*drop_activation*/) const {
+  fail<std::logic_error>("[layer] layer \"", name_, "\" (", class_name(), ") has no column-parallel form");
+}
+
 Json Layer::config() const {
   Json c = Json::object();
   c.set("name", name_);

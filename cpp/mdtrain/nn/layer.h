@@ -122,6 +122,26 @@ class Layer {
   // Keras's get_config(): {"name": ..., "trainable": true, ...layer fields}.
   virtual Json config() const;
 
+  // Tensor parallelism (strategy/tensor_parallel_plan.h): the sharded form this layer has, if any.
+  // The plan picks among a form's variants from the weight layouts; a layer whose weights are
+  // split but whose form is None is refused, one with no split weight runs replicated.
+  enum class TensorParallelForm {
+    None,
+    Dense,      // column-parallel (kernel split by output features) or row-parallel (by input)
+    Conv2D,     // column-parallel by output channels
+    Embedding,  // by rows (vocabulary) or by columns
+    Recurrent,  // by units (a RecurrentLayer)
+    // Element-wise: a split activation passes through between a column- and a row-parallel
+    // layer. Dropout (a SplitDropout on the split activation) or an activation that is not softmax.
+    ElementwiseDropout,
+    Elementwise,
+  };
+  virtual TensorParallelForm tensor_parallel_form() const { return TensorParallelForm::None; }
+  // For a column-parallel form (Dense, Conv2D, Embedding): a new, unbuilt layer of the same kind,
+  // name and configuration with 1/shards of the output features (units, filters, output_dim), and
+  // without its activation when `drop_activation`. Other layers throw std::logic_error.
+  virtual std::unique_ptr<Layer> with_output_share(int shards, bool drop_activation) const;
+
  protected:
   virtual void build_weights(const Shape& /*input_shape*/, std::uint64_t /*seed*/) {}
   // For clone(): marks this layer built exactly as `other` is (weights are copied by the caller).

@@ -394,6 +394,48 @@ Tensor LayerGraph::merged_mask(const Node& node, const std::vector<Tensor>& inpu
   return out;
 }
 
+std::vector<std::vector<int>> LayerGraph::layer_readers() const {
+  const int inputs = num_inputs();
+  std::vector<std::vector<int>> readers(nodes_.size());
+  for (std::size_t j = 0; j < nodes_.size(); ++j)
+    for (int v : nodes_[j].inputs)
+      if (v >= inputs) readers[static_cast<std::size_t>(v - inputs)].push_back(static_cast<int>(j));
+  for (int v : outputs_)
+    if (v >= inputs) readers[static_cast<std::size_t>(v - inputs)].push_back(kOutput);
+  return readers;
+}
+
+std::vector<int> LayerGraph::cut_points() const {
+  // last_read[v]: the last node reading value v (nodes_.size() when an output returns it).
+  const int inputs = num_inputs();
+  const int n = static_cast<int>(nodes_.size());
+  std::vector<int> last_read(static_cast<std::size_t>(inputs + n), -1);
+  for (int j = 0; j < n; ++j)
+    for (int v : nodes_[static_cast<std::size_t>(j)].inputs) last_read[static_cast<std::size_t>(v)] = j;
+  for (int v : outputs_) last_read[static_cast<std::size_t>(v)] = n;
+  // Sweeping p up: crossing counts the values defined before p that a node from p on (or an
+  // output) reads; the cut is clean when that is node p - 1's value alone.
+  std::vector<int> cuts;
+  int furthest = -1;  // the furthest reader of any value defined before node p - 1
+  for (int v = 0; v < inputs; ++v) furthest = std::max(furthest, last_read[static_cast<std::size_t>(v)]);
+  for (int p = 1; p < n; ++p) {
+    if (furthest < p) cuts.push_back(p);
+    furthest = std::max(furthest, last_read[static_cast<std::size_t>(inputs + p - 1)]);
+  }
+  return cuts;
+}
+
+std::unique_ptr<Network> LayerGraph::with_layers(std::vector<std::shared_ptr<Layer>> layers) const {
+  check_built();
+  MDTRAIN_CHECK(layers.size() == nodes_.size(), std::invalid_argument, "[functional] with_layers got ", layers.size(),
+                " layers for a graph of ", nodes_.size(), " nodes");
+  auto graph = std::make_unique<LayerGraph>(input_shapes_);
+  for (std::size_t i = 0; i < nodes_.size(); ++i) graph->add_node(std::move(layers[i]), nodes_[i].inputs);
+  graph->set_outputs(outputs_);
+  graph->build(0, dtype_);
+  return graph;
+}
+
 std::unique_ptr<LayerGraph> LayerGraph::clone_to(const Device& device) const {
   check_device_support(device);
   if (!device.is_cpu()) {

@@ -78,6 +78,13 @@ class LayerGraph final : public PackedNetwork {
   std::unique_ptr<LayerGraph> clone_to(const Device& device) const;
   std::unique_ptr<Network> replicate(const Device& device) const override { return clone_to(device); }
 
+  // Node i's readers: the nodes that take its value as an input, then kOutput if the graph returns it.
+  std::vector<std::vector<int>> layer_readers() const override;
+  // The positions p where only node p - 1's value crosses from nodes [0, p) to [p, n).
+  std::vector<int> cut_points() const override;
+  // A graph of the same inputs, connections and outputs over `layers` (one per node), built.
+  std::unique_ptr<Network> with_layers(std::vector<std::shared_ptr<Layer>> layers) const override;
+
  private:
   void check_built() const;
   // Backward from the gradient of the output value, or (dlogits) of the last node's logits.

@@ -1,5 +1,6 @@
 #include "mdtrain/nn/layer_stack.h"
 
+#include "mdtrain/core/errors.h"
 #include "mdtrain/nn/sequence_mask.h"
 
 namespace mdtrain {
@@ -108,6 +109,29 @@ void LayerStack::backward_from_logits(const Tensor& dlogits, const GradientsFina
     g = layers_[i]->backward(g, i > 0);
     layer_done(i, on_final);
   }
+}
+
+std::vector<std::vector<int>> LayerStack::layer_readers() const {
+  std::vector<std::vector<int>> readers(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    readers[i] = {i + 1 < layers_.size() ? static_cast<int>(i + 1) : kOutput};
+  return readers;
+}
+
+std::vector<int> LayerStack::cut_points() const {
+  std::vector<int> cuts;
+  for (std::size_t p = 1; p < layers_.size(); ++p) cuts.push_back(static_cast<int>(p));
+  return cuts;
+}
+
+std::unique_ptr<Network> LayerStack::with_layers(std::vector<std::shared_ptr<Layer>> layers) const {
+  MDTRAIN_CHECK(built_, std::logic_error, "[layers] with_layers needs a built stack");
+  MDTRAIN_CHECK(layers.size() == layers_.size(), std::invalid_argument, "[layers] with_layers got ", layers.size(),
+                " layers for a stack of ", layers_.size());
+  auto stack = std::make_unique<LayerStack>();
+  for (auto& layer : layers) stack->add(std::move(layer));
+  stack->build(input_shape_, 0, dtype_);
+  return stack;
 }
 
 std::unique_ptr<LayerStack> LayerStack::clone() const { return clone_to(device_); }

@@ -67,6 +67,13 @@ class LayerStack final : public PackedNetwork {
   std::unique_ptr<LayerStack> clone_to(const Device& device) const;
   std::unique_ptr<Network> replicate(const Device& device) const override { return clone_to(device); }
 
+  // Layer i is read by layer i + 1; the last by the output.
+  std::vector<std::vector<int>> layer_readers() const override;
+  // Every position: 1 .. n - 1.
+  std::vector<int> cut_points() const override;
+  // A stack of `layers` built for this stack's input shape and dtype.
+  std::unique_ptr<Network> with_layers(std::vector<std::shared_ptr<Layer>> layers) const override;
+
  private:
   bool built_ = false;
   std::uint64_t seed_ = 0;

@@ -87,6 +87,20 @@ class Network {
   virtual double regularization_loss() const = 0;
   virtual void add_regularization_gradients() = 0;
 
+  // The connections, for strategies that split layers or cut the network: per layer (its position
+  // in layers()), the positions of the layers that read its output, ascending (once per read), then kOutput for
+  // the network's output.
+  static constexpr int kOutput = -1;
+  virtual std::vector<std::vector<int>> layer_readers() const = 0;
+  // Where the network can be cut into segments: the positions p (0 < p < layers().size(), ascending)
+  // at which layers [0, p) and [p, n) meet in one tensor, layer p - 1's output, read only from p
+  // on (no input of the network and no earlier value crosses). Every position of a stack is one; in
+  // a layer graph, a residual block's inside is none.
+  virtual std::vector<int> cut_points() const = 0;
+  // The same connections over other layers (one per position of layers(), unbuilt or clones),
+  // built for the same inputs and dtype (weights as the layers build them): a sharded copy.
+  virtual std::unique_ptr<Network> with_layers(std::vector<std::shared_ptr<Layer>> layers) const = 0;
+
   // A deep copy (layers, weights) with its packed parameters on `device`: a replica's copy.
   // Throws like check_device_support before allocating anything.
   virtual std::unique_ptr<Network> replicate(const Device& device) const = 0;

@@ -56,6 +56,7 @@ class RecurrentLayer : public Layer, public MaskedLayer {
   double regularization_loss() const override;
   void add_regularization_gradients() override;
   Json config() const override;
+  TensorParallelForm tensor_parallel_form() const override { return TensorParallelForm::Recurrent; }
   // Every step's state (time-major), masks and backward scratch; cells add theirs.
   std::int64_t held_activation_bytes() const override;
   // The cells' element-wise steps have CUDA kernels (ops/recurrent.h); the rest is ops::gemm etc.

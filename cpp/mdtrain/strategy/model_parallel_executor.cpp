@@ -22,7 +22,7 @@ struct ModelParallelExecutor::Shard {
   std::unique_ptr<Communicator> model_comm, batch_comm;
   CommunicatorShardGroup group{model_comm};  // what the sharded layers see of the model group
   CommunicatorSums batch_sums{batch_comm};   // what synchronized statistics see of the batch axis
-  std::unique_ptr<LayerStack> net;
+  std::unique_ptr<Network> net;
   std::unique_ptr<Loss> loss, logits_loss;
   std::unique_ptr<Optimizer> optimizer;
   Tensor x_batch, y_batch, dpred;
@@ -41,14 +41,7 @@ std::string weight_of_slot(const std::string& slot) { return slot.substr(0, slot
 
 ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStrategy& strategy, const Loss& loss,
                                              const Optimizer& optimizer)
-    : primary_([&]() -> LayerStack& {
-        auto* stack = dynamic_cast<LayerStack*>(&primary);
-        MDTRAIN_CHECK(stack != nullptr, std::invalid_argument,
-                      "[model_parallel] ModelParallel splits Sequential models only for now (this model is a layer "
-                      "graph)");
-        return *stack;
-      }()),
-      strategy_(strategy) {
+    : primary_(primary), strategy_(strategy) {
   MDTRAIN_CHECK(primary_.built(), std::logic_error, "[model_parallel] the model must be built before training");
   const auto& opts = optimizer.options();
   MDTRAIN_CHECK(!opts.clipnorm && !opts.global_clipnorm, std::invalid_argument,
@@ -80,7 +73,7 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
     s->net = plan_->build_shard(primary_, &s->group);
     // Built from the host copy; a GPU's shard is then copied to its GPU (its buffers follow).
     const Device& device = strategy_.devices()[static_cast<std::size_t>(d)];
-    if (!device.is_cpu()) s->net = s->net->clone_to(device);
+    if (!device.is_cpu()) s->net = s->net->replicate(device);
     s->loss = loss.clone();
     s->logits_loss = loss.on_logits_of(s->net->output_activation());
     shards_.push_back(std::move(s));
@@ -198,7 +191,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
   const auto step = static_cast<std::uint64_t>(shards_.front()->optimizer->iterations());
   const auto step_start = Clock::now();
   run_devices([&](Shard& s, int d) {
-    LayerStack& net = *s.net;
+    Network& net = *s.net;
     const RowSlice slice = slice_of(batch.count, batch_size_, s.batch);
     s.loss_sum = 0;
     const std::int64_t bytes_before = s.group.bytes();
@@ -222,10 +215,10 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
       double sum = 0;
       if (s.logits_loss) {
         sum = s.logits_loss->forward_backward(s.y_batch, net.logits(), ls.grad_scale, &s.dpred);
-        net.backward_from_logits(s.dpred);
+        net.backward_from_logits(s.dpred, {});
       } else {
         sum = s.loss->forward_backward(s.y_batch, pred, ls.grad_scale, &s.dpred);
-        net.backward(s.dpred);
+        net.backward(s.dpred, {});
       }
       if (s.model == 0) {
         s.loss_sum = sum * ls.report_factor;

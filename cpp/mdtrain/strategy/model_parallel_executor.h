@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/nn/network.h"
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/strategy/step_executor.h"
 #include "mdtrain/strategy/tensor_parallel_plan.h"
@@ -40,7 +40,7 @@ class ModelParallelStrategy;
 // optimizer_state() is the unsharded state, so any strategy loads what this one saves.
 class ModelParallelExecutor final : public StepExecutor {
  public:
-  // `primary` must be a built LayerStack (a layer graph is refused for now). Throws
+  // `primary` is any built Network (a Sequential's stack or a Functional model's graph). Throws
   // std::invalid_argument("[model_parallel] ...") for layouts that do not fit its layers and for
   // clipping by norm (the norm of a whole weight spans shards).
   ModelParallelExecutor(Network& primary, ModelParallelStrategy& strategy, const Loss& loss,
@@ -88,7 +88,7 @@ class ModelParallelExecutor final : public StepExecutor {
   double sum_of_losses();
   Shard& shard_at(int batch, int model) const;
 
-  LayerStack& primary_;
+  Network& primary_;
   ModelParallelStrategy& strategy_;
   std::optional<TensorParallelPlan> plan_;
   std::vector<std::unique_ptr<Shard>> shards_;  // mesh order

@@ -1,11 +1,8 @@
 #include "mdtrain/strategy/tensor_parallel_plan.h"
 
 #include "mdtrain/core/errors.h"
-#include "mdtrain/nn/activation_layer.h"
-#include "mdtrain/nn/conv2d.h"
-#include "mdtrain/nn/dense.h"
-#include "mdtrain/nn/dropout.h"
 #include "mdtrain/nn/embedding.h"
+#include "mdtrain/nn/recurrent_layer.h"
 #include "mdtrain/nn/tensor_parallel/column_parallel.h"
 #include "mdtrain/nn/tensor_parallel/dim_slices.h"
 #include "mdtrain/nn/tensor_parallel/row_parallel_dense.h"
@@ -30,16 +27,9 @@ std::string weight_names(Layer& layer) {
   return out.empty() ? "none" : out;
 }
 
-// The activation a column-parallel layer applies to its output.
-Activation activation_of(Layer& layer) {
-  if (auto* conv = dynamic_cast<Conv2D*>(&layer)) return parse_activation(conv->options().activation);
-  if (dynamic_cast<Dense*>(&layer)) return parse_activation(layer.config().get("activation", "linear").as_string());
-  return Activation::Linear;  // Embedding
-}
-
 }  // namespace
 
-TensorParallelPlan::TensorParallelPlan(LayerStack& primary, const WeightLayouts& layouts, const DeviceMesh& mesh,
+TensorParallelPlan::TensorParallelPlan(Network& primary, const WeightLayouts& layouts, const DeviceMesh& mesh,
                                        const std::string& model_axis) {
   MDTRAIN_CHECK(primary.built(), std::logic_error, "[model_parallel] the model must be built before it is split");
   shards_ = mesh.axis_size(model_axis);
@@ -119,68 +109,91 @@ TensorParallelPlan::TensorParallelPlan(LayerStack& primary, const WeightLayouts&
       if (!split_kernel && *b >= 0) refuse(bias, "a bias is split only with a kernel split by output features");
       if (split_kernel) split_dims_[bias] = 0;
     };
-    if (dynamic_cast<Dense*>(&layer)) {
-      const auto k = request(kernel);
-      if (!k || *k < 0) refuse(first, "a Dense layer is split through its kernel ((None, 'model') or ('model', None))");
-      plan.kind = *k == 1 ? Kind::ColumnDense : Kind::RowDense;
-      split_dims_[kernel] = *k;
-      check_bias(*k == 1);
-    } else if (dynamic_cast<Conv2D*>(&layer)) {
-      const auto k = request(kernel);
-      if (!k || *k != 3) refuse(first, "Conv2D is split by output channels only: kernel (None, None, None, 'model')");
-      plan.kind = Kind::ColumnConv2D;
-      split_dims_[kernel] = 3;
-      check_bias(true);
-    } else if (dynamic_cast<Embedding*>(&layer)) {
-      plan.kind = split.front().second == 0 ? Kind::RowEmbedding : Kind::ColumnEmbedding;
-      split_dims_[first] = split.front().second;
-    } else if (auto* rnn = dynamic_cast<RecurrentLayer*>(&layer)) {
-      // Split by units: kernel (None, model) leads; recurrent_kernel and bias follow its last axis.
-      const auto k = request(kernel);
-      const std::string recurrent = layer.name() + "/recurrent_kernel";
-      const int last_of_bias = rnn->options().use_bias ? layer.parameters().back()->value.ndim() - 1 : 0;
-      if (!k || *k != 1)
-        refuse(first,
-               "a recurrent layer is split by units: kernel (None, 'model') (each shard takes its units of "
-               "every gate), with recurrent_kernel (None, 'model') and the bias split along its last axis, "
-               "or left out");
-      const auto r = request(recurrent);
-      if (r && *r != 1) refuse(recurrent, "the kernel's units are split, so recurrent_kernel is (None, 'model')");
-      const auto b = request(bias);
-      if (b && *b != last_of_bias)
-        refuse(bias, "the kernel's units are split, so the bias is split along its last axis");
-      plan.kind = Kind::UnitParallelRecurrent;
-      const std::int64_t gates = UnitParallelRecurrent::gates_of(layer.class_name());
-      for (auto* p : layer.parameters()) {
-        split_dims_[p->name] = p->value.ndim() - 1;
-        gate_counts_[p->name] = gates;
+    using Form = Layer::TensorParallelForm;
+    switch (layer.tensor_parallel_form()) {
+      case Form::Dense: {
+        const auto k = request(kernel);
+        if (!k || *k < 0)
+          refuse(first, "a Dense layer is split through its kernel ((None, 'model') or ('model', None))");
+        plan.kind = *k == 1 ? Kind::ColumnDense : Kind::RowDense;
+        split_dims_[kernel] = *k;
+        check_bias(*k == 1);
+        break;
       }
-    } else {
-      refuse(first, "layer class " + layer.class_name() +
-                        " has no sharded form (Dense, Conv2D, Embedding, SimpleRNN, LSTM and GRU do)");
+      case Form::Conv2D: {
+        const auto k = request(kernel);
+        if (!k || *k != 3) refuse(first, "Conv2D is split by output channels only: kernel (None, None, None, 'model')");
+        plan.kind = Kind::ColumnConv2D;
+        split_dims_[kernel] = 3;
+        check_bias(true);
+        break;
+      }
+      case Form::Embedding:
+        plan.kind = split.front().second == 0 ? Kind::RowEmbedding : Kind::ColumnEmbedding;
+        split_dims_[first] = split.front().second;
+        break;
+      case Form::Recurrent: {
+        // Split by units: kernel (None, model) leads; recurrent_kernel and bias follow its last axis.
+        const auto k = request(kernel);
+        const std::string recurrent = layer.name() + "/recurrent_kernel";
+        int last_of_bias = 0;
+        for (auto* p : layer.parameters())
+          if (p->name == bias) last_of_bias = p->value.ndim() - 1;
+        if (!k || *k != 1)
+          refuse(first,
+                 "a recurrent layer is split by units: kernel (None, 'model') (each shard takes its units of "
+                 "every gate), with recurrent_kernel (None, 'model') and the bias split along its last axis, "
+                 "or left out");
+        const auto r = request(recurrent);
+        if (r && *r != 1) refuse(recurrent, "the kernel's units are split, so recurrent_kernel is (None, 'model')");
+        const auto b = request(bias);
+        if (b && *b != last_of_bias)
+          refuse(bias, "the kernel's units are split, so the bias is split along its last axis");
+        plan.kind = Kind::UnitParallelRecurrent;
+        const std::int64_t gates = UnitParallelRecurrent::gates_of(layer.class_name());
+        for (auto* p : layer.parameters()) {
+          split_dims_[p->name] = p->value.ndim() - 1;
+          gate_counts_[p->name] = gates;
+        }
+        break;
+      }
+      case Form::None:
+      case Form::ElementwiseDropout:
+      case Form::Elementwise:
+        refuse(first, "layer class " + layer.class_name() +
+                          " has no sharded form (Dense, Conv2D, Embedding, SimpleRNN, LSTM and GRU do)");
     }
   }
 
   // Megatron's f/g pairing: a column-parallel output that reaches a row-parallel Dense through
-  // element-wise layers stays split.
+  // element-wise layers stays split. Each value on the way has one reader (a layer graph's value
+  // read twice, or returned, is gathered).
+  const std::vector<std::vector<int>> readers = primary.layer_readers();
+  auto only_reader = [&](std::size_t i) -> int {
+    const auto& r = readers[i];
+    return r.size() == 1 ? r.front() : Network::kOutput;
+  };
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const Kind kind = layers_[i].kind;
     if (kind != Kind::ColumnDense && kind != Kind::ColumnConv2D && kind != Kind::ColumnEmbedding) continue;
-    if (activation_of(*layers[i]) == Activation::Softmax) continue;  // softmax needs every feature
-    std::size_t j = i + 1;
-    for (; j < layers.size(); ++j) {
-      if (dynamic_cast<Dropout*>(layers[j].get()) && layers_[j].kind == Kind::Replicated) continue;
-      auto* act = dynamic_cast<ActivationLayer*>(layers[j].get());
-      if (act && act->output_activation() != Activation::Softmax) continue;
-      break;
+    if (layers[i]->output_activation() == Activation::Softmax) continue;  // softmax needs every feature
+    std::vector<std::size_t> between;
+    int j = only_reader(i);
+    for (; j != Network::kOutput; j = only_reader(static_cast<std::size_t>(j))) {
+      const auto form = layers[static_cast<std::size_t>(j)]->tensor_parallel_form();
+      if (layers_[static_cast<std::size_t>(j)].kind != Kind::Replicated) break;
+      if (form != Layer::TensorParallelForm::ElementwiseDropout && form != Layer::TensorParallelForm::Elementwise)
+        break;
+      between.push_back(static_cast<std::size_t>(j));
     }
-    if (j == layers.size() || layers_[j].kind != Kind::RowDense) continue;
+    if (j == Network::kOutput || layers_[static_cast<std::size_t>(j)].kind != Kind::RowDense) continue;
     const std::int64_t features = layers[i]->output_shape().back();
     layers_[i].gather_output = false;
-    layers_[j].input_split = true;
-    for (std::size_t m = i + 1; m < j; ++m) {
+    layers_[static_cast<std::size_t>(j)].input_split = true;
+    for (std::size_t m : between) {
       layers_[m].whole_features = features;
-      if (dynamic_cast<Dropout*>(layers[m].get())) layers_[m].kind = Kind::SplitDropout;
+      if (layers[m]->tensor_parallel_form() == Layer::TensorParallelForm::ElementwiseDropout)
+        layers_[m].kind = Kind::SplitDropout;
     }
   }
 }
@@ -195,41 +208,26 @@ int TensorParallelPlan::split_dim(const std::string& weight) const {
   return it == split_dims_.end() ? -1 : it->second;
 }
 
-std::unique_ptr<LayerStack> TensorParallelPlan::build_shard(LayerStack& primary, ShardGroup* group) const {
+std::unique_ptr<Network> TensorParallelPlan::build_shard(Network& primary, ShardGroup* group) const {
   const int n = shards_, k = group->rank();
   MDTRAIN_CHECK(group->size() == n, std::invalid_argument, "[model_parallel] a shard group of ", group->size(),
                 " for a model split in ", n);
-  auto stack = std::make_unique<LayerStack>();
   const auto& layers = primary.layers();
+  std::vector<std::shared_ptr<Layer>> sharded;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     Layer& layer = *layers[i];
     const LayerPlan& plan = layers_[i];
     std::shared_ptr<Layer> out;
     switch (plan.kind) {
       case Kind::Replicated: out = layer.clone(); break;
-      case Kind::ColumnDense: {
-        Json c = layer.config();
-        const Activation act = parse_activation(c.get("activation", "linear").as_string());
-        c.set("units", c.at("units").as_int() / n);
-        if (plan.gather_output) c.set("activation", "linear");
-        out = std::make_shared<ColumnParallel>(Dense::from_config(c), group, plan.gather_output,
-                                               plan.gather_output ? act : Activation::Linear);
-        break;
-      }
-      case Kind::ColumnConv2D: {
-        Conv2D::Options o = dynamic_cast<Conv2D&>(layer).options();
-        const Activation act = parse_activation(o.activation);
-        o.filters /= n;
-        if (plan.gather_output) o.activation = "linear";
-        out = std::make_shared<ColumnParallel>(std::make_unique<Conv2D>(layer.name(), o), group, plan.gather_output,
-                                               plan.gather_output ? act : Activation::Linear);
-        break;
-      }
+      case Kind::ColumnDense:
+      case Kind::ColumnConv2D:
       case Kind::ColumnEmbedding: {
-        Embedding::Options o = dynamic_cast<Embedding&>(layer).options();
-        o.output_dim /= n;
-        out = std::make_shared<ColumnParallel>(std::make_unique<Embedding>(layer.name(), o), group, plan.gather_output,
-                                               Activation::Linear);
+        // The inner layer applies its activation unless the output is gathered (then the gathered
+        // whole gets it) or it is an Embedding (none).
+        const Activation act = layer.output_activation();
+        out = std::make_shared<ColumnParallel>(layer.with_output_share(n, plan.gather_output), group,
+                                               plan.gather_output, plan.gather_output ? act : Activation::Linear);
         break;
       }
       case Kind::RowDense: out = std::make_shared<RowParallelDense>(layer.config(), group, plan.input_split); break;
@@ -248,11 +246,11 @@ std::unique_ptr<LayerStack> TensorParallelPlan::build_shard(LayerStack& primary,
         break;
       }
     }
-    stack->add(std::move(out));
+    sharded.push_back(std::move(out));
   }
-  stack->build(primary.input_shape(), 0, primary.dtype());
-  scatter(primary, *stack, k);
-  return stack;
+  std::unique_ptr<Network> shard = primary.with_layers(std::move(sharded));
+  scatter(primary, *shard, k);
+  return shard;
 }
 
 namespace {
@@ -265,7 +263,7 @@ void check_same_weights(const ParameterList& a, const ParameterList& b) {
 }
 }  // namespace
 
-void TensorParallelPlan::scatter(LayerStack& primary, LayerStack& shard, int k) const {
+void TensorParallelPlan::scatter(Network& primary, Network& shard, int k) const {
   const ParameterList from = primary.parameters(), to = shard.parameters();
   check_same_weights(from, to);
   for (std::size_t i = 0; i < from.size(); ++i) {
@@ -275,7 +273,7 @@ void TensorParallelPlan::scatter(LayerStack& primary, LayerStack& shard, int k) 
   }
 }
 
-void TensorParallelPlan::gather(LayerStack& shard, int k, LayerStack& primary) const {
+void TensorParallelPlan::gather(Network& shard, int k, Network& primary) const {
   const ParameterList from = shard.parameters(), to = primary.parameters();
   check_same_weights(to, from);
   for (std::size_t i = 0; i < from.size(); ++i) {

@@ -17,14 +17,16 @@
 // Dense through element-wise layers only (Dropout, Activation other than softmax) keeps it split
 // (Megatron's f/g pairing: no gather; Dropout draws the unsharded masks); otherwise it gathers it.
 // Anything else is std::invalid_argument("[model_parallel] ...") naming the layer, the weight and
-// the layout.
+// the layout. Each layer names its sharded form (Layer::tensor_parallel_form); the pairing follows
+// the network's connections (Network::layer_readers), so a layer graph splits as a stack does: a
+// column-parallel output read by one element-wise layer, and so on, up to one row-parallel Dense.
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "mdtrain/nn/layer_stack.h"
+#include "mdtrain/nn/network.h"
 #include "mdtrain/nn/tensor_parallel/shard_group.h"
 #include "mdtrain/strategy/device_mesh.h"
 
@@ -52,7 +54,7 @@ class TensorParallelPlan {
 
   // Validates `layouts` against the primary's layers and the mesh (model axis `model_axis`, of
   // size model_axis_size) and decides each layer's form.
-  TensorParallelPlan(LayerStack& primary, const WeightLayouts& layouts, const DeviceMesh& mesh,
+  TensorParallelPlan(Network& primary, const WeightLayouts& layouts, const DeviceMesh& mesh,
                      const std::string& model_axis);
 
   int num_shards() const { return shards_; }
@@ -64,10 +66,10 @@ class TensorParallelPlan {
 
   // Shard k's model: the primary's layers in their sharded forms, talking through `group` (which
   // must outlive it), with shard k's pieces of the primary's weights.
-  std::unique_ptr<LayerStack> build_shard(LayerStack& primary, ShardGroup* group) const;
+  std::unique_ptr<Network> build_shard(Network& primary, ShardGroup* group) const;
   // Copies the primary's weights into shard k's network (its pieces), or shard k's pieces back.
-  void scatter(LayerStack& primary, LayerStack& shard, int k) const;
-  void gather(LayerStack& shard, int k, LayerStack& primary) const;
+  void scatter(Network& primary, Network& shard, int k) const;
+  void gather(Network& shard, int k, Network& primary) const;
   // Shard k's piece of a whole tensor shaped like `weight` (the weight or one of its optimizer
   // slots), and back: a block along split_dim(weight), or for a recurrent layer's gate-major
   // weights its units of every gate. `part` is shaped like the piece.

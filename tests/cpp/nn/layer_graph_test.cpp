@@ -242,5 +242,61 @@ TEST(LayerGraph, ReplicateCopiesWeightsAndConnections) {
   EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes()));
 }
 
+// input -> d0 -> d1 -> add(d0, d1) -> head: a residual block between two cut points.
+std::unique_ptr<LayerGraph> block_graph() {
+  auto g = std::make_unique<LayerGraph>(std::vector<Shape>{{3}});
+  const int d0 = g->add_node(dense("d0", 4, "relu"), {0});
+  const int d1 = g->add_node(dense("d1", 4), {d0});
+  const int sum = g->add_node(std::make_shared<Add>("add"), {d0, d1});
+  g->set_outputs({g->add_node(dense("head", 2), {sum})});
+  return g;
+}
+
+TEST(LayerGraph, ReadersAndCutPointsFollowTheConnections) {
+  auto g = block_graph();
+  g->build(3);
+  const int out = Network::kOutput;
+  EXPECT_EQ(g->layer_readers(), (std::vector<std::vector<int>>{{1, 2}, {2}, {3}, {out}}));
+  // Inside the block (before d1: d0 and d1 both reach add) is no cut.
+  EXPECT_EQ(g->cut_points(), (std::vector<int>{1, 3}));
+
+  // An input read again later leaves no cut; a value returned besides the last crosses every
+  // position after it (c and e meet at 2).
+  LayerGraph skip(std::vector<Shape>{{3}});
+  const int a = skip.add_node(dense("a", 3), {0});
+  const int b = skip.add_node(dense("b", 3), {a});
+  skip.set_outputs({skip.add_node(std::make_shared<Add>("add"), {0, b})});
+  skip.build(1);
+  EXPECT_TRUE(skip.cut_points().empty());
+  LayerGraph two(std::vector<Shape>{{3}});
+  const int c = two.add_node(dense("c", 3), {0});
+  const int e = two.add_node(dense("e", 3), {c});
+  two.set_outputs({c, two.add_node(dense("f", 2), {e})});
+  two.build(1);
+  EXPECT_EQ(two.cut_points(), (std::vector<int>{1}));
+
+  LayerStack stack;
+  for (int i = 0; i < 3; ++i) stack.add(dense("s" + std::to_string(i), 2));
+  stack.build({2}, 1);
+  EXPECT_EQ(stack.layer_readers(), (std::vector<std::vector<int>>{{1}, {2}, {out}}));
+  EXPECT_EQ(stack.cut_points(), (std::vector<int>{1, 2}));
+}
+
+TEST(LayerGraph, WithLayersKeepsTheConnections) {
+  std::mt19937_64 rng(8);
+  auto g = block_graph();
+  g->build(5);
+  std::vector<std::shared_ptr<Layer>> clones;
+  for (const auto& layer : g->layers()) clones.push_back(layer->clone());
+  auto copy = g->with_layers(clones);
+  ASSERT_EQ(copy->layers().size(), g->layers().size());
+  EXPECT_EQ(copy->layer_readers(), g->layer_readers());
+  copy->packed_values().copy_from(g->packed_values());
+  Tensor x = random_tensor({4, 3}, rng, -1, 1, DType::Float32);
+  Tensor a = g->forward(x, ForwardContext{}).clone(), b = copy->forward(x, ForwardContext{}).clone();
+  EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes()));
+  EXPECT_THROW(g->with_layers({}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace mdtrain
