@@ -20,7 +20,9 @@
 #include "mdtrain/nn/dense.h"
 #include "mdtrain/nn/dropout.h"
 #include "mdtrain/nn/embedding.h"
+#include "mdtrain/nn/elementwise_merge.h"
 #include "mdtrain/nn/flatten.h"
+#include "mdtrain/nn/layer_graph.h"
 #include "mdtrain/nn/layer_normalization.h"
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/nn/tensor_parallel/column_parallel.h"
@@ -291,6 +293,42 @@ TEST(ModelParallel, ColumnFeedingRowThroughElementWiseLayersIsNotGathered) {
   ASSERT_NE(out, nullptr);
   EXPECT_TRUE(out->gathers_output());
   EXPECT_EQ(layers[4]->output_shape(), Shape({4}));
+}
+
+// In a layer graph the f/g pairing follows the edges: a column-parallel output stays split only
+// while each value on the way has one reader; one that a residual Add also reads is gathered.
+TEST(ModelParallel, PairingInALayerGraphFollowsItsEdges) {
+  const WeightLayouts layouts = {{"up/kernel", {std::nullopt, "model"}}, {"down/kernel", {"model", std::nullopt}}};
+  auto graph = [](bool residual) {
+    auto g = std::make_unique<LayerGraph>(std::vector<Shape>{{6}});
+    const int up = g->add_node(std::make_shared<Dense>("up", dense(8, "relu")), {0});
+    const int drop = g->add_node(std::make_shared<Dropout>("drop", 0.5, 9), {up});
+    int h = g->add_node(std::make_shared<Dense>("down", dense(8, "linear")), {drop});
+    if (residual) h = g->add_node(std::make_shared<Add>("add"), {up, h});
+    g->set_outputs({g->add_node(std::make_shared<Dense>("head", dense(2, "linear")), {h})});
+    g->build(4);
+    return g;
+  };
+  using Kind = TensorParallelPlan::Kind;
+  auto chain = graph(false);
+  const TensorParallelPlan paired(*chain, layouts, model_mesh(), "model");
+  EXPECT_EQ(paired.kind(0), Kind::ColumnDense);
+  EXPECT_EQ(paired.kind(1), Kind::SplitDropout);
+  EXPECT_EQ(paired.kind(2), Kind::RowDense);
+  auto block = graph(true);
+  const TensorParallelPlan gathered(*block, layouts, model_mesh(), "model");
+  EXPECT_EQ(gathered.kind(0), Kind::ColumnDense);
+  EXPECT_EQ(gathered.kind(1), Kind::Replicated);
+  EXPECT_EQ(gathered.kind(2), Kind::RowDense);
+  EXPECT_EQ(gathered.kind(3), Kind::Replicated);
+  // A layout on a layer with no sharded form names it.
+  try {
+    TensorParallelPlan(*block, {{"head/kernel", {std::nullopt, "model"}}, {"add/kernel", {std::nullopt, "model"}}},
+                       model_mesh(), "model");
+    FAIL() << "a layout for a weight the Add does not have was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'add'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ModelParallel, TwoRunsAreBitwiseEqual) {
