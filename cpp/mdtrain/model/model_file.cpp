@@ -108,21 +108,12 @@ class Reader {
   // Checks that the padding in [begin, end) is all zero: then every byte of the file is covered
   // by a check, and any damaged byte is reported. Holes of a sparse file are zeros: skipped.
   void expect_zeros(std::uint64_t begin, std::uint64_t end) const {
-    std::vector<char> buf;
-    while (begin < end) {
-      const std::uint64_t data = next_data(begin, end);
-      if (data > begin) {
-        begin = data;
-        continue;
-      }
-      if (buf.empty()) buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(end - begin, kCrcChunk)));
-      std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
-          {end - begin, next_hole(begin, end) - begin, static_cast<std::uint64_t>(buf.size())}));
-      read(begin, buf.data(), n);
-      for (std::size_t i = 0; i < n; ++i)
-        if (buf[i] != 0) corrupt(cat("non-zero padding byte at offset ", begin + i));
-      begin += n;
-    }
+    for_each_extent(
+        begin, end, [](std::uint64_t, std::uint64_t) {},
+        [&](std::uint64_t at, const char* bytes, std::size_t n) {
+          for (std::size_t i = 0; i < n; ++i)
+            if (bytes[i] != 0) corrupt(cat("non-zero padding byte at offset ", at + i));
+        });
   }
 
   // CRC-32 of [offset, offset + n), read through a fixed-size buffer: checksums are verified
@@ -131,23 +122,10 @@ class Reader {
   // file made by `truncate` is checked in milliseconds, not minutes of reading zeros. Should the
   // file change meanwhile, the checksum of the bytes actually loaded (read_model_file) differs.
   std::uint32_t crc_of(std::uint64_t offset, std::uint64_t n) const {
-    std::vector<char> buf;
     std::uint32_t crc = 0;
-    const std::uint64_t end = offset + n;
-    while (offset < end) {
-      const std::uint64_t data = next_data(offset, end);
-      if (data > offset) {
-        crc = crc32_of_zeros(data - offset, crc);
-        offset = data;
-        continue;
-      }
-      if (buf.empty()) buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(end - offset, kCrcChunk)));
-      std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(
-          {end - offset, next_hole(offset, end) - offset, static_cast<std::uint64_t>(buf.size())}));
-      read(offset, buf.data(), k);
-      crc = crc32(buf.data(), k, crc);
-      offset += k;
-    }
+    for_each_extent(
+        offset, offset + n, [&](std::uint64_t, std::uint64_t len) { crc = crc32_of_zeros(len, crc); },
+        [&](std::uint64_t, const char* bytes, std::size_t k) { crc = crc32(bytes, k, crc); });
     return crc;
   }
 
@@ -159,6 +137,28 @@ class Reader {
   }
 
  private:
+  // Walks [begin, end) in order: a hole of a sparse file goes to on_hole(offset, length) unread;
+  // data is read through one buffer of at most kCrcChunk bytes and goes to on_data(offset, bytes,
+  // length), a chunk at a time.
+  template <class OnHole, class OnData>
+  void for_each_extent(std::uint64_t begin, std::uint64_t end, OnHole&& on_hole, OnData&& on_data) const {
+    std::vector<char> buf;
+    while (begin < end) {
+      const std::uint64_t data = next_data(begin, end);
+      if (data > begin) {
+        on_hole(begin, data - begin);
+        begin = data;
+        continue;
+      }
+      if (buf.empty()) buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(end - begin, kCrcChunk)));
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
+          {end - begin, next_hole(begin, end) - begin, static_cast<std::uint64_t>(buf.size())}));
+      read(begin, buf.data(), n);
+      on_data(begin, buf.data(), n);
+      begin += n;
+    }
+  }
+
   // The first byte in [pos, end) that may hold data (end: only a hole follows). Without
   // SEEK_DATA support (or on any error) every byte is data.
   std::uint64_t next_data(std::uint64_t pos, std::uint64_t end) const {
