@@ -17,14 +17,17 @@
 # then fix the cause and commit the input to tests/fuzz/corpus/<target>/ as a regression seed.
 # Environment: MDTRAIN_FUZZ_CXX (default: the newest clang++-NN >= 16 found, else clang++),
 # MDTRAIN_FUZZ_PYTHON (the Python with atheris and NumPy, default python3),
-# MDTRAIN_FUZZ_JOBS (parallel build jobs, default 2). See docs/reliability.md.
+# MDTRAIN_FUZZ_JOBS (parallel build jobs, default 2), MDTRAIN_FUZZ_BUILD (a build directory already
+# configured with clang and -DMDTRAIN_FUZZ=ON, e.g. the test command's ASan build, whose library
+# then serves both: the targets are built there instead of in build/fuzz). See docs/reliability.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(model_file model_load ps_frame idx keras_file weights_h5)
-build=build/fuzz
+work=build/fuzz   # corpora and findings
+build=${MDTRAIN_FUZZ_BUILD:-$work}
 python=${MDTRAIN_FUZZ_PYTHON:-python3}
 
 needs_cxx=0
@@ -37,14 +40,12 @@ for t in "${targets[@]}"; do
 done
 cxx_targets_skipped=""
 if [ "$needs_cxx" = 1 ]; then
-  # clang 16 or newer: the library captures structured bindings in lambdas (C++20, which GCC and
-  # clang >= 16 accept in C++17 mode; clang 14 and 15 refuse it).
-  cxx=${MDTRAIN_FUZZ_CXX:-}
-  if [ -z "$cxx" ]; then
-    for v in 20 19 18 17 16; do command -v "clang++-$v" >/dev/null && { cxx=clang++-$v; break; }; done
-    if [ -z "$cxx" ] && clang++ --version 2>/dev/null | grep -qE "clang version (1[6-9]|[2-9][0-9])"; then cxx=clang++; fi
-  fi
-  if [ -z "$cxx" ]; then
+  cxx=${MDTRAIN_FUZZ_CXX:-$(bash scripts/fuzz_clang.sh)}
+  if [ -n "${MDTRAIN_FUZZ_BUILD:-}" ]; then
+    grep -q "^MDTRAIN_FUZZ:BOOL=ON" "$build/CMakeCache.txt" 2>/dev/null || {
+      echo "fuzz.sh: MDTRAIN_FUZZ_BUILD=$build is not a build configured with -DMDTRAIN_FUZZ=ON" >&2; exit 2; }
+    cmake --build "$build" -j"${MDTRAIN_FUZZ_JOBS:-2}" --target model_file_fuzzer model_load_fuzzer ps_frame_fuzzer
+  elif [ -z "$cxx" ]; then
     cxx_targets_skipped="no clang++ >= 16 found (apt-get install clang-16 libclang-rt-16-dev, or set MDTRAIN_FUZZ_CXX)"
   else
     cc=${cxx/clang++/clang}
@@ -66,8 +67,8 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 
 failed=()
 for t in "${targets[@]}"; do
-  corpus="$build/corpus/$t"
-  findings="$build/findings/$t"
+  corpus="$work/corpus/$t"
+  findings="$work/findings/$t"
   mkdir -p "$corpus" "$findings"
   if [ "$t" = idx ]; then
     if ! "$python" -c "import atheris, numpy" 2>/dev/null; then
@@ -99,6 +100,6 @@ for t in "${targets[@]}"; do
   fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "fuzz.sh: findings in: ${failed[*]} (see $build/findings/)" >&2
+  echo "fuzz.sh: findings in: ${failed[*]} (see $work/findings/)" >&2
   exit 1
 fi
