@@ -40,3 +40,23 @@ def compile_mlp(model, **kwargs):
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=kwargs.pop("metrics", ["accuracy"]), **kwargs)
     return model
+
+
+def fit_for_comparison(strategy, build_model, x, y, epochs, batch_size, optimizer="adam", metrics=None):
+    """(model, per-epoch losses) of build_model() compiled and fit under strategy, in a fixed order
+    (no shuffling): the run a split or pipelined strategy is compared with one device on."""
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=metrics)
+    history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
+    return model, history.history["loss"]
+
+
+def assert_same_training(got, want):
+    """Two fit_for_comparison runs trained alike: losses and every weight to float32 rounding."""
+    (model, loss), (ref, ref_loss) = got, want
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    assert len(model.get_weights()) == len(ref.get_weights())
+    for a, b in zip(model.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import mdtrain as tf
+from conftest import assert_same_training, fit_for_comparison
 
 keras = tf.keras
 layers = tf.keras.layers
@@ -46,19 +47,7 @@ def _layout_map(mesh):
 
 
 def _train(strategy, x, y, epochs=2, batch_size=20):
-    with strategy.scope():
-        model = _residual_cnn()
-        model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
-    return model, history.history["loss"]
-
-
-def _assert_same_training(split, one):
-    (split_model, split_loss), (one_model, one_loss) = split, one
-    np.testing.assert_allclose(split_loss, one_loss, rtol=1e-5)
-    assert len(split_model.get_weights()) == len(one_model.get_weights())
-    for a, b in zip(split_model.get_weights(), one_model.get_weights()):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)
+    return fit_for_comparison(strategy, _residual_cnn, x, y, epochs, batch_size)
 
 
 @pytest.mark.parametrize("mesh_shape", [(1, 2), (2, 2)])
@@ -70,7 +59,7 @@ def test_residual_cnn_under_model_parallel_trains_like_one_device(logical_cpus, 
     mp = distribution.ModelParallel(layout_map=_layout_map(mesh), batch_dim_name="batch")
     split = _train(mp, x, y)
     one = _train(tf.distribute.OneDeviceStrategy("/cpu:0"), x, y)
-    _assert_same_training(split, one)
+    assert_same_training(split, one)
     # the training moved the weights (the comparison is not between two untrained models)
     start = _residual_cnn().get_weights()
     assert any(not np.allclose(a, b) for a, b in zip(split[0].get_weights(), start))

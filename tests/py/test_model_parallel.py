@@ -15,6 +15,7 @@ import pytest
 
 import mdtrain as tf
 from mdtrain import _core
+from conftest import assert_same_training, fit_for_comparison
 
 distribution = tf.keras.distribution
 
@@ -41,19 +42,8 @@ def _megatron_map(mesh, hidden):
 
 
 def _train(hidden, strategy, x, y, epochs=1, batch_size=64, optimizer="adam"):
-    with strategy.scope():
-        model = _mlp(hidden)
-        model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
-    history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
-    return model, history.history["loss"]
-
-
-def _assert_same_training(split, one):
-    (split_model, split_loss), (one_model, one_loss) = split, one
-    np.testing.assert_allclose(split_loss, one_loss, rtol=1e-5)
-    for a, b in zip(split_model.get_weights(), one_model.get_weights()):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)
+    return fit_for_comparison(strategy, lambda: _mlp(hidden), x, y, epochs, batch_size, optimizer=optimizer,
+                              metrics=["accuracy"])
 
 
 @pytest.mark.parametrize("mesh_shape", [(1, 2), (2, 2)])
@@ -66,7 +56,7 @@ def test_seed_model_split_trains_like_one_device(logical_cpus, fashion, mesh_sha
     # batches of 45 rows: cut 23 + 22 on a batch axis of 2, and the last batch has 17 rows
     split = _train([128], mp, x, y, epochs=2, batch_size=45)
     one = _train([128], tf.distribute.OneDeviceStrategy("/cpu:0"), x, y, epochs=2, batch_size=45)
-    _assert_same_training(split, one)
+    assert_same_training(split, one)
     assert mp.num_replicas_in_sync == mesh_shape[0]
     # bitwise reproducible run to run
     again = _train([128], mp, x, y, epochs=2, batch_size=45)
@@ -82,7 +72,7 @@ def test_wide_mlp_on_a_2x2_mesh_trains_like_one_device(logical_cpus, fashion):
     mp = distribution.ModelParallel(layout_map=_megatron_map(mesh, hidden))
     split = _train(hidden, mp, x[:256], y[:256])
     one = _train(hidden, tf.distribute.OneDeviceStrategy("/cpu:0"), x[:256], y[:256])
-    _assert_same_training(split, one)
+    assert_same_training(split, one)
 
 
 def test_each_device_holds_its_share_of_weights_and_optimizer_state(logical_cpus, fashion):

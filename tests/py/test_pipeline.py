@@ -17,6 +17,7 @@ import pytest
 
 import mdtrain as tf
 from mdtrain import _core
+from conftest import assert_same_training, fit_for_comparison
 
 distribution = tf.keras.distribution
 
@@ -40,18 +41,7 @@ def _mlp(split=False, seed=7):
 
 
 def _train(strategy, x, y, split=False, epochs=2, batch_size=45):
-    with strategy.scope():
-        model = _mlp(split)
-        model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
-    return model, history.history["loss"]
-
-
-def _assert_same_training(got, want):
-    (model, loss), (ref, ref_loss) = got, want
-    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
-    for a, b in zip(model.get_weights(), ref.get_weights()):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)
+    return fit_for_comparison(strategy, lambda: _mlp(split), x, y, epochs, batch_size)
 
 
 def _pp(mesh, m, schedule, **kwargs):
@@ -69,7 +59,7 @@ def test_two_stages_train_like_one_device_and_schedules_agree_bitwise(logical_cp
     # batches of 45 rows in 4 micro-batches: 12, 11, 11, 11; the last batch has 20 rows
     gpipe = _train(_pp(mesh, 4, "gpipe"), x, y, split=split)
     one_f_one_b = _train(_pp(mesh, 4, "1f1b"), x, y, split=split)
-    _assert_same_training(gpipe, one)
+    assert_same_training(gpipe, one)
     for a, b in zip(gpipe[0].get_weights(), one_f_one_b[0].get_weights()):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(gpipe[0].predict(x, verbose=0), one[0].predict(x, verbose=0), rtol=1e-4, atol=1e-5)
@@ -81,10 +71,10 @@ def test_four_stages_by_indices_and_a_batch_by_pipe_mesh(logical_cpus, data):
     x, y = data
     one = _train(tf.distribute.OneDeviceStrategy("/cpu:0"), x, y)
     four = distribution.DeviceMesh((4,), ("pipe",), devices=distribution.list_devices()[:4])
-    _assert_same_training(_train(_pp(four, 5, "1f1b", stages=[1, 2, 3]), x, y), one)
+    assert_same_training(_train(_pp(four, 5, "1f1b", stages=[1, 2, 3]), x, y), one)
     grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
     pp = _pp(grid, 2, "gpipe", batch_dim_name="batch", stages="balance_params")
-    _assert_same_training(_train(pp, x, y), one)
+    assert_same_training(_train(pp, x, y), one)
     assert pp.num_replicas_in_sync == 2
     timed = _pp(four, 4, "1f1b", stages="balance_time")
     model, _ = _train(timed, x, y, epochs=1)
@@ -171,7 +161,7 @@ def test_ignore_class_divides_by_the_global_batch_labels(logical_cpus, data):
         return model, history.history["loss"]
 
     grid = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
-    _assert_same_training(train(_pp(grid, 3, "1f1b", batch_dim_name="batch")),
+    assert_same_training(train(_pp(grid, 3, "1f1b", batch_dim_name="batch")),
                           train(tf.distribute.OneDeviceStrategy("/cpu:0")))
 
 
