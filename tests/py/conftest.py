@@ -35,6 +35,13 @@ def make_mlp(seed=0, hidden=16, classes=3, input_dim=20, dropout=None):
     return tf.keras.Sequential(layers)
 
 
+def built_mlp():
+    """make_mlp() compiled and built for 20 features: a model with weights, before any fit."""
+    model = compile_mlp(make_mlp())
+    model.build((None, 20))
+    return model
+
+
 def compile_mlp(model, **kwargs):
     model.compile(optimizer=kwargs.pop("optimizer", tf.keras.optimizers.Adam(0.01)),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),

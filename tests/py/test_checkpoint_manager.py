@@ -8,14 +8,12 @@ import types
 import pytest
 
 import mdtrain as tf
-from conftest import compile_mlp, make_mlp
+from conftest import built_mlp
 
 
 @pytest.fixture
 def model():
-    m = compile_mlp(make_mlp())
-    m.build((None, 20))
-    return m
+    return built_mlp()
 
 
 def files(directory):

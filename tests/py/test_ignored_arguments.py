@@ -9,16 +9,14 @@ import numpy as np
 import pytest
 
 import mdtrain as tf
-from conftest import compile_mlp, make_mlp
+from conftest import built_mlp, compile_mlp, make_mlp
 
 keras = tf.keras
 
 
 @pytest.fixture
 def model():
-    m = compile_mlp(make_mlp())
-    m.build((None, 20))
-    return m
+    return built_mlp()
 
 
 def snapshot(model):
