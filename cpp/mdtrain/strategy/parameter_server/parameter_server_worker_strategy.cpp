@@ -33,6 +33,11 @@ std::unique_ptr<StepExecutor> ParameterServerWorkerStrategy::make_executor(Netwo
   return std::make_unique<ParameterServerWorkerExecutor>(primary, *this, loss, optimizer);
 }
 
+mdtrain::StepPlan ParameterServerWorkerStrategy::make_plan(Network&, const DeviceMesh&, const PlanOptions&) const {
+  MDTRAIN_CHECK(false, std::logic_error, "[plan] ", name(), " has no StepPlan yet");
+  return mdtrain::StepPlan{};
+}
+
 void ParameterServerWorkerStrategy::set_endpoints(std::vector<std::string> endpoints) {
   MDTRAIN_CHECK(endpoints.size() == endpoints_.size(), std::invalid_argument, "[ps] ", endpoints.size(),
                 " endpoints for a layout of ", endpoints_.size(), " servers");

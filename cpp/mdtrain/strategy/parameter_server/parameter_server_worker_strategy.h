@@ -44,6 +44,9 @@ class ParameterServerWorkerStrategy : public Strategy {
   std::string name() const override { return "ParameterServerStrategy"; }
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
+  // The worker's push/pull step is not a StepPlan yet (the data-parallel default would describe
+  // another step). Throws.
+  mdtrain::StepPlan make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const override;
 
   const ShardLayout& layout() const { return layout_; }
   const std::vector<std::string>& endpoints() const { return endpoints_; }
