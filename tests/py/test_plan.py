@@ -778,3 +778,21 @@ def test_prediction_of_the_seed_mlp_is_the_measured_order_of_magnitude(logical_c
             measured = min(measured, model.step_time_breakdown()["step"])
         predicted = next(p for p in plans if p.strategy_name == name and p.applicable).step_time_s
         assert measured / 10 < predicted < measured * 10, (name, predicted, measured)
+
+
+def test_mirrored_rows_take_their_sync_from_the_cores_plan():
+    """The planner does not assume ZeRO-1 on host devices: under clipnorm the core's plan (and so
+    the executor) all-reduces before the sharded update, and the rows say so."""
+    prof = synthetic_profile()
+    cluster = cpu_cluster(4, cores=None)
+    plain = seed_mlp()
+    clipped = seed_mlp()
+    clipped.compile(optimizer=tf.keras.optimizers.Adam(clipnorm=1.0),
+                    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rows = {}
+    for name, model in (("plain", plain), ("clipped", clipped)):
+        plans = plan(model, 64, cluster, profile=prof, this_machine_flops=cluster.peak_flops)
+        rows[name] = [p for p in plans if p.strategy_name == "MirroredStrategy" and p.applicable]
+    assert rows["plain"] and all(p.settings == {"gradient_sync": "zero1"} for p in rows["plain"])
+    assert rows["clipped"] and all(p.settings["gradient_sync"] == "zero1_after_all_reduce" for p in rows["clipped"])
+    assert {p.settings["bucket_bytes"] for p in rows["clipped"] if p.num_devices == 4} == {"25MiB", "4MiB", "1MiB"}
