@@ -38,6 +38,9 @@ py::dict op_dict(const PlanOp& op) {
     d["during_backward"] = op.during_backward;
     d["first_value"] = op.first_value;
     d["values"] = op.values;
+  } else if (op.kind == OpKind::Pull || op.kind == OpKind::Push) {
+    d["peer"] = op.peer;
+    d["bytes"] = op.bytes;
   } else {
     d["first_value"] = op.first_value;
     d["values"] = op.values;

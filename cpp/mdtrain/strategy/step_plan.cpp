@@ -13,6 +13,7 @@ const char* name_of(SyncKind kind) {
     case SyncKind::ZeroOne: return "zero1";
     case SyncKind::ZeroOneAfterAllReduce: return "zero1_after_all_reduce";
     case SyncKind::ReduceToDevice: return "reduce_to_device";
+    case SyncKind::PushPull: return "push_pull";
   }
   return "unknown";
 }
@@ -23,6 +24,8 @@ const char* name_of(OpKind kind) {
     case OpKind::Backward: return "backward";
     case OpKind::Collective: return "collective";
     case OpKind::Update: return "update";
+    case OpKind::Pull: return "pull";
+    case OpKind::Push: return "push";
   }
   return "unknown";
 }
@@ -41,6 +44,16 @@ CollectiveCounts StepPlan::collective_counts(int device) const {
       if (op.kind == OpKind::Collective) out.add(op.collective, op.bytes);
   }
   return out;
+}
+
+void add_forward_backward(std::vector<PlanOp>& ops, int segment, int microbatch) {
+  for (OpKind kind : {OpKind::Forward, OpKind::Backward}) {
+    PlanOp op;
+    op.kind = kind;
+    op.segment = segment;
+    op.microbatch = microbatch;
+    ops.push_back(op);
+  }
 }
 
 PlanOptions plan_options_of(const Optimizer& optimizer) {
@@ -162,12 +175,7 @@ StepPlan replicated_step_plan(const PlanWeights& weights, const ReplicatedPlanIn
   for (int d = 0; d < n; ++d) {
     DevicePlan dev;
     dev.device = d;
-    PlanOp fwd;
-    fwd.kind = OpKind::Forward;
-    dev.ops.push_back(fwd);
-    PlanOp bwd;
-    bwd.kind = OpKind::Backward;
-    dev.ops.push_back(bwd);
+    add_forward_backward(dev.ops);
     switch (kind) {
       case SyncKind::BucketedAllReduce:
         if (n > 1) add_buckets(dev.ops, in, n, total, elem);
@@ -190,6 +198,9 @@ StepPlan replicated_step_plan(const PlanWeights& weights, const ReplicatedPlanIn
         dev.ops.push_back(collective(CountedCollective::Reduce, n, total * elem64));
         if (d == 0) dev.ops.push_back(update(0, total));
         dev.ops.push_back(collective(CountedCollective::Broadcast, n, total * elem64));
+        break;
+      case SyncKind::PushPull:
+        MDTRAIN_CHECK(false, std::logic_error, "[plan] a data-parallel plan does not push to servers");
         break;
     }
     // Every worker reports the same loss: the loss sums are all-reduced over all replicas.

@@ -23,10 +23,12 @@ enum class SyncKind {
   ZeroOneAfterAllReduce,  // buckets all-reduced (clipping by norm needs the whole gradient), each
                           // device updates its range, all-gather
   ReduceToDevice,         // reduce onto the parameter device, its update, broadcast of the weights
+  PushPull,               // parameter servers: the worker pulls each server's rows, pushes their
+                          // gradients; the servers update
 };
 const char* name_of(SyncKind kind);
 
-enum class OpKind { Forward, Backward, Collective, Update };
+enum class OpKind { Forward, Backward, Collective, Update, Pull, Push };
 const char* name_of(OpKind kind);
 
 // A part of the network one device runs as a unit: the whole network, or a pipeline stage.
@@ -60,7 +62,8 @@ struct GradientSync {
 // device's whole slice). Collective: `collective` over `group` devices of `axis`, `bytes` as
 // Communicator::counts counts them; a gradient bucket names its first value and its `bucket`
 // (during_backward: started by backward as soon as the bucket is final). Update: the optimizer
-// on values [first_value, first_value + values).
+// on values [first_value, first_value + values). Pull/Push: `bytes` of the rows server `peer`
+// holds, its values to the worker or their gradients to it.
 struct PlanOp {
   OpKind kind = OpKind::Forward;
   int segment = 0;
@@ -73,6 +76,7 @@ struct PlanOp {
   bool during_backward = false;
   std::int64_t first_value = 0;
   std::int64_t values = 0;
+  int peer = -1;
 };
 
 struct DevicePlan {
@@ -127,6 +131,9 @@ struct PlanWeights {
   std::int64_t values() const;
 };
 PlanWeights plan_weights_of(Network& network);
+
+// Appends the forward and then the backward of `segment` on `microbatch` to `ops`.
+void add_forward_backward(std::vector<PlanOp>& ops, int segment = 0, int microbatch = 0);
 
 // The data-parallel sync plan (see ReplicatedExecutor): decided here once.
 SyncKind replicated_sync_kind(const ReplicatedPlanInputs& in);

@@ -15,6 +15,10 @@
 #include "mdtrain/strategy/central_storage_strategy.h"
 #include "mdtrain/strategy/mirrored_strategy.h"
 #include "mdtrain/strategy/one_device_strategy.h"
+#include "mdtrain/distribute/message_socket.h"
+#include "mdtrain/optim/sgd.h"
+#include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
+#include "mdtrain/strategy/parameter_server/parameter_shard_server.h"
 #include "mdtrain/strategy/zero_shards.h"
 
 namespace mdtrain {
@@ -190,6 +194,72 @@ TEST(StepPlan, TheSyncIsDecidedFromTheInputsAlone) {
   EXPECT_EQ(plan.devices.size(), 2u);
   EXPECT_EQ(plan.collective_counts(1)[CountedCollective::AllReduce].calls, 2);  // one bucket + the loss
   EXPECT_EQ(plan.collective_counts(1)[CountedCollective::AllReduce].bytes, 10 * 4 + 8);
+}
+
+TEST(StepPlan, AParameterServerWorkerPullsAndPushesEachServersRows) {
+  auto m = make_model(std::make_shared<OneDeviceStrategy>());
+  std::vector<PsVariableSpec> specs;
+  for (const Parameter* p : m->network().trainable_parameters()) specs.push_back({p->name, p->value.shape()});
+  // dense/kernel (5, 12) in 2 shards of 3 and 2 rows; the other weights whole, placed round-robin.
+  const ShardLayout layout = ShardLayout::make(2, specs, {2, 1, 1, 1});
+  const ParameterServerWorkerStrategy ps(layout, {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"}, 0, 10.0);
+  const StepPlan plan = ps.make_plan(m->network(), ps.mesh(), PlanOptions{});
+  EXPECT_EQ(plan.only_sync().kind, SyncKind::PushPull);
+  EXPECT_EQ(plan.only_sync().group, 2);
+  for (const WeightPlacement& w : plan.layouts) EXPECT_EQ(w.axis, "ps");
+  ASSERT_EQ(plan.devices.size(), 1u);
+  const DevicePlan& dev = plan.devices[0];
+  ASSERT_EQ(kinds(dev), (std::vector<OpKind>{OpKind::Pull, OpKind::Pull, OpKind::Forward, OpKind::Backward,
+                                             OpKind::Push, OpKind::Push}));
+  std::int64_t server0 = 0, server1 = 0;
+  for (std::size_t v = 0; v < layout.variables.size(); ++v) {
+    server0 += layout.rows[v][0].size() * layout.row_elements(v) * 4;
+    server1 += layout.rows[v][1].size() * layout.row_elements(v) * 4;
+  }
+  EXPECT_EQ(server0 + server1, kParams * 4);
+  EXPECT_GT(server0, 0);
+  EXPECT_GT(server1, 0);
+  EXPECT_EQ(dev.ops[0].peer, 0);
+  EXPECT_EQ(dev.ops[0].bytes, server0);
+  EXPECT_EQ(dev.ops[1].bytes, server1);
+  EXPECT_EQ(dev.ops[4].bytes, server0);
+  EXPECT_EQ(dev.ops[5].peer, 1);
+  EXPECT_EQ(dev.ops[5].bytes, server1);
+  // A model that is not the layout's is refused.
+  const ShardLayout other = ShardLayout::make(1, {specs.front()}, {1});
+  const ParameterServerWorkerStrategy wrong(other, {"tcp://127.0.0.1:1"}, 0, 10.0);
+  EXPECT_THROW(wrong.make_plan(m->network(), wrong.mesh(), PlanOptions{}), std::invalid_argument);
+}
+
+TEST(StepPlan, AParameterServerWorkerMovesThePlansBytes) {
+  if (!zmq_available()) GTEST_SKIP() << "built without ZeroMQ";
+  auto one = make_model(std::make_shared<OneDeviceStrategy>());
+  std::vector<PsVariableSpec> specs;
+  std::vector<Tensor> initial;
+  for (const Parameter* p : one->network().trainable_parameters()) {
+    specs.push_back({p->name, p->value.shape()});
+    initial.push_back(p->value);
+  }
+  const ShardLayout layout = ShardLayout::make(2, specs, {2, 1, 1, 1});
+  std::vector<std::unique_ptr<ParameterShardServer>> servers;
+  std::vector<std::string> endpoints;
+  for (int s = 0; s < 2; ++s) {
+    servers.push_back(std::make_unique<ParameterShardServer>(layout, s, initial, SGD(0.1), "tcp://127.0.0.1:*"));
+    endpoints.push_back(servers.back()->endpoint());
+  }
+  auto ps = std::make_shared<ParameterServerWorkerStrategy>(layout, endpoints, 0, 30.0);
+  auto m = make_model(ps, std::make_unique<SGD>(0.1));
+  const StepPlan plan = ps->make_plan(m->network(), ps->mesh(), PlanOptions{});
+  std::int64_t pulled = 0, pushed = 0;
+  for (const PlanOp& op : plan.devices[0].ops) {
+    if (op.kind == OpKind::Pull) pulled += op.bytes;
+    if (op.kind == OpKind::Push) pushed += op.bytes;
+  }
+  ps->plan_steps(1, std::nullopt);
+  train_two_steps(*m);
+  EXPECT_EQ(ps->stats().steps, 2);
+  EXPECT_EQ(ps->stats().bytes_pulled, 2 * pulled);
+  EXPECT_EQ(ps->stats().bytes_pushed, 2 * pushed);
 }
 
 }  // namespace
