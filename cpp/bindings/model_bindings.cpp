@@ -178,11 +178,13 @@ void init_model(py::module_& m) {
               d["compute"] = p.compute;
               d["allreduce"] = p.allreduce;
               d["update"] = p.update;
+              d["collectives"] = collective_counts_dict(p.collectives);
               out.append(d);
             }
             return out;
           },
-          "Per replica: seconds in compute, all-reduce and update since reset_profile().")
+          "Per replica: seconds in compute, all-reduce and update since reset_profile(), and the calls and "
+          "bytes of its data-parallel group's collectives ('collectives', where the executor counts them).")
       .def("reset_profile", [](Model& m) { m.engine().reset_profile(); })
       .def(
           "optimizer_state_bytes", [](Model& m) { return m.engine().optimizer_state_bytes(); },

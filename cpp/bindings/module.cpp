@@ -27,7 +27,8 @@ void register_exceptions() {
 }
 }  // namespace
 
-void init_plan(py::module_& m);  // plan_bindings.cpp: layer times and pipeline schedules for the planner
+void init_plan(py::module_& m);       // plan_bindings.cpp: layer times and pipeline schedules for the planner
+void init_step_plan(py::module_& m);  // step_plan_bindings.cpp: StepPlan, make_step_plan
 
 }  // namespace mdtrain::bindings
 
@@ -51,4 +52,5 @@ PYBIND11_MODULE(_core, m) {
   init_ps(m);
   init_tape(m);
   init_plan(m);
+  init_step_plan(m);
 }

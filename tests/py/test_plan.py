@@ -13,7 +13,7 @@ import mdtrain as tf
 from mdtrain import _core
 from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, fit_alpha_beta, fit_benchmark_json, plan
 from mdtrain.plan import planner as planner_module
-from mdtrain.plan import probes, ps_probe, stage_profile, steps
+from mdtrain.plan import price_plan, probes, ps_probe, stage_profile, steps
 from mdtrain.plan.core_threads import core_threads
 from mdtrain.plan.profile import LayerCost, profile_model, profile_rows
 from mdtrain.plan.simulate import Simulator
@@ -179,8 +179,8 @@ def test_pipeline_plans_cost_the_cut_the_executor_makes():
 def test_overlap_never_makes_a_step_slower_than_its_compute(bucket):
     prof = synthetic_profile()
     for n in (2, 8, 16):
-        over = steps.data_parallel(prof, gpu_cluster(overlaps=True), n, 256, bucket_bytes=bucket)
-        blocking = steps.data_parallel(prof, gpu_cluster(overlaps=False), n, 256, bucket_bytes=bucket)
+        over = data_parallel(prof, gpu_cluster(overlaps=True), n, 256, bucket_bytes=bucket)
+        blocking = data_parallel(prof, gpu_cluster(overlaps=False), n, 256, bucket_bytes=bucket)
         alone = over.breakdown["compute"] + over.breakdown["update"]
         assert over.step_time_s >= alone - 1e-12
         assert over.step_time_s <= blocking.step_time_s + 1e-12
@@ -189,8 +189,8 @@ def test_overlap_never_makes_a_step_slower_than_its_compute(bucket):
 def test_overlap_hides_bucket_all_reduces_behind_backward():
     # Small buckets, slow enough links: the overlapped step exposes less communication.
     prof = synthetic_profile(layers=8, per_row=1e-5)
-    over = steps.data_parallel(prof, gpu_cluster(bandwidth=5e9), 16, 256, bucket_bytes=64 << 10)
-    blocking = steps.data_parallel(prof, gpu_cluster(bandwidth=5e9, overlaps=False), 16, 256,
+    over = data_parallel(prof, gpu_cluster(bandwidth=5e9), 16, 256, bucket_bytes=64 << 10)
+    blocking = data_parallel(prof, gpu_cluster(bandwidth=5e9, overlaps=False), 16, 256,
                                    bucket_bytes=64 << 10)
     assert over.breakdown["communication"] < blocking.breakdown["communication"]
 
@@ -200,11 +200,11 @@ def test_more_bandwidth_is_never_slower():
     for bw in (1e9, 1e10, 1e11):
         slow, fast = gpu_cluster(bandwidth=bw), gpu_cluster(bandwidth=bw * 4)
         pairs = [
-            (steps.data_parallel(prof, slow, 16, 256), steps.data_parallel(prof, fast, 16, 256)),
-            (steps.data_parallel(prof, slow, 8, 256, sync="zero1"),
-             steps.data_parallel(prof, fast, 8, 256, sync="zero1")),
-            (steps.data_parallel(prof, slow, 8, 256, sync="parameter_device"),
-             steps.data_parallel(prof, fast, 8, 256, sync="parameter_device")),
+            (data_parallel(prof, slow, 16, 256), data_parallel(prof, fast, 16, 256)),
+            (data_parallel(prof, slow, 8, 256, sync="zero1"),
+             data_parallel(prof, fast, 8, 256, sync="zero1")),
+            (data_parallel(prof, slow, 8, 256, sync="parameter_device"),
+             data_parallel(prof, fast, 8, 256, sync="parameter_device")),
             (steps.tensor_parallel(prof, slow, 4, 4, 256)[0], steps.tensor_parallel(prof, fast, 4, 4, 256)[0]),
             (steps.pipeline(prof, slow, 4, 8, "1f1b", 4, 256)[0], steps.pipeline(prof, fast, 4, 8, "1f1b", 4, 256)[0]),
             (steps.parameter_servers(prof, slow, 8, 2, 256), steps.parameter_servers(prof, fast, 8, 2, 256)),
@@ -215,10 +215,24 @@ def test_more_bandwidth_is_never_slower():
 
 def test_buckets_start_last_first_at_the_layer_that_finalizes_them():
     prof = synthetic_profile(layers=4, units=256)  # 65,792 values per layer
-    starts = steps.bucket_starts(prof, 4 * 65_792)  # one bucket per layer
-    assert [k for i in (3, 2, 1, 0) for k, _ in starts[i]] == [3, 2, 1, 0]
-    one = steps.bucket_starts(prof, 25 << 20)
-    assert [k for k, _ in one[0]] == [0] and not any(one[i] for i in (1, 2, 3))
+    owner = price_plan._finalizing_layer(prof)
+
+    def buckets(bucket_bytes):
+        step = price_plan.replicated_plan(prof, "MirroredStrategy", 2, host_replicas=False, bucket_bytes=bucket_bytes)
+        return [(op["bucket"], owner(op["first_value"])) for op in step.ops(0)
+                if op["kind"] == "collective" and op["during_backward"]]
+    assert buckets(4 * 65_792) == [(3, 3), (2, 2), (1, 1), (0, 0)]  # one bucket per layer, the last first
+    assert buckets(25 << 20) == [(0, 0)]
+
+
+def data_parallel(prof, cluster, n, global_batch, sync="bucketed", bucket_bytes=25 << 20):
+    """The core's data-parallel StepPlan, priced: "bucketed" on GPUs, "zero1" on the CPU devices of
+    one process, "parameter_device" CentralStorage's."""
+    step = price_plan.replicated_plan(prof, "MirroredStrategy", n, host_replicas=sync != "bucketed",
+                                      parameter_device=sync == "parameter_device", bucket_bytes=bucket_bytes)
+    want = {"bucketed": "bucketed_all_reduce", "zero1": "zero1", "parameter_device": "reduce_to_device"}[sync]
+    assert price_plan.sync_kind(step) == want
+    return price_plan.price(step, prof, cluster, global_batch)
 
 
 def test_simulator_orders_tasks_per_resource_and_detects_a_deadlock():
@@ -488,9 +502,9 @@ def cpu_cluster(devices=4, cores=None, **fields):
 
 def test_devices_sharing_fewer_cores_are_not_faster_than_the_cores_compute():
     prof = synthetic_profile(per_row=1e-5)
-    shared = steps.data_parallel(prof, cpu_cluster(4, cores=2), 4, 256, sync="zero1")
-    own = steps.data_parallel(prof, cpu_cluster(4, cores=None), 4, 256, sync="zero1")
-    two = steps.data_parallel(prof, cpu_cluster(2, cores=2), 2, 256, sync="zero1")
+    shared = data_parallel(prof, cpu_cluster(4, cores=2), 4, 256, sync="zero1")
+    own = data_parallel(prof, cpu_cluster(4, cores=None), 4, 256, sync="zero1")
+    two = data_parallel(prof, cpu_cluster(2, cores=2), 2, 256, sync="zero1")
     # 4 devices on 2 cores: at most 2 compute at once, so the step is at least the compute of 2
     # devices splitting the batch; with a core each it is shorter.
     assert shared.step_time_s >= prof.time(128) - 1e-12
@@ -499,7 +513,7 @@ def test_devices_sharing_fewer_cores_are_not_faster_than_the_cores_compute():
     # When other work leaves the 2 cores only one core's worth of concurrent work (the measured
     # concurrent_speedup), 2 devices are replayed on one core: no faster than one device's compute
     # of the whole batch.
-    busy = steps.data_parallel(prof, cpu_cluster(2, cores=2, concurrent_speedup=1.0), 2, 256, sync="zero1")
+    busy = data_parallel(prof, cpu_cluster(2, cores=2, concurrent_speedup=1.0), 2, 256, sync="zero1")
     assert busy.step_time_s >= prof.time(256) - 1e-12 > two.step_time_s
     tp_shared = steps.tensor_parallel(prof, cpu_cluster(4, cores=1), 4, 1, 256)[0]
     tp_own = steps.tensor_parallel(prof, cpu_cluster(4, cores=None), 4, 1, 256)[0]
@@ -544,7 +558,7 @@ def test_collectives_of_devices_of_one_host_use_the_threads_communicators_measur
     assert collectives.reduce_scatter(1e6, 4, cluster) == pytest.approx(slow.time(1e6) / 2)
     # Another group size keeps the link's ring model.
     assert collectives.all_reduce(1e6, 2, cluster) == collectives.all_reduce(1e6, 2, cpu_cluster(4, cores=2))
-    zero = steps.data_parallel(synthetic_profile(), cluster, 4, 64, sync="zero1")
+    zero = data_parallel(synthetic_profile(), cluster, 4, 64, sync="zero1")
     assert zero.breakdown["communication"] >= slow.time(synthetic_profile().param_bytes) - 1e-12
     # A reduce onto one device and a broadcast use their own measured fits where there are some.
     reduce, bcast = AlphaBeta(2e-3, 2e-9), AlphaBeta(3e-3, 3e-9)
@@ -553,7 +567,7 @@ def test_collectives_of_devices_of_one_host_use_the_threads_communicators_measur
     assert collectives.broadcast(1e6, 4, measured) == pytest.approx(bcast.time(1e6))
     link = cpu_cluster(4, cores=2).intra_host
     assert collectives.reduce_to_one(1e6, 2, measured) == pytest.approx(link.alpha + link.beta * 1e6)
-    central = steps.data_parallel(synthetic_profile(), measured, 4, 64, sync="parameter_device")
+    central = data_parallel(synthetic_profile(), measured, 4, 64, sync="parameter_device")
     nbytes = synthetic_profile().param_bytes
     assert central.breakdown["communication"] >= reduce.time(nbytes) + bcast.time(nbytes) - 1e-12
 
@@ -627,13 +641,13 @@ def test_updates_overlapping_other_cores_take_the_measured_shared_update():
     contended = dataclasses.replace(prof, update_shared_s=3e-3)
 
     def updates(profile, sync):
-        result = steps.data_parallel(profile, this_machine(), 2, 64, sync=sync)
+        result = data_parallel(profile, this_machine(), 2, 64, sync=sync)
         return [t.duration for t in result.timeline.tasks if t.category == "update"]
 
     assert updates(prof, "bucketed") == pytest.approx([1e-3, 1e-3])
     assert updates(contended, "bucketed") == pytest.approx([3e-3, 3e-3])
     assert updates(contended, "zero1") == pytest.approx([1.5e-3, 1.5e-3])  # each its half, at the shared rate
-    lone = steps.data_parallel(contended, this_machine(), 1, 64)  # nothing beside it: alone
+    lone = data_parallel(contended, this_machine(), 1, 64)  # nothing beside it: alone
     assert [t.duration for t in lone.timeline.tasks if t.category == "update"] == pytest.approx([1e-3])
 
 
@@ -764,3 +778,21 @@ def test_prediction_of_the_seed_mlp_is_the_measured_order_of_magnitude(logical_c
             measured = min(measured, model.step_time_breakdown()["step"])
         predicted = next(p for p in plans if p.strategy_name == name and p.applicable).step_time_s
         assert measured / 10 < predicted < measured * 10, (name, predicted, measured)
+
+
+def test_mirrored_rows_take_their_sync_from_the_cores_plan():
+    """The planner does not assume ZeRO-1 on host devices: under clipnorm the core's plan (and so
+    the executor) all-reduces before the sharded update, and the rows say so."""
+    prof = synthetic_profile()
+    cluster = cpu_cluster(4, cores=None)
+    plain = seed_mlp()
+    clipped = seed_mlp()
+    clipped.compile(optimizer=tf.keras.optimizers.Adam(clipnorm=1.0),
+                    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rows = {}
+    for name, model in (("plain", plain), ("clipped", clipped)):
+        plans = plan(model, 64, cluster, profile=prof, this_machine_flops=cluster.peak_flops)
+        rows[name] = [p for p in plans if p.strategy_name == "MirroredStrategy" and p.applicable]
+    assert rows["plain"] and all(p.settings == {"gradient_sync": "zero1"} for p in rows["plain"])
+    assert rows["clipped"] and all(p.settings["gradient_sync"] == "zero1_after_all_reduce" for p in rows["clipped"])
+    assert {p.settings["bucket_bytes"] for p in rows["clipped"] if p.num_devices == 4} == {"25MiB", "4MiB", "1MiB"}

@@ -9,6 +9,19 @@
 
 namespace mdtrain {
 
+const char* name_of(CountedCollective kind) {
+  switch (kind) {
+    case CountedCollective::AllReduce: return "all_reduce";
+    case CountedCollective::Reduce: return "reduce";
+    case CountedCollective::Broadcast: return "broadcast";
+    case CountedCollective::AllGather: return "all_gather";
+    case CountedCollective::ReduceScatter: return "reduce_scatter";
+    case CountedCollective::Send: return "send";
+    case CountedCollective::Recv: return "recv";
+  }
+  return "unknown";
+}
+
 const char* name_of(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum: return "sum";
@@ -64,6 +77,7 @@ void Communicator::check_tensor(const char* op, const Tensor& tensor, const char
 void Communicator::all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
   check_buffer("all_reduce", data, count, "data");
   check_op("all_reduce", dtype, op);
+  tally(CountedCollective::AllReduce, count, dtype);
   do_all_reduce(data, count, dtype, op);
 }
 
@@ -72,6 +86,7 @@ void Communicator::reduce(void* data, std::size_t count, DType dtype, ReduceOp o
   check_op("reduce", dtype, op);
   MDTRAIN_CHECK(root >= 0 && root < size(), std::invalid_argument, "[", backend(), "] reduce: root must be in [0, ",
                 size(), ") (got ", root, ")");
+  tally(CountedCollective::Reduce, count, dtype);
   do_reduce(data, count, dtype, op, root);
 }
 
@@ -80,6 +95,7 @@ void Communicator::broadcast(void* data, std::size_t count, DType dtype, int roo
   size_of(dtype);
   MDTRAIN_CHECK(root >= 0 && root < size(), std::invalid_argument, "[", backend(), "] broadcast: root must be in [0, ",
                 size(), ") (got ", root, ")");
+  tally(CountedCollective::Broadcast, count, dtype);
   do_broadcast(data, count, dtype, root);
 }
 
@@ -91,6 +107,7 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t count_pe
   MDTRAIN_CHECK(in_place || !overlaps(send, block, recv, block * size()), std::invalid_argument, "[", backend(),
                 "] all_gather: send overlaps recv but is not recv + rank * ",
                 "count_per_rank (the only in-place form)");
+  tally(CountedCollective::AllGather, count_per_rank * static_cast<std::size_t>(size()), dtype);
   do_all_gather(send, recv, count_per_rank, dtype);
 }
 
@@ -103,6 +120,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t coun
   MDTRAIN_CHECK(in_place || !overlaps(recv, block, send, block * size()), std::invalid_argument, "[", backend(),
                 "] reduce_scatter: recv overlaps send but is not send + rank * ",
                 "count_per_rank (the only in-place form)");
+  tally(CountedCollective::ReduceScatter, count_per_rank * static_cast<std::size_t>(size()), dtype);
   do_reduce_scatter(send, recv, count_per_rank, dtype, op);
 }
 
@@ -130,6 +148,7 @@ void Communicator::send(const void* data, std::size_t count, DType dtype, int pe
   check_buffer("send", data, count, "data");
   size_of(dtype);
   check_peer("send", peer);
+  tally(CountedCollective::Send, count, dtype);
   do_send(data, count, dtype, peer);
 }
 
@@ -137,6 +156,7 @@ void Communicator::recv(void* data, std::size_t count, DType dtype, int peer) {
   check_buffer("recv", data, count, "data");
   size_of(dtype);
   check_peer("recv", peer);
+  tally(CountedCollective::Recv, count, dtype);
   do_recv(data, count, dtype, peer);
 }
 
@@ -147,6 +167,8 @@ void Communicator::send_recv(const void* send_data, std::size_t send_count, int 
   size_of(dtype);
   check_peer("send_recv", send_peer);
   check_peer("send_recv", recv_peer);
+  tally(CountedCollective::Send, send_count, dtype);
+  tally(CountedCollective::Recv, recv_count, dtype);
   do_send_recv(send_data, send_count, send_peer, recv_data, recv_count, recv_peer, dtype);
 }
 
@@ -167,6 +189,7 @@ void Communicator::do_recv(void*, std::size_t, DType, int) {
 void Communicator::enqueue_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
   check_buffer("enqueue_all_reduce", data, count, "data");
   check_op("enqueue_all_reduce", dtype, op);
+  tally(CountedCollective::AllReduce, count, dtype);
   do_enqueue_all_reduce(data, count, dtype, op);
 }
 

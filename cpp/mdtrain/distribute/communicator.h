@@ -14,6 +14,7 @@
 // split() makes sub-groups (one per axis of a device mesh); enqueue_all_reduce() and
 // wait_enqueued() let a backend with a communication stream overlap an all-reduce with compute.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,29 @@ class Tensor;
 
 enum class ReduceOp { Sum, Mean, Max, Min };
 const char* name_of(ReduceOp op);
+
+// The operations a Communicator counts (Communicator::counts): an enqueued all-reduce is an
+// all-reduce, send_recv a send and a receive.
+enum class CountedCollective { AllReduce, Reduce, Broadcast, AllGather, ReduceScatter, Send, Recv };
+inline constexpr int kCountedCollectives = 7;
+const char* name_of(CountedCollective kind);
+
+// Calls of one kind and the bytes of the buffer they combine: all_reduce, reduce, broadcast,
+// send and recv their data; all_gather and reduce_scatter every rank's block (size() *
+// count_per_rank elements), the message size collective cost models take.
+struct CollectiveCount {
+  std::int64_t calls = 0;
+  std::int64_t bytes = 0;
+};
+struct CollectiveCounts {
+  CollectiveCount of[kCountedCollectives];
+  const CollectiveCount& operator[](CountedCollective kind) const { return of[static_cast<int>(kind)]; }
+  void add(CountedCollective kind, std::int64_t bytes) {
+    CollectiveCount& c = of[static_cast<int>(kind)];
+    c.calls += 1;
+    c.bytes += bytes;
+  }
+};
 
 class Communicator {
  public:
@@ -67,6 +91,11 @@ class Communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dtype,
                       ReduceOp op = ReduceOp::Sum);
   void barrier();
+
+  // What this rank called since construction or reset_counts() (see CollectiveCounts): the
+  // executors report it per step, and tests compare it with the StepPlan's collectives.
+  const CollectiveCounts& counts() const { return counts_; }
+  void reset_counts() { counts_ = CollectiveCounts{}; }
 
   // Collective, like MPI_Comm_split: every rank of this group calls it, in the same order as its
   // other collectives (a rank that calls another collective instead is a "collective mismatch"
@@ -165,7 +194,12 @@ class Communicator {
   void check_peer(const char* op, int peer) const;
   void check_tensor(const char* op, const Tensor& tensor, const char* what) const;
 
+  void tally(CountedCollective kind, std::size_t elements, DType dtype) {
+    counts_.add(kind, static_cast<std::int64_t>(elements * size_of(dtype)));
+  }
+
   double timeout_ = kDefaultTimeout;
+  CollectiveCounts counts_;
   std::vector<std::shared_ptr<void>> buffer_owners_;
   friend class BufferOwnersScope;
 };

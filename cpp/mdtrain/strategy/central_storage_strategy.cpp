@@ -2,7 +2,6 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/registry.h"
-#include "mdtrain/strategy/replicated_executor.h"
 
 namespace mdtrain {
 
@@ -27,10 +26,10 @@ std::vector<std::unique_ptr<Communicator>> CentralStorageStrategy::make_replica_
   return create_communicators("threads", num_replicas_in_sync());
 }
 
-std::unique_ptr<StepExecutor> CentralStorageStrategy::make_executor(Network& primary, const Loss& loss,
-                                                                    const Optimizer& optimizer) {
-  return std::make_unique<ReplicatedExecutor>(primary, *this, loss, optimizer,
-                                              ReplicatedExecutor::GradientSync::ParameterDevice);
+StepPlan CentralStorageStrategy::make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const {
+  ReplicatedPlanInputs in = replicated_plan_inputs(mesh, options);
+  in.parameter_device = true;
+  return replicated_step_plan(plan_weights_of(network), in);
 }
 
 }  // namespace mdtrain

@@ -24,7 +24,9 @@ class CentralStorageStrategy : public Strategy {
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
   // The gradients go to one device, as ReductionToOneDevice's do.
   GradientReducer::Algorithm gradient_reduction() const override { return GradientReducer::Algorithm::ReduceToOne; }
-  std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
+  // Data parallelism whose sync is a reduction onto the parameter device, its update there, and
+  // a broadcast of the weights (SyncKind::ReduceToDevice).
+  StepPlan make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const override;
 
  private:
   Device parameter_device_;

@@ -30,4 +30,9 @@ std::vector<std::unique_ptr<Communicator>> MeshWorkersStrategy::world_communicat
   return create_communicators(local_backend, num_replicas_in_sync());
 }
 
+StepPlan MeshWorkersStrategy::make_plan(Network&, const DeviceMesh&, const PlanOptions&) const {
+  MDTRAIN_CHECK(false, std::logic_error, "[plan] ", name(), " has no StepPlan yet");
+  return StepPlan{};
+}
+
 }  // namespace mdtrain

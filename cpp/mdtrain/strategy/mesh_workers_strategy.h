@@ -25,6 +25,9 @@ class MeshWorkersStrategy : public Strategy {
   // The strategy that joined the MPI job (null in one process): host-side coordination between
   // workers goes through it.
   const std::shared_ptr<Strategy>& workers() const { return workers_; }
+  // The model-parallel, pipeline and wavefront executors do not run a StepPlan yet: their plans
+  // are not written, and the data-parallel default would describe another step. Throws.
+  StepPlan make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const override;
 
  protected:
   // Throws std::invalid_argument("[area] ...") for a mesh across workers without `workers`, or one

@@ -36,8 +36,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, const Loss& loss,
-                                       const Optimizer& optimizer, std::optional<GradientSync> sync)
-    : primary_(primary), strategy_(strategy) {
+                                       const Optimizer& optimizer, StepPlan plan)
+    : primary_(primary), strategy_(strategy), plan_(std::move(plan)) {
   MDTRAIN_CHECK(primary.built(), std::logic_error, "[engine] the model must be built before training");
   // Placement comes from the strategy's devices: a replica on a CPU device trains a host copy (the
   // primary itself for replica 0), a replica on a GPU a copy whose weights live on that GPU. Layers
@@ -50,28 +50,14 @@ ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, con
                 " communicators for ", n, " replicas");
   MDTRAIN_CHECK(static_cast<std::int64_t>(n) * 16 < Network::kPackedPadding, std::invalid_argument, "[engine] at most ",
                 Network::kPackedPadding / 16 - 1, " replicas are supported, got ", n);
-  // The update is sharded (ZeRO-1) among the replicas of one process on CPU devices. Across
-  // workers it is not: each worker keeps the whole optimizer state, so any worker can write a
-  // checkpoint and a checkpoint loads under any strategy. On GPUs every replica applies the whole
-  // update instead: there it is one fused, memory-bound launch that costs little next to the
-  // GEMMs, while the all-reduce of each gradient bucket overlaps the rest of backward (a
-  // reduce-scatter would have to wait for all of it). Gradient clipping by norm needs every
-  // replica to hold the whole summed gradient, and a reduction to one device is what the user
-  // asked for: both all-reduce before the sharded update.
-  const auto& opts = optimizer.options();
-  if (sync == GradientSync::ParameterDevice) {
-    // The stored weights are replica 0's network: the primary, on the host.
-    MDTRAIN_CHECK(primary_is_replica0_ && strategy_.num_workers() == 1, std::invalid_argument, "[engine] ",
-                  strategy_.name(), ": the parameter device must hold replica 0's weights (host replicas, one worker)");
-    sync_ = GradientSync::ParameterDevice;
-  } else if (sync) {
-    MDTRAIN_CHECK(false, std::invalid_argument, "[engine] a strategy may only require the ParameterDevice plan");
-  } else if (n > 1 && strategy_.num_workers() == 1 && primary_is_replica0_) {
-    const bool reduce_scatter = !opts.clipnorm && !opts.global_clipnorm &&
-                                strategy_.gradient_reduction() == GradientReducer::Algorithm::AllReduce;
-    sync_ = reduce_scatter ? GradientSync::Zero1 : GradientSync::ZeroOneAfterAllReduce;
-    shards_.emplace(primary.trainable_count(), n);
-  }
+  // The sync plan is the StepPlan's (replicated_step_plan decided it); the executor only runs it.
+  const GradientSync& sync = plan_.only_sync();
+  MDTRAIN_CHECK(sync.group == strategy_.num_replicas_in_sync() && sync.values == primary.trainable_count(),
+                std::invalid_argument, "[engine] ", strategy_.name(), ": the plan syncs ", sync.values, " values over ",
+                sync.group, " replicas, the model has ", primary.trainable_count(), " over ",
+                strategy_.num_replicas_in_sync());
+  sync_ = sync.kind;
+  if (sync_ == SyncKind::ZeroOne || sync_ == SyncKind::ZeroOneAfterAllReduce) shards_.emplace(sync.values, n);
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_unique<Replica>();
     const Device& device = strategy_.devices()[static_cast<std::size_t>(r)];
@@ -155,9 +141,9 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
   StepLoss result;
   // Keras adds the weight penalties of the weights the step starts from.
   result.regularization = replicas_.front()->net->regularization_loss();
-  const bool reduce_scatter = sync_ == GradientSync::Zero1;
-  const bool to_parameter_device = sync_ == GradientSync::ParameterDevice;
-  // The step number (dropout's key) of every replica: under ParameterDevice only replica 0's
+  const bool reduce_scatter = sync_ == SyncKind::ZeroOne;
+  const bool to_parameter_device = sync_ == SyncKind::ReduceToDevice;
+  // The step number (dropout's key) of every replica: under ReduceToDevice only replica 0's
   // optimizer counts steps.
   const auto step = static_cast<std::uint64_t>(replicas_.front()->optimizer->iterations());
   const auto step_start = Clock::now();
@@ -417,12 +403,16 @@ std::vector<StepProfile> ReplicatedExecutor::profile() const {
   for (const auto& rep : replicas_) {
     out.push_back(rep->profile);
     out.back().wall = wall_;
+    out.back().collectives = rep->comm->counts();
   }
   return out;
 }
 
 void ReplicatedExecutor::reset_profile() {
-  for (auto& rep : replicas_) rep->profile = StepProfile{};
+  for (auto& rep : replicas_) {
+    rep->profile = StepProfile{};
+    rep->comm->reset_counts();
+  }
   wall_ = 0;
 }
 

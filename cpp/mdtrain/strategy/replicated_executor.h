@@ -8,6 +8,7 @@
 #include "mdtrain/distribute/gradient_reducer.h"
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/strategy/step_executor.h"
+#include "mdtrain/strategy/step_plan.h"
 #include "mdtrain/strategy/zero_shards.h"
 
 namespace mdtrain {
@@ -29,26 +30,24 @@ class Strategy;
 // mean over the batch. Non-trainable weights (moving statistics) are outside the packed
 // gradients; their layers keep them identical by updating them from cross-replica sums.
 //
-// The gradient sync plan, chosen once (GradientSync):
-// - Zero1: several replicas on the CPU devices of one process, all-reduce, no clipping by norm:
+// The gradient sync comes from the strategy's StepPlan (replicated_step_plan decides it, once, for
+// the executor and the planner alike):
+// - ZeroOne: several replicas on the CPU devices of one process, all-reduce, no clipping by norm:
 //   reduce-scatter, each replica updates its range, all-gather (ZeroShards).
 // - ZeroOneAfterAllReduce: the same ranges updated, but the gradients all-reduced first (clipping
 //   by norm needs the whole gradient; ReductionToOneDevice is what the user asked for).
-// - Replicated: GPUs or several workers: buckets all-reduced during backward as soon as a bucket
+// - BucketedAllReduce: GPUs or several workers: buckets all-reduced during backward as soon as a bucket
 //   is final (GradientReducer's overlapped form: on NCCL they run on the communication stream
 //   while backward continues), then every replica applies the whole update (fused into one launch
 //   on a GPU). Across workers each worker so holds the whole optimizer state for checkpoints.
-// - ParameterDevice (CentralStorageStrategy asks for it): the gradients are reduced onto replica
+// - ReduceToDevice (CentralStorageStrategy's plan): the gradients are reduced onto replica
 //   0, whose network is the stored one on the host; only it updates, with the one optimizer state,
 //   and the new weights are broadcast to the other replicas.
 class ReplicatedExecutor final : public StepExecutor {
  public:
-  enum class GradientSync { Replicated, ZeroOneAfterAllReduce, Zero1, ParameterDevice };
-
   // The strategy provides devices, communicators and replica threads; it must outlive this.
-  // `sync`: the plan the strategy requires; by default the executor picks the data-parallel one.
-  ReplicatedExecutor(Network& primary, Strategy& strategy, const Loss& loss, const Optimizer& optimizer,
-                     std::optional<GradientSync> sync = std::nullopt);
+  // `plan`: the strategy's data-parallel StepPlan for `primary` (one sync over its replicas).
+  ReplicatedExecutor(Network& primary, Strategy& strategy, const Loss& loss, const Optimizer& optimizer, StepPlan plan);
   ~ReplicatedExecutor() override;
 
   StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
@@ -74,7 +73,8 @@ class ReplicatedExecutor final : public StepExecutor {
   void reset_profile() override;
   bool reads_output_masks() const override { return true; }
 
-  GradientSync gradient_sync() const { return sync_; }
+  const StepPlan& plan() const { return plan_; }
+  SyncKind gradient_sync() const { return sync_; }
 
  private:
   struct Replica;
@@ -97,7 +97,8 @@ class ReplicatedExecutor final : public StepExecutor {
   Network& primary_;
   Strategy& strategy_;
   std::vector<std::unique_ptr<Replica>> replicas_;
-  GradientSync sync_ = GradientSync::Replicated;
+  StepPlan plan_;
+  SyncKind sync_ = SyncKind::BucketedAllReduce;
   std::optional<ZeroShards> shards_;  // set for the Zero* plans
   bool communicators_broken_ = false;
   bool primary_is_replica0_ = true;  // replica 0 trains the primary itself (CPU devices)

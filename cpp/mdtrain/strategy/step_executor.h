@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mdtrain/core/tensor.h"
+#include "mdtrain/distribute/communicator.h"
 #include "mdtrain/nn/network.h"
 #include "mdtrain/optim/optimizer.h"
 
@@ -45,6 +46,9 @@ struct StepProfile {
   // parallelism the model axis's (activations summed or gathered inside forward and backward).
   double allreduce = 0;
   double update = 0;  // regularization gradients + optimizer
+  // The collectives of the replica's data-parallel group (calls, bytes): what the StepPlan's op
+  // list says a step runs, times the steps (tests compare the two). Empty where not counted.
+  CollectiveCounts collectives;
 };
 
 // Sees each replica's labels and predictions after its forward (for metrics), on that replica's

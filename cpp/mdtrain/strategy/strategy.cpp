@@ -32,8 +32,28 @@ std::vector<std::unique_ptr<Communicator>> Strategy::make_axis_communicators(con
   return out;
 }
 
+ReplicatedPlanInputs Strategy::replicated_plan_inputs(const DeviceMesh& mesh, const PlanOptions& options) const {
+  MDTRAIN_CHECK(mesh.num_devices() == num_replicas_in_sync(), std::invalid_argument, "[strategy] ", name(),
+                ": the mesh ", mesh.to_string(), " has ", mesh.num_devices(), " devices, the strategy ",
+                num_replicas_in_sync());
+  ReplicatedPlanInputs in;
+  in.strategy = name();
+  in.local_replicas = num_local_replicas();
+  in.workers = num_workers();
+  in.host_replicas = devices().front().is_cpu();
+  in.reduction = gradient_reduction();
+  in.bucket_bytes = gradient_bucket_bytes();
+  in.clips_by_norm = options.clips_by_norm;
+  return in;
+}
+
+StepPlan Strategy::make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const {
+  return replicated_step_plan(plan_weights_of(network), replicated_plan_inputs(mesh, options));
+}
+
 std::unique_ptr<StepExecutor> Strategy::make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) {
-  return std::make_unique<ReplicatedExecutor>(primary, *this, loss, optimizer);
+  return std::make_unique<ReplicatedExecutor>(primary, *this, loss, optimizer,
+                                              make_plan(primary, mesh(), plan_options_of(optimizer)));
 }
 
 }  // namespace mdtrain

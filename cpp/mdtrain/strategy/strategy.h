@@ -13,6 +13,7 @@
 #include "mdtrain/optim/optimizer.h"
 #include "mdtrain/strategy/device_mesh.h"
 #include "mdtrain/strategy/step_executor.h"
+#include "mdtrain/strategy/step_plan.h"
 
 namespace mdtrain {
 
@@ -79,10 +80,17 @@ class Strategy {
     bucket_bytes_ = bytes == 0 ? GradientReducer::kDefaultBucketBytes : bytes;
   }
 
+  // What one training step of `network` does on `mesh` (the strategy's mesh()), as data: the
+  // plan the executor runs and the planner prices (step_plan.h). The default is data
+  // parallelism's (replicated_step_plan); a strategy whose plan is not written yet throws
+  // std::logic_error.
+  virtual StepPlan make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const;
+
   // The executor that runs the steps of one compiled model: `primary` is the model's network
   // (whose weights get_weights reads); the loss and optimizer are copied per replica as needed.
   // The strategy must outlive it. The default replicates the network on every device (data
-  // parallelism: ReplicatedExecutor); strategies that shard or pipeline override it.
+  // parallelism: ReplicatedExecutor, running make_plan's plan); strategies that shard or
+  // pipeline override it.
   virtual std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer);
 
   // Runs fn(r) for every replica concurrently, one thread each (see cpu::ThreadTeam).
@@ -90,6 +98,8 @@ class Strategy {
 
  protected:
   explicit Strategy(std::vector<Device> devices);
+  // The inputs of this strategy's data-parallel plan (its devices, workers, reduction, buckets).
+  ReplicatedPlanInputs replicated_plan_inputs(const DeviceMesh& mesh, const PlanOptions& options) const;
 
  private:
   std::vector<Device> devices_;

@@ -8,7 +8,7 @@ import math
 
 from mdtrain._ps.local_cluster import tasks_threads
 from mdtrain.config import _env_cpu_threads
-from mdtrain.plan import steps
+from mdtrain.plan import price_plan, steps
 from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
 from mdtrain.plan.plan_result import Plan, PlanList
 from mdtrain.plan.profile import check_model, profile_model, profile_rows
@@ -50,6 +50,13 @@ def _check_global_batch_size(model, global_batch_size):
                          f"to profile one device at that batch ({per_row} bytes per row: the input and the layers' "
                          f"outputs with their gradients); {left['bytes'] / 2**30:.1f} GiB available "
                          f"({left['description']}): at most {left['bytes'] // per_row} rows fit")
+
+
+def _clips_by_norm(model):
+    """Whether the model's optimizer clips by norm (the core's plan then all-reduces before a sharded
+    update); False before compile."""
+    config = getattr(getattr(model, "optimizer", None), "_config", None) or {}
+    return bool(config.get("clipnorm") or config.get("global_clipnorm"))
 
 
 def _powers_of_two_up_to(n):
@@ -113,33 +120,46 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
     def skip(name, n, settings, reason):
         plans.append(Plan(name, n, settings, float("nan"), float("nan"), {}, "", skipped=reason))
 
-    # Data parallel on one device / one host.
-    add("OneDeviceStrategy", 1, {}, steps.data_parallel(alone, cluster, 1, b, scale=scale),
+    # Data parallel on one device / one host: the core's StepPlan, priced (price_plan.py). The
+    # devices of one process are host (CPU) devices where the cluster does not overlap
+    # communication with compute, GPUs where it does; the core decides the gradient sync.
+    clips = _clips_by_norm(model)
+    one = price_plan.replicated_plan(alone, "OneDeviceStrategy", 1, clips_by_norm=clips)
+    add("OneDeviceStrategy", 1, {}, price_plan.price(one, alone, cluster, b, scale=scale),
         f"one device: no communication{scaled}")
     for n in _powers_of_two_up_to(per_host)[1:]:
         if b < n:
             skip("MirroredStrategy", n, {}, f"global batch {b} < {n} replicas (replicas with no rows)")
             continue
-        if not cluster.overlaps_communication:
-            # CPU devices of one process: the executor always shards the update (ZeRO-1).
-            add("MirroredStrategy", n, {"gradient_sync": "zero1"},
-                steps.data_parallel(prof, cluster, n, b, sync="zero1", scale=scale),
-                f"{n} replicas: reduce-scatter, 1/{n} of the update each, all-gather (the CPU executor's "
-                f"ZeRO-1){f' sharing {cluster.cores} cores' if cluster.cores and n > cluster.cores else ''}"
-                f"{scaled}")
-        else:
-            for bucket in BUCKET_SIZES:
-                add("MirroredStrategy", n, {"bucket_bytes": f"{bucket // _MIB}MiB"},
-                    steps.data_parallel(prof, cluster, n, b, sync="bucketed", bucket_bytes=bucket, scale=scale),
-                    f"{n} replicas, {bucket // _MIB} MiB buckets all-reduced during backward{scaled}")
+        host = not cluster.overlaps_communication
+        for bucket in BUCKET_SIZES:
+            step = price_plan.replicated_plan(prof, "MirroredStrategy", n, host_replicas=host, bucket_bytes=bucket,
+                                              clips_by_norm=clips)
+            kind = price_plan.sync_kind(step)
+            sharing = f" sharing {cluster.cores} cores" if cluster.cores and n > cluster.cores else ""
+            if kind == "zero1":
+                add("MirroredStrategy", n, {"gradient_sync": "zero1"}, price_plan.price(step, prof, cluster, b,
+                                                                                        scale=scale),
+                    f"{n} replicas: reduce-scatter, 1/{n} of the update each, all-gather (the CPU executor's "
+                    f"ZeRO-1){sharing}{scaled}")
+                break  # no buckets
+            settings = {"bucket_bytes": f"{bucket // _MIB}MiB"}
+            why = f"{n} replicas, {bucket // _MIB} MiB buckets all-reduced during backward"
+            if kind == "zero1_after_all_reduce":
+                settings = {"gradient_sync": kind, **settings}
+                why += f", 1/{n} of the update each, all-gather (clipping by norm needs the whole gradient)"
+            add("MirroredStrategy", n, settings, price_plan.price(step, prof, cluster, b, scale=scale),
+                f"{why}{sharing}{scaled}")
     if cluster.hosts > 1:
         if b < n_all:
             skip("MultiWorkerMirroredStrategy", n_all, {}, f"global batch {b} < {n_all} replicas")
         else:
             for bucket in BUCKET_SIZES:
                 settings = {"workers": cluster.hosts, "bucket_bytes": f"{bucket // _MIB}MiB"}
-                add("MultiWorkerMirroredStrategy", n_all, settings,
-                    steps.data_parallel(prof, cluster, n_all, b, sync="bucketed", bucket_bytes=bucket, scale=scale),
+                step = price_plan.replicated_plan(prof, "MultiWorkerMirroredStrategy", per_host, workers=cluster.hosts,
+                                                  host_replicas=not cluster.overlaps_communication,
+                                                  bucket_bytes=bucket, clips_by_norm=clips)
+                add("MultiWorkerMirroredStrategy", n_all, settings, price_plan.price(step, prof, cluster, b, scale=scale),
                     f"{cluster.hosts} hosts x {per_host}: hierarchical all-reduce of {bucket // _MIB} MiB buckets"
                     f"{scaled}")
     elif cluster.mpi_processes:
@@ -150,9 +170,10 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
                 skip("MultiWorkerMirroredStrategy", k, settings, f"global batch {b} < {k} workers")
                 continue
             cores = cluster.cores or k
+            step = price_plan.replicated_plan(prof, "MultiWorkerMirroredStrategy", 1, workers=k,
+                                              bucket_bytes=BUCKET_SIZES[0], clips_by_norm=clips)
             add("MultiWorkerMirroredStrategy", k, settings,
-                steps.data_parallel(prof, cluster, k, b, sync="bucketed", bucket_bytes=BUCKET_SIZES[0],
-                                    scale=scale, processes=True),
+                price_plan.price(step, prof, cluster, b, scale=scale, processes=True),
                 f"{k} MPI processes on this host{f' sharing {cores} cores' if k > cores else ''}: gradient "
                 f"buckets all-reduced by MPI (measured α–β and step cost of {k} processes), each updates all")
     else:
@@ -160,8 +181,9 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
              f"one host: Mirrored covers it (MPI transport between processes not measured: {cluster.mpi_source})")
     # Centralized parameters.
     if per_host > 1 and b >= per_host:
-        add("CentralStorageStrategy", per_host, {},
-            steps.data_parallel(prof, cluster, per_host, b, sync="parameter_device", scale=scale),
+        step = price_plan.replicated_plan(prof, "CentralStorageStrategy", per_host, parameter_device=True,
+                                          reduce_to_one=True, clips_by_norm=clips)
+        add("CentralStorageStrategy", per_host, {}, price_plan.price(step, prof, cluster, b, scale=scale),
             f"gradients reduced onto one device, its update, weights broadcast{scaled}")
     for k in (1, 2, 4):
         workers = n_all

@@ -16,11 +16,12 @@ inputs they were measured with, and the planner's own replay of them.
 The models are built here as layer lists from their published architectures (VGG-16:
 Simonyan & Zisserman 2015, configuration D; ResNet-101: He et al. 2016, Table 1), so the FLOPs
 and parameter counts are computed, not typed in. The GPUs and network are a Cluster built from
-datasheet figures below. Then steps.data_parallel replays a step on 1 and on 512 GPUs."""
+datasheet figures below. Then the core's data-parallel StepPlan is priced (price_plan.py) on 1 and
+on 512 GPUs."""
 import dataclasses
 import math
 
-from mdtrain.plan import steps
+from mdtrain.plan import price_plan, steps
 from mdtrain.plan.alpha_beta import AlphaBeta
 from mdtrain.plan.cluster import Cluster
 from mdtrain.plan.synthetic_profile import LayerSpec, profile_from_flops
@@ -223,9 +224,12 @@ def predict_scaling(case, compute="published", bucket_bytes=HOROVOD_FUSION_BYTES
     GPU and on case.gpus, efficiency = step on one ÷ step on all."""
     cluster = cluster if cluster is not None else horovod_cluster(hosts=case.gpus // case.gpus_per_host)
     prof = model_profile(case.model, cluster, compute)
-    one = steps.data_parallel(prof, cluster, 1, case.batch_per_gpu)
-    many = steps.data_parallel(prof, cluster, case.gpus, case.batch_per_gpu * case.gpus, sync="bucketed",
-                               bucket_bytes=bucket_bytes)
+    one = price_plan.price(price_plan.replicated_plan(prof, "OneDeviceStrategy", 1), prof, cluster,
+                           case.batch_per_gpu)
+    workers = case.gpus // case.gpus_per_host
+    step = price_plan.replicated_plan(prof, "MultiWorkerMirroredStrategy", case.gpus // workers, workers=workers,
+                                      host_replicas=False, bucket_bytes=bucket_bytes)
+    many = price_plan.price(step, prof, cluster, case.batch_per_gpu * case.gpus)
     return Prediction(case, one.step_time_s / many.step_time_s, compute, one.step_time_s,
                       many.step_time_s, many.breakdown)
 

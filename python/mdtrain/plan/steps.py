@@ -1,14 +1,7 @@
-"""Each strategy's training step as simulator tasks, in the order the code runs them:
+"""The steps of the strategies the planner does not yet price from the core's StepPlan (data
+parallelism is priced from it: price_plan.py), as simulator tasks in the order the code runs
+them, and the pricing helpers both share:
 
-- data parallel (replicated_executor.cpp): forward of every layer, backward last layer first; then
-  - "bucketed": the packed gradient (layer 0's values first) cut into buckets of bucket_bytes, a
-    bucket all-reduced as soon as backward has written all of it, last bucket first
-    (GradientReducer); on a communication stream beside backward when the cluster overlaps (NCCL),
-    else on the device's thread, blocking it (the CPU communicators); every replica then applies
-    the whole update;
-  - "zero1" (several CPU devices of one process): after backward a reduce-scatter, each replica
-    updates its 1/n of the values, an all-gather (ZeroShards);
-  - "parameter_device" (CentralStorageStrategy): a reduction onto replica 0, its update, a broadcast.
 - tensor parallel (tensor_parallel_plan.h): Dense layers split over the model axis, a
   column-parallel Dense followed by a row-parallel one (Megatron's pairing): an all-reduce of the
   row-parallel layer's output in forward and of the column-parallel layer's input gradient in
@@ -31,8 +24,7 @@ n devices on fewer cores run at most that many at once; a device's layer that ru
 core computes costs the profile's shared time (measured while every core ran a copy of the model:
 the cores share memory bandwidth and caches), alone the alone time (simulate.py applies it to
 the overlapping part of each task); a pipeline's receive there costs the measured per-message
-send + wake-up, and MultiWorkerMirrored's all-reduces are the measured MPI ones
-(Cluster.mpi_processes)."""
+send + wake-up."""
 import dataclasses
 
 from mdtrain.plan import collectives
@@ -86,28 +78,6 @@ def _activation_bytes(profile, rows, layers=None):
     return rows * BYTES_PER_VALUE * (sum(layer.activation_values for layer in layers) + profile.input_values)
 
 
-def bucket_starts(profile, bucket_bytes):
-    """For each layer index, the buckets (highest first) whose last value becomes final once that
-    layer's backward ran: bucket k covers values [k·E, (k+1)·E) of the packed gradient (layer 0
-    first), and is started when backward has reached the layer holding value k·E."""
-    total = profile.params
-    per_bucket = max(1, bucket_bytes // BYTES_PER_VALUE)
-    count = max(1, -(-total // per_bucket))
-    first_value = []
-    v = 0
-    for layer in profile.layers:
-        first_value.append(v)
-        v += layer.params
-    starts = {i: [] for i in range(len(profile.layers))}
-    for k in reversed(range(count)):
-        begin = k * per_bucket
-        # the layer whose values include `begin` (the last layer starting at or before it)
-        owner = max([i for i, f in enumerate(first_value) if f <= begin and profile.layers[i].params > 0] or [0])
-        size = min(per_bucket, total - begin) * BYTES_PER_VALUE
-        starts[owner].append((k, size))
-    return starts
-
-
 def contention_measured(profile, cluster, scale):
     """Whether the replay charges compute that overlaps another core's at the profile's shared
     layer times: on the profiled machine (scale 1) whose devices share its cores, when the profile
@@ -156,87 +126,21 @@ def replayed_devices(cluster, n):
     return [f"dev{d}" for d in range(n if cluster.cores is not None else min(n, REPLAYED_REPLICAS))]
 
 
+def start_replay(profile, cluster, scale, n):
+    """A replay of a group of n identical devices: (the replay's cluster, the simulator, its
+    compute adder, the replayed devices, the group's resources for a collective: those devices
+    and the network)."""
+    cluster = replay_cluster(profile, cluster, scale)
+    sim = Simulator()
+    devices = replayed_devices(cluster, n)
+    return cluster, sim, _Compute(sim, profile, cluster, scale), devices, tuple(devices) + ("net",)
+
+
 def on_core(cluster, device, index):
     """The resources a device's compute holds: the device, and on a machine whose devices share
     cores (Cluster.cores) the core it runs on, so n devices on c < n cores run at most c at once."""
     core = cluster.core_of(index)
     return (device,) if core is None else (device, core)
-
-
-def data_parallel(profile, cluster, n, global_batch, sync="bucketed", bucket_bytes=25 << 20, scale=1.0,
-                  processes=False):
-    """processes: the replicas are MPI worker processes on this host (MultiWorkerMirroredStrategy
-    on one device each): their all-reduces and step's fixed cost are the measured MPI ones
-    (Cluster.mpi_processes), not the threads communicator's."""
-    rows = -(-global_batch // n)
-    cluster = replay_cluster(profile, cluster, scale)
-    sim = Simulator()
-    compute = _Compute(sim, profile, cluster, scale)
-    replayed = replayed_devices(cluster, n)
-    group = tuple(replayed) + ("net",)
-    params_bytes = profile.param_bytes
-    layers = profile.layers
-    last_backward = {}
-    pending_buckets = []
-    if processes:
-        def all_reduce(size):
-            return cluster.mpi_all_reduce(size, n)
-        fixed = cluster.mpi_step_overhead(n)
-    else:
-        def all_reduce(size):
-            return collectives.all_reduce(size, n, cluster)
-        fixed = cluster.step_overhead(n)
-    if n > 1:  # waking and joining the replica threads / processes (measured on this machine only)
-        sim.add("replica hand-off", group, fixed, category=COMMUNICATION)
-    for j, d in enumerate(replayed):
-        sim.add(f"{d} gather+loss", on_core(cluster, d, j), overhead_seconds(profile, scale))
-        for i, layer in enumerate(layers):
-            compute.add(f"{d} fwd {layer.name}", on_core(cluster, d, j),
-                        lambda shared, layer=layer: layer.forward_time(rows, shared))
-    # Backward, layer by layer on every replica; a bucket's collective joins all replicas after
-    # the layer that finalizes it (on the stream when overlapped, else on the replicas' threads).
-    starts = bucket_starts(profile, bucket_bytes) if sync == "bucketed" and n > 1 else {}
-    for i in reversed(range(len(layers))):
-        for j, d in enumerate(replayed):
-            last_backward[d] = compute.add(f"{d} bwd {layers[i].name}", on_core(cluster, d, j),
-                                           lambda shared: layers[i].backward_time(rows, shared))
-        for k, size in starts.get(i, []):
-            seconds = all_reduce(size)
-            if cluster.overlaps_communication:
-                pending_buckets.append(sim.add(f"all-reduce bucket {k}", ("net",), seconds,
-                                               deps=tuple(last_backward.values()), category=COMMUNICATION))
-            else:
-                sim.add(f"all-reduce bucket {k}", group, seconds, category=COMMUNICATION)
-    slots = profile.optimizer_slots
-    if n == 1:
-        for j, d in enumerate(replayed):
-            add_update(sim, f"{d} update", on_core(cluster, d, j),
-                       update_seconds(profile.params, slots, cluster, profile, scale), profile, cluster, scale)
-        memory = params_bytes * (2 + slots)
-    elif sync == "bucketed":
-        for j, d in enumerate(replayed):
-            sim.add(f"{d} wait buckets", d, 0.0, deps=tuple(pending_buckets), category=COMMUNICATION)
-            add_update(sim, f"{d} update", on_core(cluster, d, j),
-                       update_seconds(profile.params, slots, cluster, profile, scale), profile, cluster, scale)
-        memory = params_bytes * (2 + slots)
-    elif sync == "zero1":
-        sim.add("reduce-scatter", group, collectives.reduce_scatter(params_bytes, n, cluster), category=COMMUNICATION)
-        for j, d in enumerate(replayed):
-            add_update(sim, f"{d} update shard", on_core(cluster, d, j),
-                       update_seconds(profile.params / n, slots, cluster, profile, scale), profile, cluster, scale)
-        sim.add("all-gather", group, collectives.all_gather(params_bytes, n, cluster), category=COMMUNICATION)
-        memory = params_bytes * (2 + slots / n)
-    elif sync == "parameter_device":
-        sim.add("reduce to device 0", group, collectives.reduce_to_one(params_bytes, n, cluster),
-                category=COMMUNICATION)
-        sim.add("dev0 update", "dev0", update_seconds(profile.params, slots, cluster, profile, scale), category=UPDATE)
-        sim.add("broadcast", group, collectives.broadcast(params_bytes, n, cluster), category=COMMUNICATION)
-        memory = params_bytes * (2 + slots)
-    else:
-        raise ValueError(f"data_parallel: unknown sync {sync!r}")
-    timeline = sim.run()
-    return StepResult(timeline.makespan, _breakdown(timeline, replayed),
-                      memory + _activation_bytes(profile, rows), timeline)
 
 
 def tensor_parallel_forms(profile, t):
@@ -266,11 +170,7 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
     (assumed to split evenly); the model axis's collectives on the replica's thread (blocking)."""
     rows = -(-global_batch // dp)
     forms = tensor_parallel_forms(profile, t)
-    cluster = replay_cluster(profile, cluster, scale)
-    sim = Simulator()
-    compute = _Compute(sim, profile, cluster, scale)
-    devs = replayed_devices(cluster, t)
-    group = tuple(devs) + ("net",)
+    cluster, sim, compute, devs, group = start_replay(profile, cluster, scale, t)
     layers = profile.layers
 
     def shard(i):

@@ -33,6 +33,52 @@ std::unique_ptr<StepExecutor> ParameterServerWorkerStrategy::make_executor(Netwo
   return std::make_unique<ParameterServerWorkerExecutor>(primary, *this, loss, optimizer);
 }
 
+mdtrain::StepPlan ParameterServerWorkerStrategy::make_plan(Network& network, const DeviceMesh&,
+                                                           const PlanOptions&) const {
+  PlanWeights weights = plan_weights_of(network);
+  MDTRAIN_CHECK(weights.weights.size() == layout_.variables.size(), std::invalid_argument, "[ps] the model has ",
+                weights.weights.size(), " trainable weights, the servers hold ", layout_.variables.size(),
+                " variables");
+  mdtrain::StepPlan plan;
+  plan.strategy = name();
+  plan.mesh_shape = {1};
+  plan.mesh_axes = {"batch"};
+  plan.segments.push_back(Segment{"network", 0, weights.layers});
+  for (WeightPlacement& w : weights.weights) {
+    w.axis = "ps";
+    w.dim = 0;
+  }
+  plan.layouts = weights.weights;
+  GradientSync sync;
+  sync.kind = SyncKind::PushPull;
+  sync.axis = "ps";
+  sync.group = layout_.num_servers;
+  sync.values = weights.values();
+  plan.syncs.push_back(sync);
+  // Every server is asked (a pull names each server's version), each for the rows it holds.
+  std::vector<std::int64_t> server_bytes(static_cast<std::size_t>(layout_.num_servers), 0);
+  for (std::size_t v = 0; v < layout_.variables.size(); ++v)
+    for (int s = 0; s < layout_.num_servers; ++s)
+      server_bytes[static_cast<std::size_t>(s)] += layout_.rows[v][static_cast<std::size_t>(s)].size() *
+                                                   layout_.row_elements(v) *
+                                                   static_cast<std::int64_t>(size_of(layout_.variables[v].dtype));
+  DevicePlan dev;
+  const auto exchange = [&](OpKind kind) {
+    for (int s = 0; s < layout_.num_servers; ++s) {
+      PlanOp op;
+      op.kind = kind;
+      op.peer = s;
+      op.bytes = server_bytes[static_cast<std::size_t>(s)];
+      dev.ops.push_back(op);
+    }
+  };
+  exchange(OpKind::Pull);
+  add_forward_backward(dev.ops);
+  exchange(OpKind::Push);
+  plan.devices.push_back(std::move(dev));
+  return plan;
+}
+
 void ParameterServerWorkerStrategy::set_endpoints(std::vector<std::string> endpoints) {
   MDTRAIN_CHECK(endpoints.size() == endpoints_.size(), std::invalid_argument, "[ps] ", endpoints.size(),
                 " endpoints for a layout of ", endpoints_.size(), " servers");

@@ -44,6 +44,11 @@ class ParameterServerWorkerStrategy : public Strategy {
   std::string name() const override { return "ParameterServerStrategy"; }
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
+  // The worker's step: it pulls every server's rows (the layout's), runs forward and backward of
+  // the whole network on its batch, and pushes each server its rows' gradients (SyncKind::PushPull;
+  // the servers update). Every weight is placed on axis "ps" along dimension 0. Throws
+  // std::invalid_argument when the network's weights are not the layout's variables.
+  mdtrain::StepPlan make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const override;
 
   const ShardLayout& layout() const { return layout_; }
   const std::vector<std::string>& endpoints() const { return endpoints_; }

@@ -1,0 +1,164 @@
+// StepPlan (strategy/step_plan.h) for Python: the plan a strategy's executor runs, readable by
+// the planner (python/mdtrain/plan prices it) and by tests that compare it with the executor's
+// collective counts.
+#include "bindings.h"
+#include "mdtrain/model/model.h"
+#include "mdtrain/strategy/step_plan.h"
+#include "mdtrain/strategy/strategy.h"
+
+namespace mdtrain::bindings {
+
+namespace {
+
+py::dict counts_dict(const CollectiveCounts& counts) {
+  py::dict out;
+  for (int k = 0; k < kCountedCollectives; ++k) {
+    const CollectiveCount& c = counts.of[k];
+    if (c.calls == 0) continue;
+    py::dict d;
+    d["calls"] = c.calls;
+    d["bytes"] = c.bytes;
+    out[name_of(static_cast<CountedCollective>(k))] = d;
+  }
+  return out;
+}
+
+py::dict op_dict(const PlanOp& op) {
+  py::dict d;
+  d["kind"] = name_of(op.kind);
+  if (op.kind == OpKind::Forward || op.kind == OpKind::Backward) {
+    d["segment"] = op.segment;
+    d["microbatch"] = op.microbatch;
+  } else if (op.kind == OpKind::Collective) {
+    d["collective"] = name_of(op.collective);
+    d["axis"] = op.axis;
+    d["group"] = op.group;
+    d["bytes"] = op.bytes;
+    d["bucket"] = op.bucket;
+    d["during_backward"] = op.during_backward;
+    d["first_value"] = op.first_value;
+    d["values"] = op.values;
+  } else if (op.kind == OpKind::Pull || op.kind == OpKind::Push) {
+    d["peer"] = op.peer;
+    d["bytes"] = op.bytes;
+  } else {
+    d["first_value"] = op.first_value;
+    d["values"] = op.values;
+  }
+  return d;
+}
+
+}  // namespace
+
+py::dict collective_counts_dict(const CollectiveCounts& counts) { return counts_dict(counts); }
+
+void init_step_plan(py::module_& m) {
+  py::class_<StepPlan>(m, "StepPlan",
+                       "What one training step of a strategy does, as data: segments, weight layouts, gradient "
+                       "syncs and each device's ordered ops (the plan the executor runs and the planner prices).")
+      .def_readonly("strategy", &StepPlan::strategy)
+      .def_readonly("mesh_shape", &StepPlan::mesh_shape)
+      .def_readonly("mesh_axes", &StepPlan::mesh_axes)
+      .def_property_readonly("segments",
+                             [](const StepPlan& p) {
+                               py::list out;
+                               for (const Segment& s : p.segments) {
+                                 py::dict d;
+                                 d["name"] = s.name;
+                                 d["first_layer"] = s.first_layer;
+                                 d["end_layer"] = s.end_layer;
+                                 out.append(d);
+                               }
+                               return out;
+                             })
+      .def_property_readonly("layouts",
+                             [](const StepPlan& p) {
+                               py::list out;
+                               for (const WeightPlacement& l : p.layouts) {
+                                 py::dict d;
+                                 d["weight"] = l.weight;
+                                 d["values"] = l.values;
+                                 d["axis"] = l.axis.empty() ? py::object(py::none()) : py::object(py::str(l.axis));
+                                 d["dim"] = l.dim;
+                                 out.append(d);
+                               }
+                               return out;
+                             })
+      .def_property_readonly("syncs",
+                             [](const StepPlan& p) {
+                               py::list out;
+                               for (const GradientSync& s : p.syncs) {
+                                 py::dict d;
+                                 d["kind"] = name_of(s.kind);
+                                 d["axis"] = s.axis;
+                                 d["group"] = s.group;
+                                 d["first_value"] = s.first_value;
+                                 d["values"] = s.values;
+                                 d["bucket_bytes"] = s.bucket_bytes;
+                                 out.append(d);
+                               }
+                               return out;
+                             })
+      .def_property_readonly("devices", [](const StepPlan& p) { return static_cast<int>(p.devices.size()); })
+      .def(
+          "ops",
+          [](const StepPlan& p, int device) {
+            py::list out;
+            for (const DevicePlan& d : p.devices)
+              if (d.device == device)
+                for (const PlanOp& op : d.ops) out.append(op_dict(op));
+            return out;
+          },
+          py::arg("device"), "Device `device`'s ops in order, one dict each.")
+      .def(
+          "collective_counts", [](const StepPlan& p, int device) { return counts_dict(p.collective_counts(device)); },
+          py::arg("device"),
+          "Per collective kind of `device`'s ops: {'calls', 'bytes'}, as the executor's profile()['collectives'] "
+          "counts one step.");
+
+  m.def(
+      "make_step_plan",
+      [](Strategy& strategy, Model& model) {
+        PlanOptions options;
+        if (model.compiled()) options = plan_options_of(model.optimizer());
+        return strategy.make_plan(model.network(), strategy.mesh(), options);
+      },
+      py::arg("strategy"), py::arg("model"),
+      "The strategy's StepPlan for a built model (compiled: with its optimizer's clipping).");
+  m.def(
+      "replicated_step_plan",
+      [](const std::vector<std::pair<std::string, std::int64_t>>& weights, std::size_t layers,
+         const std::string& strategy, int local_replicas, int workers, bool host_replicas, bool parameter_device,
+         bool reduce_to_one, std::size_t bucket_bytes, bool clips_by_norm) {
+        PlanWeights w;
+        w.layers = layers;
+        for (const auto& [name, values] : weights) w.weights.push_back(WeightPlacement{name, values, "", -1});
+        ReplicatedPlanInputs in;
+        in.strategy = strategy;
+        in.local_replicas = local_replicas;
+        in.workers = workers;
+        in.host_replicas = host_replicas;
+        in.parameter_device = parameter_device;
+        in.reduction = reduce_to_one ? GradientReducer::Algorithm::ReduceToOne : GradientReducer::Algorithm::AllReduce;
+        in.bucket_bytes = bucket_bytes;
+        in.clips_by_norm = clips_by_norm;
+        return replicated_step_plan(w, in);
+      },
+      py::arg("weights"), py::arg("layers"), py::arg("strategy"), py::arg("local_replicas"), py::arg("workers") = 1,
+      py::arg("host_replicas") = true, py::arg("parameter_device") = false, py::arg("reduce_to_one") = false,
+      py::arg("bucket_bytes") = GradientReducer::kDefaultBucketBytes, py::arg("clips_by_norm") = false,
+      "The data-parallel StepPlan of float32 `weights` ([(name, values)] in packed order) over `layers` layers "
+      "on devices the planner prices (host_replicas: CPU devices of one process, replica 0 the host network), "
+      "from the same function the strategies' make_plan calls.");
+  m.def(
+      "plan_weights",
+      [](Model& model) {
+        py::list out;
+        for (const WeightPlacement& w : plan_weights_of(model.network()).weights)
+          out.append(py::make_tuple(w.weight, w.values));
+        return out;
+      },
+      py::arg("model"), "A built model's trainable weights as a plan reads them: [(name, values)] in packed order.");
+}
+
+}  // namespace mdtrain::bindings
