@@ -40,11 +40,13 @@ MDTRAIN_HD float exp_polynomial(float x) {
 }
 
 MDTRAIN_HD float tanh_rational(float x) {
-  // tanh(x) = x P(x^2) / Q(x^2) on [-7.905, 7.905], where it reaches +-1 in float32.
+  // tanh(x) = x P(x^2) / Q(x^2) on (-7.905, 7.905); beyond, tanh(x) is +-1 in float32. The
+  // saturated value is returned as such: the rational at the bound comes out 1 - 4 ulp or 1
+  // depending on which multiply-adds the compiler fuses (GCC and clang differ).
   const float bound = 7.90531110763549805f;
-  float xc = x > bound ? bound : x;
-  xc = xc < -bound ? -bound : xc;
-  const float x2 = xc * xc;
+  if (x >= bound) return 1.0f;
+  if (x <= -bound) return -1.0f;
+  const float x2 = x * x;
   float p = -2.76076847742355e-16f;
   p = p * x2 + 2.00018790482477e-13f;
   p = p * x2 + -8.60467152213735e-11f;
@@ -57,7 +59,7 @@ MDTRAIN_HD float tanh_rational(float x) {
   q = q * x2 + 2.26843463243900e-03f;
   q = q * x2 + 4.89352518554385e-03f;
   // Below 4e-4, tanh(x) rounds to x.
-  return std::fabs(x) < 0.0004f ? x : xc * p / q;
+  return std::fabs(x) < 0.0004f ? x : x * p / q;
 }
 
 template <class T>
