@@ -301,11 +301,17 @@ def test_ctrl_c_stops_a_long_fit_promptly():
     model = tf.keras.Sequential([tf.keras.layers.Dense(512, activation="relu", input_shape=(256,)),
                                  tf.keras.layers.Dense(10)])
     model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # Python raises KeyboardInterrupt only where SIGINT is not inherited as ignored (as it is in a
+    # job started in the background by a shell without job control): install its handler here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        model.fit(x, y, epochs=1000, batch_size=32, verbose=0)
-    timer.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(x, y, epochs=1000, batch_size=32, verbose=0)
+    finally:
+        timer.join()
+        signal.signal(signal.SIGINT, previous)
     # Interrupted early in the run (625 steps an epoch), not after its 1000 epochs.
     assert 0 < model.optimizer.iterations < 100 * 625
     model.fit(x[:64], y[:64], epochs=1, verbose=0)  # the model is still usable
