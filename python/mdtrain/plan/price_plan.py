@@ -25,8 +25,6 @@ from mdtrain.plan.simulate import COMMUNICATION
 from mdtrain.plan.steps import (StepResult, _activation_bytes, _breakdown, add_update, on_core, overhead_seconds,
                                 start_replay, update_seconds)
 
-DEFAULT_BUCKET_BYTES = 25 << 20  # GradientReducer::kDefaultBucketBytes
-
 
 def plan_weights(profile):
     """The profiled model's trainable values as a plan reads them: one (layer name, values) per
@@ -35,12 +33,14 @@ def plan_weights(profile):
 
 
 def replicated_plan(profile, strategy, local_replicas, workers=1, host_replicas=True, parameter_device=False,
-                    bucket_bytes=DEFAULT_BUCKET_BYTES, clips_by_norm=False, reduce_to_one=False):
-    """The core's data-parallel StepPlan of the profiled model (see the module docstring)."""
+                    bucket_bytes=None, clips_by_norm=False, reduce_to_one=False):
+    """The core's data-parallel StepPlan of the profiled model (see the module docstring);
+    bucket_bytes None: GradientReducer's default buckets."""
+    buckets = {} if bucket_bytes is None else {"bucket_bytes": bucket_bytes}
     return _core.replicated_step_plan(plan_weights(profile), len(profile.layers), strategy, local_replicas,
                                       workers=workers, host_replicas=host_replicas,
                                       parameter_device=parameter_device, reduce_to_one=reduce_to_one,
-                                      bucket_bytes=bucket_bytes, clips_by_norm=clips_by_norm)
+                                      clips_by_norm=clips_by_norm, **buckets)
 
 
 def sync_kind(plan):
