@@ -30,10 +30,10 @@ void init_model(py::module_& m);
 void init_data(py::module_& m);
 void init_distribute(py::module_& m);  // communicators, MPI world info
 void init_ps(py::module_& m);          // parameter server: layout, shard server, client
-void init_tape(py::module_& m);
-// {kind: {'calls', 'bytes'}} of the kinds called (step_plan_bindings.cpp).
-py::dict collective_counts_dict(
-    const CollectiveCounts& counts);  // what GradientTape needs: layer forward/backward, weight views
+void init_tape(py::module_& m);        // what GradientTape needs: layer forward/backward, weight views
+
+// {kind: {'calls', 'bytes'}} of the collective kinds called (step_plan_bindings.cpp).
+py::dict collective_counts_dict(const CollectiveCounts& counts);
 
 // A Tensor viewing a C-contiguous NumPy array without copying; the array stays alive as long as
 // the Tensor (released under the GIL). The Python side converts dtypes and layout first.

@@ -10,19 +10,6 @@ namespace mdtrain::bindings {
 
 namespace {
 
-py::dict counts_dict(const CollectiveCounts& counts) {
-  py::dict out;
-  for (int k = 0; k < kCountedCollectives; ++k) {
-    const CollectiveCount& c = counts.of[k];
-    if (c.calls == 0) continue;
-    py::dict d;
-    d["calls"] = c.calls;
-    d["bytes"] = c.bytes;
-    out[name_of(static_cast<CountedCollective>(k))] = d;
-  }
-  return out;
-}
-
 py::dict op_dict(const PlanOp& op) {
   py::dict d;
   d["kind"] = name_of(op.kind);
@@ -50,7 +37,18 @@ py::dict op_dict(const PlanOp& op) {
 
 }  // namespace
 
-py::dict collective_counts_dict(const CollectiveCounts& counts) { return counts_dict(counts); }
+py::dict collective_counts_dict(const CollectiveCounts& counts) {
+  py::dict out;
+  for (int k = 0; k < kCountedCollectives; ++k) {
+    const CollectiveCount& c = counts.of[k];
+    if (c.calls == 0) continue;
+    py::dict d;
+    d["calls"] = c.calls;
+    d["bytes"] = c.bytes;
+    out[name_of(static_cast<CountedCollective>(k))] = d;
+  }
+  return out;
+}
 
 void init_step_plan(py::module_& m) {
   py::class_<StepPlan>(m, "StepPlan",
@@ -111,7 +109,8 @@ void init_step_plan(py::module_& m) {
           },
           py::arg("device"), "Device `device`'s ops in order, one dict each.")
       .def(
-          "collective_counts", [](const StepPlan& p, int device) { return counts_dict(p.collective_counts(device)); },
+          "collective_counts",
+          [](const StepPlan& p, int device) { return collective_counts_dict(p.collective_counts(device)); },
           py::arg("device"),
           "Per collective kind of `device`'s ops: {'calls', 'bytes'}, as the executor's profile()['collectives'] "
           "counts one step.");
