@@ -16,6 +16,13 @@ py::dict op_dict(const PlanOp& op) {
   if (op.kind == OpKind::Forward || op.kind == OpKind::Backward) {
     d["segment"] = op.segment;
     d["microbatch"] = op.microbatch;
+    d["rows"] = op.rows;
+  } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+    d["segment"] = op.segment;
+    d["microbatch"] = op.microbatch;
+    d["rows"] = op.rows;
+    d["peer"] = op.peer;
+    d["bytes"] = op.bytes;
   } else if (op.kind == OpKind::Collective) {
     d["collective"] = name_of(op.collective);
     d["axis"] = op.axis;
@@ -117,13 +124,17 @@ void init_step_plan(py::module_& m) {
 
   m.def(
       "make_step_plan",
-      [](Strategy& strategy, Model& model) {
+      [](Strategy& strategy, Model& model, std::int64_t global_batch) {
+        MDTRAIN_CHECK(global_batch >= 0, std::invalid_argument,
+                      "[plan] make_step_plan: global_batch must be >= 0, got ", global_batch);
         PlanOptions options;
         if (model.compiled()) options = plan_options_of(model.optimizer());
+        options.global_batch = global_batch;
         return strategy.make_plan(model.network(), strategy.mesh(), options);
       },
-      py::arg("strategy"), py::arg("model"),
-      "The strategy's StepPlan for a built model (compiled: with its optimizer's clipping).");
+      py::arg("strategy"), py::arg("model"), py::arg("global_batch") = 0,
+      "The strategy's StepPlan for a built model (compiled: with its optimizer's clipping) on global batches of "
+      "`global_batch` rows (0: activation bytes and rows left 0).");
   m.def(
       "replicated_step_plan",
       [](const std::vector<std::pair<std::string, std::int64_t>>& weights, std::size_t layers,

@@ -26,6 +26,8 @@ const char* name_of(OpKind kind) {
     case OpKind::Update: return "update";
     case OpKind::Pull: return "pull";
     case OpKind::Push: return "push";
+    case OpKind::Send: return "send";
+    case OpKind::Recv: return "recv";
   }
   return "unknown";
 }

@@ -28,7 +28,7 @@ enum class SyncKind {
 };
 const char* name_of(SyncKind kind);
 
-enum class OpKind { Forward, Backward, Collective, Update, Pull, Push };
+enum class OpKind { Forward, Backward, Collective, Update, Pull, Push, Send, Recv };
 const char* name_of(OpKind kind);
 
 // A part of the network one device runs as a unit: the whole network, or a pipeline stage.
@@ -63,11 +63,14 @@ struct GradientSync {
 // Communicator::counts counts them; a gradient bucket names its first value and its `bucket`
 // (during_backward: started by backward as soon as the bucket is final). Update: the optimizer
 // on values [first_value, first_value + values). Pull/Push: `bytes` of the rows server `peer`
-// holds, its values to the worker or their gradients to it.
+// holds, its values to the worker or their gradients to it. Send/Recv: `bytes` of the activations
+// (or their gradients) of `segment`'s boundary on `microbatch` to or from device `peer`; a send is
+// buffered (it never waits for the receiver), a receive waits for the matching send.
 struct PlanOp {
   OpKind kind = OpKind::Forward;
   int segment = 0;
   int microbatch = 0;
+  std::int64_t rows = 0;
   CountedCollective collective = CountedCollective::AllReduce;
   std::string axis;
   int group = 1;
@@ -103,6 +106,9 @@ struct StepPlan {
 // What a plan takes from the compiled model besides its network.
 struct PlanOptions {
   bool clips_by_norm = false;  // the optimizer clips by norm (clipnorm or global_clipnorm)
+  // Rows of a step's global batch: the plan's activation bytes (sends, tensor-parallel
+  // collectives) and ops' rows follow from it; 0 leaves them 0 (the gradient sync needs none).
+  std::int64_t global_batch = 0;
 };
 
 // What a data-parallel plan depends on: the devices, how the strategy reduces, and the
