@@ -90,6 +90,37 @@ def write_json(name, payload):
     return path
 
 
+def machine_name():
+    """The CPU model and core count, as bench/RESULTS.md names a machine."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{os.cpu_count()}-core {model}"
+
+
+def append_run(path, bench, command, what, run, keep=4):
+    """Adds `run` ({"conditions", "figures", "tables", ...}; the machine and date are filled in) to
+    the record at `path` (a name: bench/results/<name>) in bench/results_md.py's format, keeping
+    the last `keep` runs; returns the path."""
+    path = path if os.path.dirname(path) else os.path.join(RESULTS, path)
+    record = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            record = json.load(f)
+    runs = record.get("runs", []) if isinstance(record, dict) else []
+    run = dict({"machine": machine_name(), "date": time.strftime("%Y-%m-%d")}, **run)
+    record = {"bench": bench, "command": command, "what": what, "runs": (runs + [run])[-keep:]}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
 def print_table(rows, columns):
     widths = [max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
