@@ -17,6 +17,7 @@ from mdtrain import _core, _random
 from mdtrain import distribute as _distribute
 from mdtrain.keras import _keras_archive, _keras_tensor, _keras_weights, _multi_output, _naming
 from mdtrain.keras import callbacks as _callbacks
+from mdtrain.keras import export as _export
 from mdtrain.keras import losses as _losses
 from mdtrain.keras import metrics as _metrics
 from mdtrain.keras import optimizers as _optimizers
@@ -984,6 +985,14 @@ class Model:
             _keras_archive.save(self, filepath)
         else:
             self._core.save(filepath, json.dumps({"mdtrain_version": _version()}))
+
+    @_exclusive
+    def export(self, filepath, format="tf_saved_model", verbose=True, input_signature=None, **kwargs):
+        """Keras 3's Model.export: format="onnx" writes an ONNX model of the inference graph (opset
+        17 by default, kwargs opset_version; a dynamic batch axis; needs the onnx package), which
+        onnxruntime runs with predict's results; "tf_saved_model" needs TensorFlow and is refused
+        for now, naming what to do instead (docs/export.md)."""
+        _export.export(self, filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
 
     def _check_save_path(self, where, filepath, overwrite):
         filepath = os.fspath(filepath)

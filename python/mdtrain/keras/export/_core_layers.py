@@ -1,0 +1,62 @@
+"""Converters of the core layers: Dense, Activation (and PipelineSplit, a linear Activation),
+Dropout (the identity at inference), Flatten and Reshape; and the activation functions they and
+Conv2D apply (ops/activation.h: linear, relu, sigmoid, tanh, softmax on the last axis, gelu in
+its exact erf form)."""
+import math
+
+
+def activation(g, x, name, hint):
+    name = (name or "linear").lower()
+    if name in ("linear", "none", ""):
+        return x
+    if name == "relu":
+        return g.op("Relu", [x], hint)
+    if name == "sigmoid":
+        return g.op("Sigmoid", [x], hint)
+    if name == "tanh":
+        return g.op("Tanh", [x], hint)
+    if name == "softmax":
+        return g.op("Softmax", [x], hint, axis=-1)
+    if name == "gelu":  # 0.5 x (1 + erf(x / sqrt 2)); ONNX's Gelu op needs opset 20
+        scaled = g.op("Mul", [x, g.const(1.0 / math.sqrt(2.0), "inv_sqrt2")], f"{hint}/scaled")
+        one_plus = g.op("Add", [g.op("Erf", [scaled], f"{hint}/erf"), g.const(1.0, "one")], f"{hint}/one_plus")
+        return g.op("Mul", [g.op("Mul", [x, g.const(0.5, "half")], f"{hint}/half_x"), one_plus], hint)
+    raise ValueError(f"activation {name!r} has no ONNX form")
+
+
+def _activation_of(g, view, y):
+    try:
+        return activation(g, y, view.config.get("activation"), view.name)
+    except ValueError as e:
+        view.refuse(str(e))
+
+
+def dense(g, view, inputs, masks):
+    y = g.op("MatMul", [inputs[0], g.const(view.weight("kernel"), f"{view.name}/kernel")], f"{view.name}/matmul")
+    bias = view.weight("bias")
+    if bias is not None:
+        y = g.op("Add", [y, g.const(bias, f"{view.name}/bias")], f"{view.name}/bias_add")
+    return _activation_of(g, view, y)
+
+
+def activation_layer(g, view, inputs, masks):
+    y = _activation_of(g, view, inputs[0])
+    return y if y != inputs[0] else g.op("Identity", [y], view.name)
+
+
+def dropout(g, view, inputs, masks):
+    return g.op("Identity", [inputs[0]], view.name)
+
+
+def flatten(g, view, inputs, masks):
+    return g.op("Flatten", [inputs[0]], view.name, axis=1)
+
+
+def reshape(g, view, inputs, masks):
+    # 0 keeps the (dynamic) batch axis; target_shape may hold one -1, as Keras's.
+    target = [0] + [int(d) for d in view.config["target_shape"]]
+    return g.op("Reshape", [inputs[0], g.ints(target, f"{view.name}/shape")], view.name)
+
+
+CONVERTERS = {"Dense": dense, "Activation": activation_layer, "Dropout": dropout, "Flatten": flatten,
+              "Reshape": reshape}
