@@ -1,6 +1,8 @@
 """model.export(path, format="onnx"): onnxruntime runs the exported file with model.predict's
 results (max abs difference <= 1e-5 of the output's scale), for every layer family, masks and
 recurrent layers included, with a dynamic batch axis (docs/export.md)."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -272,6 +274,48 @@ def test_a_model_trained_under_mirrored_strategy_exports_the_one_device_graph(tm
     np.testing.assert_array_equal(written[kernel_name], mirrored.get_weights()[0])
     assert not np.array_equal(written[kernel_name], initial)
     assert_same_predictions(mirrored, RNG.normal(size=(7, 784)).astype(np.float32), mirrored_path)
+
+
+def _split_mlp():
+    tf.keras.utils.set_random_seed(11)
+    model = tf.keras.Sequential([tf.keras.Input((20,)), L.Dense(32, activation="relu", name="d0"),
+                                 L.PipelineSplit(name="cut"), L.Dense(5, name="out")])
+    model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _model_parallel():
+    distribution = tf.keras.distribution
+    mesh = distribution.DeviceMesh((1, 2), ("batch", "model"), devices=distribution.list_devices()[:2])
+    layout_map = distribution.LayoutMap(mesh)
+    layout_map["d0/kernel"] = (None, "model")  # column-parallel, then row-parallel: Megatron's split
+    layout_map["d0/bias"] = ("model",)
+    layout_map["out/kernel"] = ("model", None)
+    return distribution.ModelParallel(layout_map=layout_map)
+
+
+def _pipeline():
+    distribution = tf.keras.distribution
+    mesh = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+    with warnings.catch_warnings():  # two micro-batches: a large bubble, which does not matter here
+        warnings.simplefilter("ignore")
+        return distribution.PipelineParallel(mesh, num_microbatches=2)
+
+
+@pytest.mark.parametrize("make_strategy", [_model_parallel, _pipeline,
+                                           lambda: tf.distribute.experimental.CentralStorageStrategy()],
+                         ids=["model_parallel", "pipeline", "central_storage"])
+def test_models_trained_under_other_strategies_export_the_one_device_graph(tmp_path, logical_cpus, make_strategy):
+    x, y = RNG.normal(size=(64, 20)).astype(np.float32), RNG.integers(0, 5, 64)
+    single = _split_mlp()
+    logical_cpus(2)
+    with make_strategy().scope():
+        split = _split_mlp()
+    for model in (single, split):
+        model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    path = export(split, tmp_path, "split")
+    assert graph_without_values(path) == graph_without_values(export(single, tmp_path, "single"))
+    assert_same_predictions(split, x[:7], path)
 
 
 def test_input_signature_sets_the_index_dtype_and_a_fixed_batch(tmp_path):
