@@ -4,6 +4,7 @@
 #include "bindings.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/strategy/step_plan.h"
+#include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
 #include "mdtrain/strategy/strategy.h"
 #include "mdtrain/strategy/tensor_parallel_step_plan.h"
 
@@ -213,6 +214,19 @@ void init_step_plan(py::module_& m) {
       "The float32 tensor-parallel StepPlan of `layers` ([{'name', 'form', 'input_values', 'output_values', "
       "'input_grad', 'weights': [(name, values, split dim or -1)], optional 'timesteps'}]) on a mesh: the function "
       "ModelParallel's make_plan calls (cpu_devices with one worker: ZeRO-1 over the batch axis).");
+  m.def(
+      "parameter_server_step_plan",
+      [](const ShardLayout& layout, std::size_t layers, const std::string& strategy) {
+        PlanWeights w;
+        w.layers = layers;
+        if (!layout.variables.empty()) w.dtype = layout.variables.front().dtype;
+        for (const PsVariableSpec& v : layout.variables)
+          w.weights.push_back(WeightPlacement{v.name, numel(v.shape), "", -1});
+        return parameter_server_step_plan(w, layout, strategy);
+      },
+      py::arg("layout"), py::arg("layers"), py::arg("strategy") = "ParameterServerStrategy",
+      "A parameter-server worker's StepPlan for the variables of `layout` (a PsShardLayout) over `layers` layers: "
+      "the function ParameterServerWorkerStrategy.make_plan calls (a pull and a push per server of its rows' bytes).");
   m.def(
       "plan_weights",
       [](Model& model) {
