@@ -13,6 +13,9 @@
 #include "mdtrain/distribute/message_socket.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/nn/dense.h"
+#include "mdtrain/nn/embedding.h"
+#include "mdtrain/nn/lstm.h"
+#include "mdtrain/nn/simple_rnn.h"
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/optim/registry.h"
 #include "mdtrain/optim/sgd.h"
@@ -225,6 +228,76 @@ TEST_P(ModelParallelPlan, TheExecutorRunsThePlansCollectives) {
 
 INSTANTIATE_TEST_SUITE_P(Meshes, ModelParallelPlan,
                          ::testing::Combine(::testing::Values(1, 2), ::testing::Values(false, true)));
+
+// An Embedding split by rows (vocab_rows), an LSTM returning sequences and a SimpleRNN split by
+// units (recurrent_units: a gather per timestep forward, a sum per timestep backward), a
+// row-parallel Dense whose input arrives whole (row_whole_input: it gathers dx), on uneven
+// batches of 2 batch groups.
+TEST(ModelParallelPlanForms, EmbeddingRecurrentAndRowLayersRunThePlansCollectives) {
+  constexpr std::int64_t kSteps = 5, kVocab = 12, rows = 23, batch = 9;  // 5 + 4 rows, last batch 5: 3 + 2
+  const DeviceMesh mesh({2, 2}, {"batch", "model"}, cpus(4));
+  const WeightLayout units{std::nullopt, std::string("model")};
+  WeightLayouts layouts = {{"embedding/embeddings", {std::string("model"), std::nullopt}},
+                           {"lstm/kernel", units},
+                           {"simple_rnn/kernel", units},
+                           {"dense/kernel", {std::string("model"), std::nullopt}}};
+  auto strategy = std::make_shared<ModelParallelStrategy>(mesh, layouts, "batch");
+  auto m = std::make_unique<Model>("m", 5);
+  Embedding::Options e;
+  e.input_dim = kVocab;
+  e.output_dim = 6;
+  m->add(std::make_shared<Embedding>("embedding", e));
+  RecurrentLayer::Options r;
+  r.units = 8;
+  r.return_sequences = true;
+  m->add(std::make_shared<LSTM>("lstm", r));
+  Dense::Options d;
+  d.units = 4;
+  d.activation = "relu";
+  m->add(std::make_shared<Dense>("dense", d));
+  r.units = 4;
+  r.return_sequences = false;
+  m->add(std::make_shared<SimpleRNN>("simple_rnn", r));
+  Dense::Options out;
+  out.units = kClasses;
+  out.activation = "softmax";
+  m->add(std::make_shared<Dense>("out", out));
+  m->build({kSteps});
+  m->compile(std::shared_ptr<Loss>(make_loss("sparse_categorical_crossentropy")), make_optimizer("adam"), {}, strategy);
+  std::vector<std::string> forms;
+  PlanOptions options;
+  options.global_batch = batch;
+  const StepPlan plan = strategy->make_plan(m->network(), mesh, options);
+  const TensorParallelPlan split(m->network(), layouts, mesh, "model");
+  for (const TensorParallelLayer& l : tensor_parallel_layers(m->network(), split)) forms.push_back(name_of(l.form));
+  EXPECT_EQ(forms, (std::vector<std::string>{"vocab_rows", "recurrent_units", "row_whole_input", "recurrent_units",
+                                             "replicated"}));
+  options.global_batch = 5;
+  const StepPlan last = strategy->make_plan(m->network(), mesh, options);
+
+  Tensor x{{rows, kSteps}, DType::Float32}, y{{rows}, DType::Int32};
+  for (std::int64_t i = 0; i < rows; ++i) {
+    y.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % kClasses);
+    for (std::int64_t t = 0; t < kSteps; ++t)
+      x.data<float>()[i * kSteps + t] = static_cast<float>((i * 5 + t) % kVocab);
+  }
+  std::vector<std::int64_t> order(rows);
+  std::iota(order.begin(), order.end(), 0);
+  m->engine().reset_profile();
+  m->train_epoch(x, y, order.data(), rows, batch, 3, nullptr);  // 9, 9, 5 rows
+  const auto profile = m->engine().profile();
+  ASSERT_EQ(profile.size(), 4u);
+  for (std::size_t dev = 0; dev < 4; ++dev) {
+    const CollectiveCounts full = plan.collective_counts(static_cast<int>(dev));
+    const CollectiveCounts tail = last.collective_counts(static_cast<int>(dev));
+    for (int k = 0; k < kCountedCollectives; ++k) {
+      EXPECT_EQ(profile[dev].collectives.of[k].calls, 2 * full.of[k].calls + tail.of[k].calls)
+          << "device " << dev << " " << name_of(static_cast<CountedCollective>(k));
+      EXPECT_EQ(profile[dev].collectives.of[k].bytes, 2 * full.of[k].bytes + tail.of[k].bytes)
+          << "device " << dev << " " << name_of(static_cast<CountedCollective>(k));
+    }
+  }
+}
 
 TEST(ParameterServerPlan, EachServerReceivesAndSendsThePlansBytes) {
   if (!zmq_available()) GTEST_SKIP() << "built without ZeroMQ";
