@@ -81,8 +81,9 @@ struct ProfiledLayer {
 };
 // The forms of the layout the planner writes for a model axis of t: Megatron pairs of Dense layers
 // (a Dense whose units t divides, column-parallel, and the next Dense, row-parallel, when only
-// weightless layers lie between them; a Dense with no such partner gathers its output), as
-// TensorParallelPlan splits a network with that layout.
+// weightless layers lie between them; a Dense with no such partner gathers its output).
+// TensorParallelPlan pairs through element-wise layers only; a profile names no layer's form, so
+// here any weightless layer between stands for one (a Flatten between would be gathered there).
 std::vector<ShardedForm> megatron_forms(const std::vector<ProfiledLayer>& layers, int t);
 
 }  // namespace mdtrain
