@@ -4,7 +4,9 @@
 #include "bindings.h"
 #include "mdtrain/model/model.h"
 #include "mdtrain/strategy/step_plan.h"
+#include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
 #include "mdtrain/strategy/strategy.h"
+#include "mdtrain/strategy/tensor_parallel_step_plan.h"
 
 namespace mdtrain::bindings {
 
@@ -160,6 +162,71 @@ void init_step_plan(py::module_& m) {
       "The data-parallel StepPlan of float32 `weights` ([(name, values)] in packed order) over `layers` layers "
       "on devices the planner prices (host_replicas: CPU devices of one process, replica 0 the host network), "
       "from the same function the strategies' make_plan calls.");
+  m.def(
+      "tensor_parallel_forms",
+      [](const std::vector<std::tuple<std::string, std::int64_t, std::int64_t>>& layers, int t) {
+        std::vector<ProfiledLayer> in;
+        for (const auto& [kind, params, output_values] : layers)
+          in.push_back(ProfiledLayer{kind, params, output_values});
+        std::vector<std::string> out;
+        for (ShardedForm f : megatron_forms(in, t)) out.push_back(name_of(f));
+        return out;
+      },
+      py::arg("layers"), py::arg("t"),
+      "The forms ('replicated', 'column', 'row', 'column_gather') of the Megatron layout the planner writes for "
+      "profiled `layers` ([(class name, trainable values, output values per row)]) over a model axis of t.");
+  m.def(
+      "tensor_parallel_step_plan",
+      [](const py::list& layers, const std::vector<int>& mesh_shape, const std::vector<std::string>& mesh_axes,
+         const std::string& model_axis, const std::string& batch_axis, int workers, bool cpu_devices,
+         std::size_t bucket_bytes, std::int64_t global_batch, const std::string& strategy) {
+        std::vector<TensorParallelLayer> in;
+        for (const py::handle& h : layers) {
+          const py::dict d = py::reinterpret_borrow<py::dict>(h);
+          TensorParallelLayer l;
+          l.name = d["name"].cast<std::string>();
+          l.form = sharded_form_of(d["form"].cast<std::string>());
+          l.input_values = d["input_values"].cast<std::int64_t>();
+          l.output_values = d["output_values"].cast<std::int64_t>();
+          l.input_grad = d["input_grad"].cast<bool>();
+          if (d.contains("timesteps")) l.timesteps = d["timesteps"].cast<std::int64_t>();
+          for (const auto& [w, values, dim] :
+               d["weights"].cast<std::vector<std::tuple<std::string, std::int64_t, int>>>())
+            l.weights.push_back(WeightPlacement{w, values, "", dim});
+          in.push_back(std::move(l));
+        }
+        TensorParallelPlanInputs inputs;
+        inputs.strategy = strategy;
+        inputs.mesh_shape = mesh_shape;
+        inputs.mesh_axes = mesh_axes;
+        inputs.model_axis = model_axis;
+        inputs.batch_axis = batch_axis;
+        inputs.workers = workers;
+        inputs.cpu_devices = cpu_devices;
+        inputs.bucket_bytes = bucket_bytes;
+        inputs.global_batch = global_batch;
+        return tensor_parallel_step_plan(in, inputs);
+      },
+      py::arg("layers"), py::arg("mesh_shape"), py::arg("mesh_axes"), py::arg("model_axis") = "model",
+      py::arg("batch_axis") = "", py::arg("workers") = 1, py::arg("cpu_devices") = true,
+      py::arg("bucket_bytes") = GradientReducer::kDefaultBucketBytes, py::arg("global_batch") = 0,
+      py::arg("strategy") = "ModelParallel",
+      "The float32 tensor-parallel StepPlan of `layers` ([{'name', 'form', 'input_values', 'output_values', "
+      "'input_grad', 'weights': [(name, values, split dim or -1)], optional 'timesteps'}]) on a mesh: the function "
+      "ModelParallel's make_plan calls (cpu_devices with one worker: ZeRO-1 over the batch axis).");
+  m.def(
+      "parameter_server_step_plan",
+      [](const ShardLayout& layout, std::size_t layers, const std::string& strategy) {
+        PlanWeights w;
+        w.layers = layers;
+        if (!layout.variables.empty()) w.dtype = layout.variables.front().dtype;
+        for (const PsVariableSpec& v : layout.variables)
+          w.weights.push_back(WeightPlacement{v.name, numel(v.shape), "", -1});
+        return parameter_server_step_plan(w, layout, strategy);
+      },
+      py::arg("layout"), py::arg("layers"), py::arg("strategy") = "ParameterServerStrategy",
+      "A parameter-server worker's StepPlan for the variables of `layout` (a PsShardLayout) over `layers` layers: "
+      "the function ParameterServerWorkerStrategy.make_plan calls (a pull and a push per server of its rows' bytes).");
   m.def(
       "plan_weights",
       [](Model& model) {

@@ -13,7 +13,7 @@ import mdtrain as tf
 from mdtrain import _core
 from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, fit_alpha_beta, fit_benchmark_json, plan
 from mdtrain.plan import planner as planner_module
-from mdtrain.plan import price_plan, probes, ps_probe, stage_profile, steps
+from mdtrain.plan import price_parameter_servers, price_plan, price_tensor_parallel, probes, ps_probe, stage_profile, steps
 from mdtrain.plan.core_threads import core_threads
 from mdtrain.plan.profile import LayerCost, profile_model, profile_rows
 from mdtrain.plan.simulate import Simulator
@@ -205,9 +205,9 @@ def test_more_bandwidth_is_never_slower():
              data_parallel(prof, fast, 8, 256, sync="zero1")),
             (data_parallel(prof, slow, 8, 256, sync="parameter_device"),
              data_parallel(prof, fast, 8, 256, sync="parameter_device")),
-            (steps.tensor_parallel(prof, slow, 4, 4, 256)[0], steps.tensor_parallel(prof, fast, 4, 4, 256)[0]),
+            (price_tensor_parallel.tensor_parallel(prof, slow, 4, 4, 256)[0], price_tensor_parallel.tensor_parallel(prof, fast, 4, 4, 256)[0]),
             (steps.pipeline(prof, slow, 4, 8, "1f1b", 4, 256)[0], steps.pipeline(prof, fast, 4, 8, "1f1b", 4, 256)[0]),
-            (steps.parameter_servers(prof, slow, 8, 2, 256), steps.parameter_servers(prof, fast, 8, 2, 256)),
+            (price_parameter_servers.parameter_servers(prof, slow, 8, 2, 256), price_parameter_servers.parameter_servers(prof, fast, 8, 2, 256)),
         ]
         for a, b in pairs:
             assert b.step_time_s <= a.step_time_s + 1e-12
@@ -515,8 +515,8 @@ def test_devices_sharing_fewer_cores_are_not_faster_than_the_cores_compute():
     # of the whole batch.
     busy = data_parallel(prof, cpu_cluster(2, cores=2, concurrent_speedup=1.0), 2, 256, sync="zero1")
     assert busy.step_time_s >= prof.time(256) - 1e-12 > two.step_time_s
-    tp_shared = steps.tensor_parallel(prof, cpu_cluster(4, cores=1), 4, 1, 256)[0]
-    tp_own = steps.tensor_parallel(prof, cpu_cluster(4, cores=None), 4, 1, 256)[0]
+    tp_shared = price_tensor_parallel.tensor_parallel(prof, cpu_cluster(4, cores=1), 4, 1, 256)[0]
+    tp_own = price_tensor_parallel.tensor_parallel(prof, cpu_cluster(4, cores=None), 4, 1, 256)[0]
     assert tp_shared.step_time_s >= prof.time(256) - 1e-12 > tp_own.step_time_s
 
 
@@ -695,19 +695,19 @@ def test_parameter_servers_here_are_costed_from_the_measured_transport():
     looped = {p.settings["num_ps"]: p for p in looped if p.strategy_name == "ParameterServerStrategy"}
     assert all(looped[p.settings["num_ps"]].step_time_s >= p.step_time_s + 0.5e-3 - 1e-9 for p in servers)
     # Processes of one thread each (MDTRAIN_CPU_THREADS=1): two workers compute on their own cores.
-    threads1 = steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=1)
-    every = steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport)
+    threads1 = price_parameter_servers.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=1)
+    every = price_parameter_servers.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport)
     assert threads1.step_time_s <= every.step_time_s + 1e-12
     with pytest.raises(ValueError, match="process_threads"):
-        steps.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=0)
+        price_parameter_servers.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=0)
     # One worker: each update is its whole step (pull, compute, push, apply) one after another.
-    one = steps.parameter_servers_async(prof, this_machine(devices_per_host=1), 1, 1, 64, transport)
+    one = price_parameter_servers.parameter_servers_async(prof, this_machine(devices_per_host=1), 1, 1, 64, transport)
     apply = steps.update_seconds(prof.params, 2, this_machine(), prof)
     assert one.step_time_s == pytest.approx(2 * transport.time(prof.param_bytes) + prof.time(64) + apply, rel=1e-6)
     # With the measured push (its round trip applied SGD: 3 of Adam's 7 streams of the update) and
     # the step's cost besides the pull, compute and push, both in series on the worker.
     push = AlphaBeta(80e-6, 1 / 1e9)
-    full = steps.parameter_servers_async(prof, this_machine(devices_per_host=1), 1, 1, 64, transport,
+    full = price_parameter_servers.parameter_servers_async(prof, this_machine(devices_per_host=1), 1, 1, 64, transport,
                                          push_transport=push, step_overhead_s=1e-4)
     assert full.step_time_s == pytest.approx(1e-4 + transport.time(prof.param_bytes) + prof.time(64) +
                                              push.time(prof.param_bytes) + apply * 4 / 7, rel=1e-6)
@@ -722,7 +722,7 @@ def test_parameter_servers_here_stay_skipped_without_the_measurement():
     plans = plan(seed_mlp(), 64, this_machine(), profile=synthetic_profile())
     assert all("not measured" in p.skipped for p in plans if p.strategy_name == "ParameterServerStrategy")
     with pytest.raises(ValueError, match="transport"):
-        steps.parameter_servers_async(synthetic_profile(), this_machine(), 2, 1, 64, None)
+        price_parameter_servers.parameter_servers_async(synthetic_profile(), this_machine(), 2, 1, 64, None)
 
 
 # ---- against measurement ------------------------------------------------------------------------

@@ -49,6 +49,8 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
                 "split weight spans its shards); use clipvalue");
   const DeviceMesh mesh = strategy_.mesh();
   plan_.emplace(primary_, strategy_.layouts(), mesh, strategy_.model_axis());
+  // The step as data (tensor_parallel_step_plan.h): its batch-axis sync is what this executor runs.
+  step_plan_ = strategy_.make_plan(primary_, *plan_, mesh, plan_options_of(optimizer));
   model_size_ = mesh.axis_size(strategy_.model_axis());
   batch_size_ = strategy_.batch_axis() ? mesh.axis_size(*strategy_.batch_axis()) : 1;
 
@@ -83,8 +85,12 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
   // ZeRO-1 over the batch axis inside one process. Across workers each worker keeps its shards'
   // whole optimizer state (as MultiWorkerMirrored does), so any worker can write a checkpoint.
   // On GPUs every device applies its shard's whole update, as MirroredStrategy's GPU replicas do.
-  if (batch_size_ > 1 && strategy_.num_workers() == 1 && strategy_.devices().front().is_cpu())
-    zero_.emplace(shards_.front()->net->trainable_count(), batch_size_);
+  const GradientSync& sync = step_plan_.only_sync();
+  MDTRAIN_CHECK(sync.values == shards_.front()->net->trainable_count() && sync.group == batch_size_, std::logic_error,
+                "[model_parallel] the step plan syncs ", sync.values, " values over ", sync.group,
+                " devices; a shard holds ", shards_.front()->net->trainable_count(), " over a batch axis of ",
+                batch_size_);
+  if (sync.kind == SyncKind::ZeroOne) zero_.emplace(sync.values, batch_size_);
   for (std::size_t d = 0; d < shards_.size(); ++d) {
     Shard* s = shards_[d].get();
     const DeviceMemoryScope on_device(strategy_.devices()[d]);
@@ -239,7 +245,7 @@ StepLoss ModelParallelExecutor::train_step(const GlobalBatch& batch, ReplicaOutp
     t = Clock::now();
     if (zero_) zero_->reduce_scatter_own_range(net, *s.batch_comm);
     else if (batch_size_ > 1)
-      GradientReducer(*s.batch_comm, strategy_.gradient_bucket_bytes()).reduce(net.packed_grads());
+      GradientReducer(*s.batch_comm, step_plan_.only_sync().bucket_bytes).reduce(net.packed_grads());
     s.profile.allreduce += seconds_since(t);
     t = Clock::now();
     net.add_regularization_gradients();
@@ -418,6 +424,12 @@ std::vector<StepProfile> ModelParallelExecutor::profile() const {
   for (const auto& s : shards_) {
     out.push_back(s->profile);
     out.back().wall = wall_;
+    // Both axes' collectives: the plan lists the model axis's and the batch axis's.
+    for (const Communicator* comm : {s->model_comm.get(), s->batch_comm.get()})
+      for (int k = 0; k < kCountedCollectives; ++k) {
+        out.back().collectives.of[k].calls += comm->counts().of[k].calls;
+        out.back().collectives.of[k].bytes += comm->counts().of[k].bytes;
+      }
   }
   return out;
 }
@@ -426,6 +438,8 @@ void ModelParallelExecutor::reset_profile() {
   for (auto& s : shards_) {
     s->profile = StepProfile{};
     s->group.reset_bytes();
+    s->model_comm->reset_counts();
+    s->batch_comm->reset_counts();
   }
   wall_ = 0;
 }

@@ -7,6 +7,7 @@
 #include "mdtrain/nn/network.h"
 #include "mdtrain/nn/loss.h"
 #include "mdtrain/strategy/step_executor.h"
+#include "mdtrain/strategy/step_plan.h"
 #include "mdtrain/strategy/tensor_parallel_plan.h"
 #include "mdtrain/strategy/zero_shards.h"
 
@@ -76,6 +77,8 @@ class ModelParallelExecutor final : public StepExecutor {
   // training step.
   std::vector<std::int64_t> model_axis_bytes() const;
   const TensorParallelPlan& plan() const { return *plan_; }
+  // The step as data (ModelParallelStrategy::make_plan), global batch left 0.
+  const StepPlan& step_plan() const { return step_plan_; }
 
  private:
   struct Shard;
@@ -91,6 +94,7 @@ class ModelParallelExecutor final : public StepExecutor {
   Network& primary_;
   ModelParallelStrategy& strategy_;
   std::optional<TensorParallelPlan> plan_;
+  StepPlan step_plan_;
   std::vector<std::unique_ptr<Shard>> shards_;  // mesh order
   int batch_size_ = 1, model_size_ = 1;         // the axes' sizes
   std::vector<int> local_batches_;              // this worker's batch coordinates, ascending

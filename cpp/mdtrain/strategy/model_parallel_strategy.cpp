@@ -4,6 +4,7 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/distribute/registry.h"
 #include "mdtrain/strategy/model_parallel_executor.h"
+#include "mdtrain/strategy/tensor_parallel_step_plan.h"
 
 namespace mdtrain {
 
@@ -69,6 +70,26 @@ std::unique_ptr<StepExecutor> ModelParallelStrategy::make_executor(Network& prim
   auto executor = std::make_unique<ModelParallelExecutor>(primary, *this, loss, optimizer);
   executor_ = executor.get();
   return executor;
+}
+
+StepPlan ModelParallelStrategy::make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const {
+  return make_plan(network, TensorParallelPlan(network, layouts_, mesh, model_axis_), mesh, options);
+}
+
+StepPlan ModelParallelStrategy::make_plan(Network& network, const TensorParallelPlan& split, const DeviceMesh& mesh,
+                                          const PlanOptions& options) const {
+  TensorParallelPlanInputs in;
+  in.strategy = name();
+  in.mesh_shape = mesh.shape();
+  in.mesh_axes = mesh.axis_names();
+  in.model_axis = model_axis_;
+  in.batch_axis = batch_axis_.value_or("");
+  in.dtype = network.dtype();
+  in.workers = num_workers();
+  in.cpu_devices = devices().front().is_cpu();
+  in.bucket_bytes = gradient_bucket_bytes();
+  in.global_batch = options.global_batch;
+  return tensor_parallel_step_plan(tensor_parallel_layers(network, split), in);
 }
 
 }  // namespace mdtrain

@@ -39,6 +39,11 @@ class ModelParallelStrategy : public MeshWorkersStrategy {
   DeviceMesh mesh() const override { return mesh_; }
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
+  // The tensor-parallel step of `network` (tensor_parallel_step_plan.h) with the forms this
+  // strategy's layouts give its layers; the second form takes that split, decided already.
+  StepPlan make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const override;
+  StepPlan make_plan(Network& network, const TensorParallelPlan& split, const DeviceMesh& mesh,
+                     const PlanOptions& options) const;
 
   const WeightLayouts& layouts() const { return layouts_; }
   const std::string& model_axis() const { return model_axis_; }

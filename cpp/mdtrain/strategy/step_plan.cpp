@@ -131,6 +131,13 @@ void add_buckets(std::vector<PlanOp>& ops, const ReplicatedPlanInputs& in, int g
 
 }  // namespace
 
+void add_gradient_buckets(std::vector<PlanOp>& ops, const ReplicatedPlanInputs& in, const std::string& axis, int group,
+                          std::int64_t total, std::size_t elem) {
+  const std::size_t first = ops.size();
+  add_buckets(ops, in, group, total, elem);
+  for (std::size_t i = first; i < ops.size(); ++i) ops[i].axis = axis;
+}
+
 std::int64_t PlanWeights::values() const {
   std::int64_t total = 0;
   for (const WeightPlacement& w : weights) total += w.values;

@@ -141,6 +141,11 @@ PlanWeights plan_weights_of(Network& network);
 // Appends the forward and then the backward of `segment` on `microbatch` to `ops`.
 void add_forward_backward(std::vector<PlanOp>& ops, int segment = 0, int microbatch = 0);
 
+// GradientReducer's buckets of `total` values of `elem` bytes over `group` devices of mesh axis
+// `axis` (in.reduction, in.bucket_bytes), last first, as backward finishes them.
+void add_gradient_buckets(std::vector<PlanOp>& ops, const ReplicatedPlanInputs& in, const std::string& axis, int group,
+                          std::int64_t total, std::size_t elem);
+
 // The data-parallel sync plan (see ReplicatedExecutor): decided here once.
 SyncKind replicated_sync_kind(const ReplicatedPlanInputs& in);
 // The data-parallel step of `network` under `in`: one segment (the whole network), every weight

@@ -63,6 +63,10 @@ class TensorParallelPlan {
   bool sharded(std::size_t layer) const;
   // The dimension along which a weight is split, or -1 when it is replicated.
   int split_dim(const std::string& weight) const;
+  // A column-parallel layer i: whether it gathers its output (else it stays split for a
+  // row-parallel Dense); a row-parallel Dense i: whether its input arrives split.
+  bool gathers_output(std::size_t layer) const { return layers_[layer].gather_output; }
+  bool input_split(std::size_t layer) const { return layers_[layer].input_split; }
 
   // Shard k's model: the primary's layers in their sharded forms, talking through `group` (which
   // must outlive it), with shard k's pieces of the primary's weights.

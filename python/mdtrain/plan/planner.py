@@ -8,7 +8,7 @@ import math
 
 from mdtrain._ps.local_cluster import tasks_threads
 from mdtrain.config import _env_cpu_threads
-from mdtrain.plan import price_plan, steps
+from mdtrain.plan import price_parameter_servers, price_plan, price_tensor_parallel, steps
 from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
 from mdtrain.plan.plan_result import Plan, PlanList
 from mdtrain.plan.profile import check_model, profile_model, profile_rows
@@ -207,9 +207,9 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
             threads = min(threads, cores)
             ps_profile = alone if threads >= cores else prof
             add("ParameterServerStrategy", workers, settings,
-                steps.parameter_servers_async(ps_profile, cluster, workers, k, b, cluster.ps_transport, scale=scale,
-                                              process_threads=threads, push_transport=cluster.ps_push,
-                                              step_overhead_s=ps_step_overhead(cluster, prof, b)),
+                price_parameter_servers.parameter_servers_async(
+                    ps_profile, cluster, workers, k, b, cluster.ps_transport, scale=scale, process_threads=threads,
+                    push_transport=cluster.ps_push, step_overhead_s=ps_step_overhead(cluster, prof, b)),
                 f"{workers} worker and {k} server processes on {cores} cores, asynchronous (the strategy's "
                 f"default): each step of {b} rows pulls every variable, computes, pushes, and waits for the "
                 f"servers' applies (measured ZeroMQ pull and push, the model's measured update for the apply, "
@@ -218,20 +218,20 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
                 f"state; not modelled: staleness")
             continue
         add("ParameterServerStrategy", workers, {"num_ps": k, "synchronous": True},
-            steps.parameter_servers(prof, cluster, workers, k, b, scale=scale),
+            price_parameter_servers.parameter_servers(prof, cluster, workers, k, b, scale=scale),
             f"{workers} workers push/pull through {k} server link(s) (the "
             f"{'inter' if cluster.hosts > 1 else 'intra'}-host link's figures){scaled}")
     # Tensor parallel (ModelParallel), with the rest of the devices on the batch axis.
     for t in _powers_of_two_up_to(per_host)[1:]:
         dp = n_all // t
-        forms = steps.tensor_parallel_forms(prof, t)
+        forms = price_tensor_parallel.forms(prof, t)
         if all(f == "replicated" for f in forms):
             skip("ModelParallel", t * dp, {"mesh": (dp, t)}, f"no Dense layer has units divisible by {t}")
             continue
         if b % dp:
             skip("ModelParallel", t * dp, {"mesh": (dp, t)}, f"global batch {b} not divisible by the batch axis {dp}")
             continue
-        result, forms = steps.tensor_parallel(prof, cluster, t, dp, b, scale=scale)
+        result, forms = price_tensor_parallel.tensor_parallel(prof, cluster, t, dp, b, scale=scale)
         split = ", ".join(f"{layer.name}:{f}" for layer, f in zip(prof.layers, forms) if f != "replicated")
         add("ModelParallel", t * dp, {"mesh": (dp, t), "layout": split}, result,
             f"Dense layers split {t} ways ({split}), all-reduces of activations in forward and backward{scaled}")

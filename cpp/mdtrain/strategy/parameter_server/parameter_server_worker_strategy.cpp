@@ -35,12 +35,15 @@ std::unique_ptr<StepExecutor> ParameterServerWorkerStrategy::make_executor(Netwo
 
 mdtrain::StepPlan ParameterServerWorkerStrategy::make_plan(Network& network, const DeviceMesh&,
                                                            const PlanOptions&) const {
-  PlanWeights weights = plan_weights_of(network);
-  MDTRAIN_CHECK(weights.weights.size() == layout_.variables.size(), std::invalid_argument, "[ps] the model has ",
-                weights.weights.size(), " trainable weights, the servers hold ", layout_.variables.size(),
-                " variables");
+  return parameter_server_step_plan(plan_weights_of(network), layout_, name());
+}
+
+mdtrain::StepPlan parameter_server_step_plan(PlanWeights weights, const ShardLayout& layout,
+                                             const std::string& strategy) {
+  MDTRAIN_CHECK(weights.weights.size() == layout.variables.size(), std::invalid_argument, "[ps] the model has ",
+                weights.weights.size(), " trainable weights, the servers hold ", layout.variables.size(), " variables");
   mdtrain::StepPlan plan;
-  plan.strategy = name();
+  plan.strategy = strategy;
   plan.mesh_shape = {1};
   plan.mesh_axes = {"batch"};
   plan.segments.push_back(Segment{"network", 0, weights.layers});
@@ -52,19 +55,19 @@ mdtrain::StepPlan ParameterServerWorkerStrategy::make_plan(Network& network, con
   GradientSync sync;
   sync.kind = SyncKind::PushPull;
   sync.axis = "ps";
-  sync.group = layout_.num_servers;
+  sync.group = layout.num_servers;
   sync.values = weights.values();
   plan.syncs.push_back(sync);
   // Every server is asked (a pull names each server's version), each for the rows it holds.
-  std::vector<std::int64_t> server_bytes(static_cast<std::size_t>(layout_.num_servers), 0);
-  for (std::size_t v = 0; v < layout_.variables.size(); ++v)
-    for (int s = 0; s < layout_.num_servers; ++s)
-      server_bytes[static_cast<std::size_t>(s)] += layout_.rows[v][static_cast<std::size_t>(s)].size() *
-                                                   layout_.row_elements(v) *
-                                                   static_cast<std::int64_t>(size_of(layout_.variables[v].dtype));
+  std::vector<std::int64_t> server_bytes(static_cast<std::size_t>(layout.num_servers), 0);
+  for (std::size_t v = 0; v < layout.variables.size(); ++v)
+    for (int s = 0; s < layout.num_servers; ++s)
+      server_bytes[static_cast<std::size_t>(s)] += layout.rows[v][static_cast<std::size_t>(s)].size() *
+                                                   layout.row_elements(v) *
+                                                   static_cast<std::int64_t>(size_of(layout.variables[v].dtype));
   DevicePlan dev;
   const auto exchange = [&](OpKind kind) {
-    for (int s = 0; s < layout_.num_servers; ++s) {
+    for (int s = 0; s < layout.num_servers; ++s) {
       PlanOp op;
       op.kind = kind;
       op.peer = s;

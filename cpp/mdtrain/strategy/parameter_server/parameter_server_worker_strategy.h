@@ -84,4 +84,10 @@ class ParameterServerWorkerStrategy : public Strategy {
   PsWorkerStats stats_;
 };
 
+// The worker's step (ParameterServerWorkerStrategy::make_plan) for `weights` (a network's, or a
+// profiled model's as the planner describes it) on `layout`: a pull from every server of the bytes
+// of the rows it holds, forward and backward, a push of their gradients to each.
+mdtrain::StepPlan parameter_server_step_plan(PlanWeights weights, const ShardLayout& layout,
+                                             const std::string& strategy = "ParameterServerStrategy");
+
 }  // namespace mdtrain
