@@ -15,20 +15,21 @@ namespace mdtrain {
 class PipelineStrategy;
 
 // The step of PipelineStrategy: one device per mesh position (pipeline b, stage s), one thread
-// each. Stage s holds layers [start_s, start_{s+1}) of the primary (a LayerStack of clones, its
-// weights copied from the primary). A training step cuts pipeline b's slice of the global batch
-// (slice_of, as every executor cuts it) into num_microbatches micro-batches (slice_of again:
-// uneven, possibly empty) and runs the schedule's op list of its stage: activations go forward and
-// their gradients back over the pipe-axis communicator (send/recv). A layer keeps the state of its
-// last forward only, so each stage has one state slot per micro-batch that can be in flight at once
-// (GPipe: all m; 1F1B: at most p - s on stage s; the peak of forwards whose backward has not run in
-// the stage's op list): a clone of the stage's layers whose weights and gradients are views of the
-// stage's (re-taken every step), holding one micro-batch's activations from its forward to its
-// backward (as PyTorch's pipelining and DeepSpeed keep them). With PipelineStrategy::recompute()
-// the stage keeps only the inputs of its in-flight micro-batches and, before the backward of one
-// that is not the last it ran forward, runs its forward again (GPipe's recomputation: less memory,
-// one more forward per micro-batch). Either way each micro-batch's forward and backward compute
-// bitwise the same values, so the two give bitwise the same weights.
+// each. Stage s holds layers [start_s, start_{s+1}) of the primary, any Network: a LayerStack of
+// clones, its weights copied from the primary. Stages start at the primary's cut points only
+// (Network::cut_points): any layer of a Sequential model; in a layer graph not inside a residual
+// block (std::invalid_argument naming the layer otherwise), and a block inside a stage runs there
+// as one GraphSegment (nn/graph_segment.h) among the stage's layers. A training step cuts pipeline b's slice of the
+// global batch (slice_of, as every executor cuts it) into num_microbatches micro-batches (slice_of again: uneven,
+// possibly empty) and runs the schedule's op list of its stage: activations go forward and their gradients back over
+// the pipe-axis communicator (send/recv). A layer keeps the state of its last forward only, so each stage has one state
+// slot per micro-batch that can be in flight at once (GPipe: all m; 1F1B: at most p - s on stage s; the peak of
+// forwards whose backward has not run in the stage's op list): a clone of the stage's layers whose weights and
+// gradients are views of the stage's (re-taken every step), holding one micro-batch's activations from its forward to
+// its backward (as PyTorch's pipelining and DeepSpeed keep them). With PipelineStrategy::recompute() the stage keeps
+// only the inputs of its in-flight micro-batches and, before the backward of one that is not the last it ran forward,
+// runs its forward again (GPipe's recomputation: less memory, one more forward per micro-batch). Either way each
+// micro-batch's forward and backward compute bitwise the same values, so the two give bitwise the same weights.
 //
 // The loss of each micro-batch is scaled by batch_loss_scale for the whole global batch, and each
 // stage sums its micro-batches' gradients in ascending micro-batch order (both schedules run
@@ -60,7 +61,8 @@ class PipelineStrategy;
 // (ops::add_into), and the loss, the batch axis's gradient sum and the update run there too. The
 // primary (the whole model) stays on the host: refresh_primary copies the stages' weights back
 // from their GPUs. Not supported yet (std::invalid_argument("[pipeline] ...") at the first step):
-// layer graphs, clipnorm / global_clipnorm, synchronized BatchNormalization.
+// clipnorm / global_clipnorm, synchronized BatchNormalization, layer graphs with several inputs or
+// outputs.
 class PipelineExecutor final : public StepExecutor {
  public:
   PipelineExecutor(Network& primary, PipelineStrategy& strategy, const Loss& loss, const Optimizer& optimizer);
@@ -137,8 +139,11 @@ class PipelineExecutor final : public StepExecutor {
   // pre-activation).
   void forward_pipelined(std::int64_t count, const std::function<Tensor(std::int64_t, std::int64_t)>& input,
                          Tensor& out, Tensor* logits);
-  void copy_weights(LayerStack& from, std::size_t from_first, LayerStack& to, std::size_t to_first,
-                    std::size_t count) const;
+  // The weights of the model's layers that `stage` holds, in the stage's order; the model's values
+  // into a device's stage, and back.
+  ParameterList primary_parameters_of_stage(int stage) const;
+  void copy_weights_to_stage(Device& dev) const;
+  void copy_weights_from_stage(Device& dev) const;
   // Pipe axis across workers (stage s on worker s): the worker holding `stage`, and the pipe-axis
   // rank (the stage) that receives for worker `w` what the other workers' stages send it.
   static int worker_of_stage(int stage) { return stage; }
@@ -153,7 +158,7 @@ class PipelineExecutor final : public StepExecutor {
   // (`stages_newer`: the stages hold newer weights than the primary).
   double regularization_from(const double* per_layer, bool stages_newer) const;
 
-  LayerStack& primary_;
+  Network& primary_;
   PipelineStrategy& strategy_;
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<Optimizer> whole_optimizer_;  // for the order of optimizer_state()
