@@ -116,10 +116,11 @@ def test_the_cut_between_two_blocks_at_a_pipeline_split(logical_cpus, images):
             np.testing.assert_array_equal(a, b)
 
 
-def test_balanced_stages_of_a_graph_start_between_blocks(logical_cpus, images):
+@pytest.mark.parametrize("balance", ["balance_params", "balance_time"])
+def test_balanced_stages_of_a_graph_start_between_blocks(logical_cpus, images, balance):
     logical_cpus(3)
     x, y = images
-    pp = _pp(_pipe(3), 4, stages="balance_params")
+    pp = _pp(_pipe(3), 4, stages=balance)
     got = _train(pp, x, y)
     _assert_like_one_device(got, _one(x, y))
     names = [layer.name for layer in got[0].layers]
