@@ -2,8 +2,8 @@
 (residual Add blocks) trains under PipelineParallel with a whole block inside a stage, with the cut
 between two blocks (a PipelineSplit in the graph, or layer names), balanced by parameters, and on a
 2 x 2 (batch x pipe) mesh, to the losses and weights of one device (float32 rounding of the
-micro-batches' summed gradients), GPipe and 1F1B bitwise equal; a cut inside a block is a
-ValueError naming the layer. WavefrontPipeline trains a Functional stack of LSTMs with a residual
+micro-batches' summed gradients), GPipe and 1F1B bitwise equal; a BatchNormalization inside a block
+moves its statistics once per global batch; a cut inside a block is a ValueError naming the layer. WavefrontPipeline trains a Functional stack of LSTMs with a residual
 head like one device. (ModelParallel on the same residual CNN: test_functional_model_parallel.py.)"""
 import warnings
 
@@ -158,6 +158,45 @@ def test_an_unknown_layer_name_is_a_value_error(logical_cpus, images):
     logical_cpus(2)
     with pytest.raises(ValueError, match="no layer named 'nope'"):
         _train(_pp(_pipe(2), 2, stages=["nope"]), *images, epochs=1)
+
+
+def _bn_block_model():
+    """stem, a block with BatchNormalization inside (conv, bn, relu, add), pool, head."""
+    tf.keras.utils.set_random_seed(13)
+    inputs = keras.Input((8, 8, 3))
+    x = layers.Conv2D(8, 3, padding="same", activation="relu", name="stem")(inputs)
+    h = layers.Conv2D(8, 3, padding="same", name="conv")(x)
+    h = layers.Activation("relu", name="relu")(layers.BatchNormalization(momentum=0.5, name="bn")(h))
+    x = layers.Add(name="add")([x, h])
+    x = layers.PipelineSplit(name="split")(x)
+    outputs = layers.Dense(10, name="head")(layers.GlobalAveragePooling2D(name="pool")(x))
+    return keras.Model(inputs, outputs, name="bn_block")
+
+
+def test_batch_norm_inside_a_block_records_its_statistics_from_every_micro_batch(logical_cpus, images):
+    # The block runs as one unit of stage 0 on a state slot per micro-batch in flight (or, with
+    # recompute, on the stage's layers): the BatchNormalization inside it records each micro-batch's
+    # statistics and moves them once per global batch, as in a Sequential stage.
+    logical_cpus(2)
+    x, y = images
+
+    def one_step(strategy):
+        with strategy.scope():
+            model = _bn_block_model()
+            model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)  # one global batch
+        return next(layer for layer in model.layers if layer.name == "bn").get_weights(), model.get_weights()
+
+    bn_one, _ = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    assert np.abs(bn_one[2]).max() > 1e-2  # the step moved the moving mean from its zeros
+    runs = {}
+    for m, schedule, recompute in [(2, "gpipe", False), (8, "1f1b", False), (8, "1f1b", True)]:
+        bn, weights = one_step(_pp(_pipe(2), m, schedule, recompute=recompute))
+        for a, b in zip(bn[2:], bn_one[2:]):  # moving mean, moving variance
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        runs[(m, recompute)] = weights
+    for a, b in zip(runs[(8, False)], runs[(8, True)]):
+        np.testing.assert_array_equal(a, b)
 
 
 # ---- WavefrontPipeline on a Functional stack of recurrent layers --------------------------------
