@@ -109,6 +109,11 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
   auto balanced = [&](const std::vector<std::int64_t>& unit_costs) {
     for (int u : balance_stages(unit_costs, p)) starts_.push_back(unit_starts[static_cast<std::size_t>(u)]);
   };
+  // (A stack too short for its stages is refused by balance_stages.)
+  MDTRAIN_CHECK(!strategy_.stage_starts().empty() || static_cast<int>(unit_starts.size()) >= p ||
+                    static_cast<int>(unit_starts.size()) == n,
+                std::invalid_argument, "[pipeline] the model's graph can be cut in ", unit_starts.size() - 1,
+                " places only (between its residual blocks), too few for ", p, " stages");
   starts_ = {0};
   if (strategy_.stage_starts().empty() && strategy_.balance_by_time()) {
     // Timed on a stack of the units (copies of the model's layers and blocks, weights included).

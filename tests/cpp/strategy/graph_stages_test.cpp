@@ -157,6 +157,17 @@ TEST(GraphPipeline, BalancedCutsStartAtCutPoints) {
   for (int s : strategy->executor()->stage_starts()) EXPECT_TRUE(s == 0 || s == 1 || s == 3 || s == 5 || s == 6) << s;
 }
 
+TEST(GraphPipeline, MoreStagesThanTheGraphHasCutsAreRefused) {
+  // Cut points 1, 3, 5: four units (stem, two blocks, head) for five stages.
+  auto m = residual_mlp(pipeline(5, 5, PipelineScheduleKind::GPipe, 1, {}));
+  try {
+    train(*m, data_x(), data_y(), 1);
+    FAIL() << "five stages were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("can be cut in 3 places only"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GraphPipeline, AStageStartInsideABlockIsRefusedNamingTheLayer) {
   auto m = residual_mlp(pipeline(2, 2, PipelineScheduleKind::GPipe, 1, {2}));
   try {
