@@ -5,12 +5,19 @@ between two blocks (a PipelineSplit in the graph, or layer names), balanced by p
 micro-batches' summed gradients), GPipe and 1F1B bitwise equal; a BatchNormalization inside a block
 moves its statistics once per global batch; a cut inside a block is a ValueError naming the layer. WavefrontPipeline trains a Functional stack of LSTMs with a residual
 head like one device. (ModelParallel on the same residual CNN: test_functional_model_parallel.py.)"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 import warnings
 
 import numpy as np
 import pytest
 
 import mdtrain as tf
+from mdtrain import _core
 from conftest import fit_for_comparison
 
 keras = tf.keras
@@ -197,6 +204,21 @@ def test_batch_norm_inside_a_block_records_its_statistics_from_every_micro_batch
         runs[(m, recompute)] = weights
     for a, b in zip(runs[(8, False)], runs[(8, True)]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or not _core.mpi_available(),
+                    reason="needs mpirun and an mdtrain built with MPI")
+def test_stages_of_a_graph_across_2_workers_train_like_one_device():
+    # The job checks on each worker, against one device: fit's losses, get_weights and the optimizer
+    # slots of the residual CNN cut at a PipelineSplit between its blocks, a stage per worker.
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "functional_pipeline_workers_job.py")
+    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the two workers share stdout, so their lines may run together: find each report wherever it is
+    results = [json.loads(m) for m in re.findall(r"RESULT (\[[^\[\]]*\])", proc.stdout)]
+    assert len(results) == 2  # both workers checked and printed
+    assert results[0] == results[1]  # every worker saw the same losses
 
 
 # ---- WavefrontPipeline on a Functional stack of recurrent layers --------------------------------
