@@ -71,7 +71,8 @@ class GraphSegment final : public Layer {
   bool has_cuda_kernels() const override;
 
  protected:
-  // Builds each node's layer on its inputs' shapes (the i-th layer with weights seeded from (seed, i)).
+  // Builds each node's layer on its inputs' shapes (the i-th layer with weights seeded from
+  // (seed, i)).
   void build_weights(const Shape& input_shape, std::uint64_t seed) override;
 
  private:

@@ -15,21 +15,25 @@ namespace mdtrain {
 class PipelineStrategy;
 
 // The step of PipelineStrategy: one device per mesh position (pipeline b, stage s), one thread
-// each. Stage s holds layers [start_s, start_{s+1}) of the primary, any Network: a LayerStack of
-// clones, its weights copied from the primary. Stages start at the primary's cut points only
-// (Network::cut_points): any layer of a Sequential model; in a layer graph not inside a residual
-// block (std::invalid_argument naming the layer otherwise), and a block inside a stage runs there
-// as one GraphSegment (nn/graph_segment.h) among the stage's layers. A training step cuts pipeline b's slice of the
-// global batch (slice_of, as every executor cuts it) into num_microbatches micro-batches (slice_of again: uneven,
-// possibly empty) and runs the schedule's op list of its stage: activations go forward and their gradients back over
-// the pipe-axis communicator (send/recv). A layer keeps the state of its last forward only, so each stage has one state
-// slot per micro-batch that can be in flight at once (GPipe: all m; 1F1B: at most p - s on stage s; the peak of
-// forwards whose backward has not run in the stage's op list): a clone of the stage's layers whose weights and
-// gradients are views of the stage's (re-taken every step), holding one micro-batch's activations from its forward to
-// its backward (as PyTorch's pipelining and DeepSpeed keep them). With PipelineStrategy::recompute() the stage keeps
-// only the inputs of its in-flight micro-batches and, before the backward of one that is not the last it ran forward,
-// runs its forward again (GPipe's recomputation: less memory, one more forward per micro-batch). Either way each
-// micro-batch's forward and backward compute bitwise the same values, so the two give bitwise the same weights.
+// each. Stage s holds layers [start_s, start_{s+1}) of the primary (a LayerStack of clones, its
+// weights copied from the primary). A training step cuts pipeline b's slice of the global batch
+// (slice_of, as every executor cuts it) into num_microbatches micro-batches (slice_of again:
+// uneven, possibly empty) and runs the schedule's op list of its stage: activations go forward and
+// their gradients back over the pipe-axis communicator (send/recv). A layer keeps the state of its
+// last forward only, so each stage has one state slot per micro-batch that can be in flight at once
+// (GPipe: all m; 1F1B: at most p - s on stage s; the peak of forwards whose backward has not run in
+// the stage's op list): a clone of the stage's layers whose weights and gradients are views of the
+// stage's (re-taken every step), holding one micro-batch's activations from its forward to its
+// backward (as PyTorch's pipelining and DeepSpeed keep them). With PipelineStrategy::recompute()
+// the stage keeps only the inputs of its in-flight micro-batches and, before the backward of one
+// that is not the last it ran forward, runs its forward again (GPipe's recomputation: less memory,
+// one more forward per micro-batch). Either way each micro-batch's forward and backward compute
+// bitwise the same values, so the two give bitwise the same weights.
+//
+// The primary is any Network. Stages start at its cut points only (Network::cut_points): at any
+// layer of a Sequential model, between the residual blocks of a layer graph (std::invalid_argument
+// naming the layer otherwise); a block inside a stage is one GraphSegment (nn/graph_segment.h)
+// among the stage's layers, and the stage's weights are its layers' of the primary, in order.
 //
 // The loss of each micro-batch is scaled by batch_loss_scale for the whole global batch, and each
 // stage sums its micro-batches' gradients in ascending micro-batch order (both schedules run

@@ -2,9 +2,9 @@
 #include <memory>
 #include <vector>
 
+#include "mdtrain/nn/loss.h"
 #include "mdtrain/nn/network.h"
 #include "mdtrain/nn/packed_parameters.h"
-#include "mdtrain/nn/loss.h"
 #include "mdtrain/optim/optimizer.h"
 #include "mdtrain/strategy/step_executor.h"
 
