@@ -405,6 +405,14 @@ std::vector<std::vector<int>> LayerGraph::layer_readers() const {
   return readers;
 }
 
+std::vector<std::vector<int>> LayerGraph::layer_inputs() const {
+  const int inputs = num_inputs();
+  std::vector<std::vector<int>> out(nodes_.size());
+  for (std::size_t j = 0; j < nodes_.size(); ++j)
+    for (int v : nodes_[j].inputs) out[j].push_back(v >= inputs ? v - inputs : kNetworkInput - v);
+  return out;
+}
+
 std::vector<int> LayerGraph::cut_points() const {
   // last_read[v]: the last node reading value v (nodes_.size() when an output returns it).
   const int inputs = num_inputs();

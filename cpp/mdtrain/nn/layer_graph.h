@@ -80,6 +80,8 @@ class LayerGraph final : public PackedNetwork {
 
   // Node i's readers: the nodes that take its value as an input, then kOutput if the graph returns it.
   std::vector<std::vector<int>> layer_readers() const override;
+  // Node i's inputs: nodes' positions, or kNetworkInput - k for input k.
+  std::vector<std::vector<int>> layer_inputs() const override;
   // The positions p where only node p - 1's value crosses from nodes [0, p) to [p, n).
   std::vector<int> cut_points() const override;
   // A graph of the same inputs, connections and outputs over `layers` (one per node), built.

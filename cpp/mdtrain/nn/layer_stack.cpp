@@ -118,6 +118,12 @@ std::vector<std::vector<int>> LayerStack::layer_readers() const {
   return readers;
 }
 
+std::vector<std::vector<int>> LayerStack::layer_inputs() const {
+  std::vector<std::vector<int>> inputs(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) inputs[i] = {static_cast<int>(i) - 1};  // -1: kNetworkInput
+  return inputs;
+}
+
 std::vector<int> LayerStack::cut_points() const {
   std::vector<int> cuts;
   for (std::size_t p = 1; p < layers_.size(); ++p) cuts.push_back(static_cast<int>(p));

@@ -69,6 +69,8 @@ class LayerStack final : public PackedNetwork {
 
   // Layer i is read by layer i + 1; the last by the output.
   std::vector<std::vector<int>> layer_readers() const override;
+  // Layer i reads layer i - 1; the first the input.
+  std::vector<std::vector<int>> layer_inputs() const override;
   // Every position: 1 .. n - 1.
   std::vector<int> cut_points() const override;
   // A stack of `layers` built for this stack's input shape and dtype.

@@ -92,6 +92,11 @@ class Network {
   // the network's output.
   static constexpr int kOutput = -1;
   virtual std::vector<std::vector<int>> layer_readers() const = 0;
+  // The same connections seen from the reading side: per layer, the values it reads in call order
+  // (a merge layer's inputs in order), each the position of the layer whose output it is, or
+  // kNetworkInput - k for the network's input k.
+  static constexpr int kNetworkInput = -1;
+  virtual std::vector<std::vector<int>> layer_inputs() const = 0;
   // Where the network can be cut into segments: the positions p (0 < p < layers().size(), ascending)
   // at which layers [0, p) and [p, n) meet in one tensor, layer p - 1's output, read only from p
   // on (no input of the network and no earlier value crosses). Every position of a stack is one; in

@@ -9,6 +9,7 @@
 
 #include "mdtrain/core/memory_stats.h"
 #include "mdtrain/distribute/gradient_reducer.h"
+#include "mdtrain/nn/graph_segment.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
 #include "mdtrain/strategy/batch_split.h"
@@ -61,6 +62,19 @@ Shape with_rows(std::int64_t rows, const Shape& per_row) {
   return s;
 }
 
+// The layers of `network` at positions [first, last).
+LayerList layers_between(const Network& network, int first, int last) {
+  const auto& layers = network.layers();
+  return LayerList(layers.begin() + first, layers.begin() + last);
+}
+
+// Copies the values of every weight of `from` into `to` (the same weights, in the same order).
+void copy_parameter_values(const ParameterList& from, const ParameterList& to) {
+  MDTRAIN_CHECK(from.size() == to.size(), std::logic_error, "[pipeline] a stage has ", to.size(),
+                " weights where its layers of the model have ", from.size());
+  for (std::size_t k = 0; k < from.size(); ++k) to[k]->value.copy_from(from[k]->value);
+}
+
 // Bytes of the per-call state the layers of `stack` hold (Layer::held_activation_bytes).
 std::int64_t held_activation_bytes(const LayerStack& stack) {
   std::int64_t sum = 0;
@@ -71,12 +85,7 @@ std::int64_t held_activation_bytes(const LayerStack& stack) {
 
 PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy, const Loss& loss,
                                    const Optimizer& optimizer)
-    : primary_([&]() -> LayerStack& {
-        auto* stack = dynamic_cast<LayerStack*>(&primary);
-        MDTRAIN_CHECK(stack != nullptr, std::invalid_argument,
-                      "[pipeline] PipelineParallel cuts Sequential models only for now (this model is a layer graph)");
-        return *stack;
-      }()),
+    : primary_(primary),
       strategy_(strategy),
       loss_(loss.clone()),
       whole_optimizer_(optimizer.clone()),
@@ -91,23 +100,46 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
   for (const mdtrain::Device& d : strategy_.devices()) primary_.check_device_support(d);
   const auto& layers = primary_.layers();
   const int p = strategy_.num_stages();
+  const int n = static_cast<int>(layers.size());
+  // Stages start at cut points only (Network::cut_points: every layer of a stack; in a layer graph
+  // not inside a residual block). The balancing cuts the stretches between them (units: a stack's
+  // layers, a graph's layers and blocks), each unit's cost its layers'.
+  std::vector<int> unit_starts{0};
+  for (int c : primary_.cut_points()) unit_starts.push_back(c);
+  auto balanced = [&](const std::vector<std::int64_t>& unit_costs) {
+    for (int u : balance_stages(unit_costs, p)) starts_.push_back(unit_starts[static_cast<std::size_t>(u)]);
+  };
+  // (A stack too short for its stages is refused by balance_stages.)
+  MDTRAIN_CHECK(!strategy_.stage_starts().empty() || static_cast<int>(unit_starts.size()) >= p ||
+                    static_cast<int>(unit_starts.size()) == n,
+                std::invalid_argument, "[pipeline] the model's graph can be cut in ", unit_starts.size() - 1,
+                " places only (between its residual blocks), too few for ", p, " stages");
   starts_ = {0};
   if (strategy_.stage_starts().empty() && strategy_.balance_by_time()) {
-    for (int s : balance_stages(measure_layer_times(primary_), p)) starts_.push_back(s);
+    // Timed on a stack of the units (copies of the model's layers and blocks, weights included).
+    LayerStack units;
+    for (auto& unit : segment_layers(primary_, 0, n, true)) units.add(std::move(unit));
+    units.build(primary_.input_shape(), 0, primary_.dtype());
+    copy_parameter_values(primary_.parameters(), units.parameters());
+    balanced(measure_layer_times(units));
   } else if (strategy_.stage_starts().empty()) {
-    std::vector<std::int64_t> counts;
-    for (const auto& layer : layers) {
-      std::int64_t n = 0;
-      for (Parameter* w : layer->parameters()) n += w->value.numel();
-      counts.push_back(n);
+    std::vector<std::int64_t> counts(unit_starts.size(), 0);
+    for (std::size_t u = 0; u < unit_starts.size(); ++u) {
+      const int end = u + 1 < unit_starts.size() ? unit_starts[u + 1] : n;
+      for (int i = unit_starts[u]; i < end; ++i)
+        for (Parameter* w : layers[static_cast<std::size_t>(i)]->parameters()) counts[u] += w->value.numel();
     }
-    for (int s : balance_stages(counts, p)) starts_.push_back(s);
+    balanced(counts);
   } else {
     for (int s : strategy_.stage_starts()) starts_.push_back(s);
   }
-  MDTRAIN_CHECK(starts_.back() < static_cast<int>(layers.size()), std::invalid_argument, "[pipeline] stage ", p - 1,
-                " would start at layer ", starts_.back(), " but the model has ", layers.size(), " layers");
-  starts_.push_back(static_cast<int>(layers.size()));
+  MDTRAIN_CHECK(starts_.back() < n, std::invalid_argument, "[pipeline] stage ", p - 1, " would start at layer ",
+                starts_.back(), " but the model has ", n, " layers");
+  for (int s = 1; s < p; ++s)
+    MDTRAIN_CHECK(is_cut_point(primary_, starts_[static_cast<std::size_t>(s)]), std::invalid_argument,
+                  "[pipeline] stage ", s, " cannot start at layer ", starts_[static_cast<std::size_t>(s)], ": ",
+                  cut_error(primary_, starts_[static_cast<std::size_t>(s)]));
+  starts_.push_back(n);
 
   const DeviceMesh mesh = strategy_.mesh();
   pipelines_ = strategy_.batch_axis() ? mesh.axis_size(*strategy_.batch_axis()) : 1;
@@ -128,11 +160,12 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
     dev->batch_comm = std::move(batch_comms[static_cast<std::size_t>(d)]);
     const int first = starts_[static_cast<std::size_t>(dev->stage)];
     const int last = starts_[static_cast<std::size_t>(dev->stage) + 1];
+    // The stage: copies of layers [first, last) of the model, its blocks as GraphSegments.
     dev->net = std::make_unique<LayerStack>();
-    for (int i = first; i < last; ++i)
-      dev->net->add(std::shared_ptr<Layer>(layers[static_cast<std::size_t>(i)]->clone()));
-    dev->net->build(layers[static_cast<std::size_t>(first)]->input_shape(), 0, primary_.dtype());
-    copy_weights(primary_, static_cast<std::size_t>(first), *dev->net, 0, static_cast<std::size_t>(last - first));
+    for (auto& unit : segment_layers(primary_, first, last, true)) dev->net->add(std::move(unit));
+    dev->net->build(first == 0 ? primary_.input_shape() : layers[static_cast<std::size_t>(first) - 1]->output_shape(),
+                    0, primary_.dtype());
+    copy_weights_to_stage(*dev);
     // Built and filled on the host; a GPU's stage is then copied to its GPU (weights and buffers).
     if (!dev->place.is_cpu()) dev->net = dev->net->clone_to(dev->place);
     if (!strategy_.recompute()) {
@@ -179,13 +212,17 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
 
 PipelineExecutor::~PipelineExecutor() { strategy_.forget_executor(this); }
 
-void PipelineExecutor::copy_weights(LayerStack& from, std::size_t from_first, LayerStack& to, std::size_t to_first,
-                                    std::size_t count) const {
-  for (std::size_t j = 0; j < count; ++j) {
-    auto src = from.layers()[from_first + j]->parameters();
-    auto dst = to.layers()[to_first + j]->parameters();
-    for (std::size_t k = 0; k < src.size(); ++k) dst[k]->value.copy_from(src[k]->value);
-  }
+ParameterList PipelineExecutor::primary_parameters_of_stage(int stage) const {
+  return parameters_of(
+      layers_between(primary_, starts_[static_cast<std::size_t>(stage)], starts_[static_cast<std::size_t>(stage) + 1]));
+}
+
+void PipelineExecutor::copy_weights_to_stage(Device& dev) const {
+  copy_parameter_values(primary_parameters_of_stage(dev.stage), dev.net->parameters());
+}
+
+void PipelineExecutor::copy_weights_from_stage(Device& dev) const {
+  copy_parameter_values(dev.net->parameters(), primary_parameters_of_stage(dev.stage));
 }
 
 template <class F>
@@ -504,7 +541,7 @@ std::vector<double> PipelineExecutor::own_layer_regularization() const {
   for (const auto& dev : devices_) {
     if (dev->pipeline != first_pipeline_) continue;
     const auto first = static_cast<std::size_t>(starts_[static_cast<std::size_t>(dev->stage)]);
-    const auto& layers = dev->net->layers();
+    const LayerList layers = inner_layers(dev->net->layers());  // one per layer of the model
     for (std::size_t j = 0; j < layers.size(); ++j) out[first + j] = layers[j]->regularization_loss();
   }
   return out;
@@ -752,18 +789,14 @@ std::vector<std::int64_t> PipelineExecutor::optimizer_state_bytes() const {
 void PipelineExecutor::broadcast_weights_from_primary() {
   MDTRAIN_CHECK(!primary_stale_, std::logic_error,
                 "[pipeline] the host weights are older than the stages': refresh_primary() before changing them");
-  for (auto& dev : devices_) {
-    const auto first = static_cast<std::size_t>(starts_[static_cast<std::size_t>(dev->stage)]);
-    copy_weights(primary_, first, *dev->net, 0, dev->net->layers().size());
-  }
+  for (auto& dev : devices_) copy_weights_to_stage(*dev);
 }
 
 void PipelineExecutor::refresh_primary() {
   if (!primary_stale_) return;
   for (auto& dev : devices_) {
     if (dev->pipeline != first_pipeline_) continue;
-    const auto first = static_cast<std::size_t>(starts_[static_cast<std::size_t>(dev->stage)]);
-    copy_weights(*dev->net, 0, primary_, first, dev->net->layers().size());
+    copy_weights_from_stage(*dev);
   }
   primary_stale_ = false;
 }

@@ -30,6 +30,11 @@ class PipelineStrategy;
 // one more forward per micro-batch). Either way each micro-batch's forward and backward compute
 // bitwise the same values, so the two give bitwise the same weights.
 //
+// The primary is any Network. Stages start at its cut points only (Network::cut_points): at any
+// layer of a Sequential model, between the residual blocks of a layer graph (std::invalid_argument
+// naming the layer otherwise); a block inside a stage is one GraphSegment (nn/graph_segment.h)
+// among the stage's layers, and the stage's weights are its layers' of the primary, in order.
+//
 // The loss of each micro-batch is scaled by batch_loss_scale for the whole global batch, and each
 // stage sums its micro-batches' gradients in ascending micro-batch order (both schedules run
 // backwards in that order), so the step equals the unpipelined one up to float32 rounding of the
@@ -60,7 +65,8 @@ class PipelineStrategy;
 // (ops::add_into), and the loss, the batch axis's gradient sum and the update run there too. The
 // primary (the whole model) stays on the host: refresh_primary copies the stages' weights back
 // from their GPUs. Not supported yet (std::invalid_argument("[pipeline] ...") at the first step):
-// layer graphs, clipnorm / global_clipnorm, synchronized BatchNormalization.
+// clipnorm / global_clipnorm, synchronized BatchNormalization, layer graphs with several inputs or
+// outputs.
 class PipelineExecutor final : public StepExecutor {
  public:
   PipelineExecutor(Network& primary, PipelineStrategy& strategy, const Loss& loss, const Optimizer& optimizer);
@@ -137,8 +143,11 @@ class PipelineExecutor final : public StepExecutor {
   // pre-activation).
   void forward_pipelined(std::int64_t count, const std::function<Tensor(std::int64_t, std::int64_t)>& input,
                          Tensor& out, Tensor* logits);
-  void copy_weights(LayerStack& from, std::size_t from_first, LayerStack& to, std::size_t to_first,
-                    std::size_t count) const;
+  // The weights of the model's layers that `stage` holds, in the stage's order; the model's values
+  // into a device's stage, and back.
+  ParameterList primary_parameters_of_stage(int stage) const;
+  void copy_weights_to_stage(Device& dev) const;
+  void copy_weights_from_stage(Device& dev) const;
   // Pipe axis across workers (stage s on worker s): the worker holding `stage`, and the pipe-axis
   // rank (the stage) that receives for worker `w` what the other workers' stages send it.
   static int worker_of_stage(int stage) { return stage; }
@@ -153,7 +162,7 @@ class PipelineExecutor final : public StepExecutor {
   // (`stages_newer`: the stages hold newer weights than the primary).
   double regularization_from(const double* per_layer, bool stages_newer) const;
 
-  LayerStack& primary_;
+  Network& primary_;
   PipelineStrategy& strategy_;
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<Optimizer> whole_optimizer_;  // for the order of optimizer_state()

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mdtrain/distribute/communicator.h"
+#include "mdtrain/nn/graph_segment.h"
 #include "mdtrain/nn/recurrent_layer.h"
 #include "mdtrain/ops/accumulate.h"
 #include "mdtrain/ops/ops.h"
@@ -39,18 +40,11 @@ void copy_steps(const Tensor& seq, std::int64_t t0, std::int64_t t1, Tensor& chu
   }
 }
 
-LayerStack& as_stack(Network& primary) {
-  auto* stack = dynamic_cast<LayerStack*>(&primary);
-  MDTRAIN_CHECK(stack != nullptr, std::invalid_argument,
-                "[wavefront] WavefrontPipeline cuts Sequential models only (this model is a layer graph)");
-  return *stack;
-}
-
 }  // namespace
 
 WavefrontExecutor::WavefrontExecutor(Network& primary, WavefrontStrategy& strategy, const Loss& loss,
                                      const Optimizer& optimizer)
-    : primary_(as_stack(primary)),
+    : primary_(primary),
       strategy_(strategy),
       time_chunk_(strategy.time_chunk()),
       loss_(loss.clone()),
@@ -58,24 +52,41 @@ WavefrontExecutor::WavefrontExecutor(Network& primary, WavefrontStrategy& strate
   const int devices = strategy.num_stages();
   MDTRAIN_CHECK(primary_.built(), std::invalid_argument, "[wavefront] the model must be built first");
   const auto& layers = primary_.layers();
+  const int n = static_cast<int>(layers.size());
+  // The recurrent prefix is a chain: each of its layers reads only the one before it (the first the
+  // model's input) and only the next one reads it (a cut point after it), in a stack as in a graph.
+  const std::vector<std::vector<int>> inputs = primary_.layer_inputs();
+  auto chained = [&](int i) {
+    return inputs[static_cast<std::size_t>(i)] == std::vector<int>{i - 1} &&
+           (i + 1 == n || is_cut_point(primary_, i + 1));
+  };
   int prefix = 0;
-  while (prefix < static_cast<int>(layers.size())) {
+  bool recurrent = true;  // false: the prefix ends at a recurrent layer that is not chained
+  while (prefix < n) {
     auto* r = dynamic_cast<RecurrentLayer*>(layers[static_cast<std::size_t>(prefix)].get());
     if (!r || !r->options().return_sequences) break;
+    if (!chained(prefix)) {
+      recurrent = false;
+      break;
+    }
     ++prefix;
   }
   if (prefix < devices) {
-    const std::string what = prefix < static_cast<int>(layers.size())
-                                 ? "layer \"" + layers[static_cast<std::size_t>(prefix)]->name() +
-                                       "\" is not a recurrent layer with return_sequences=True"
-                                 : "the model has only " + std::to_string(prefix) + " layers";
+    const std::string what =
+        prefix < n ? "layer \"" + layers[static_cast<std::size_t>(prefix)]->name() +
+                         (recurrent ? "\" is not a recurrent layer with return_sequences=True"
+                                    : "\" reads more than the layer before it, or more than the next layer reads it")
+                   : "the model has only " + std::to_string(prefix) + " layers";
     fail<std::invalid_argument>(
         "[wavefront] every stage but the last holds recurrent layers with "
         "return_sequences=True, and there are ",
         devices, " stages: ", what);
   }
   // The fused logits loss (softmax + crossentropy, ...) as one device runs it, when there is a head.
-  if (prefix < static_cast<int>(layers.size())) logits_loss_ = loss.on_logits_of(primary_.output_activation());
+  if (prefix < n) {
+    logits_loss_ = loss.on_logits_of(primary_.output_activation());
+    head_ = segment_layers(primary_, prefix, n, false);  // the model's own layers, its blocks as segments
+  }
   auto comms = strategy_.make_replica_communicators();
   int start = 0;
   for (int s = 0; s < devices; ++s) {
@@ -169,11 +180,11 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, s
     for (std::size_t k = 0; k < chunks; ++k)
       copy_steps(seq, chunk_begin_[k], chunk_begin_[k + 1], outputs_by_chunk[k], false);
     Tensor h = seq;
-    for (std::size_t i = static_cast<std::size_t>(st.end); i < layers.size(); ++i) h = layers[i]->forward(h, ctx);
+    for (const auto& unit : head_) h = unit->forward(h, ctx);
     const BatchLossScale ls = batch_loss_scale(*loss_, y, h, batch, labels);
     Tensor d;
     if (logits_loss_) {
-      const Tensor logits = layers.back()->logits();
+      const Tensor logits = head_.back()->logits();
       d = Tensor(logits.shape(), logits.dtype());
       loss_sum_ = logits_loss_->forward_backward(y, logits, ls.grad_scale, &d);
     } else {
@@ -182,9 +193,9 @@ void WavefrontExecutor::run_stage(Stage& st, const Tensor& x, const Tensor& y, s
     }
     loss_sum_ *= ls.report_factor;
     if (outputs) outputs->on_replica_output(0, y, h);
-    for (std::size_t i = layers.size(); i-- > static_cast<std::size_t>(st.end);)
-      d = (i + 1 == layers.size() && logits_loss_) ? layers[i]->backward_from_logits(d, true)
-                                                   : layers[i]->backward(d, true);
+    for (std::size_t i = head_.size(); i-- > 0;)
+      d = (i + 1 == head_.size() && logits_loss_) ? head_[i]->backward_from_logits(d, true)
+                                                  : head_[i]->backward(d, true);
     dseq = d;
   }
   // Backward, chunks in reverse.

@@ -2,8 +2,9 @@
 #include <memory>
 #include <vector>
 
-#include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/nn/loss.h"
+#include "mdtrain/nn/network.h"
+#include "mdtrain/nn/packed_parameters.h"
 #include "mdtrain/optim/optimizer.h"
 #include "mdtrain/strategy/step_executor.h"
 
@@ -13,7 +14,8 @@ class RecurrentLayer;
 class WavefrontStrategy;
 
 // The step of WavefrontStrategy: the wavefront pipeline of a deep recurrent stack, one logical CPU
-// device (one thread) per stage. The stack's leading recurrent layers with return_sequences=True
+// device (one thread) per stage. The model's leading recurrent layers with return_sequences=True
+// (a Sequential model's, or a chain of them at the start of a layer graph)
 // are cut into as many contiguous groups as the strategy has stages (as even as possible, earlier
 // stages one more); the layers after them (the head: Dense, a return_sequences=False recurrent
 // layer, ...) run on the last stage, on the whole output sequence. The sequence is cut into time
@@ -35,9 +37,9 @@ class WavefrontStrategy;
 // device does (the wavefront pays in training, where backward doubles the work per chunk).
 class WavefrontExecutor final : public StepExecutor {
  public:
-  // primary: built, a LayerStack. Throws std::invalid_argument ("[wavefront] ...") for a layer
-  // graph, or a stack that has fewer leading recurrent return_sequences layers than stages
-  // (naming the first layer that is not one).
+  // primary: built, any Network. Throws std::invalid_argument ("[wavefront] ...") for a model that
+  // has fewer leading recurrent return_sequences layers than stages, each reading only the layer
+  // before it and read only by the next (naming the first layer that is not one).
   WavefrontExecutor(Network& primary, WavefrontStrategy& strategy, const Loss& loss, const Optimizer& optimizer);
   ~WavefrontExecutor() override;
 
@@ -79,7 +81,10 @@ class WavefrontExecutor final : public StepExecutor {
   void gather_batch(const GlobalBatch& batch);
   void remake_communicators();
 
-  LayerStack& primary_;
+  Network& primary_;
+  // The layers after the recurrent prefix, run on the last stage: the model's own, a block of a
+  // layer graph as one GraphSegment.
+  LayerList head_;
   WavefrontStrategy& strategy_;
   std::int64_t time_chunk_;
   std::unique_ptr<Loss> loss_, logits_loss_;

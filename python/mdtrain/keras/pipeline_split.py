@@ -1,6 +1,8 @@
-"""keras.layers.PipelineSplit: where a Sequential model is cut into pipeline stages under
-``keras.distribution.PipelineParallel`` (docs/pipeline.md). Elsewhere it does nothing: it is an
-identity layer (a linear Activation), so the same model trains unchanged on one device."""
+"""keras.layers.PipelineSplit: where a Sequential or Functional model is cut into pipeline stages
+under ``keras.distribution.PipelineParallel`` (docs/pipeline.md). Elsewhere it does nothing: it is
+an identity layer (a linear Activation), so the same model trains unchanged on one device. In a
+Functional model it goes where one tensor crosses the graph (between residual blocks:
+``x = PipelineSplit()(x)``); one inside a block is a ValueError naming it."""
 from mdtrain.keras.layers import Layer, _core_layer
 
 

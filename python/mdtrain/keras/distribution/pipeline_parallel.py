@@ -31,10 +31,14 @@ class PipelineParallel(_PipeAxisDistribution):
     """Pipeline parallelism over ``device_mesh``'s ``pipe_dim_name`` axis.
 
     ``stages``: None (cut at the model's ``PipelineSplit`` layers, or, without any, as
-    ``"balance_params"``), a list of the first layer index of stages 1..p-1, ``"balance_params"``
+    ``"balance_params"``), a list of the first layer of stages 1..p-1 (indices into
+    ``model.layers``, or layer names), ``"balance_params"``
     (by parameter counts), or ``"balance_time"`` (by each layer's forward + backward time, measured
     on a copy of the model when the first step runs). Both take the contiguous cut whose costliest
     stage costs least, then the most even one. ``batch_dim_name`` names a data-parallel axis: one pipeline per position on it.
+    A Functional model is cut the same ways, at the points of its graph where exactly one tensor
+    crosses (between residual blocks, not inside one: a stage that would start inside a block is a
+    ValueError naming the layer); a block inside a stage runs whole there.
     Fewer micro-batches than stages is a ValueError here, before any training; fewer than
     4 x stages warns with the bubble fraction it costs.
 
@@ -60,9 +64,10 @@ class PipelineParallel(_PipeAxisDistribution):
                              "schedule and each micro-batch's state are made before any batch is seen, and a batch "
                              f"would need more than {MAX_MICROBATCHES} rows for every micro-batch to have one")
         if not (stages is None or stages in ("balance_params", "balance_time") or
-                (isinstance(stages, (list, tuple)) and all(isinstance(i, int) for i in stages))):
-            raise ValueError(f"stages must be None, 'balance_params', 'balance_time' or a list of layer indices, "
-                             f"got {stages!r}")
+                (isinstance(stages, (list, tuple)) and
+                 all(isinstance(i, (int, str)) and not isinstance(i, bool) for i in stages))):
+            raise ValueError(f"stages must be None, 'balance_params', 'balance_time' or a list of layer indices or "
+                             f"names, got {stages!r}")
         if isinstance(stages, (list, tuple)) and len(stages) != p - 1:
             raise ValueError(f"stages: {p} stages need the first layer index of stages 1..{p - 1} ({p - 1} indices), "
                              f"got {list(stages)}")
@@ -95,7 +100,11 @@ class PipelineParallel(_PipeAxisDistribution):
 
     def _stage_starts(self, model):
         if isinstance(self._stages, list):
-            return list(self._stages)
+            index = {layer.name: i for i, layer in enumerate(model.layers)}
+            missing = [s for s in self._stages if isinstance(s, str) and s not in index]
+            if missing:
+                raise ValueError(f"stages: model '{model.name}' has no layer named {missing[0]!r}")
+            return [index[s] if isinstance(s, str) else s for s in self._stages]
         if self._stages in ("balance_params", "balance_time"):
             return []
         from mdtrain.keras.pipeline_split import PipelineSplit

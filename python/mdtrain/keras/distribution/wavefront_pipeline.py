@@ -19,9 +19,10 @@ class WavefrontPipeline(_PipeAxisDistribution):
     """The wavefront pipeline over ``device_mesh``'s ``pipe_dim_name`` axis (logical CPU devices,
     one thread each), ``time_chunk`` steps per message.
 
-    The model must be a Sequential whose leading layers (at least one per stage) are recurrent layers
-    (SimpleRNN, LSTM, GRU) with ``return_sequences=True``; the layers after them (Dense, a last
-    recurrent layer with ``return_sequences=False``, ...) run on the last stage. Training runs the
+    The model (Sequential, or Functional) must start with recurrent layers (SimpleRNN, LSTM, GRU; at
+    least one per stage) with ``return_sequences=True``, stacked: each reads only the one before it;
+    the layers after them (Dense, a last recurrent layer with ``return_sequences=False``, any graph
+    in a Functional model, ...) run on the last stage. Training runs the
     wavefront; evaluate and predict run the whole model forward on one thread, as one device does."""
 
     def __init__(self, device_mesh, time_chunk, pipe_dim_name="pipe", auto_shard_dataset=True):
