@@ -14,8 +14,8 @@
 #include "mdtrain/strategy/batch_split.h"
 #include "mdtrain/strategy/communicator_sums.h"
 #include "mdtrain/strategy/pipeline_slots.h"
+#include "mdtrain/strategy/pipeline_step_plan.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
-#include "mdtrain/strategy/stage_balance.h"
 
 namespace mdtrain {
 
@@ -79,34 +79,21 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
       }()),
       strategy_(strategy),
       loss_(loss.clone()),
-      whole_optimizer_(optimizer.clone()),
-      schedule_(make_pipeline_schedule(strategy.schedule(), strategy.num_stages(), strategy.num_microbatches())) {
+      whole_optimizer_(optimizer.clone()) {
   MDTRAIN_CHECK(primary_.built(), std::logic_error, "[pipeline] the model must be built before training");
   const auto& opts = optimizer.options();
   MDTRAIN_CHECK(!opts.clipnorm && !opts.global_clipnorm, std::invalid_argument,
                 "[pipeline] clipnorm and global_clipnorm are not supported under PipelineParallel yet (the norm "
                 "spans stages); use clipvalue");
+  // The stages and each stage's op list are the strategy's plan (pipeline_step_plan.h).
+  const StepPlan plan = strategy_.make_plan(primary_, strategy_.mesh(), plan_options_of(optimizer));
+  schedule_ = pipeline_schedule_of(plan, strategy_.schedule(), strategy_.num_microbatches());
   validate(schedule_);
   // Layers without CUDA kernels are refused here, before any communicator or GPU memory exists.
   for (const mdtrain::Device& d : strategy_.devices()) primary_.check_device_support(d);
   const auto& layers = primary_.layers();
   const int p = strategy_.num_stages();
-  starts_ = {0};
-  if (strategy_.stage_starts().empty() && strategy_.balance_by_time()) {
-    for (int s : balance_stages(measure_layer_times(primary_), p)) starts_.push_back(s);
-  } else if (strategy_.stage_starts().empty()) {
-    std::vector<std::int64_t> counts;
-    for (const auto& layer : layers) {
-      std::int64_t n = 0;
-      for (Parameter* w : layer->parameters()) n += w->value.numel();
-      counts.push_back(n);
-    }
-    for (int s : balance_stages(counts, p)) starts_.push_back(s);
-  } else {
-    for (int s : strategy_.stage_starts()) starts_.push_back(s);
-  }
-  MDTRAIN_CHECK(starts_.back() < static_cast<int>(layers.size()), std::invalid_argument, "[pipeline] stage ", p - 1,
-                " would start at layer ", starts_.back(), " but the model has ", layers.size(), " layers");
+  for (const Segment& seg : plan.segments) starts_.push_back(static_cast<int>(seg.first_layer));
   starts_.push_back(static_cast<int>(layers.size()));
 
   const DeviceMesh mesh = strategy_.mesh();
@@ -781,6 +768,12 @@ std::vector<StepProfile> PipelineExecutor::profile() const {
   for (const auto& dev : devices_) {
     out.push_back(dev->profile);
     out.back().wall = wall_;
+    // Its sends and receives along the pipe axis and its collectives along the batch axis.
+    for (const Communicator* comm : {dev->pipe_comm.get(), dev->batch_comm.get()})
+      for (int k = 0; k < kCountedCollectives; ++k) {
+        out.back().collectives.of[k].calls += comm->counts().of[k].calls;
+        out.back().collectives.of[k].bytes += comm->counts().of[k].bytes;
+      }
   }
   return out;
 }
@@ -788,6 +781,8 @@ std::vector<StepProfile> PipelineExecutor::profile() const {
 void PipelineExecutor::reset_profile() {
   for (auto& dev : devices_) {
     dev->profile = StepProfile{};
+    dev->pipe_comm->reset_counts();
+    dev->batch_comm->reset_counts();
     dev->busy = 0;
     dev->forward = 0;
     dev->idle = 0;

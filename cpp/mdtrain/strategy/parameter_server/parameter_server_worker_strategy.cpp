@@ -43,7 +43,7 @@ mdtrain::StepPlan ParameterServerWorkerStrategy::make_plan(Network& network, con
   plan.strategy = name();
   plan.mesh_shape = {1};
   plan.mesh_axes = {"batch"};
-  plan.segments.push_back(Segment{"network", 0, weights.layers});
+  plan.segments.push_back(Segment{"network", 0, weights.layers, {}});
   for (WeightPlacement& w : weights.weights) {
     w.axis = "ps";
     w.dim = 0;
