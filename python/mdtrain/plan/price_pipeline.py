@@ -285,9 +285,8 @@ def price_wavefront(plan, profile, cluster, timesteps, scale=1.0):
             raise RuntimeError("wavefront: the plan's receives never match a send")
     timeline = sim.run()
     breakdown = _breakdown(timeline, devs, pipeline=True)
-    rows = max((op["rows"] for o in ops for op in o), default=0)
-    chunks = max((op["microbatch"] for o in ops for op in o if op["kind"] == "forward"), default=0) + 1
-    # The model's weights, gradients and slots on one device's memory (the stages share the model's
-    # weights; each holds a clone of its layers per chunk: the whole sequence's activations).
-    memory = profile.param_bytes * (2 + profile.optimizer_slots) + _activation_bytes(profile, rows) + 0 * chunks
+    rows = max((op["rows"] for o in ops for op in o if op["kind"] == "forward"), default=0)
+    # The stages share the model's weights, gradients and slots in one process's memory; the chunks'
+    # clones of the layers together hold the whole sequence's activations.
+    memory = profile.param_bytes * (2 + profile.optimizer_slots) + _activation_bytes(profile, rows)
     return StepResult(timeline.makespan, breakdown, memory, timeline)

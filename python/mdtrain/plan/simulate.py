@@ -3,8 +3,7 @@ communication stream, a parameter server), each resource running its tasks in th
 issues them, each task starting when its resources are free and its dependencies are done.
 
 Nothing here knows a strategy: price_plan.py turns the core's StepPlan of a data-parallel
-strategy into tasks, steps.py the other strategies' steps (the pipeline's op lists are the
-executor's own, from the core). Overlap and pipeline bubbles are what this replay
+strategy into tasks, price_pipeline.py a pipeline's, steps.py the other strategies' steps. Overlap and pipeline bubbles are what this replay
 gives, not a formula: a bucket's all-reduce on a communication stream overlaps the backward tasks
 after it; a pipeline stage waiting on a receive is idle.
 

@@ -1,15 +1,12 @@
 """The steps of the strategies the planner does not yet price from the core's StepPlan (data
-parallelism is priced from it: price_plan.py), as simulator tasks in the order the code runs
-them, and the pricing helpers both share:
+parallelism is priced from it in price_plan.py, the pipelines in price_pipeline.py), as simulator
+tasks in the order the code runs them, and the pricing helpers they all share:
 
 - tensor parallel (tensor_parallel_plan.h): Dense layers split over the model axis, a
   column-parallel Dense followed by a row-parallel one (Megatron's pairing): an all-reduce of the
   row-parallel layer's output in forward and of the column-parallel layer's input gradient in
   backward; an unpaired column-parallel Dense all-gathers its output (and all-reduces its input
   gradient).
-- pipeline (pipeline_schedule.h): each stage's op list from the core's make_pipeline_schedule
-  (GPipe or 1F1B), sends buffered, a receive waiting for its transfer on the link between stages;
-  then each stage's gradient sum over its batch-axis replicas and its update.
 - parameter servers on a preset: each worker's compute, a push of its gradient shards to the k
   servers (each server's link shared by every worker, in worker order), the server's update, the
   pull back (synchronous, the batch split over the workers);
@@ -23,12 +20,10 @@ replayed; collectives are costed for the whole group. On a machine whose devices
 n devices on fewer cores run at most that many at once; a device's layer that runs while another
 core computes costs the profile's shared time (measured while every core ran a copy of the model:
 the cores share memory bandwidth and caches), alone the alone time (simulate.py applies it to
-the overlapping part of each task); a pipeline's receive there costs the measured per-message
-send + wake-up."""
+the overlapping part of each task)."""
 import dataclasses
 
 from mdtrain.plan import collectives
-from mdtrain.plan.pipeline_memory import peak_in_flight
 from mdtrain.plan.profile import BYTES_PER_VALUE
 from mdtrain.plan.simulate import COMMUNICATION, COMPUTE, UPDATE, Simulator
 
@@ -211,149 +206,6 @@ def tensor_parallel(profile, cluster, t, dp, global_batch, scale=1.0):
                                     sum(layer.activation_values / shard(i) for i, layer in enumerate(layers)))
     return StepResult(timeline.makespan, _breakdown(timeline, devs),
                       local_values * BYTES_PER_VALUE * (2 + slots) + act, timeline), forms
-
-
-def balance_stages(times, stages):
-    """The first layer of stages 1..p-1 for per-layer `times` (seconds): the core's own cut
-    (stage_balance.h), the one PipelineParallel makes."""
-    from mdtrain import _core
-    return list(_core.balance_stages([round(t * 1e9) for t in times], stages))
-
-
-def balance_time_starts(profile, stages):
-    """Where stages="balance_time" cuts the profiled model: by each layer's time on the rows the
-    executor times (it cannot know the micro-batch when it cuts)."""
-    from mdtrain import _core
-    return balance_stages([layer.time(_core.BALANCE_TIME_ROWS) for layer in profile.layers], stages)
-
-
-def pipeline_ops(schedule, stages, microbatches):
-    from mdtrain import _core
-    return _core.pipeline_schedule_ops(schedule, stages, microbatches)
-
-
-def pipeline(profile, cluster, p, m, schedule, dp, global_batch, scale=1.0, stage_starts=None, ops=None,
-             stage_costs=None, measured_stages=None):
-    """PipelineParallel on a (pipe=p, batch=dp) mesh with m micro-batches. stage_costs: optional
-    [(forward_s, backward_s)] per stage per micro-batch (tests: equal stages); else from the
-    profile, stages cut by time as stages='balance_time' does (or at stage_starts), each stage's
-    cost the stage timer's (`measured_stages`, stage_profile.measure_stage_costs, the same list
-    shape) when given, else the sum of its layers' profiled times. Returns (StepResult, the mean
-    bubble per stage in seconds, the pipeline's span: first forward to last backward)."""
-    rows = global_batch // (dp * m)
-    layers = profile.layers
-    cluster = replay_cluster(profile, cluster, scale)
-    contended = stage_costs is None and contention_measured(profile, cluster, scale)
-    shared_costs = None
-    ops = ops if ops is not None else pipeline_ops(schedule, p, m)
-    if stage_costs is None:
-        starts = stage_starts if stage_starts is not None else balance_time_starts(profile, p)
-        bounds = [0] + list(starts) + [len(layers)]
-        groups = [layers[bounds[s]:bounds[s + 1]] for s in range(p)]
-        if measured_stages is not None:
-            if len(measured_stages) != p:
-                raise ValueError(f"pipeline: measured_stages has {len(measured_stages)} stages' costs for {p} stages")
-            # The stage as it runs, timed alone; while other cores compute it pays what its layers
-            # pay then (their shared over alone time).
-            stage_costs = [(f * scale, b * scale) for f, b in measured_stages]
-            if contended:
-                ratios = [sum(x.time(rows, True) for x in g) / max(sum(x.time(rows) for x in g), 1e-30) for g in groups]
-                shared_costs = [(f * r, b * r) for (f, b), r in zip(stage_costs, ratios)]
-        else:
-            # A stage holding k micro-batches' activations at its peak (GPipe: all m) runs each one
-            # at the profile's in-flight time (LayerCost.in_flight_factor): measured, not a formula.
-            held = [peak_in_flight(stage_ops) for stage_ops in ops]
-            stage_costs = [(sum(x.forward_time(rows, in_flight=k) for x in g) * scale,
-                            sum(x.backward_time(rows, in_flight=k) for x in g) * scale) for g, k in zip(groups, held)]
-            if contended:
-                shared_costs = [(sum(x.forward_time(rows, True, k) for x in g) * scale,
-                                 sum(x.backward_time(rows, True, k) for x in g) * scale) for g, k in zip(groups, held)]
-        boundary_bytes = [rows * g[-1].activation_values * BYTES_PER_VALUE for g in groups]
-        stage_values = [sum(x.params for x in g) for g in groups]
-    else:
-        groups = None
-        boundary_bytes = [0.0] * p
-        stage_values = [0] * p
-    sim = Simulator()
-    devs = [f"stage{s}" for s in range(p)]
-    # A send is buffered (the stage goes on); the transfer occupies the link between the two
-    # stages, in the sender's order; the receive waits for it. Stages' ops are added in rounds
-    # so a transfer exists before the receive that waits for it is added.
-    last_fwd, last_bwd, transfer = {}, {}, {}
-    pending = [list(stage_ops) for stage_ops in ops]
-    # Measured on this machine only (0 elsewhere): the step's fixed cost (the two-stage probe's
-    # when measured, else that of as many replica threads) and each message's send + wake-up of
-    # the stage thread waiting in its receive, on the receiving stage.
-    message_s = cluster.pipeline_message_s if groups and cluster.pipeline_message_s is not None else 0.0
-    if groups:
-        fixed = (cluster.pipeline_step_overhead_s if cluster.pipeline_step_overhead_s is not None and dp == 1
-                 else cluster.step_overhead(p * dp))
-        sim.add("stage threads hand-off", tuple(devs), fixed, category=COMMUNICATION)
-        sim.add("stage0 gather+loss", on_core(cluster, devs[0], 0), overhead_seconds(profile, scale))
-    while any(pending):
-        progressed = False
-        for s in range(p):
-            while pending[s]:
-                kind, mb = pending[s][0]
-                f, b = stage_costs[s]
-                sf, sb = shared_costs[s] if shared_costs else (None, None)
-                d = devs[s]
-                if kind == "forward":
-                    last_fwd[(s, mb)] = sim.add(f"{d} F{mb}", on_core(cluster, d, s * dp), f, shared_duration=sf)
-                elif kind == "backward":
-                    last_bwd[(s, mb)] = sim.add(f"{d} B{mb}", on_core(cluster, d, s * dp), b, shared_duration=sb)
-                elif kind == "send_activation":
-                    same = (s // cluster.devices_per_host) == ((s + 1) // cluster.devices_per_host)
-                    transfer[("act", s + 1, mb)] = sim.add(
-                        f"act {s}->{s + 1} mb{mb}", f"link{s}>{s + 1}",
-                        collectives.point_to_point(boundary_bytes[s], same, cluster) if groups else 0.0,
-                        deps=(last_fwd[(s, mb)],), category=COMMUNICATION)
-                elif kind == "send_gradient":
-                    same = (s // cluster.devices_per_host) == ((s - 1) // cluster.devices_per_host)
-                    transfer[("grad", s - 1, mb)] = sim.add(
-                        f"grad {s}->{s - 1} mb{mb}", f"link{s}>{s - 1}",
-                        collectives.point_to_point(boundary_bytes[s - 1], same, cluster) if groups else 0.0,
-                        deps=(last_bwd[(s, mb)],), category=COMMUNICATION)
-                elif kind in ("recv_activation", "recv_gradient"):
-                    key = ("act" if kind == "recv_activation" else "grad", s, mb)
-                    if key not in transfer:
-                        break  # its sender has not reached the send yet: next round
-                    sim.add(f"{d} {kind} mb{mb}", d, message_s, deps=(transfer[key],),
-                            category=COMMUNICATION if message_s else COMPUTE)
-                pending[s].pop(0)
-                progressed = True
-        if not progressed:
-            raise RuntimeError("pipeline: the schedule's receives never match a send")
-    slots = profile.optimizer_slots
-    for s, d in enumerate(devs):
-        if dp > 1 and stage_values[s]:
-            sim.add(f"{d} gradient all-reduce", (d, f"net{s}"),
-                    collectives.all_reduce(stage_values[s] * BYTES_PER_VALUE, dp, cluster), category=COMMUNICATION)
-        add_update(sim, f"{d} update", on_core(cluster, d, s * dp),
-                   update_seconds(stage_values[s], slots, cluster, profile, scale), profile, cluster, scale)
-    timeline = sim.run()
-    # The bubble: inside the pipeline's span (up to the last backward anywhere), the time a
-    # stage does not compute; after the span, waiting for the slowest stage's update is exposed
-    # communication/update skew, not bubble.
-    pipe_start = min(t.start for t in last_fwd.values())
-    pipe_end = max(t.end for t in last_bwd.values())
-    busy = [sum(t.duration for key, t in list(last_fwd.items()) + list(last_bwd.items()) if key[0] == s)
-            for s in range(p)]
-    # A receive's message cost is communication, not bubble.
-    received = [sum(t.duration for t in timeline.tasks if t.resources == (devs[s],) and " recv_" in t.name)
-                for s in range(p)]
-    bubble = max(0.0, sum(pipe_end - pipe_start - b - r for b, r in zip(busy, received)) / p)
-    update = sum(timeline.busy(d, UPDATE) for d in devs) / p
-    compute = sum(timeline.busy(d, COMPUTE) for d in devs) / p
-    comm = max(0.0, timeline.makespan - compute - update - bubble)
-    peak = [peak_in_flight(stage_ops) for stage_ops in ops]
-    if groups:
-        memory = max(stage_values[s] * BYTES_PER_VALUE * (2 + slots) +
-                     peak[s] * _activation_bytes(profile, rows, groups[s]) for s in range(p))
-    else:
-        memory = 0.0
-    return StepResult(timeline.makespan, {"compute": compute, "communication": comm, "update": update,
-                                          "bubble": bubble}, memory, timeline), bubble, pipe_end - pipe_start
 
 
 def parameter_servers(profile, cluster, workers, k, global_batch, scale=1.0):
