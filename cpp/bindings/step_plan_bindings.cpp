@@ -134,7 +134,10 @@ void init_step_plan(py::module_& m) {
         MDTRAIN_CHECK(global_batch >= 0, std::invalid_argument,
                       "[plan] make_step_plan: global_batch must be >= 0, got ", global_batch);
         PlanOptions options;
-        if (model.compiled()) options = plan_options_of(model.optimizer());
+        if (model.compiled()) {
+          options = plan_options_of(model.optimizer());
+          options.counts_labels = model.loss().counts_labels();
+        }
         options.global_batch = global_batch;
         return strategy.make_plan(model.network(), strategy.mesh(), options);
       },

@@ -26,6 +26,45 @@ def _mlp(seed=7):
                                 tf.keras.layers.Dense(5, name="out")])
 
 
+def _normalized_mlp(seed=7):
+    tf.keras.utils.set_random_seed(seed)
+    L = tf.keras.layers
+    return tf.keras.Sequential([tf.keras.Input((20,)), L.Dense(32, activation="relu", name="d0"),
+                                L.BatchNormalization(name="bn0"), L.Dense(24, activation="tanh", name="d1"),
+                                L.Dense(16, activation="relu", name="d2"), L.BatchNormalization(name="bn1"),
+                                L.Dense(5, name="out")])
+
+
+def test_statistics_and_label_counts_are_summed_over_the_pipelines(logical_cpus):
+    """Two pipelines: each stage's BatchNormalization statistics (two float64 all-reduces per
+    layer) and an ignore_class loss's label count (one) are collectives of the plan too."""
+    logical_cpus(4)
+    mesh = distribution.DeviceMesh((2, 2), ("batch", "pipe"), devices=distribution.list_devices()[:4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pp = distribution.PipelineParallel(mesh, num_microbatches=2, schedule="1f1b", stages=[3],
+                                           batch_dim_name="batch")
+    with pp.scope():
+        model = _normalized_mlp()
+        model.compile(optimizer="adam",
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=4))
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((40, 20)).astype("float32")
+    y = rng.integers(0, 5, size=40).astype("int32")
+    model._core.reset_profile()
+    model.fit(x, y, batch_size=40, epochs=1, shuffle=False, verbose=0)
+    plan = _core.make_step_plan(pp._compiled_core(model), model._core, 40)
+    profile = model._core.profile()
+    for d in range(4):
+        assert profile[d]["collectives"] == plan.collective_counts(d), f"device {d}"
+        sums = [op["bytes"] for op in plan.ops(d) if op["kind"] == "collective"]
+        stage = d % 2  # mesh (batch, pipe)
+        # The label count first; after the schedule bn0 (32 channels) on stage 0, bn1 (16) on
+        # stage 1, then the stage's gradient bucket.
+        channels = 32 if stage == 0 else 16
+        assert sums[:3] == [8, (1 + channels) * 8, channels * 8] and len(sums) == 4
+
+
 def _schedule_ops(ops):
     """A device's plan ops as the core's pipeline schedule names them (kind, micro-batch)."""
     out = []

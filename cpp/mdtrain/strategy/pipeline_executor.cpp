@@ -86,7 +86,9 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
                 "[pipeline] clipnorm and global_clipnorm are not supported under PipelineParallel yet (the norm "
                 "spans stages); use clipvalue");
   // The stages and each stage's op list are the strategy's plan (pipeline_step_plan.h).
-  const StepPlan plan = strategy_.make_plan(primary_, strategy_.mesh(), plan_options_of(optimizer));
+  PlanOptions options = plan_options_of(optimizer);
+  options.counts_labels = loss.counts_labels();
+  const StepPlan plan = strategy_.make_plan(primary_, strategy_.mesh(), options);
   schedule_ = pipeline_schedule_of(plan, strategy_.schedule(), strategy_.num_microbatches());
   validate(schedule_);
   // Layers without CUDA kernels are refused here, before any communicator or GPU memory exists.

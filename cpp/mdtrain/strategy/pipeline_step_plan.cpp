@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mdtrain/core/errors.h"
+#include "mdtrain/nn/batch_normalization.h"
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/nn/recurrent_layer.h"
 #include "mdtrain/strategy/batch_split.h"
@@ -71,6 +72,8 @@ std::vector<PlanLayer> plan_layers_of(Network& network) {
     for (Parameter* p : layer->parameters())
       if (p->trainable) l.weights.push_back(WeightPlacement{p->name, p->value.numel(), "", -1, -1});
     l.output_values = numel(layer->output_shape());
+    if (dynamic_cast<const BatchNormalization*>(layer.get()) != nullptr && !layer->output_shape().empty())
+      l.statistics_channels = layer->output_shape().back();
     out.push_back(std::move(l));
   }
   return out;
@@ -177,6 +180,17 @@ StepPlan pipeline_step_plan(const std::vector<PlanLayer>& layers, const Pipeline
     auto rows_of = [&](int mb) { return slice_of(group.rows, m, mb).rows; };
     DevicePlan dev;
     dev.device = d;
+    const std::string& sum_axis = plan.syncs[static_cast<std::size_t>(s)].axis;
+    auto batch_sum = [&](std::int64_t float64s) {
+      PlanOp op;
+      op.kind = OpKind::Collective;
+      op.collective = CountedCollective::AllReduce;
+      op.axis = sum_axis;
+      op.group = pipelines;
+      op.bytes = float64s * 8;
+      dev.ops.push_back(op);
+    };
+    if (pipelines > 1 && in.counts_labels) batch_sum(1);
     for (const PipelineOp& op : schedule.ops[static_cast<std::size_t>(s)]) {
       const int mb = op.microbatch;
       const std::int64_t rows = rows_of(mb);
@@ -204,6 +218,12 @@ StepPlan pipeline_step_plan(const std::vector<PlanLayer>& layers, const Pipeline
     // The stage's gradients summed over the batch axis after the schedule (GradientReducer::reduce
     // of the stage's packed gradients), then its update.
     const auto si = static_cast<std::size_t>(s);
+    for (int i = bounds[si]; i < bounds[si + 1] && pipelines > 1; ++i) {
+      const std::int64_t channels = layers[static_cast<std::size_t>(i)].statistics_channels;
+      if (channels == 0) continue;
+      batch_sum(1 + channels);
+      batch_sum(channels);
+    }
     if (pipelines > 1)
       add_gradient_buckets(dev.ops, plan.syncs[si].axis, pipelines, first_value[si], values[si], elem, in.bucket_bytes,
                            false, false);

@@ -22,6 +22,9 @@ class WavefrontStrategy;
 struct PlanLayer {
   std::vector<WeightPlacement> weights;
   std::int64_t output_values = 0;
+  // A BatchNormalization's channels: its moving statistics, deferred to once per step, are summed
+  // over the pipelines then (two all-reduces of float64: the count and means, then the spread).
+  std::int64_t statistics_channels = 0;
 };
 std::vector<PlanLayer> plan_layers_of(Network& network);
 
@@ -39,6 +42,9 @@ struct PipelinePlanInputs {
   std::string batch_axis;  // empty: one pipeline
   std::size_t bucket_bytes = GradientReducer::kDefaultBucketBytes;
   DType dtype = DType::Float32;
+  // The loss counts its labels (ignore_class): every device sums the count over the pipelines
+  // before its first forward (one all-reduce of a float64).
+  bool counts_labels = false;
 };
 
 // Where PipelineStrategy cuts `network` into stages (the first layer of stages 1..p-1): its
@@ -55,8 +61,9 @@ std::vector<int> pipeline_stage_starts(Network& network, const PipelineStrategy&
 // b's slice of the batch cut into micro-batches, slice_of) and, around each forward and backward,
 // the receive and send of the boundary's activations or gradients (rows x the boundary layer's
 // output values x the dtype's bytes, to or from the neighbouring stage's device of the same
-// pipeline); then, with several pipelines, the stage's gradient buckets all-reduced over the batch
-// axis (GradientReducer after the schedule), then the update of the stage's values.
+// pipeline); then, with several pipelines, the stage's BatchNormalization statistics and its
+// gradient buckets all-reduced over the batch axis (after the schedule, GradientReducer's buckets
+// last first), then the update of the stage's values.
 StepPlan pipeline_step_plan(const std::vector<PlanLayer>& layers, const PipelinePlanInputs& in,
                             std::int64_t global_batch);
 

@@ -121,6 +121,7 @@ StepPlan PipelineStrategy::make_plan(Network& network, const DeviceMesh& mesh, c
   in.batch_axis = batch_axis().value_or("");
   in.bucket_bytes = gradient_bucket_bytes();
   in.dtype = network.dtype();
+  in.counts_labels = options.counts_labels;
   return pipeline_step_plan(plan_layers_of(network), in, options.global_batch);
 }
 

@@ -117,6 +117,7 @@ struct PlanOptions {
   // Rows of a step's global batch: the plan's activation bytes (sends, tensor-parallel
   // collectives) and ops' rows follow from it; 0 leaves them 0 (the gradient sync needs none).
   std::int64_t global_batch = 0;
+  bool counts_labels = false;  // the loss counts its labels (ignore_class): summed over the slices
 };
 
 // What a data-parallel plan depends on: the devices, how the strategy reduces, and the
