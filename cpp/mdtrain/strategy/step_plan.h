@@ -2,8 +2,9 @@
 // StepPlan: what one training step of a strategy does, as data (DESIGN.md §9): the network's
 // segments, each weight's layout, each gradient's sync and each device's ordered op list. A
 // strategy makes it (Strategy::make_plan), its executor takes its decisions from it (the
-// ReplicatedExecutor its gradient sync), and the planner (python/mdtrain/plan) prices the same
-// plan, so the code that trains and the code that predicts cannot drift apart.
+// ReplicatedExecutor its gradient sync, the pipeline executors their stages and op order:
+// pipeline_step_plan.h), and the planner (python/mdtrain/plan) prices the same plan, so the code
+// that trains and the code that predicts cannot drift apart.
 #include <cstddef>
 #include <cstdint>
 #include <string>
