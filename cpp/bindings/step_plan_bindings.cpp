@@ -3,6 +3,7 @@
 // collective counts.
 #include "bindings.h"
 #include "mdtrain/model/model.h"
+#include "mdtrain/strategy/pipeline_step_plan.h"
 #include "mdtrain/strategy/step_plan.h"
 #include "mdtrain/strategy/parameter_server/parameter_server_worker_strategy.h"
 #include "mdtrain/strategy/strategy.h"
@@ -19,10 +20,13 @@ py::dict op_dict(const PlanOp& op) {
     d["segment"] = op.segment;
     d["microbatch"] = op.microbatch;
     d["rows"] = op.rows;
+    d["steps"] = op.steps;
   } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
     d["segment"] = op.segment;
     d["microbatch"] = op.microbatch;
     d["rows"] = op.rows;
+    d["steps"] = op.steps;
+    d["gradient"] = op.gradient;
     d["peer"] = op.peer;
     d["bytes"] = op.bytes;
   } else if (op.kind == OpKind::Collective) {
@@ -74,6 +78,7 @@ void init_step_plan(py::module_& m) {
                                  d["name"] = s.name;
                                  d["first_layer"] = s.first_layer;
                                  d["end_layer"] = s.end_layer;
+                                 d["devices"] = s.devices;
                                  out.append(d);
                                }
                                return out;
@@ -87,6 +92,7 @@ void init_step_plan(py::module_& m) {
                                  d["values"] = l.values;
                                  d["axis"] = l.axis.empty() ? py::object(py::none()) : py::object(py::str(l.axis));
                                  d["dim"] = l.dim;
+                                 d["segment"] = l.segment;
                                  out.append(d);
                                }
                                return out;
@@ -130,7 +136,10 @@ void init_step_plan(py::module_& m) {
         MDTRAIN_CHECK(global_batch >= 0, std::invalid_argument,
                       "[plan] make_step_plan: global_batch must be >= 0, got ", global_batch);
         PlanOptions options;
-        if (model.compiled()) options = plan_options_of(model.optimizer());
+        if (model.compiled()) {
+          options = plan_options_of(model.optimizer());
+          options.counts_labels = model.loss().counts_labels();
+        }
         options.global_batch = global_batch;
         return strategy.make_plan(model.network(), strategy.mesh(), options);
       },
@@ -144,7 +153,7 @@ void init_step_plan(py::module_& m) {
          bool reduce_to_one, std::size_t bucket_bytes, bool clips_by_norm) {
         PlanWeights w;
         w.layers = layers;
-        for (const auto& [name, values] : weights) w.weights.push_back(WeightPlacement{name, values, "", -1});
+        for (const auto& [name, values] : weights) w.weights.push_back(WeightPlacement{name, values, "", -1, -1});
         ReplicatedPlanInputs in;
         in.strategy = strategy;
         in.local_replicas = local_replicas;
@@ -192,7 +201,7 @@ void init_step_plan(py::module_& m) {
           if (d.contains("timesteps")) l.timesteps = d["timesteps"].cast<std::int64_t>();
           for (const auto& [w, values, dim] :
                d["weights"].cast<std::vector<std::tuple<std::string, std::int64_t, int>>>())
-            l.weights.push_back(WeightPlacement{w, values, "", dim});
+            l.weights.push_back(WeightPlacement{w, values, "", dim, -1});
           in.push_back(std::move(l));
         }
         TensorParallelPlanInputs inputs;
@@ -221,12 +230,65 @@ void init_step_plan(py::module_& m) {
         w.layers = layers;
         if (!layout.variables.empty()) w.dtype = layout.variables.front().dtype;
         for (const PsVariableSpec& v : layout.variables)
-          w.weights.push_back(WeightPlacement{v.name, numel(v.shape), "", -1});
+          w.weights.push_back(WeightPlacement{v.name, numel(v.shape), "", -1, -1});
         return parameter_server_step_plan(w, layout, strategy);
       },
       py::arg("layout"), py::arg("layers"), py::arg("strategy") = "ParameterServerStrategy",
       "A parameter-server worker's StepPlan for the variables of `layout` (a PsShardLayout) over `layers` layers: "
       "the function ParameterServerWorkerStrategy.make_plan calls (a pull and a push per server of its rows' bytes).");
+  m.def(
+      "pipeline_step_plan",
+      [](const std::vector<std::pair<std::string, std::int64_t>>& weights,
+         const std::vector<std::int64_t>& output_values, const std::vector<int>& stage_starts,
+         const std::string& schedule, int microbatches, int pipelines, std::int64_t global_batch,
+         std::size_t bucket_bytes) {
+        MDTRAIN_CHECK(weights.size() == output_values.size(), std::invalid_argument,
+                      "[plan] pipeline_step_plan: ", weights.size(), " layers' weights and ", output_values.size(),
+                      " layers' output values");
+        MDTRAIN_CHECK(pipelines >= 1 && global_batch >= 0, std::invalid_argument,
+                      "[plan] pipeline_step_plan: pipelines must be >= 1 and global_batch >= 0");
+        std::vector<PlanLayer> layers;
+        for (std::size_t i = 0; i < weights.size(); ++i) {
+          PlanLayer l;
+          if (weights[i].second > 0)
+            l.weights.push_back(WeightPlacement{weights[i].first, weights[i].second, "", -1, -1});
+          l.output_values = output_values[i];
+          layers.push_back(std::move(l));
+        }
+        PipelinePlanInputs in;
+        in.schedule = pipeline_schedule_kind(schedule);
+        in.microbatches = microbatches;
+        in.stage_starts = stage_starts;
+        const int p = static_cast<int>(stage_starts.size()) + 1;
+        in.mesh_shape = {p, pipelines};
+        in.mesh_axes = {"pipe", "batch"};
+        in.batch_axis = "batch";
+        in.bucket_bytes = bucket_bytes;
+        return pipeline_step_plan(layers, in, global_batch);
+      },
+      py::arg("weights"), py::arg("output_values"), py::arg("stage_starts"), py::arg("schedule"),
+      py::arg("microbatches"), py::arg("pipelines") = 1, py::arg("global_batch") = 0,
+      py::arg("bucket_bytes") = GradientReducer::kDefaultBucketBytes,
+      "The PipelineParallel StepPlan the planner prices: per layer its float32 trainable values ([(name, values)]) "
+      "and the values of one row of its output, stages starting at `stage_starts`, `schedule` with `microbatches` "
+      "micro-batches on a (pipe, batch) mesh of `pipelines` pipelines, global batches of `global_batch` rows; from "
+      "the same function PipelineStrategy.make_plan calls.");
+  m.def(
+      "wavefront_step_plan",
+      [](Model& model, int stages, std::int64_t time_chunk, std::int64_t global_batch) {
+        Network& network = model.network();
+        MDTRAIN_CHECK(network.built(), std::invalid_argument, "[wavefront] the model must be built first");
+        WavefrontPlanInputs in;
+        in.stage_ranges = wavefront_stage_ranges(network, stages);
+        in.time_chunk = time_chunk;
+        in.timesteps = network.input_shape().empty() ? 1 : network.input_shape()[0];
+        in.dtype = network.dtype();
+        return wavefront_step_plan(plan_layers_of(network), in, global_batch);
+      },
+      py::arg("model"), py::arg("stages"), py::arg("time_chunk"), py::arg("global_batch") = 0,
+      "The WavefrontPipeline StepPlan of a built Sequential model over `stages` devices with time chunks of "
+      "`time_chunk` steps on global batches of `global_batch` rows (what WavefrontStrategy.make_plan makes), for "
+      "the planner.");
   m.def(
       "plan_weights",
       [](Model& model) {

@@ -41,7 +41,16 @@ void init_wavefront(py::module_& m) {
       .def_property_readonly("num_stages", &WavefrontStrategy::num_stages)
       .def_property_readonly("time_chunk", &WavefrontStrategy::time_chunk)
       .def_property_readonly("mesh", &WavefrontStrategy::mesh)
-      .def("stage_starts", [](const WavefrontStrategy& s) { return compiled_executor(s).stage_starts(); });
+      .def("stage_starts", [](const WavefrontStrategy& s) { return compiled_executor(s).stage_starts(); })
+      .def(
+          "stage_collectives",
+          [](const WavefrontStrategy& s) {
+            py::list out;
+            for (const CollectiveCounts& c : compiled_executor(s).stage_collectives())
+              out.append(collective_counts_dict(c));
+            return out;
+          },
+          "Per stage (device), the calls and bytes of its sends and receives since the model's profile was reset.");
 
   m.def(
       "rnn_state_forward",

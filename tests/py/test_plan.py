@@ -13,7 +13,8 @@ import mdtrain as tf
 from mdtrain import _core
 from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, fit_alpha_beta, fit_benchmark_json, plan
 from mdtrain.plan import planner as planner_module
-from mdtrain.plan import price_parameter_servers, price_plan, price_tensor_parallel, probes, ps_probe, stage_profile, steps
+from mdtrain.plan import (price_parameter_servers, price_pipeline, price_plan, price_tensor_parallel, probes,
+                          ps_probe, stage_profile, step_costs)
 from mdtrain.plan.core_threads import core_threads
 from mdtrain.plan.profile import LayerCost, profile_model, profile_rows
 from mdtrain.plan.simulate import Simulator
@@ -146,7 +147,7 @@ def test_presets_name_their_source():
 @pytest.mark.parametrize("p,m", [(2, 2), (2, 8), (4, 4), (4, 16), (8, 8)])
 def test_simulated_bubble_of_equal_stages_is_the_formula(schedule, p, m):
     prof = synthetic_profile()
-    result, bubble, span = steps.pipeline(prof, gpu_cluster(), p, m, schedule, 1, 64 * m,
+    result, bubble, span = price_pipeline.pipeline(prof, gpu_cluster(), p, m, schedule, 1, 64 * m,
                                               stage_costs=[(1.0, 2.0)] * p)
     assert span == pytest.approx((m + p - 1) * 3.0)
     assert bubble / span == pytest.approx((p - 1) / (m + p - 1))
@@ -167,11 +168,11 @@ def test_pipeline_plans_cost_the_cut_the_executor_makes():
     def layer(i, ms):
         return dataclasses.replace(synthetic_profile().layers[0], name=f"dense_{i}", fixed_s=ms * 1e-3, per_row_s=0.0)
     prof = dataclasses.replace(synthetic_profile(), layers=tuple(layer(i, t) for i, t in enumerate((1, 8, 1, 1))))
-    assert steps.balance_time_starts(prof, 2) == list(_core.balance_stages([1, 8, 1, 1], 2)) == [2]
-    assert steps.balance_time_starts(prof, 4) == [1, 2, 3]
+    assert price_pipeline.balance_time_starts(prof, 2) == list(_core.balance_stages([1, 8, 1, 1], 2)) == [2]
+    assert price_pipeline.balance_time_starts(prof, 4) == [1, 2, 3]
     plans = plan(seed_mlp(), 64, gpu_cluster(hosts=1), profile=prof)
     piped = [p for p in plans if p.strategy_name == "PipelineParallel" and p.applicable]
-    assert piped and all(p.settings["stage_starts"] == steps.balance_time_starts(prof, p.settings["stages"])
+    assert piped and all(p.settings["stage_starts"] == price_pipeline.balance_time_starts(prof, p.settings["stages"])
                          for p in piped)
 
 
@@ -206,7 +207,7 @@ def test_more_bandwidth_is_never_slower():
             (data_parallel(prof, slow, 8, 256, sync="parameter_device"),
              data_parallel(prof, fast, 8, 256, sync="parameter_device")),
             (price_tensor_parallel.tensor_parallel(prof, slow, 4, 4, 256)[0], price_tensor_parallel.tensor_parallel(prof, fast, 4, 4, 256)[0]),
-            (steps.pipeline(prof, slow, 4, 8, "1f1b", 4, 256)[0], steps.pipeline(prof, fast, 4, 8, "1f1b", 4, 256)[0]),
+            (price_pipeline.pipeline(prof, slow, 4, 8, "1f1b", 4, 256)[0], price_pipeline.pipeline(prof, fast, 4, 8, "1f1b", 4, 256)[0]),
             (price_parameter_servers.parameter_servers(prof, slow, 8, 2, 256), price_parameter_servers.parameter_servers(prof, fast, 8, 2, 256)),
         ]
         for a, b in pairs:
@@ -304,8 +305,8 @@ def test_gpipe_stages_pay_the_measured_in_flight_time_and_1f1b_less():
     plain = dataclasses.replace(prof, layers=tuple(dataclasses.replace(x, in_flight_points=()) for x in layers))
     cluster = Cluster.preset("dgx-h100")
     for schedule in ("gpipe", "1f1b"):
-        with_held, *_ = steps.pipeline(held, cluster, 2, 8, schedule, 1, 64, stage_starts=[2])
-        without, *_ = steps.pipeline(plain, cluster, 2, 8, schedule, 1, 64, stage_starts=[2])
+        with_held, *_ = price_pipeline.pipeline(held, cluster, 2, 8, schedule, 1, 64, stage_starts=[2])
+        without, *_ = price_pipeline.pipeline(plain, cluster, 2, 8, schedule, 1, 64, stage_starts=[2])
         # GPipe holds all 8 micro-batches (the measured 1.5x); 1F1B's first stage 2, its last 1.
         expected = 1.5 if schedule == "gpipe" else 1 + 0.5 * (2 - 1) / (8 - 1)
         assert with_held.breakdown["compute"] > without.breakdown["compute"]
@@ -346,8 +347,8 @@ def test_pipeline_stages_are_costed_from_the_stage_timer_when_given():
     prof = _measured_like(synthetic_profile(layers=4))
     cluster = Cluster.preset("dgx-h100")
     for schedule in ("gpipe", "1f1b"):
-        from_layers, *_ = steps.pipeline(prof, cluster, 2, 8, schedule, 1, 64, stage_starts=[2])
-        timed, *_ = steps.pipeline(prof, cluster, 2, 8, schedule, 1, 64, stage_starts=[2],
+        from_layers, *_ = price_pipeline.pipeline(prof, cluster, 2, 8, schedule, 1, 64, stage_starts=[2])
+        timed, *_ = price_pipeline.pipeline(prof, cluster, 2, 8, schedule, 1, 64, stage_starts=[2],
                                    measured_stages=[(1e-3, 2e-3), (3e-3, 6e-3)])
         assert timed.step_time_s != pytest.approx(from_layers.step_time_s)
         # Each stage's forwards and backwards take the timer's time per micro-batch.
@@ -356,7 +357,7 @@ def test_pipeline_stages_are_costed_from_the_stage_timer_when_given():
                        if t.name.startswith(f"stage{s} ") and (" F" in t.name or " B" in t.name))
             assert busy == pytest.approx(8 * per_mb)
     with pytest.raises(ValueError, match="1 stages' costs for 2 stages"):
-        steps.pipeline(prof, cluster, 2, 8, "gpipe", 1, 64, stage_starts=[2], measured_stages=[(1e-3, 2e-3)])
+        price_pipeline.pipeline(prof, cluster, 2, 8, "gpipe", 1, 64, stage_starts=[2], measured_stages=[(1e-3, 2e-3)])
 
 
 def test_plans_here_time_the_stages_and_presets_scale_the_layers(monkeypatch):
@@ -525,8 +526,8 @@ def test_pipeline_step_grows_with_the_measured_message_cost_times_messages(sched
     prof = synthetic_profile(layers=4)
     h = 1e-3
     for m in (2, 4, 8):
-        free = steps.pipeline(prof, cpu_cluster(2), 2, m, schedule, 1, 64)[0]
-        costly = steps.pipeline(prof, cpu_cluster(2, pipeline_message_s=h), 2, m, schedule, 1, 64)[0]
+        free = price_pipeline.pipeline(prof, cpu_cluster(2), 2, m, schedule, 1, 64)[0]
+        costly = price_pipeline.pipeline(prof, cpu_cluster(2, pipeline_message_s=h), 2, m, schedule, 1, 64)[0]
         # Each stage waits in m receives (activations on stage 1, gradients on stage 0).
         assert m * h - 1e-12 <= costly.step_time_s - free.step_time_s <= 2 * m * h + 1e-12
         assert costly.breakdown["communication"] >= m * h - 1e-12
@@ -702,7 +703,7 @@ def test_parameter_servers_here_are_costed_from_the_measured_transport():
         price_parameter_servers.parameter_servers_async(prof, this_machine(), 2, 1, 64, transport, process_threads=0)
     # One worker: each update is its whole step (pull, compute, push, apply) one after another.
     one = price_parameter_servers.parameter_servers_async(prof, this_machine(devices_per_host=1), 1, 1, 64, transport)
-    apply = steps.update_seconds(prof.params, 2, this_machine(), prof)
+    apply = step_costs.update_seconds(prof.params, 2, this_machine(), prof)
     assert one.step_time_s == pytest.approx(2 * transport.time(prof.param_bytes) + prof.time(64) + apply, rel=1e-6)
     # With the measured push (its round trip applied SGD: 3 of Adam's 7 streams of the update) and
     # the step's cost besides the pull, compute and push, both in series on the worker.

@@ -10,7 +10,7 @@ import pytest
 from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, collectives, price_parameter_servers, price_tensor_parallel
 from mdtrain.plan.profile import BYTES_PER_VALUE, LayerCost
 from mdtrain.plan.simulate import COMMUNICATION, COMPUTE, UPDATE, Simulator
-from mdtrain.plan.steps import (StepResult, _activation_bytes, _breakdown, _Compute, add_update, on_core,
+from mdtrain.plan.step_costs import (StepResult, _activation_bytes, _breakdown, _Compute, add_update, on_core,
                                 overhead_seconds, replay_cluster, start_replay, update_seconds)
 
 

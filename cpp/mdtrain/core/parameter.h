@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "mdtrain/core/errors.h"
 #include "mdtrain/core/tensor.h"
 
 namespace mdtrain {
@@ -21,5 +22,13 @@ struct Parameter {
 };
 
 using ParameterList = std::vector<Parameter*>;
+
+// Copies the values of every weight of `from` into `to` (the same weights, in the same order: a
+// stage's or a copy's weights and the model's).
+inline void copy_parameter_values(const ParameterList& from, const ParameterList& to) {
+  MDTRAIN_CHECK(from.size() == to.size(), std::logic_error, "[core] ", to.size(), " weights cannot take the values of ",
+                from.size());
+  for (std::size_t k = 0; k < from.size(); ++k) to[k]->value.copy_from(from[k]->value);
+}
 
 }  // namespace mdtrain

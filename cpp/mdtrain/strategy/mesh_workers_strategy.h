@@ -25,8 +25,9 @@ class MeshWorkersStrategy : public Strategy {
   // The strategy that joined the MPI job (null in one process): host-side coordination between
   // workers goes through it.
   const std::shared_ptr<Strategy>& workers() const { return workers_; }
-  // The model-parallel, pipeline and wavefront executors do not run a StepPlan yet: their plans
-  // are not written, and the data-parallel default would describe another step. Throws.
+  // The model-parallel executor does not run a StepPlan yet: its plan is not written, and the
+  // data-parallel default would describe another step. Throws. (PipelineStrategy and
+  // WavefrontStrategy make theirs.)
   StepPlan make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const override;
 
  protected:

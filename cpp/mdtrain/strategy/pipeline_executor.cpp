@@ -15,8 +15,8 @@
 #include "mdtrain/strategy/batch_split.h"
 #include "mdtrain/strategy/communicator_sums.h"
 #include "mdtrain/strategy/pipeline_slots.h"
+#include "mdtrain/strategy/pipeline_step_plan.h"
 #include "mdtrain/strategy/pipeline_strategy.h"
-#include "mdtrain/strategy/stage_balance.h"
 
 namespace mdtrain {
 
@@ -68,13 +68,6 @@ LayerList layers_between(const Network& network, int first, int last) {
   return LayerList(layers.begin() + first, layers.begin() + last);
 }
 
-// Copies the values of every weight of `from` into `to` (the same weights, in the same order).
-void copy_parameter_values(const ParameterList& from, const ParameterList& to) {
-  MDTRAIN_CHECK(from.size() == to.size(), std::logic_error, "[pipeline] a stage has ", to.size(),
-                " weights where its layers of the model have ", from.size());
-  for (std::size_t k = 0; k < from.size(); ++k) to[k]->value.copy_from(from[k]->value);
-}
-
 // Bytes of the per-call state the layers of `stack` hold (Layer::held_activation_bytes).
 std::int64_t held_activation_bytes(const LayerStack& stack) {
   std::int64_t sum = 0;
@@ -85,61 +78,24 @@ std::int64_t held_activation_bytes(const LayerStack& stack) {
 
 PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy, const Loss& loss,
                                    const Optimizer& optimizer)
-    : primary_(primary),
-      strategy_(strategy),
-      loss_(loss.clone()),
-      whole_optimizer_(optimizer.clone()),
-      schedule_(make_pipeline_schedule(strategy.schedule(), strategy.num_stages(), strategy.num_microbatches())) {
+    : primary_(primary), strategy_(strategy), loss_(loss.clone()), whole_optimizer_(optimizer.clone()) {
   MDTRAIN_CHECK(primary_.built(), std::logic_error, "[pipeline] the model must be built before training");
   const auto& opts = optimizer.options();
   MDTRAIN_CHECK(!opts.clipnorm && !opts.global_clipnorm, std::invalid_argument,
                 "[pipeline] clipnorm and global_clipnorm are not supported under PipelineParallel yet (the norm "
                 "spans stages); use clipvalue");
+  // The stages and each stage's op list are the strategy's plan (pipeline_step_plan.h).
+  PlanOptions options = plan_options_of(optimizer);
+  options.counts_labels = loss.counts_labels();
+  const StepPlan plan = strategy_.make_plan(primary_, strategy_.mesh(), options);
+  schedule_ = pipeline_schedule_of(plan, strategy_.schedule(), strategy_.num_microbatches());
   validate(schedule_);
   // Layers without CUDA kernels are refused here, before any communicator or GPU memory exists.
   for (const mdtrain::Device& d : strategy_.devices()) primary_.check_device_support(d);
   const auto& layers = primary_.layers();
   const int p = strategy_.num_stages();
-  const int n = static_cast<int>(layers.size());
-  // Stages start at cut points only (Network::cut_points: every layer of a stack; in a layer graph
-  // not inside a residual block). The balancing cuts the stretches between them (units: a stack's
-  // layers, a graph's layers and blocks), each unit's cost its layers'.
-  std::vector<int> unit_starts{0};
-  for (int c : primary_.cut_points()) unit_starts.push_back(c);
-  auto balanced = [&](const std::vector<std::int64_t>& unit_costs) {
-    for (int u : balance_stages(unit_costs, p)) starts_.push_back(unit_starts[static_cast<std::size_t>(u)]);
-  };
-  // (A stack too short for its stages is refused by balance_stages.)
-  MDTRAIN_CHECK(!strategy_.stage_starts().empty() || static_cast<int>(unit_starts.size()) >= p ||
-                    static_cast<int>(unit_starts.size()) == n,
-                std::invalid_argument, "[pipeline] the model's graph can be cut in ", unit_starts.size() - 1,
-                " places only (between its residual blocks), too few for ", p, " stages");
-  starts_ = {0};
-  if (strategy_.stage_starts().empty() && strategy_.balance_by_time()) {
-    // Timed on a stack of the units (copies of the model's layers and blocks, weights included).
-    LayerStack units;
-    for (auto& unit : segment_layers(primary_, 0, n, true)) units.add(std::move(unit));
-    units.build(primary_.input_shape(), 0, primary_.dtype());
-    copy_parameter_values(primary_.parameters(), units.parameters());
-    balanced(measure_layer_times(units));
-  } else if (strategy_.stage_starts().empty()) {
-    std::vector<std::int64_t> counts(unit_starts.size(), 0);
-    for (std::size_t u = 0; u < unit_starts.size(); ++u) {
-      const int end = u + 1 < unit_starts.size() ? unit_starts[u + 1] : n;
-      for (int i = unit_starts[u]; i < end; ++i)
-        for (Parameter* w : layers[static_cast<std::size_t>(i)]->parameters()) counts[u] += w->value.numel();
-    }
-    balanced(counts);
-  } else {
-    for (int s : strategy_.stage_starts()) starts_.push_back(s);
-  }
-  MDTRAIN_CHECK(starts_.back() < n, std::invalid_argument, "[pipeline] stage ", p - 1, " would start at layer ",
-                starts_.back(), " but the model has ", n, " layers");
-  for (int s = 1; s < p; ++s)
-    MDTRAIN_CHECK(is_cut_point(primary_, starts_[static_cast<std::size_t>(s)]), std::invalid_argument,
-                  "[pipeline] stage ", s, " cannot start at layer ", starts_[static_cast<std::size_t>(s)], ": ",
-                  cut_error(primary_, starts_[static_cast<std::size_t>(s)]));
-  starts_.push_back(n);
+  for (const Segment& seg : plan.segments) starts_.push_back(static_cast<int>(seg.first_layer));
+  starts_.push_back(static_cast<int>(layers.size()));
 
   const DeviceMesh mesh = strategy_.mesh();
   pipelines_ = strategy_.batch_axis() ? mesh.axis_size(*strategy_.batch_axis()) : 1;
@@ -814,6 +770,12 @@ std::vector<StepProfile> PipelineExecutor::profile() const {
   for (const auto& dev : devices_) {
     out.push_back(dev->profile);
     out.back().wall = wall_;
+    // Its sends and receives along the pipe axis and its collectives along the batch axis.
+    for (const Communicator* comm : {dev->pipe_comm.get(), dev->batch_comm.get()})
+      for (int k = 0; k < kCountedCollectives; ++k) {
+        out.back().collectives.of[k].calls += comm->counts().of[k].calls;
+        out.back().collectives.of[k].bytes += comm->counts().of[k].bytes;
+      }
   }
   return out;
 }
@@ -821,6 +783,8 @@ std::vector<StepProfile> PipelineExecutor::profile() const {
 void PipelineExecutor::reset_profile() {
   for (auto& dev : devices_) {
     dev->profile = StepProfile{};
+    dev->pipe_comm->reset_counts();
+    dev->batch_comm->reset_counts();
     dev->busy = 0;
     dev->forward = 0;
     dev->idle = 0;

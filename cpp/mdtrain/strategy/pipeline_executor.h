@@ -166,7 +166,7 @@ class PipelineExecutor final : public StepExecutor {
   PipelineStrategy& strategy_;
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<Optimizer> whole_optimizer_;  // for the order of optimizer_state()
-  PipelineSchedule schedule_;
+  PipelineSchedule schedule_;                   // each stage's ops, from the strategy's StepPlan (pipeline_schedule_of)
   std::vector<int> starts_;
   std::vector<std::unique_ptr<Device>> devices_;  // mesh order
   int pipelines_ = 1;                             // along the batch axis, over every worker

@@ -10,6 +10,7 @@
 #include "mdtrain/nn/layer_stack.h"
 #include "mdtrain/strategy/pipeline_executor.h"
 #include "mdtrain/strategy/pipeline_slots.h"
+#include "mdtrain/strategy/pipeline_step_plan.h"
 
 namespace mdtrain {
 
@@ -106,6 +107,22 @@ std::unique_ptr<StepExecutor> PipelineStrategy::make_executor(Network& primary, 
   auto executor = std::make_unique<PipelineExecutor>(primary, *this, loss, optimizer);
   executor_ = executor.get();
   return executor;
+}
+
+StepPlan PipelineStrategy::make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const {
+  PipelinePlanInputs in;
+  in.strategy = name();
+  in.schedule = schedule();
+  in.microbatches = num_microbatches();
+  in.stage_starts = pipeline_stage_starts(network, *this);
+  in.mesh_shape = mesh.shape();
+  in.mesh_axes = mesh.axis_names();
+  in.pipe_axis = pipe_axis();
+  in.batch_axis = batch_axis().value_or("");
+  in.bucket_bytes = gradient_bucket_bytes();
+  in.dtype = network.dtype();
+  in.counts_labels = options.counts_labels;
+  return pipeline_step_plan(plan_layers_of(network), in, options.global_batch);
 }
 
 void PipelineStrategy::gather_stages() {

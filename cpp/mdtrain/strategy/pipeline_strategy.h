@@ -43,6 +43,10 @@ class PipelineStrategy : public MeshWorkersStrategy {
   DeviceMesh mesh() const override { return mesh_; }
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
+  // The pipeline's StepPlan (pipeline_step_plan.h): the stages cut as pipeline_stage_starts cuts
+  // them, the schedule's ops on micro-batches of options.global_batch, each stage's gradient sum
+  // over the batch axis and its update. The executor runs the plan it makes with this.
+  StepPlan make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const override;
 
   int num_stages() const { return mesh_.axis_size(pipe_axis_); }
   int num_microbatches() const { return microbatches_; }

@@ -42,8 +42,11 @@ CollectiveCounts StepPlan::collective_counts(int device) const {
   CollectiveCounts out;
   for (const DevicePlan& d : devices) {
     if (d.device != device) continue;
-    for (const PlanOp& op : d.ops)
+    for (const PlanOp& op : d.ops) {
       if (op.kind == OpKind::Collective) out.add(op.collective, op.bytes);
+      if (op.kind == OpKind::Send) out.add(CountedCollective::Send, op.bytes);
+      if (op.kind == OpKind::Recv) out.add(CountedCollective::Recv, op.bytes);
+    }
   }
   return out;
 }
@@ -106,36 +109,28 @@ PlanOp update(std::int64_t first, std::int64_t end) {
   return op;
 }
 
-// GradientReducer's buckets of `total` values, last first (the order backward finishes them):
-// each summed by one all-reduce, or a reduce onto rank 0 and a broadcast (ReduceToOne).
-void add_buckets(std::vector<PlanOp>& ops, const ReplicatedPlanInputs& in, int group, std::int64_t total,
-                 std::size_t elem) {
-  const auto per = static_cast<std::int64_t>(std::max<std::size_t>(1, in.bucket_bytes / elem));
+}  // namespace
+
+void add_gradient_buckets(std::vector<PlanOp>& ops, const std::string& axis, int group, std::int64_t first_value,
+                          std::int64_t total, std::size_t elem, std::size_t bucket_bytes, bool reduce_to_one,
+                          bool during_backward) {
+  const auto per = static_cast<std::int64_t>(std::max<std::size_t>(1, bucket_bytes / elem));
   const std::int64_t count = std::max<std::int64_t>(1, (total + per - 1) / per);
   for (std::int64_t k = count - 1; k >= 0; --k) {
     const std::int64_t begin = std::min(total, k * per);
     const auto bytes = static_cast<std::int64_t>(std::min(per, total - begin) * static_cast<std::int64_t>(elem));
-    const bool to_one = in.reduction == GradientReducer::Algorithm::ReduceToOne;
     for (CountedCollective kind :
-         to_one ? std::vector<CountedCollective>{CountedCollective::Reduce, CountedCollective::Broadcast}
-                : std::vector<CountedCollective>{CountedCollective::AllReduce}) {
+         reduce_to_one ? std::vector<CountedCollective>{CountedCollective::Reduce, CountedCollective::Broadcast}
+                       : std::vector<CountedCollective>{CountedCollective::AllReduce}) {
       PlanOp op = collective(kind, group, bytes);
+      op.axis = axis;
       op.bucket = static_cast<int>(k);
-      op.first_value = begin;
+      op.first_value = first_value + begin;
       op.values = bytes / static_cast<std::int64_t>(elem);
-      op.during_backward = true;
+      op.during_backward = during_backward;
       ops.push_back(op);
     }
   }
-}
-
-}  // namespace
-
-void add_gradient_buckets(std::vector<PlanOp>& ops, const ReplicatedPlanInputs& in, const std::string& axis, int group,
-                          std::int64_t total, std::size_t elem) {
-  const std::size_t first = ops.size();
-  add_buckets(ops, in, group, total, elem);
-  for (std::size_t i = first; i < ops.size(); ++i) ops[i].axis = axis;
 }
 
 std::int64_t PlanWeights::values() const {
@@ -149,7 +144,7 @@ PlanWeights plan_weights_of(Network& network) {
   out.layers = network.layers().size();
   out.dtype = network.dtype();
   for (const Parameter* p : network.trainable_parameters())
-    out.weights.push_back(WeightPlacement{p->name, p->value.numel(), "", -1});
+    out.weights.push_back(WeightPlacement{p->name, p->value.numel(), "", -1, -1});
   MDTRAIN_CHECK(out.values() == network.trainable_count(), std::logic_error, "[plan] the trainable weights hold ",
                 out.values(), " values, the packed gradients ", network.trainable_count());
   return out;
@@ -168,7 +163,7 @@ StepPlan replicated_step_plan(const PlanWeights& weights, const ReplicatedPlanIn
   plan.strategy = in.strategy;
   plan.mesh_shape = {n};
   plan.mesh_axes = {"batch"};
-  plan.segments.push_back(Segment{"network", 0, weights.layers});
+  plan.segments.push_back(Segment{"network", 0, weights.layers, {}});
   plan.layouts = weights.weights;  // every weight replicated
   GradientSync sync;
   sync.kind = kind;
@@ -179,6 +174,7 @@ StepPlan replicated_step_plan(const PlanWeights& weights, const ReplicatedPlanIn
     sync.bucket_bytes = in.bucket_bytes;
   plan.syncs.push_back(sync);
 
+  const bool to_one = in.reduction == GradientReducer::Algorithm::ReduceToOne;
   const bool sharded = kind == SyncKind::ZeroOne || kind == SyncKind::ZeroOneAfterAllReduce;
   const ZeroShards shards(total, sharded ? n : 1);
   for (int d = 0; d < n; ++d) {
@@ -187,7 +183,7 @@ StepPlan replicated_step_plan(const PlanWeights& weights, const ReplicatedPlanIn
     add_forward_backward(dev.ops);
     switch (kind) {
       case SyncKind::BucketedAllReduce:
-        if (n > 1) add_buckets(dev.ops, in, n, total, elem);
+        if (n > 1) add_gradient_buckets(dev.ops, "batch", n, 0, total, elem, in.bucket_bytes, to_one, true);
         dev.ops.push_back(update(0, total));
         break;
       case SyncKind::ZeroOne:
@@ -196,7 +192,7 @@ StepPlan replicated_step_plan(const PlanWeights& weights, const ReplicatedPlanIn
         if (kind == SyncKind::ZeroOne) {
           dev.ops.push_back(collective(CountedCollective::ReduceScatter, n, shard_bytes));
         } else {
-          add_buckets(dev.ops, in, n, total, elem);
+          add_gradient_buckets(dev.ops, "batch", n, 0, total, elem, in.bucket_bytes, to_one, true);
         }
         const auto [begin, end] = shards.range_of(d);
         dev.ops.push_back(update(begin, end));

@@ -2,8 +2,9 @@
 // StepPlan: what one training step of a strategy does, as data (DESIGN.md §9): the network's
 // segments, each weight's layout, each gradient's sync and each device's ordered op list. A
 // strategy makes it (Strategy::make_plan), its executor takes its decisions from it (the
-// ReplicatedExecutor its gradient sync), and the planner (python/mdtrain/plan) prices the same
-// plan, so the code that trains and the code that predicts cannot drift apart.
+// ReplicatedExecutor its gradient sync, the pipeline executors their stages and op order:
+// pipeline_step_plan.h), and the planner (python/mdtrain/plan) prices the same plan, so the code
+// that trains and the code that predicts cannot drift apart.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -31,20 +32,24 @@ const char* name_of(SyncKind kind);
 enum class OpKind { Forward, Backward, Collective, Update, Pull, Push, Send, Recv };
 const char* name_of(OpKind kind);
 
-// A part of the network one device runs as a unit: the whole network, or a pipeline stage.
+// A part of the network one device runs as a unit: the whole network, a pipeline stage, or a
+// wavefront stage's recurrent layers (its head on the last device is a segment of its own).
 struct Segment {
   std::string name;
   std::size_t first_layer = 0;  // layers [first_layer, end_layer) of Network::layers()
   std::size_t end_layer = 0;
+  std::vector<int> devices;  // the devices that run it, ascending (empty: every device)
 };
 
 // A weight's layout: replicated on every device (axis empty), or sharded along mesh axis `axis`
-// on dimension `dim`.
+// on dimension `dim`. `segment` >= 0: only the devices of that segment hold it (a pipeline stage's
+// weights; replicated among them unless `axis` says otherwise).
 struct WeightPlacement {
   std::string weight;
   std::int64_t values = 0;
   std::string axis;
   int dim = -1;
+  int segment = -1;
 };
 
 // The sync of trainable values [first_value, first_value + values) of the packed gradients over
@@ -59,13 +64,15 @@ struct GradientSync {
 };
 
 // One op of a device's step. Forward/Backward: `segment` on micro-batch `microbatch` (0: the
-// device's whole slice). Collective: `collective` over `group` devices of `axis`, `bytes` as
+// device's whole slice) of `rows` rows; a wavefront's time chunk `microbatch` covers `steps` time
+// steps of the sequence (0: all of them). Collective: `collective` over `group` devices of `axis`, `bytes` as
 // Communicator::counts counts them; a gradient bucket names its first value and its `bucket`
 // (during_backward: started by backward as soon as the bucket is final). Update: the optimizer
 // on values [first_value, first_value + values). Pull/Push: `bytes` of the rows server `peer`
 // holds, its values to the worker or their gradients to it. Send/Recv: `bytes` of the activations
-// (or their gradients) of `segment`'s boundary on `microbatch` to or from device `peer`; a send is
-// buffered (it never waits for the receiver), a receive waits for the matching send.
+// (`gradient`: their gradients) of `segment`'s output boundary on `microbatch` (`rows` rows,
+// `steps` time steps of a wavefront chunk) to or from device `peer`; a send is buffered (it never
+// waits for the receiver), a receive waits for the matching send.
 struct PlanOp {
   OpKind kind = OpKind::Forward;
   int segment = 0;
@@ -80,6 +87,8 @@ struct PlanOp {
   std::int64_t first_value = 0;
   std::int64_t values = 0;
   int peer = -1;
+  std::int64_t steps = 0;
+  bool gradient = false;
 };
 
 struct DevicePlan {
@@ -98,8 +107,8 @@ struct StepPlan {
 
   // The one gradient sync of a plan that has one (data parallelism); throws otherwise.
   const GradientSync& only_sync() const;
-  // Calls and bytes per collective kind of `device`'s op list (what Communicator::counts reports
-  // of that device's gradient-sync group after one step).
+  // Calls and bytes per collective kind of `device`'s op list, its sends and receives included
+  // (what Communicator::counts reports of that device's communicators after one step).
   CollectiveCounts collective_counts(int device) const;
 };
 
@@ -109,6 +118,7 @@ struct PlanOptions {
   // Rows of a step's global batch: the plan's activation bytes (sends, tensor-parallel
   // collectives) and ops' rows follow from it; 0 leaves them 0 (the gradient sync needs none).
   std::int64_t global_batch = 0;
+  bool counts_labels = false;  // the loss counts its labels (ignore_class): summed over the slices
 };
 
 // What a data-parallel plan depends on: the devices, how the strategy reduces, and the
@@ -138,13 +148,16 @@ struct PlanWeights {
 };
 PlanWeights plan_weights_of(Network& network);
 
+// Appends the gradient buckets of `total` values to `ops` as GradientReducer sums them after
+// backward (or, `during_backward`, as backward finishes them): last bucket first, each one
+// all-reduce (or, `reduce_to_one`, a reduce onto rank 0 and a broadcast) over `group` devices of
+// mesh axis `axis`; the buckets' first values are offset by `first_value`.
+void add_gradient_buckets(std::vector<PlanOp>& ops, const std::string& axis, int group, std::int64_t first_value,
+                          std::int64_t total, std::size_t elem, std::size_t bucket_bytes, bool reduce_to_one,
+                          bool during_backward);
+
 // Appends the forward and then the backward of `segment` on `microbatch` to `ops`.
 void add_forward_backward(std::vector<PlanOp>& ops, int segment = 0, int microbatch = 0);
-
-// GradientReducer's buckets of `total` values of `elem` bytes over `group` devices of mesh axis
-// `axis` (in.reduction, in.bucket_bytes), last first, as backward finishes them.
-void add_gradient_buckets(std::vector<PlanOp>& ops, const ReplicatedPlanInputs& in, const std::string& axis, int group,
-                          std::int64_t total, std::size_t elem);
 
 // The data-parallel sync plan (see ReplicatedExecutor): decided here once.
 SyncKind replicated_sync_kind(const ReplicatedPlanInputs& in);

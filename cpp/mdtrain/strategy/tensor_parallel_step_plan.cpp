@@ -140,7 +140,7 @@ StepPlan tensor_parallel_step_plan(const std::vector<TensorParallelLayer>& layer
   plan.mesh_axes = in.mesh_axes;
   std::int64_t local_values = 0;  // each device's packed trainable values (its shard)
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    plan.segments.push_back(Segment{layers[i].name, i, i + 1});
+    plan.segments.push_back(Segment{layers[i].name, i, i + 1, {}});
     for (WeightPlacement w : layers[i].weights) {
       if (w.dim >= 0) {
         // A network's split weights divide evenly (TensorParallelPlan checks); a profiled layer's
@@ -165,9 +165,6 @@ StepPlan tensor_parallel_step_plan(const std::vector<TensorParallelLayer>& layer
 
   const int devices = std::accumulate(in.mesh_shape.begin(), in.mesh_shape.end(), 1, std::multiplies<int>());
   const ZeroShards shards(local_values, zero ? dp : 1);
-  ReplicatedPlanInputs buckets;
-  buckets.strategy = in.strategy;
-  buckets.bucket_bytes = in.bucket_bytes;
   for (int d = 0; d < devices; ++d) {
     // Row-major coordinates of device d.
     std::vector<int> at(in.mesh_shape.size());
@@ -200,7 +197,9 @@ StepPlan tensor_parallel_step_plan(const std::vector<TensorParallelLayer>& layer
       dev.ops.push_back(update);
       dev.ops.push_back(collective_op(CountedCollective::AllGather, in.batch_axis, dp, shard_bytes));
     } else {
-      if (dp > 1) add_gradient_buckets(dev.ops, buckets, in.batch_axis, dp, local_values, size_of(in.dtype));
+      if (dp > 1)
+        add_gradient_buckets(dev.ops, in.batch_axis, dp, 0, local_values, size_of(in.dtype), in.bucket_bytes,
+                             /*reduce_to_one=*/false, /*during_backward=*/true);
       update.values = local_values;
       dev.ops.push_back(update);
     }
@@ -247,7 +246,7 @@ std::vector<TensorParallelLayer> tensor_parallel_layers(Network& network, const 
     }
     for (Parameter* p : layer.parameters())
       if (trainable.count(p))
-        l.weights.push_back(WeightPlacement{p->name, p->value.numel(), "", plan.split_dim(p->name)});
+        l.weights.push_back(WeightPlacement{p->name, p->value.numel(), "", plan.split_dim(p->name), -1});
     out.push_back(std::move(l));
   }
   return out;

@@ -11,6 +11,7 @@
 #include "mdtrain/ops/accumulate.h"
 #include "mdtrain/ops/ops.h"
 #include "mdtrain/strategy/batch_loss_scale.h"
+#include "mdtrain/strategy/step_plan.h"
 #include "mdtrain/strategy/wavefront_strategy.h"
 
 namespace mdtrain {
@@ -51,50 +52,21 @@ WavefrontExecutor::WavefrontExecutor(Network& primary, WavefrontStrategy& strate
       optimizer_(optimizer.clone()) {
   const int devices = strategy.num_stages();
   MDTRAIN_CHECK(primary_.built(), std::invalid_argument, "[wavefront] the model must be built first");
-  const auto& layers = primary_.layers();
-  const int n = static_cast<int>(layers.size());
-  // The recurrent prefix is a chain: each of its layers reads only the one before it (the first the
-  // model's input) and only the next one reads it (a cut point after it), in a stack as in a graph.
-  const std::vector<std::vector<int>> inputs = primary_.layer_inputs();
-  auto chained = [&](int i) {
-    return inputs[static_cast<std::size_t>(i)] == std::vector<int>{i - 1} &&
-           (i + 1 == n || is_cut_point(primary_, i + 1));
-  };
-  int prefix = 0;
-  bool recurrent = true;  // false: the prefix ends at a recurrent layer that is not chained
-  while (prefix < n) {
-    auto* r = dynamic_cast<RecurrentLayer*>(layers[static_cast<std::size_t>(prefix)].get());
-    if (!r || !r->options().return_sequences) break;
-    if (!chained(prefix)) {
-      recurrent = false;
-      break;
-    }
-    ++prefix;
-  }
-  if (prefix < devices) {
-    const std::string what =
-        prefix < n ? "layer \"" + layers[static_cast<std::size_t>(prefix)]->name() +
-                         (recurrent ? "\" is not a recurrent layer with return_sequences=True"
-                                    : "\" reads more than the layer before it, or more than the next layer reads it")
-                   : "the model has only " + std::to_string(prefix) + " layers";
-    fail<std::invalid_argument>(
-        "[wavefront] every stage but the last holds recurrent layers with "
-        "return_sequences=True, and there are ",
-        devices, " stages: ", what);
-  }
+  // The stages are the strategy's plan's (pipeline_step_plan.h: wavefront_stage_ranges).
+  const StepPlan plan = strategy_.make_plan(primary_, strategy_.mesh(), plan_options_of(optimizer));
+  const int n = static_cast<int>(primary_.layers().size());
+  const int prefix = static_cast<int>(plan.segments[static_cast<std::size_t>(devices) - 1].end_layer);
   // The fused logits loss (softmax + crossentropy, ...) as one device runs it, when there is a head.
   if (prefix < n) {
     logits_loss_ = loss.on_logits_of(primary_.output_activation());
     head_ = segment_layers(primary_, prefix, n, false);  // the model's own layers, its blocks as segments
   }
   auto comms = strategy_.make_replica_communicators();
-  int start = 0;
   for (int s = 0; s < devices; ++s) {
     auto st = std::make_unique<Stage>();
     st->index = s;
-    st->first = start;
-    st->end = start + prefix / devices + (s < prefix % devices ? 1 : 0);
-    start = st->end;
+    st->first = static_cast<int>(plan.segments[static_cast<std::size_t>(s)].first_layer);
+    st->end = static_cast<int>(plan.segments[static_cast<std::size_t>(s)].end_layer);
     st->last = s == devices - 1;
     st->comm = std::move(comms[static_cast<std::size_t>(s)]);
     stages_.push_back(std::move(st));
@@ -302,6 +274,17 @@ void WavefrontExecutor::predict_step(const Tensor& x, std::int64_t begin, std::i
   Tensor pred = primary_.forward(x.rows(begin, begin + count), ctx);
   Tensor dst = out.rows(begin, begin + count);
   dst.copy_from(pred);
+}
+
+std::vector<CollectiveCounts> WavefrontExecutor::stage_collectives() const {
+  std::vector<CollectiveCounts> out;
+  for (const auto& st : stages_) out.push_back(st->comm->counts());
+  return out;
+}
+
+void WavefrontExecutor::reset_profile() {
+  profile_ = StepProfile{};
+  for (auto& st : stages_) st->comm->reset_counts();
 }
 
 void WavefrontExecutor::abort(const std::string& reason) {

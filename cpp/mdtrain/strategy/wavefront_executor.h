@@ -65,7 +65,9 @@ class WavefrontExecutor final : public StepExecutor {
   void abort(const std::string& reason) override;
 
   std::vector<StepProfile> profile() const override { return {profile_}; }
-  void reset_profile() override { profile_ = StepProfile{}; }
+  void reset_profile() override;
+  // Per stage (device), the calls and bytes of its sends and receives since reset_profile.
+  std::vector<CollectiveCounts> stage_collectives() const;
 
   int num_stages() const { return static_cast<int>(stages_.size()); }
   std::int64_t time_chunk() const { return time_chunk_; }

@@ -1,6 +1,7 @@
 #include "mdtrain/strategy/wavefront_strategy.h"
 
 #include "mdtrain/core/errors.h"
+#include "mdtrain/strategy/pipeline_step_plan.h"
 #include "mdtrain/strategy/wavefront_executor.h"
 
 namespace mdtrain {
@@ -30,6 +31,18 @@ std::unique_ptr<StepExecutor> WavefrontStrategy::make_executor(Network& primary,
   auto executor = std::make_unique<WavefrontExecutor>(primary, *this, loss, optimizer);
   executor_ = executor.get();
   return executor;
+}
+
+StepPlan WavefrontStrategy::make_plan(Network& network, const DeviceMesh&, const PlanOptions& options) const {
+  MDTRAIN_CHECK(network.built(), std::invalid_argument, "[wavefront] the model must be built first");
+  WavefrontPlanInputs in;
+  in.strategy = name();
+  in.stage_ranges = wavefront_stage_ranges(network, num_stages());
+  in.time_chunk = time_chunk();
+  in.timesteps = network.input_shape().empty() ? 1 : network.input_shape()[0];
+  in.pipe_axis = pipe_axis();
+  in.dtype = network.dtype();
+  return wavefront_step_plan(plan_layers_of(network), in, options.global_batch);
 }
 
 }  // namespace mdtrain

@@ -25,6 +25,9 @@ class WavefrontStrategy : public MeshWorkersStrategy {
   DeviceMesh mesh() const override { return mesh_; }
   std::vector<std::unique_ptr<Communicator>> make_replica_communicators() const override;
   std::unique_ptr<StepExecutor> make_executor(Network& primary, const Loss& loss, const Optimizer& optimizer) override;
+  // The wavefront's StepPlan (pipeline_step_plan.h): its stages as wavefront_stage_ranges cuts the
+  // model, the time chunks of its input sequence in the order the executor runs them.
+  StepPlan make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const override;
 
   int num_stages() const { return mesh_.axis_size(pipe_axis_); }
   std::int64_t time_chunk() const { return time_chunk_; }

@@ -8,7 +8,7 @@ import math
 
 from mdtrain._ps.local_cluster import tasks_threads
 from mdtrain.config import _env_cpu_threads
-from mdtrain.plan import price_parameter_servers, price_plan, price_tensor_parallel, steps
+from mdtrain.plan import price_parameter_servers, price_pipeline, price_plan, price_tensor_parallel
 from mdtrain.plan.cluster import Cluster, measure_core_gemm_flops
 from mdtrain.plan.plan_result import Plan, PlanList
 from mdtrain.plan.profile import check_model, profile_model, profile_rows
@@ -77,6 +77,38 @@ def _resolve_cluster(cluster):
     if not isinstance(cluster, Cluster):
         raise ValueError(f"plan: cluster must be None (this machine), a preset name or a Cluster, got {cluster!r}")
     return cluster
+
+
+def _time_chunks(timesteps):
+    """The time chunks a wavefront plan considers: about 2, 4, 8 and 16 chunks of the sequence."""
+    return sorted({max(1, -(-timesteps // k)) for k in (2, 4, 8, 16)}, reverse=True)
+
+
+def _add_wavefronts(model, prof, cluster, b, scale, scaled, add, skip):
+    """WavefrontPipeline candidates for a recurrent stack: p = 2, 4, .. stages (one CPU device each,
+    one process), time chunks of about 1/2 .. 1/16 of the sequence, each priced from the core's plan
+    (price_pipeline.price_wavefront); skipped when the model's leading layers are not p recurrent
+    layers with return_sequences=True, or the cluster is not one host's CPU devices."""
+    shape = getattr(model, "input_shape", None) or ()
+    timesteps = shape[1] if len(shape) == 3 and isinstance(shape[1], int) else None
+    if timesteps is None:
+        return  # not a sequence model: nothing to cut in time
+    for p in _powers_of_two_up_to(min(cluster.num_devices, 8))[1:]:
+        if cluster.hosts > 1 or cluster.cores is None:
+            skip("WavefrontPipeline", p, {"stages": p},
+                 "the wavefront pipeline runs on one process's logical CPU devices only")
+            continue
+        for chunk in _time_chunks(timesteps):
+            settings = {"stages": p, "time_chunk": chunk, "mesh": (p,)}
+            try:
+                step = price_pipeline.wavefront_plan(model, p, chunk, b)
+            except ValueError as e:
+                skip("WavefrontPipeline", p, {"stages": p}, str(e))
+                break
+            chunks = -(-timesteps // chunk)
+            add("WavefrontPipeline", p, settings, price_pipeline.price_wavefront(step, prof, cluster, timesteps, scale),
+                f"{p} stages of recurrent layers, {chunks} time chunks of {chunk} steps flowing stage to stage"
+                f"{scaled}")
 
 
 def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flops=None, alone_profile=None):
@@ -244,7 +276,7 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
             skip("PipelineParallel", p * dp, {"stages": p}, f"{p} stages > {layers} layers")
             continue
         # The cut stages="balance_time" makes (the executor times each layer once, whatever m).
-        starts = steps.balance_time_starts(prof, p)
+        starts = price_pipeline.balance_time_starts(prof, p)
         for m in (p, 2 * p, 4 * p, 8 * p):
             if b % (dp * m):
                 skip("PipelineParallel", p * dp, {"stages": p, "microbatches": m},
@@ -255,12 +287,15 @@ def plan(model, global_batch_size, cluster=None, profile=None, this_machine_flop
                 # layers' profiled times are scaled.
                 measured = (measure_stage_costs(model, starts, b // (dp * m), schedule, m)
                             if time_stages_here else None)
-                result, bubble, _ = steps.pipeline(prof, cluster, p, m, schedule, dp, b, scale=scale,
-                                                   stage_starts=starts, measured_stages=measured)
+                # The core's plan of the pipeline (the one the executor runs), priced op by op.
+                step = price_pipeline.pipeline_plan(prof, p, m, schedule, dp, b, stage_starts=starts)
+                result, bubble, _ = price_pipeline.price_pipeline(step, prof, cluster, scale,
+                                                                  measured_stages=measured)
                 add("PipelineParallel", p * dp, {"stages": p, "microbatches": m, "schedule": schedule,
                                                  "mesh": (p, dp), "stage_starts": starts}, result,
                     f"{p} stages cut by time, {m} micro-batches of {b // (dp * m)} rows, {schedule}: "
                     f"bubble {bubble / max(result.step_time_s, 1e-30):.0%} of the step{scaled}")
+    _add_wavefronts(model, prof, cluster, b, scale, scaled, add, skip)
     inputs = (f"model '{prof.name}': {prof.params} parameters, {len(prof.layers)} layers, profiled on this machine "
               f"at rows {prof.rows_measured}; global batch {b}; cluster {cluster}")
     return PlanList(plans, inputs)

@@ -17,7 +17,7 @@ are the plan's Pull and Push ops'. Two replays of it:
   server (the servers answer concurrently: one α; the worker's thread moves all the plan's bytes)."""
 from mdtrain import _core
 from mdtrain.plan.simulate import COMMUNICATION, COMPUTE, UPDATE, Simulator
-from mdtrain.plan.steps import (StepResult, _activation_bytes, _Compute, on_core, overhead_seconds, replay_cluster,
+from mdtrain.plan.step_costs import (StepResult, _activation_bytes, _Compute, on_core, overhead_seconds, replay_cluster,
                                 update_seconds)
 
 

@@ -16,13 +16,13 @@ or modelled collectives:
 - the other collectives and the updates after backward, in the plan's order; an update costs its
   share of the values (update_seconds).
 
-Replicas of a data-parallel group are identical, so at most `steps.REPLAYED_REPLICAS` of them are
+Replicas of a data-parallel group are identical, so at most `step_costs.REPLAYED_REPLICAS` of them are
 replayed; collectives are costed for the whole group."""
 from mdtrain import _core
 from mdtrain.plan import collectives
 from mdtrain.plan.profile import BYTES_PER_VALUE
 from mdtrain.plan.simulate import COMMUNICATION
-from mdtrain.plan.steps import (StepResult, _activation_bytes, _breakdown, add_update, on_core, overhead_seconds,
+from mdtrain.plan.step_costs import (StepResult, _activation_bytes, _breakdown, add_update, on_core, overhead_seconds,
                                 start_replay, update_seconds)
 
 

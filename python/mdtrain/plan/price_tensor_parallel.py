@@ -13,7 +13,7 @@ from mdtrain import _core
 from mdtrain.plan.price_plan import _collective_seconds
 from mdtrain.plan.profile import BYTES_PER_VALUE
 from mdtrain.plan.simulate import COMMUNICATION
-from mdtrain.plan.steps import (StepResult, _breakdown, add_update, on_core, overhead_seconds, start_replay,
+from mdtrain.plan.step_costs import (StepResult, _breakdown, add_update, on_core, overhead_seconds, start_replay,
                                 update_seconds)
 
 

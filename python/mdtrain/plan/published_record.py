@@ -21,7 +21,7 @@ on 512 GPUs."""
 import dataclasses
 import math
 
-from mdtrain.plan import price_plan, steps
+from mdtrain.plan import price_pipeline, price_plan
 from mdtrain.plan.alpha_beta import AlphaBeta
 from mdtrain.plan.cluster import Cluster
 from mdtrain.plan.synthetic_profile import LayerSpec, profile_from_flops
@@ -251,7 +251,7 @@ def replayed_bubble(p, m, schedule, forward_s=1.0, backward_s=2.0):
     cluster = horovod_cluster(hosts=1)  # the links do not matter: stage_costs carry no bytes
     prof = profile_from_flops("stages", [LayerSpec(f"stage{s}", "Dense", 0, 1, 1.0) for s in range(p)], 1,
                               cluster.peak_flops)  # only its layer count matters: stage_costs set the times
-    _, bubble, span = steps.pipeline(prof, cluster, p, m, schedule, 1, m, stage_costs=[(forward_s, backward_s)] * p)
+    _, bubble, span = price_pipeline.pipeline(prof, cluster, p, m, schedule, 1, m, stage_costs=[(forward_s, backward_s)] * p)
     return bubble / (span - bubble)
 
 

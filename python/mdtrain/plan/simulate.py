@@ -2,10 +2,10 @@
 communication stream, a parameter server), each resource running its tasks in the order the code
 issues them, each task starting when its resources are free and its dependencies are done.
 
-Nothing here knows a strategy: price_plan.py turns the core's StepPlan of a data-parallel
-strategy into tasks, steps.py the other strategies' steps (the pipeline's op lists are the
-executor's own, from the core). Overlap and pipeline bubbles are what this replay
-gives, not a formula: a bucket's all-reduce on a communication stream overlaps the backward tasks
+Nothing here knows a strategy: the pricers turn the core's StepPlan of a strategy into tasks
+(price_plan.py a data-parallel one, price_tensor_parallel.py ModelParallel's, price_pipeline.py a
+pipeline's, price_parameter_servers.py a parameter-server worker's). Overlap and pipeline bubbles
+are what this replay gives, not a formula: a bucket's all-reduce on a communication stream overlaps the backward tasks
 after it; a pipeline stage waiting on a receive is idle.
 
 Contention: a task may carry a second duration, `shared_duration`, what it takes while other

@@ -1,7 +1,7 @@
 """A ModelProfile from FLOPs instead of timings: for models we cannot run here (ResNet-101 and
 VGG-16 on ImageNet, published_record.py), each layer's time is its FLOPs at a given rate (a
 device's peak, or the rate a published single-device throughput implies). The result feeds the
-same step replays (steps.py) as a measured profile, with scale 1.0: its times are already the
+same step replays (the price_*.py pricers) as a measured profile, with scale 1.0: its times are already the
 device's."""
 import dataclasses
 

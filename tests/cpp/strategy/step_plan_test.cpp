@@ -187,7 +187,7 @@ TEST(StepPlan, TheSyncIsDecidedFromTheInputsAlone) {
   // Across workers the loss sums are all-reduced after the step.
   PlanWeights w;
   w.layers = 1;
-  w.weights.push_back(WeightPlacement{"w", 10, "", -1});
+  w.weights.push_back(WeightPlacement{"w", 10, "", -1, -1});
   in.parameter_device = false;
   in.local_replicas = 1;
   const StepPlan plan = replicated_step_plan(w, in);

@@ -47,8 +47,9 @@ TensorParallelLayer layer(const std::string& name, ShardedForm form, std::int64_
   l.input_values = in;
   l.output_values = out;
   l.input_grad = grad;
-  l.weights.push_back(WeightPlacement{name + "/kernel", in * out, "", dim});
-  l.weights.push_back(WeightPlacement{name + "/bias", out, "", form == ShardedForm::Row ? -1 : (dim >= 0 ? 0 : -1)});
+  l.weights.push_back(WeightPlacement{name + "/kernel", in * out, "", dim, -1});
+  l.weights.push_back(
+      WeightPlacement{name + "/bias", out, "", form == ShardedForm::Row ? -1 : (dim >= 0 ? 0 : -1), -1});
   return l;
 }
 

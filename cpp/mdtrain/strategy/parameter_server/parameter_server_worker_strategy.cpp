@@ -46,7 +46,7 @@ mdtrain::StepPlan parameter_server_step_plan(PlanWeights weights, const ShardLay
   plan.strategy = strategy;
   plan.mesh_shape = {1};
   plan.mesh_axes = {"batch"};
-  plan.segments.push_back(Segment{"network", 0, weights.layers});
+  plan.segments.push_back(Segment{"network", 0, weights.layers, {}});
   for (WeightPlacement& w : weights.weights) {
     w.axis = "ps";
     w.dim = 0;
