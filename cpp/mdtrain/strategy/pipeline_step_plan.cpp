@@ -34,14 +34,6 @@ PlanOp transfer_op(OpKind kind, bool gradient, int segment, int microbatch, std:
   return op;
 }
 
-PlanOp update_op(std::int64_t first, std::int64_t values) {
-  PlanOp op;
-  op.kind = OpKind::Update;
-  op.first_value = first;
-  op.values = values;
-  return op;
-}
-
 int axis_of(const std::vector<std::string>& axes, const std::string& name) {
   const auto it = std::find(axes.begin(), axes.end(), name);
   MDTRAIN_CHECK(it != axes.end(), std::invalid_argument, "[plan] the mesh has no axis '", name, "'");

@@ -51,6 +51,14 @@ CollectiveCounts StepPlan::collective_counts(int device) const {
   return out;
 }
 
+PlanOp update_op(std::int64_t first_value, std::int64_t values) {
+  PlanOp op;
+  op.kind = OpKind::Update;
+  op.first_value = first_value;
+  op.values = values;
+  return op;
+}
+
 void add_forward_backward(std::vector<PlanOp>& ops, int segment, int microbatch) {
   for (OpKind kind : {OpKind::Forward, OpKind::Backward}) {
     PlanOp op;
@@ -98,14 +106,6 @@ PlanOp collective(CountedCollective kind, int group, std::int64_t bytes) {
   op.axis = "batch";
   op.group = group;
   op.bytes = bytes;
-  return op;
-}
-
-PlanOp update(std::int64_t first, std::int64_t end) {
-  PlanOp op;
-  op.kind = OpKind::Update;
-  op.first_value = first;
-  op.values = end - first;
   return op;
 }
 
@@ -184,7 +184,7 @@ StepPlan replicated_step_plan(const PlanWeights& weights, const ReplicatedPlanIn
     switch (kind) {
       case SyncKind::BucketedAllReduce:
         if (n > 1) add_gradient_buckets(dev.ops, "batch", n, 0, total, elem, in.bucket_bytes, to_one, true);
-        dev.ops.push_back(update(0, total));
+        dev.ops.push_back(update_op(0, total));
         break;
       case SyncKind::ZeroOne:
       case SyncKind::ZeroOneAfterAllReduce: {
@@ -195,13 +195,13 @@ StepPlan replicated_step_plan(const PlanWeights& weights, const ReplicatedPlanIn
           add_gradient_buckets(dev.ops, "batch", n, 0, total, elem, in.bucket_bytes, to_one, true);
         }
         const auto [begin, end] = shards.range_of(d);
-        dev.ops.push_back(update(begin, end));
+        dev.ops.push_back(update_op(begin, end - begin));
         dev.ops.push_back(collective(CountedCollective::AllGather, n, shard_bytes));
         break;
       }
       case SyncKind::ReduceToDevice:
         dev.ops.push_back(collective(CountedCollective::Reduce, n, total * elem64));
-        if (d == 0) dev.ops.push_back(update(0, total));
+        if (d == 0) dev.ops.push_back(update_op(0, total));
         dev.ops.push_back(collective(CountedCollective::Broadcast, n, total * elem64));
         break;
       case SyncKind::PushPull:

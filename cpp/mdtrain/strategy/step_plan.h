@@ -156,6 +156,9 @@ void add_gradient_buckets(std::vector<PlanOp>& ops, const std::string& axis, int
                           std::int64_t total, std::size_t elem, std::size_t bucket_bytes, bool reduce_to_one,
                           bool during_backward);
 
+// The optimizer's update of trainable values [first_value, first_value + values).
+PlanOp update_op(std::int64_t first_value, std::int64_t values);
+
 // Appends the forward and then the backward of `segment` on `microbatch` to `ops`.
 void add_forward_backward(std::vector<PlanOp>& ops, int segment = 0, int microbatch = 0);
 
