@@ -12,7 +12,6 @@ import pytest
 import mdtrain as tf
 from mdtrain import _core
 from mdtrain.plan import AlphaBeta, Cluster, ModelProfile, fit_alpha_beta, fit_benchmark_json, plan
-from mdtrain.plan import planner as planner_module
 from mdtrain.plan import (price_parameter_servers, price_pipeline, price_plan, price_tensor_parallel, probes,
                           ps_probe, stage_profile, step_costs)
 from mdtrain.plan.core_threads import core_threads
@@ -366,7 +365,7 @@ def test_plans_here_time_the_stages_and_presets_scale_the_layers(monkeypatch):
     def timer(model_, starts, rows, schedule, microbatches):
         asked.append((list(starts), rows, schedule, microbatches))
         return [(1e-3, 2e-3)] * (len(starts) + 1)
-    monkeypatch.setattr(planner_module, "measure_stage_costs", timer)
+    monkeypatch.setattr(stage_profile, "measure_stage_costs", timer)
     prof = _measured_like(synthetic_profile(layers=4))
     plans = plan(model, 64, this_machine(), profile=prof)
     piped = [p for p in plans if p.strategy_name == "PipelineParallel" and p.applicable]
