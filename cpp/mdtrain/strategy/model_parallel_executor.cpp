@@ -41,7 +41,7 @@ std::string weight_of_slot(const std::string& slot) { return slot.substr(0, slot
 
 ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStrategy& strategy, const Loss& loss,
                                              const Optimizer& optimizer)
-    : primary_(primary), strategy_(strategy) {
+    : StepExecutor("[model_parallel]"), primary_(primary), strategy_(strategy) {
   MDTRAIN_CHECK(primary_.built(), std::logic_error, "[model_parallel] the model must be built before training");
   const auto& opts = optimizer.options();
   MDTRAIN_CHECK(!opts.clipnorm && !opts.global_clipnorm, std::invalid_argument,
@@ -117,6 +117,9 @@ ModelParallelExecutor::ModelParallelExecutor(Network& primary, ModelParallelStra
       s->optimizer->set_state(mine);
     }
   }
+  for (auto& s : shards_)
+    roster_.add({s->net.get(), s->optimizer.get(), true, &s->loss_sum, &s->profile, {&s->model_comm, &s->batch_comm}});
+  roster_.set_shared_wall(&wall_);
 }
 
 ModelParallelExecutor::~ModelParallelExecutor() { strategy_.forget_executor(this); }
@@ -332,24 +335,6 @@ void ModelParallelExecutor::predict_step(const Tensor& x, std::int64_t begin, st
   });
 }
 
-Network& ModelParallelExecutor::replica_network(int r) {
-  MDTRAIN_CHECK(r >= 0 && r < num_replicas(), std::out_of_range, "[model_parallel] device ", r, " out of range for ",
-                num_replicas(), " devices");
-  return *shards_[static_cast<std::size_t>(r)]->net;
-}
-
-std::vector<double> ModelParallelExecutor::replica_loss_sums() const {
-  std::vector<double> out;
-  for (const auto& s : shards_) out.push_back(s->loss_sum);
-  return out;
-}
-
-Optimizer& ModelParallelExecutor::optimizer() { return *shards_.front()->optimizer; }
-
-void ModelParallelExecutor::set_learning_rate(double lr) {
-  for (auto& s : shards_) s->optimizer->set_learning_rate(lr);
-}
-
 Optimizer::State ModelParallelExecutor::optimizer_state() const {
   // Per model shard: the batch group's ZeRO ranges stitched into the shard's whole state; then the
   // shards' pieces put side by side into the unsharded tensors.
@@ -377,12 +362,6 @@ Optimizer::State ModelParallelExecutor::optimizer_state() const {
     t = joined;
   }
   return whole;
-}
-
-std::vector<std::int64_t> ModelParallelExecutor::optimizer_state_bytes() const {
-  std::vector<std::int64_t> out;
-  for (const auto& s : shards_) out.push_back(s->optimizer->state_bytes());
-  return out;
 }
 
 std::vector<std::int64_t> ModelParallelExecutor::parameter_bytes() const {
@@ -419,29 +398,8 @@ void ModelParallelExecutor::abort(const std::string& reason) {
   communicators_broken_ = true;
 }
 
-std::vector<StepProfile> ModelParallelExecutor::profile() const {
-  std::vector<StepProfile> out;
-  for (const auto& s : shards_) {
-    out.push_back(s->profile);
-    out.back().wall = wall_;
-    // Both axes' collectives: the plan lists the model axis's and the batch axis's.
-    for (const Communicator* comm : {s->model_comm.get(), s->batch_comm.get()})
-      for (int k = 0; k < kCountedCollectives; ++k) {
-        out.back().collectives.of[k].calls += comm->counts().of[k].calls;
-        out.back().collectives.of[k].bytes += comm->counts().of[k].bytes;
-      }
-  }
-  return out;
-}
-
-void ModelParallelExecutor::reset_profile() {
-  for (auto& s : shards_) {
-    s->profile = StepProfile{};
-    s->group.reset_bytes();
-    s->model_comm->reset_counts();
-    s->batch_comm->reset_counts();
-  }
-  wall_ = 0;
+void ModelParallelExecutor::reset_own_profile() {
+  for (auto& s : shards_) s->group.reset_bytes();
 }
 
 }  // namespace mdtrain

@@ -52,24 +52,12 @@ class ModelParallelExecutor final : public StepExecutor {
   StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
   void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
 
-  // One "replica" per device, in mesh order; their networks are the shards.
-  int num_replicas() const override { return static_cast<int>(shards_.size()); }
-  Network& replica_network(int replica) override;
-  std::vector<double> replica_loss_sums() const override;
-
-  Optimizer& optimizer() override;
-  void set_learning_rate(double lr) override;
+  // The roster has one "replica" per device, in mesh order; their networks are the shards, their
+  // profiles count both axes' collectives (the plan lists the model axis's and the batch axis's).
   Optimizer::State optimizer_state() const override;
-  std::vector<std::int64_t> optimizer_state_bytes() const override;
-
   void broadcast_weights_from_primary() override;
   void refresh_primary() override;
-  bool primary_stale() const override { return primary_stale_; }
-
   void abort(const std::string& reason) override;
-
-  std::vector<StepProfile> profile() const override;
-  void reset_profile() override;
 
   // Bytes of the weights each device holds: its packed trainable values and non-trainable ones.
   std::vector<std::int64_t> parameter_bytes() const;
@@ -79,6 +67,9 @@ class ModelParallelExecutor final : public StepExecutor {
   const TensorParallelPlan& plan() const { return *plan_; }
   // The step as data (ModelParallelStrategy::make_plan), global batch left 0.
   const StepPlan& step_plan() const { return step_plan_; }
+
+ protected:
+  void reset_own_profile() override;  // the model-axis bytes
 
  private:
   struct Shard;
@@ -100,8 +91,7 @@ class ModelParallelExecutor final : public StepExecutor {
   std::vector<int> local_batches_;              // this worker's batch coordinates, ascending
   std::optional<ZeroShards> zero_;              // set when one process has several batch groups
   bool communicators_broken_ = false;
-  bool primary_stale_ = false;
-  double wall_ = 0;
+  double wall_ = 0;  // the roster's shared wall
 };
 
 }  // namespace mdtrain

@@ -78,7 +78,11 @@ std::int64_t held_activation_bytes(const LayerStack& stack) {
 
 PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy, const Loss& loss,
                                    const Optimizer& optimizer)
-    : primary_(primary), strategy_(strategy), loss_(loss.clone()), whole_optimizer_(optimizer.clone()) {
+    : StepExecutor("[pipeline]"),
+      primary_(primary),
+      strategy_(strategy),
+      loss_(loss.clone()),
+      whole_optimizer_(optimizer.clone()) {
   MDTRAIN_CHECK(primary_.built(), std::logic_error, "[pipeline] the model must be built before training");
   const auto& opts = optimizer.options();
   MDTRAIN_CHECK(!opts.clipnorm && !opts.global_clipnorm, std::invalid_argument,
@@ -147,6 +151,14 @@ PipelineExecutor::PipelineExecutor(Network& primary, PipelineStrategy& strategy,
     devices_.push_back(std::move(dev));
   }
   first_pipeline_ = devices_.front()->pipeline;  // mesh order: the lowest on this worker
+  for (auto& dev : devices_)
+    roster_.add({dev->net.get(),
+                 dev->optimizer.get(),
+                 true,
+                 &dev->loss_sum,
+                 &dev->profile,
+                 {&dev->pipe_comm, &dev->batch_comm}});
+  roster_.set_shared_wall(&wall_);
   if (strategy_.pipe_across_workers()) {
     across_workers_ = true;
     // Which stage owns each slot of the whole optimizer's state, in that state's order.
@@ -699,24 +711,6 @@ double PipelineExecutor::regularization_loss() const {
   return sum;
 }
 
-Network& PipelineExecutor::replica_network(int r) {
-  MDTRAIN_CHECK(r >= 0 && r < num_replicas(), std::out_of_range, "[pipeline] device ", r, " out of range for ",
-                num_replicas(), " devices");
-  return *devices_[static_cast<std::size_t>(r)]->net;
-}
-
-std::vector<double> PipelineExecutor::replica_loss_sums() const {
-  std::vector<double> out;
-  for (const auto& dev : devices_) out.push_back(dev->loss_sum);
-  return out;
-}
-
-Optimizer& PipelineExecutor::optimizer() { return *devices_.front()->optimizer; }
-
-void PipelineExecutor::set_learning_rate(double lr) {
-  for (auto& dev : devices_) dev->optimizer->set_learning_rate(lr);
-}
-
 Optimizer::State PipelineExecutor::optimizer_state() const {
   // The stages' slots (pipeline 0's: the pipelines hold identical copies), in the order an
   // optimizer of the whole model lists them.
@@ -733,12 +727,6 @@ Optimizer::State PipelineExecutor::optimizer_state() const {
     const auto it = by_name.find(name);
     if (it != by_name.end()) t = it->second;
   }
-  return out;
-}
-
-std::vector<std::int64_t> PipelineExecutor::optimizer_state_bytes() const {
-  std::vector<std::int64_t> out;
-  for (const auto& dev : devices_) out.push_back(dev->optimizer->state_bytes());
   return out;
 }
 
@@ -765,31 +753,12 @@ void PipelineExecutor::abort(const std::string& reason) {
   communicators_broken_ = true;
 }
 
-std::vector<StepProfile> PipelineExecutor::profile() const {
-  std::vector<StepProfile> out;
-  for (const auto& dev : devices_) {
-    out.push_back(dev->profile);
-    out.back().wall = wall_;
-    // Its sends and receives along the pipe axis and its collectives along the batch axis.
-    for (const Communicator* comm : {dev->pipe_comm.get(), dev->batch_comm.get()})
-      for (int k = 0; k < kCountedCollectives; ++k) {
-        out.back().collectives.of[k].calls += comm->counts().of[k].calls;
-        out.back().collectives.of[k].bytes += comm->counts().of[k].bytes;
-      }
-  }
-  return out;
-}
-
-void PipelineExecutor::reset_profile() {
+void PipelineExecutor::reset_own_profile() {
   for (auto& dev : devices_) {
-    dev->profile = StepProfile{};
-    dev->pipe_comm->reset_counts();
-    dev->batch_comm->reset_counts();
     dev->busy = 0;
     dev->forward = 0;
     dev->idle = 0;
   }
-  wall_ = 0;
 }
 
 std::vector<double> PipelineExecutor::busy_seconds() const {

@@ -76,24 +76,12 @@ class PipelineExecutor final : public StepExecutor {
   StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
   void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
 
-  // One "replica" per device, in mesh order; their networks are the stages.
-  int num_replicas() const override { return static_cast<int>(devices_.size()); }
-  Network& replica_network(int replica) override;
-  std::vector<double> replica_loss_sums() const override;
-
-  Optimizer& optimizer() override;
-  void set_learning_rate(double lr) override;
+  // The roster has one "replica" per device, in mesh order; their networks are the stages, their
+  // profiles count the sends and receives along the pipe axis and the batch axis's collectives.
   Optimizer::State optimizer_state() const override;
-  std::vector<std::int64_t> optimizer_state_bytes() const override;
-
   void broadcast_weights_from_primary() override;
   void refresh_primary() override;
-  bool primary_stale() const override { return primary_stale_; }
-
   void abort(const std::string& reason) override;
-
-  std::vector<StepProfile> profile() const override;
-  void reset_profile() override;
 
   // Pipe axis across workers: each stage of pipeline 0 sends its weights (BatchNormalization's
   // moving statistics included) and optimizer slots to every other worker, which writes them into
@@ -130,6 +118,9 @@ class PipelineExecutor final : public StepExecutor {
   std::vector<std::int64_t> peak_activation_bytes() const;
   // How many state slots each device has (0 with recompute: the stage's layers run every forward).
   std::vector<int> state_slots() const;
+
+ protected:
+  void reset_own_profile() override;  // busy, forward and idle seconds
 
  private:
   struct Device;
@@ -181,7 +172,6 @@ class PipelineExecutor final : public StepExecutor {
   Optimizer::State slot_template_;                     // the whole optimizer's state: slot shapes
   std::map<std::string, Tensor> gathered_slots_;       // the other workers' stages' slots
   bool communicators_broken_ = false;
-  bool primary_stale_ = false;
   double wall_ = 0;
 };
 

@@ -37,7 +37,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, const Loss& loss,
                                        const Optimizer& optimizer, StepPlan plan)
-    : primary_(primary), strategy_(strategy), plan_(std::move(plan)) {
+    : StepExecutor("[engine]"), primary_(primary), strategy_(strategy), plan_(std::move(plan)) {
+  reads_output_masks_ = true;
   MDTRAIN_CHECK(primary.built(), std::logic_error, "[engine] the model must be built before training");
   // Placement comes from the strategy's devices: a replica on a CPU device trains a host copy (the
   // primary itself for replica 0), a replica on a GPU a copy whose weights live on that GPU. Layers
@@ -76,6 +77,9 @@ ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, con
     attach_communicator(*rep, std::move(comms[static_cast<std::size_t>(r)]));
     replicas_.push_back(std::move(rep));
   }
+  for (auto& rep : replicas_)
+    roster_.add({rep->net, rep->optimizer.get(), true, &rep->loss_sum, &rep->profile, {&rep->comm}});
+  roster_.set_shared_wall(&wall_);
 }
 
 ReplicatedExecutor::~ReplicatedExecutor() = default;
@@ -370,10 +374,6 @@ void ReplicatedExecutor::predict_step(const Tensor& x, std::int64_t begin, std::
       /*across_workers=*/false);
 }
 
-void ReplicatedExecutor::set_learning_rate(double lr) {
-  for (auto& rep : replicas_) rep->optimizer->set_learning_rate(lr);
-}
-
 Optimizer::State ReplicatedExecutor::optimizer_state() const {
   if (!shards_) return replicas_.front()->optimizer->state();
   std::vector<Optimizer::State> states;
@@ -381,39 +381,9 @@ Optimizer::State ReplicatedExecutor::optimizer_state() const {
   return shards_->stitch(states, primary_);
 }
 
-std::vector<std::int64_t> ReplicatedExecutor::optimizer_state_bytes() const {
-  std::vector<std::int64_t> out;
-  for (const auto& rep : replicas_) out.push_back(rep->optimizer->state_bytes());
-  return out;
-}
-
-std::vector<double> ReplicatedExecutor::replica_loss_sums() const {
-  std::vector<double> out;
-  for (const auto& rep : replicas_) out.push_back(rep->loss_sum);
-  return out;
-}
-
 void ReplicatedExecutor::abort(const std::string& reason) {
   for (auto& rep : replicas_) rep->comm->abort(reason);
   communicators_broken_ = true;  // an aborted group cannot be reused
-}
-
-std::vector<StepProfile> ReplicatedExecutor::profile() const {
-  std::vector<StepProfile> out;
-  for (const auto& rep : replicas_) {
-    out.push_back(rep->profile);
-    out.back().wall = wall_;
-    out.back().collectives = rep->comm->counts();
-  }
-  return out;
-}
-
-void ReplicatedExecutor::reset_profile() {
-  for (auto& rep : replicas_) {
-    rep->profile = StepProfile{};
-    rep->comm->reset_counts();
-  }
-  wall_ = 0;
 }
 
 void ReplicatedExecutor::refresh_primary() {
@@ -431,14 +401,6 @@ void ReplicatedExecutor::broadcast_weights_from_primary() {
     replicas_[r]->net->packed_values().copy_from(primary_.packed_values());
     replicas_[r]->net->non_trainable_values().copy_from(primary_.non_trainable_values());
   }
-}
-
-Optimizer& ReplicatedExecutor::optimizer() { return *replicas_.front()->optimizer; }
-
-Network& ReplicatedExecutor::replica_network(int r) {
-  MDTRAIN_CHECK(r >= 0 && r < num_replicas(), std::out_of_range, "[engine] replica ", r, " out of range for ",
-                num_replicas(), " replicas");
-  return *replicas_[static_cast<std::size_t>(r)]->net;
 }
 
 }  // namespace mdtrain

@@ -54,24 +54,10 @@ class ReplicatedExecutor final : public StepExecutor {
   StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
   void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
 
-  int num_replicas() const override { return static_cast<int>(replicas_.size()); }
-  Network& replica_network(int replica) override;
-  std::vector<double> replica_loss_sums() const override;
-
-  Optimizer& optimizer() override;
-  void set_learning_rate(double lr) override;
   Optimizer::State optimizer_state() const override;
-  std::vector<std::int64_t> optimizer_state_bytes() const override;
-
   void broadcast_weights_from_primary() override;
   void refresh_primary() override;
-  bool primary_stale() const override { return primary_stale_; }
-
   void abort(const std::string& reason) override;
-
-  std::vector<StepProfile> profile() const override;
-  void reset_profile() override;
-  bool reads_output_masks() const override { return true; }
 
   const StepPlan& plan() const { return plan_; }
   SyncKind gradient_sync() const { return sync_; }
@@ -101,9 +87,9 @@ class ReplicatedExecutor final : public StepExecutor {
   SyncKind sync_ = SyncKind::BucketedAllReduce;
   std::optional<ZeroShards> shards_;  // set for the Zero* plans
   bool communicators_broken_ = false;
-  bool primary_is_replica0_ = true;  // replica 0 trains the primary itself (CPU devices)
-  bool primary_stale_ = false;       // replica 0 (on a GPU) trained since the primary was refreshed
-  double wall_ = 0;
+  bool primary_is_replica0_ = true;  // replica 0 trains the primary itself (CPU devices); else
+                                     // primary_stale_ is set when replica 0 (on a GPU) trains
+  double wall_ = 0;                  // the roster's shared wall
 };
 
 }  // namespace mdtrain

@@ -5,14 +5,25 @@
 // sees replicas, communicators, meshes or schedules. Each kind of parallelism is an executor of
 // its own in strategy/ (ReplicatedExecutor: data parallelism), so a new strategy is a new file
 // here, not a branch in model/.
+//
+// The virtual interface is only what differs between executors: running the plan's steps, the
+// whole optimizer state (stitched from shards or stages), moving weights between the primary and
+// the devices, and aborting. What they share — their devices' networks, optimizers, loss sums and
+// profiles — is a DeviceRoster (device_roster.h): each executor registers its devices' records
+// there once when it is made and fills them during its steps; StepExecutor reads them
+// non-virtually. Whether the primary is older than the devices is a flag the executor sets when a
+// step trains copies of it.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mdtrain/core/tensor.h"
 #include "mdtrain/distribute/communicator.h"
 #include "mdtrain/nn/network.h"
 #include "mdtrain/optim/optimizer.h"
+#include "mdtrain/strategy/device_roster.h"
+#include "mdtrain/strategy/step_profile.h"
 
 namespace mdtrain {
 
@@ -36,21 +47,6 @@ struct StepLoss {
   double regularization = 0;
 };
 
-// Where a replica's step time went, summed over steps since the last reset (bench/scaling.py's
-// compute / communication / idle split).
-struct StepProfile {
-  std::int64_t steps = 0;
-  double wall = 0;     // whole steps, as seen by the caller
-  double compute = 0;  // gather + forward + loss + backward (their collectives excluded)
-  // In collectives (data movement and waiting for peers): the gradients', and under tensor
-  // parallelism the model axis's (activations summed or gathered inside forward and backward).
-  double allreduce = 0;
-  double update = 0;  // regularization gradients + optimizer
-  // The collectives of the replica's data-parallel group (calls, bytes): what the StepPlan's op
-  // list says a step runs, times the steps (tests compare the two). Empty where not counted.
-  CollectiveCounts collectives;
-};
-
 // Sees each replica's labels and predictions after its forward (for metrics), on that replica's
 // thread: calls for different replicas may run at the same time.
 class ReplicaOutputSink {
@@ -67,44 +63,70 @@ class StepExecutor {
   virtual ~StepExecutor() = default;
 
   // One training step (forward, backward, gradient sync, update) on a global batch (count > 0).
+  // The three steps are what each executor interprets of its StepPlan: the reason it exists.
   virtual StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) = 0;
   // Forward only, with the loss (scale 1) and the outputs.
   virtual StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) = 0;
   // Forward only on rows [begin, begin + count) of x, written to the same rows of `out`.
   virtual void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) = 0;
 
-  // This process's replicas (local), and their networks (0 is the primary on CPU devices).
-  virtual int num_replicas() const = 0;
-  virtual Network& replica_network(int replica) = 0;
-  // Each local replica's loss sum of the last train or test step.
-  virtual std::vector<double> replica_loss_sums() const = 0;
-
-  // Replica 0's optimizer: hyperparameters, learning rate and iterations of every replica.
-  virtual Optimizer& optimizer() = 0;
-  virtual void set_learning_rate(double lr) = 0;
-  // The whole optimizer state (stitched from shards where the update is sharded).
+  // The whole optimizer state, as an optimizer of the unsharded model on one device holds it:
+  // virtual because only the executor knows how its devices' states fit together (ZeRO-1 ranges,
+  // tensor-parallel shards, pipeline stages, none on a parameter-server worker).
   virtual Optimizer::State optimizer_state() const = 0;
-  // Bytes of optimizer state each local replica's optimizer holds, one entry per replica.
-  virtual std::vector<std::int64_t> optimizer_state_bytes() const = 0;
 
-  // After the primary's weights were set from outside: copy them to every replica.
+  // After the primary's weights were set from outside: copy them to every device. Virtual: a
+  // replica copies the whole primary, a shard or a stage its part of it, and an executor that
+  // trains the primary itself copies nothing.
   virtual void broadcast_weights_from_primary() = 0;
-  // Copies the replicas' trained weights into the primary when it is a separate copy (replica 0
-  // on a GPU) and a step ran since; free otherwise.
+  // Copies the devices' trained weights into the primary when it is a separate copy (replica 0
+  // on a GPU, shards, stages) and a step ran since (primary_stale()); free otherwise. Virtual for
+  // the same reason as broadcast_weights_from_primary.
   virtual void refresh_primary() = 0;
-  virtual bool primary_stale() const = 0;
 
-  // Fails every collective of this process's replicas, pending and later, on every rank of their
+  // Fails every collective of this process's devices, pending and later, on every rank of their
   // groups (peers in other processes included) with `reason`: a process that stops training
   // (an exception between steps) releases peers waiting for it. The next step makes fresh groups.
+  // Virtual: each executor knows its communicators (one per replica, or one per mesh axis).
   virtual void abort(const std::string& reason) = 0;
+
+  // This process's devices (replicas, shards or stages; local), and their networks (0 is the
+  // primary on CPU devices). Throws std::out_of_range outside [0, num_replicas()).
+  int num_replicas() const { return roster_.size(); }
+  Network& replica_network(int replica) { return roster_.network(replica); }
+  // Each local device's loss sum of the last train or test step.
+  std::vector<double> replica_loss_sums() const { return roster_.loss_sums(); }
+
+  // Device 0's optimizer: hyperparameters, learning rate and iterations of every device.
+  Optimizer& optimizer() { return roster_.optimizer(); }
+  void set_learning_rate(double lr) { roster_.set_learning_rate(lr); }
+  // Bytes of optimizer state each local device's optimizer holds, one entry per device.
+  std::vector<std::int64_t> optimizer_state_bytes() const { return roster_.optimizer_state_bytes(); }
+
+  // Whether the devices trained since the primary was last refreshed (refresh_primary copies).
+  bool primary_stale() const { return primary_stale_; }
 
   // Whether the loss and metrics leave out the steps an output's mask drops (nn/masked_steps.h).
   // An executor that does not cannot train a network whose output_masked(): TrainEngine refuses.
-  virtual bool reads_output_masks() const { return false; }
+  bool reads_output_masks() const { return reads_output_masks_; }
 
-  virtual std::vector<StepProfile> profile() const = 0;  // one per local replica
-  virtual void reset_profile() = 0;
+  std::vector<StepProfile> profile() const { return roster_.profile(); }  // one per local device
+  void reset_profile() {
+    roster_.reset_profile();
+    reset_own_profile();
+  }
+
+ protected:
+  // `label` starts the roster's error messages ("[pipeline]").
+  explicit StepExecutor(std::string label) : roster_(std::move(label)) {}
+
+  // Counters an executor keeps beside its devices' profiles (bubble seconds, model-axis bytes,
+  // stage sends), reset with them. The one hook left: the roster cannot know them.
+  virtual void reset_own_profile() {}
+
+  DeviceRoster roster_;
+  bool primary_stale_ = false;  // set by a step that trains copies of the primary; cleared by refresh
+  bool reads_output_masks_ = false;
 };
 
 }  // namespace mdtrain

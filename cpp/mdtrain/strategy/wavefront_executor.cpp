@@ -45,7 +45,8 @@ void copy_steps(const Tensor& seq, std::int64_t t0, std::int64_t t1, Tensor& chu
 
 WavefrontExecutor::WavefrontExecutor(Network& primary, WavefrontStrategy& strategy, const Loss& loss,
                                      const Optimizer& optimizer)
-    : primary_(primary),
+    : StepExecutor("[wavefront]"),
+      primary_(primary),
       strategy_(strategy),
       time_chunk_(strategy.time_chunk()),
       loss_(loss.clone()),
@@ -71,6 +72,7 @@ WavefrontExecutor::WavefrontExecutor(Network& primary, WavefrontStrategy& strate
     st->comm = std::move(comms[static_cast<std::size_t>(s)]);
     stages_.push_back(std::move(st));
   }
+  roster_.add({&primary_, optimizer_.get(), true, &loss_sum_, &profile_, {}});
 }
 
 WavefrontExecutor::~WavefrontExecutor() { strategy_.forget_executor(this); }
@@ -79,11 +81,6 @@ std::vector<int> WavefrontExecutor::stage_starts() const {
   std::vector<int> starts;
   for (const auto& st : stages_) starts.push_back(st->first);
   return starts;
-}
-
-Network& WavefrontExecutor::replica_network(int r) {
-  MDTRAIN_CHECK(r == 0, std::out_of_range, "[wavefront] replica ", r, " out of range for 1 replica");
-  return primary_;
 }
 
 void WavefrontExecutor::prepare(std::int64_t steps) {
@@ -282,8 +279,7 @@ std::vector<CollectiveCounts> WavefrontExecutor::stage_collectives() const {
   return out;
 }
 
-void WavefrontExecutor::reset_profile() {
-  profile_ = StepProfile{};
+void WavefrontExecutor::reset_own_profile() {
   for (auto& st : stages_) st->comm->reset_counts();
 }
 

@@ -47,25 +47,14 @@ class WavefrontExecutor final : public StepExecutor {
   StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
   void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
 
-  // One replica: the model itself (the stages work on its layers).
-  int num_replicas() const override { return 1; }
-  Network& replica_network(int replica) override;
-  std::vector<double> replica_loss_sums() const override { return {loss_sum_}; }
-
-  Optimizer& optimizer() override { return *optimizer_; }
-  void set_learning_rate(double lr) override { optimizer_->set_learning_rate(lr); }
+  // The roster has one replica: the model itself (the stages work on its layers), with the one
+  // optimizer and a profile whose wall the step keeps.
   Optimizer::State optimizer_state() const override { return optimizer_->state(); }
-  std::vector<std::int64_t> optimizer_state_bytes() const override { return {optimizer_->state_bytes()}; }
-
   // The model's layers hold the weights: nothing to copy either way.
   void broadcast_weights_from_primary() override {}
   void refresh_primary() override {}
-  bool primary_stale() const override { return false; }
-
   void abort(const std::string& reason) override;
 
-  std::vector<StepProfile> profile() const override { return {profile_}; }
-  void reset_profile() override;
   // Per stage (device), the calls and bytes of its sends and receives since reset_profile.
   std::vector<CollectiveCounts> stage_collectives() const;
 
@@ -73,6 +62,9 @@ class WavefrontExecutor final : public StepExecutor {
   std::int64_t time_chunk() const { return time_chunk_; }
   // The first layer of each stage.
   std::vector<int> stage_starts() const;
+
+ protected:
+  void reset_own_profile() override;  // the stages' send and receive counts
 
  private:
   struct Stage;

@@ -16,7 +16,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 ParameterServerWorkerExecutor::ParameterServerWorkerExecutor(Network& primary, ParameterServerWorkerStrategy& strategy,
                                                              const Loss& loss, const Optimizer& optimizer)
-    : primary_(primary),
+    : StepExecutor("[ps]"),
+      primary_(primary),
       strategy_(strategy),
       loss_(loss.clone()),
       logits_loss_(loss.on_logits_of(primary.output_activation())),
@@ -40,6 +41,10 @@ ParameterServerWorkerExecutor::ParameterServerWorkerExecutor(Network& primary, P
     values_.push_back(params[v]->value);
     grads_.push_back(params[v]->grad);
   }
+  roster_.add({&primary_, optimizer_.get(), /*holds_optimizer_state=*/false, &loss_sum_, &profile_, {}});
+  roster_.fix_learning_rate(
+      "[ps] the learning rate lives on the parameter servers' optimizers: give a LearningRateSchedule at compile "
+      "instead of changing it during training");
 }
 
 ParameterServerClient& ParameterServerWorkerExecutor::client() {
@@ -50,17 +55,6 @@ ParameterServerClient& ParameterServerWorkerExecutor::client() {
     client_generation_ = strategy_.endpoints_generation();
   }
   return *client_;
-}
-
-Network& ParameterServerWorkerExecutor::replica_network(int replica) {
-  MDTRAIN_CHECK(replica == 0, std::out_of_range, "[ps] a parameter-server worker has one replica, not ", replica + 1);
-  return primary_;
-}
-
-void ParameterServerWorkerExecutor::set_learning_rate(double) {
-  fail<std::invalid_argument>(
-      "[ps] the learning rate lives on the parameter servers' optimizers: give a LearningRateSchedule at compile "
-      "instead of changing it during training");
 }
 
 void ParameterServerWorkerExecutor::pull() {

@@ -29,23 +29,13 @@ class ParameterServerWorkerExecutor final : public StepExecutor {
   StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
   void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
 
-  int num_replicas() const override { return 1; }
-  Network& replica_network(int replica) override;
-  std::vector<double> replica_loss_sums() const override { return {loss_sum_}; }
-
-  // The worker's copy of the job's optimizer: its hyperparameters; the servers' clones update.
-  Optimizer& optimizer() override { return *optimizer_; }
-  void set_learning_rate(double lr) override;
+  // The roster has one replica, the primary, with the worker's copy of the job's optimizer (its
+  // hyperparameters; the servers' clones update and hold the state, so its learning rate is fixed
+  // and it reports no state bytes).
   Optimizer::State optimizer_state() const override { return {}; }
-  std::vector<std::int64_t> optimizer_state_bytes() const override { return {0}; }
-
   void broadcast_weights_from_primary() override {}
   void refresh_primary() override {}
-  bool primary_stale() const override { return false; }
   void abort(const std::string&) override {}
-
-  std::vector<StepProfile> profile() const override { return {profile_}; }
-  void reset_profile() override { profile_ = {}; }
 
  private:
   // Pulls every variable into the primary's weights (reconnecting first if the servers moved).
