@@ -285,8 +285,9 @@ def test_terminate_on_nan_stops_at_the_step(blobs):
 def test_model_config_is_json(blobs):
     config = make_mlp().get_config()
     json.dumps(config)
-    assert [layer["class_name"] for layer in config["layers"]] == ["Dense", "Dense"]
-    assert config["layers"][0]["config"]["units"] == 16
+    # Keras 3's layout: a built Sequential model's config starts with its InputLayer.
+    assert [layer["class_name"] for layer in config["layers"]] == ["InputLayer", "Dense", "Dense"]
+    assert config["layers"][1]["config"]["units"] == 16
 
 
 def test_ctrl_c_stops_a_long_fit_promptly():

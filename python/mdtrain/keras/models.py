@@ -15,7 +15,8 @@ import numpy as np
 
 from mdtrain import _core, _random
 from mdtrain import distribute as _distribute
-from mdtrain.keras import _keras_archive, _keras_tensor, _keras_weights, _multi_output, _naming
+from mdtrain.keras import _custom_objects, _keras_archive, _keras_config, _keras_tensor, _keras_weights, _multi_output
+from mdtrain.keras import _naming
 from mdtrain.keras import callbacks as _callbacks
 from mdtrain.keras import export as _export
 from mdtrain.keras import losses as _losses
@@ -322,12 +323,32 @@ class Model:
             print_fn(line)
 
     def get_config(self):
-        if self._graph is not None:  # Keras's Functional config: layers with their inbound nodes
-            config = json.loads(self._core.config_json())["config"]
-            config.pop("seed", None)
-            return config
-        return {"name": self.name, "layers": [{"class_name": type(l).__name__, "config": l.get_config()}
-                                                for l in self._layers]}
+        """Keras 3's config of the model: a Sequential model's layers (with its input shape once
+        built), a functional model's layers with their inbound nodes and its input and output
+        layers; the same dict as config.json's "config" in a .keras file."""
+        return _keras_config.model_to_keras(self)["config"]
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """The model get_config describes, with new weights (a functional config: keras.Model;
+        a Sequential one: keras.Sequential). custom_objects name the registered classes it uses."""
+        if not isinstance(config, dict):
+            raise TypeError(f"from_config: config must be a dict (what get_config returns), got {type(config).__name__}")
+        functional = all(key in config for key in ("layers", "input_layers", "output_layers"))
+        if issubclass(cls, Sequential) or not functional:
+            if not issubclass(cls, Sequential) and cls is not Model:
+                raise NotImplementedError(f"{cls.__name__}.from_config: subclassed models are made by their own "
+                                          "from_config (define it on the subclass)")
+            entry = {"class_name": "Sequential", "config": config}
+        else:
+            entry = {"class_name": "Functional", "config": config}
+        with _custom_objects.custom_object_scope({**_custom_objects._scope_objects(), **(custom_objects or {})}):
+            return _keras_config.model_from_config_entry(entry, compile=False)
+
+    def to_json(self, **kwargs):
+        """The model as Keras 3's JSON (serialize_keras_object of the model; kwargs go to
+        json.dumps), which keras.models.model_from_json reads, here and in Keras."""
+        return json.dumps(_keras_config.model_to_keras(self), **kwargs)
 
     # ---- compile ---------------------------------------------------------------------------
     @_exclusive
@@ -1205,14 +1226,22 @@ def _version():
 
 
 def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
-    """Loads a model saved by Sequential.save (under the current scope's strategy if compiled).
-    custom_objects are refused: mdtrain builds only its own layers (its files hold no Python
-    code, so safe_mode has nothing to guard and is only checked)."""
-    if custom_objects:
-        raise NotImplementedError(f"load_model: custom_objects ({sorted(custom_objects)}) are not supported: mdtrain "
-                                  "loads models of its own layers only")
+    """Loads a model saved by Model.save, a .keras file of Keras 3 or mdtrain's own format (under
+    the current scope's strategy if compiled). custom_objects (and the current
+    custom_object_scope, and classes registered with keras.saving.register_keras_serializable)
+    name the subclasses of mdtrain layers a .keras file may use; no other class is loaded (the
+    file's "module" fields are never imported, so safe_mode has nothing more to guard and is
+    only checked)."""
+    if custom_objects is not None and not isinstance(custom_objects, dict):
+        raise TypeError(f"load_model: custom_objects must be a dict of name -> class, got "
+                        f"{type(custom_objects).__name__}")
     if not isinstance(safe_mode, bool):
         raise ValueError(f"load_model: safe_mode must be True or False, got {safe_mode!r}")
+    with _custom_objects.custom_object_scope({**_custom_objects._scope_objects(), **(custom_objects or {})}):
+        return _load_model(filepath, compile)
+
+
+def _load_model(filepath, compile):
     filepath = os.fspath(filepath)
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"load_model: no file at {filepath}")
@@ -1251,3 +1280,58 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
     if not compile:
         model.optimizer = model.loss = None
     return model
+
+
+def model_from_json(json_string, custom_objects=None):
+    """The model of Model.to_json's text (Keras 3's too), with new weights; compiled when the
+    JSON holds a compile_config, as Keras does."""
+    try:
+        config = json.loads(json_string)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"model_from_json: not JSON text: {e}") from None
+    with _custom_objects.custom_object_scope({**_custom_objects._scope_objects(), **(custom_objects or {})}):
+        return _keras_config.model_from_config_entry(config)
+
+
+def _default_clone(layer):
+    return layer.__class__.from_config(layer.get_config())
+
+
+def clone_model(model, input_tensors=None, clone_function=None, call_function=None, recursive=False, **kwargs):
+    """keras.models.clone_model: the same architecture with new layers and new weights (Keras
+    initializes them afresh too). clone_function(layer) makes each new layer (default: the
+    layer's class from its config). A Sequential model gives a Sequential one, a functional
+    model a functional one; input_tensors and call_function are refused (not supported yet)."""
+    if kwargs:
+        raise TypeError(f"clone_model: unexpected arguments {sorted(kwargs)}")
+    if not isinstance(model, Model):
+        raise ValueError(f"clone_model: expected a keras.Model, got {type(model).__name__}")
+    for arg, value in (("input_tensors", input_tensors), ("call_function", call_function)):
+        if value is not None:
+            raise NotImplementedError(f"clone_model: {arg} is not supported yet (only None)")
+    if not isinstance(recursive, bool):
+        raise ValueError(f"clone_model: recursive must be True or False, got {recursive!r}")
+    clone = clone_function or _default_clone
+
+    def make(layer):
+        new = clone(layer)
+        if not isinstance(new, Layer):
+            raise ValueError(f"clone_model: clone_function must return a layer, got {type(new).__name__} for layer "
+                             f"'{layer.name}'")
+        return new
+
+    if isinstance(model, Sequential):
+        out = Sequential([make(layer) for layer in model.layers], name=model.name)
+        if model.built:
+            out.build(model.input_shape)
+        return out
+    if type(model) is not Model:
+        raise NotImplementedError(f"clone_model: model '{model.name}' is a subclassed model "
+                                  f"({type(model).__name__}); cloning one is not supported yet (Sequential and "
+                                  "functional models are)")
+    model._maybe_build()
+    if model._graph is None:
+        raise ValueError(f"clone_model: model '{model.name}' is not built")
+    by_name = {layer.name: layer for layer in model._layers}
+    return _keras_config.functional_from_keras(_keras_config.functional_to_keras(model),
+                                               make_layer=lambda entry: make(by_name[entry["name"]]))
