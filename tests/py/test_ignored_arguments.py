@@ -156,11 +156,16 @@ def test_model_arguments_refused_not_dropped(tmp_path, model):
         keras.models.load_model(str(tmp_path / "m.keras"), custom_objects=["MyLayer"])
 
 
-def test_summary_line_length_and_refused_options(model):
+def test_summary_line_length_and_refused_options(model, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
     lines = []
     model.summary(line_length=90, print_fn=lines.append)
     table = [line for line in lines if line[:1] in "┏┃┡│├└"]
     assert table and all(len(line) == 90 for line in table)
+    monkeypatch.setenv("COLUMNS", "80")  # a console narrower than the table cuts it, as rich does for Keras
+    lines = []
+    model.summary(line_length=90, print_fn=lines.append)
+    assert all(len(line) == 80 for line in lines if line[:1] in "┏┃┡│├└")
     with pytest.raises(NotImplementedError, match="show_trainable"):
         model.summary(show_trainable=True, print_fn=lines.append)
     with pytest.raises(TypeError, match="colour"):

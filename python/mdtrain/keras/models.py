@@ -16,7 +16,7 @@ import numpy as np
 from mdtrain import _core, _random
 from mdtrain import distribute as _distribute
 from mdtrain.keras import _custom_objects, _keras_archive, _keras_config, _keras_tensor, _keras_weights, _multi_output
-from mdtrain.keras import _naming
+from mdtrain.keras import _naming, _summary
 from mdtrain.keras import callbacks as _callbacks
 from mdtrain.keras import export as _export
 from mdtrain.keras import losses as _losses
@@ -274,53 +274,22 @@ class Model:
 
     def summary(self, line_length=None, positions=None, print_fn=None, expand_nested=False, show_trainable=False,
                 layer_range=None, **kwargs):
-        """The layers, their output shapes and parameter counts as Keras's table. line_length sets
-        the table's width; positions, expand_nested, show_trainable and layer_range other than
-        their defaults are refused (not drawn yet), never ignored."""
+        """The layers, their output shapes and parameter counts laid out as Keras 3 prints them
+        (_summary.py); line_length and positions as in Keras. expand_nested, show_trainable and
+        layer_range other than their defaults are refused (not drawn yet), never ignored."""
         if kwargs:
             raise TypeError(f"summary() got unexpected keyword arguments {sorted(kwargs)}")
-        for arg, value, default in (("positions", positions, None), ("expand_nested", expand_nested, False),
-                                    ("show_trainable", show_trainable, False), ("layer_range", layer_range, None)):
+        for arg, value, default in (("expand_nested", expand_nested, False), ("show_trainable", show_trainable, False),
+                                    ("layer_range", layer_range, None)):
             if value != default:
                 raise NotImplementedError(f"summary: {arg}={value!r} is not supported yet (only its default "
                                           f"{default!r})")
         if line_length is not None and (isinstance(line_length, bool) or not isinstance(line_length, (int, np.integer))
                                         or line_length < 40):
             raise ValueError(f"summary: line_length must be an integer of at least 40, got {line_length!r}")
-        print_fn = print_fn or print
-        rows = []
-        for layer in self._layers:
-            out = str(layer.output_shape) if layer.built else "?"
-            params = f"{layer.count_params():,}" if layer.built else "0 (unbuilt)"
-            rows.append((f"{layer.name} ({type(layer).__name__})", out, params))
-        w = [max(31, *(len(r[0]) + 2 for r in rows)) if rows else 31, 24, 15]
-        if line_length is not None:  # the whole line, borders included, is line_length wide
-            inner = int(line_length) - 4
-            w = [inner - int(inner * 0.35) - int(inner * 0.2), int(inner * 0.35), int(inner * 0.2)]
-        lines = [f'Model: "{self.name}"',
-                 "┏" + "┳".join("━" * x for x in w) + "┓",
-                 "┃" + "┃".join(t.ljust(x) if i < 2 else t.rjust(x)
-                                for i, (t, x) in enumerate(zip((" Layer (type)", " Output Shape", "Param # "), w))) + "┃",
-                 "┡" + "╇".join("━" * x for x in w) + "┩"]
-        for i, r in enumerate(rows):
-            lines.append("│" + "│".join((" " + r[0]).ljust(w[0]) if j == 0 else
-                                        (" " + r[1]).ljust(w[1]) if j == 1 else (r[2] + " ").rjust(w[2])
-                                        for j in range(3)) + "│")
-            if i < len(rows) - 1:
-                lines.append("├" + "┼".join("─" * x for x in w) + "┤")
-        lines.append("└" + "┴".join("─" * x for x in w) + "┘")
-        total = self.count_params() if self.built else 0
-        fixed = sum(w.shape.num_elements() for w in self.non_trainable_weights) if self.built else 0
-
-        def size(n):
-            b = 4 * n
-            return f"{b / 1024:.2f} KB" if b >= 1024 else f"{b:.2f} B"
-
-        lines += [f" Total params: {total:,} ({size(total)})",
-                  f" Trainable params: {total - fixed:,} ({size(total - fixed)})",
-                  f" Non-trainable params: {fixed:,} ({size(fixed)})"]
-        for line in lines:
-            print_fn(line)
+        self._maybe_build()
+        _summary.print_summary(self, line_length=None if line_length is None else int(line_length),
+                               positions=None if positions is None else list(positions), print_fn=print_fn)
 
     def get_config(self):
         """Keras 3's config of the model: a Sequential model's layers (with its input shape once

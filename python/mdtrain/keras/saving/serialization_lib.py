@@ -71,10 +71,9 @@ def serialize_keras_object(obj):
         if getattr(obj, "__name__", None) == "<lambda>":
             raise ValueError("serialize_keras_object: a lambda cannot be serialized by mdtrain (its files hold no "
                              "code); use a named function registered with keras.saving.register_keras_serializable")
-        module = _builtin_function(obj)
-        if module is not None:
-            return {"module": module, "class_name": "function", "config": obj.__name__,
-                    "registered_name": obj.__name__}
+        if _builtin_function(obj) is not None:  # what Keras 3 writes for its own functions
+            return {"module": "builtins", "class_name": "function", "config": obj.__name__,
+                    "registered_name": "function"}
         registered = _custom_objects.get_registered_name(obj)
         return {"module": obj.__module__, "class_name": "function", "config": registered,
                 "registered_name": registered}
