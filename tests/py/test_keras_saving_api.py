@@ -315,3 +315,48 @@ def test_serialized_objects_match_keras(tmp_path):
             {k: b[k] for k in ("module", "class_name", "registered_name")}
         back = keras.saving.deserialize_keras_object(b)  # Keras's config is read here
         assert type(back).__name__ == b["class_name"]
+
+
+# ---- public layer.build(input_shape) -------------------------------------------------------
+BUILDS = [("Dense(3)", (None, 4)), ("Conv2D(2, 3)", (None, 8, 8, 1)), ("LSTM(5)", (None, 7, 3)),
+          ("BatchNormalization()", (None, 6)), ("Embedding(10, 4)", (None, 5)), ("Flatten()", (None, 2, 3))]
+
+
+def test_layer_build_creates_the_weights_keras_creates(tmp_path):
+    out = run_keras(f"""
+        import json, keras
+        from keras import layers
+        res = []
+        for spec, shape in {BUILDS!r}:
+            layer = eval("layers." + spec)
+            layer.build(shape)
+            res.append([list(w.shape) for w in layer.get_weights()])
+        print(json.dumps(res))
+    """, tmp_path)
+    theirs = json.loads(out.strip().splitlines()[-1])
+    for (spec, shape), shapes in zip(BUILDS, theirs):
+        layer = eval("L." + spec)
+        layer.build(shape)
+        assert layer.built and [list(w.shape) for w in layer.get_weights()] == shapes, spec
+
+
+def test_layer_build_draws_the_seed_a_first_call_draws_and_joins_models():
+    def built(how):
+        keras.utils.set_random_seed(1)
+        layer = L.Dense(3)
+        layer.build((None, 4)) if how == "build" else layer(np.ones((2, 4), np.float32))
+        return layer
+
+    a, b = built("build"), built("call")
+    for wa, wb in zip(a.get_weights(), b.get_weights()):
+        np.testing.assert_array_equal(wa, wb)
+    a.build((None, 4))  # again, same shape: nothing changes
+    with pytest.raises(ValueError, match=r"already built for input shape \(None, 4\)"):
+        a.build((None, 5))
+    model = keras.Sequential([keras.Input((4,)), a])
+    np.testing.assert_array_equal(model.get_weights()[0], b.get_weights()[0])
+    with pytest.raises(ValueError, match="batch axis"):
+        L.Dense(2).build((4,))
+    unbuilt = keras.Sequential([L.Dense(2, name="inside")])
+    with pytest.raises(ValueError, match="build the model instead"):
+        unbuilt.layers[0].build((None, 3))

@@ -130,9 +130,11 @@ class Model:
         if not nodes:
             raise ValueError(f"keras.Model '{self.name}': the outputs are the inputs; a model needs at least one "
                              "layer between them")
+        kept = _built_weights([layer for layer, _ in nodes])
         core = _core.Model.functional(self.name, _random.draw_seed(), [list(t.shape[1:]) for t in inputs],
                                       [t.name for t in inputs], [(layer._core, ids) for layer, ids in nodes],
                                       output_values)
+        _restore_weights(kept)
         self._layers = [layer for layer, _ in nodes]
         self._mask_source = next((t._mask_source for t in outputs if getattr(t, "_mask_source", None)), None)
         self._mask_readers = [layer.name for layer in self._layers if getattr(layer, "_reads_mask_in_graph", False)]
@@ -1090,7 +1092,9 @@ class Sequential(Model):
         if self._layers and not self._core.built and self._input_shape is not None:
             if any(d is None for d in self._input_shape):
                 raise ValueError(f"Sequential: input shape {self._input_shape} has an unknown dimension")
+            kept = _built_weights(self._layers)
             self._core.build(list(self._input_shape))
+            _restore_weights(kept)
 
     @_exclusive
     def build(self, input_shape=None):
@@ -1102,6 +1106,18 @@ class Sequential(Model):
                                  f"{(None, *self._core.input_shape)}, not {tuple(input_shape)}")
             self._input_shape = shape
         self._maybe_build()
+
+
+def _built_weights(layers):
+    """The weights of the layers already built (layer.build(), or called eagerly) before a model
+    builds them: a model keeps them, as Keras keeps a built layer's variables."""
+    return [(layer, list(layer._core.get_weights())) for layer in layers if layer._core.built]
+
+
+def _restore_weights(kept):
+    for layer, weights in kept:
+        if weights and [w.shape for w in layer._core.get_weights()] == [w.shape for w in weights]:
+            layer._core.set_weights(weights)
 
 
 def _refuse_weights(where, **weights):
