@@ -145,11 +145,11 @@ def plot_model(model, to_file="model.png", show_shapes=False, show_dtype=False, 
     _, extension = os.path.splitext(to_file)
     extension = extension[1:] if extension else "png"
     dot.write(to_file, format=extension)
-    if extension != "pdf":
+    # Displayed in a notebook as Keras does; an SVG as an SVG (IPython's Image refuses it).
+    if extension in ("png", "jpg", "jpeg", "gif", "svg"):
         try:
             from IPython import display
-
-            return display.Image(filename=to_file)
         except ImportError:
-            pass
+            return None
+        return display.SVG(filename=to_file) if extension == "svg" else display.Image(filename=to_file)
     return None
