@@ -90,8 +90,23 @@ def test_clone_function_makes_each_layer():
     assert activations["ha"] == "sigmoid" and activations["hb"] == "tanh"
     with pytest.raises(ValueError, match="must return a layer"):
         keras.models.clone_model(sequential(), clone_function=lambda layer: None)
-    with pytest.raises(NotImplementedError, match="input_tensors"):
-        keras.models.clone_model(sequential(), input_tensors=[keras.Input((6,))])
+    with pytest.raises(NotImplementedError, match="call_function"):
+        keras.models.clone_model(sequential(), call_function=lambda layer, *a, **k: layer(*a, **k))
+
+
+def test_clone_model_on_new_input_tensors():
+    a, b = keras.Input((6,), name="new_a"), keras.Input((4,), name="new_b")
+    clone = keras.models.clone_model(functional(), input_tensors=[a, b])
+    assert [l.name for l in clone.layers] == ["ha", "hb", "sum", "cat", "out"]
+    assert clone.get_config()["input_layers"] == [["new_a", 0, 0], ["new_b", 0, 0]]
+    seq = keras.models.clone_model(sequential(), input_tensors=keras.Input((6,)))
+    assert seq.built and seq.input_shape == (None, 6) and seq.count_params() == sequential().count_params()
+    with pytest.raises(ValueError, match="has 2 inputs"):
+        keras.models.clone_model(functional(), input_tensors=[a])
+    with pytest.raises(ValueError, match="shape"):
+        keras.models.clone_model(functional(), input_tensors=[keras.Input((5,)), b])
+    with pytest.raises(ValueError, match="keras.Input tensors"):
+        keras.models.clone_model(functional(), input_tensors=[L.Dense(6)(a), b])
 
 
 # ---- custom objects --------------------------------------------------------------------------

@@ -260,10 +260,11 @@ def _histories(value):
     return [h[0] for h in value], True
 
 
-def functional_from_keras(config, make_layer=layer_from_keras):
+def functional_from_keras(config, make_layer=layer_from_keras, input_tensors=None):
     """An mdtrain keras.Model for a Keras Functional config: each layer made as layer_from_keras
     (or make_layer, given the entry) makes it and called on its inbound tensors, so the graph is
-    checked as if written in Python."""
+    checked as if written in Python. input_tensors: {input layer name: keras.Input tensor} to
+    build on instead of new Inputs (clone_model's input_tensors)."""
     from mdtrain.keras import models as _models
     from mdtrain.keras._keras_tensor import Input
 
@@ -274,7 +275,8 @@ def functional_from_keras(config, make_layer=layer_from_keras):
         if entry.get("class_name") == "InputLayer":
             lc = entry.get("config") or {}
             shape = lc.get("batch_shape") or lc.get("batch_input_shape")
-            values[name] = Input(shape=tuple(shape[1:]), name=name)
+            given = (input_tensors or {}).get(name)
+            values[name] = given if given is not None else Input(shape=tuple(shape[1:]), name=name)
             continue
         nodes = entry.get("inbound_nodes") or []
         if not nodes:

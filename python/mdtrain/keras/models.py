@@ -1286,14 +1286,19 @@ def clone_model(model, input_tensors=None, clone_function=None, call_function=No
     """keras.models.clone_model: the same architecture with new layers and new weights (Keras
     initializes them afresh too). clone_function(layer) makes each new layer (default: the
     layer's class from its config). A Sequential model gives a Sequential one, a functional
-    model a functional one; input_tensors and call_function are refused (not supported yet)."""
+    model a functional one; input_tensors (keras.Input tensors, one per model input) are the new
+    model's inputs. call_function is refused (not supported yet)."""
     if kwargs:
         raise TypeError(f"clone_model: unexpected arguments {sorted(kwargs)}")
     if not isinstance(model, Model):
         raise ValueError(f"clone_model: expected a keras.Model, got {type(model).__name__}")
-    for arg, value in (("input_tensors", input_tensors), ("call_function", call_function)):
-        if value is not None:
-            raise NotImplementedError(f"clone_model: {arg} is not supported yet (only None)")
+    if call_function is not None:
+        raise NotImplementedError("clone_model: call_function is not supported yet (only None)")
+    if input_tensors is not None:
+        input_tensors = list(input_tensors) if isinstance(input_tensors, (list, tuple)) else [input_tensors]
+        for t in input_tensors:
+            if not isinstance(t, KerasTensor) or t._node is not None:
+                raise ValueError(f"clone_model: input_tensors must be keras.Input tensors, got {t!r}")
     if not isinstance(recursive, bool):
         raise ValueError(f"clone_model: recursive must be True or False, got {recursive!r}")
     clone = clone_function or _default_clone
@@ -1306,6 +1311,15 @@ def clone_model(model, input_tensors=None, clone_function=None, call_function=No
         return new
 
     if isinstance(model, Sequential):
+        if input_tensors is not None:
+            if len(input_tensors) != 1:
+                raise ValueError(f"clone_model: a Sequential model has one input; got {len(input_tensors)} "
+                                 "input_tensors")
+            out = Sequential(name=model.name)
+            out.add(input_tensors[0])
+            for layer in model.layers:
+                out.add(make(layer))
+            return out
         out = Sequential([make(layer) for layer in model.layers], name=model.name)
         if model.built:
             out.build(model.input_shape)
@@ -1318,5 +1332,17 @@ def clone_model(model, input_tensors=None, clone_function=None, call_function=No
     if model._graph is None:
         raise ValueError(f"clone_model: model '{model.name}' is not built")
     by_name = {layer.name: layer for layer in model._layers}
-    return _keras_config.functional_from_keras(_keras_config.functional_to_keras(model),
-                                               make_layer=lambda entry: make(by_name[entry["name"]]))
+    config = _keras_config.functional_to_keras(model)
+    given = None
+    if input_tensors is not None:
+        names = list(model._graph.input_names)
+        if len(input_tensors) != len(names):
+            raise ValueError(f"clone_model: model '{model.name}' has {len(names)} inputs {names}; got "
+                             f"{len(input_tensors)} input_tensors")
+        for name, shape, t in zip(names, model._graph.input_shapes, input_tensors):
+            if tuple(t.shape[1:]) != tuple(shape):
+                raise ValueError(f"clone_model: input_tensors for input '{name}' has shape {tuple(t.shape)}, the "
+                                 f"model's is {(None, *shape)}")
+        given = dict(zip(names, input_tensors))
+    return _keras_config.functional_from_keras(config, make_layer=lambda entry: make(by_name[entry["name"]]),
+                                               input_tensors=given)
