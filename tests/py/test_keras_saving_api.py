@@ -375,3 +375,29 @@ def test_layer_build_draws_the_seed_a_first_call_draws_and_joins_models():
     unbuilt = keras.Sequential([L.Dense(2, name="inside")])
     with pytest.raises(ValueError, match="build the model instead"):
         unbuilt.layers[0].build((None, 3))
+
+
+def test_registered_layer_written_here_loads_in_keras(tmp_path):
+    keras.utils.set_random_seed(2)
+    i = keras.Input((6,))
+    model = keras.Model(i, ScaledDense(3, scale=0.5, name="sd")(i))
+    model.save(tmp_path / "md.keras")
+    x = inputs()[0]
+    np.savez(tmp_path / "x.npz", x=x, pred=model.predict(x, verbose=0))
+    run_keras("""
+        import numpy as np, keras
+
+        @keras.saving.register_keras_serializable(package="mdtrain_tests")
+        class ScaledDense(keras.layers.Dense):
+            def __init__(self, units, scale=1.0, **kwargs):
+                super().__init__(units, **kwargs)
+                self.scale = scale
+
+            def get_config(self):
+                return dict(super().get_config(), scale=self.scale)
+
+        d = np.load("x.npz")
+        m = keras.saving.load_model("md.keras")
+        assert type(m.layers[1]).__name__ == "ScaledDense" and m.layers[1].scale == 0.5, m.layers
+        np.testing.assert_allclose(m.predict(d["x"], verbose=0), d["pred"], atol=1e-6)
+    """, tmp_path)
