@@ -166,8 +166,8 @@ def test_summary_line_length_and_refused_options(model, monkeypatch):
     lines = []
     model.summary(line_length=90, print_fn=lines.append)
     assert all(len(line) == 80 for line in lines if line[:1] in "┏┃┡│├└")
-    with pytest.raises(NotImplementedError, match="show_trainable"):
-        model.summary(show_trainable=True, print_fn=lines.append)
+    with pytest.raises(NotImplementedError, match="expand_nested"):
+        model.summary(expand_nested=True, print_fn=lines.append)
     with pytest.raises(TypeError, match="colour"):
         model.summary(colour=True)
 

@@ -235,17 +235,29 @@ def two_towers():
     return keras.Model([a, b], out, name="two_towers")
 def unbuilt():
     return keras.Sequential([L.Dense(3, name="dense_u")], name="unbuilt")
+def longname():
+    a = keras.Input((6,), name="averyveryverylonginputname_abcdefghijklmnop")
+    return keras.Model(a, L.Dense(2, name="d")(a), name="longname")
+def frozen():
+    m = keras.Sequential([keras.Input((6,)), L.Dense(5, name="f1"), L.Dropout(0.1, name="fd"), L.Dense(2, name="f2")],
+                         name="frozen")
+    m.layers[0].trainable = False
+    return m
 """
 
 
 def _summaries(ns, trained):
     out = {}
-    for name in ("seq", "chain", "two_towers", "unbuilt"):
+    for name in ("seq", "chain", "two_towers", "unbuilt", "longname"):
         for line_length in (None, 80, 120):
             lines = []
             ns[name]().summary(line_length=line_length, print_fn=lines.append)
             out[f"{name}/{line_length}"] = "\n".join(lines)
     out["trained"] = "\n".join(trained)
+    for name in ("frozen", "two_towers"):
+        lines = []
+        ns[name]().summary(show_trainable=True, print_fn=lines.append)
+        out[f"{name}/trainable"] = "\n".join(lines)
     return out
 
 
@@ -254,7 +266,7 @@ def test_summary_is_laid_out_as_keras_prints_it(tmp_path, monkeypatch):
     out = run_keras(KERAS_MODELS + """
 import json
 out = {}
-for name in ("seq", "chain", "two_towers", "unbuilt"):
+for name in ("seq", "chain", "two_towers", "unbuilt", "longname"):
     for line_length in (None, 80, 120):
         lines = []
         globals()[name]().summary(line_length=line_length, print_fn=lambda s, line_break=True: lines.append(s))
@@ -265,6 +277,10 @@ m.fit(np.ones((4, 6)), np.ones((4, 2)), verbose=0)
 lines = []
 m.summary(print_fn=lambda s, line_break=True: lines.append(s))
 out["trained"] = "\\n".join(lines).rstrip("\\n")
+for name in ("frozen", "two_towers"):
+    lines = []
+    globals()[name]().summary(show_trainable=True, print_fn=lambda s, line_break=True: lines.append(s))
+    out[f"{name}/trainable"] = "\\n".join(lines).rstrip("\\n")
 print(json.dumps(out))
 """, tmp_path)
     theirs = json.loads(out.strip().splitlines()[-1])

@@ -62,7 +62,8 @@ def column_widths(line_length, positions):
 
 
 def _wrap(text, width):
-    """Lines of at most width characters, broken at spaces (a longer word is folded), as rich."""
+    """Lines of at most width characters, broken at spaces, as rich wraps a cell; a word longer
+    than the width is cut with an ellipsis (rich's default overflow)."""
     lines, line = [], ""
     for word in text.split(" "):
         candidate = f"{line} {word}" if line else word
@@ -71,12 +72,9 @@ def _wrap(text, width):
             continue
         if line:
             lines.append(line)
-        while len(word) > width:
-            lines.append(word[:width])
-            word = word[width:]
         line = word
     lines.append(line)
-    return lines
+    return [l if len(l) <= width else l[:max(width - 1, 0)] + "…" for l in lines]
 
 
 def _row(cells, widths, alignment):
@@ -87,7 +85,14 @@ def _row(cells, widths, alignment):
         parts = []
         for lines, width, align in zip(wrapped, widths, alignment):
             text = lines[i] if i < len(lines) else ""
-            parts.append(" " + (text.rjust(width - 2) if align == "right" else text.ljust(width - 2)) + " ")
+            if align == "right":
+                text = text.rjust(width - 2)
+            elif align == "center":
+                left = (width - 2 - len(text)) // 2
+                text = " " * left + text + " " * (width - 2 - len(text) - left)
+            else:
+                text = text.ljust(width - 2)
+            parts.append(" " + text + " ")
         out.append("│" + "│".join(parts) + "│")
     return out
 
@@ -112,8 +117,13 @@ def _graph(model):
     def shape(layer):
         return str(layer.output_shape) if layer.built else "?"
 
+    def trainable(layer):
+        if layer is None or not layer.built or not layer.get_weights():
+            return "-"
+        return "Y" if layer.trainable else "N"
+
     if model._graph is None:  # Sequential: its layers, no InputLayer row
-        return [(l.name, type(l).__name__, shape(l), params(l), None) for l in model._layers], True
+        return [(l.name, type(l).__name__, shape(l), params(l), None, trainable(l)) for l in model._layers], True
     config = _keras_config.functional_to_keras(model)["config"]
     by_name = {layer.name: layer for layer in model._layers}
     inbound, shapes = {}, {}
@@ -152,10 +162,10 @@ def _graph(model):
     rows = []
     for name in names:
         if not inbound[name]:
-            rows.append((name, "InputLayer", shapes[name], "0", None))
+            rows.append((name, "InputLayer", shapes[name], "0", None, "-"))
         else:
             layer = by_name[name]
-            rows.append((name, type(layer).__name__, shape(layer), params(layer), inbound[name]))
+            rows.append((name, type(layer).__name__, shape(layer), params(layer), inbound[name], trainable(layer)))
     return rows, chain
 
 
@@ -182,7 +192,7 @@ def console_width():
     return shutil.get_terminal_size().columns
 
 
-def print_summary(model, line_length=None, positions=None, print_fn=None):
+def print_summary(model, line_length=None, positions=None, print_fn=None, show_trainable=False):
     rows, chain = _graph(model)
     if chain:
         default, positions = 88, positions or [0.45, 0.80, 1.0]
@@ -191,6 +201,11 @@ def print_summary(model, line_length=None, positions=None, print_fn=None):
         default, positions = 108, positions or [0.3, 0.56, 0.74, 1.0]
         header = ["Layer (type)", "Output Shape", "Param #", "Connected to"]
         alignment = ["left", "left", "right", "left"]
+    if show_trainable:
+        default += 12
+        positions = [p * 0.90 for p in positions] + [1.0]
+        header.append("Trainable")
+        alignment.append("center")
     if positions[-1] <= 1:
         line_length = line_length or min(default, shutil.get_terminal_size().columns - 4)
     else:  # absolute positions, as Keras takes them
@@ -201,10 +216,12 @@ def print_summary(model, line_length=None, positions=None, print_fn=None):
              "┏" + "┳".join("━" * w for w in widths) + "┓",
              *[line.replace("│", "┃") for line in _row(header, widths, alignment)],
              "┡" + "╇".join("━" * w for w in widths) + "┩"]
-    for i, (name, cls, shape, params, inbound) in enumerate(rows):
+    for i, (name, cls, shape, params, inbound, trainable) in enumerate(rows):
         cells = [f"{name} ({cls})", shape, params]
         if not chain:
             cells.append(", ".join(f"{s}[0][0]" for s in inbound) if inbound else "-")
+        if show_trainable:
+            cells.append(trainable)
         lines += _row(cells, widths, alignment)
         if i < len(rows) - 1:
             lines.append("├" + "┼".join("─" * w for w in widths) + "┤")

@@ -277,12 +277,11 @@ class Model:
     def summary(self, line_length=None, positions=None, print_fn=None, expand_nested=False, show_trainable=False,
                 layer_range=None, **kwargs):
         """The layers, their output shapes and parameter counts laid out as Keras 3 prints them
-        (_summary.py); line_length and positions as in Keras. expand_nested, show_trainable and
+        (_summary.py); line_length, positions and show_trainable as in Keras. expand_nested and
         layer_range other than their defaults are refused (not drawn yet), never ignored."""
         if kwargs:
             raise TypeError(f"summary() got unexpected keyword arguments {sorted(kwargs)}")
-        for arg, value, default in (("expand_nested", expand_nested, False), ("show_trainable", show_trainable, False),
-                                    ("layer_range", layer_range, None)):
+        for arg, value, default in (("expand_nested", expand_nested, False), ("layer_range", layer_range, None)):
             if value != default:
                 raise NotImplementedError(f"summary: {arg}={value!r} is not supported yet (only its default "
                                           f"{default!r})")
@@ -291,7 +290,8 @@ class Model:
             raise ValueError(f"summary: line_length must be an integer of at least 40, got {line_length!r}")
         self._maybe_build()
         _summary.print_summary(self, line_length=None if line_length is None else int(line_length),
-                               positions=None if positions is None else list(positions), print_fn=print_fn)
+                               positions=None if positions is None else list(positions), print_fn=print_fn,
+                               show_trainable=bool(show_trainable))
 
     def get_config(self):
         """Keras 3's config of the model: a Sequential model's layers (with its input shape once
