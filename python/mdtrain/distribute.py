@@ -14,6 +14,7 @@ import threading
 
 from mdtrain import _cluster, _core
 from mdtrain import config as _config
+from mdtrain._eager.errors import InvalidArgumentError
 
 _log = logging.getLogger("mdtrain")
 
@@ -416,21 +417,97 @@ class ReductionToOneDevice(CrossDeviceOps):
         self.reduce_to_device = reduce_to_device
 
 
+def _absent_gpus(devices):
+    """(canonical names of `devices`, the GPUs among them this process does not have), or None
+    when a device is not a parsable name or a missing device is not a GPU (refused at once)."""
+    if devices is None or isinstance(devices, str):
+        return None
+    try:
+        keys = [tuple(_core.parse_device(d)) for d in devices]
+    except (TypeError, ValueError):
+        return None
+    present = {tuple(_core.parse_device(d.name)) for d in _config.list_logical_devices()}
+    missing = [k for k in keys if k not in present]
+    if not missing or any(kind != "GPU" for kind, _ in missing):
+        return None
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"devices: a device is listed twice in {list(devices)}")
+    canonical = [f"/job:localhost/replica:0/task:0/device:{kind}:{index}" for kind, index in keys]
+    return canonical, [f"/job:localhost/replica:0/task:0/device:{kind}:{index}" for kind, index in missing]
+
+
 class MirroredStrategy(Strategy):
     """Synchronous data parallelism: one replica per device, gradients all-reduced.
 
     devices=None takes every GPU, or every logical CPU device when there is no GPU.
+
+    As in TensorFlow, GPUs this process does not have (devices=["/gpu:0", "/gpu:1"] on a machine
+    without them) are accepted when the strategy is made: its num_replicas_in_sync and
+    worker_devices are those of the devices named, and scope() can be entered. Using the devices
+    (compiling or running a model under it, strategy.run, reduce, distributing a dataset) raises
+    tf.errors.InvalidArgumentError, TensorFlow's error for a device specification it cannot
+    satisfy, naming the devices there are. A missing CPU device is a ValueError at once.
     """
 
     def __init__(self, devices=None, cross_device_ops=None):
-        devices = _device_list(devices, "devices", ("GPU", "CPU"))
         if cross_device_ops is not None and not isinstance(cross_device_ops, CrossDeviceOps):
             raise TypeError(
                 f"cross_device_ops must be a tf.distribute.CrossDeviceOps instance, got {cross_device_ops!r}")
         self._cross_device_ops = cross_device_ops
+        self._absent = _absent_gpus(devices)
+        if self._absent is not None:
+            self._requested = list(devices)
+            _log.warning("MirroredStrategy: devices %s are not GPUs of this process (%s); the strategy fails when "
+                         "it runs", self._absent[1], _core.cuda_unavailable_reason() or "no such GPU")
+            return
+        devices = _device_list(devices, "devices", ("GPU", "CPU"))
         ops = cross_device_ops or CrossDeviceOps()
         super().__init__(_core.MirroredStrategy(devices, ops._communication, ops._reduction))
         _log.info("Using MirroredStrategy with devices %s", tuple(self._core.devices))
+
+    def _unavailable(self):
+        canonical, missing = self._absent
+        reason = _core.cuda_unavailable_reason() or "no such GPU is visible"
+        available = ", ".join(d.name for d in _config.list_logical_devices())
+        kinds = ", ".join(sorted({_core.parse_device(d.name)[0] for d in _config.list_logical_devices()}))
+        return InvalidArgumentError(
+            None, None,
+            f"Could not satisfy device specification '{missing[0]}': MirroredStrategy(devices={self._requested}) "
+            f"names GPUs this process does not have ({', '.join(missing)}; {reason}). Supported device types "
+            f"[{kinds}]. All available devices [{available}].")
+
+    @property
+    def _core(self):
+        if getattr(self, "_absent", None) is not None:
+            raise self._unavailable()
+        return self.__dict__["_core_object"]
+
+    @_core.setter
+    def _core(self, core):
+        self.__dict__["_core_object"] = core
+
+    @property
+    def num_replicas_in_sync(self):
+        return len(self._absent[0]) if self._absent is not None else super().num_replicas_in_sync
+
+    @property
+    def worker_devices(self):
+        return tuple(self._absent[0]) if self._absent is not None else super().worker_devices
+
+    @property
+    def should_checkpoint(self):
+        return True if self._absent is not None else super().should_checkpoint
+
+    should_save_summary = should_checkpoint
+
+    @property
+    def _num_workers(self):
+        return 1 if self._absent is not None else super()._num_workers
+
+    def __repr__(self):
+        if self._absent is not None:
+            return f"<MirroredStrategy devices={list(self._absent[0])} (not available in this process)>"
+        return super().__repr__()
 
 
 class CentralStorageStrategy(Strategy):
@@ -471,7 +548,8 @@ class CommunicationOptions:
 
     timeout_seconds: how long a collective waits for the other workers before it fails, naming
     the ranks that did not arrive (None: 300 s). implementation: AUTO and RING use MPI between
-    workers; NCCL needs GPUs. bytes_per_pack: the size of the gradient buckets (0: 25 MB); each
+    workers; NCCL is for GPU replicas, and as in TensorFlow a worker whose replicas are CPU
+    devices accepts it and communicates as with AUTO. bytes_per_pack: the size of the gradient buckets (0: 25 MB); each
     is summed by one collective as soon as backward has finished its layers, so smaller buckets
     start communicating earlier and larger ones make fewer calls."""
 
@@ -586,12 +664,13 @@ class MultiWorkerMirroredStrategy(Strategy):
         if not isinstance(communication_options, CommunicationOptions):
             raise TypeError(f"communication_options must be a tf.distribute.experimental.CommunicationOptions, got "
                             f"{communication_options!r}")
+        use_mpi = _launched_by_mpi()
         if communication_options.implementation is CommunicationImplementation.NCCL and \
                 not _config.list_logical_devices("GPU"):
-            raise ValueError("MultiWorkerMirroredStrategy: CommunicationImplementation.NCCL needs GPUs, and this "
-                             f"process has none ({_core.cuda_unavailable_reason() or 'no GPU found'}); use AUTO or "
-                             "RING (MPI)")
-        use_mpi = _launched_by_mpi()
+            # As TensorFlow: NCCL is for GPU tensors; CPU replicas' collectives go the CPU way.
+            _log.info("MultiWorkerMirroredStrategy: CommunicationImplementation.NCCL applies to GPU replicas and this "
+                      "process has none (%s); its CPU replicas communicate over %s, as with AUTO",
+                      _core.cuda_unavailable_reason() or "no GPU found", "MPI" if use_mpi else "threads")
         if use_mpi and not _core.mpi_available():
             raise ValueError("MultiWorkerMirroredStrategy: this process was started by an MPI launcher, but mdtrain "
                              "was built without MPI (install libopenmpi-dev and reinstall mdtrain)")

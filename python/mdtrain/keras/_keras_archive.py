@@ -124,21 +124,8 @@ def _read_config(z, path):
 def _build(config, path, compile):
     """The model config.json describes (compiled when asked and it says how); every error of a
     config that is not what Keras writes becomes a ValueError naming the file and config.json."""
-    from mdtrain.keras.models import Sequential
-
     try:
-        if config.get("class_name") in ("Functional", "Model"):
-            model = _keras_config.functional_from_keras(config)
-        else:
-            name, input_shape, layers = _keras_config.model_from_keras(config)
-            model = Sequential(layers, name=name)
-            if input_shape is not None:
-                model.build((None, *input_shape))
-        compile_config = config.get("compile_config") if compile else None
-        if compile_config is not None and not isinstance(compile_config, dict):
-            raise ValueError(f"compile_config is a {type(compile_config).__name__}, expected an object")
-        if compile_config and compile_config.get("loss") is not None:
-            model.compile(**_keras_config.compile_from_keras(compile_config))
+        model = _keras_config.model_from_config_entry(config, compile=compile)
     except _keras_config.UnsupportedKerasObject as e:
         raise ValueError(f"load_model: {path}: {e}") from None
     except RecursionError:

@@ -9,6 +9,7 @@ default (None, False, ...) and is an error naming the layer and argument otherwi
 import inspect
 import json
 
+from mdtrain.keras import _custom_objects
 from mdtrain.keras import initializers as _initializers
 from mdtrain.keras import layers as _layers
 from mdtrain.keras import losses as _losses
@@ -55,11 +56,19 @@ def _keras_value(key, value):
 
 
 # ---- mdtrain -> Keras ----------------------------------------------------------------------
-def _layer_to_keras(layer, input_shape):
+def layer_to_keras(layer, input_shape):
+    """A layer as Keras writes it; a class of the program's (a registered subclass of a built-in
+    layer) is written with its module and registered name, as Keras writes custom classes."""
     config = {k: _keras_value(k, v) for k, v in layer.get_config().items() if k != "batch_input_shape"}
     config["dtype"] = dict(_FLOAT32)
-    entry = _wrap("keras.layers", type(layer).__name__, config)
-    entry["build_config"] = {"input_shape": input_shape}
+    cls = type(layer)
+    if _custom_objects.is_custom_class(cls, _layers._CLASSES):
+        entry = _wrap(cls.__module__, cls.__name__, config)
+        entry["registered_name"] = _custom_objects.get_registered_name(cls)
+    else:
+        entry = _wrap("keras.layers", cls.__name__, config)
+    if input_shape is not None:
+        entry["build_config"] = {"input_shape": input_shape}
     return entry
 
 
@@ -83,7 +92,7 @@ def functional_to_keras(model):
             args = entry["inbound_nodes"][0]["args"][0]
             tensors = args if isinstance(args, list) else [args]
             shapes = [t["config"]["shape"] for t in tensors]
-            out = _layer_to_keras(by_name[entry["name"]], shapes if isinstance(args, list) else shapes[0])
+            out = layer_to_keras(by_name[entry["name"]], shapes if isinstance(args, list) else shapes[0])
         out["name"] = entry["name"]
         out["inbound_nodes"] = entry["inbound_nodes"]
         layers.append(out)
@@ -99,9 +108,17 @@ def functional_to_keras(model):
 
 
 def model_to_keras(model):
-    """config.json's content for a built model (with compile_config when compiled)."""
+    """config.json's content for a built model (with compile_config when compiled); an unbuilt
+    Sequential model is its layers, as Keras writes one."""
     if model._graph is not None:
         return functional_to_keras(model)
+    if not model.built:
+        if getattr(model, "_core", None) is None or model._core.is_functional:
+            raise ValueError(f"model '{model.name}' is not built yet: its config needs its input shape (call "
+                             "build() or the model first)")
+        out = _wrap("keras", "Sequential", {"name": model.name, "trainable": True, "dtype": dict(_FLOAT32),
+                                             "layers": [layer_to_keras(layer, None) for layer in model._layers]})
+        return out
     input_shape = [None, *model._core.input_shape]
     # A model starting with an Embedding reads integer indices: Keras declares such inputs int32.
     input_dtype = "int32" if model._reads_indices() else "float32"
@@ -109,7 +126,7 @@ def model_to_keras(model):
                     {"batch_shape": input_shape, "dtype": input_dtype, "sparse": False, "ragged": False,
                      "name": "input_layer"})]
     for layer in model._layers:
-        layers.append(_layer_to_keras(layer, [None, *layer.input_shape[1:]]))
+        layers.append(layer_to_keras(layer, [None, *layer.input_shape[1:]]))
     out = _wrap("keras", "Sequential", {"name": model.name, "trainable": True, "dtype": dict(_FLOAT32),
                                          "layers": layers, "build_input_shape": input_shape})
     out["build_config"] = {"input_shape": input_shape}
@@ -184,14 +201,45 @@ def _object(registry, entry, what):
     return cls(**_kwargs(cls, _config_of(entry, what), f"{what} {entry['class_name']}"))
 
 
+def _custom_layer_class(entry):
+    """The registered (or custom_objects) layer class an entry names, or None for mdtrain's own."""
+    found = _custom_objects.find(entry.get("class_name"), entry.get("registered_name"))
+    if found is None:
+        return None
+    if not (isinstance(found, type) and issubclass(found, _layers.Layer)):
+        raise UnsupportedKerasObject(f"layer {entry.get('class_name')!r}: the custom object registered for it is "
+                                     f"{found!r}, not a subclass of an mdtrain layer (mdtrain runs its own layers "
+                                     "and subclasses of them)")
+    return found
+
+
+def _custom_kwargs(cls, config, what):
+    """_kwargs for a subclass of a built-in layer: the arguments of every __init__ up its classes."""
+    accepted = set(_layers._BASE_KWARGS)
+    for klass in cls.__mro__:
+        if isinstance(klass, type) and issubclass(klass, _layers.Layer) and "__init__" in vars(klass):
+            accepted |= set(inspect.signature(klass.__init__).parameters)
+    out = {}
+    for key, value in config.items():
+        if key in accepted:
+            out[key] = value
+        elif not (value is None or value is False or _IGNORABLE.get(key, object()) == value):
+            raise UnsupportedKerasObject(f"{what}: argument {key}={value!r} is not supported by mdtrain")
+    return out
+
+
 def layer_from_keras(entry):
+    """The mdtrain layer of a Keras layer entry: a registered (or custom_objects) subclass of a
+    built-in layer first, as Keras looks registered names up first, then mdtrain's own classes."""
     if not isinstance(entry, dict):
         raise ValueError(f"a layer entry is a {type(entry).__name__}, expected an object with class_name and config")
     class_name = entry.get("class_name")
-    cls = _layers._CLASSES.get(class_name) if isinstance(class_name, str) else None
+    custom = _custom_layer_class(entry)
+    cls = custom or (_layers._CLASSES.get(class_name) if isinstance(class_name, str) else None)
     if cls is None:
         raise UnsupportedKerasObject(f"layer class {class_name!r} is not supported by mdtrain (supported: "
-                                     f"{', '.join(sorted(_layers._CLASSES))})")
+                                     f"{', '.join(sorted(_layers._CLASSES))}, and classes registered with "
+                                     "keras.saving.register_keras_serializable or passed as custom_objects)")
     config = _config_of(entry, f"layer {class_name}")
     config.pop("dtype", None)
     name = config.get("name", class_name)
@@ -200,6 +248,8 @@ def layer_from_keras(entry):
             config[key] = _object(INITIALIZERS, value, f"layer {name!r} {key}")
         elif key.endswith("_regularizer"):
             config[key] = _object(REGULARIZERS, value, f"layer {name!r} {key}")
+    if custom is not None:
+        return custom.from_config(_custom_kwargs(custom, config, f"layer {name!r} ({class_name})"))
     return cls(**_kwargs(cls, config, f"layer {name!r} ({class_name})"))
 
 
@@ -210,9 +260,11 @@ def _histories(value):
     return [h[0] for h in value], True
 
 
-def functional_from_keras(config):
+def functional_from_keras(config, make_layer=layer_from_keras, input_tensors=None):
     """An mdtrain keras.Model for a Keras Functional config: each layer made as layer_from_keras
-    makes it and called on its inbound tensors, so the graph is checked as if written in Python."""
+    (or make_layer, given the entry) makes it and called on its inbound tensors, so the graph is
+    checked as if written in Python. input_tensors: {input layer name: keras.Input tensor} to
+    build on instead of new Inputs (clone_model's input_tensors)."""
     from mdtrain.keras import models as _models
     from mdtrain.keras._keras_tensor import Input
 
@@ -223,7 +275,8 @@ def functional_from_keras(config):
         if entry.get("class_name") == "InputLayer":
             lc = entry.get("config") or {}
             shape = lc.get("batch_shape") or lc.get("batch_input_shape")
-            values[name] = Input(shape=tuple(shape[1:]), name=name)
+            given = (input_tensors or {}).get(name)
+            values[name] = given if given is not None else Input(shape=tuple(shape[1:]), name=name)
             continue
         nodes = entry.get("inbound_nodes") or []
         if not nodes:
@@ -244,7 +297,7 @@ def functional_from_keras(config):
             return values[history]
 
         inputs = [tensor(t) for t in args] if isinstance(args, list) else tensor(args)
-        values[name] = layer_from_keras(entry)(inputs)
+        values[name] = make_layer(entry)(inputs)
     ins, ins_list = _histories(inner.get("input_layers") or [])
     outs, outs_list = _histories(inner.get("output_layers") or [])
     unknown = [n for n in ins + outs if n not in values]
@@ -319,3 +372,25 @@ def compile_from_keras(compile_config):
             raise UnsupportedKerasObject("compile_config loss_weights is supported for several outputs only")
         out["loss_weights"] = compile_config["loss_weights"]
     return out
+
+
+def model_from_config_entry(config, compile=True):
+    """The model a serialized model ({"class_name": "Sequential" | "Functional", "config", ...},
+    what config.json and to_json hold) describes, compiled when asked and it says how."""
+    from mdtrain.keras.models import Sequential
+
+    if not isinstance(config, dict):
+        raise ValueError(f"a model config is a {type(config).__name__}, expected an object with class_name and config")
+    if config.get("class_name") in ("Functional", "Model"):
+        model = functional_from_keras(config)
+    else:
+        name, input_shape, layers = model_from_keras(config)
+        model = Sequential(layers, name=name)
+        if input_shape is not None:
+            model.build((None, *input_shape))
+    compile_config = config.get("compile_config") if compile else None
+    if compile_config is not None and not isinstance(compile_config, dict):
+        raise ValueError(f"compile_config is a {type(compile_config).__name__}, expected an object")
+    if compile_config and compile_config.get("loss") is not None:
+        model.compile(**compile_from_keras(compile_config))
+    return model

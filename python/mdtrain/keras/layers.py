@@ -84,6 +84,35 @@ class Layer:
     def compute_output_shape(self, input_shape):
         return (input_shape[0], *self._core.compute_output_shape(list(input_shape[1:])))
 
+    def build(self, input_shape):
+        """Creates the layer's weights for inputs of input_shape (batch axis included, as in
+        Keras: build((None, 784))), drawn from the seed stream as a first call would draw them.
+        Building a built layer again for the same shape does nothing; for another shape, or a
+        layer of a model that is not built yet, it is a ValueError."""
+        if isinstance(input_shape, (list, tuple)) and input_shape and isinstance(input_shape[0], (list, tuple)):
+            raise NotImplementedError(f"{type(self).__name__} \"{self.name}\": build() with several input shapes "
+                                      "is not supported; call the layer on its inputs instead")
+        shape = _shape_tuple(input_shape, "input_shape", self.name)
+        if len(shape) < 2:
+            raise ValueError(f"{type(self).__name__} \"{self.name}\": build() takes the input shape with its batch "
+                             f"axis, e.g. (None, {shape[0] if shape else 4}), got {input_shape!r}")
+        features = list(shape[1:])
+        if self.built:
+            if tuple(self._core.input_shape) != tuple(features):
+                raise ValueError(f"{type(self).__name__} \"{self.name}\" is already built for input shape "
+                                 f"{self.input_shape}, not {tuple(shape)}")
+            return
+        model = self._owner()
+        if model is not None:
+            raise ValueError(f"Layer '{self.name}' belongs to model '{model.name}', which is not built yet: build "
+                             "the model instead.")
+
+        def build(seed):
+            _core.tape_build_layer(self._core, features, seed)
+            return bool(self._core.weight_names())  # a layer without weights keeps the seed undrawn
+
+        _random.build_with_seed(build)
+
     def _owner(self):
         """The model this layer belongs to (None when it is on its own)."""
         return self._model() if getattr(self, "_model", None) is not None else None

@@ -15,7 +15,8 @@ import numpy as np
 
 from mdtrain import _core, _random
 from mdtrain import distribute as _distribute
-from mdtrain.keras import _keras_archive, _keras_tensor, _keras_weights, _multi_output, _naming
+from mdtrain.keras import _custom_objects, _keras_archive, _keras_config, _keras_tensor, _keras_weights, _multi_output
+from mdtrain.keras import _naming, _summary
 from mdtrain.keras import callbacks as _callbacks
 from mdtrain.keras import export as _export
 from mdtrain.keras import losses as _losses
@@ -129,9 +130,11 @@ class Model:
         if not nodes:
             raise ValueError(f"keras.Model '{self.name}': the outputs are the inputs; a model needs at least one "
                              "layer between them")
+        kept = _built_weights([layer for layer, _ in nodes])
         core = _core.Model.functional(self.name, _random.draw_seed(), [list(t.shape[1:]) for t in inputs],
                                       [t.name for t in inputs], [(layer._core, ids) for layer, ids in nodes],
                                       output_values)
+        _restore_weights(kept)
         self._layers = [layer for layer, _ in nodes]
         self._mask_source = next((t._mask_source for t in outputs if getattr(t, "_mask_source", None)), None)
         self._mask_readers = [layer.name for layer in self._layers if getattr(layer, "_reads_mask_in_graph", False)]
@@ -273,61 +276,50 @@ class Model:
 
     def summary(self, line_length=None, positions=None, print_fn=None, expand_nested=False, show_trainable=False,
                 layer_range=None, **kwargs):
-        """The layers, their output shapes and parameter counts as Keras's table. line_length sets
-        the table's width; positions, expand_nested, show_trainable and layer_range other than
-        their defaults are refused (not drawn yet), never ignored."""
+        """The layers, their output shapes and parameter counts laid out as Keras 3 prints them
+        (_summary.py); line_length, positions and show_trainable as in Keras. expand_nested and
+        layer_range other than their defaults are refused (not drawn yet), never ignored."""
         if kwargs:
             raise TypeError(f"summary() got unexpected keyword arguments {sorted(kwargs)}")
-        for arg, value, default in (("positions", positions, None), ("expand_nested", expand_nested, False),
-                                    ("show_trainable", show_trainable, False), ("layer_range", layer_range, None)):
+        for arg, value, default in (("expand_nested", expand_nested, False), ("layer_range", layer_range, None)):
             if value != default:
                 raise NotImplementedError(f"summary: {arg}={value!r} is not supported yet (only its default "
                                           f"{default!r})")
         if line_length is not None and (isinstance(line_length, bool) or not isinstance(line_length, (int, np.integer))
                                         or line_length < 40):
             raise ValueError(f"summary: line_length must be an integer of at least 40, got {line_length!r}")
-        print_fn = print_fn or print
-        rows = []
-        for layer in self._layers:
-            out = str(layer.output_shape) if layer.built else "?"
-            params = f"{layer.count_params():,}" if layer.built else "0 (unbuilt)"
-            rows.append((f"{layer.name} ({type(layer).__name__})", out, params))
-        w = [max(31, *(len(r[0]) + 2 for r in rows)) if rows else 31, 24, 15]
-        if line_length is not None:  # the whole line, borders included, is line_length wide
-            inner = int(line_length) - 4
-            w = [inner - int(inner * 0.35) - int(inner * 0.2), int(inner * 0.35), int(inner * 0.2)]
-        lines = [f'Model: "{self.name}"',
-                 "┏" + "┳".join("━" * x for x in w) + "┓",
-                 "┃" + "┃".join(t.ljust(x) if i < 2 else t.rjust(x)
-                                for i, (t, x) in enumerate(zip((" Layer (type)", " Output Shape", "Param # "), w))) + "┃",
-                 "┡" + "╇".join("━" * x for x in w) + "┩"]
-        for i, r in enumerate(rows):
-            lines.append("│" + "│".join((" " + r[0]).ljust(w[0]) if j == 0 else
-                                        (" " + r[1]).ljust(w[1]) if j == 1 else (r[2] + " ").rjust(w[2])
-                                        for j in range(3)) + "│")
-            if i < len(rows) - 1:
-                lines.append("├" + "┼".join("─" * x for x in w) + "┤")
-        lines.append("└" + "┴".join("─" * x for x in w) + "┘")
-        total = self.count_params() if self.built else 0
-        fixed = sum(w.shape.num_elements() for w in self.non_trainable_weights) if self.built else 0
-
-        def size(n):
-            b = 4 * n
-            return f"{b / 1024:.2f} KB" if b >= 1024 else f"{b:.2f} B"
-
-        lines += [f" Total params: {total:,} ({size(total)})",
-                  f" Trainable params: {total - fixed:,} ({size(total - fixed)})",
-                  f" Non-trainable params: {fixed:,} ({size(fixed)})"]
-        for line in lines:
-            print_fn(line)
+        self._maybe_build()
+        _summary.print_summary(self, line_length=None if line_length is None else int(line_length),
+                               positions=None if positions is None else list(positions), print_fn=print_fn,
+                               show_trainable=bool(show_trainable))
 
     def get_config(self):
-        if self._graph is not None:  # Keras's Functional config: layers with their inbound nodes
-            config = json.loads(self._core.config_json())["config"]
-            config.pop("seed", None)
-            return config
-        return {"name": self.name, "layers": [{"class_name": type(l).__name__, "config": l.get_config()}
-                                                for l in self._layers]}
+        """Keras 3's config of the model: a Sequential model's layers (with its input shape once
+        built), a functional model's layers with their inbound nodes and its input and output
+        layers; the same dict as config.json's "config" in a .keras file."""
+        return _keras_config.model_to_keras(self)["config"]
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """The model get_config describes, with new weights (a functional config: keras.Model;
+        a Sequential one: keras.Sequential). custom_objects name the registered classes it uses."""
+        if not isinstance(config, dict):
+            raise TypeError(f"from_config: config must be a dict (what get_config returns), got {type(config).__name__}")
+        functional = all(key in config for key in ("layers", "input_layers", "output_layers"))
+        if issubclass(cls, Sequential) or not functional:
+            if not issubclass(cls, Sequential) and cls is not Model:
+                raise NotImplementedError(f"{cls.__name__}.from_config: subclassed models are made by their own "
+                                          "from_config (define it on the subclass)")
+            entry = {"class_name": "Sequential", "config": config}
+        else:
+            entry = {"class_name": "Functional", "config": config}
+        with _custom_objects.custom_object_scope({**_custom_objects._scope_objects(), **(custom_objects or {})}):
+            return _keras_config.model_from_config_entry(entry, compile=False)
+
+    def to_json(self, **kwargs):
+        """The model as Keras 3's JSON (serialize_keras_object of the model; kwargs go to
+        json.dumps), which keras.models.model_from_json reads, here and in Keras."""
+        return json.dumps(_keras_config.model_to_keras(self), **kwargs)
 
     # ---- compile ---------------------------------------------------------------------------
     @_exclusive
@@ -1100,7 +1092,9 @@ class Sequential(Model):
         if self._layers and not self._core.built and self._input_shape is not None:
             if any(d is None for d in self._input_shape):
                 raise ValueError(f"Sequential: input shape {self._input_shape} has an unknown dimension")
+            kept = _built_weights(self._layers)
             self._core.build(list(self._input_shape))
+            _restore_weights(kept)
 
     @_exclusive
     def build(self, input_shape=None):
@@ -1112,6 +1106,18 @@ class Sequential(Model):
                                  f"{(None, *self._core.input_shape)}, not {tuple(input_shape)}")
             self._input_shape = shape
         self._maybe_build()
+
+
+def _built_weights(layers):
+    """The weights of the layers already built (layer.build(), or called eagerly) before a model
+    builds them: a model keeps them, as Keras keeps a built layer's variables."""
+    return [(layer, list(layer._core.get_weights())) for layer in layers if layer._core.built]
+
+
+def _restore_weights(kept):
+    for layer, weights in kept:
+        if weights and [w.shape for w in layer._core.get_weights()] == [w.shape for w in weights]:
+            layer._core.set_weights(weights)
 
 
 def _refuse_weights(where, **weights):
@@ -1205,14 +1211,22 @@ def _version():
 
 
 def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
-    """Loads a model saved by Sequential.save (under the current scope's strategy if compiled).
-    custom_objects are refused: mdtrain builds only its own layers (its files hold no Python
-    code, so safe_mode has nothing to guard and is only checked)."""
-    if custom_objects:
-        raise NotImplementedError(f"load_model: custom_objects ({sorted(custom_objects)}) are not supported: mdtrain "
-                                  "loads models of its own layers only")
+    """Loads a model saved by Model.save, a .keras file of Keras 3 or mdtrain's own format (under
+    the current scope's strategy if compiled). custom_objects (and the current
+    custom_object_scope, and classes registered with keras.saving.register_keras_serializable)
+    name the subclasses of mdtrain layers a .keras file may use; no other class is loaded (the
+    file's "module" fields are never imported, so safe_mode has nothing more to guard and is
+    only checked)."""
+    if custom_objects is not None and not isinstance(custom_objects, dict):
+        raise TypeError(f"load_model: custom_objects must be a dict of name -> class, got "
+                        f"{type(custom_objects).__name__}")
     if not isinstance(safe_mode, bool):
         raise ValueError(f"load_model: safe_mode must be True or False, got {safe_mode!r}")
+    with _custom_objects.custom_object_scope({**_custom_objects._scope_objects(), **(custom_objects or {})}):
+        return _load_model(filepath, compile)
+
+
+def _load_model(filepath, compile):
     filepath = os.fspath(filepath)
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"load_model: no file at {filepath}")
@@ -1251,3 +1265,84 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
     if not compile:
         model.optimizer = model.loss = None
     return model
+
+
+def model_from_json(json_string, custom_objects=None):
+    """The model of Model.to_json's text (Keras 3's too), with new weights; compiled when the
+    JSON holds a compile_config, as Keras does."""
+    try:
+        config = json.loads(json_string)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"model_from_json: not JSON text: {e}") from None
+    with _custom_objects.custom_object_scope({**_custom_objects._scope_objects(), **(custom_objects or {})}):
+        return _keras_config.model_from_config_entry(config)
+
+
+def _default_clone(layer):
+    return layer.__class__.from_config(layer.get_config())
+
+
+def clone_model(model, input_tensors=None, clone_function=None, call_function=None, recursive=False, **kwargs):
+    """keras.models.clone_model: the same architecture with new layers and new weights (Keras
+    initializes them afresh too). clone_function(layer) makes each new layer (default: the
+    layer's class from its config). A Sequential model gives a Sequential one, a functional
+    model a functional one; input_tensors (keras.Input tensors, one per model input) are the new
+    model's inputs. call_function is refused (not supported yet)."""
+    if kwargs:
+        raise TypeError(f"clone_model: unexpected arguments {sorted(kwargs)}")
+    if not isinstance(model, Model):
+        raise ValueError(f"clone_model: expected a keras.Model, got {type(model).__name__}")
+    if call_function is not None:
+        raise NotImplementedError("clone_model: call_function is not supported yet (only None)")
+    if input_tensors is not None:
+        input_tensors = list(input_tensors) if isinstance(input_tensors, (list, tuple)) else [input_tensors]
+        for t in input_tensors:
+            if not isinstance(t, KerasTensor) or t._node is not None:
+                raise ValueError(f"clone_model: input_tensors must be keras.Input tensors, got {t!r}")
+    if not isinstance(recursive, bool):
+        raise ValueError(f"clone_model: recursive must be True or False, got {recursive!r}")
+    clone = clone_function or _default_clone
+
+    def make(layer):
+        new = clone(layer)
+        if not isinstance(new, Layer):
+            raise ValueError(f"clone_model: clone_function must return a layer, got {type(new).__name__} for layer "
+                             f"'{layer.name}'")
+        return new
+
+    if isinstance(model, Sequential):
+        if input_tensors is not None:
+            if len(input_tensors) != 1:
+                raise ValueError(f"clone_model: a Sequential model has one input; got {len(input_tensors)} "
+                                 "input_tensors")
+            out = Sequential(name=model.name)
+            out.add(input_tensors[0])
+            for layer in model.layers:
+                out.add(make(layer))
+            return out
+        out = Sequential([make(layer) for layer in model.layers], name=model.name)
+        if model.built:
+            out.build(model.input_shape)
+        return out
+    if type(model) is not Model:
+        raise NotImplementedError(f"clone_model: model '{model.name}' is a subclassed model "
+                                  f"({type(model).__name__}); cloning one is not supported yet (Sequential and "
+                                  "functional models are)")
+    model._maybe_build()
+    if model._graph is None:
+        raise ValueError(f"clone_model: model '{model.name}' is not built")
+    by_name = {layer.name: layer for layer in model._layers}
+    config = _keras_config.functional_to_keras(model)
+    given = None
+    if input_tensors is not None:
+        names = list(model._graph.input_names)
+        if len(input_tensors) != len(names):
+            raise ValueError(f"clone_model: model '{model.name}' has {len(names)} inputs {names}; got "
+                             f"{len(input_tensors)} input_tensors")
+        for name, shape, t in zip(names, model._graph.input_shapes, input_tensors):
+            if tuple(t.shape[1:]) != tuple(shape):
+                raise ValueError(f"clone_model: input_tensors for input '{name}' has shape {tuple(t.shape)}, the "
+                                 f"model's is {(None, *shape)}")
+        given = dict(zip(names, input_tensors))
+    return _keras_config.functional_from_keras(config, make_layer=lambda entry: make(by_name[entry["name"]]),
+                                               input_tensors=given)
