@@ -221,6 +221,12 @@ def read(model, path, where, include_optimizer=True, display=None):
                 optimizer = _vars(group, scalars)
             else:  # optimizer_from_keras warns and skips it, as Keras does; nothing is read
                 optimizer = [None] * count
+    if optimizer and optimizer[0] is not None:
+        # Checked before any weight is set: a refused file changes nothing.
+        iterations = np.asarray(optimizer[0])
+        if iterations.size != 1 or not np.isfinite(iterations).all() or iterations.reshape(-1)[0] < 0:
+            raise ValueError(f"{where}: the optimizer's iterations in {path} must be one count >= 0, got "
+                             f"{iterations.reshape(-1)[:4].tolist()}")
     model.set_weights(weights)
     if optimizer:
         optimizer_from_keras(model, optimizer, where)
