@@ -4,7 +4,7 @@
 
 #include "mdtrain/core/errors.h"
 #include "mdtrain/nn/merge_layer.h"
-#include "mdtrain/ops/accumulate.h"
+#include "mdtrain/nn/value_gradient.h"
 
 namespace mdtrain {
 
@@ -105,18 +105,8 @@ bool GraphSegment::node_needs_input_grad(std::size_t i, bool need_input_grad) co
 void GraphSegment::accumulate(int value, const Tensor& g, bool need_input_grad) {
   if (value == 0 && !need_input_grad) return;
   const auto v = static_cast<std::size_t>(value);
-  if (readers_[v] == 1) {
-    grads_[v] = g;
-    return;
-  }
-  if (!grads_[v].defined()) {
-    accumulators_.resize(readers_.size());
-    ensure_buffer(accumulators_[v], g.shape(), g.dtype(), g.device());
-    accumulators_[v].copy_from(g);
-    grads_[v] = accumulators_[v];
-    return;
-  }
-  ops::add_into(grads_[v], g);
+  accumulators_.resize(readers_.size());
+  accumulate_value_gradient(grads_[v], accumulators_[v], g, readers_[v]);
 }
 
 Tensor GraphSegment::run_backward(const Tensor* dy, const Tensor* dlogits, bool need_input_grad) {

@@ -7,6 +7,7 @@
 #include "mdtrain/nn/concatenate.h"
 #include "mdtrain/nn/merge_layer.h"
 #include "mdtrain/nn/sequence_mask.h"
+#include "mdtrain/nn/value_gradient.h"
 
 namespace mdtrain {
 
@@ -199,23 +200,8 @@ Tensor LayerGraph::forward(const Tensor& x, const ForwardContext& ctx) {
 void LayerGraph::accumulate(int value, const Tensor& g) {
   if (value < num_inputs()) return;
   const auto v = static_cast<std::size_t>(value);
-  if (readers_[v] == 1) {
-    grads_[v] = g;
-    return;
-  }
-  if (!grads_[v].defined()) {
-    accumulators_.resize(readers_.size());
-    ensure_buffer(accumulators_[v], g.shape(), g.dtype(), g.device());
-    accumulators_[v].copy_from(g);
-    grads_[v] = accumulators_[v];
-    return;
-  }
-  dispatch_floating(g.dtype(), "functional", [&](auto tag) {
-    using T = decltype(tag);
-    T* sum = grads_[v].template data<T>();
-    const T* add = g.template data<T>();
-    for (std::int64_t i = 0, n = g.numel(); i < n; ++i) sum[i] += add[i];
-  });
+  accumulators_.resize(readers_.size());
+  accumulate_value_gradient(grads_[v], accumulators_[v], g, readers_[v]);
 }
 
 void LayerGraph::run_backward(const Tensor* dy, const Tensor* dlogits, const GradientsFinal& on_final) {
