@@ -15,16 +15,6 @@ namespace mdtrain {
 
 namespace {
 
-PlanOp compute_op(OpKind kind, int segment, int microbatch, std::int64_t rows, std::int64_t steps = 0) {
-  PlanOp op;
-  op.kind = kind;
-  op.segment = segment;
-  op.microbatch = microbatch;
-  op.rows = rows;
-  op.steps = steps;
-  return op;
-}
-
 PlanOp transfer_op(OpKind kind, bool gradient, int segment, int microbatch, std::int64_t rows, int peer,
                    std::int64_t bytes, std::int64_t steps = 0) {
   PlanOp op = compute_op(kind, segment, microbatch, rows, steps);
@@ -193,13 +183,7 @@ StepPlan pipeline_step_plan(const std::vector<PlanLayer>& layers, const Pipeline
     dev.device = d;
     const std::string& sum_axis = plan.syncs[static_cast<std::size_t>(s)].axis;
     auto batch_sum = [&](std::int64_t float64s) {
-      PlanOp op;
-      op.kind = OpKind::Collective;
-      op.collective = CountedCollective::AllReduce;
-      op.axis = sum_axis;
-      op.group = pipelines;
-      op.bytes = float64s * 8;
-      dev.ops.push_back(op);
+      dev.ops.push_back(collective_op(CountedCollective::AllReduce, sum_axis, pipelines, float64s * 8));
     };
     if (pipelines > 1 && in.counts_labels) batch_sum(1);
     for (const PipelineOp& op : schedule.ops[static_cast<std::size_t>(s)]) {

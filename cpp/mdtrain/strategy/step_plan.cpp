@@ -51,6 +51,26 @@ CollectiveCounts StepPlan::collective_counts(int device) const {
   return out;
 }
 
+PlanOp compute_op(OpKind kind, int segment, int microbatch, std::int64_t rows, std::int64_t steps) {
+  PlanOp op;
+  op.kind = kind;
+  op.segment = segment;
+  op.microbatch = microbatch;
+  op.rows = rows;
+  op.steps = steps;
+  return op;
+}
+
+PlanOp collective_op(CountedCollective kind, const std::string& axis, int group, std::int64_t bytes) {
+  PlanOp op;
+  op.kind = OpKind::Collective;
+  op.collective = kind;
+  op.axis = axis;
+  op.group = group;
+  op.bytes = bytes;
+  return op;
+}
+
 PlanOp update_op(std::int64_t first_value, std::int64_t values) {
   PlanOp op;
   op.kind = OpKind::Update;
@@ -97,19 +117,7 @@ SyncKind replicated_sync_kind(const ReplicatedPlanInputs& in) {
   return SyncKind::BucketedAllReduce;
 }
 
-namespace {
-
-PlanOp collective(CountedCollective kind, int group, std::int64_t bytes) {
-  PlanOp op;
-  op.kind = OpKind::Collective;
-  op.collective = kind;
-  op.axis = "batch";
-  op.group = group;
-  op.bytes = bytes;
-  return op;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void add_gradient_buckets(std::vector<PlanOp>& ops, const std::string& axis, int group, std::int64_t first_value,
                           std::int64_t total, std::size_t elem, std::size_t bucket_bytes, bool reduce_to_one,
@@ -122,7 +130,7 @@ void add_gradient_buckets(std::vector<PlanOp>& ops, const std::string& axis, int
     for (CountedCollective kind :
          reduce_to_one ? std::vector<CountedCollective>{CountedCollective::Reduce, CountedCollective::Broadcast}
                        : std::vector<CountedCollective>{CountedCollective::AllReduce}) {
-      PlanOp op = collective(kind, group, bytes);
+      PlanOp op = collective_op(kind, "batch", group, bytes);
       op.axis = axis;
       op.bucket = static_cast<int>(k);
       op.first_value = first_value + begin;
@@ -190,26 +198,26 @@ StepPlan replicated_step_plan(const PlanWeights& weights, const ReplicatedPlanIn
       case SyncKind::ZeroOneAfterAllReduce: {
         const std::int64_t shard_bytes = shards.shard_size() * n * elem64;
         if (kind == SyncKind::ZeroOne) {
-          dev.ops.push_back(collective(CountedCollective::ReduceScatter, n, shard_bytes));
+          dev.ops.push_back(collective_op(CountedCollective::ReduceScatter, "batch", n, shard_bytes));
         } else {
           add_gradient_buckets(dev.ops, "batch", n, 0, total, elem, in.bucket_bytes, to_one, true);
         }
         const auto [begin, end] = shards.range_of(d);
         dev.ops.push_back(update_op(begin, end - begin));
-        dev.ops.push_back(collective(CountedCollective::AllGather, n, shard_bytes));
+        dev.ops.push_back(collective_op(CountedCollective::AllGather, "batch", n, shard_bytes));
         break;
       }
       case SyncKind::ReduceToDevice:
-        dev.ops.push_back(collective(CountedCollective::Reduce, n, total * elem64));
+        dev.ops.push_back(collective_op(CountedCollective::Reduce, "batch", n, total * elem64));
         if (d == 0) dev.ops.push_back(update_op(0, total));
-        dev.ops.push_back(collective(CountedCollective::Broadcast, n, total * elem64));
+        dev.ops.push_back(collective_op(CountedCollective::Broadcast, "batch", n, total * elem64));
         break;
       case SyncKind::PushPull:
         MDTRAIN_CHECK(false, std::logic_error, "[plan] a data-parallel plan does not push to servers");
         break;
     }
     // Every worker reports the same loss: the loss sums are all-reduced over all replicas.
-    if (in.workers > 1) dev.ops.push_back(collective(CountedCollective::AllReduce, n, 8));
+    if (in.workers > 1) dev.ops.push_back(collective_op(CountedCollective::AllReduce, "batch", n, 8));
     plan.devices.push_back(std::move(dev));
   }
   return plan;

@@ -156,7 +156,11 @@ void add_gradient_buckets(std::vector<PlanOp>& ops, const std::string& axis, int
                           std::int64_t total, std::size_t elem, std::size_t bucket_bytes, bool reduce_to_one,
                           bool during_backward);
 
-// The optimizer's update of trainable values [first_value, first_value + values).
+// The ops plans are made of: a forward or backward of `segment` on `microbatch` of `rows` rows
+// (`steps` time steps, 0: all); collective `kind` of `bytes` over `group` devices of `axis`; the
+// optimizer's update of trainable values [first_value, first_value + values).
+PlanOp compute_op(OpKind kind, int segment, int microbatch, std::int64_t rows, std::int64_t steps = 0);
+PlanOp collective_op(CountedCollective kind, const std::string& axis, int group, std::int64_t bytes);
 PlanOp update_op(std::int64_t first_value, std::int64_t values);
 
 // Appends the forward and then the backward of `segment` on `microbatch` to `ops`.

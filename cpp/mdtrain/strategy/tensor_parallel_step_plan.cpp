@@ -15,29 +15,6 @@ constexpr ShardedForm kForms[] = {ShardedForm::Replicated,    ShardedForm::Colum
                                   ShardedForm::Row,           ShardedForm::RowWholeInput, ShardedForm::VocabRows,
                                   ShardedForm::RecurrentUnits};
 
-// Values per row of a layer's input or output shape (the batch dimension left out).
-std::int64_t values_of(const Shape& shape) {
-  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<std::int64_t>());
-}
-
-PlanOp collective_op(CountedCollective kind, const std::string& axis, int group, std::int64_t bytes) {
-  PlanOp op;
-  op.kind = OpKind::Collective;
-  op.collective = kind;
-  op.axis = axis;
-  op.group = group;
-  op.bytes = bytes;
-  return op;
-}
-
-PlanOp compute_op(OpKind kind, int segment, std::int64_t rows) {
-  PlanOp op;
-  op.kind = kind;
-  op.segment = segment;
-  op.rows = rows;
-  return op;
-}
-
 // The model-axis collectives of layer `l`'s forward on `rows` rows (bytes as Communicator::counts
 // counts them: an all-reduce its tensor, an all-gather the whole gathered result).
 void add_forward_collectives(std::vector<PlanOp>& ops, const TensorParallelLayer& l, const std::string& axis, int t,
@@ -179,11 +156,11 @@ StepPlan tensor_parallel_step_plan(const std::vector<TensorParallelLayer>& layer
     DevicePlan dev;
     dev.device = d;
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      dev.ops.push_back(compute_op(OpKind::Forward, static_cast<int>(i), rows));
+      dev.ops.push_back(compute_op(OpKind::Forward, static_cast<int>(i), 0, rows));
       if (talks) add_forward_collectives(dev.ops, layers[i], in.model_axis, t, rows, elem);
     }
     for (std::size_t i = layers.size(); i-- > 0;) {
-      dev.ops.push_back(compute_op(OpKind::Backward, static_cast<int>(i), rows));
+      dev.ops.push_back(compute_op(OpKind::Backward, static_cast<int>(i), 0, rows));
       if (talks) add_backward_collectives(dev.ops, layers[i], in.model_axis, t, rows, elem);
     }
     PlanOp update;
@@ -223,8 +200,8 @@ std::vector<TensorParallelLayer> tensor_parallel_layers(Network& network, const 
     Layer& layer = *layers[i];
     TensorParallelLayer l;
     l.name = layer.name();
-    l.input_values = values_of(layer.input_shape());
-    l.output_values = values_of(layer.output_shape());
+    l.input_values = numel(layer.input_shape());
+    l.output_values = numel(layer.output_shape());
     l.input_grad = read[i];
     switch (plan.kind(i)) {
       case Kind::Replicated:
