@@ -106,6 +106,14 @@ void init_nn(py::module_& m) {
       "The layer of {\"class_name\": ..., \"config\": {...}} (JSON text), as a model file holds it.");
   m.def("layer_class_names", &layer_class_names);
   m.def("parse_activation", [](const std::string& name) { return std::string(name_of(parse_activation(name))); });
+  m.def(
+      "activation_names",
+      [] {
+        std::vector<std::string> names;
+        for (Activation a : all_activations()) names.emplace_back(name_of(a));
+        return names;
+      },
+      "The Keras names of the activations the C++ step applies (Dense, Conv2D, Activation).");
 }
 
 }  // namespace mdtrain::bindings

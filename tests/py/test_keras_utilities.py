@@ -98,8 +98,9 @@ def test_layers_take_activation_functions():
     dense = L.Dense(3, activation=A.gelu)
     assert dense.get_config()["activation"] == "gelu"
     assert np.asarray(A.gelu(np.array([1.0], np.float32))).shape == (1,)  # rank 1 goes through the C++ layer too
-    with pytest.raises(ValueError, match="unknown activation 'silu'"):
-        L.Dense(3, activation=A.swish)
+    assert L.Dense(3, activation=A.swish).get_config()["activation"] == "silu"  # Keras's name for it
+    with pytest.raises(ValueError, match="unknown activation 'tanh_shrink'"):  # on tensors only
+        L.Dense(3, activation=A.tanh_shrink)
 
 
 # ---- to_categorical / pad_sequences --------------------------------------------------------

@@ -41,7 +41,7 @@ void KernelBias::add_bias_and_activate(Tensor& z, bool use_bias, Activation acti
 }
 
 bool keeps_preactivation(Activation activation) {
-  return activation == Activation::GELU || activation == Activation::Softmax || activation == Activation::Sigmoid;
+  return needs_forward_input(activation) || activation == Activation::Softmax || activation == Activation::Sigmoid;
 }
 
 }  // namespace mdtrain

@@ -59,8 +59,9 @@ void read_kernel_bias_config(const Json& c, Options& o) {
   o.bias_regularizer = c.get("bias_regularizer", Json());
 }
 
-// Whether such a layer's forward keeps the pre-activation z: GELU's gradient needs it, and the
-// softmax/sigmoid outputs expose it as logits (Layer::logits / backward_from_logits).
+// Whether such a layer's forward keeps the pre-activation z: the gradients of the activations of
+// needs_forward_input (GELU, ELU, ...) need it, and the softmax/sigmoid outputs expose it as
+// logits (Layer::logits / backward_from_logits).
 bool keeps_preactivation(Activation activation);
 
 }  // namespace mdtrain

@@ -7,7 +7,7 @@ namespace mdtrain {
 SimpleRNN::SimpleRNN(std::string name, Options options)
     : RecurrentLayer(std::move(name), std::move(options), "simple_rnn", 1),
       activation_(parse_activation(options_.activation)) {
-  MDTRAIN_CHECK(activation_ != Activation::Softmax && activation_ != Activation::GELU, std::invalid_argument,
+  MDTRAIN_CHECK(activation_ != Activation::Softmax && !needs_forward_input(activation_), std::invalid_argument,
                 "[simple_rnn] layer \"", name_, "\": activation=\"", options_.activation,
                 "\" is not supported yet (tanh, relu, sigmoid or linear)");
 }

@@ -1,12 +1,13 @@
 #pragma once
 // Per-element activation math, shared by the CPU loops and the CUDA kernels.
 // Gradients are written in terms of the forward output y where that is cheaper and exact
-// (relu, sigmoid, tanh); GELU needs its input x.
+// (relu, sigmoid, tanh); the others need their input x (needs_forward_input).
 #include <cmath>
 #include <cstdint>
 
 #include "mdtrain/core/hd.h"
 #include "mdtrain/core/rng.h"
+#include "mdtrain/ops/activation.h"
 
 namespace mdtrain::math {
 
@@ -56,6 +57,77 @@ MDTRAIN_HD T gelu_grad(T x) {
 template <class T>
 MDTRAIN_HD T relu_backward(T dy, T y) {
   return y > T(0) ? dy : T(0);
+}
+
+// The element-wise activations as Keras 3 writes them (keras.activations), for one value.
+template <class T>
+MDTRAIN_HD T softplus(T x) {
+  // max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
+  return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::fabs(x)));
+}
+template <class T>
+MDTRAIN_HD T relu6(T x) {
+  return x < T(0) ? T(0) : (x > T(6) ? T(6) : x);
+}
+template <class T>
+MDTRAIN_HD T hard_sigmoid(T x) {
+  return relu6(x + T(3)) / T(6);
+}
+constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+constexpr double kSeluScale = 1.0507009873554804934193349852946;
+constexpr double kLeakyReluSlope = 0.2;  // keras.activations.leaky_relu's default negative_slope
+
+// y = A(x), for every activation but softmax (a row function).
+template <Activation A, class T>
+MDTRAIN_HD T activate(T x) {
+  if constexpr (A == Activation::ReLU) return relu(x);
+  else if constexpr (A == Activation::Sigmoid) return sigmoid(x);
+  else if constexpr (A == Activation::Tanh) return tanh_act(x);
+  else if constexpr (A == Activation::GELU) return gelu(x);
+  else if constexpr (A == Activation::ELU) return x > T(0) ? x : std::expm1(x);
+  else if constexpr (A == Activation::SELU) return T(kSeluScale) * (x > T(0) ? x : T(kSeluAlpha) * std::expm1(x));
+  else if constexpr (A == Activation::Softplus) return softplus(x);
+  else if constexpr (A == Activation::Softsign) return x / (std::fabs(x) + T(1));
+  else if constexpr (A == Activation::SiLU) return x * sigmoid(x);
+  else if constexpr (A == Activation::ReLU6) return relu6(x);
+  else if constexpr (A == Activation::HardSigmoid) return hard_sigmoid(x);
+  else if constexpr (A == Activation::HardSiLU) return x * hard_sigmoid(x);
+  else if constexpr (A == Activation::Exponential) return std::exp(x);
+  else if constexpr (A == Activation::Mish) return x * std::tanh(softplus(x));
+  else if constexpr (A == Activation::LeakyReLU) return x > T(0) ? x : T(kLeakyReluSlope) * x;
+  else if constexpr (A == Activation::LogSigmoid) return -softplus(-x);
+  else return x;  // Linear (Softmax never comes here)
+}
+
+// dz = dy * dA/dx at x (y = A(x)), for every activation but softmax. At a kink the derivative is
+// TF's: relu6 passes dy on 0 < x < 6, hard_sigmoid on -3 < x < 3, leaky_relu's slope is 1 for x > 0.
+template <Activation A, class T>
+MDTRAIN_HD T activation_backward_at(T dy, T x, T y) {
+  if constexpr (A == Activation::ReLU) return relu_backward(dy, y);
+  else if constexpr (A == Activation::Sigmoid) return dy * sigmoid_grad_from_output(y);
+  else if constexpr (A == Activation::Tanh) return dy * tanh_grad_from_output(y);
+  else if constexpr (A == Activation::GELU) return dy * gelu_grad(x);
+  else if constexpr (A == Activation::ELU) return x > T(0) ? dy : dy * std::exp(x);
+  else if constexpr (A == Activation::SELU)
+    return dy * (x > T(0) ? T(kSeluScale) : T(kSeluScale * kSeluAlpha) * std::exp(x));
+  else if constexpr (A == Activation::Softplus) return dy * sigmoid(x);
+  else if constexpr (A == Activation::Softsign) {
+    const T d = std::fabs(x) + T(1);
+    return dy / (d * d);
+  } else if constexpr (A == Activation::SiLU) {
+    const T s = sigmoid(x);
+    return dy * (s + x * s * (T(1) - s));
+  } else if constexpr (A == Activation::ReLU6) return x > T(0) && x < T(6) ? dy : T(0);
+  else if constexpr (A == Activation::HardSigmoid) return x > T(-3) && x < T(3) ? dy / T(6) : T(0);
+  else if constexpr (A == Activation::HardSiLU)
+    return dy * (hard_sigmoid(x) + (x > T(-3) && x < T(3) ? x / T(6) : T(0)));
+  else if constexpr (A == Activation::Exponential) return dy * y;
+  else if constexpr (A == Activation::Mish) {
+    const T t = std::tanh(softplus(x));
+    return dy * (t + x * (T(1) - t * t) * sigmoid(x));
+  } else if constexpr (A == Activation::LeakyReLU) return x > T(0) ? dy : dy * T(kLeakyReluSlope);
+  else if constexpr (A == Activation::LogSigmoid) return dy * sigmoid(-x);
+  else return dy;  // Linear
 }
 
 // Softmax of one row of z + bias (bias may be null): exp(v - max) / sum, one exp per element.

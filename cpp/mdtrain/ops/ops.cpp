@@ -134,9 +134,9 @@ void activation_backward(Activation act, const Tensor& z, const Tensor& y, const
   MDTRAIN_CHECK(y.numel() == dy.numel() && y.numel() == dz.numel(), std::invalid_argument,
                 "[activation_backward] sizes differ: y ", to_string(y.shape()), ", dy ", to_string(dy.shape()), ", dz ",
                 to_string(dz.shape()));
-  if (act == Activation::GELU)
-    MDTRAIN_CHECK(z.defined() && z.numel() == y.numel(), std::invalid_argument,
-                  "[activation_backward] gelu needs the forward input");
+  if (needs_forward_input(act))
+    MDTRAIN_CHECK(z.defined() && z.numel() == y.numel(), std::invalid_argument, "[activation_backward] ", name_of(act),
+                  " needs the forward input");
   if (z.defined()) require_same_device("activation_backward", y, z, "z");
   if (!y.device().is_cpu()) return cuda::activation_backward(act, z, y, dy, dz);
   std::int64_t cols = cols_of(y), rows = cols ? y.numel() / cols : 0;

@@ -2,9 +2,12 @@
 arguments and formulas), with get / serialize / deserialize.
 
 The functions are written in mdtrain's ops (mdtrain._eager), so they return tensors that
-GradientTape differentiates; gelu's exact (erf) form runs the C++ activation the layers use. The
-activations a layer runs in its C++ step (Dense(activation=...), Activation(...)) are linear,
-relu, sigmoid, tanh, softmax and gelu; the others here are for use on tensors.
+GradientTape differentiates; gelu's exact (erf) form runs the C++ activation the layers use. A
+layer's activation (Dense/Conv2D(activation=...), Activation(...)) runs in its C++ step, by name or
+as one of these functions: linear, relu, sigmoid, tanh, softmax, gelu, elu, selu, softplus,
+softsign, silu (swish), relu6, hard_sigmoid, hard_silu (hard_swish), exponential, mish, leaky_relu
+and log_sigmoid, with their default arguments (_core.activation_names()); the others here (celu,
+hard_tanh, tanh_shrink, log_softmax, ...) and calls with other arguments are for use on tensors.
 """
 import math
 

@@ -41,14 +41,11 @@ TEST(CudaKernels, GemmMatchesCpu) {
   }
 }
 
-const Activation kActivations[] = {Activation::Linear, Activation::ReLU,    Activation::Sigmoid,
-                                   Activation::Tanh,   Activation::Softmax, Activation::GELU};
-
 TEST(CudaKernels, BiasActivationMatchesCpu) {
   MDTRAIN_REQUIRE_GPU();
   unsigned seed = 100;
   for (DType dt : kFloats) {
-    for (Activation act : kActivations) {
+    for (Activation act : all_activations()) {
       for (bool with_bias : {false, true}) {
         const Tensor z = random_tensor({37, 19}, dt, seed++, -6, 6);
         const Tensor bias = with_bias ? random_tensor({19}, dt, seed++) : Tensor();
@@ -67,7 +64,7 @@ TEST(CudaKernels, ActivationBackwardMatchesCpu) {
   MDTRAIN_REQUIRE_GPU();
   unsigned seed = 200;
   for (DType dt : kFloats) {
-    for (Activation act : kActivations) {
+    for (Activation act : all_activations()) {
       const Tensor z = random_tensor({23, 17}, dt, seed++, -4, 4);
       Tensor y(z.shape(), dt);
       ops::bias_activation(z, Tensor(), act, y);

@@ -248,11 +248,15 @@ TEST(LayerConfig, DenseWithEveryOptionRoundTripsAndRebuildsTheSameWeights) {
 }
 
 TEST(LayerConfig, ActivationFlattenDropoutRoundTrip) {
-  for (const char* a : {"linear", "relu", "sigmoid", "tanh", "softmax", "gelu"}) {
+  for (Activation activation : all_activations()) {
+    const std::string a = name_of(activation);
     ActivationLayer layer("act", a);
     EXPECT_EQ(layer.config().at("activation").as_string(), a);
     expect_round_trip(layer);
   }
+  // Keras's other spellings are read as the names Keras 3 writes.
+  EXPECT_EQ(ActivationLayer("act", "swish").config().at("activation").as_string(), "silu");
+  EXPECT_EQ(ActivationLayer("act", "hard_swish").config().at("activation").as_string(), "hard_silu");
   expect_round_trip(Flatten("flatten_2"));
   Dropout drop("dropout_1", 0.25, 12345);
   EXPECT_EQ(drop.config().at("rate").as_number(), 0.25);

@@ -101,14 +101,17 @@ std::string dense_case_name(const ::testing::TestParamInfo<DenseCase>& info) {
   return std::string(info.param.activation) + (info.param.use_bias ? "_bias" : "_nobias");
 }
 
-INSTANTIATE_TEST_SUITE_P(AllActivations, DenseGradient,
-                         ::testing::Values(DenseCase{"linear", true}, DenseCase{"linear", false},
-                                           DenseCase{"relu", true}, DenseCase{"relu", false},
-                                           DenseCase{"sigmoid", true}, DenseCase{"sigmoid", false},
-                                           DenseCase{"tanh", true}, DenseCase{"tanh", false},
-                                           DenseCase{"softmax", true}, DenseCase{"softmax", false},
-                                           DenseCase{"gelu", true}, DenseCase{"gelu", false}),
-                         dense_case_name);
+INSTANTIATE_TEST_SUITE_P(
+    AllActivations, DenseGradient,
+    ::testing::Values(DenseCase{"linear", true}, DenseCase{"linear", false}, DenseCase{"relu", true},
+                      DenseCase{"relu", false}, DenseCase{"sigmoid", true}, DenseCase{"sigmoid", false},
+                      DenseCase{"tanh", true}, DenseCase{"tanh", false}, DenseCase{"softmax", true},
+                      DenseCase{"softmax", false}, DenseCase{"gelu", true}, DenseCase{"gelu", false},
+                      // the smooth ones of Keras's other activations
+                      DenseCase{"elu", true}, DenseCase{"selu", true}, DenseCase{"softplus", true},
+                      DenseCase{"softsign", true}, DenseCase{"silu", true}, DenseCase{"mish", false},
+                      DenseCase{"exponential", true}, DenseCase{"log_sigmoid", true}),
+    dense_case_name);
 
 struct RegularizerCase {
   const char* name;
@@ -188,7 +191,9 @@ TEST_P(ActivationLayerGradient, MatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllActivations, ActivationLayerGradient,
-                         ::testing::Values("linear", "relu", "sigmoid", "tanh", "softmax", "gelu"));
+                         ::testing::Values("linear", "relu", "sigmoid", "tanh", "softmax", "gelu", "elu", "selu",
+                                           "softplus", "softsign", "silu", "relu6", "hard_sigmoid", "hard_silu",
+                                           "exponential", "mish", "leaky_relu", "log_sigmoid"));
 
 TEST(FlattenGradient, MatchesFiniteDifferences) {
   std::mt19937_64 rng(12);

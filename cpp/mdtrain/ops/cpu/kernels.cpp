@@ -22,45 +22,34 @@ void map_row(const T* z, const T* bias, std::int64_t cols, T* y, F f) {
 
 template <class T>
 void bias_activation(const T* z, const T* bias, std::int64_t rows, std::int64_t cols, Activation act, T* y) {
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const T* zr = z + i * cols;
-    T* yr = y + i * cols;
-    switch (act) {
-      case Activation::Linear: map_row(zr, bias, cols, yr, [](T v) { return v; }); break;
-      case Activation::ReLU: map_row(zr, bias, cols, yr, [](T v) { return math::relu(v); }); break;
-      case Activation::Sigmoid: map_row(zr, bias, cols, yr, [](T v) { return math::sigmoid(v); }); break;
-      case Activation::Tanh: map_row(zr, bias, cols, yr, [](T v) { return math::tanh_act(v); }); break;
-      case Activation::GELU: map_row(zr, bias, cols, yr, [](T v) { return math::gelu(v); }); break;
-      case Activation::Softmax: math::softmax_row(zr, bias, cols, yr); break;
+  dispatch_activation(act, [&](auto kind) {
+    constexpr Activation A = decltype(kind)::value;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const T* zr = z + i * cols;
+      T* yr = y + i * cols;
+      if constexpr (A == Activation::Softmax) math::softmax_row(zr, bias, cols, yr);
+      else map_row(zr, bias, cols, yr, [](T v) { return math::activate<A>(v); });
     }
-  }
+  });
 }
 
 template <class T>
 void activation_backward(Activation act, const T* z, const T* y, const T* dy, std::int64_t rows, std::int64_t cols,
                          T* dz) {
   std::int64_t n = rows * cols;
-  switch (act) {
-    case Activation::Linear:
+  dispatch_activation(act, [&](auto kind) {
+    constexpr Activation A = decltype(kind)::value;
+    if constexpr (A == Activation::Linear) {
       if (dz != dy) std::copy(dy, dy + n, dz);
-      break;
-    case Activation::ReLU:
-      for (std::int64_t i = 0; i < n; ++i) dz[i] = math::relu_backward(dy[i], y[i]);
-      break;
-    case Activation::Sigmoid:
-      for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * math::sigmoid_grad_from_output(y[i]);
-      break;
-    case Activation::Tanh:
-      for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * math::tanh_grad_from_output(y[i]);
-      break;
-    case Activation::GELU:
-      for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * math::gelu_grad(z[i]);
-      break;
-    case Activation::Softmax:
+    } else if constexpr (A == Activation::Softmax) {
       for (std::int64_t r = 0; r < rows; ++r)
         math::softmax_backward_row(y + r * cols, dy + r * cols, cols, dz + r * cols);
-      break;
-  }
+    } else if constexpr (needs_forward_input(A)) {
+      for (std::int64_t i = 0; i < n; ++i) dz[i] = math::activation_backward_at<A>(dy[i], z[i], y[i]);
+    } else {  // from the output alone: z may be absent
+      for (std::int64_t i = 0; i < n; ++i) dz[i] = math::activation_backward_at<A>(dy[i], T(0), y[i]);
+    }
+  });
 }
 
 template <class T>

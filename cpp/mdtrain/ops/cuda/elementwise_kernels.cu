@@ -35,11 +35,7 @@ template <class T, Activation A>
 __global__ void bias_activation_kernel(const T* z, const T* bias, std::int64_t n, std::int64_t cols, T* y) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
     const T v = bias ? z[i] + bias[i % cols] : z[i];
-    if constexpr (A == Activation::Linear) y[i] = v;
-    else if constexpr (A == Activation::ReLU) y[i] = math::relu(v);
-    else if constexpr (A == Activation::Sigmoid) y[i] = math::sigmoid(v);
-    else if constexpr (A == Activation::Tanh) y[i] = math::tanh_act(v);
-    else y[i] = math::gelu(v);
+    y[i] = math::activate<A>(v);
   }
 }
 
@@ -54,10 +50,7 @@ __global__ void softmax_rows_kernel(const T* z, const T* bias, std::int64_t rows
 template <class T, Activation A>
 __global__ void activation_backward_kernel(const T* z, const T* y, const T* dy, std::int64_t n, T* dz) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    if constexpr (A == Activation::ReLU) dz[i] = math::relu_backward(dy[i], y[i]);
-    else if constexpr (A == Activation::Sigmoid) dz[i] = dy[i] * math::sigmoid_grad_from_output(y[i]);
-    else if constexpr (A == Activation::Tanh) dz[i] = dy[i] * math::tanh_grad_from_output(y[i]);
-    else dz[i] = dy[i] * math::gelu_grad(z[i]);
+    dz[i] = math::activation_backward_at<A>(dy[i], needs_forward_input(A) ? z[i] : T(0), y[i]);
   }
 }
 
@@ -156,26 +149,12 @@ void bias_activation(const Tensor& z, const Tensor& bias, Activation act, Tensor
     const T* bp = bias.defined() ? bias.data<T>() : nullptr;
     T* yp = y.data<T>();
     const unsigned blocks = blocks_for(n);
-    switch (act) {
-      case Activation::Linear:
-        bias_activation_kernel<T, Activation::Linear><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
-        break;
-      case Activation::ReLU:
-        bias_activation_kernel<T, Activation::ReLU><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
-        break;
-      case Activation::Sigmoid:
-        bias_activation_kernel<T, Activation::Sigmoid><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
-        break;
-      case Activation::Tanh:
-        bias_activation_kernel<T, Activation::Tanh><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
-        break;
-      case Activation::GELU:
-        bias_activation_kernel<T, Activation::GELU><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
-        break;
-      case Activation::Softmax:
+    dispatch_activation(act, [&](auto kind) {
+      constexpr Activation A = decltype(kind)::value;
+      if constexpr (A == Activation::Softmax)
         softmax_rows_kernel<T><<<blocks_for(rows), kThreads, 0, on.stream>>>(zp, bp, rows, cols, yp);
-        break;
-    }
+      else bias_activation_kernel<T, A><<<blocks, kThreads, 0, on.stream>>>(zp, bp, n, cols, yp);
+    });
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("bias_activation_kernel");
 }
@@ -196,24 +175,13 @@ void activation_backward(Activation act, const Tensor& z, const Tensor& y, const
     const T* dyp = dy.data<T>();
     T* dzp = dz.data<T>();
     const unsigned blocks = blocks_for(n);
-    switch (act) {
-      case Activation::ReLU:
-        activation_backward_kernel<T, Activation::ReLU><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp);
-        break;
-      case Activation::Sigmoid:
-        activation_backward_kernel<T, Activation::Sigmoid><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp);
-        break;
-      case Activation::Tanh:
-        activation_backward_kernel<T, Activation::Tanh><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp);
-        break;
-      case Activation::GELU:
-        activation_backward_kernel<T, Activation::GELU><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp);
-        break;
-      case Activation::Softmax:
+    dispatch_activation(act, [&](auto kind) {
+      constexpr Activation A = decltype(kind)::value;
+      if constexpr (A == Activation::Softmax)
         softmax_backward_rows_kernel<T><<<blocks_for(rows), kThreads, 0, on.stream>>>(yp, dyp, rows, cols, dzp);
-        break;
-      case Activation::Linear: break;
-    }
+      else if constexpr (A != Activation::Linear)
+        activation_backward_kernel<T, A><<<blocks, kThreads, 0, on.stream>>>(zp, yp, dyp, n, dzp);
+    });
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("activation_backward_kernel");
 }

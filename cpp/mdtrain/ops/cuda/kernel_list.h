@@ -21,12 +21,11 @@ struct KernelEntry {
 
 inline constexpr KernelEntry kKernels[] = {
     // ops/ops.h
-    {"bias_activation_kernel", "ops/cuda/elementwise_kernels.cu", "math::relu math::sigmoid math::tanh_act math::gelu",
-     "", "CudaKernels.BiasActivationMatchesCpu"},
+    {"bias_activation_kernel", "ops/cuda/elementwise_kernels.cu", "math::activate", "",
+     "CudaKernels.BiasActivationMatchesCpu"},
     {"softmax_rows_kernel", "ops/cuda/elementwise_kernels.cu", "math::softmax_row", "",
      "CudaKernels.BiasActivationMatchesCpu"},
-    {"activation_backward_kernel", "ops/cuda/elementwise_kernels.cu",
-     "math::relu_backward math::sigmoid_grad_from_output math::tanh_grad_from_output math::gelu_grad", "",
+    {"activation_backward_kernel", "ops/cuda/elementwise_kernels.cu", "math::activation_backward_at", "",
      "CudaKernels.ActivationBackwardMatchesCpu"},
     {"softmax_backward_rows_kernel", "ops/cuda/elementwise_kernels.cu", "math::softmax_backward_row", "",
      "CudaKernels.ActivationBackwardMatchesCpu"},

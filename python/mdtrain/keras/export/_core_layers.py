@@ -1,7 +1,7 @@
 """Converters of the core layers: Dense, Activation (and PipelineSplit, a linear Activation),
 Dropout (the identity at inference), Flatten and Reshape; and the activation functions they and
-Conv2D apply (ops/activation.h: linear, relu, sigmoid, tanh, softmax on the last axis, gelu in
-its exact erf form)."""
+Conv2D apply (ops/activation.h: Keras 3's formulas, softmax on the last axis, gelu in its exact
+erf form), each as ONNX's own op where the default opset has one, else composed of them."""
 import math
 
 
@@ -21,7 +21,33 @@ def activation(g, x, name, hint):
         scaled = g.op("Mul", [x, g.const(1.0 / math.sqrt(2.0), "inv_sqrt2")], f"{hint}/scaled")
         one_plus = g.op("Add", [g.op("Erf", [scaled], f"{hint}/erf"), g.const(1.0, "one")], f"{hint}/one_plus")
         return g.op("Mul", [g.op("Mul", [x, g.const(0.5, "half")], f"{hint}/half_x"), one_plus], hint)
+    if name in _ONE_OP:
+        op, attributes = _ONE_OP[name]
+        return g.op(op, [x], hint, **attributes)
+    if name == "relu6":
+        return g.op("Clip", [x, g.const(0.0, "zero"), g.const(6.0, "six")], hint)
+    if name == "silu":
+        return g.op("Mul", [x, g.op("Sigmoid", [x], f"{hint}/sigmoid")], hint)
+    if name == "mish":  # x tanh(softplus(x)); ONNX's Mish op needs opset 18
+        softplus = g.op("Softplus", [x], f"{hint}/softplus")
+        return g.op("Mul", [x, g.op("Tanh", [softplus], f"{hint}/tanh")], hint)
+    if name == "log_sigmoid":  # -softplus(-x)
+        softplus = g.op("Softplus", [g.op("Neg", [x], f"{hint}/neg")], f"{hint}/softplus")
+        return g.op("Neg", [softplus], hint)
     raise ValueError(f"activation {name!r} has no ONNX form")
+
+
+# The activations that are one ONNX op of the default opset: (op, attributes), Keras 3's constants.
+_ONE_OP = {
+    "elu": ("Elu", {"alpha": 1.0}),
+    "selu": ("Selu", {"alpha": 1.6732632423543772, "gamma": 1.0507009873554805}),
+    "softplus": ("Softplus", {}),
+    "softsign": ("Softsign", {}),
+    "hard_sigmoid": ("HardSigmoid", {"alpha": 1.0 / 6.0, "beta": 0.5}),
+    "hard_silu": ("HardSwish", {}),  # x * max(0, min(1, x / 6 + 1 / 2)), opset 14
+    "exponential": ("Exp", {}),
+    "leaky_relu": ("LeakyRelu", {"alpha": 0.2}),
+}
 
 
 def _activation_of(g, view, y):
