@@ -71,6 +71,21 @@ def optimizer_to_keras(model):
     return out
 
 
+def _check_optimizer_scalars(model, values, path, where):
+    """The iterations (a count >= 0) and, without a schedule, the learning rate (a finite number
+    >= 0) of Keras's optimizer variable list, named by file: what the optimizer would refuse later."""
+    iterations = np.asarray(values[0])
+    if iterations.size != 1 or not np.isfinite(iterations).all() or iterations.reshape(-1)[0] < 0:
+        raise ValueError(f"{where}: the optimizer's iterations in {path} must be one count >= 0, got "
+                         f"{iterations.reshape(-1)[:4].tolist()}")
+    if isinstance(model.optimizer._learning_rate, LearningRateSchedule) or len(values) < 2 or values[1] is None:
+        return
+    rate = np.asarray(values[1])
+    if rate.size != 1 or not np.isfinite(rate).all() or rate.reshape(-1)[0] < 0:
+        raise ValueError(f"{where}: the optimizer's learning rate in {path} must be one finite number >= 0, got "
+                         f"{rate.reshape(-1)[:4].tolist()}")
+
+
 def optimizer_from_keras(model, values, where):
     """Sets the compiled model's optimizer state from Keras's variable list."""
     order = _keras_slot_order(model)
@@ -223,10 +238,7 @@ def read(model, path, where, include_optimizer=True, display=None):
                 optimizer = [None] * count
     if optimizer and optimizer[0] is not None:
         # Checked before any weight is set: a refused file changes nothing.
-        iterations = np.asarray(optimizer[0])
-        if iterations.size != 1 or not np.isfinite(iterations).all() or iterations.reshape(-1)[0] < 0:
-            raise ValueError(f"{where}: the optimizer's iterations in {path} must be one count >= 0, got "
-                             f"{iterations.reshape(-1)[:4].tolist()}")
+        _check_optimizer_scalars(model, optimizer, path, where)
     model.set_weights(weights)
     if optimizer:
         optimizer_from_keras(model, optimizer, where)
