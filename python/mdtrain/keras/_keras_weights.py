@@ -72,18 +72,17 @@ def optimizer_to_keras(model):
 
 
 def _check_optimizer_scalars(model, values, path, where):
-    """The iterations (a count >= 0) and, without a schedule, the learning rate (a finite number
-    >= 0) of Keras's optimizer variable list, named by file: what the optimizer would refuse later."""
-    iterations = np.asarray(values[0])
-    if iterations.size != 1 or not np.isfinite(iterations).all() or iterations.reshape(-1)[0] < 0:
-        raise ValueError(f"{where}: the optimizer's iterations in {path} must be one count >= 0, got "
-                         f"{iterations.reshape(-1)[:4].tolist()}")
-    if isinstance(model.optimizer._learning_rate, LearningRateSchedule) or len(values) < 2 or values[1] is None:
-        return
-    rate = np.asarray(values[1])
-    if rate.size != 1 or not np.isfinite(rate).all() or rate.reshape(-1)[0] < 0:
-        raise ValueError(f"{where}: the optimizer's learning rate in {path} must be one finite number >= 0, got "
-                         f"{rate.reshape(-1)[:4].tolist()}")
+    """The iterations and, without a schedule, the learning rate of Keras's optimizer variable
+    list: each one finite number >= 0 (what the optimizer would refuse later), named by file."""
+    checked = [("iterations", "one count >= 0")]
+    if not isinstance(model.optimizer._learning_rate, LearningRateSchedule) and len(values) > 1 \
+            and values[1] is not None:
+        checked.append(("learning rate", "one finite number >= 0"))
+    for value, (what, rule) in zip(values, checked):
+        value = np.asarray(value)
+        if value.size != 1 or not np.isfinite(value).all() or value.reshape(-1)[0] < 0:
+            raise ValueError(f"{where}: the optimizer's {what} in {path} must be {rule}, got "
+                             f"{value.reshape(-1)[:4].tolist()}")
 
 
 def optimizer_from_keras(model, values, where):
