@@ -107,7 +107,7 @@ class PipelineParallel(_PipeAxisDistribution):
             return [index[s] if isinstance(s, str) else s for s in self._stages]
         if self._stages in ("balance_params", "balance_time"):
             return []
-        from mdtrain.keras.pipeline_split import PipelineSplit
+        from mdtrain.keras.layers import PipelineSplit
         splits = [i for i, layer in enumerate(model.layers) if isinstance(layer, PipelineSplit)]
         if not splits:
             return []

@@ -3,7 +3,7 @@ under ``keras.distribution.PipelineParallel`` (docs/pipeline.md). Elsewhere it d
 an identity layer (a linear Activation), so the same model trains unchanged on one device. In a
 Functional model it goes where one tensor crosses the graph (between residual blocks:
 ``x = PipelineSplit()(x)``); one inside a block is a ValueError naming it."""
-from mdtrain.keras.layers import Layer, _core_layer
+from mdtrain.keras.layers.base_layer import _CLASSES, Layer, _core_layer
 
 
 class PipelineSplit(Layer):
@@ -16,3 +16,6 @@ class PipelineSplit(Layer):
             raise ValueError(f"PipelineSplit is an identity layer: activation must be 'linear', got {activation!r}")
         super().__init__(**kwargs)
         self._core = _core_layer("Activation", {"name": self._name, "activation": "linear"})
+
+
+_CLASSES.update({"PipelineSplit": PipelineSplit})

@@ -1,0 +1,36 @@
+"""Keras's mask propagation through a model's layers (C++: nn/sequence_mask, nn/layer_stack)."""
+import json
+
+
+from mdtrain.keras.layers.core import Masking
+from mdtrain.keras.layers.recurrent import Bidirectional
+
+
+_PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization")
+
+
+def mask_after(layer, mask_source):
+    """Keras's mask propagation, as nn/layer_stack.cpp runs it: the name of the layer whose mask the
+    output of `layer` carries, given the one its input carries (None: no mask). Embedding(mask_zero)
+    and Masking make one; recurrent layers and Bidirectional read it and keep it with
+    return_sequences; Dense, Dropout, Activation, LayerNormalization pass it on; the other layers
+    drop it, as Keras's (Flatten, Reshape, ...). BatchNormalization would use it in Keras (moments
+    over the kept steps only): refused."""
+    if getattr(layer, "mask_zero", False) or isinstance(layer, Masking):
+        return layer.name
+    if mask_source is None:
+        return None
+    if getattr(layer, "_would_read_mask", False):
+        return mask_source if _returns_sequences(layer) else None
+    name = type(layer).__name__
+    if name == "BatchNormalization":
+        raise NotImplementedError(f'BatchNormalization layer "{layer.name}" receives the mask of "{mask_source}": '
+                                  "Keras would compute its moments over the unmasked steps only, which mdtrain "
+                                  "does not do yet")
+    return mask_source if name in _PASSES_MASK else None
+
+
+def _returns_sequences(layer):
+    if isinstance(layer, Bidirectional):
+        return bool(json.loads(layer._core.config_json())["layer"]["config"].get("return_sequences", False))
+    return bool(layer.return_sequences)

@@ -1,0 +1,62 @@
+"""keras.layers' pooling (C++: nn/pooling2d, nn/global_average_pooling2d)."""
+from mdtrain.keras.layers._arguments import _int_pair, _keras_default_name, _set_attributes_from_config, _string_arg
+from mdtrain.keras.layers.base_layer import _CLASSES, Layer, _core_layer
+
+
+class _Pooling2D(Layer):
+    _CORE_CLASS = None
+    _DEFAULT_NAME = None
+    _CONFIG_ATTRIBUTES = ("pool_size", "strides", "padding", "data_format")
+
+    def __init__(self, pool_size=(2, 2), strides=None, padding="valid", data_format=None, **kwargs):
+        _keras_default_name(kwargs, self._DEFAULT_NAME)
+        super().__init__(**kwargs)
+        name = self._name
+        self._core = _core_layer(self._CORE_CLASS, {
+            "name": name, "pool_size": _int_pair(pool_size, "pool_size", name),
+            "strides": None if strides is None else _int_pair(strides, "strides", name),
+            "padding": _string_arg(padding, "padding", name),
+            "data_format": _string_arg(data_format, "data_format", name, "channels_last")})
+        _set_attributes_from_config(self, self._CONFIG_ATTRIBUTES)
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        _set_attributes_from_config(layer, cls._CONFIG_ATTRIBUTES)
+        return layer
+
+
+class MaxPooling2D(_Pooling2D):
+    """keras.layers.MaxPooling2D (strides=None means pool_size)."""
+    _CORE_CLASS = "MaxPooling2D"
+    _DEFAULT_NAME = "max_pooling2d"
+
+
+class AveragePooling2D(_Pooling2D):
+    """keras.layers.AveragePooling2D; with padding="same" the padding is not counted, as in TF."""
+    _CORE_CLASS = "AveragePooling2D"
+    _DEFAULT_NAME = "average_pooling2d"
+
+
+class GlobalAveragePooling2D(Layer):
+    def __init__(self, data_format=None, keepdims=False, **kwargs):
+        _keras_default_name(kwargs, "global_average_pooling2d")
+        super().__init__(**kwargs)
+        self._core = _core_layer("GlobalAveragePooling2D", {
+            "name": self._name, "keepdims": bool(keepdims),
+            "data_format": _string_arg(data_format, "data_format", self._name, "channels_last")})
+        _set_attributes_from_config(self, ("data_format", "keepdims"))
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        _set_attributes_from_config(layer, ("data_format", "keepdims"))
+        return layer
+
+
+MaxPool2D = MaxPooling2D
+AvgPool2D = AveragePooling2D
+GlobalAvgPool2D = GlobalAveragePooling2D
+
+_CLASSES.update({"MaxPooling2D": MaxPooling2D, "AveragePooling2D": AveragePooling2D,
+                 "GlobalAveragePooling2D": GlobalAveragePooling2D})
