@@ -75,6 +75,7 @@ void init_model(py::module_& m) {
           },
           py::arg("reason"), "Fails this model's collectives on every worker (a loop left on an error).")
       .def("add", &Model::add)
+      .def("pop", &Model::pop)
       .def("build", &Model::build, py::arg("input_shape"))
       .def_property_readonly("built", &Model::built)
       .def_static(

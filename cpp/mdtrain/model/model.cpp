@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <new>
+#include <optional>
 
 #include "mdtrain/core/allocation_budget.h"
 #include "mdtrain/core/rng.h"
@@ -76,8 +77,26 @@ void Model::add(std::shared_ptr<Layer> layer) {
   BusyGuard busy(*this, "add");
   MDTRAIN_CHECK(stack_ != nullptr, std::logic_error, "[functional] model \"", name_,
                 "\" is a functional model: its layers come from its inputs and outputs, not add()");
+  reshape_network([&] { stack_->add(std::move(layer)); });
+}
+
+std::shared_ptr<Layer> Model::pop() {
+  BusyGuard busy(*this, "pop");
+  MDTRAIN_CHECK(stack_ != nullptr, std::logic_error, "[functional] model \"", name_,
+                "\" is a functional model: its layers come from its inputs and outputs, not pop()");
+  std::shared_ptr<Layer> popped;
+  reshape_network([&] { popped = stack_->pop(); });
+  return popped;
+}
+
+void Model::reshape_network(const std::function<void()>& change) {
+  // A compiled model keeps its optimizer's state for the weights that stay (Keras's optimizer
+  // holds its variables per model variable); the replicas are made again from the new network.
+  std::optional<Optimizer::State> previous;
+  if (optimizer_ != nullptr && network_->built()) previous = optimizer_state();
   release_engine();
-  stack_->add(std::move(layer));
+  change();
+  if (previous && network_->built()) optimizer_->set_state(optimizer_->carried_state(*previous, network_->parameters()));
 }
 
 void Model::build(const Shape& input_shape) {

@@ -62,6 +62,9 @@ class Model {
   // ran since the last one; nothing on CPU devices). Every accessor of the weights calls it.
   void refresh_weights();
   void add(std::shared_ptr<Layer> layer);
+  // Sequential.pop: removes and returns the last layer (LayerStack::pop). add and pop keep a
+  // compiled model compiled, with its optimizer's state for the weights that stay.
+  std::shared_ptr<Layer> pop();
   void build(const Shape& input_shape);
   bool built() const { return network_->built(); }
 
@@ -131,6 +134,8 @@ class Model {
   void ensure_built_for(const Tensor& x);
   // Drops the engine (a new one is made on next use) without losing weights it trained.
   void release_engine();
+  // Runs `change` on the layer stack (add, pop) with the optimizer's state carried across it.
+  void reshape_network(const std::function<void()>& change);
 
   std::string name_;
   std::uint64_t seed_;

@@ -25,6 +25,19 @@ void LayerStack::add(std::shared_ptr<Layer> layer) {
   }
 }
 
+std::shared_ptr<Layer> LayerStack::pop() {
+  MDTRAIN_CHECK(!layers_.empty(), std::invalid_argument, "[sequential] there are no layers in the model to pop");
+  std::shared_ptr<Layer> last = std::move(layers_.back());
+  layers_.pop_back();
+  if (built_) {
+    if (layers_.empty())
+      built_ = false;
+    else
+      pack_parameters();  // the remaining weights, packed without the popped layer's
+  }
+  return last;
+}
+
 void LayerStack::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
   MDTRAIN_CHECK(!layers_.empty(), std::invalid_argument, "[sequential] cannot build a model with no layers");
   Shape shape = input_shape;

@@ -25,6 +25,9 @@ class LayerStack final : public PackedNetwork {
 
   // Adding to a built stack builds the new layer on the current output shape.
   void add(std::shared_ptr<Layer> layer);
+  // Removes the last layer and returns it (Keras's Sequential.pop); the rest keep their weights.
+  // Popping the only layer leaves an empty, unbuilt stack. std::invalid_argument when empty.
+  std::shared_ptr<Layer> pop();
 
   // Builds every layer for inputs shaped (batch, *input_shape); layer i is seeded from (seed, i).
   void build(const Shape& input_shape, std::uint64_t seed, DType dtype = DType::Float32);

@@ -409,6 +409,29 @@ Optimizer::State Optimizer::state() const {
   return out;
 }
 
+Optimizer::State Optimizer::carried_state(const State& previous, const ParameterList& params) const {
+  MDTRAIN_CHECK(!previous.empty() && previous[0].first == "iterations", std::invalid_argument, "[optim] ", name_,
+                ": a state to carry must start with 'iterations'");
+  State out;
+  out.emplace_back("iterations", previous[0].second.clone());
+  const std::vector<Parameter*> kept = trainable(params);
+  for (const auto& spec : slot_specs())
+    for (const Parameter* p : kept) {
+      const std::string name = p->name + "/" + spec.name;
+      const Tensor* old = nullptr;
+      for (const auto& [n, t] : previous)
+        if (n == name && t.shape() == p->value.shape() && t.dtype() == p->value.dtype()) old = &t;
+      if (old != nullptr) {
+        out.emplace_back(name, old->clone());
+        continue;
+      }
+      Tensor t = Tensor::zeros(p->value.shape(), p->value.dtype());
+      if (spec.initial_value != 0.0 && t.numel() > 0) t.fill(spec.initial_value);
+      out.emplace_back(name, std::move(t));
+    }
+  return out;
+}
+
 void Optimizer::set_state(const State& state) {
   MDTRAIN_CHECK(!state.empty() && state[0].first == "iterations", std::invalid_argument, "[optim] ", name_,
                 ": state must start with 'iterations'",

@@ -99,6 +99,11 @@ class Optimizer {
   // the first mismatch) before anything changes. Before build() the slots are kept and checked
   // against the parameters at the first apply().
   void set_state(const State& state);
+  // The state for `params` carried over from `previous` (state() before the model changed shape:
+  // Sequential.pop or add): iterations and the slots of the parameters still there (same name,
+  // shape and dtype) are kept, new parameters' slots start at their initial values, as Keras
+  // keeps its optimizer's variables per model variable. The result fits set_state() for params.
+  State carried_state(const State& previous, const ParameterList& params) const;
 
   // Keras get_config(): {"name", "learning_rate" (number or schedule), "weight_decay",
   // "clipnorm", "global_clipnorm", "clipvalue", "use_ema", ...} plus the subclass's hyperparameters.

@@ -209,6 +209,22 @@ class Model:
     def layers(self):
         return list(self._layers)
 
+    def get_layer(self, name=None, index=None):
+        """A layer by its name or its index in model.layers (Keras's get_layer; index wins)."""
+        if index is not None and name is not None:
+            raise ValueError(f"Provide only a layer name or a layer index. Received: index={index}, name={name}.")
+        if index is not None:
+            if len(self.layers) <= index:
+                raise ValueError(f"Was asked to retrieve layer at index {index} but model only has "
+                                 f"{len(self.layers)} layers.")
+            return self.layers[index]
+        if name is not None:
+            for layer in self.layers:
+                if layer.name == name:
+                    return layer
+            raise ValueError(f"No such layer: {name}. Existing layers are: {[layer.name for layer in self.layers]}.")
+        raise ValueError("Provide either a layer name or layer index at `get_layer`.")
+
     @property
     def built(self):
         return self._core is not None and self._core.built
@@ -1085,8 +1101,24 @@ class Sequential(Model):
             self._maybe_build()
 
     @_exclusive
-    def pop(self):
-        raise NotImplementedError("Sequential.pop is not supported yet")
+    def pop(self, rebuild=True):
+        """Removes the last layer and returns it, as Keras's Sequential.pop. The remaining layers
+        keep their weights and a compiled model stays compiled (fit goes on with the optimizer's
+        state of the remaining weights). rebuild is accepted for Keras's signature: the C++ model
+        is always consistent with its layers."""
+        if not self._layers:
+            raise TypeError("There are no layers in the model.")
+        self._core.pop()
+        layer = self._layers.pop()
+        layer._model = None
+        # The masks the remaining layers make and read, replayed as add() records them.
+        self._mask_source, self._mask_readers = None, []
+        for kept in self._layers:
+            incoming = self._mask_source
+            self._mask_source = mask_after(kept, incoming)
+            if incoming is not None and getattr(kept, "_would_read_mask", False):
+                self._mask_readers.append(kept.name)
+        return layer
 
     def _maybe_build(self):
         if self._layers and not self._core.built and self._input_shape is not None:

@@ -372,6 +372,40 @@ std::string message_of(F&& f) {
   return "<no exception>";
 }
 
+// Sequential.pop under MirroredStrategy: the popped layer's weights leave with it, the rest keep
+// theirs and their optimizer slots, and training goes on from there on every replica.
+TEST(ModelStructure, PopKeepsTheRemainingWeightsAndOptimizerState) {
+  auto m = make_model(32, false, mirrored(2));
+  const Data d = blobs(24, 4);
+  const auto order = permutation(24, 0);
+  m->train_epoch(d.x, d.y, order.data(), 24, 8, 3, nullptr);
+  const auto weights = m->get_weights();
+  const auto state = m->optimizer_state();
+  const auto popped = m->pop();
+  EXPECT_EQ(popped->name(), "dense_1");
+  EXPECT_EQ(m->stack().layers().size(), 1u);
+  ASSERT_EQ(m->get_weights().size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_TRUE(bitwise_equal(m->get_weights()[i], weights[i]));
+  const auto kept = m->optimizer_state();
+  EXPECT_EQ(kept[0].second.data<std::int64_t>()[0], 3);
+  ASSERT_EQ(kept.size(), 5u);  // iterations, then Adam's momentum and velocity of the kernel and bias
+  EXPECT_EQ(kept[1].first, state[1].first);
+  EXPECT_TRUE(bitwise_equal(kept[1].second, state[1].second));
+  Dense::Options head;
+  head.units = kClasses;
+  head.activation = "softmax";
+  m->add(std::make_shared<Dense>("head", head));
+  m->train_epoch(d.x, d.y, order.data(), 24, 8, 3, nullptr);
+  EXPECT_EQ(m->optimizer().iterations(), 6);
+}
+
+TEST(ModelStructure, PoppingAnEmptyModelIsRefused) {
+  Model empty("empty", 1);
+  const std::string msg = message_of([&] { empty.pop(); });
+  EXPECT_EQ(msg.rfind("[sequential]", 0), 0u) << msg;
+  EXPECT_THROW(empty.pop(), std::invalid_argument);
+}
+
 TEST(ModelErrors, EmptyDataIsRejected) {
   auto m = make_model(30, false, nullptr);
   Tensor x({0, kFeatures}), y({0}, DType::Int32);

@@ -280,5 +280,39 @@ TEST(State, SetLearningRateReplacesASchedule) {
   expect_optim_error([&] { opt.set_learning_rate(-1.0); }, "learning_rate");
 }
 
+// A model that changed shape (Sequential.pop, add): the slots of the parameters that stay carry
+// over by name, a new parameter's start at the slot's initial value (Adagrad's 0.1), and a
+// parameter whose shape changed under the same name starts afresh too.
+TEST(State, CarriedStateKeepsTheSlotsOfParametersThatStay) {
+  Adagrad opt(0.1);
+  Model m;
+  for (int s = 0; s < 3; ++s) m.step(opt, s);
+  const auto previous = opt.state();
+  auto head = make_param("head/kernel", {1.0, 2.0}, {2}, DType::Float32);
+  auto reshaped = make_param("dense/bias", {0.0, 0.0, 0.0}, {3}, DType::Float32);
+  const auto carried = opt.carried_state(previous, {m.kernel.get(), reshaped.get(), head.get()});
+  ASSERT_EQ(carried.size(), 4u);
+  EXPECT_EQ(carried[0].first, "iterations");
+  EXPECT_EQ(carried[0].second.data<std::int64_t>()[0], 3);
+  EXPECT_EQ(carried[1].first, "dense/kernel/accumulator");
+  EXPECT_TRUE(bitwise_equal(carried[1].second, previous[1].second));
+  EXPECT_EQ(carried[2].first, "dense/bias/accumulator");
+  EXPECT_EQ(carried[3].first, "head/kernel/accumulator");
+  for (int k : {2, 3}) {
+    const Tensor& slot = carried[static_cast<std::size_t>(k)].second;
+    for (std::int64_t i = 0; i < slot.numel(); ++i) EXPECT_FLOAT_EQ(slot.data<float>()[i], 0.1f);
+  }
+  // The carried state is a whole state for the new parameters.
+  Adagrad fresh(0.1);
+  fresh.set_state(carried);
+  fresh.apply({m.kernel.get(), reshaped.get(), head.get()});
+  EXPECT_EQ(fresh.iterations(), 4);
+}
+
+TEST(State, CarriedStateNeedsAState) {
+  Adam opt;
+  expect_optim_error([&] { opt.carried_state({}, {}); }, "a state to carry must start with 'iterations'");
+}
+
 }  // namespace
 }  // namespace mdtrain
