@@ -1,5 +1,6 @@
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "bindings.h"
 #include "mdtrain/model/model.h"
@@ -60,6 +61,13 @@ py::list weights_list(std::vector<Tensor> weights) {
   for (auto& w : weights) out.append(numpy_from_tensor(w));
   return out;
 }
+// Keras's sample_weight argument: None, or an array (C++ checks dtype and shape against x).
+std::optional<Tensor> optional_weights(const py::object& sample_weight) {
+  if (sample_weight.is_none()) return std::nullopt;
+  return tensor_from_numpy(sample_weight.cast<py::array>());
+}
+
+const Tensor* pointer_to(const std::optional<Tensor>& t) { return t ? &*t : nullptr; }
 }  // namespace
 
 void init_model(py::module_& m) {
@@ -134,26 +142,32 @@ void init_model(py::module_& m) {
       .def(
           "optimizer", [](Model& m) -> Optimizer& { return m.optimizer(); },
           py::return_value_policy::reference_internal)
-      .def("train_epoch",
-           [](Model& m, const py::array& x, const py::array& y,
-              const py::array_t<std::int64_t, py::array::c_style>& order, std::int64_t batch_size, std::int64_t steps,
-              const py::object& callback) {
-             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
-             auto cb = wrap_callback(callback);
-             Model::EpochResult r;
-             SignalCheck signals(m);
-             {
-               py::gil_scoped_release release;
-               r = m.train_epoch(tx, ty, order.data(), order.size(), batch_size, steps, cb);
-             }
-             return epoch_result(r);
-           })
+      .def(
+          "train_epoch",
+          [](Model& m, const py::array& x, const py::array& y,
+             const py::array_t<std::int64_t, py::array::c_style>& order, std::int64_t batch_size, std::int64_t steps,
+             const py::object& callback, const py::object& sample_weight) {
+            Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+            const auto w = optional_weights(sample_weight);
+            auto cb = wrap_callback(callback);
+            Model::EpochResult r;
+            SignalCheck signals(m);
+            {
+              py::gil_scoped_release release;
+              r = m.train_epoch(tx, ty, order.data(), order.size(), batch_size, steps, cb, pointer_to(w));
+            }
+            return epoch_result(r);
+          },
+          py::arg("x"), py::arg("y"), py::arg("order"), py::arg("batch_size"), py::arg("steps"), py::arg("callback"),
+          py::arg("sample_weight") = py::none())
       .def(
           "train_batches",
           [](Model& m, const py::array& x, const py::array& y,
              const py::array_t<std::int64_t, py::array::c_style>& order, const std::vector<std::int64_t>& offsets,
-             const py::object& callback, bool reset_metrics, std::int64_t first_batch) {
+             const py::object& callback, bool reset_metrics, std::int64_t first_batch,
+             const py::object& sample_weight) {
             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+            const auto w = optional_weights(sample_weight);
             if (!offsets.empty() && offsets.back() > order.size())
               throw std::invalid_argument("[fit] batch offsets run past the row order");
             auto cb = wrap_callback(callback);
@@ -161,12 +175,12 @@ void init_model(py::module_& m) {
             SignalCheck signals(m);
             {
               py::gil_scoped_release release;
-              r = m.train_batches(tx, ty, order.data(), offsets, cb, reset_metrics, first_batch);
+              r = m.train_batches(tx, ty, order.data(), offsets, cb, reset_metrics, first_batch, pointer_to(w));
             }
             return epoch_result(r);
           },
           py::arg("x"), py::arg("y"), py::arg("order"), py::arg("offsets"), py::arg("callback"),
-          py::arg("reset_metrics") = true, py::arg("first_batch") = 0)
+          py::arg("reset_metrics") = true, py::arg("first_batch") = 0, py::arg("sample_weight") = py::none())
       .def("replica_losses", &Model::replica_losses)
       .def(
           "profile",
@@ -190,18 +204,22 @@ void init_model(py::module_& m) {
       .def(
           "optimizer_state_bytes", [](Model& m) { return m.engine().optimizer_state_bytes(); },
           "Per replica: bytes of optimizer state its optimizer holds.")
-      .def("evaluate",
-           [](Model& m, const py::array& x, const py::array& y, std::int64_t batch_size, const py::object& callback) {
-             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
-             auto cb = wrap_callback(callback);
-             Logs logs;
-             SignalCheck signals(m);
-             {
-               py::gil_scoped_release release;
-               logs = m.evaluate(tx, ty, batch_size, cb);
-             }
-             return logs_to_dict(logs);
-           })
+      .def(
+          "evaluate",
+          [](Model& m, const py::array& x, const py::array& y, std::int64_t batch_size, const py::object& callback,
+             const py::object& sample_weight) {
+            Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+            const auto w = optional_weights(sample_weight);
+            auto cb = wrap_callback(callback);
+            Logs logs;
+            SignalCheck signals(m);
+            {
+              py::gil_scoped_release release;
+              logs = m.evaluate(tx, ty, batch_size, cb, pointer_to(w));
+            }
+            return logs_to_dict(logs);
+          },
+          py::arg("x"), py::arg("y"), py::arg("batch_size"), py::arg("callback"), py::arg("sample_weight") = py::none())
       .def("predict",
            [](Model& m, const py::array& x, std::int64_t batch_size) {
              Tensor tx = tensor_from_numpy(x);
@@ -212,26 +230,32 @@ void init_model(py::module_& m) {
              }
              return numpy_from_tensor(out);
            })
-      .def("train_on_batch",
-           [](Model& m, const py::array& x, const py::array& y) {
-             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
-             Logs logs;
-             {
-               py::gil_scoped_release release;
-               logs = m.train_on_batch(tx, ty);
-             }
-             return logs_to_dict(logs);
-           })
-      .def("test_on_batch",
-           [](Model& m, const py::array& x, const py::array& y) {
-             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
-             Logs logs;
-             {
-               py::gil_scoped_release release;
-               logs = m.test_on_batch(tx, ty);
-             }
-             return logs_to_dict(logs);
-           })
+      .def(
+          "train_on_batch",
+          [](Model& m, const py::array& x, const py::array& y, const py::object& sample_weight) {
+            Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+            const auto w = optional_weights(sample_weight);
+            Logs logs;
+            {
+              py::gil_scoped_release release;
+              logs = m.train_on_batch(tx, ty, pointer_to(w));
+            }
+            return logs_to_dict(logs);
+          },
+          py::arg("x"), py::arg("y"), py::arg("sample_weight") = py::none())
+      .def(
+          "test_on_batch",
+          [](Model& m, const py::array& x, const py::array& y, const py::object& sample_weight) {
+            Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
+            const auto w = optional_weights(sample_weight);
+            Logs logs;
+            {
+              py::gil_scoped_release release;
+              logs = m.test_on_batch(tx, ty, pointer_to(w));
+            }
+            return logs_to_dict(logs);
+          },
+          py::arg("x"), py::arg("y"), py::arg("sample_weight") = py::none())
       .def("get_weights", [](Model& m) { return weights_list(m.get_weights()); })
       .def("refresh_weights", &Model::refresh_weights, py::call_guard<py::gil_scoped_release>())
       .def("set_weights",

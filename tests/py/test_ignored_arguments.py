@@ -1,8 +1,7 @@
 """Issue 34, class 8: no argument is accepted and dropped. sample_weight / class_weight of
-train_on_batch and test_on_batch are refused (the C++ losses weight every sample alike, so fit and
-evaluate refuse them too) before anything changes; Checkpoint.restore's status checks what was
-restored, as TF's; and the other arguments the sweep found are either applied or refused naming
-the argument."""
+train_on_batch and test_on_batch are applied (tests/py/test_sample_weights.py), and bad ones are
+refused before anything changes; Checkpoint.restore's status checks what was restored, as TF's;
+and the other arguments the sweep found are either applied or refused naming the argument."""
 import os
 
 import numpy as np
@@ -30,34 +29,23 @@ def assert_unchanged(model, before):
 
 # ---- train_on_batch / test_on_batch ---------------------------------------------------------------
 
-def test_train_on_batch_refuses_sample_weight_and_changes_nothing(model, blobs):
+def test_train_on_batch_refuses_bad_weights_and_changes_nothing(model, blobs):
     x, y = blobs[0][:32], blobs[1][:32]
     before = snapshot(model)
-    with pytest.raises(NotImplementedError, match="train_on_batch: sample_weight"):
-        model.train_on_batch(x, y, sample_weight=np.zeros(32, np.float32))
-    with pytest.raises(NotImplementedError, match="train_on_batch: class_weight"):
-        model.train_on_batch(x, y, class_weight={0: 1.0, 1: 2.0, 2: 1.0})
-    with pytest.raises(NotImplementedError, match="sample_weight and class_weight"):
+    with pytest.raises(ValueError, match="cannot `class_weight` and `sample_weight` at the same time"):
         model.train_on_batch(x, y, sample_weight=np.ones(32), class_weight={0: 1.0})
+    with pytest.raises(ValueError, match="'sample_weight' sizes: 31"):
+        model.train_on_batch(x, y, sample_weight=np.ones(31))
     assert_unchanged(model, before)
     assert model.optimizer.iterations.numpy() == 0  # no step ran
-    model.train_on_batch(x, y)  # without them: a step
+    model.train_on_batch(x, y, sample_weight=np.ones(32))  # well-formed weights: a step
     assert model.optimizer.iterations.numpy() == 1
 
 
-def test_test_on_batch_refuses_sample_weight(model, blobs):
+def test_weights_change_what_test_on_batch_reports(model, blobs):
     x, y = blobs[0][:32], blobs[1][:32]
-    with pytest.raises(NotImplementedError, match="test_on_batch: sample_weight"):
-        model.test_on_batch(x, y, sample_weight=np.ones(32, np.float32))
-    assert np.isfinite(model.test_on_batch(x, y)[0])
-
-
-def test_fit_refuses_weights_and_weighted_validation_data(model, blobs):
-    x, y = blobs
-    with pytest.raises(NotImplementedError, match="class_weight and sample_weight"):
-        model.fit(x, y, class_weight={0: 2.0}, verbose=0)
-    with pytest.raises(NotImplementedError, match="val_sample_weight"):
-        model.fit(x, y, validation_data=(x, y, np.ones(len(x))), verbose=0)
+    plain = model.test_on_batch(x, y)[0]
+    assert model.test_on_batch(x, y, sample_weight=np.full(32, 2.0, np.float32))[0] == pytest.approx(2 * plain)
 
 
 def test_fit_validation_steps_evaluates_that_many_batches(model, blobs):

@@ -96,7 +96,8 @@ void Model::reshape_network(const std::function<void()>& change) {
   if (optimizer_ != nullptr && network_->built()) previous = optimizer_state();
   release_engine();
   change();
-  if (previous && network_->built()) optimizer_->set_state(optimizer_->carried_state(*previous, network_->parameters()));
+  if (previous && network_->built())
+    optimizer_->set_state(optimizer_->carried_state(*previous, network_->parameters()));
 }
 
 void Model::build(const Shape& input_shape) {
@@ -232,13 +233,22 @@ TrainEngine& Model::engine(const Shape& y_shape) {
   return *engine_;
 }
 
-void Model::check_data(const Tensor& x, const Tensor* y, const char* where) const {
+void Model::check_data(const Tensor& x, const Tensor* y, const char* where, const Tensor* sample_weight) const {
   MDTRAIN_CHECK(x.ndim() >= 1, std::invalid_argument, "[", where, "] x must have a batch axis, got shape ",
                 to_string(x.shape()));
   if (y) {
     MDTRAIN_CHECK(y->ndim() >= 1 && y->dim(0) == x.dim(0), std::invalid_argument, "[", where,
                   "] x and y must have the same number of samples, got x ", to_string(x.shape()), " and y ",
                   to_string(y->shape()));
+  }
+  if (sample_weight) {
+    MDTRAIN_CHECK(sample_weight->defined() && sample_weight->dtype() == DType::Float32 && sample_weight->ndim() == 1 &&
+                      sample_weight->dim(0) == x.dim(0) && sample_weight->device().is_cpu(),
+                  std::invalid_argument, "[", where, "] sample_weight must be a float32 host array of shape (",
+                  x.dim(0), ",), one weight per sample of x, got ",
+                  sample_weight->defined()
+                      ? cat(name_of(sample_weight->dtype()), " of shape ", to_string(sample_weight->shape()))
+                      : std::string("an undefined tensor"));
   }
 }
 
@@ -248,7 +258,7 @@ void Model::ensure_built_for(const Tensor& x) {
 
 Model::EpochResult Model::train_epoch(const Tensor& x, const Tensor& y, const std::int64_t* order,
                                       std::int64_t order_size, std::int64_t batch_size, std::int64_t steps,
-                                      const BatchCallback& on_batch_end) {
+                                      const BatchCallback& on_batch_end, const Tensor* sample_weight) {
   BusyGuard busy(*this, "fit");
   MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[fit] batch_size must be a positive integer, got ", batch_size);
   MDTRAIN_CHECK(order_size > 0, std::invalid_argument, "[fit] no training data: x has ", x.dim(0), " samples");
@@ -265,14 +275,14 @@ Model::EpochResult Model::train_epoch(const Tensor& x, const Tensor& y, const st
     offsets.push_back(offsets.back() + count);
   }
   if (wraps) rows = cyclic.data();
-  return train_batches(x, y, rows, offsets, on_batch_end);
+  return train_batches(x, y, rows, offsets, on_batch_end, true, 0, sample_weight);
 }
 
 Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const std::int64_t* order,
                                         const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end,
-                                        bool reset_metrics, std::int64_t first_batch) {
+                                        bool reset_metrics, std::int64_t first_batch, const Tensor* sample_weight) {
   BusyGuard busy(*this, "fit");
-  check_data(x, &y, "fit");
+  check_data(x, &y, "fit", sample_weight);
   MDTRAIN_CHECK(offsets.size() >= 2, std::invalid_argument, "[fit] no training batches");
   ensure_built_for(x);
   TrainEngine& eng = engine(y.shape());
@@ -285,7 +295,7 @@ Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const 
   for (std::int64_t s = 0; s < steps; ++s) {
     const std::int64_t begin = offsets[static_cast<std::size_t>(s)];
     const std::int64_t count = offsets[static_cast<std::size_t>(s) + 1] - begin;
-    const double loss = eng.train_step(x, y, order + begin, count);
+    const double loss = eng.train_step(x, y, order + begin, count, sample_weight);
     if (!std::isfinite(loss) && result.first_nonfinite_step < 0) result.first_nonfinite_step = s;
     result.steps = s + 1;
     if (step_hook_) step_hook_();
@@ -304,9 +314,10 @@ Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const 
   return result;
 }
 
-Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end) {
+Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end,
+                     const Tensor* sample_weight) {
   BusyGuard busy(*this, "evaluate");
-  check_data(x, &y, "evaluate");
+  check_data(x, &y, "evaluate", sample_weight);
   MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[evaluate] batch_size must be a positive integer, got ",
                 batch_size);
   MDTRAIN_CHECK(x.dim(0) > 0, std::invalid_argument, "[evaluate] no data: x has 0 samples");
@@ -317,7 +328,7 @@ Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, 
   std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = i;
   for (std::int64_t begin = 0, step = 0; begin < n; begin += batch_size, ++step) {
-    eng.test_step(x, y, rows.data() + begin, std::min(batch_size, n - begin));
+    eng.test_step(x, y, rows.data() + begin, std::min(batch_size, n - begin), sample_weight);
     if (step_hook_) step_hook_();
     if (on_batch_end && on_batch_end(step, eng.logs())) break;
   }
@@ -348,16 +359,16 @@ Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
   return out;
 }
 
-Logs Model::train_on_batch(const Tensor& x, const Tensor& y) {
+Logs Model::train_on_batch(const Tensor& x, const Tensor& y, const Tensor* sample_weight) {
   BusyGuard busy(*this, "train_on_batch");
-  check_data(x, &y, "train_on_batch");
+  check_data(x, &y, "train_on_batch", sample_weight);
   MDTRAIN_CHECK(x.dim(0) > 0, std::invalid_argument, "[train_on_batch] the batch is empty");
   ensure_built_for(x);
   TrainEngine& eng = engine(y.shape());
   eng.reset_metrics();
   std::vector<std::int64_t> rows(static_cast<std::size_t>(x.dim(0)));
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
-  eng.train_step(x, y, rows.data(), x.dim(0));
+  eng.train_step(x, y, rows.data(), x.dim(0), sample_weight);
   return eng.logs(/*all_workers=*/true);
 }
 
@@ -366,8 +377,8 @@ std::vector<double> Model::replica_losses() const {
   return engine_->replica_losses();
 }
 
-Logs Model::test_on_batch(const Tensor& x, const Tensor& y) {
-  return evaluate(x, y, std::max<std::int64_t>(1, x.dim(0)), nullptr);
+Logs Model::test_on_batch(const Tensor& x, const Tensor& y, const Tensor* sample_weight) {
+  return evaluate(x, y, std::max<std::int64_t>(1, x.dim(0)), nullptr, sample_weight);
 }
 
 std::vector<Tensor> Model::get_weights() {

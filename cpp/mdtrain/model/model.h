@@ -93,21 +93,25 @@ class Model {
 
   // Runs `steps` training steps over x[order[s*B ...]], y[...], each a global batch of at most
   // batch_size rows (the last one may be smaller). Metrics are reset first.
+  // sample_weight (here and below): Keras's, one float32 per sample of x, or null (TrainEngine).
   EpochResult train_epoch(const Tensor& x, const Tensor& y, const std::int64_t* order, std::int64_t order_size,
-                          std::int64_t batch_size, std::int64_t steps, const BatchCallback& on_batch_end);
+                          std::int64_t batch_size, std::int64_t steps, const BatchCallback& on_batch_end,
+                          const Tensor* sample_weight = nullptr);
   // The same loop over explicit batches: batch s is rows order[offsets[s] .. offsets[s+1]) (an
   // input pipeline's plan). Metrics are reset first unless `reset_metrics` is false (an epoch
   // fed one batch at a time), and batch indices passed to the callback start at `first_batch`.
   EpochResult train_batches(const Tensor& x, const Tensor& y, const std::int64_t* order,
                             const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end,
-                            bool reset_metrics = true, std::int64_t first_batch = 0);
-  Logs evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end);
+                            bool reset_metrics = true, std::int64_t first_batch = 0,
+                            const Tensor* sample_weight = nullptr);
+  Logs evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end,
+                const Tensor* sample_weight = nullptr);
   Tensor predict(const Tensor& x, std::int64_t batch_size);
-  Logs train_on_batch(const Tensor& x, const Tensor& y);
+  Logs train_on_batch(const Tensor& x, const Tensor& y, const Tensor* sample_weight = nullptr);
   // After a train step: each replica's sum of per-example losses divided by the global batch
   // (TF's compute_average_loss per replica; they add up to the step's mean loss).
   std::vector<double> replica_losses() const;
-  Logs test_on_batch(const Tensor& x, const Tensor& y);
+  Logs test_on_batch(const Tensor& x, const Tensor& y, const Tensor* sample_weight = nullptr);
 
   std::vector<Tensor> get_weights();
   // Copies the given arrays into the weights (shapes must match, in get_weights order).
@@ -130,7 +134,7 @@ class Model {
  private:
   class BusyGuard;  // holds the model for one loop or change (see the class comment)
 
-  void check_data(const Tensor& x, const Tensor* y, const char* where) const;
+  void check_data(const Tensor& x, const Tensor* y, const char* where, const Tensor* sample_weight = nullptr) const;
   void ensure_built_for(const Tensor& x);
   // Drops the engine (a new one is made on next use) without losing weights it trained.
   void release_engine();

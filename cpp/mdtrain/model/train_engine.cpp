@@ -16,8 +16,15 @@ TrainEngine::TrainEngine(Network& primary, std::shared_ptr<Strategy> strategy, c
 
 TrainEngine::~TrainEngine() = default;
 
-double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count) {
-  const StepLoss loss = executor_->train_step(GlobalBatch{x, y, indices, count}, this);
+void TrainEngine::check_sample_weights(const Tensor* sample_weight) const {
+  MDTRAIN_CHECK(sample_weight == nullptr || executor_->supports_sample_weights(), std::invalid_argument, "[engine] ",
+                strategy_->name(), " does not take sample weights yet (the data-parallel strategies do)");
+}
+
+double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count,
+                               const Tensor* sample_weight) {
+  check_sample_weights(sample_weight);
+  const StepLoss loss = executor_->train_step(GlobalBatch{x, y, indices, count, sample_weight}, this);
   const double step_loss = loss.sum * (1.0 / static_cast<double>(count)) + loss.regularization;
   last_count_ = count;
   loss_total_ += step_loss * static_cast<double>(count);
@@ -25,8 +32,10 @@ double TrainEngine::train_step(const Tensor& x, const Tensor& y, const std::int6
   return step_loss;
 }
 
-void TrainEngine::test_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count) {
-  const StepLoss loss = executor_->test_step(GlobalBatch{x, y, indices, count}, this);
+void TrainEngine::test_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count,
+                            const Tensor* sample_weight) {
+  check_sample_weights(sample_weight);
+  const StepLoss loss = executor_->test_step(GlobalBatch{x, y, indices, count, sample_weight}, this);
   loss_total_ += loss.sum + loss.regularization * static_cast<double>(count);
   loss_count_ += static_cast<double>(count);
 }

@@ -27,11 +27,15 @@ class TrainEngine final : private ReplicaOutputSink {
   TrainEngine(Network& primary, std::shared_ptr<Strategy> strategy, const Loss& loss, const Optimizer& optimizer);
   ~TrainEngine() override;
 
-  // One training step on rows x[indices[i]], y[indices[i]], i < count (count = the global batch).
-  // Returns the step's loss (mean over the batch plus regularization).
-  double train_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count);
+  // One training step on rows x[indices[i]], y[indices[i]], i < count (count = the global batch),
+  // weighted by sample_weight[indices[i]] when given (Keras's: the loss is the weighted sum over
+  // the batch divided by count). Returns the step's loss (that mean plus regularization).
+  // std::invalid_argument when the strategy's executor takes no sample weights.
+  double train_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count,
+                    const Tensor* sample_weight = nullptr);
   // Forward only; updates the loss tracker and metrics.
-  void test_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count);
+  void test_step(const Tensor& x, const Tensor& y, const std::int64_t* indices, std::int64_t count,
+                 const Tensor* sample_weight = nullptr);
   // Forward only on rows [begin, begin + count) of x; writes them to the same rows of `out`.
   void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out);
 
@@ -63,6 +67,7 @@ class TrainEngine final : private ReplicaOutputSink {
   const Strategy& strategy() const { return *strategy_; }
 
  private:
+  void check_sample_weights(const Tensor* sample_weight) const;
   // Metrics accumulate on the host: labels and predictions of a GPU replica are copied back first.
   void on_replica_output(int local_replica, const Tensor& y, const Tensor& pred) override;
   // Metrics of an output that carries a mask: updated on the kept steps only (nn/masked_steps.h).

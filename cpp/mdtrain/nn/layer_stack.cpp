@@ -30,10 +30,8 @@ std::shared_ptr<Layer> LayerStack::pop() {
   std::shared_ptr<Layer> last = std::move(layers_.back());
   layers_.pop_back();
   if (built_) {
-    if (layers_.empty())
-      built_ = false;
-    else
-      pack_parameters();  // the remaining weights, packed without the popped layer's
+    if (layers_.empty()) built_ = false;
+    else pack_parameters();  // the remaining weights, packed without the popped layer's
   }
   return last;
 }

@@ -36,8 +36,12 @@ class Loss {
   // Returns the SUM over the batch of per-sample losses and, if dpred != nullptr, writes
   // d(grad_scale * sum)/d(y_pred) into *dpred (reallocated only when its shape or dtype differs
   // from y_pred's; it must not share y_pred's storage). Validates first (see validate()).
-  virtual double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                  Tensor* dpred) const = 0;
+  // sample_weight (optional): Keras's sample weights of these rows, float32 with one value per
+  // sample (y_pred's first axis) in y_pred's memory; each sample's loss and gradient are
+  // multiplied by its weight, and the divisor stays the caller's, as Keras divides a weighted sum
+  // by the sample count. Without it every sample weighs 1 (bitwise the unweighted loss).
+  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                          const Tensor* sample_weight = nullptr) const;
 
   // Checks y_true against y_pred: dtypes, batch sizes, compatible shapes, class ids in range for
   // sparse losses. Throws std::invalid_argument("[loss] <name>: ...") naming the argument and both
@@ -70,6 +74,9 @@ class Loss {
   virtual std::unique_ptr<Loss> on_logits_of(Activation /*activation*/) const { return nullptr; }
 
  protected:
+  // forward_backward's body, once sample_weight was checked against y_pred's batch.
+  virtual double sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                                  const Tensor* sample_weight) const = 0;
   // "[loss] <name>: " — the prefix of every message.
   std::string prefix() const;
 };
@@ -116,7 +123,8 @@ class SparseCategoricalCrossentropy : public Loss {
     if (activation != Activation::Softmax) return nullptr;
     return std::make_unique<SparseCategoricalCrossentropy>(true, ignore_class_);
   }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
+  double sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                          const Tensor* sample_weight) const override;
   void validate(const Tensor& y_true, const Tensor& y_pred) const override;
   std::int64_t sample_count(const Tensor& y_true, const Tensor& y_pred) const override;
   bool counts_labels() const override { return ignore_class_.has_value(); }
@@ -143,7 +151,7 @@ class DenseTargetLoss : public Loss {
   // Runs op(y_true, y_pred, dpred) on (rows, cols) views, allocating *dpred if needed. Tensors
   // already shaped (rows, cols) are passed as they are (no per-step copies of their shapes).
   template <class Op>
-  double run(const Tensor& y_true, const Tensor& y_pred, Tensor* dpred, Op&& op) const;
+  double run(const Tensor& y_true, const Tensor& y_pred, Tensor* dpred, const Tensor* sample_weight, Op&& op) const;
   virtual int min_pred_rank() const { return 1; }
 };
 
@@ -160,7 +168,8 @@ class CategoricalCrossentropy : public DenseTargetLoss {
     if (activation != Activation::Softmax) return nullptr;
     return std::make_unique<CategoricalCrossentropy>(true, label_smoothing_);
   }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
+  double sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                          const Tensor* sample_weight) const override;
   Json config() const override;
   std::unique_ptr<Loss> clone() const override;
 
@@ -183,7 +192,8 @@ class BinaryCrossentropy : public DenseTargetLoss {
     if (activation != Activation::Sigmoid) return nullptr;
     return std::make_unique<BinaryCrossentropy>(true, label_smoothing_);
   }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
+  double sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                          const Tensor* sample_weight) const override;
   Json config() const override;
   std::unique_ptr<Loss> clone() const override;
 
@@ -197,7 +207,8 @@ class MeanSquaredError : public DenseTargetLoss {
  public:
   std::string name() const override { return "mean_squared_error"; }
   std::string class_name() const override { return "MeanSquaredError"; }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
+  double sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                          const Tensor* sample_weight) const override;
   std::unique_ptr<Loss> clone() const override;
 };
 
@@ -206,7 +217,8 @@ class MeanAbsoluteError : public DenseTargetLoss {
  public:
   std::string name() const override { return "mean_absolute_error"; }
   std::string class_name() const override { return "MeanAbsoluteError"; }
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
+  double sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                          const Tensor* sample_weight) const override;
   std::unique_ptr<Loss> clone() const override;
 };
 

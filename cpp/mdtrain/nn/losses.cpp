@@ -100,6 +100,21 @@ std::int64_t Loss::sample_count(const Tensor& y_true, const Tensor& y_pred) cons
   return last == 0 ? 0 : y_pred.numel() / last;
 }
 
+double Loss::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                              const Tensor* sample_weight) const {
+  if (sample_weight != nullptr) {
+    const std::int64_t batch = y_pred.ndim() >= 1 ? y_pred.dim(0) : 0;
+    MDTRAIN_CHECK(sample_weight->defined() && sample_weight->dtype() == DType::Float32 &&
+                      sample_weight->numel() == batch,
+                  std::invalid_argument, prefix(), "sample_weight must be float32 with one value per sample (", batch,
+                  " for y_pred of shape ", to_string(y_pred.shape()), "), got ",
+                  sample_weight->defined()
+                      ? cat(name_of(sample_weight->dtype()), " of shape ", to_string(sample_weight->shape()))
+                      : std::string("an undefined tensor"));
+  }
+  return sum_and_gradient(y_true, y_pred, grad_scale, dpred, sample_weight);
+}
+
 double Loss::mean(const Tensor& y_true, const Tensor& y_pred, Tensor* dpred) const {
   const std::int64_t count = sample_count(y_true, y_pred);
   // Keras's divide_no_nan: an empty batch (or one whose labels are all ignored) has loss 0.
@@ -252,17 +267,18 @@ std::int64_t SparseCategoricalCrossentropy::counted_labels(const Tensor& y_true)
   return ignore_class_ ? rows - ops::count_equal(y_true, static_cast<double>(*ignore_class_)) : rows;
 }
 
-double SparseCategoricalCrossentropy::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                                       Tensor* dpred) const {
+double SparseCategoricalCrossentropy::sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
+                                                       Tensor* dpred, const Tensor* sample_weight) const {
   validate(y_true, y_pred);
   const std::int64_t classes = y_pred.shape().back(), rows = y_true.numel();
   if (dpred) prepare_grad([this] { return prefix(); }, *dpred, y_pred);
   // The op takes labels of any shape with one id per row; (rows, classes) predictions go as they are.
   if (y_pred.ndim() == 2)
-    return ops::sparse_categorical_crossentropy(y_true, y_pred, from_logits_, ignore_class_, grad_scale, dpred);
+    return ops::sparse_categorical_crossentropy(y_true, y_pred, from_logits_, ignore_class_, grad_scale, dpred,
+                                                sample_weight);
   Tensor g = dpred ? dpred->reshape({rows, classes}) : Tensor();
   return ops::sparse_categorical_crossentropy(y_true, y_pred.reshape({rows, classes}), from_logits_, ignore_class_,
-                                              grad_scale, dpred ? &g : nullptr);
+                                              grad_scale, dpred ? &g : nullptr, sample_weight);
 }
 
 Json SparseCategoricalCrossentropy::config() const {
@@ -311,7 +327,8 @@ bool is_matrix(const Tensor& t, std::int64_t rows, std::int64_t cols) {
 }  // namespace
 
 template <class Op>
-double DenseTargetLoss::run(const Tensor& y_true, const Tensor& y_pred, Tensor* dpred, Op&& op) const {
+double DenseTargetLoss::run(const Tensor& y_true, const Tensor& y_pred, Tensor* dpred, const Tensor* sample_weight,
+                            Op&& op) const {
   const auto [rows, cols] = layout(y_true, y_pred);
   if (dpred) prepare_grad([this] { return prefix(); }, *dpred, y_pred);
   Tensor t_view, p_view, g_view;
@@ -319,7 +336,7 @@ double DenseTargetLoss::run(const Tensor& y_true, const Tensor& y_pred, Tensor* 
   const Tensor& p = is_matrix(y_pred, rows, cols) ? y_pred : (p_view = y_pred.reshape({rows, cols}));
   Tensor* g = dpred;
   if (dpred && !is_matrix(*dpred, rows, cols)) g = &(g_view = dpred->reshape({rows, cols}));
-  return op(t, p, g);
+  return op(t, p, g, sample_weight);
 }
 
 // ---- CategoricalCrossentropy --------------------------------------------------------------------
@@ -329,10 +346,10 @@ CategoricalCrossentropy::CategoricalCrossentropy(bool from_logits, double label_
   check_smoothing("categorical_crossentropy", label_smoothing);
 }
 
-double CategoricalCrossentropy::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                                 Tensor* dpred) const {
-  return run(y_true, y_pred, dpred, [&](const Tensor& t, const Tensor& p, Tensor* g) {
-    return ops::categorical_crossentropy(t, p, from_logits_, label_smoothing_, grad_scale, g);
+double CategoricalCrossentropy::sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
+                                                 Tensor* dpred, const Tensor* sample_weight) const {
+  return run(y_true, y_pred, dpred, sample_weight, [&](const Tensor& t, const Tensor& p, Tensor* g, const Tensor* w) {
+    return ops::categorical_crossentropy(t, p, from_logits_, label_smoothing_, grad_scale, g, w);
   });
 }
 
@@ -355,10 +372,10 @@ BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing)
   check_smoothing("binary_crossentropy", label_smoothing);
 }
 
-double BinaryCrossentropy::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                            Tensor* dpred) const {
-  return run(y_true, y_pred, dpred, [&](const Tensor& t, const Tensor& p, Tensor* g) {
-    return ops::binary_crossentropy(t, p, from_logits_, label_smoothing_, grad_scale, g);
+double BinaryCrossentropy::sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
+                                            Tensor* dpred, const Tensor* sample_weight) const {
+  return run(y_true, y_pred, dpred, sample_weight, [&](const Tensor& t, const Tensor& p, Tensor* g, const Tensor* w) {
+    return ops::binary_crossentropy(t, p, from_logits_, label_smoothing_, grad_scale, g, w);
   });
 }
 
@@ -374,18 +391,19 @@ std::unique_ptr<Loss> BinaryCrossentropy::clone() const { return std::make_uniqu
 
 // ---- MeanSquaredError / MeanAbsoluteError -------------------------------------------------------
 
-double MeanSquaredError::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                          Tensor* dpred) const {
-  return run(y_true, y_pred, dpred,
-             [&](const Tensor& t, const Tensor& p, Tensor* g) { return ops::mean_squared_error(t, p, grad_scale, g); });
+double MeanSquaredError::sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                                          const Tensor* sample_weight) const {
+  return run(y_true, y_pred, dpred, sample_weight, [&](const Tensor& t, const Tensor& p, Tensor* g, const Tensor* w) {
+    return ops::mean_squared_error(t, p, grad_scale, g, w);
+  });
 }
 
 std::unique_ptr<Loss> MeanSquaredError::clone() const { return std::make_unique<MeanSquaredError>(*this); }
 
-double MeanAbsoluteError::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                           Tensor* dpred) const {
-  return run(y_true, y_pred, dpred, [&](const Tensor& t, const Tensor& p, Tensor* g) {
-    return ops::mean_absolute_error(t, p, grad_scale, g);
+double MeanAbsoluteError::sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                                           const Tensor* sample_weight) const {
+  return run(y_true, y_pred, dpred, sample_weight, [&](const Tensor& t, const Tensor& p, Tensor* g, const Tensor* w) {
+    return ops::mean_absolute_error(t, p, grad_scale, g, w);
   });
 }
 

@@ -85,8 +85,10 @@ double MultiOutputLoss::output_row_sum(std::size_t k, const Tensor& y_true_k, co
   return loss.forward_backward(y_true_k, y_pred_k, 1.0, nullptr) / per_row;
 }
 
-double MultiOutputLoss::forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale,
-                                         Tensor* dpred) const {
+double MultiOutputLoss::sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                                         const Tensor* sample_weight) const {
+  MDTRAIN_CHECK(sample_weight == nullptr, std::invalid_argument, prefix(),
+                "sample weights of a model with several outputs are not supported");
   validate(y_true, y_pred);
   const std::int64_t rows = y_pred.dim(0);
   if (dpred) {

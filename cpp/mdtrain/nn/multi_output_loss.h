@@ -36,7 +36,8 @@ class MultiOutputLoss final : public Loss {
 
   // The weighted sum over outputs of each output's row-normalised sum (its loss sum times rows /
   // its sample count), so that (sum over slices) / global rows = sum_k weight_k * mean_k.
-  double forward_backward(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred) const override;
+  double sum_and_gradient(const Tensor& y_true, const Tensor& y_pred, double grad_scale, Tensor* dpred,
+                          const Tensor* sample_weight) const override;
   // Packed shapes: y_pred (batch, pred_width()), y_true (batch, label_width()); then each output.
   void validate(const Tensor& y_true, const Tensor& y_pred) const override;
   // The rows of the slice (each output's positions per row are applied inside forward_backward).

@@ -18,6 +18,20 @@
 
 namespace mdtrain::math {
 
+// Keras's sample_weight on a loss: row i's loss and its gradient are multiplied by
+// w[i / rows_per_weight] (a sequence output has one row per step of a sample, all of that
+// sample's weight); w == nullptr weighs every row 1, which leaves every value bitwise as without
+// weights (x * 1 is x).
+struct RowWeights {
+  const float* w = nullptr;
+  std::int64_t rows_per_weight = 1;
+};
+
+template <class T>
+MDTRAIN_HD T row_weight(const RowWeights& weights, std::int64_t row) {
+  return weights.w ? static_cast<T>(weights.w[row / weights.rows_per_weight]) : T(1);
+}
+
 template <class T>
 MDTRAIN_HD T loss_epsilon() {
   return T(1e-7);

@@ -61,6 +61,21 @@ std::pair<std::int64_t, std::int64_t> check(const char* op, const Tensor& y, con
   return {rows, cols};
 }
 
+// The per-row weights of a loss op (loss_ops.h: sample_weight), checked against pred's rows.
+math::RowWeights row_weights(const char* op, const Tensor* sample_weight, const Tensor& pred) {
+  if (sample_weight == nullptr) return {};
+  const Tensor& w = *sample_weight;
+  MDTRAIN_CHECK(w.defined(), std::invalid_argument, "[ops] ", op, ": sample_weight is undefined");
+  require_with(op, "sample_weight", w, pred);
+  MDTRAIN_CHECK(w.dtype() == DType::Float32, std::invalid_argument, "[ops] ", op,
+                ": sample_weight must be float32, got ", name_of(w.dtype()));
+  const std::int64_t rows = pred.dim(0), n = w.numel();
+  MDTRAIN_CHECK((n == 0 && rows == 0) || (n > 0 && rows % n == 0), std::invalid_argument, "[ops] ", op,
+                ": sample_weight of shape ", to_string(w.shape()), " does not cover the ", rows,
+                " rows of y_pred (shape ", to_string(pred.shape()), ") in equal runs");
+  return {w.data<float>(), n > 0 ? rows / n : 1};
+}
+
 // Runs kernel(L* y, T* pred, T* g) with the right types.
 template <class K>
 void dispatch(const Tensor& y, const Tensor& pred, Tensor* dpred, K&& kernel) {
@@ -116,72 +131,83 @@ std::int64_t count_equal(const Tensor& labels, double value) {
 }
 
 double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred, bool from_logits,
-                                       std::optional<std::int64_t> ignore_class, double grad_scale, Tensor* dpred) {
+                                       std::optional<std::int64_t> ignore_class, double grad_scale, Tensor* dpred,
+                                       const Tensor* sample_weight) {
   const char* op = "sparse_categorical_crossentropy";
   auto [rows, cols] = check(op, labels, "y_true", 1, pred, dpred);
+  const math::RowWeights weights = row_weights(op, sample_weight, pred);
   const std::int64_t bad = first_invalid_label(labels, cols, ignore_class);
   if (bad >= 0)
     fail<std::invalid_argument>("[ops] ", op, ": label ", element_as_double(labels, bad), " at index ", bad,
                                 " is out of range for ", cols, " classes (y_pred shape ", to_string(pred.shape()), ")");
   if (!pred.device().is_cpu())
     return cuda::sparse_categorical_crossentropy(labels, pred, from_logits, ignore_class.has_value(),
-                                                 ignore_class.value_or(0), grad_scale, dpred);
+                                                 ignore_class.value_or(0), grad_scale, weights, dpred);
   double sum = 0.0;
   dispatch(labels, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
     sum = cpu::sparse_xent(y, p, rows, cols, from_logits, ignore_class.has_value(), ignore_class.value_or(0),
-                           static_cast<T>(grad_scale), g);
+                           static_cast<T>(grad_scale), weights, g);
   });
   return sum;
 }
 
 double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
-                                double grad_scale, Tensor* dpred) {
-  auto [rows, cols] =
-      check("categorical_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
+                                double grad_scale, Tensor* dpred, const Tensor* sample_weight) {
+  const char* op = "categorical_crossentropy";
+  auto [rows, cols] = check(op, target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
+  const math::RowWeights weights = row_weights(op, sample_weight, pred);
   if (!pred.device().is_cpu())
-    return cuda::categorical_crossentropy(target, pred, from_logits, label_smoothing, grad_scale, dpred);
+    return cuda::categorical_crossentropy(target, pred, from_logits, label_smoothing, grad_scale, weights, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
-    sum =
-        cpu::dense_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing), static_cast<T>(grad_scale), g);
+    sum = cpu::dense_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing), static_cast<T>(grad_scale),
+                          weights, g);
   });
   return sum;
 }
 
 double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
-                           double grad_scale, Tensor* dpred) {
-  auto [rows, cols] = check("binary_crossentropy", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
+                           double grad_scale, Tensor* dpred, const Tensor* sample_weight) {
+  const char* op = "binary_crossentropy";
+  auto [rows, cols] = check(op, target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
+  const math::RowWeights weights = row_weights(op, sample_weight, pred);
   if (!pred.device().is_cpu())
-    return cuda::binary_crossentropy(target, pred, from_logits, label_smoothing, grad_scale, dpred);
+    return cuda::binary_crossentropy(target, pred, from_logits, label_smoothing, grad_scale, weights, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
-    sum =
-        cpu::binary_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing), static_cast<T>(grad_scale), g);
+    sum = cpu::binary_xent(y, p, rows, cols, from_logits, static_cast<T>(label_smoothing), static_cast<T>(grad_scale),
+                           weights, g);
   });
   return sum;
 }
 
-double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
-  auto [rows, cols] = check("mean_squared_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
-  if (!pred.device().is_cpu()) return cuda::mean_squared_error(target, pred, grad_scale, dpred);
+double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred,
+                          const Tensor* sample_weight) {
+  const char* op = "mean_squared_error";
+  auto [rows, cols] = check(op, target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
+  const math::RowWeights weights = row_weights(op, sample_weight, pred);
+  if (!pred.device().is_cpu()) return cuda::mean_squared_error(target, pred, grad_scale, weights, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
-    sum = cpu::squared_error(y, p, rows, cols, static_cast<T>(grad_scale), g);
+    sum = cpu::squared_error(y, p, rows, cols, static_cast<T>(grad_scale), weights, g);
   });
   return sum;
 }
 
-double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
-  auto [rows, cols] = check("mean_absolute_error", target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
-  if (!pred.device().is_cpu()) return cuda::mean_absolute_error(target, pred, grad_scale, dpred);
+double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred,
+                           const Tensor* sample_weight) {
+  const char* op = "mean_absolute_error";
+  auto [rows, cols] = check(op, target, "y_true", pred.ndim() == 2 ? pred.dim(1) : 0, pred, dpred);
+  const math::RowWeights weights = row_weights(op, sample_weight, pred);
+  if (!pred.device().is_cpu()) return cuda::mean_absolute_error(target, pred, grad_scale, weights, dpred);
   double sum = 0.0;
   dispatch(target, pred, dpred, [&](const auto* y, const auto* p, auto* g) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
-    sum = cpu::absolute_error(y, p, rows, cols, static_cast<T>(grad_scale), g);
+    sum = cpu::absolute_error(y, p, rows, cols, static_cast<T>(grad_scale), weights, g);
   });
   return sum;
 }

@@ -9,6 +9,11 @@
 // (Keras accepts integer-valued floats as class ids). The tensors of one call are all on the host
 // or all on one GPU (then the cuda:: kernels of ops/cuda/loss_kernels.h run; labels are still
 // validated on the host). Per-row formulas: ops/loss_math.h.
+//
+// sample_weight (optional, Keras's): float32 in pred's memory with one weight per sample, the
+// rows of pred in equal runs per sample (rows must be a multiple of its element count: a sequence
+// output has one row per step); each row's loss and gradient are multiplied by its sample's
+// weight. The divisor stays the caller's (Keras divides a weighted sum by the sample count).
 #include <cstdint>
 #include <optional>
 
@@ -29,18 +34,21 @@ std::int64_t count_equal(const Tensor& labels, double value);
 // labels[row] (labels.numel() == rows). Rows whose label equals ignore_class add 0 and get a zero
 // gradient. Throws std::invalid_argument for a label that is not a valid class id.
 double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred, bool from_logits,
-                                       std::optional<std::int64_t> ignore_class, double grad_scale, Tensor* dpred);
+                                       std::optional<std::int64_t> ignore_class, double grad_scale, Tensor* dpred,
+                                       const Tensor* sample_weight = nullptr);
 // Per row: crossentropy against dense targets (target.numel() == pred.numel()), smoothed as
 // t * (1 - label_smoothing) + label_smoothing / cols.
 double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
-                                double grad_scale, Tensor* dpred);
+                                double grad_scale, Tensor* dpred, const Tensor* sample_weight = nullptr);
 // Per row: the mean over cols of element-wise binary crossentropy, targets smoothed as
 // t * (1 - label_smoothing) + 0.5 * label_smoothing.
 double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
-                           double grad_scale, Tensor* dpred);
+                           double grad_scale, Tensor* dpred, const Tensor* sample_weight = nullptr);
 // Per row: mean over cols of (pred - target)^2, resp. |pred - target|.
-double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred);
-double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred);
+double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred,
+                          const Tensor* sample_weight = nullptr);
+double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred,
+                           const Tensor* sample_weight = nullptr);
 
 // Metric counts (as doubles, so they add up across replicas without conversion).
 // Rows whose label equals the first argmax of the row (labels compared as numbers: 2.5 never matches).

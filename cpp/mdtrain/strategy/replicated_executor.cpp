@@ -22,11 +22,11 @@ struct ReplicatedExecutor::Replica {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<GradientReducer> reducer;
-  CommunicatorSums sums{comm};  // what the layers see of the other replicas (ForwardContext)
-  Tensor x_batch, y_batch, dpred;
-  MaskedSteps masked;               // the kept steps of an output that carries a mask
-  double loss_sum = 0;              // this step's sum of per-example losses on this replica's slice
-  double all_workers_loss_sum = 0;  // loss_sum summed over every replica of every worker
+  CommunicatorSums sums{comm};              // what the layers see of the other replicas (ForwardContext)
+  Tensor x_batch, y_batch, w_batch, dpred;  // w_batch: the slice's sample weights, when given
+  MaskedSteps masked;                       // the kept steps of an output that carries a mask
+  double loss_sum = 0;                      // this step's sum of per-example losses on this replica's slice
+  double all_workers_loss_sum = 0;          // loss_sum summed over every replica of every worker
   StepProfile profile;
 };
 
@@ -129,6 +129,13 @@ void ReplicatedExecutor::attach_communicator(Replica& rep, std::unique_ptr<Commu
       std::make_unique<GradientReducer>(*rep.comm, strategy_.gradient_bucket_bytes(), strategy_.gradient_reduction());
 }
 
+void ReplicatedExecutor::check_weights_unmasked(const GlobalBatch& batch, bool masked_output) {
+  // Keras would multiply the mask into the weights; the masked loss (nn/masked_steps.h) takes
+  // neither yet, so weights are refused rather than dropped.
+  MDTRAIN_CHECK(batch.sample_weight == nullptr || !masked_output, std::invalid_argument,
+                "[engine] sample weights with a model output that carries a mask are not supported yet");
+}
+
 void ReplicatedExecutor::gather_batch(Replica& rep, const GlobalBatch& batch, std::int64_t first, std::int64_t rows) {
   Shape xs = batch.x.shape(), ys = batch.y.shape();
   xs[0] = rows;
@@ -138,6 +145,10 @@ void ReplicatedExecutor::gather_batch(Replica& rep, const GlobalBatch& batch, st
   ensure_buffer(rep.y_batch, ys, batch.y.dtype(), device);
   ops::gather_rows(batch.x, batch.indices + first, rows, rep.x_batch);
   ops::gather_rows(batch.y, batch.indices + first, rows, rep.y_batch);
+  if (batch.sample_weight != nullptr) {
+    ensure_buffer(rep.w_batch, {rows}, DType::Float32, device);
+    ops::gather_rows(*batch.sample_weight, batch.indices + first, rows, rep.w_batch);
+  }
 }
 
 StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
@@ -152,6 +163,7 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
   const auto step = static_cast<std::uint64_t>(replicas_.front()->optimizer->iterations());
   const auto step_start = Clock::now();
   const bool masked_output = primary_.output_masked();
+  check_weights_unmasked(batch, masked_output);
   for_each_slice(batch.count, [&](Replica& rep, int local, std::int64_t first, std::int64_t rows) {
     Network& net = *rep.net;
     rep.loss_sum = 0;
@@ -182,11 +194,12 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
       Tensor pred = net.forward(rep.x_batch, ctx);
       ensure_buffer(rep.dpred, pred.shape(), pred.dtype(), pred.device());
       const BatchLossScale ls = batch_loss_scale(*rep.loss, rep.y_batch, pred, batch.count, labels);
+      const Tensor* weights = batch.sample_weight ? &rep.w_batch : nullptr;
       if (rep.logits_loss) {
-        rep.loss_sum = rep.logits_loss->forward_backward(rep.y_batch, net.logits(), ls.grad_scale, &rep.dpred);
+        rep.loss_sum = rep.logits_loss->forward_backward(rep.y_batch, net.logits(), ls.grad_scale, &rep.dpred, weights);
         net.backward_from_logits(rep.dpred, on_final);
       } else {
-        rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, ls.grad_scale, &rep.dpred);
+        rep.loss_sum = rep.loss->forward_backward(rep.y_batch, pred, ls.grad_scale, &rep.dpred, weights);
         net.backward(rep.dpred, on_final);
       }
       rep.loss_sum *= ls.report_factor;
@@ -253,6 +266,7 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
 StepLoss ReplicatedExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
   MDTRAIN_CHECK(batch.count > 0, std::invalid_argument, "[engine] an evaluation batch needs at least one example");
   const bool masked_output = primary_.output_masked();
+  check_weights_unmasked(batch, masked_output);
   for_each_slice(batch.count, [&](Replica& rep, int local, std::int64_t first, std::int64_t rows) {
     rep.loss_sum = 0;
     if (masked_output) {
@@ -268,8 +282,10 @@ StepLoss ReplicatedExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSi
     ForwardContext ctx;
     ctx.global_row_offset = first;
     Tensor pred = rep.net->forward(rep.x_batch, ctx);
-    rep.loss_sum = rep.logits_loss ? rep.logits_loss->forward_backward(rep.y_batch, rep.net->logits(), 1.0, nullptr)
-                                   : rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr);
+    const Tensor* weights = batch.sample_weight ? &rep.w_batch : nullptr;
+    rep.loss_sum = rep.logits_loss
+                       ? rep.logits_loss->forward_backward(rep.y_batch, rep.net->logits(), 1.0, nullptr, weights)
+                       : rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr, weights);
     rep.loss_sum *= batch_loss_scale(*rep.loss, rep.y_batch, pred, batch.count, labels).report_factor;
     if (outputs) outputs->on_replica_output(local, rep.y_batch, pred);
   });

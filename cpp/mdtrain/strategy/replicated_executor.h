@@ -52,6 +52,7 @@ class ReplicatedExecutor final : public StepExecutor {
 
   StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
   StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  bool supports_sample_weights() const override { return true; }
   void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
 
   Optimizer::State optimizer_state() const override;
@@ -70,6 +71,7 @@ class ReplicatedExecutor final : public StepExecutor {
   void for_each_slice(std::int64_t count, F&& fn, bool across_workers = true);
   void remake_communicators();
   void attach_communicator(Replica& rep, std::unique_ptr<Communicator> comm);
+  static void check_weights_unmasked(const GlobalBatch& batch, bool masked_output);
   void gather_batch(Replica& rep, const GlobalBatch& batch, std::int64_t first, std::int64_t rows);
   // The sum over all replicas (of all workers) of the last step's loss sums.
   double sum_of_replica_losses(std::int64_t count);

@@ -33,6 +33,9 @@ struct GlobalBatch {
   const Tensor& y;
   const std::int64_t* indices;
   std::int64_t count;
+  // Keras's sample_weight: one float32 per row of x (indexed like x and y), or null. Only
+  // executors whose supports_sample_weights() is true are given one.
+  const Tensor* sample_weight = nullptr;
 };
 
 // The batch's rows of x and y, in order, into x_out and y_out (made (count, ...) when they are not):
@@ -67,6 +70,8 @@ class StepExecutor {
   virtual StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) = 0;
   // Forward only, with the loss (scale 1) and the outputs.
   virtual StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) = 0;
+  // Whether the steps take GlobalBatch::sample_weight (the data-parallel executors do).
+  virtual bool supports_sample_weights() const { return false; }
   // Forward only on rows [begin, begin + count) of x, written to the same rows of `out`.
   virtual void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) = 0;
 

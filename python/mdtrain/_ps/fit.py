@@ -57,7 +57,11 @@ class _Batches:
             produced = False
             for element in dataset:
                 produced = True
-                yield _xy(element, "fit")
+                x, y, w = _xy(element, "fit")
+                if w is not None:
+                    raise NotImplementedError("fit under ParameterServerStrategy: datasets yielding sample weights "
+                                              "(x, y, sample_weight) are not supported yet")
+                yield x, y
             if not produced:
                 raise ValueError("fit: the dataset yielded no batches")
 

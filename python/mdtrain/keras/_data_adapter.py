@@ -94,17 +94,20 @@ def check_batch_size(batch_size, where, default=32):
     return check_count(batch_size, "batch_size", where)
 
 
-def train_validation_split(x, y, validation_split):
-    """Keras takes the last fraction of the (unshuffled) data for validation."""
+def train_validation_split(x, y, validation_split, w=None):
+    """Keras takes the last fraction of the (unshuffled) data for validation, sample weights (w)
+    included. Returns (x, y, w, validation (x, y, w) or None)."""
     if not isinstance(validation_split, (int, float)) or not 0 <= validation_split < 1:
         raise ValueError(f"validation_split must be a float in [0, 1), got {validation_split!r}")
     if validation_split == 0:
-        return x, y, None
+        return x, y, w, None
     split = int(len(x) * (1 - validation_split))
     if split == 0 or split == len(x):
         raise ValueError(f"validation_split={validation_split} leaves no data for training or validation "
                          f"with {len(x)} samples")
-    return x[:split], y[:split], (x[split:], y[split:])
+    if w is None:
+        return x[:split], y[:split], None, (x[split:], y[split:], None)
+    return x[:split], y[:split], w[:split], (x[split:], y[split:], w[split:])
 
 
 def is_dataset(x):
@@ -121,7 +124,11 @@ def _unwrap(dataset):
 
 
 def _xy(element, where, batch=None):
+    """(x, y, sample_weight or None) of a dataset element: (x, y) or Keras's (x, y, sample_weight)."""
     at = "" if batch is None else f" at batch {batch}"
+    if isinstance(element, (tuple, list)) and len(element) > 3:
+        raise ValueError(f"{where}: x (a dataset) yielded a {type(element).__name__} of {len(element)}{at}; each "
+                         "element must be (x, y) or (x, y, sample_weight)")
     if not isinstance(element, (tuple, list)) or len(element) < 2:
         found = type(element).__name__ if not isinstance(element, (tuple, list)) else \
             f"a {type(element).__name__} of {len(element)}"
@@ -129,7 +136,7 @@ def _xy(element, where, batch=None):
     if element[0] is None or element[1] is None:
         raise ValueError(f"{where}: x (a dataset) yielded an element whose {'x' if element[0] is None else 'y'} is "
                          f"None{at}")
-    return element[0], element[1]
+    return element[0], element[1], element[2] if len(element) == 3 else None
 
 
 _END = object()
@@ -147,17 +154,22 @@ def _next_element(source, where, batch):
 def materialize(dataset, where, need_y=True, steps=None):
     """All of a finite dataset's (x, y) batches joined (only the first `steps` batches when given):
     for evaluate/predict, where the result does not depend on how the rows were batched. Returns
-    (x, y or None, batch size or None)."""
+    (x, y or None, sample weights or None, batch size or None)."""
     dataset = _unwrap(dataset)
     if steps is not None:
         dataset = dataset.take(steps)
     if dataset.cardinality() < 0 and dataset.cardinality() != -2:
         raise ValueError(f"{where}: the dataset is infinite (repeat()); take() a finite part of it")
-    xs, ys = [], []
+    xs, ys, ws = [], [], []
     source = iter(dataset)
     while (element := _next_element(source, where, len(xs))) is not _END:
         if need_y:
-            x, y = _xy(element, where, len(xs))
+            x, y, w = _xy(element, where, len(xs))
+            if (w is None) != (not ws) and xs:
+                raise ValueError(f"{where}: x (a dataset) yielded sample weights in some batches and not in others "
+                                 f"(batch {len(xs)})")
+            if w is not None:
+                ws.append(np.asarray(w))
             ys.append(np.asarray(y))
             if ys[-1].ndim and np.ndim(x) and len(ys[-1]) != len(x):
                 raise ValueError(f"{where}: x (a dataset) yielded batch {len(xs)} with {len(x)} inputs and "
@@ -170,7 +182,8 @@ def materialize(dataset, where, need_y=True, steps=None):
     if not xs:
         raise ValueError(f"{where}: the dataset is empty")
     batch = getattr(dataset, "_batch_size", None)
-    return np.concatenate(xs), (np.concatenate(ys) if need_y else None), batch
+    return (np.concatenate(xs), (np.concatenate(ys) if need_y else None), (np.concatenate(ws) if ws else None),
+            batch)
 
 
 class DatasetEpochs:
@@ -192,6 +205,7 @@ class DatasetEpochs:
         if self.dataset.cardinality() == data.INFINITE_CARDINALITY and steps_per_epoch is None:
             raise ValueError(f"{where}: the dataset is infinite (repeat()); pass steps_per_epoch")
         self._converted = {}
+        self.class_weight = None  # fit's class_weight, applied to each batch's labels
         self._plan_batches = None  # persistent batch iterator of the plan path
         self._element_iter = None  # persistent element iterator of the batch path
         plan = self.dataset._array_plan()
@@ -199,9 +213,9 @@ class DatasetEpochs:
         self._first_batches = None  # the first iteration's batches, used by the first epoch
         if plan is not None:
             arrays, self._first_batches = plan
-            if len(arrays) < 2:
-                raise ValueError(f"{where}: a dataset must yield (x, y) pairs")
-            self.plan_arrays = (features(arrays[0]), as_labels(arrays[1]))
+            if len(arrays) not in (2, 3):
+                raise ValueError(f"{where}: a dataset must yield (x, y) pairs or (x, y, sample_weight)")
+            self.plan_arrays = (features(arrays[0]), as_labels(arrays[1]), arrays[2] if len(arrays) == 3 else None)
 
     def epoch(self):
         if self.plan_arrays is not None:
@@ -236,7 +250,7 @@ class DatasetEpochs:
             raise ValueError(f"{self.where}: the dataset yielded no batches")
         order = np.concatenate(chosen)
         offsets = np.concatenate([[0], np.cumsum([len(b) for b in chosen])]).astype(np.int64).tolist()
-        return self.plan_arrays[0], self.plan_arrays[1], order, offsets
+        return (*self.plan_arrays, order, offsets)
 
     def _batch_epoch(self):
         if self.steps is None:
@@ -256,11 +270,11 @@ class DatasetEpochs:
                 element = _next_element(source, self.where, count)
                 if element is _END:
                     return
-            x, y = _xy(element, self.where, count)
+            x, y, w = _xy(element, self.where, count)
             where = f"{self.where}: x (a dataset) batch {count}"
             features, labels = self._features(x, f"{where}: x"), as_labels(y, f"{where}: y")
             if len(features) != len(labels):
                 raise ValueError(f"{where} has {len(features)} inputs (shape {features.shape}) and {len(labels)} "
                                  f"labels (shape {labels.shape}); they must match")
             count += 1
-            yield features, labels
+            yield features, labels, w

@@ -25,6 +25,7 @@ from mdtrain.keras import optimizers as _optimizers
 from mdtrain.keras._data_adapter import (DatasetEpochs, as_features, as_indices, as_labels, check_batch_size,
                                          check_count, check_lengths, is_dataset, materialize, train_validation_split)
 from mdtrain.keras._keras_tensor import KerasTensor
+from mdtrain.keras._sample_weights import per_sample_weights
 from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer, mask_after
 
 
@@ -570,11 +571,6 @@ class Model:
             steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
         self._check_compiled("fit")
         self._check_strategy("fit")
-        if class_weight is not None or sample_weight is not None:
-            raise NotImplementedError("fit: class_weight and sample_weight are not supported yet")
-        if isinstance(validation_data, (tuple, list)) and len(validation_data) == 3 and validation_data[2] is not None:
-            raise NotImplementedError("fit: validation_data with sample weights (x_val, y_val, val_sample_weight) is "
-                                      "not supported yet")
         if validation_steps is not None:
             validation_steps = check_count(validation_steps, "validation_steps", "fit")
         scheduled_fit = getattr(self._strategy, "_fit", None)
@@ -584,6 +580,12 @@ class Model:
         if scheduled_fit is not None and self._outputs is not None:
             raise NotImplementedError(f"fit: model '{self.name}' has several outputs; ParameterServerStrategy does "
                                       "not train such models yet (every other strategy does)")
+        weighted = (class_weight is not None or sample_weight is not None or
+                    (isinstance(validation_data, (tuple, list)) and len(validation_data) == 3
+                     and validation_data[2] is not None))
+        if scheduled_fit is not None and weighted:
+            raise NotImplementedError("fit under ParameterServerStrategy: class_weight and sample weights are not "
+                                      "supported yet (the data-parallel strategies take them)")
         if scheduled_fit is not None:  # ParameterServerStrategy: the steps run on its workers
             return scheduled_fit(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                                  callbacks=callbacks, validation_data=validation_data, shuffle=shuffle,
@@ -596,9 +598,13 @@ class Model:
             raise ValueError(f"fit: initial_epoch must be a non-negative integer, got {initial_epoch!r}")
         verbose = self._check_verbose(verbose, "fit")
         dataset = None
+        w = None  # the per-sample weights of array data (_sample_weights.py)
         if is_dataset(x):
             if y is not None:
                 raise ValueError("fit: when x is a dataset it yields (x, y); y must not be given")
+            if sample_weight is not None:
+                raise ValueError("fit: when x is a dataset it yields (x, y, sample_weight); sample_weight must not be "
+                                 "given")
             if self._outputs is not None:
                 raise NotImplementedError(f"fit: model '{self.name}' has several outputs; fit it on arrays (a list "
                                           "or dict of label arrays), datasets are not supported for it yet")
@@ -606,35 +612,41 @@ class Model:
                 raise ValueError("fit: validation_split is not supported with a dataset; pass validation_data")
             dataset = DatasetEpochs(x, steps_per_epoch, features=self._features)
             steps = steps_per_epoch
+            dataset.class_weight = class_weight
             if dataset.plan_arrays is not None:
-                x, y = dataset.plan_arrays
+                x, y, plan_w = dataset.plan_arrays
                 x = self._prepare_x(x, "fit")
                 self._check_labels(y)
+                w = per_sample_weights(plan_w, class_weight, y, "fit")
             if steps is None:
                 card = dataset.dataset.cardinality()
                 steps = int(card) if card >= 0 else None
             val = None
         else:
             x, y = self._prepare_xy(x, y, "fit")
-            x, y, val = train_validation_split(x, y, validation_split)
+            w = per_sample_weights(sample_weight, class_weight, y, "fit", self._outputs is not None)
+            x, y, w, val = train_validation_split(x, y, validation_split, w)
         if validation_data is not None:
             if is_dataset(validation_data):
                 # validation_steps: the first that many batches of the dataset, as Keras
-                vx, vy, _ = materialize(validation_data, "fit (validation_data)", steps=validation_steps)
-                val = (vx, vy)
+                vx, vy, vw, _ = materialize(validation_data, "fit (validation_data)", steps=validation_steps)
+                val = (vx, vy, vw)
                 validation_steps = None
             elif not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
-                raise ValueError("validation_data must be a tuple (x_val, y_val) or a dataset")
+                raise ValueError("validation_data must be a tuple (x_val, y_val), (x_val, y_val, val_sample_weight) "
+                                 "or a dataset")
             else:
-                val = validation_data[:2]
+                val = (*validation_data[:2], validation_data[2] if len(validation_data) == 3 else None)
         if dataset is None:
             if len(x) == 0:
                 raise ValueError("fit: the training data is empty (x has 0 samples)")
         if val is not None:
-            val = self._prepare_xy(val[0], val[1], "fit (validation_data)")
+            vx, vy = self._prepare_xy(val[0], val[1], "fit (validation_data)")
+            vw = per_sample_weights(val[2], None, vy, "fit (validation_data)", self._outputs is not None)
+            val = (vx, vy, vw)
             if validation_steps is not None:  # the first validation_steps batches, as evaluate(steps=...)
                 rows = validation_steps * check_batch_size(validation_batch_size, "fit", batch_size)
-                val = (val[0][:rows], val[1][:rows])
+                val = (vx[:rows], vy[:rows], None if vw is None else vw[:rows])
         if dataset is None:
             n = len(x)
             steps = math.ceil(n / batch_size)
@@ -675,9 +687,10 @@ class Model:
                     begins = [(s * batch_size) % n for s in range(skip, steps)]
                     chunks = [order[b:b + min(batch_size, n - b)] for b in begins]
                     offsets = np.cumsum([0] + [len(c) for c in chunks]).tolist()
-                    result = self._core.train_batches(x, y, np.concatenate(chunks), offsets, batch_hook, True, skip)
+                    result = self._core.train_batches(x, y, np.concatenate(chunks), offsets, batch_hook, True, skip,
+                                                      sample_weight=w)
                 else:
-                    result = self._core.train_epoch(x, y, order, batch_size, steps, batch_hook)
+                    result = self._core.train_epoch(x, y, order, batch_size, steps, batch_hook, sample_weight=w)
             else:
                 result = self._fit_dataset_epoch(dataset, cbs, batch_hook, skip)
             self._gather_stages()  # every worker ends the epoch here: the epoch-end callbacks see whole weights
@@ -690,7 +703,7 @@ class Model:
                               "there)", RuntimeWarning, stacklevel=2)
             if val is not None and not self.stop_training and (epoch + 1) % validation_freq == 0:
                 val_logs = self._core.evaluate(val[0], val[1], check_batch_size(validation_batch_size, "fit",
-                                                                                  batch_size), None)
+                                                                                  batch_size), None, val[2])
                 logs.update({"val_" + k: v for k, v in val_logs.items()})
             cbs.on_epoch_end(epoch, logs)
             if self.stop_training:
@@ -703,7 +716,8 @@ class Model:
         result, done = None, skip
         for kind, payload in dataset.epoch():
             if kind == "plan":
-                x, y, order, offsets = payload
+                x, y, w, order, offsets = payload
+                w = per_sample_weights(w, dataset.class_weight, y, "fit")
                 if skip >= len(offsets) - 1:
                     skip -= len(offsets) - 1
                     continue
@@ -712,14 +726,15 @@ class Model:
                 if skip > 0:
                     skip -= 1
                     continue
-                x, y = payload
+                x, y, w = payload
                 x = self._prepare_x(x, "fit")
                 self._check_labels(y)
                 check_lengths(x, y, "fit")
+                w = per_sample_weights(w, dataset.class_weight, y, "fit")
                 order, offsets = np.arange(len(x), dtype=np.int64), [0, len(x)]
             if batch_hook is not None and result is None:
                 cbs.on_train_batch_begin(done)  # later begins come from the hook, after each end
-            result = self._core.train_batches(x, y, order, offsets, batch_hook, result is None, done)
+            result = self._core.train_batches(x, y, order, offsets, batch_hook, result is None, done, sample_weight=w)
             done += result["steps"]
             if result["stopped"]:
                 break
@@ -821,19 +836,22 @@ class Model:
         self._check_strategy("evaluate")
         self._gather_stages()
         self._refresh_from_strategy()
-        if sample_weight is not None:
-            raise NotImplementedError("evaluate: sample_weight is not supported yet")
         batch_size = check_batch_size(batch_size, "evaluate")
         steps = None if steps is None else check_count(steps, "steps", "evaluate")
         verbose = self._check_verbose(verbose, "evaluate")
         if is_dataset(x):
             if y is not None:
                 raise ValueError("evaluate: when x is a dataset it yields (x, y); y must not be given")
-            x, y, dataset_batch = materialize(x, "evaluate", steps=steps)
+            if sample_weight is not None:
+                raise ValueError("evaluate: when x is a dataset it yields (x, y, sample_weight); sample_weight must "
+                                 "not be given")
+            x, y, sample_weight, dataset_batch = materialize(x, "evaluate", steps=steps)
             batch_size = dataset_batch or batch_size
         x, y = self._prepare_xy(x, y, "evaluate")
+        w = per_sample_weights(sample_weight, None, y, "evaluate", self._outputs is not None)
         if steps is not None:  # the first `steps` batches, as Keras (fewer if the data runs out)
             x, y = x[:steps * batch_size], y[:steps * batch_size]
+            w = None if w is None else w[:steps * batch_size]
         if len(x) == 0:
             raise ValueError("evaluate: the data is empty (x has 0 samples)")
         nsteps = math.ceil(len(x) / batch_size)
@@ -844,7 +862,7 @@ class Model:
         hook = self._batch_hook(cbs, "test") if cbs.needs_batch_hooks("test") else None
         if hook is not None:
             cbs.on_test_batch_begin(0)
-        logs = dict(self._core.evaluate(x, y, batch_size, hook))
+        logs = dict(self._core.evaluate(x, y, batch_size, hook, w))
         cbs.on_test_end(logs)
         if return_dict:
             return logs
@@ -868,7 +886,7 @@ class Model:
         steps = None if steps is None else check_count(steps, "steps", "predict")
         verbose = self._check_verbose(verbose, "predict")
         if is_dataset(x):
-            x, _, dataset_batch = materialize(x, "predict", need_y=False, steps=steps)
+            x, _, _, dataset_batch = materialize(x, "predict", need_y=False, steps=steps)
             batch_size = dataset_batch or batch_size
         x = self._prepare_x(x, "predict")
         if steps is not None:
@@ -912,9 +930,9 @@ class Model:
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         self._check_compiled("train_on_batch")
         self._check_strategy("train_on_batch")
-        _refuse_weights("train_on_batch", sample_weight=sample_weight, class_weight=class_weight)
         x, y = self._prepare_xy(x, y, "train_on_batch")
-        logs = dict(self._core.train_on_batch(x, y))
+        w = per_sample_weights(sample_weight, class_weight, y, "train_on_batch", self._outputs is not None)
+        logs = dict(self._core.train_on_batch(x, y, w))
         self._gather_stages()  # whole after the call, as after any step of one device
         return logs if return_dict else (list(logs.values())[0] if len(logs) == 1 else list(logs.values()))
 
@@ -937,9 +955,9 @@ class Model:
     @_releases_workers_on_error
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
         self._check_compiled("test_on_batch")
-        _refuse_weights("test_on_batch", sample_weight=sample_weight)
         x, y = self._prepare_xy(x, y, "test_on_batch")
-        logs = dict(self._core.test_on_batch(x, y))
+        w = per_sample_weights(sample_weight, None, y, "test_on_batch", self._outputs is not None)
+        logs = dict(self._core.test_on_batch(x, y, w))
         return logs if return_dict else (list(logs.values())[0] if len(logs) == 1 else list(logs.values()))
 
     # ---- profiling (an mdtrain extension) ---------------------------------------------------
@@ -1150,15 +1168,6 @@ def _restore_weights(kept):
     for layer, weights in kept:
         if weights and [w.shape for w in layer._core.get_weights()] == [w.shape for w in weights]:
             layer._core.set_weights(weights)
-
-
-def _refuse_weights(where, **weights):
-    """sample_weight / class_weight of a single-batch call: the C++ losses weight every sample alike
-    (fit and evaluate refuse them too), so a weighted call is refused rather than run unweighted."""
-    given = [name for name, value in weights.items() if value is not None]
-    if given:
-        raise NotImplementedError(f"{where}: {' and '.join(given)} {'is' if len(given) == 1 else 'are'} not supported "
-                                  "yet (the step would weight every sample alike); fit and evaluate refuse them too")
 
 
 def _check_trainable(trainable, where):

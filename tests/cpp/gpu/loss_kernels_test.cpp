@@ -112,6 +112,41 @@ TEST(CudaLossKernels, RegressionLossesMatchCpu) {
   }
 }
 
+// Keras's sample weights (ops/loss_ops.h) on the GPU as on the CPU, for every loss kernel; rows
+// in runs of two per weight (a sequence output's steps).
+TEST(CudaLossKernels, SampleWeightsMatchCpu) {
+  MDTRAIN_REQUIRE_GPU();
+  const Tensor weights = random_tensor({kRows}, DType::Float32, 9, 0, 2);
+  const std::int64_t rows = 2 * kRows;
+  for (DType dt : kFloats) {
+    const Tensor pred = random_tensor({rows, kCols}, dt, 10, 0.01, 0.99);
+    const Tensor labels = random_labels({rows}, DType::Int32, 11, kCols);
+    const Tensor target = random_labels({rows, kCols}, DType::Float32, 12, 2);
+    auto on = [&](const Tensor& like) { return like.device().is_cpu() ? weights : to_gpu(weights); };
+    check_loss("weighted sparse_categorical_crossentropy", labels, pred,
+               [&](const Tensor& y, const Tensor& p, Tensor* g) {
+                 const Tensor w = on(p);
+                 return ops::sparse_categorical_crossentropy(y, p, false, std::nullopt, 1.0 / rows, g, &w);
+               });
+    check_loss("weighted categorical_crossentropy", target, pred, [&](const Tensor& y, const Tensor& p, Tensor* g) {
+      const Tensor w = on(p);
+      return ops::categorical_crossentropy(y, p, true, 0.1, 1.0 / rows, g, &w);
+    });
+    check_loss("weighted binary_crossentropy", target, pred, [&](const Tensor& y, const Tensor& p, Tensor* g) {
+      const Tensor w = on(p);
+      return ops::binary_crossentropy(y, p, false, 0.0, 1.0 / rows, g, &w);
+    });
+    check_loss("weighted mean_squared_error", target, pred, [&](const Tensor& y, const Tensor& p, Tensor* g) {
+      const Tensor w = on(p);
+      return ops::mean_squared_error(y, p, 1.0 / rows, g, &w);
+    });
+    check_loss("weighted mean_absolute_error", target, pred, [&](const Tensor& y, const Tensor& p, Tensor* g) {
+      const Tensor w = on(p);
+      return ops::mean_absolute_error(y, p, 1.0 / rows, g, &w);
+    });
+  }
+}
+
 TEST(CudaLossKernels, MetricCountsMatchCpu) {
   MDTRAIN_REQUIRE_GPU();
   for (DType dt : kFloats) {

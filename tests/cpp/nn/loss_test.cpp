@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -582,6 +583,73 @@ TEST(SqueezeOrExpand, FollowsKerasRules) {
   EXPECT_EQ(squeeze_or_expand_to_same_rank({4, 3}, {4, 3, 1}), std::make_pair(Shape{4, 3}, Shape{4, 3}));
   EXPECT_EQ(squeeze_or_expand_to_same_rank({4, 3, 1}, {4, 3}), std::make_pair(Shape{4, 3}, Shape{4, 3}));
   EXPECT_EQ(squeeze_or_expand_to_same_rank({4}, {4, 10}), std::make_pair(Shape{4}, Shape{4, 10}));
+}
+
+// Keras's sample_weight: each sample's loss and gradient times its weight, for every loss, over
+// (batch, classes) rows and over sequence outputs (batch, steps, classes) whose steps share their
+// sample's weight; the sum stays a sum (the caller divides by the sample count, as Keras does).
+TEST(SampleWeights, ScaleEachSamplesLossAndGradient) {
+  std::mt19937_64 rng(17);
+  const std::int64_t batch = 3, steps = 2, classes = 4;
+  const Tensor weights = make({batch}, {0.5, 0.0, 2.25}, DType::Float32);
+  std::vector<std::unique_ptr<Loss>> all;
+  all.push_back(std::make_unique<SparseCategoricalCrossentropy>(true));
+  all.push_back(std::make_unique<CategoricalCrossentropy>(false, 0.1));
+  all.push_back(std::make_unique<BinaryCrossentropy>(true));
+  all.push_back(std::make_unique<MeanSquaredError>());
+  all.push_back(std::make_unique<MeanAbsoluteError>());
+  for (const auto& loss : all) {
+    const bool sparse = loss->name() == "sparse_categorical_crossentropy";
+    const std::vector<double> p = uniform(rng, batch * steps * classes, 0.05, 0.95);
+    const Tensor pred = make({batch, steps, classes}, p);
+    std::vector<double> t;
+    for (std::int64_t i = 0; i < batch * steps * (sparse ? 1 : classes); ++i)
+      t.push_back(sparse ? static_cast<double>(i % classes) : static_cast<double>((i * 7) % 3 == 0));
+    const Tensor y = sparse ? make({batch, steps}, t, DType::Int32) : make({batch, steps, classes}, t);
+    Tensor g;
+    const double sum = loss->forward_backward(y, pred, 0.5, &g, &weights);
+    double expected = 0.0;
+    const std::int64_t per_sample = steps * classes;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      // The sample alone, unweighted.
+      const Tensor yb = y.rows(b, b + 1), pb = pred.rows(b, b + 1);
+      Tensor gb;
+      const double w = weights.data<float>()[b];
+      expected += w * loss->forward_backward(yb, pb, 0.5, &gb);
+      const std::vector<double> got = values(g), alone = values(gb);
+      for (std::int64_t k = 0; k < per_sample; ++k)
+        EXPECT_NEAR(got[static_cast<std::size_t>(b * per_sample + k)], w * alone[static_cast<std::size_t>(k)], 1e-15)
+            << loss->name() << " sample " << b;
+    }
+    EXPECT_NEAR(sum, expected, 1e-12) << loss->name();
+  }
+}
+
+TEST(SampleWeights, UnitWeightsAreBitwiseTheUnweightedLoss) {
+  std::mt19937_64 rng(18);
+  const Tensor pred = make({5, 3}, uniform(rng, 15, -3, 3), DType::Float32);
+  const Tensor labels = make({5}, {0, 2, 1, 1, 0}, DType::Int32);
+  const Tensor ones = make({5}, {1, 1, 1, 1, 1}, DType::Float32);
+  SparseCategoricalCrossentropy loss(true);
+  Tensor g1, g2;
+  const double plain = loss.forward_backward(labels, pred, 0.2, &g1);
+  const double weighted = loss.forward_backward(labels, pred, 0.2, &g2, &ones);
+  EXPECT_EQ(plain, weighted);
+  EXPECT_EQ(std::memcmp(g1.raw(), g2.raw(), g1.nbytes()), 0);
+}
+
+TEST(SampleWeights, WeightsThatDoNotFitTheBatchAreRefused) {
+  const Tensor pred = make({4, 2}, {0.1, 0.9, 0.2, 0.8, 0.3, 0.7, 0.4, 0.6});
+  const Tensor target = make({4, 2}, {0, 1, 0, 1, 1, 0, 1, 0});
+  MeanSquaredError mse;
+  const Tensor three = make({3}, {1, 1, 1}, DType::Float32);
+  const std::string msg = message_of([&] { mse.forward_backward(target, pred, 1.0, nullptr, &three); });
+  EXPECT_EQ(msg.rfind("[loss] mean_squared_error: sample_weight must be float32 with one value per sample (4", 0), 0u)
+      << msg;
+  const Tensor doubles = make({4}, {1, 1, 1, 1}, DType::Float64);
+  EXPECT_THROW(mse.forward_backward(target, pred, 1.0, nullptr, &doubles), std::invalid_argument);
+  // The op checks its own contract too: weights covering the rows in equal runs.
+  EXPECT_THROW(ops::mean_squared_error(target, pred, 1.0, nullptr, &three), std::invalid_argument);
 }
 
 }  // namespace

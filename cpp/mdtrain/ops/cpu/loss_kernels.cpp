@@ -44,7 +44,7 @@ std::int64_t count_equal(const L* labels, std::int64_t n, double value) {
 
 template <class T, class L>
 double sparse_xent(const L* labels, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits,
-                   bool has_ignore, std::int64_t ignore, T scale, T* g) {
+                   bool has_ignore, std::int64_t ignore, T scale, math::RowWeights weights, T* g) {
   double sum = 0.0;
   for (std::int64_t i = 0; i < rows; ++i) {
     const T* x = pred + i * cols;
@@ -55,70 +55,77 @@ double sparse_xent(const L* labels, const T* pred, std::int64_t rows, std::int64
       continue;
     }
     const auto label = static_cast<std::int64_t>(labels[i]);
-    sum += from_logits ? math::sparse_xent_logits_row(x, cols, label, scale, gi)
-                       : math::sparse_xent_probs_row(x, cols, label, scale, gi);
+    const T w = math::row_weight<T>(weights, i);
+    sum += w * (from_logits ? math::sparse_xent_logits_row(x, cols, label, scale * w, gi)
+                            : math::sparse_xent_probs_row(x, cols, label, scale * w, gi));
   }
   return sum;
 }
 
 template <class T, class L>
 double dense_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits, T smoothing,
-                  T scale, T* g) {
+                  T scale, math::RowWeights weights, T* g) {
   double sum = 0.0;
   for (std::int64_t i = 0; i < rows; ++i) {
     const T* x = pred + i * cols;
     const L* t = target + i * cols;
     T* gi = g ? g + i * cols : nullptr;
-    sum += from_logits ? math::xent_logits_row(x, t, cols, smoothing, scale, gi)
-                       : math::xent_probs_row(x, t, cols, smoothing, scale, gi);
+    const T w = math::row_weight<T>(weights, i);
+    sum += w * (from_logits ? math::xent_logits_row(x, t, cols, smoothing, scale * w, gi)
+                            : math::xent_probs_row(x, t, cols, smoothing, scale * w, gi));
   }
   return sum;
 }
 
 template <class T, class L>
 double binary_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits, T smoothing,
-                   T scale, T* g) {
+                   T scale, math::RowWeights weights, T* g) {
   double sum = 0.0;
   const T inv_cols = T(1) / T(cols), gscale = scale * inv_cols;
   for (std::int64_t i = 0; i < rows; ++i) {
     const T* x = pred + i * cols;
     const L* t = target + i * cols;
+    const T w = math::row_weight<T>(weights, i), gw = gscale * w;
     T row = T(0), d = T(0);
     for (std::int64_t j = 0; j < cols; ++j) {
       const T tj = math::smooth_label(static_cast<T>(t[j]), smoothing, T(0.5));
       row += from_logits ? math::bce_logits(x[j], tj, g ? &d : nullptr) : math::bce_probs(x[j], tj, g ? &d : nullptr);
-      if (g) g[i * cols + j] = gscale * d;
+      if (g) g[i * cols + j] = gw * d;
     }
-    sum += row * inv_cols;
+    sum += w * (row * inv_cols);
   }
   return sum;
 }
 
 template <class T, class L, class F>
-double elementwise_row_mean(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale, T* g, F f) {
+double elementwise_row_mean(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale,
+                            math::RowWeights weights, T* g, F f) {
   double sum = 0.0;
   const T inv_cols = T(1) / T(cols), gscale = scale * inv_cols;
   for (std::int64_t i = 0; i < rows; ++i) {
+    const T w = math::row_weight<T>(weights, i), gw = gscale * w;
     T row = T(0), d = T(0);
     for (std::int64_t j = 0; j < cols; ++j) {
       const std::int64_t k = i * cols + j;
       row += f(pred[k], static_cast<T>(target[k]), g ? &d : nullptr);
-      if (g) g[k] = gscale * d;
+      if (g) g[k] = gw * d;
     }
-    sum += row * inv_cols;
+    sum += w * (row * inv_cols);
   }
   return sum;
 }
 
 template <class T, class L>
-double squared_error(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale, T* g) {
-  return elementwise_row_mean(target, pred, rows, cols, scale, g,
+double squared_error(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale,
+                     math::RowWeights weights, T* g) {
+  return elementwise_row_mean(target, pred, rows, cols, scale, weights, g,
                               [](T p, T t, T* d) { return math::squared_error(p, t, d); });
 }
 
 template <class T, class L>
-double absolute_error(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale, T* g) {
-  return elementwise_row_mean(target, pred, rows, cols, scale, g,
+double absolute_error(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale,
+                      math::RowWeights weights, T* g) {
+  return elementwise_row_mean(target, pred, rows, cols, scale, weights, g,
                               [](T p, T t, T* d) { return math::absolute_error(p, t, d); });
 }
 
@@ -157,15 +164,16 @@ double threshold_matches(const L* target, const T* pred, std::int64_t n, double 
   return matches;
 }
 
-#define MDTRAIN_LOSS_KERNELS(T, L)                                                                                    \
-  template double sparse_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, bool, std::int64_t, T, T*); \
-  template double dense_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, T, T, T*);                   \
-  template double binary_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, T, T, T*);                  \
-  template double squared_error<T, L>(const L*, const T*, std::int64_t, std::int64_t, T, T*);                         \
-  template double absolute_error<T, L>(const L*, const T*, std::int64_t, std::int64_t, T, T*);                        \
-  template double sparse_argmax_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t);                        \
-  template double argmax_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t);                               \
-  template double top_k_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t, std::int64_t);                  \
+#define MDTRAIN_LOSS_KERNELS(T, L)                                                                                     \
+  template double sparse_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, bool, std::int64_t, T,       \
+                                    math::RowWeights, T*);                                                             \
+  template double dense_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, T, T, math::RowWeights, T*);  \
+  template double binary_xent<T, L>(const L*, const T*, std::int64_t, std::int64_t, bool, T, T, math::RowWeights, T*); \
+  template double squared_error<T, L>(const L*, const T*, std::int64_t, std::int64_t, T, math::RowWeights, T*);        \
+  template double absolute_error<T, L>(const L*, const T*, std::int64_t, std::int64_t, T, math::RowWeights, T*);       \
+  template double sparse_argmax_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t);                         \
+  template double argmax_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t);                                \
+  template double top_k_matches<T, L>(const L*, const T*, std::int64_t, std::int64_t, std::int64_t);                   \
   template double threshold_matches<T, L>(const L*, const T*, std::int64_t, double);
 
 #define MDTRAIN_LOSS_KERNELS_FOR_LABEL(L)                                                                 \

@@ -5,6 +5,8 @@
 // int32, int64, uint8). Sums over rows are accumulated in double.
 #include <cstdint>
 
+#include "mdtrain/ops/loss_math.h"
+
 namespace mdtrain::cpu {
 
 template <class L>
@@ -15,17 +17,19 @@ std::int64_t count_equal(const L* labels, std::int64_t n, double value);
 
 template <class T, class L>
 double sparse_xent(const L* labels, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits,
-                   bool has_ignore, std::int64_t ignore, T scale, T* g);
+                   bool has_ignore, std::int64_t ignore, T scale, math::RowWeights weights, T* g);
 template <class T, class L>
 double dense_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits, T smoothing,
-                  T scale, T* g);
+                  T scale, math::RowWeights weights, T* g);
 template <class T, class L>
 double binary_xent(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, bool from_logits, T smoothing,
-                   T scale, T* g);
+                   T scale, math::RowWeights weights, T* g);
 template <class T, class L>
-double squared_error(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale, T* g);
+double squared_error(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale,
+                     math::RowWeights weights, T* g);
 template <class T, class L>
-double absolute_error(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale, T* g);
+double absolute_error(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale,
+                      math::RowWeights weights, T* g);
 
 template <class T, class L>
 double sparse_argmax_matches(const L* labels, const T* pred, std::int64_t rows, std::int64_t cols);

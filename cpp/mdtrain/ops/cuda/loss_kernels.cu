@@ -31,8 +31,8 @@ __device__ inline bool is_ignored(L v, bool has_ignore, std::int64_t ignore) {
 
 template <class T, class L>
 __global__ void sparse_xent_kernel(const L* labels, const T* pred, std::int64_t rows, std::int64_t cols,
-                                   bool from_logits, bool has_ignore, std::int64_t ignore, T scale, T* g,
-                                   double* row_loss) {
+                                   bool from_logits, bool has_ignore, std::int64_t ignore, T scale,
+                                   math::RowWeights weights, T* g, double* row_loss) {
   for (std::int64_t i = first_index(); i < rows; i += grid_stride()) {
     const T* x = pred + i * cols;
     T* gi = g ? g + i * cols : nullptr;
@@ -43,56 +43,62 @@ __global__ void sparse_xent_kernel(const L* labels, const T* pred, std::int64_t 
       continue;
     }
     const auto label = static_cast<std::int64_t>(labels[i]);
-    row_loss[i] = from_logits ? math::sparse_xent_logits_row(x, cols, label, scale, gi)
-                              : math::sparse_xent_probs_row(x, cols, label, scale, gi);
+    const T w = math::row_weight<T>(weights, i);
+    row_loss[i] = w * (from_logits ? math::sparse_xent_logits_row(x, cols, label, scale * w, gi)
+                                   : math::sparse_xent_probs_row(x, cols, label, scale * w, gi));
   }
 }
 
 template <class T, class L>
 __global__ void dense_xent_kernel(const L* target, const T* pred, std::int64_t rows, std::int64_t cols,
-                                  bool from_logits, T smoothing, T scale, T* g, double* row_loss) {
+                                  bool from_logits, T smoothing, T scale, math::RowWeights weights, T* g,
+                                  double* row_loss) {
   for (std::int64_t i = first_index(); i < rows; i += grid_stride()) {
     const T* x = pred + i * cols;
     const L* t = target + i * cols;
     T* gi = g ? g + i * cols : nullptr;
-    row_loss[i] = from_logits ? math::xent_logits_row(x, t, cols, smoothing, scale, gi)
-                              : math::xent_probs_row(x, t, cols, smoothing, scale, gi);
+    const T w = math::row_weight<T>(weights, i);
+    row_loss[i] = w * (from_logits ? math::xent_logits_row(x, t, cols, smoothing, scale * w, gi)
+                                   : math::xent_probs_row(x, t, cols, smoothing, scale * w, gi));
   }
 }
 
 // The row mean of binary crossentropy, as cpu::binary_xent: row * (1 / cols).
 template <class T, class L>
 __global__ void binary_xent_kernel(const L* target, const T* pred, std::int64_t rows, std::int64_t cols,
-                                   bool from_logits, T smoothing, T scale, T* g, double* row_loss) {
+                                   bool from_logits, T smoothing, T scale, math::RowWeights weights, T* g,
+                                   double* row_loss) {
   const T inv_cols = T(1) / T(cols), gscale = scale * inv_cols;
   for (std::int64_t i = first_index(); i < rows; i += grid_stride()) {
     const T* x = pred + i * cols;
     const L* t = target + i * cols;
+    const T w = math::row_weight<T>(weights, i), gw = gscale * w;
     T row = T(0), d = T(0);
     for (std::int64_t j = 0; j < cols; ++j) {
       const T tj = math::smooth_label(static_cast<T>(t[j]), smoothing, T(0.5));
       row += from_logits ? math::bce_logits(x[j], tj, g ? &d : nullptr) : math::bce_probs(x[j], tj, g ? &d : nullptr);
-      if (g) g[i * cols + j] = gscale * d;
+      if (g) g[i * cols + j] = gw * d;
     }
-    row_loss[i] = row * inv_cols;
+    row_loss[i] = w * (row * inv_cols);
   }
 }
 
 // Mean squared (kAbsolute = false) or absolute error of each row, as cpu::elementwise_row_mean.
 template <class T, class L, bool kAbsolute>
 __global__ void regression_loss_kernel(const L* target, const T* pred, std::int64_t rows, std::int64_t cols, T scale,
-                                       T* g, double* row_loss) {
+                                       math::RowWeights weights, T* g, double* row_loss) {
   const T inv_cols = T(1) / T(cols), gscale = scale * inv_cols;
   for (std::int64_t i = first_index(); i < rows; i += grid_stride()) {
+    const T w = math::row_weight<T>(weights, i), gw = gscale * w;
     T row = T(0), d = T(0);
     for (std::int64_t j = 0; j < cols; ++j) {
       const std::int64_t k = i * cols + j;
       const T t = static_cast<T>(target[k]);
       row += kAbsolute ? math::absolute_error(pred[k], t, g ? &d : nullptr)
                        : math::squared_error(pred[k], t, g ? &d : nullptr);
-      if (g) g[k] = gscale * d;
+      if (g) g[k] = gw * d;
     }
-    row_loss[i] = row * inv_cols;
+    row_loss[i] = w * (row * inv_cols);
   }
 }
 
@@ -152,42 +158,47 @@ T* grad_ptr(Tensor* dpred) {
 }  // namespace
 
 double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred, bool from_logits, bool has_ignore,
-                                       std::int64_t ignore_class, double grad_scale, Tensor* dpred) {
+                                       std::int64_t ignore_class, double grad_scale, math::RowWeights weights,
+                                       Tensor* dpred) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
   return sum_per_item(labels, pred, rows, "sparse_xent_kernel", [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
     using T = decltype(ttag);
     using L = decltype(ltag);
     sparse_xent_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(labels.data<L>(), pred.data<T>(), rows, cols,
                                                                    from_logits, has_ignore, ignore_class,
-                                                                   static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                                                                   static_cast<T>(grad_scale), weights,
+                                                                   grad_ptr<T>(dpred), out);
   });
 }
 
 double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
-                                double grad_scale, Tensor* dpred) {
+                                double grad_scale, math::RowWeights weights, Tensor* dpred) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
   return sum_per_item(target, pred, rows, "dense_xent_kernel", [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
     using T = decltype(ttag);
     using L = decltype(ltag);
     dense_xent_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols,
                                                                   from_logits, static_cast<T>(label_smoothing),
-                                                                  static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                                                                  static_cast<T>(grad_scale), weights,
+                                                                  grad_ptr<T>(dpred), out);
   });
 }
 
 double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
-                           double grad_scale, Tensor* dpred) {
+                           double grad_scale, math::RowWeights weights, Tensor* dpred) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
   return sum_per_item(target, pred, rows, "binary_xent_kernel", [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
     using T = decltype(ttag);
     using L = decltype(ltag);
     binary_xent_kernel<T, L><<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols,
                                                                    from_logits, static_cast<T>(label_smoothing),
-                                                                   static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                                                                   static_cast<T>(grad_scale), weights,
+                                                                   grad_ptr<T>(dpred), out);
   });
 }
 
-double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
+double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, math::RowWeights weights,
+                          Tensor* dpred) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
   return sum_per_item(target, pred, rows, "regression_loss_kernel",
                       [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
@@ -195,11 +206,13 @@ double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_
                         using L = decltype(ltag);
                         regression_loss_kernel<T, L, false>
                             <<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols,
-                                                                   static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                                                                   static_cast<T>(grad_scale), weights,
+                                                                   grad_ptr<T>(dpred), out);
                       });
 }
 
-double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred) {
+double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, math::RowWeights weights,
+                           Tensor* dpred) {
   const std::int64_t rows = pred.dim(0), cols = pred.dim(1);
   return sum_per_item(target, pred, rows, "regression_loss_kernel",
                       [&](auto ttag, auto ltag, double* out, cudaStream_t s) {
@@ -207,7 +220,8 @@ double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad
                         using L = decltype(ltag);
                         regression_loss_kernel<T, L, true>
                             <<<blocks_for(rows), kThreads, 0, s>>>(target.data<L>(), pred.data<T>(), rows, cols,
-                                                                   static_cast<T>(grad_scale), grad_ptr<T>(dpred), out);
+                                                                   static_cast<T>(grad_scale), weights,
+                                                                   grad_ptr<T>(dpred), out);
                       });
 }
 

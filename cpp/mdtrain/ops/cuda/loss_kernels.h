@@ -8,17 +8,21 @@
 #include <cstdint>
 
 #include "mdtrain/core/tensor.h"
+#include "mdtrain/ops/loss_math.h"
 
 namespace mdtrain::cuda {
 
 double sparse_categorical_crossentropy(const Tensor& labels, const Tensor& pred, bool from_logits, bool has_ignore,
-                                       std::int64_t ignore_class, double grad_scale, Tensor* dpred);
+                                       std::int64_t ignore_class, double grad_scale, math::RowWeights weights,
+                                       Tensor* dpred);
 double categorical_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
-                                double grad_scale, Tensor* dpred);
+                                double grad_scale, math::RowWeights weights, Tensor* dpred);
 double binary_crossentropy(const Tensor& target, const Tensor& pred, bool from_logits, double label_smoothing,
-                           double grad_scale, Tensor* dpred);
-double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred);
-double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, Tensor* dpred);
+                           double grad_scale, math::RowWeights weights, Tensor* dpred);
+double mean_squared_error(const Tensor& target, const Tensor& pred, double grad_scale, math::RowWeights weights,
+                          Tensor* dpred);
+double mean_absolute_error(const Tensor& target, const Tensor& pred, double grad_scale, math::RowWeights weights,
+                           Tensor* dpred);
 
 double sparse_categorical_matches(const Tensor& labels, const Tensor& pred);
 double categorical_matches(const Tensor& target, const Tensor& pred);

@@ -38,17 +38,22 @@ bool all_finite(const Tensor&) { unavailable("all_finite"); }
 double sum_of_squares(const Tensor&) { unavailable("sum_of_squares"); }
 
 // ops/cuda/loss_kernels.h
-double sparse_categorical_crossentropy(const Tensor&, const Tensor&, bool, bool, std::int64_t, double, Tensor*) {
+double sparse_categorical_crossentropy(const Tensor&, const Tensor&, bool, bool, std::int64_t, double, math::RowWeights,
+                                       Tensor*) {
   unavailable("sparse_categorical_crossentropy");
 }
-double categorical_crossentropy(const Tensor&, const Tensor&, bool, double, double, Tensor*) {
+double categorical_crossentropy(const Tensor&, const Tensor&, bool, double, double, math::RowWeights, Tensor*) {
   unavailable("categorical_crossentropy");
 }
-double binary_crossentropy(const Tensor&, const Tensor&, bool, double, double, Tensor*) {
+double binary_crossentropy(const Tensor&, const Tensor&, bool, double, double, math::RowWeights, Tensor*) {
   unavailable("binary_crossentropy");
 }
-double mean_squared_error(const Tensor&, const Tensor&, double, Tensor*) { unavailable("mean_squared_error"); }
-double mean_absolute_error(const Tensor&, const Tensor&, double, Tensor*) { unavailable("mean_absolute_error"); }
+double mean_squared_error(const Tensor&, const Tensor&, double, math::RowWeights, Tensor*) {
+  unavailable("mean_squared_error");
+}
+double mean_absolute_error(const Tensor&, const Tensor&, double, math::RowWeights, Tensor*) {
+  unavailable("mean_absolute_error");
+}
 double sparse_categorical_matches(const Tensor&, const Tensor&) { unavailable("sparse_categorical_matches"); }
 double categorical_matches(const Tensor&, const Tensor&) { unavailable("categorical_matches"); }
 double sparse_top_k_matches(const Tensor&, const Tensor&, std::int64_t) { unavailable("sparse_top_k_matches"); }
