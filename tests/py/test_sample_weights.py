@@ -2,6 +2,10 @@
 datasets yielding (x, y, sample_weight), validation data): losses, metrics and weights after SGD
 steps against Keras 3 on TF (skipped without it), under MirroredStrategy as on one device, and the
 refusals."""
+import os
+import shutil
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -194,6 +198,30 @@ def test_mirrored_strategy_trains_weighted_as_one_device(logical_cpus):
     np.testing.assert_allclose(runs[0][0]["loss"], h_one.history["loss"], rtol=1e-5)
     for a, b in zip(runs[0][1], one.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_central_storage_trains_weighted_as_one_device(logical_cpus):
+    logical_cpus(2)
+    x, y, w, _ = data("real", rows=44)
+    one = model("linear", "mean_squared_error")
+    h_one = one.fit(x, y, sample_weight=w, batch_size=8, epochs=2, verbose=0)
+    strategy = tf.distribute.experimental.CentralStorageStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        m = model("linear", "mean_squared_error")
+    h = m.fit(x, y, sample_weight=w, batch_size=8, epochs=2, verbose=0)
+    np.testing.assert_allclose(h.history["loss"], h_one.history["loss"], rtol=1e-5)
+    for a, b in zip(m.get_weights(), one.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or not tf._core.mpi_available(),
+                    reason="needs mpirun and an mdtrain built with MPI")
+def test_multi_worker_mirrored_trains_weighted_as_one_device():
+    job = os.path.join(os.path.dirname(__file__), "jobs", "weighted_multi_worker_job.py")
+    cmd = [sys.executable, "-m", "mdtrain.launch", "-n", "2", "--devices-per-worker", "2", job]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("WEIGHTED_OK") == 2, proc.stdout[-3000:]
 
 
 def test_bad_weights_are_refused_naming_the_argument():
