@@ -1,5 +1,5 @@
-"""The 1-D window layers (Conv1D, MaxPooling1D, AveragePooling1D) and GlobalAveragePooling1D with
-and without a mask: outputs and SGD steps against Keras 3 on TF (skipped without it) from the same
+"""The 1-D window layers (Conv1D, MaxPooling1D, AveragePooling1D), GlobalAveragePooling1D with
+and without a mask, and GlobalMaxPooling1D/2D: outputs and SGD steps against Keras 3 on TF (skipped without it) from the same
 initial weights, a Conv1D + BatchNormalization + ReLU + GlobalAveragePooling1D time-series
 classifier and an Embedding(mask_zero=True) + GlobalAveragePooling1D text model trained with fit,
 Keras's own .keras files loaded, MirroredStrategy over 2 devices equal to one, .keras round trips,
@@ -72,10 +72,41 @@ def text_model(seed=0, keepdims=False):
     return keras.Sequential(layers + [L.Dense(1, activation="sigmoid")])
 
 
+def gmp1d_model(seed=0):
+    tf.keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((STEPS, CHANNELS)), L.Conv1D(4, 3, padding="same", activation="tanh"),
+                             L.GlobalMaxPooling1D(), L.Dense(2)])
+
+
+def gmp2d_model(seed=0):
+    tf.keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((6, 6, 2)), L.Conv2D(3, 3), L.GlobalMaxPooling2D(keepdims=True),
+                             L.Flatten(), L.Dense(2)])
+
+
+def images(n=48, seed=2):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 6, 6, 2)).astype(np.float32)
+    return x, x[:, :2, 0, 0]
+
+
+def nan_series():
+    """Sequences with a NaN in one step of one channel (and ties elsewhere)."""
+    x = np.zeros((2, 5, 3), np.float32)
+    x[:, :, 0] = [[1, 3, 3, 2, 0], [0, 0, 0, 0, 0]]
+    x[:, :, 1] = [[1, np.nan, 5, 2, 0], [-1, -2, np.nan, -3, np.nan]]
+    x[:, :, 2] = [[-4, -4, -5, -6, -4], [2, 1, 2, 1, 0]]
+    return x
+
+
 # The same models in Keras, one line each (they are pasted into the indented Keras snippet).
 KERAS_CLASSIFIER = ('keras.Sequential([keras.Input((16, 3)), keras.layers.Conv1D(8, 3, padding="causal"), '
                     'keras.layers.BatchNormalization(), keras.layers.Activation("relu"), '
                     'keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])')
+KERAS_GMP1D = ('keras.Sequential([keras.Input((16, 3)), keras.layers.Conv1D(4, 3, padding="same", activation="tanh"), '
+               'keras.layers.GlobalMaxPooling1D(), keras.layers.Dense(2)])')
+KERAS_GMP2D = ('keras.Sequential([keras.Input((6, 6, 2)), keras.layers.Conv2D(3, 3), '
+               'keras.layers.GlobalMaxPooling2D(keepdims=True), keras.layers.Flatten(), keras.layers.Dense(2)])')
 KERAS_TEXT = ('keras.Sequential([keras.Input((10,)), keras.layers.Embedding(20, 4, mask_zero=True), '
               'keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1, activation="sigmoid")])')
 
@@ -85,8 +116,10 @@ def keras_runs(tmp_path_factory):
     """Keras's predictions, weights and losses after 3 SGD epochs of each model from our initial
     weights; and the classifier Keras trained, saved as a .keras file."""
     tmp = tmp_path_factory.mktemp("conv1d")
-    (xs, ys), (xt, yt) = series(), texts()
-    np.savez(tmp / "data.npz", xs=xs, ys=ys, xt=xt, yt=yt)
+    (xs, ys), (xt, yt), (xi, yi) = series(), texts(), images()
+    np.savez(tmp / "data.npz", xs=xs, ys=ys, xt=xt, yt=yt, xi=xi, yi=yi, xn=nan_series())
+    np.savez(tmp / "w0_gmp1d.npz", *gmp1d_model().get_weights())
+    np.savez(tmp / "w0_gmp2d.npz", *gmp2d_model().get_weights())
     for name, conv, pool in CONV_CASES:
         np.savez(tmp / f"w0_{name}.npz", *conv_model(conv, pool).get_weights())
     np.savez(tmp / "w0_classifier.npz", *classifier().get_weights())
@@ -112,6 +145,9 @@ def keras_runs(tmp_path_factory):
         m.save("classifier.keras")
         np.save("classifier_predict.npy", m.predict(d["xs"], verbose=0))
         train({KERAS_TEXT}, "text", d["xt"], d["yt"], "binary_crossentropy", lr=0.5)
+        train({KERAS_GMP1D}, "gmp1d", d["xs"], d["xs"][:, :2, 0], "mse")
+        train({KERAS_GMP2D}, "gmp2d", d["xi"], d["yi"], "mse")
+        np.save("gmp_nan.npy", np.asarray(keras.layers.GlobalMaxPooling1D()(d["xn"])))
     """, tmp, timeout=600)
     return tmp
 
@@ -153,6 +189,20 @@ def test_masked_text_model_trains_like_keras(keras_runs):
                          what="text")
 
 
+def test_global_max_pooling_models_train_like_keras(keras_runs):
+    x, _ = series()
+    assert_matches_keras(gmp1d_model(), np.load(keras_runs / "keras_gmp1d.npz"), x, x[:, :2, 0], "mse", what="gmp1d")
+    xi, yi = images()
+    assert_matches_keras(gmp2d_model(), np.load(keras_runs / "keras_gmp2d.npz"), xi, yi, "mse", what="gmp2d")
+
+
+def test_global_max_pooling_of_nan_and_ties_is_kerass_value(keras_runs):
+    x = nan_series()
+    ours = keras.Sequential([keras.Input((5, 3)), L.GlobalMaxPooling1D()]).predict(x, verbose=0)
+    np.testing.assert_array_equal(ours, np.load(keras_runs / "gmp_nan.npy"))  # NaN where TF's max gives NaN
+    assert np.isnan(ours[:, 1]).all() and ours[0, 0] == 3 and ours[0, 2] == -4
+
+
 def test_the_mask_leaves_padding_out_of_the_mean():
     x, _ = texts()
     model = text_model()
@@ -182,12 +232,16 @@ def test_keras_trained_classifier_file_loads_and_predicts_alike(keras_runs):
     (lambda: conv_model(*CONV_CASES[2][1:]), "series"),
     (lambda: conv_model(*CONV_CASES[1][1:]), "series"),
     (text_model, "texts"),
+    (gmp1d_model, "series"),
+    (gmp2d_model, "images"),
 ])
 def test_mirrored_strategy_on_two_devices_matches_one(logical_cpus, build, data):
     logical_cpus(2)
     if data == "series":
         x, _ = series()
         y, loss = x[:, :2, 0], "mse"
+    elif data == "images":
+        (x, y), loss = images(), "mse"
     else:
         (x, y), loss = texts(), "binary_crossentropy"
     one = build()
@@ -200,10 +254,15 @@ def test_mirrored_strategy_on_two_devices_matches_one(logical_cpus, build, data)
     assert not np.allclose(one.get_weights()[0], build().get_weights()[0])  # it trained
 
 
+def inputs_of(data):
+    return {"series": series, "texts": texts, "images": images}[data]()[0]
+
+
 @pytest.mark.parametrize("build,data", [(classifier, "series"), (lambda: conv_model(*CONV_CASES[2][1:]), "series"),
-                                        (lambda: text_model(keepdims=True), "texts")])
+                                        (lambda: text_model(keepdims=True), "texts"), (gmp1d_model, "series"),
+                                        (gmp2d_model, "images")])
 def test_keras_file_round_trip(tmp_path, build, data):
-    x = series()[0] if data == "series" else texts()[0]
+    x = inputs_of(data)
     model = build()
     model.compile(optimizer="sgd", loss="mse")
     model.save(tmp_path / "m.keras")
@@ -216,10 +275,11 @@ def test_keras_file_round_trip(tmp_path, build, data):
 @pytest.mark.parametrize("build,data", [
     *[(lambda c=c: conv_model(*c[1:]), "series") for c in CONV_CASES],
     (classifier, "series"), (text_model, "texts"), (lambda: text_model(keepdims=True), "texts"),
+    (gmp1d_model, "series"), (gmp2d_model, "images"),
 ])
 def test_onnx_export_matches_predict(tmp_path, build, data):
     import onnxruntime
-    x = series()[0] if data == "series" else texts()[0]
+    x = inputs_of(data)
     model = build()
     if data == "series":  # moving statistics away from 0 and 1, so the file must carry them
         model.compile(optimizer="sgd", loss="mse")
@@ -234,6 +294,11 @@ def test_onnx_export_matches_predict(tmp_path, build, data):
 def test_aliases_names_and_configs_are_kerass():
     assert L.Convolution1D is L.Conv1D and L.MaxPool1D is L.MaxPooling1D and L.AvgPool1D is L.AveragePooling1D
     assert L.GlobalAvgPool1D is L.GlobalAveragePooling1D
+    assert L.GlobalMaxPool1D is L.GlobalMaxPooling1D and L.GlobalMaxPool2D is L.GlobalMaxPooling2D
+    for cls, prefix in ((L.GlobalMaxPooling1D, "global_max_pooling1d"), (L.GlobalMaxPooling2D, "global_max_pooling2d")):
+        layer = cls(keepdims=True)
+        assert layer.name.startswith(prefix) and layer.keepdims is True and layer.data_format == "channels_last"
+        assert cls.from_config(layer.get_config()).get_config() == layer.get_config()
     conv = L.Conv1D(2, 3)
     assert conv.name.startswith("conv1d")
     config = conv.get_config()
@@ -270,6 +335,8 @@ def test_aliases_names_and_configs_are_kerass():
     (L.AveragePooling1D, {"pool_size": 2, "strides": 0}, ValueError, r"`strides` argument.*including values \{0\}"),
     (L.AveragePooling1D, {"padding": "causal"}, ValueError, r"`padding` argument"),
     (L.GlobalAveragePooling1D, {"data_format": "channels_first"}, ValueError, r"channels_first"),
+    (L.GlobalMaxPooling1D, {"data_format": "channels_first"}, ValueError, r"channels_first"),
+    (L.GlobalMaxPooling2D, {"data_format": "channels_first"}, ValueError, r"channels_first"),
 ])
 def test_bad_arguments_name_the_layer_and_the_argument(cls, kwargs, error, pattern):
     with pytest.raises(error, match=pattern) as info:
@@ -286,3 +353,5 @@ def test_bad_inputs_are_keras_rank_and_size_errors():
         keras.Sequential([keras.Input((3, 2)), L.MaxPooling1D(4, name="p")])
     with pytest.raises(ValueError, match=r'layer "g".*expected ndim=3, found ndim=2'):
         keras.Sequential([keras.Input((3,)), L.GlobalAveragePooling1D(name="g")])
+    with pytest.raises(ValueError, match=r'layer "m".*expected ndim=4, found ndim=3'):
+        keras.Sequential([keras.Input((3, 2)), L.GlobalMaxPooling2D(name="m")])

@@ -16,6 +16,7 @@
 #include "mdtrain/nn/flatten.h"
 #include "mdtrain/nn/global_average_pooling1d.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
+#include "mdtrain/nn/global_max_pooling.h"
 #include "mdtrain/nn/layer_normalization.h"
 #include "mdtrain/nn/gru.h"
 #include "mdtrain/nn/lstm.h"
@@ -59,6 +60,8 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"MaxPooling1D", &MaxPooling1D::from_config},
       {"AveragePooling1D", &AveragePooling1D::from_config},
       {"GlobalAveragePooling1D", &GlobalAveragePooling1D::from_config},
+      {"GlobalMaxPooling1D", &GlobalMaxPooling1D::from_config},
+      {"GlobalMaxPooling2D", &GlobalMaxPooling2D::from_config},
   };
   return classes;
 }

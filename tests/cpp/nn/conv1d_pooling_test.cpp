@@ -1,5 +1,6 @@
 // The 1-D window layers: Conv1D (valid / same / causal, strides, dilation), MaxPooling1D,
-// AveragePooling1D and GlobalAveragePooling1D with and without a mask. Gradients against float64
+// AveragePooling1D and GlobalAveragePooling1D with and without a mask; and the global max pools
+// GlobalMaxPooling1D / GlobalMaxPooling2D (ties and NaN included). Gradients against float64
 // central differences; forward values against direct 1-D loops written out here (causal padding
 // included, so the reference does not share conv_math.h's geometry); Keras's shapes, config round
 // trips through layer_from_config, clones, and bad arguments with their messages.
@@ -16,6 +17,7 @@
 
 #include "mdtrain/nn/conv1d.h"
 #include "mdtrain/nn/global_average_pooling1d.h"
+#include "mdtrain/nn/global_max_pooling.h"
 #include "mdtrain/nn/layer_factory.h"
 #include "mdtrain/nn/pooling1d.h"
 #include "gradient_check.h"
@@ -434,6 +436,75 @@ TEST(GlobalAveragePooling1DErrors, AndConfig) {
   EXPECT_EQ(layer->output_shape(), (Shape{1, 2}));
   EXPECT_TRUE(layer->config().at("keepdims").as_bool());
   EXPECT_EQ(layer->clone()->class_name(), "GlobalAveragePooling1D");
+}
+
+// ---- global max pooling ---------------------------------------------------------------------------
+
+TEST(GlobalMaxPoolingGradient, MatchesFiniteDifferences) {
+  std::mt19937_64 rng(38);
+  for (bool keepdims : {false, true}) {
+    GlobalMaxPooling1D pool1("global_max_pooling1d", keepdims);
+    pool1.build({6, 3}, 1, DType::Float64);
+    EXPECT_EQ(pool1.output_shape(), keepdims ? (Shape{1, 3}) : (Shape{3}));
+    check_layer_gradients(pool1, distinct_values({2, 6, 3}, rng), ForwardContext{}, 46);
+    GlobalMaxPooling2D pool2("global_max_pooling2d", keepdims);
+    pool2.build({3, 4, 2}, 1, DType::Float64);
+    EXPECT_EQ(pool2.output_shape(), keepdims ? (Shape{1, 1, 2}) : (Shape{2}));
+    check_layer_gradients(pool2, distinct_values({2, 3, 4, 2}, rng), ForwardContext{}, 47);
+  }
+}
+
+TEST(GlobalMaxPooling, ForwardIsTheMaximumAndTiesAndNaNGoToTheFirst) {
+  GlobalMaxPooling1D pool("p");
+  pool.build({4, 3}, 1, DType::Float64);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x({1, 4, 3}, DType::Float64);
+  const std::vector<double> v{1, -5, 0,    //
+                              3, -5, nan,  //
+                              3, -7, 2,    //
+                              2, -6, nan};
+  std::copy(v.begin(), v.end(), x.data<double>());
+  const Tensor y = pool.forward(x, ForwardContext{});
+  EXPECT_EQ(y.data<double>()[0], 3.0);
+  EXPECT_EQ(y.data<double>()[1], -5.0);
+  EXPECT_TRUE(std::isnan(y.data<double>()[2]));
+  Tensor dy({1, 3}, DType::Float64);
+  dy.data<double>()[0] = 10;
+  dy.data<double>()[1] = 20;
+  dy.data<double>()[2] = 30;
+  const Tensor dx = pool.backward(dy, true);
+  // Channel 0: the tie of steps 1 and 2 goes to step 1; channel 1 (tie of 0 and 1) to step 0;
+  // channel 2: the first NaN (step 1).
+  const std::vector<double> want{0, 20, 0, 10, 0, 30, 0, 0, 0, 0, 0, 0};
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(dx.data<double>()[i], want[i]) << i;
+}
+
+TEST(GlobalMaxPooling, ConfigClonesAndErrors) {
+  Json c = Json::object();
+  c.set("name", "g");
+  c.set("keepdims", true);
+  auto one = layer_from_config(spec("GlobalMaxPooling1D", c));
+  auto two = layer_from_config(spec("GlobalMaxPooling2D", c));
+  one->build({5, 2}, 1, DType::Float64);
+  two->build({5, 4, 2}, 1, DType::Float64);
+  EXPECT_EQ(one->output_shape(), (Shape{1, 2}));
+  EXPECT_EQ(two->output_shape(), (Shape{1, 1, 2}));
+  EXPECT_TRUE(two->config().at("keepdims").as_bool());
+  EXPECT_EQ(two->config().at("data_format").as_string(), "channels_last");
+  EXPECT_EQ(one->clone()->class_name(), "GlobalMaxPooling1D");
+  EXPECT_EQ(two->clone()->class_name(), "GlobalMaxPooling2D");
+  EXPECT_CONTAINS(invalid_argument_of([&] {
+                    GlobalMaxPooling1D("p").build({5, 4, 2}, 1);
+                  }),
+                  "[global_max_pooling1d] Input 0 of layer \"p\" is incompatible with the layer: expected ndim=3, "
+                  "found ndim=4");
+  EXPECT_CONTAINS(invalid_argument_of([&] {
+                    GlobalMaxPooling2D("p").build({5, 2}, 1);
+                  }),
+                  "[global_max_pooling2d] Input 0 of layer \"p\" is incompatible with the layer: expected ndim=4, "
+                  "found ndim=3");
+  EXPECT_CONTAINS(invalid_argument_of([&] { GlobalMaxPooling2D("p", false, "channels_first"); }),
+                  "[global_max_pooling2d] layer \"p\": data_format=\"channels_first\" is not supported");
 }
 
 }  // namespace

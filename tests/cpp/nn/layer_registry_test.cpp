@@ -38,6 +38,8 @@ Json spec_for(const std::string& cls) {
       {"MaxPooling1D", R"({"pool_size": 3, "strides": 1, "padding": "same"})"},
       {"AveragePooling1D", R"({"pool_size": [4]})"},
       {"GlobalAveragePooling1D", R"({"keepdims": true})"},
+      {"GlobalMaxPooling1D", R"({"keepdims": true})"},
+      {"GlobalMaxPooling2D", R"({"keepdims": true})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -49,7 +51,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 24u);
+  EXPECT_EQ(names.size(), 26u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -90,7 +92,8 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
                  "[layers] unknown layer class 'Conv3D'; known: Dense, Activation, Flatten, Dropout, Conv2D, "
                  "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Reshape, BatchNormalization, "
                  "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU, Bidirectional, "
-                 "Masking, Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D");
+                 "Masking, Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, "
+                 "GlobalMaxPooling1D, GlobalMaxPooling2D");
   }
 }
 

@@ -1,6 +1,6 @@
 """Converters of the window layers (channels_last, as mdtrain's are): Conv2D, MaxPooling2D,
-AveragePooling2D, GlobalAveragePooling2D and their 1-D forms Conv1D, MaxPooling1D,
-AveragePooling1D, GlobalAveragePooling1D. ONNX's Conv and pools read NCHW (NCW), so each runs
+AveragePooling2D, GlobalAveragePooling2D, their 1-D forms Conv1D, MaxPooling1D,
+AveragePooling1D, GlobalAveragePooling1D, and GlobalMaxPooling1D/2D (ReduceMax). ONNX's Conv and pools read NCHW (NCW), so each runs
 between two Transposes; padding="same" is TF's (the extra row/column of an odd total at the end),
 written as explicit pads from the static image size, causal padding (Conv1D) as dilation *
 (kernel_size - 1) before the first step, and same-padded average pools do not count the padding
@@ -109,6 +109,14 @@ def global_average_pooling1d(g, view, inputs, masks):
     return g.op("Div", [total, count], view.name)
 
 
+def global_max_pooling(g, view, inputs, masks):
+    """ReduceMax over the spatial axes (1 of a sequence, 1 and 2 of an image)."""
+    _check_channels_last(view)
+    axes = [1] if view.class_name == "GlobalMaxPooling1D" else [1, 2]
+    return g.reduce("ReduceMax", inputs[0], axes, view.name, keepdims=bool(view.config.get("keepdims", False)))
+
+
 CONVERTERS = {"Conv2D": conv2d, "MaxPooling2D": max_pooling2d, "AveragePooling2D": average_pooling2d,
               "GlobalAveragePooling2D": global_average_pooling2d, "Conv1D": conv1d, "MaxPooling1D": max_pooling2d,
-              "AveragePooling1D": average_pooling2d, "GlobalAveragePooling1D": global_average_pooling1d}
+              "AveragePooling1D": average_pooling2d, "GlobalAveragePooling1D": global_average_pooling1d,
+              "GlobalMaxPooling1D": global_max_pooling, "GlobalMaxPooling2D": global_max_pooling}

@@ -5,7 +5,8 @@ from mdtrain.keras.layers.core import Activation, Dense, Dropout, Flatten, Input
 from mdtrain.keras.layers.convolutional import Conv1D, Conv2D, Convolution1D, Convolution2D
 from mdtrain.keras.layers.pooling import (AveragePooling1D, AveragePooling2D, AvgPool1D, AvgPool2D,
                                           GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalAvgPool1D,
-                                          GlobalAvgPool2D, MaxPool1D, MaxPool2D, MaxPooling1D, MaxPooling2D)
+                                          GlobalAvgPool2D, GlobalMaxPool1D, GlobalMaxPool2D, GlobalMaxPooling1D,
+                                          GlobalMaxPooling2D, MaxPool1D, MaxPool2D, MaxPooling1D, MaxPooling2D)
 from mdtrain.keras.layers.normalization import BatchNormalization, LayerNormalization
 from mdtrain.keras.layers.embedding import Embedding
 from mdtrain.keras.layers.merging import Add, Concatenate, Multiply, add, concatenate, multiply

@@ -1,5 +1,5 @@
 """keras.layers' pooling (C++: nn/pooling2d, nn/pooling1d, nn/global_average_pooling2d,
-nn/global_average_pooling1d)."""
+nn/global_average_pooling1d, nn/global_max_pooling)."""
 from mdtrain.keras.layers._arguments import _int_tuple, _keras_default_name, _set_attributes_from_config, _string_arg
 from mdtrain.keras.layers.base_layer import _CLASSES, Layer, _core_layer
 
@@ -102,13 +102,49 @@ class GlobalAveragePooling2D(Layer):
         return layer
 
 
+class _GlobalMaxPooling(Layer):
+    """GlobalMaxPooling1D/2D: the maximum per channel; backward routes the gradient to the first of
+    equal maxima (TF splits it between ties) and a NaN wins over numbers (nn/global_max_pooling.h)."""
+    _CORE_CLASS = None
+    _DEFAULT_NAME = None
+
+    def __init__(self, data_format=None, keepdims=False, **kwargs):
+        _keras_default_name(kwargs, self._DEFAULT_NAME)
+        super().__init__(**kwargs)
+        self._core = _core_layer(self._CORE_CLASS, {
+            "name": self._name, "keepdims": bool(keepdims),
+            "data_format": _string_arg(data_format, "data_format", self._name, "channels_last")})
+        _set_attributes_from_config(self, ("data_format", "keepdims"))
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        _set_attributes_from_config(layer, ("data_format", "keepdims"))
+        return layer
+
+
+class GlobalMaxPooling1D(_GlobalMaxPooling):
+    """keras.layers.GlobalMaxPooling1D: (batch, steps, channels) to (batch, channels)."""
+    _CORE_CLASS = "GlobalMaxPooling1D"
+    _DEFAULT_NAME = "global_max_pooling1d"
+
+
+class GlobalMaxPooling2D(_GlobalMaxPooling):
+    """keras.layers.GlobalMaxPooling2D: (batch, h, w, channels) to (batch, channels)."""
+    _CORE_CLASS = "GlobalMaxPooling2D"
+    _DEFAULT_NAME = "global_max_pooling2d"
+
+
 MaxPool2D = MaxPooling2D
 AvgPool2D = AveragePooling2D
 GlobalAvgPool2D = GlobalAveragePooling2D
 MaxPool1D = MaxPooling1D
 AvgPool1D = AveragePooling1D
 GlobalAvgPool1D = GlobalAveragePooling1D
+GlobalMaxPool1D = GlobalMaxPooling1D
+GlobalMaxPool2D = GlobalMaxPooling2D
 
 _CLASSES.update({"MaxPooling2D": MaxPooling2D, "AveragePooling2D": AveragePooling2D,
                  "GlobalAveragePooling2D": GlobalAveragePooling2D, "MaxPooling1D": MaxPooling1D,
-                 "AveragePooling1D": AveragePooling1D, "GlobalAveragePooling1D": GlobalAveragePooling1D})
+                 "AveragePooling1D": AveragePooling1D, "GlobalAveragePooling1D": GlobalAveragePooling1D,
+                 "GlobalMaxPooling1D": GlobalMaxPooling1D, "GlobalMaxPooling2D": GlobalMaxPooling2D})
