@@ -312,6 +312,7 @@ def test_aliases_names_and_configs_are_kerass():
     assert L.AveragePooling1D.from_config(L.AveragePooling1D(3).get_config()).pool_size == (3,)
     gap = L.GlobalAveragePooling1D(keepdims=True)
     assert gap.name.startswith("global_average_pooling1d") and gap.keepdims is True
+    assert gap.supports_masking and not getattr(L.GlobalMaxPooling1D(), "supports_masking", False)
     assert L.GlobalAveragePooling1D.from_config(gap.get_config()).get_config() == gap.get_config()
 
 

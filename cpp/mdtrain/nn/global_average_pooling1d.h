@@ -25,7 +25,8 @@ class GlobalAveragePooling1D : public Layer, public MaskedLayer {
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
   std::int64_t held_activation_bytes() const override {
-    return bytes_of({&mask_, &y_, &dx_}) + static_cast<std::int64_t>(mask_bytes_.size());
+    // mask_ is the mask-making layer's tensor, counted there; its bytes copy is this layer's.
+    return bytes_of({&y_, &dx_}) + static_cast<std::int64_t>(mask_bytes_.size());
   }
   Json config() const override;
   // The layer of a Keras config: its "name" and fields; missing fields take Keras's defaults and

@@ -70,6 +70,7 @@ class GlobalAveragePooling1D(Layer):
     """keras.layers.GlobalAveragePooling1D: the mean over the steps; with a mask (Embedding with
     mask_zero=True before it) the mean of the unmasked steps only, and no mask after it."""
     _would_read_mask = True  # mask_after; C++ nn/global_average_pooling1d.h
+    supports_masking = True  # as Keras's
 
     def __init__(self, data_format=None, keepdims=False, **kwargs):
         _keras_default_name(kwargs, "global_average_pooling1d")
