@@ -1,6 +1,10 @@
 #include "bindings.h"
+#include "mdtrain/nn/conv1d.h"
 #include "mdtrain/nn/conv2d.h"
+#include "mdtrain/nn/global_average_pooling1d.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
+#include "mdtrain/nn/global_max_pooling.h"
+#include "mdtrain/nn/pooling1d.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
 
@@ -13,6 +17,13 @@ void init_conv_layers(py::module_& m) {
   py::class_<MaxPooling2D, Pooling2D, std::shared_ptr<MaxPooling2D>>(m, "MaxPooling2D");
   py::class_<AveragePooling2D, Pooling2D, std::shared_ptr<AveragePooling2D>>(m, "AveragePooling2D");
   py::class_<GlobalAveragePooling2D, Layer, std::shared_ptr<GlobalAveragePooling2D>>(m, "GlobalAveragePooling2D");
+  py::class_<Conv1D, Conv2D, std::shared_ptr<Conv1D>>(m, "Conv1D");
+  py::class_<MaxPooling1D, MaxPooling2D, std::shared_ptr<MaxPooling1D>>(m, "MaxPooling1D");
+  py::class_<AveragePooling1D, AveragePooling2D, std::shared_ptr<AveragePooling1D>>(m, "AveragePooling1D");
+  py::class_<GlobalAveragePooling1D, Layer, std::shared_ptr<GlobalAveragePooling1D>>(m, "GlobalAveragePooling1D");
+  py::class_<GlobalMaxPooling, Layer, std::shared_ptr<GlobalMaxPooling>>(m, "GlobalMaxPooling");
+  py::class_<GlobalMaxPooling1D, GlobalMaxPooling, std::shared_ptr<GlobalMaxPooling1D>>(m, "GlobalMaxPooling1D");
+  py::class_<GlobalMaxPooling2D, GlobalMaxPooling, std::shared_ptr<GlobalMaxPooling2D>>(m, "GlobalMaxPooling2D");
   py::class_<Reshape, Layer, std::shared_ptr<Reshape>>(m, "Reshape");
 }
 

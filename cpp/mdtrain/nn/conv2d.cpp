@@ -8,20 +8,25 @@
 
 namespace mdtrain {
 
-Conv2D::Conv2D(std::string name, Options options)
-    : Layer(std::move(name)), options_(std::move(options)), activation_(parse_activation(options_.activation)) {
-  MDTRAIN_CHECK(options_.filters > 0, std::invalid_argument, "[conv2d] layer \"", name_,
+Conv2D::Conv2D(std::string name, Options options, int spatial_rank, const char* area)
+    : Layer(std::move(name)),
+      spatial_rank_(spatial_rank),
+      area_(area),
+      options_(std::move(options)),
+      activation_(parse_activation(options_.activation)) {
+  MDTRAIN_CHECK(options_.filters > 0, std::invalid_argument, "[", area_, "] layer \"", name_,
                 "\": Invalid value for argument `filters`. Expected a strictly positive value. Received filters=",
                 options_.filters, ".");
-  check_pair_arg("conv2d", name_, "kernel_size", options_.kernel_size);
-  check_pair_arg("conv2d", name_, "strides", options_.strides);
-  check_pair_arg("conv2d", name_, "dilation_rate", options_.dilation_rate);
-  options_.padding = check_padding_arg("conv2d", name_, options_.padding);
+  const auto n = static_cast<std::size_t>(spatial_rank_);
+  check_tuple_arg(area_, name_, "kernel_size", options_.kernel_size, n);
+  check_tuple_arg(area_, name_, "strides", options_.strides, n);
+  check_tuple_arg(area_, name_, "dilation_rate", options_.dilation_rate, n);
+  options_.padding = check_padding_arg(area_, name_, options_.padding, /*allow_causal=*/spatial_rank_ == 1);
   same_padding_ = options_.padding == "same";
-  check_data_format_arg("conv2d", name_, options_.data_format);
+  check_data_format_arg(area_, name_, options_.data_format);
   const auto max_of = [](const std::vector<std::int64_t>& v) { return *std::max_element(v.begin(), v.end()); };
-  MDTRAIN_CHECK(max_of(options_.strides) == 1 || max_of(options_.dilation_rate) == 1, std::invalid_argument,
-                "[conv2d] layer \"", name_,
+  MDTRAIN_CHECK(max_of(options_.strides) == 1 || max_of(options_.dilation_rate) == 1, std::invalid_argument, "[", area_,
+                "] layer \"", name_,
                 "\": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=",
                 tuple_string(options_.strides), " and dilation_rate=", tuple_string(options_.dilation_rate));
   make_initializer(options_.kernel_initializer);  // validate names now, not at build time
@@ -31,33 +36,53 @@ Conv2D::Conv2D(std::string name, Options options)
 }
 
 Window2D Conv2D::window_for(const Shape& input_shape) const {
-  check_image_input_shape("conv2d", name_, input_shape);
   const auto& k = options_.kernel_size;
   const auto& s = options_.strides;
   const auto& d = options_.dilation_rate;
-  Window2D g = ops::make_window2d(input_shape[0], input_shape[1], input_shape[2], k[0], k[1], s[0], s[1], d[0], d[1],
-                                  same_padding_);
+  Window2D g;
+  if (spatial_rank_ == 1) {
+    check_sequence_input_shape(area_, name_, input_shape);
+    g = ops::make_window2d(1, input_shape[0], input_shape[1], 1, k[0], 1, s[0], 1, d[0], same_padding_);
+    if (options_.padding == "causal") {
+      // Keras's causal padding: dilation * (k - 1) zeros before the first step and none after, so
+      // output t reads steps up to t * stride only; then a "valid" window over the padded length.
+      g.pad_left = d[0] * (k[0] - 1);
+      g.out_w = (input_shape[0] - 1) / s[0] + 1;
+    }
+  } else {
+    check_image_input_shape(area_, name_, input_shape);
+    g = ops::make_window2d(input_shape[0], input_shape[1], input_shape[2], k[0], k[1], s[0], s[1], d[0], d[1],
+                           same_padding_);
+  }
   if (g.out_h == 0 || g.out_w == 0) {
-    const std::vector<std::int64_t> extent{math::dilated_extent(k[0], d[0]), math::dilated_extent(k[1], d[1])};
+    std::vector<std::int64_t> extent;
+    for (std::size_t i = 0; i < k.size(); ++i) extent.push_back(math::dilated_extent(k[i], d[i]));
     const std::string dilated =
         extent == k ? std::string()
                     : cat(" (dilated by dilation_rate ", tuple_string(d), " to ", tuple_string(extent), ")");
-    fail_window_larger_than_input("conv2d", name_, "kernel_size " + tuple_string(k) + dilated, input_shape);
+    fail_window_larger_than_input(area_, name_, "kernel_size " + tuple_string(k) + dilated, input_shape, spatial_rank_);
   }
   return g;
 }
 
 Shape Conv2D::compute_output_shape(const Shape& input_shape) const {
   const Window2D g = window_for(input_shape);
+  if (spatial_rank_ == 1) return {g.out_w, options_.filters};
   return {g.out_h, g.out_w, options_.filters};
+}
+
+Shape Conv2D::output_dims(std::int64_t images) const {
+  if (spatial_rank_ == 1) return {images, window_.out_w, options_.filters};
+  return {images, window_.out_h, window_.out_w, options_.filters};
 }
 
 void Conv2D::build_weights(const Shape& input_shape, std::uint64_t seed) {
   window_ = window_for(input_shape);
-  const std::int64_t kh = options_.kernel_size[0], kw = options_.kernel_size[1], cin = input_shape[2],
-                     filters = options_.filters;
+  const std::int64_t kh = window_.k_h, kw = window_.k_w, cin = window_.channels, filters = options_.filters;
   Rng rng(seed, 0);
-  weights_.kernel = Parameter(name_ + "/kernel", Tensor({kh, kw, cin, filters}, dtype_));
+  // Keras's layout: (kh, kw, in, filters), or (k, in, filters) for Conv1D (the same memory).
+  const Shape kernel_shape = spatial_rank_ == 1 ? Shape{kw, cin, filters} : Shape{kh, kw, cin, filters};
+  weights_.kernel = Parameter(name_ + "/kernel", Tensor(kernel_shape, dtype_));
   // Keras's fans for a conv kernel: the receptive field times the input / output channels.
   make_initializer(options_.kernel_initializer)->fill(weights_.kernel.value, kh * kw * cin, kh * kw * filters, rng);
   if (options_.use_bias) {
@@ -87,7 +112,7 @@ std::int64_t Conv2D::output_rows_per_chunk(const Device& device) const {
 }
 
 void Conv2D::set_column_budget_bytes(std::int64_t bytes) {
-  MDTRAIN_CHECK(bytes > 0, std::invalid_argument, "[conv2d] layer \"", name_,
+  MDTRAIN_CHECK(bytes > 0, std::invalid_argument, "[", area_, "] layer \"", name_,
                 "\": the column budget must be positive, got ", bytes);
   column_budget_bytes_ = bytes;
 }
@@ -109,17 +134,20 @@ Tensor Conv2D::column_rows(Tensor& buffer, std::int64_t rows, const Device& devi
 
 void Conv2D::check_conv_input(const Tensor& x) const {
   MDTRAIN_CHECK(built_, std::logic_error, "[layer] layer \"", name_, "\" was called before it was built");
-  MDTRAIN_CHECK(x.ndim() == 4, std::invalid_argument, "[conv2d] Input 0 of layer \"", name_,
-                "\" is incompatible with the layer: expected ndim=4, found ndim=", x.ndim(),
+  const int ndim = spatial_rank_ + 2;
+  MDTRAIN_CHECK(x.ndim() == ndim, std::invalid_argument, "[", area_, "] Input 0 of layer \"", name_,
+                "\" is incompatible with the layer: expected ndim=", ndim, ", found ndim=", x.ndim(),
                 ". Full shape received: ", to_string(x.shape()));
-  MDTRAIN_CHECK(x.dim(3) == input_shape_[2], std::invalid_argument, "[conv2d] Input 0 of layer \"", name_,
-                "\" is incompatible with the layer: expected axis -1 of input shape to have value ", input_shape_[2],
-                ", but received input with shape ", to_string(x.shape()));
+  MDTRAIN_CHECK(x.dim(ndim - 1) == input_shape_.back(), std::invalid_argument, "[", area_, "] Input 0 of layer \"",
+                name_, "\" is incompatible with the layer: expected axis -1 of input shape to have value ",
+                input_shape_.back(), ", but received input with shape ", to_string(x.shape()));
   check_input(x);  // the spatial size the layer was built for, and the dtype
 }
 
-Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
-  check_conv_input(x);
+Tensor Conv2D::forward(const Tensor& input, const ForwardContext&) {
+  check_conv_input(input);
+  // A sequence runs as an image of one row (see the constructor's note).
+  const Tensor x = spatial_rank_ == 1 ? input.reshape({input.dim(0), 1, input.dim(1), input.dim(2)}) : input;
   x_ = x;
   const std::int64_t images = x.dim(0), positions = window_.out_h * window_.out_w, rows = images * positions,
                      depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
@@ -146,7 +174,7 @@ Tensor Conv2D::forward(const Tensor& x, const ForwardContext&) {
         forward_rows(x, first_image * window_.out_h, last_image * window_.out_h, chunk,
                      r == 0 ? col_ : run_col_[static_cast<std::size_t>(r)]);
       });
-  return y_.reshape({images, window_.out_h, window_.out_w, filters});
+  return y_.reshape(output_dims(images));
 }
 
 void Conv2D::forward_rows(const Tensor& x, std::int64_t first, std::int64_t last, std::int64_t chunk,
@@ -173,9 +201,9 @@ void Conv2D::forward_rows(const Tensor& x, std::int64_t first, std::int64_t last
 }
 
 Tensor Conv2D::logits() const {
-  MDTRAIN_CHECK(keeps_preactivation(activation_), std::logic_error, "[conv2d] layer \"", name_,
+  MDTRAIN_CHECK(keeps_preactivation(activation_), std::logic_error, "[", area_, "] layer \"", name_,
                 "\" keeps no logits for activation ", name_of(activation_));
-  return z_.reshape({x_.dim(0), window_.out_h, window_.out_w, options_.filters});
+  return z_.reshape(output_dims(x_.dim(0)));
 }
 
 Tensor Conv2D::backward(const Tensor& dy, bool need_input_grad) {
@@ -189,15 +217,15 @@ Tensor Conv2D::backward_from_logits(const Tensor& dlogits, bool need_input_grad)
 Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool need_input_grad) {
   const std::int64_t images = x_.dim(0), positions = window_.out_h * window_.out_w, rows = images * positions,
                      depth = window_.k_h * window_.k_w * window_.channels, filters = options_.filters;
-  MDTRAIN_CHECK(grad.dim(0) == rows, std::invalid_argument, "[conv2d] layer \"", name_, "\": the output gradient has ",
-                grad.dim(0), " rows, the last forward produced ", rows);
+  MDTRAIN_CHECK(grad.dim(0) == rows, std::invalid_argument, "[", area_, "] layer \"", name_,
+                "\": the output gradient has ", grad.dim(0), " rows, the last forward produced ", rows);
   const Device& device = x_.device();
   Tensor dw = weights_.kernel.grad.reshape({depth, filters});
   if (need_input_grad) ensure_buffer(dx_, x_.shape(), dtype_, device);
   if (rows == 0) {
     weights_.kernel.grad.fill(0.0);
     if (options_.use_bias) weights_.bias.grad.fill(0.0);
-    return need_input_grad ? dx_ : Tensor();
+    return need_input_grad ? input_gradient() : Tensor();
   }
   const std::int64_t chunk = output_rows_per_chunk(device);
   // Each run's gradients into its row of run_dw_ / run_db_ (one run: straight into the
@@ -231,7 +259,7 @@ Tensor Conv2D::backward_chunks(const Tensor& grad, bool through_activation, bool
     if (options_.use_bias) ops::sum_rows(run_db_, weights_.bias.grad);
   }
   if (need_input_grad) columns_kept_ = false;  // overwritten by the input-gradient columns
-  return need_input_grad ? dx_ : Tensor();
+  return need_input_grad ? input_gradient() : Tensor();
 }
 
 void Conv2D::backward_rows(const Tensor& grad, bool through_activation, bool need_input_grad, std::int64_t first,
@@ -312,11 +340,15 @@ std::unique_ptr<Layer> Conv2D::with_output_share(int shards, bool drop_activatio
 
 std::unique_ptr<Layer> Conv2D::clone() const {
   auto copy = std::make_unique<Conv2D>(name_, options_);
-  copy->copy_build_state(*this);
-  copy->window_ = window_;
-  copy->column_budget_bytes_ = column_budget_bytes_;
-  copy->weights_.copy_values_from(weights_, built_, options_.use_bias);
+  copy_conv_state_to(*copy);
   return copy;
+}
+
+void Conv2D::copy_conv_state_to(Conv2D& copy) const {
+  copy.copy_build_state(*this);
+  copy.window_ = window_;
+  copy.column_budget_bytes_ = column_budget_bytes_;
+  copy.weights_.copy_values_from(weights_, built_, options_.use_bias);
 }
 
 Json Conv2D::config() const {

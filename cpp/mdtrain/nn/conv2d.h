@@ -53,7 +53,7 @@ class Conv2D : public Layer {
   // a small share of a GPU's memory; larger batches run in a few chunks.
   static constexpr std::int64_t kGpuColumnBudgetBytes = std::int64_t{256} << 20;
 
-  Conv2D(std::string name, Options options);
+  Conv2D(std::string name, Options options) : Conv2D(std::move(name), std::move(options), 2, "conv2d") {}
 
   std::string class_name() const override { return "Conv2D"; }
   bool has_cuda_kernels() const override { return true; }
@@ -91,11 +91,25 @@ class Conv2D : public Layer {
   int last_runs() const { return last_runs_; }
 
  protected:
+  // spatial_rank 1 is Conv1D (nn/conv1d.h): a (batch, steps, channels) input runs as the image
+  // (batch, 1, steps, channels) and a kernel (k, in, filters) has the memory of (1, k, in, filters),
+  // so every pass below serves both; options_ then hold 1-tuples and padding may be "causal".
+  // `area` prefixes messages ("conv2d"); it must outlive the layer (a string literal).
+  Conv2D(std::string name, Options options, int spatial_rank, const char* area);
   void build_weights(const Shape& input_shape, std::uint64_t seed) override;
+  // The layer's state (build, geometry, budget, weights) into a fresh copy made from options_.
+  void copy_conv_state_to(Conv2D& copy) const;
+  const int spatial_rank_;
+  const char* area_;
 
  private:
   Window2D window_for(const Shape& input_shape) const;  // validated; throws naming the layer
   void check_conv_input(const Tensor& x) const;
+  // The output's shape for `images` inputs: (images, out_h, out_w, filters), or (images, out_w,
+  // filters) for rank 1.
+  Shape output_dims(std::int64_t images) const;
+  // dx_ in the input's own shape (a rank-1 layer's input was viewed as an image).
+  Tensor input_gradient() const { return spatial_rank_ == 1 ? dx_.reshape({dx_.dim(0), dx_.dim(2), dx_.dim(3)}) : dx_; }
   bool pointwise() const;  // 1x1 kernel, stride 1: no columns needed
   // A (rows, kh*kw*cin) view of `buffer` (col_ or a worker's) on `device`, grown as needed.
   Tensor column_rows(Tensor& buffer, std::int64_t rows, const Device& device);

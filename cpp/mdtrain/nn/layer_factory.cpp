@@ -7,17 +7,21 @@
 #include "mdtrain/nn/batch_normalization.h"
 #include "mdtrain/nn/bidirectional.h"
 #include "mdtrain/nn/concatenate.h"
+#include "mdtrain/nn/conv1d.h"
 #include "mdtrain/nn/conv2d.h"
 #include "mdtrain/nn/dense.h"
 #include "mdtrain/nn/dropout.h"
 #include "mdtrain/nn/elementwise_merge.h"
 #include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
+#include "mdtrain/nn/global_average_pooling1d.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
+#include "mdtrain/nn/global_max_pooling.h"
 #include "mdtrain/nn/layer_normalization.h"
 #include "mdtrain/nn/gru.h"
 #include "mdtrain/nn/lstm.h"
 #include "mdtrain/nn/masking.h"
+#include "mdtrain/nn/pooling1d.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
 #include "mdtrain/nn/simple_rnn.h"
@@ -52,6 +56,12 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"GRU", &GRU::from_config},
       {"Bidirectional", &Bidirectional::from_config},
       {"Masking", &Masking::from_config},
+      {"Conv1D", &Conv1D::from_config},
+      {"MaxPooling1D", &MaxPooling1D::from_config},
+      {"AveragePooling1D", &AveragePooling1D::from_config},
+      {"GlobalAveragePooling1D", &GlobalAveragePooling1D::from_config},
+      {"GlobalMaxPooling1D", &GlobalMaxPooling1D::from_config},
+      {"GlobalMaxPooling2D", &GlobalMaxPooling2D::from_config},
   };
   return classes;
 }

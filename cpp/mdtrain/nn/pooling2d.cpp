@@ -5,39 +5,49 @@
 
 namespace mdtrain {
 
-Pooling2D::Pooling2D(std::string name, Options options, const char* area)
-    : Layer(std::move(name)), options_(std::move(options)), area_(area) {
-  check_pair_arg(area_, name_, "pool_size", options_.pool_size);
+Pooling2D::Pooling2D(std::string name, Options options, const char* area, int spatial_rank)
+    : Layer(std::move(name)), options_(std::move(options)), area_(area), spatial_rank_(spatial_rank) {
+  const auto n = static_cast<std::size_t>(spatial_rank_);
+  check_tuple_arg(area_, name_, "pool_size", options_.pool_size, n);
   if (options_.strides.empty()) options_.strides = options_.pool_size;
-  check_pair_arg(area_, name_, "strides", options_.strides);
+  check_tuple_arg(area_, name_, "strides", options_.strides, n);
   options_.padding = check_padding_arg(area_, name_, options_.padding);
   check_data_format_arg(area_, name_, options_.data_format);
 }
 
 Window2D Pooling2D::window_for(const Shape& input_shape) const {
-  check_image_input_shape(area_, name_, input_shape);
   const auto& k = options_.pool_size;
   const auto& s = options_.strides;
-  Window2D g = ops::make_window2d(input_shape[0], input_shape[1], input_shape[2], k[0], k[1], s[0], s[1], 1, 1,
-                                  options_.padding == "same");
+  const bool same = options_.padding == "same";
+  Window2D g;
+  if (spatial_rank_ == 1) {
+    check_sequence_input_shape(area_, name_, input_shape);
+    g = ops::make_window2d(1, input_shape[0], input_shape[1], 1, k[0], 1, s[0], 1, 1, same);
+  } else {
+    check_image_input_shape(area_, name_, input_shape);
+    g = ops::make_window2d(input_shape[0], input_shape[1], input_shape[2], k[0], k[1], s[0], s[1], 1, 1, same);
+  }
   if (g.out_h == 0 || g.out_w == 0)
-    fail_window_larger_than_input(area_, name_, "pool_size " + tuple_string(k), input_shape);
+    fail_window_larger_than_input(area_, name_, "pool_size " + tuple_string(k), input_shape, spatial_rank_);
   return g;
 }
 
 Shape Pooling2D::compute_output_shape(const Shape& input_shape) const {
   const Window2D g = window_for(input_shape);
+  if (spatial_rank_ == 1) return {g.out_w, g.channels};
   return {g.out_h, g.out_w, g.channels};
 }
 
 void Pooling2D::build_weights(const Shape& input_shape, std::uint64_t) { window_ = window_for(input_shape); }
 
-void Pooling2D::check_pool_input(const Tensor& x) const {
+Tensor Pooling2D::check_pool_input(const Tensor& x) const {
   MDTRAIN_CHECK(built_, std::logic_error, "[layer] layer \"", name_, "\" was called before it was built");
-  MDTRAIN_CHECK(x.ndim() == 4, std::invalid_argument, "[", area_, "] Input 0 of layer \"", name_,
-                "\" is incompatible with the layer: expected ndim=4, found ndim=", x.ndim(),
+  const int ndim = spatial_rank_ + 2;
+  MDTRAIN_CHECK(x.ndim() == ndim, std::invalid_argument, "[", area_, "] Input 0 of layer \"", name_,
+                "\" is incompatible with the layer: expected ndim=", ndim, ", found ndim=", x.ndim(),
                 ". Full shape received: ", to_string(x.shape()));
   check_input(x);
+  return spatial_rank_ == 1 ? x.reshape({x.dim(0), 1, x.dim(1), x.dim(2)}) : x;
 }
 
 Json Pooling2D::config() const {
@@ -49,20 +59,20 @@ Json Pooling2D::config() const {
   return c;
 }
 
-Tensor MaxPooling2D::forward(const Tensor& x, const ForwardContext&) {
-  check_pool_input(x);
+Tensor MaxPooling2D::forward(const Tensor& input, const ForwardContext&) {
+  const Tensor x = check_pool_input(input);
   const Shape out{x.dim(0), window_.out_h, window_.out_w, window_.channels};
   ensure_buffer(y_, out, dtype_, x.device());
   ensure_buffer(argmax_, out, DType::Int32, x.device());
   ops::max_pool2d(x, window_, y_, argmax_);
-  return y_;
+  return in_layer_rank(y_);
 }
 
 Tensor MaxPooling2D::backward(const Tensor& dy, bool need_input_grad) {
   if (!need_input_grad) return Tensor();
   ensure_buffer(dx_, {argmax_.dim(0), window_.in_h, window_.in_w, window_.channels}, dtype_, argmax_.device());
   ops::max_pool2d_backward(dy.reshape(argmax_.shape()), argmax_, window_, dx_);
-  return dx_;
+  return in_layer_rank(dx_);
 }
 
 std::unique_ptr<Layer> MaxPooling2D::clone() const {
@@ -71,18 +81,18 @@ std::unique_ptr<Layer> MaxPooling2D::clone() const {
   return copy;
 }
 
-Tensor AveragePooling2D::forward(const Tensor& x, const ForwardContext&) {
-  check_pool_input(x);
+Tensor AveragePooling2D::forward(const Tensor& input, const ForwardContext&) {
+  const Tensor x = check_pool_input(input);
   ensure_buffer(y_, {x.dim(0), window_.out_h, window_.out_w, window_.channels}, dtype_, x.device());
   ops::avg_pool2d(x, window_, y_);
-  return y_;
+  return in_layer_rank(y_);
 }
 
 Tensor AveragePooling2D::backward(const Tensor& dy, bool need_input_grad) {
   if (!need_input_grad) return Tensor();
   ensure_buffer(dx_, {y_.dim(0), window_.in_h, window_.in_w, window_.channels}, dtype_, y_.device());
   ops::avg_pool2d_backward(dy.reshape(y_.shape()), window_, dx_);
-  return dx_;
+  return in_layer_rank(dx_);
 }
 
 std::unique_ptr<Layer> AveragePooling2D::clone() const {

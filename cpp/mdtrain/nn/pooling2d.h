@@ -10,6 +10,8 @@ namespace mdtrain {
 
 // The 2-D pooling layers on channels_last images, with TF's "valid"/"same" padding.
 // Pooling2D holds what MaxPooling2D and AveragePooling2D share: arguments, geometry, config.
+// With spatial_rank 1 they are the 1-D pools (nn/pooling1d.h): a (batch, steps, channels) input
+// pools as the image (batch, 1, steps, channels), options_ hold 1-tuples.
 class Pooling2D : public Layer {
  public:
   struct Options {
@@ -31,9 +33,14 @@ class Pooling2D : public Layer {
 
  protected:
   // `area` prefixes messages ("max_pooling2d"); it must outlive the layer (a string literal).
-  Pooling2D(std::string name, Options options, const char* area);
+  Pooling2D(std::string name, Options options, const char* area, int spatial_rank = 2);
   void build_weights(const Shape& input_shape, std::uint64_t seed) override;
-  void check_pool_input(const Tensor& x) const;
+  // Checks x and returns it as an image (a rank-1 layer's sequence as one row).
+  Tensor check_pool_input(const Tensor& x) const;
+  // An image-shaped result (output or input gradient) in the layer's own rank.
+  Tensor in_layer_rank(const Tensor& image) const {
+    return spatial_rank_ == 1 ? image.reshape({image.dim(0), image.dim(2), image.dim(3)}) : image;
+  }
   Window2D window_for(const Shape& input_shape) const;  // validated; throws naming the layer
   void copy_pooling_state(const Pooling2D& other) {
     copy_build_state(other);
@@ -42,6 +49,7 @@ class Pooling2D : public Layer {
 
   Options options_;
   const char* area_;
+  int spatial_rank_;
   Window2D window_;  // for the built input shape
   Tensor y_, dx_;
 };
@@ -61,6 +69,10 @@ class MaxPooling2D : public Pooling2D {
     return Pooling2D::held_activation_bytes() + bytes_of({&argmax_});
   }
 
+ protected:
+  MaxPooling2D(std::string name, Options options, const char* area, int spatial_rank)
+      : Pooling2D(std::move(name), std::move(options), area, spatial_rank) {}
+
  private:
   Tensor argmax_;  // Int32, the output's shape
 };
@@ -77,6 +89,10 @@ class AveragePooling2D : public Pooling2D {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
+
+ protected:
+  AveragePooling2D(std::string name, Options options, const char* area, int spatial_rank)
+      : Pooling2D(std::move(name), std::move(options), area, spatial_rank) {}
 };
 
 }  // namespace mdtrain

@@ -9,12 +9,13 @@
 namespace mdtrain {
 
 void fail_window_larger_than_input(const char* area, const std::string& layer, const std::string& window,
-                                   const Shape& input_shape) {
+                                   const Shape& input_shape, int spatial_rank) {
   Shape full{-1};
   full.insert(full.end(), input_shape.begin(), input_shape.end());
+  const std::vector<std::int64_t> spatial(input_shape.begin(), input_shape.begin() + spatial_rank);
   fail<std::invalid_argument>("[", area, "] layer \"", layer, "\": ", window,
-                              " is larger than the input's spatial size (", input_shape[0], ", ", input_shape[1],
-                              ") with padding=\"valid\". Received input shape ", to_string(full),
+                              " is larger than the input's spatial size ", tuple_string(spatial),
+                              " with padding=\"valid\". Received input shape ", to_string(full),
                               ", which would produce an output shape with a zero or negative value in a dimension");
 }
 
@@ -27,9 +28,14 @@ std::string tuple_string(const std::vector<std::int64_t>& value) {
 
 void check_pair_arg(const char* area, const std::string& layer, const char* arg,
                     const std::vector<std::int64_t>& value) {
-  const std::string what = cat("[", area, "] layer \"", layer, "\": The `", arg,
-                               "` argument must be a tuple of 2 integers. Received ", arg, "=", tuple_string(value));
-  if (value.size() != 2) throw std::invalid_argument(what);
+  check_tuple_arg(area, layer, arg, value, 2);
+}
+
+void check_tuple_arg(const char* area, const std::string& layer, const char* arg,
+                     const std::vector<std::int64_t>& value, std::size_t n) {
+  const std::string what = cat("[", area, "] layer \"", layer, "\": The `", arg, "` argument must be a tuple of ", n,
+                               " integers. Received ", arg, "=", tuple_string(value));
+  if (value.size() != n) throw std::invalid_argument(what);
   std::set<std::int64_t> bad;
   for (auto v : value)
     if (v <= 0) bad.insert(v);
@@ -40,18 +46,20 @@ void check_pair_arg(const char* area, const std::string& layer, const char* arg,
   }
 }
 
-std::string check_padding_arg(const char* area, const std::string& layer, const std::string& padding) {
+std::string check_padding_arg(const char* area, const std::string& layer, const std::string& padding,
+                              bool allow_causal) {
   std::string p;
   for (char c : padding) p += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  MDTRAIN_CHECK(p == "valid" || p == "same", std::invalid_argument, "[", area, "] layer \"", layer,
-                "\": The `padding` argument must be one of \"valid\", \"same\". Received: padding=", padding);
+  MDTRAIN_CHECK(p == "valid" || p == "same" || (allow_causal && p == "causal"), std::invalid_argument, "[", area,
+                "] layer \"", layer, "\": The `padding` argument must be one of \"valid\", \"same\"",
+                allow_causal ? ", \"causal\"" : "", ". Received: padding=", padding);
   return p;
 }
 
 void check_data_format_arg(const char* area, const std::string& layer, const std::string& data_format) {
   MDTRAIN_CHECK(data_format != "channels_first", std::invalid_argument, "[", area, "] layer \"", layer,
-                "\": data_format=\"channels_first\" is not supported: mdtrain's 2-D layers take channels_last "
-                "inputs (batch, height, width, channels)");
+                "\": data_format=\"channels_first\" is not supported: mdtrain's window layers take channels_last "
+                "inputs (channels on the last axis)");
   MDTRAIN_CHECK(data_format == "channels_last", std::invalid_argument, "[", area, "] layer \"", layer,
                 "\": The `data_format` argument must be one of {\"channels_first\", \"channels_last\"}. Received: "
                 "data_format=",
@@ -65,6 +73,22 @@ void check_image_input_shape(const char* area, const std::string& layer, const S
   fail<std::invalid_argument>("[", area, "] Input 0 of layer \"", layer,
                               "\" is incompatible with the layer: expected ndim=4, found ndim=", full.size(),
                               ". Full shape received: ", to_string(full));
+}
+
+void check_sequence_input_shape(const char* area, const std::string& layer, const Shape& input_shape) {
+  if (input_shape.size() == 2) return;
+  Shape full{-1};
+  full.insert(full.end(), input_shape.begin(), input_shape.end());
+  fail<std::invalid_argument>("[", area, "] Input 0 of layer \"", layer,
+                              "\" is incompatible with the layer: expected ndim=3, found ndim=", full.size(),
+                              ". Full shape received: ", to_string(full));
+}
+
+std::vector<std::int64_t> tuple_from_json(const Json& value, std::size_t n) {
+  if (value.is_number()) return std::vector<std::int64_t>(n, value.as_int());
+  std::vector<std::int64_t> out;
+  for (const auto& v : value.as_array()) out.push_back(v.as_int());
+  return out;
 }
 
 std::vector<std::int64_t> pair_from_json(const Json& value) {

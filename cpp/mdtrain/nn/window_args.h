@@ -1,7 +1,7 @@
 #pragma once
-// Arguments shared by the 2-D window layers (Conv2D, the pooling layers): Keras's checks of
-// 2-tuples, padding and data_format, and its rank error for non-image inputs. Every message
-// names the layer and the argument.
+// Arguments shared by the window layers (Conv1D/Conv2D, the pooling layers): Keras's checks of
+// n-tuples, padding and data_format, and its rank error for inputs of the wrong rank. Every
+// message names the layer and the argument.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,22 +15,32 @@ namespace mdtrain {
 // prefix ("conv2d"); throws std::invalid_argument naming the layer, the argument and the value.
 void check_pair_arg(const char* area, const std::string& layer, const char* arg,
                     const std::vector<std::int64_t>& value);
-// "valid" or "same", in any case (Keras lowercases it); returns the lowercase form.
-std::string check_padding_arg(const char* area, const std::string& layer, const std::string& padding);
+// The same for an n-tuple (n = 1 for the 1-D layers: "a tuple of 1 integers", as Keras words it).
+void check_tuple_arg(const char* area, const std::string& layer, const char* arg,
+                     const std::vector<std::int64_t>& value, std::size_t n);
+// "valid" or "same" (or "causal" with allow_causal: Conv1D), in any case (Keras lowercases it);
+// returns the lowercase form.
+std::string check_padding_arg(const char* area, const std::string& layer, const std::string& padding,
+                              bool allow_causal = false);
 // Only "channels_last" is supported: "channels_first" is a clear error, anything else too.
 void check_data_format_arg(const char* area, const std::string& layer, const std::string& data_format);
 // Keras's rank error when `input_shape` (batch excluded) is not an image (height, width, channels).
 void check_image_input_shape(const char* area, const std::string& layer, const Shape& input_shape);
+// The same for a sequence (steps, channels), the input of the 1-D layers.
+void check_sequence_input_shape(const char* area, const std::string& layer, const Shape& input_shape);
 // Keras's error for a window that does not fit in the image with padding="valid" (no output
 // row or column): `window` is the argument and its value, e.g. "pool_size (3, 3)"; `input_shape`
-// is without the batch. Throws std::invalid_argument naming the layer and the full input shape.
+// is without the batch, its first `spatial_rank` axes the spatial ones. Throws
+// std::invalid_argument naming the layer and the full input shape.
 [[noreturn]] void fail_window_larger_than_input(const char* area, const std::string& layer, const std::string& window,
-                                                const Shape& input_shape);
+                                                const Shape& input_shape, int spatial_rank = 2);
 
 // "(3, 3)": a pair as Python prints a tuple (negative values stay numbers, unlike to_string(Shape)).
 std::string tuple_string(const std::vector<std::int64_t>& value);
 // Config values: an integer n reads as (n, n), an array as itself.
 std::vector<std::int64_t> pair_from_json(const Json& value);
+// The same for an n-tuple: an integer reads as n copies of it.
+std::vector<std::int64_t> tuple_from_json(const Json& value, std::size_t n);
 Json pair_to_json(const std::vector<std::int64_t>& value);
 
 }  // namespace mdtrain

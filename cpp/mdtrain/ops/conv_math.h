@@ -83,6 +83,24 @@ MDTRAIN_HD bool max_pool_takes(T candidate, T best) {
   return candidate > best || (candidate != candidate && best == best);
 }
 
+// Global max pooling of one channel: the pixel, of `pixels` strided by `channels` from x, that
+// max_pool_takes keeps scanning in pixel order. Ties: the first of equal maxima wins (TF's
+// reduce_max gradient instead splits dy evenly between them). NaN: the first NaN wins over any
+// number, so it reaches the loss (as TF's reduce_max gives NaN) and backward routes dy to it.
+template <class T>
+MDTRAIN_HD std::int64_t global_max_index(const T* x, std::int64_t pixels, std::int64_t channels) {
+  std::int64_t best = 0;
+  for (std::int64_t p = 1; p < pixels; ++p)
+    if (max_pool_takes(x[p * channels], x[best * channels])) best = p;
+  return best;
+}
+
+// Global max pooling's input gradient at `pixel`: dy to the winning pixel, 0 to the others.
+template <class T>
+MDTRAIN_HD T global_max_grad_at(T dy, std::int64_t pixel, std::int64_t winner) {
+  return pixel == winner ? dy : T(0);
+}
+
 // Average pooling divides by the number of in-bounds elements of the window (TF's "same"
 // padding does not count the padding).
 MDTRAIN_HD std::int64_t window_count(std::int64_t h_lo, std::int64_t h_hi, std::int64_t w_lo, std::int64_t w_hi) {

@@ -275,6 +275,43 @@ void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) {
   });
 }
 
+void global_max_pool2d(const Tensor& x, Tensor& y, Tensor& argmax) {
+  require_float("global_max_pool2d", x, "x");
+  require_same_dtype("global_max_pool2d", x, y, "y");
+  MDTRAIN_CHECK(x.ndim() == 4 && x.dim(1) > 0 && x.dim(2) > 0, std::invalid_argument,
+                "[global_max_pool2d] x must be (images, height, width, channels) with a non-empty image, got ",
+                to_string(x.shape()));
+  const std::int64_t images = x.dim(0), pixels = x.dim(1) * x.dim(2), channels = x.dim(3);
+  MDTRAIN_CHECK(y.numel() == images * channels, std::invalid_argument, "[global_max_pool2d] y ", to_string(y.shape()),
+                " does not hold ", images, " x ", channels, " maxima");
+  require_argmax("global_max_pool2d", argmax, y);
+  MDTRAIN_CHECK(pixels <= INT32_MAX, std::invalid_argument, "[global_max_pool2d] an image of ", x.dim(1), "x", x.dim(2),
+                " pixels exceeds the 32-bit argmax index");
+  if (!x.device().is_cpu()) return cuda::global_max_pool2d(x, images, pixels, channels, y, argmax);
+  dispatch_floating(x.dtype(), "ops", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::global_max_pool2d<T>(x.data<T>(), images, pixels, channels, y.data<T>(), argmax.data<std::int32_t>());
+  });
+}
+
+void global_max_pool2d_backward(const Tensor& dy, const Tensor& argmax, Tensor& dx) {
+  require_float("global_max_pool2d_backward", dy, "dy");
+  require_same_dtype("global_max_pool2d_backward", dy, dx, "dx");
+  MDTRAIN_CHECK(dx.ndim() == 4 && dx.dim(1) > 0 && dx.dim(2) > 0, std::invalid_argument,
+                "[global_max_pool2d_backward] dx must be (images, height, width, channels), got ",
+                to_string(dx.shape()));
+  const std::int64_t images = dx.dim(0), pixels = dx.dim(1) * dx.dim(2), channels = dx.dim(3);
+  MDTRAIN_CHECK(dy.numel() == images * channels, std::invalid_argument, "[global_max_pool2d_backward] dy ",
+                to_string(dy.shape()), " does not hold ", images, " x ", channels, " gradients");
+  require_argmax("global_max_pool2d_backward", argmax, dy);
+  if (!dy.device().is_cpu()) return cuda::global_max_pool2d_backward(dy, argmax, images, pixels, channels, dx);
+  dispatch_floating(dy.dtype(), "ops", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::global_max_pool2d_backward<T>(dy.data<T>(), argmax.data<std::int32_t>(), images, pixels, channels,
+                                       dx.data<T>());
+  });
+}
+
 namespace {
 // Below this many multiply-adds a convolution pass is too short to share: waking the team's
 // workers and adding the partial gradients would cost more than the second core gives.

@@ -67,4 +67,11 @@ void avg_pool2d_backward(const Tensor& dy, const Window2D& g, Tensor& dx);
 void global_avg_pool2d(const Tensor& x, Tensor& y);
 void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx);
 
+// Global max pooling (GlobalMaxPooling1D/2D): y[b, c] = the maximum of x[b, :, :, c] (x (images,
+// height, width, channels), y any shape of images * channels values), and argmax (Int32, y's
+// shape) the winning pixel (h * width + w) by math::global_max_index: the first of equal maxima,
+// a NaN over numbers. Backward writes dy to each winner and 0 to every other element of dx.
+void global_max_pool2d(const Tensor& x, Tensor& y, Tensor& argmax);
+void global_max_pool2d_backward(const Tensor& dy, const Tensor& argmax, Tensor& dx);
+
 }  // namespace mdtrain::ops

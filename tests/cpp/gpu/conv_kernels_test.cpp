@@ -233,6 +233,52 @@ TEST(CudaConvKernels, GlobalAvgPool2dBackwardMatchesCpu) {
   }
 }
 
+TEST(CudaConvKernels, GlobalMaxPool2dMatchesCpu) {
+  MDTRAIN_REQUIRE_GPU();
+  unsigned seed = 800;
+  for (DType dt : kFloats) {
+    for (const Shape& s : kGlobalShapes) {
+      Tensor x = random_tensor(s, dt, seed++);
+      // Ties and a NaN, so the GPU must pick the CPU's winner (the first) too.
+      if (s[1] * s[2] > 2) {
+        if (dt == DType::Float32) {
+          x.data<float>()[s[3]] = x.data<float>()[0];
+          x.data<float>()[2 * s[3]] = std::numeric_limits<float>::quiet_NaN();
+        } else {
+          x.data<double>()[s[3]] = x.data<double>()[0];
+          x.data<double>()[2 * s[3]] = std::numeric_limits<double>::quiet_NaN();
+        }
+      }
+      Tensor y({s[0], s[3]}, dt), argmax({s[0], s[3]}, DType::Int32);
+      Tensor gy = gpu_garbage(y.shape(), dt, seed++);
+      Tensor gargmax = to_gpu(argmax);
+      ops::global_max_pool2d(x, y, argmax);
+      ops::global_max_pool2d(to_gpu(x), gy, gargmax);
+      EXPECT_TRUE(same_bytes(gy, y)) << name_of(dt) << " " << to_string(s);
+      EXPECT_TRUE(same_bytes(gargmax, argmax)) << name_of(dt) << " " << to_string(s);
+    }
+  }
+}
+
+TEST(CudaConvKernels, GlobalMaxPool2dBackwardMatchesCpu) {
+  MDTRAIN_REQUIRE_GPU();
+  unsigned seed = 900;
+  for (DType dt : kFloats) {
+    for (const Shape& s : kGlobalShapes) {
+      const Tensor x = random_tensor(s, dt, seed++);
+      Tensor y({s[0], s[3]}, dt), argmax({s[0], s[3]}, DType::Int32);
+      ops::global_max_pool2d(x, y, argmax);
+      const Tensor dy = random_tensor({s[0], s[3]}, dt, seed++);
+      Tensor dx(s, dt);
+      Tensor gdx = gpu_garbage(s, dt, seed++);
+      ops::global_max_pool2d_backward(dy, argmax, dx);
+      Tensor gargmax = to_gpu(argmax);
+      ops::global_max_pool2d_backward(to_gpu(dy), gargmax, gdx);
+      EXPECT_TRUE(same_bytes(gdx, dx)) << name_of(dt) << " " << to_string(s);
+    }
+  }
+}
+
 std::string invalid_argument_of(const std::function<void()>& f) {
   try {
     f();

@@ -1,5 +1,7 @@
 // A small CNN trained end to end on GPUs (label "gpu"): Conv2D, MaxPooling2D, Conv2D, then
-// AveragePooling2D + Flatten or GlobalAveragePooling2D, then Dense. One epoch on one GPU against the
+// AveragePooling2D + Flatten, GlobalAveragePooling2D or GlobalMaxPooling2D, then Dense; and its
+// 1-D form on the images' rows as sequences (Conv1D with causal padding, the 1-D pools,
+// GlobalAveragePooling1D). One epoch on one GPU against the
 // same model on the CPU; MirroredStrategy on two GPUs keeping replicas bitwise identical after every
 // step and matching one GPU. The two models between them take every conv kernel through training:
 // same and valid padding, strides 2, dilation 2, overlapping max-pool windows (whose backward
@@ -19,11 +21,15 @@
 #include "gpu/gpu_test_util.h"
 #include "gpu/training_util.h"
 #include "mdtrain/model/model.h"
+#include "mdtrain/nn/conv1d.h"
 #include "mdtrain/nn/conv2d.h"
 #include "mdtrain/nn/dense.h"
 #include "mdtrain/nn/flatten.h"
+#include "mdtrain/nn/global_average_pooling1d.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
+#include "mdtrain/nn/global_max_pooling.h"
 #include "mdtrain/nn/loss.h"
+#include "mdtrain/nn/pooling1d.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/optim/registry.h"
 #include "mdtrain/strategy/mirrored_strategy.h"
@@ -86,12 +92,36 @@ std::shared_ptr<Layer> pool(bool max, std::int64_t size, std::int64_t stride, co
   return std::make_shared<AveragePooling2D>("average_pooling2d", o);
 }
 
-enum class Head { AveragePooling, GlobalAveragePooling };
+std::shared_ptr<Conv1D> conv1d(const char* name, std::int64_t filters, const char* padding, std::int64_t dilation) {
+  Conv2D::Options o;
+  o.filters = filters;
+  o.kernel_size = {3};
+  o.padding = padding;
+  o.strides = {1};
+  o.dilation_rate = {dilation};
+  o.activation = "relu";
+  return std::make_shared<Conv1D>(name, o);
+}
+
+std::shared_ptr<Layer> pool1d(bool max, std::int64_t size, std::int64_t stride, const char* padding) {
+  Pooling2D::Options o;
+  o.pool_size = {size};
+  o.strides = {stride};
+  o.padding = padding;
+  if (max) return std::make_shared<MaxPooling1D>("max_pooling1d", o);
+  return std::make_shared<AveragePooling1D>("average_pooling1d", o);
+}
+
+enum class Head { AveragePooling, GlobalAveragePooling, GlobalMaxPooling, Sequence };
 
 // AveragePooling: Conv2D(4, same) 12x12 -> MaxPooling2D(2) 6x6 -> Conv2D(6, valid, in chunks of
 //   one output row) 4x4 -> AveragePooling2D(3, strides 2, same) 2x2 -> Flatten -> Dense(3, softmax).
 // GlobalAveragePooling: Conv2D(4, same, strides 2) 6x6 -> MaxPooling2D(3, strides 1, same) 6x6 ->
 //   Conv2D(6, same, dilation 2) 6x6 -> GlobalAveragePooling2D -> Dense(3, softmax).
+// GlobalMaxPooling: the same with GlobalMaxPooling2D.
+// Sequence: each image as 12 steps of 24 channels: Conv1D(4, causal) -> MaxPooling1D(2) 6 ->
+//   Conv1D(6, same, dilation 2) -> AveragePooling1D(2, strides 1, same) -> GlobalAveragePooling1D
+//   -> Dense(3, softmax).
 std::unique_ptr<Model> small_cnn(Head head, std::shared_ptr<Strategy> strategy, const std::string& optimizer) {
   auto m = std::make_unique<Model>("small_cnn", 77);
   if (head == Head::AveragePooling) {
@@ -102,20 +132,34 @@ std::unique_ptr<Model> small_cnn(Head head, std::shared_ptr<Strategy> strategy, 
     m->add(chunked);
     m->add(pool(false, 3, 2, "same"));
     m->add(std::make_shared<Flatten>("flatten"));
+  } else if (head == Head::Sequence) {
+    m->add(conv1d("conv1d", 4, "causal", 1));
+    m->add(pool1d(true, 2, 2, "valid"));
+    m->add(conv1d("conv1d_1", 6, "same", 2));
+    m->add(pool1d(false, 2, 1, "same"));
+    m->add(std::make_shared<GlobalAveragePooling1D>("global_average_pooling1d"));
   } else {
     m->add(conv("conv2d", 4, "same", 2, 1));
     m->add(pool(true, 3, 1, "same"));
     m->add(conv("conv2d_1", 6, "same", 1, 2));
-    m->add(std::make_shared<GlobalAveragePooling2D>("global_average_pooling2d"));
+    if (head == Head::GlobalMaxPooling) m->add(std::make_shared<GlobalMaxPooling2D>("global_max_pooling2d"));
+    else m->add(std::make_shared<GlobalAveragePooling2D>("global_average_pooling2d"));
   }
   Dense::Options out;
   out.units = kClasses;
   out.activation = "softmax";
   m->add(std::make_shared<Dense>("dense", out));
-  m->build({kSide, kSide, kChannels});
+  if (head == Head::Sequence) m->build({kSide, kSide * kChannels});
+  else m->build({kSide, kSide, kChannels});
   m->compile(std::shared_ptr<Loss>(make_loss("sparse_categorical_crossentropy")),
              std::shared_ptr<Optimizer>(make_optimizer(optimizer)), {"accuracy"}, std::move(strategy));
   return m;
+}
+
+// The images, or for the Sequence head the same memory as (rows, steps, channels) sequences.
+Data inputs_for(Head head, const Data& d) {
+  if (head != Head::Sequence) return d;
+  return {d.x.reshape({kRows, kSide, kSide * kChannels}), d.labels};
 }
 
 Model::EpochResult one_epoch(Model& m, const Data& d, const Model::BatchCallback& cb = nullptr) {
@@ -125,14 +169,22 @@ Model::EpochResult one_epoch(Model& m, const Data& d, const Model::BatchCallback
   return m.train_epoch(d.x, d.labels, order.data(), kRows, kBatch, kRows / kBatch, cb);
 }
 
-const char* head_name(Head head) { return head == Head::AveragePooling ? "AveragePooling" : "GlobalAveragePooling"; }
+const char* head_name(Head head) {
+  switch (head) {
+    case Head::AveragePooling: return "AveragePooling";
+    case Head::GlobalAveragePooling: return "GlobalAveragePooling";
+    case Head::GlobalMaxPooling: return "GlobalMaxPooling";
+    case Head::Sequence: return "Sequence";
+  }
+  return "?";
+}
 void PrintTo(Head head, std::ostream* os) { *os << head_name(head); }  // for gtest's messages
 
 class SmallCnnOnGpu : public ::testing::TestWithParam<Head> {};
 
 TEST_P(SmallCnnOnGpu, OneEpochOnOneGpuMatchesTheCpu) {
   MDTRAIN_REQUIRE_GPU();
-  const Data d = make_data(3);
+  const Data d = inputs_for(GetParam(), make_data(3));
   for (const char* opt : {"sgd", "adam"}) {
     const std::string what = std::string(head_name(GetParam())) + " " + opt;
     auto on_cpu = small_cnn(GetParam(), std::make_shared<OneDeviceStrategy>(Device{}), opt);
@@ -160,7 +212,7 @@ TEST_P(SmallCnnOnGpu, MirroredOnTwoGpusKeepsReplicasIdenticalAndMatchesOneGpu) {
   MDTRAIN_REQUIRE_GPU();
   if (!gpu_testing::harness_on_cpu() && cuda::device_count() < 2)
     GTEST_SKIP() << "needs 2 GPUs, this process sees " << cuda::device_count();
-  const Data d = make_data(9);
+  const Data d = inputs_for(GetParam(), make_data(9));
   auto single = small_cnn(GetParam(), std::make_shared<OneDeviceStrategy>(kGpu), "adam");
   auto mirrored = small_cnn(GetParam(), two_gpus(), "adam");
   std::atomic<int> checked{0};
@@ -180,7 +232,9 @@ TEST_P(SmallCnnOnGpu, MirroredOnTwoGpusKeepsReplicasIdenticalAndMatchesOneGpu) {
   expect_weights_close(mirrored->get_weights(), single->get_weights(), head_name(GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(BothHeads, SmallCnnOnGpu, ::testing::Values(Head::AveragePooling, Head::GlobalAveragePooling),
+INSTANTIATE_TEST_SUITE_P(EveryHead, SmallCnnOnGpu,
+                         ::testing::Values(Head::AveragePooling, Head::GlobalAveragePooling, Head::GlobalMaxPooling,
+                                           Head::Sequence),
                          [](const ::testing::TestParamInfo<Head>& info) { return std::string(head_name(info.param)); });
 
 }  // namespace

@@ -372,5 +372,36 @@ TEST(GlobalAvgPool, MeansEachChannelOverTheImage) {
   EXPECT_TRUE(contains(message_of([&] { ops::global_avg_pool2d(flat, y); }), "(images, height, width, channels)"));
 }
 
+TEST(GlobalMaxPool, TakesEachChannelsMaximumAndRoutesTheGradientToIt) {
+  std::mt19937_64 rng(32);
+  Tensor x = random_tensor({3, 4, 5, 2}, DType::Float64, rng);
+  Tensor y({3, 2}, DType::Float64), argmax({3, 2}, DType::Int32);
+  ops::global_max_pool2d(x, y, argmax);
+  for (std::int64_t b = 0; b < 3; ++b)
+    for (std::int64_t c = 0; c < 2; ++c) {
+      std::int64_t best = 0;
+      for (std::int64_t p = 1; p < 20; ++p)
+        if (get(x, (b * 20 + p) * 2 + c) > get(x, (b * 20 + best) * 2 + c)) best = p;
+      EXPECT_EQ(argmax.data<std::int32_t>()[b * 2 + c], best);
+      EXPECT_EQ(get(y, b * 2 + c), get(x, (b * 20 + best) * 2 + c));
+    }
+  Tensor dy = random_tensor({3, 2}, DType::Float64, rng), dx({3, 4, 5, 2}, DType::Float64);
+  ops::global_max_pool2d_backward(dy, argmax, dx);
+  for (std::int64_t b = 0; b < 3; ++b)
+    for (std::int64_t p = 0; p < 20; ++p)
+      for (std::int64_t c = 0; c < 2; ++c)
+        EXPECT_EQ(get(dx, (b * 20 + p) * 2 + c),
+                  p == argmax.data<std::int32_t>()[b * 2 + c] ? get(dy, b * 2 + c) : 0.0);
+  Tensor wrong({3, 3}, DType::Float64), flat({3, 40}, DType::Float64), bad_argmax({3, 2}, DType::Int64);
+  EXPECT_TRUE(contains(message_of([&] { ops::global_max_pool2d(x, wrong, argmax); }),
+                       "[global_max_pool2d] y (3, 3) does not hold 3 x 2 maxima"));
+  EXPECT_TRUE(
+      contains(message_of([&] { ops::global_max_pool2d(flat, y, argmax); }), "(images, height, width, channels)"));
+  EXPECT_TRUE(contains(message_of([&] { ops::global_max_pool2d(x, y, bad_argmax); }),
+                       "[global_max_pool2d] argmax must be an int32 tensor of shape (3, 2)"));
+  EXPECT_TRUE(contains(message_of([&] { ops::global_max_pool2d_backward(wrong, argmax, dx); }),
+                       "[global_max_pool2d_backward] dy (3, 3) does not hold 3 x 2 gradients"));
+}
+
 }  // namespace
 }  // namespace mdtrain

@@ -316,15 +316,40 @@ void global_avg_pool2d_backward(const T* dy, std::int64_t images, std::int64_t p
   }
 }
 
-#define MDTRAIN_INSTANTIATE(T)                                                                            \
-  template void im2col<T>(const T*, std::int64_t, std::int64_t, const Window2D&, T*);                     \
-  template void col2im_accumulate<T>(const T*, std::int64_t, std::int64_t, const Window2D&, T*);          \
-  template void max_pool2d<T>(const T*, std::int64_t, const Window2D&, T*, std::int32_t*);                \
-  template void max_pool2d_backward<T>(const T*, const std::int32_t*, std::int64_t, const Window2D&, T*); \
-  template void avg_pool2d<T>(const T*, std::int64_t, const Window2D&, T*);                               \
-  template void avg_pool2d_backward<T>(const T*, std::int64_t, const Window2D&, T*);                      \
-  template void global_avg_pool2d<T>(const T*, std::int64_t, std::int64_t, std::int64_t, T*);             \
-  template void global_avg_pool2d_backward<T>(const T*, std::int64_t, std::int64_t, std::int64_t, T*);
+template <class T>
+void global_max_pool2d(const T* x, std::int64_t images, std::int64_t pixels, std::int64_t channels, T* y,
+                       std::int32_t* argmax) {
+  for (std::int64_t b = 0; b < images; ++b)
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const T* img = x + b * pixels * channels + c;
+      const std::int64_t best = math::global_max_index(img, pixels, channels);
+      y[b * channels + c] = img[best * channels];
+      argmax[b * channels + c] = static_cast<std::int32_t>(best);
+    }
+}
+
+template <class T>
+void global_max_pool2d_backward(const T* dy, const std::int32_t* argmax, std::int64_t images, std::int64_t pixels,
+                                std::int64_t channels, T* dx) {
+  for (std::int64_t b = 0; b < images; ++b)
+    for (std::int64_t p = 0; p < pixels; ++p)
+      for (std::int64_t c = 0; c < channels; ++c)
+        dx[(b * pixels + p) * channels + c] =
+            math::global_max_grad_at(dy[b * channels + c], p, argmax[b * channels + c]);
+}
+
+#define MDTRAIN_INSTANTIATE(T)                                                                                         \
+  template void im2col<T>(const T*, std::int64_t, std::int64_t, const Window2D&, T*);                                  \
+  template void col2im_accumulate<T>(const T*, std::int64_t, std::int64_t, const Window2D&, T*);                       \
+  template void max_pool2d<T>(const T*, std::int64_t, const Window2D&, T*, std::int32_t*);                             \
+  template void max_pool2d_backward<T>(const T*, const std::int32_t*, std::int64_t, const Window2D&, T*);              \
+  template void avg_pool2d<T>(const T*, std::int64_t, const Window2D&, T*);                                            \
+  template void avg_pool2d_backward<T>(const T*, std::int64_t, const Window2D&, T*);                                   \
+  template void global_avg_pool2d<T>(const T*, std::int64_t, std::int64_t, std::int64_t, T*);                          \
+  template void global_avg_pool2d_backward<T>(const T*, std::int64_t, std::int64_t, std::int64_t, T*);                 \
+  template void global_max_pool2d<T>(const T*, std::int64_t, std::int64_t, std::int64_t, T*, std::int32_t*);           \
+  template void global_max_pool2d_backward<T>(const T*, const std::int32_t*, std::int64_t, std::int64_t, std::int64_t, \
+                                              T*);
 MDTRAIN_INSTANTIATE(float)
 MDTRAIN_INSTANTIATE(double)
 #undef MDTRAIN_INSTANTIATE

@@ -26,5 +26,11 @@ template <class T>
 void global_avg_pool2d(const T* x, std::int64_t images, std::int64_t pixels, std::int64_t channels, T* y);
 template <class T>
 void global_avg_pool2d_backward(const T* dy, std::int64_t images, std::int64_t pixels, std::int64_t channels, T* dx);
+template <class T>
+void global_max_pool2d(const T* x, std::int64_t images, std::int64_t pixels, std::int64_t channels, T* y,
+                       std::int32_t* argmax);
+template <class T>
+void global_max_pool2d_backward(const T* dy, const std::int32_t* argmax, std::int64_t images, std::int64_t pixels,
+                                std::int64_t channels, T* dx);
 
 }  // namespace mdtrain::cpu

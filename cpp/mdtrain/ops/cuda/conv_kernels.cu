@@ -246,6 +246,31 @@ __global__ void global_avg_pool2d_backward_kernel(const T* dy, I pixels, I chann
   }
 }
 
+// y[i], argmax[i] for i = (b, c): the winning pixel by math::global_max_index (pixel order, as
+// the CPU loop scans).
+template <class T, class I>
+__global__ void global_max_pool2d_kernel(const T* x, I pixels, I channels, I n, T* y, std::int32_t* argmax) {
+  for (I i = first_index<I>(); i < n; i += grid_stride<I>()) {
+    const I b = i / channels, c = i - b * channels;
+    const T* img = x + b * pixels * channels + c;
+    const auto best = static_cast<I>(
+        math::global_max_index(img, static_cast<std::int64_t>(pixels), static_cast<std::int64_t>(channels)));
+    y[i] = img[best * channels];
+    argmax[i] = static_cast<std::int32_t>(best);
+  }
+}
+
+// dx[i] for i = ((b, pixel), c): dy[b, c] at the winning pixel, 0 elsewhere.
+template <class T, class I>
+__global__ void global_max_pool2d_backward_kernel(const T* dy, const std::int32_t* argmax, I pixels, I channels, I n,
+                                                  T* dx) {
+  for (I i = first_index<I>(); i < n; i += grid_stride<I>()) {
+    const I c = i % channels, pixel = (i / channels) % pixels, b = i / (pixels * channels);
+    dx[i] = math::global_max_grad_at(dy[b * channels + c], static_cast<std::int64_t>(pixel),
+                                     static_cast<std::int64_t>(argmax[b * channels + c]));
+  }
+}
+
 // f(T{}, I{}) for the tensor's float type and the index type.
 template <class F>
 void by_types(DType dtype, bool small, F&& f) {
@@ -376,6 +401,36 @@ void global_avg_pool2d_backward(const Tensor& dy, std::int64_t images, std::int6
                                                     static_cast<I>(n), dx.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("global_avg_pool2d_backward_kernel");
+}
+
+void global_max_pool2d(const Tensor& x, std::int64_t images, std::int64_t pixels, std::int64_t channels, Tensor& y,
+                       Tensor& argmax) {
+  const std::int64_t n = images * channels;
+  if (n == 0) return;
+  OnDevice on(x);
+  by_types(x.dtype(), fits_int32({x.numel()}), [&](auto t, auto index) {
+    using T = decltype(t);
+    using I = decltype(index);
+    global_max_pool2d_kernel<T, I>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), static_cast<I>(pixels), static_cast<I>(channels),
+                                                    static_cast<I>(n), y.data<T>(), argmax.data<std::int32_t>());
+  });
+  MDTRAIN_CUDA_CHECK_LAUNCH("global_max_pool2d_kernel");
+}
+
+void global_max_pool2d_backward(const Tensor& dy, const Tensor& argmax, std::int64_t images, std::int64_t pixels,
+                                std::int64_t channels, Tensor& dx) {
+  const std::int64_t n = images * pixels * channels;
+  if (n == 0) return;
+  OnDevice on(dx);
+  by_types(dx.dtype(), fits_int32({n}), [&](auto t, auto index) {
+    using T = decltype(t);
+    using I = decltype(index);
+    global_max_pool2d_backward_kernel<T, I>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(dy.data<T>(), argmax.data<std::int32_t>(), static_cast<I>(pixels),
+                                                    static_cast<I>(channels), static_cast<I>(n), dx.data<T>());
+  });
+  MDTRAIN_CUDA_CHECK_LAUNCH("global_max_pool2d_backward_kernel");
 }
 
 }  // namespace mdtrain::cuda

@@ -34,5 +34,10 @@ void avg_pool2d_backward(const Tensor& dy, const Window2D& g, Tensor& dx);
 void global_avg_pool2d(const Tensor& x, std::int64_t images, std::int64_t pixels, std::int64_t channels, Tensor& y);
 void global_avg_pool2d_backward(const Tensor& dy, std::int64_t images, std::int64_t pixels, std::int64_t channels,
                                 Tensor& dx);
+// argmax: Int32, images x channels, on the same GPU.
+void global_max_pool2d(const Tensor& x, std::int64_t images, std::int64_t pixels, std::int64_t channels, Tensor& y,
+                       Tensor& argmax);
+void global_max_pool2d_backward(const Tensor& dy, const Tensor& argmax, std::int64_t images, std::int64_t pixels,
+                                std::int64_t channels, Tensor& dx);
 
 }  // namespace mdtrain::cuda

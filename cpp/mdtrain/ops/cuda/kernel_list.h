@@ -111,6 +111,10 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaConvKernels.GlobalAvgPool2dMatchesCpu"},
     {"global_avg_pool2d_backward_kernel", "ops/cuda/conv_kernels.cu", "", "one division per element",
      "CudaConvKernels.GlobalAvgPool2dBackwardMatchesCpu"},
+    {"global_max_pool2d_kernel", "ops/cuda/conv_kernels.cu", "math::global_max_index", "",
+     "CudaConvKernels.GlobalMaxPool2dMatchesCpu"},
+    {"global_max_pool2d_backward_kernel", "ops/cuda/conv_kernels.cu", "math::global_max_grad_at", "",
+     "CudaConvKernels.GlobalMaxPool2dBackwardMatchesCpu"},
     // ops/embedding.h
     {"embedding_rows_kernel", "ops/cuda/embedding_kernels.cu", "math::embedding_row", "",
      "CudaEmbeddingKernels.RowsMatchCpuAndFindTheFirstBadIndex"},

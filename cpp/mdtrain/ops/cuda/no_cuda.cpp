@@ -103,6 +103,12 @@ void global_avg_pool2d(const Tensor&, std::int64_t, std::int64_t, std::int64_t, 
 void global_avg_pool2d_backward(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
   unavailable("global_avg_pool2d_backward");
 }
+void global_max_pool2d(const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&, Tensor&) {
+  unavailable("global_max_pool2d");
+}
+void global_max_pool2d_backward(const Tensor&, const Tensor&, std::int64_t, std::int64_t, std::int64_t, Tensor&) {
+  unavailable("global_max_pool2d_backward");
+}
 
 // ops/cuda/embedding_kernels.h
 std::int64_t embedding_rows(const Tensor&, std::int64_t, Tensor&) { unavailable("embedding_rows"); }

@@ -2,9 +2,11 @@
 kind of layer as Keras groups them; base_layer.py has the base class and the registry."""
 from mdtrain.keras.layers.base_layer import _BASE_KWARGS, _CLASSES, Layer, _core_layer, _shape_tuple, _wrap_core_layer
 from mdtrain.keras.layers.core import Activation, Dense, Dropout, Flatten, Input, InputLayer, Masking, Reshape
-from mdtrain.keras.layers.convolutional import Conv2D, Convolution2D
-from mdtrain.keras.layers.pooling import (AveragePooling2D, AvgPool2D, GlobalAveragePooling2D, GlobalAvgPool2D,
-                                          MaxPool2D, MaxPooling2D)
+from mdtrain.keras.layers.convolutional import Conv1D, Conv2D, Convolution1D, Convolution2D
+from mdtrain.keras.layers.pooling import (AveragePooling1D, AveragePooling2D, AvgPool1D, AvgPool2D,
+                                          GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalAvgPool1D,
+                                          GlobalAvgPool2D, GlobalMaxPool1D, GlobalMaxPool2D, GlobalMaxPooling1D,
+                                          GlobalMaxPooling2D, MaxPool1D, MaxPool2D, MaxPooling1D, MaxPooling2D)
 from mdtrain.keras.layers.normalization import BatchNormalization, LayerNormalization
 from mdtrain.keras.layers.embedding import Embedding
 from mdtrain.keras.layers.merging import Add, Concatenate, Multiply, add, concatenate, multiply

@@ -18,9 +18,15 @@ def _keras_default_name(kwargs, prefix):
 
 def _int_pair(value, argname, layer_name):
     """Keras's standardize_tuple: an int n is (n, n); anything else must be a sequence of ints."""
+    return _int_tuple(value, 2, argname, layer_name)
+
+
+def _int_tuple(value, n, argname, layer_name):
+    """Keras's standardize_tuple for an n-tuple (n = 1: the 1-D layers); C++ checks the length."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return [int(value)] * 2
-    message = f'layer "{layer_name}": The `{argname}` argument must be a tuple of 2 integers. Received {argname}={value!r}'
+        return [int(value)] * n
+    message = (f'layer "{layer_name}": The `{argname}` argument must be a tuple of {n} integers. '
+               f"Received {argname}={value!r}")
     if isinstance(value, str):
         raise ValueError(message)
     try:

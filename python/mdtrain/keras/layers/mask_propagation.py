@@ -13,7 +13,7 @@ def mask_after(layer, mask_source):
     """Keras's mask propagation, as nn/layer_stack.cpp runs it: the name of the layer whose mask the
     output of `layer` carries, given the one its input carries (None: no mask). Embedding(mask_zero)
     and Masking make one; recurrent layers and Bidirectional read it and keep it with
-    return_sequences; Dense, Dropout, Activation, LayerNormalization pass it on; the other layers
+    return_sequences; GlobalAveragePooling1D reads it and drops it; Dense, Dropout, Activation, LayerNormalization pass it on; the other layers
     drop it, as Keras's (Flatten, Reshape, ...). BatchNormalization would use it in Keras (moments
     over the kept steps only): refused."""
     if getattr(layer, "mask_zero", False) or isinstance(layer, Masking):
@@ -33,4 +33,5 @@ def mask_after(layer, mask_source):
 def _returns_sequences(layer):
     if isinstance(layer, Bidirectional):
         return bool(json.loads(layer._core.config_json())["layer"]["config"].get("return_sequences", False))
-    return bool(layer.return_sequences)
+    # GlobalAveragePooling1D reads the mask and returns no steps (Keras's compute_mask: None).
+    return bool(getattr(layer, "return_sequences", False))
