@@ -177,12 +177,42 @@ def test_deterministic_mode_gives_the_same_weights_twice_and_equals_serial_train
     _core.set_cpu_threads(int(cluster.task_env("worker")["MDTRAIN_CPU_THREADS"]))
     try:
         for k in range(24):
-            bx, by = next(batches[k % 2])
+            bx, by, _ = next(batches[k % 2])
             reference.train_on_batch(bx, by)
     finally:
         _core.set_cpu_threads(before)
     for got, want in zip(results[1], reference.get_weights()):
         np.testing.assert_array_equal(got, want)
+
+
+def test_sample_and_class_weights_train_as_serial_weighted_steps(cluster, make_strategy, fashion):
+    """Deterministic mode, so the servers apply the workers' weighted steps in a fixed order: the
+    weights equal serial train_on_batch calls with the same batches and their weights."""
+    x, y = fashion[0][:1024], fashion[1][:1024]
+    sample_weight = np.random.default_rng(3).uniform(0, 2, len(x)).astype(np.float32)
+    class_weight = {0: 3.0, 6: 0.25}
+    for weights in ({"sample_weight": sample_weight}, {"class_weight": class_weight}):
+        tf.keras.utils.set_random_seed(7)
+        strategy = make_strategy(deterministic=True)
+        model = seed_model(strategy, optimizer=tf.keras.optimizers.SGD(0.05))
+        initial = model.get_weights()
+        model.fit(x, y, batch_size=64, epochs=1, steps_per_epoch=8, verbose=0, **weights)
+        reference = seed_model(tf.distribute.OneDeviceStrategy("/cpu:0"), optimizer=tf.keras.optimizers.SGD(0.05))
+        reference.set_weights(initial)
+        w = sample_weight if "sample_weight" in weights else np.array([class_weight.get(int(c), 1.0) for c in y],
+                                                                      np.float32)
+        batches = [_ArrayBatches(x, y.astype(np.int32), 64, True, model._epoch_seed(), w)(InputContext(2, k))
+                   for k in range(2)]
+        before = _core.cpu_thread_count()
+        _core.set_cpu_threads(int(cluster.task_env("worker")["MDTRAIN_CPU_THREADS"]))
+        try:
+            for k in range(8):
+                bx, by, bw = next(batches[k % 2])
+                reference.train_on_batch(bx, by, sample_weight=bw)
+        finally:
+            _core.set_cpu_threads(before)
+        for got, want in zip(model.get_weights(), reference.get_weights()):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_custom_loop_schedules_steps_and_reports_errors(make_strategy, fashion):

@@ -39,8 +39,9 @@ struct GlobalBatch {
 };
 
 // The batch's rows of x and y, in order, into x_out and y_out (made (count, ...) when they are not):
-// the whole global batch in one place, for executors that do not cut it into replica slices.
-void gather_global_batch(const GlobalBatch& batch, Tensor& x_out, Tensor& y_out);
+// the whole global batch in one place, for executors that do not cut it into replica slices. With
+// w_out, the rows' sample weights too (when the batch has them).
+void gather_global_batch(const GlobalBatch& batch, Tensor& x_out, Tensor& y_out, Tensor* w_out = nullptr);
 
 // What a step reports of its loss, exactly as the caller needs it for Keras's running mean:
 // `sum` = the sum of per-example losses over the whole global batch (every replica, every

@@ -43,7 +43,8 @@ class DatasetCreator:
 
 
 class _Batches:
-    """A worker's endless (x, y) batches of a dataset or of a dataset_fn's dataset."""
+    """A worker's endless (x, y, sample_weight or None) batches of a dataset or of a dataset_fn's
+    dataset."""
 
     def __init__(self, source):
         self.source = source
@@ -57,20 +58,18 @@ class _Batches:
             produced = False
             for element in dataset:
                 produced = True
-                x, y, w = _xy(element, "fit")
-                if w is not None:
-                    raise NotImplementedError("fit under ParameterServerStrategy: datasets yielding sample weights "
-                                              "(x, y, sample_weight) are not supported yet")
-                yield x, y
+                yield _xy(element, "fit")
             if not produced:
                 raise ValueError("fit: the dataset yielded no batches")
 
 
 class _ArrayBatches:
-    """A worker's endless batches of arrays: its own shuffle of them, pass after pass."""
+    """A worker's endless (x, y, sample_weight or None) batches of arrays: its own shuffle of them,
+    pass after pass."""
 
-    def __init__(self, x, y, batch_size, shuffle, seed):
+    def __init__(self, x, y, batch_size, shuffle, seed, w=None):
         self.x, self.y, self.batch_size, self.shuffle, self.seed = x, y, batch_size, shuffle, seed
+        self.w = w
 
     def __call__(self, input_context=None):
         worker = 0 if input_context is None else input_context.input_pipeline_id
@@ -80,38 +79,41 @@ class _ArrayBatches:
                      else np.arange(n))
             for begin in range(0, n, self.batch_size):
                 rows = order[begin:begin + self.batch_size]
-                yield self.x[rows], self.y[rows]
+                yield self.x[rows], self.y[rows], None if self.w is None else self.w[rows]
 
 
-def _train_step(model, iterator):
-    """One training step on a worker."""
-    x, y = next(iterator)
-    logs = model.train_on_batch(x, y, return_dict=True)
+def _train_step(model, iterator, class_weight):
+    """One training step on a worker (class_weight: fit's, for the batches of a dataset)."""
+    x, y, w = next(iterator)
+    logs = model.train_on_batch(x, y, sample_weight=w, class_weight=class_weight, return_dict=True)
     return len(x), logs
 
 
-def _train_steps(model, iterator, steps):
+def _train_steps(model, iterator, steps, class_weight=None):
     """The closure fit schedules: `steps` training steps on a worker (compile's steps_per_execution)."""
-    return [_train_step(model, iterator) for _ in range(steps)]
+    return [_train_step(model, iterator, class_weight) for _ in range(steps)]
 
 
 def fit(model, strategy, x, y, batch_size, epochs, verbose, callbacks, validation_data, shuffle, initial_epoch,
-        steps_per_epoch, validation_batch_size, validation_freq):
+        steps_per_epoch, validation_batch_size, validation_freq, sample_weight=None, class_weight=None):
     from mdtrain.keras import callbacks as _callbacks
     from mdtrain.keras._data_adapter import check_batch_size, check_count, is_dataset
+    from mdtrain.keras._sample_weights import per_sample_weights
 
     if validation_data is not None and is_dataset(validation_data):
         raise ValueError("fit under ParameterServerStrategy: pass validation_data as arrays (x_val, y_val)")
     if isinstance(x, DatasetCreator) or (callable(x) and not is_dataset(x)):
-        if y is not None:
-            raise ValueError("fit: with a dataset function, y must not be given")
+        if y is not None or sample_weight is not None:
+            raise ValueError("fit: with a dataset function, y and sample_weight must not be given (it yields "
+                             "(x, y) or (x, y, sample_weight))")
         if steps_per_epoch is None:
             raise ValueError("fit under ParameterServerStrategy: steps_per_epoch is required with a DatasetCreator "
                              "or dataset function (each worker's dataset repeats)")
         source = _Batches(x)
     elif is_dataset(x):
-        if y is not None:
-            raise ValueError("fit: when x is a dataset it yields (x, y); y must not be given")
+        if y is not None or sample_weight is not None:
+            raise ValueError("fit: when x is a dataset it yields (x, y) or (x, y, sample_weight); y and "
+                             "sample_weight must not be given")
         if steps_per_epoch is None:
             card = int(x.cardinality())
             if card < 0:
@@ -120,27 +122,34 @@ def fit(model, strategy, x, y, batch_size, epochs, verbose, callbacks, validatio
             steps_per_epoch = card
         source = _Batches(x)
     else:
-        prepared_x, _ = model._prepare_xy(x, y, "fit")  # checks now; workers convert their batches
+        prepared_x, prepared_y = model._prepare_xy(x, y, "fit")  # checks now; workers convert their batches
+        # Array weights (class_weight read from all labels at once) go to the workers with the arrays.
+        weights = per_sample_weights(sample_weight, class_weight, prepared_y, "fit")
+        class_weight = None
         if len(prepared_x) == 0:
             raise ValueError("fit: the training data is empty (x has 0 samples)")
         batch_size = check_batch_size(batch_size, "fit")
         if steps_per_epoch is None:
             steps_per_epoch = math.ceil(len(prepared_x) / batch_size)
         source = None
-        del prepared_x
+        del prepared_x, prepared_y
     steps = check_count(steps_per_epoch, "steps_per_epoch", "fit")
     if validation_data is not None:
-        validation_data = model._prepare_xy(validation_data[0], validation_data[1], "fit (validation_data)")
+        vx, vy = model._prepare_xy(validation_data[0], validation_data[1], "fit (validation_data)")
+        vw = per_sample_weights(validation_data[2] if len(validation_data) == 3 else None, None, vy,
+                                "fit (validation_data)")
+        validation_data = (vx, vy, vw)
 
     coordinator = strategy._coordinator_or_new()
     job = strategy._job(model)
     if source is None:
         # The arrays go to each worker once (as the caller's arrays: uint8 images stay 4x smaller
         # than float32) and their endless shuffle continues from one fit call to the next.
-        key = (id(x), id(y), batch_size, shuffle not in (False, None))
+        key = (id(x), id(y), batch_size, shuffle not in (False, None),
+               None if weights is None else weights.tobytes())
         cached = job.array_iterators.get(key)
         if cached is None:
-            source = _ArrayBatches(np.asarray(x), np.asarray(y), batch_size, key[3], model._epoch_seed())
+            source = _ArrayBatches(np.asarray(x), np.asarray(y), batch_size, key[3], model._epoch_seed(), weights)
             cached = job.array_iterators[key] = (x, y, iter(coordinator.create_per_worker_dataset(source)))
         iterator = cached[2]
     else:
@@ -169,7 +178,8 @@ def fit(model, strategy, x, y, batch_size, epochs, verbose, callbacks, validatio
                 chunk_results = []
                 for first in range(0, chunk, per_closure):
                     k = min(per_closure, chunk - first)
-                    chunk_results.append(coordinator.schedule(_train_steps, args=(model, iterator, k), steps=k))
+                    chunk_results.append(coordinator.schedule(_train_steps, args=(model, iterator, k, class_weight),
+                                                              steps=k))
                 coordinator.join()
                 step += chunk
                 results += chunk_results
@@ -186,7 +196,8 @@ def fit(model, strategy, x, y, batch_size, epochs, verbose, callbacks, validatio
             continue
         if validation_data is not None and (epoch + 1) % validation_freq == 0:
             val_logs = model._core.evaluate(validation_data[0], validation_data[1],
-                                            check_batch_size(validation_batch_size, "fit", batch_size or 32), None)
+                                            check_batch_size(validation_batch_size, "fit", batch_size or 32), None,
+                                            validation_data[2])
             logs.update({"val_" + k: v for k, v in val_logs.items()})
         epoch, step = epoch + 1, 0
         cbs.on_epoch_end(epoch - 1, logs)

@@ -580,17 +580,12 @@ class Model:
         if scheduled_fit is not None and self._outputs is not None:
             raise NotImplementedError(f"fit: model '{self.name}' has several outputs; ParameterServerStrategy does "
                                       "not train such models yet (every other strategy does)")
-        weighted = (class_weight is not None or sample_weight is not None or
-                    (isinstance(validation_data, (tuple, list)) and len(validation_data) == 3
-                     and validation_data[2] is not None))
-        if scheduled_fit is not None and weighted:
-            raise NotImplementedError("fit under ParameterServerStrategy: class_weight and sample weights are not "
-                                      "supported yet (the data-parallel strategies take them)")
         if scheduled_fit is not None:  # ParameterServerStrategy: the steps run on its workers
             return scheduled_fit(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                                  callbacks=callbacks, validation_data=validation_data, shuffle=shuffle,
                                  initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
-                                 validation_batch_size=validation_batch_size, validation_freq=validation_freq)
+                                 validation_batch_size=validation_batch_size, validation_freq=validation_freq,
+                                 sample_weight=sample_weight, class_weight=class_weight)
         batch_size = check_batch_size(batch_size, "fit")
         if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
             raise ValueError(f"fit: epochs must be a non-negative integer, got {epochs!r}")

@@ -84,7 +84,7 @@ void ParameterServerWorkerExecutor::wait_for_version(std::uint64_t version, std:
 }
 
 void ParameterServerWorkerExecutor::gather_batch(const GlobalBatch& batch) {
-  gather_global_batch(batch, x_batch_, y_batch_);
+  gather_global_batch(batch, x_batch_, y_batch_, &w_batch_);
 }
 
 StepLoss ParameterServerWorkerExecutor::train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) {
@@ -105,11 +105,12 @@ StepLoss ParameterServerWorkerExecutor::train_step(const GlobalBatch& batch, Rep
   ensure_buffer(dpred_, pred.shape(), pred.dtype());
   // A worker's batch is the whole global batch of its step (asynchronous training).
   const BatchLossScale ls = batch_loss_scale(*loss_, y_batch_, pred, batch.count, loss_->counted_labels(y_batch_));
+  const Tensor* weights = batch.sample_weight ? &w_batch_ : nullptr;
   if (logits_loss_) {
-    loss_sum_ = logits_loss_->forward_backward(y_batch_, primary_.logits(), ls.grad_scale, &dpred_);
+    loss_sum_ = logits_loss_->forward_backward(y_batch_, primary_.logits(), ls.grad_scale, &dpred_, weights);
     primary_.backward_from_logits(dpred_, {});
   } else {
-    loss_sum_ = loss_->forward_backward(y_batch_, pred, ls.grad_scale, &dpred_);
+    loss_sum_ = loss_->forward_backward(y_batch_, pred, ls.grad_scale, &dpred_, weights);
     primary_.backward(dpred_, {});
   }
   loss_sum_ *= ls.report_factor;
@@ -151,8 +152,9 @@ StepLoss ParameterServerWorkerExecutor::test_step(const GlobalBatch& batch, Repl
   gather_batch(batch);
   ForwardContext ctx;
   Tensor pred = primary_.forward(x_batch_, ctx);
-  loss_sum_ = logits_loss_ ? logits_loss_->forward_backward(y_batch_, primary_.logits(), 1.0, nullptr)
-                           : loss_->forward_backward(y_batch_, pred, 1.0, nullptr);
+  const Tensor* weights = batch.sample_weight ? &w_batch_ : nullptr;
+  loss_sum_ = logits_loss_ ? logits_loss_->forward_backward(y_batch_, primary_.logits(), 1.0, nullptr, weights)
+                           : loss_->forward_backward(y_batch_, pred, 1.0, nullptr, weights);
   loss_sum_ *= batch_loss_scale(*loss_, y_batch_, pred, batch.count, loss_->counted_labels(y_batch_)).report_factor;
   if (outputs) outputs->on_replica_output(0, y_batch_, pred);
   StepLoss result;

@@ -27,6 +27,7 @@ class ParameterServerWorkerExecutor final : public StepExecutor {
 
   StepLoss train_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
   StepLoss test_step(const GlobalBatch& batch, ReplicaOutputSink* outputs) override;
+  bool supports_sample_weights() const override { return true; }
   void predict_step(const Tensor& x, std::int64_t begin, std::int64_t count, Tensor& out) override;
 
   // The roster has one replica, the primary, with the worker's copy of the job's optimizer (its
@@ -55,7 +56,7 @@ class ParameterServerWorkerExecutor final : public StepExecutor {
   std::vector<Tensor> values_;  // views of the primary's trainable weights, in layout order
   std::vector<Tensor> grads_;   // views of their gradients
   std::vector<std::uint64_t> versions_;
-  Tensor x_batch_, y_batch_, dpred_;
+  Tensor x_batch_, y_batch_, w_batch_, dpred_;  // w_batch_: the step's sample weights, when given
   double loss_sum_ = 0;
   StepProfile profile_;
 };
