@@ -119,3 +119,65 @@ def test_get_layer_by_name_or_index_as_keras():
         model.get_layer("d9")
     with pytest.raises(ValueError, match="Provide either a layer name or layer index"):
         model.get_layer()
+
+
+def test_feature_extraction_from_a_sequential_model_as_keras_documents():
+    """keras.Model(inputs=model.inputs, outputs=[layer.output for layer in model.layers]): the new
+    model shares the layers (and so the weights, also after training) and gives every layer's
+    output."""
+    model = three_dense()
+    x, y = data()
+    extractor = keras.Model(inputs=model.inputs, outputs=[layer.output for layer in model.layers])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    features = extractor.predict(x, verbose=0)
+    assert [f.shape for f in features] == [(32, 5), (32, 3), (32, 2)]
+    w = [layer.get_weights() for layer in model.layers]
+    h1 = np.tanh(x @ w[0][0] + w[0][1])
+    np.testing.assert_allclose(features[0], h1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(features[2], model.predict(x, verbose=0), rtol=1e-6, atol=1e-7)
+    assert model.input.shape == (None, 4) and model.output.shape == (None, 2)
+    assert model.layers[1].input is model.layers[0].output
+
+
+def test_a_new_head_on_a_trained_models_features():
+    model = three_dense()
+    head = L.Dense(1, name="new_head")(model.get_layer("d2").output)
+    transfer = keras.Model(model.input, head)
+    assert [layer.name for layer in transfer.layers] == ["d1", "d2", "new_head"]
+    transfer.compile(optimizer="sgd", loss="mse")
+    x, _ = data()
+    transfer.fit(x, np.ones((32, 1), np.float32), epochs=1, verbose=0)
+    # The shared layers trained in place: the original model computes with their new weights.
+    w = [layer.get_weights() for layer in transfer.layers[:2]]
+    hidden = np.maximum(np.tanh(x @ w[0][0] + w[0][1]) @ w[1][0] + w[1][1], 0)
+    d3 = model.get_layer("d3").get_weights()
+    np.testing.assert_allclose(model.predict(x, verbose=0), hidden @ d3[0] + d3[1], rtol=1e-5, atol=1e-6)
+
+
+def test_functional_models_keep_the_tensors_they_were_made_from():
+    inputs = keras.Input((4,))
+    hidden = L.Dense(3, name="h")(inputs)
+    outputs = L.Dense(2, name="o")(hidden)
+    model = keras.Model(inputs, outputs)
+    assert model.input is inputs and model.inputs == [inputs] and model.output is outputs
+    assert model.get_layer("h").output is hidden and model.get_layer("o").input is hidden
+
+
+def test_a_loaded_model_has_inputs_and_outputs_too(tmp_path):
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, L.Dense(2, name="o")(L.Dense(3, name="h")(inputs)))
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    extractor = keras.Model(loaded.inputs, loaded.get_layer("h").output)
+    x, _ = data()
+    h = loaded.get_layer("h").get_weights()
+    np.testing.assert_allclose(extractor.predict(x, verbose=0), x @ h[0] + h[1], rtol=1e-5, atol=1e-6)
+
+
+def test_an_unbuilt_model_or_uncalled_layer_has_no_symbolic_input():
+    model = keras.Sequential([L.Dense(2)])
+    with pytest.raises(AttributeError, match="has never been called and thus has no defined input"):
+        model.inputs
+    with pytest.raises(AttributeError, match="has never been called and thus has no defined output"):
+        L.Dense(2).output

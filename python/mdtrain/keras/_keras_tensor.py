@@ -34,10 +34,11 @@ class TracingError(TypeError):
 
 
 class _Node:
-    __slots__ = ("layer", "inputs", "output")
+    __slots__ = ("layer", "inputs", "output", "replayed")
 
-    def __init__(self, layer, inputs):
-        self.layer, self.inputs, self.output = layer, inputs, None
+    def __init__(self, layer, inputs, replayed=False):
+        # replayed: made by replay() for a built model's model.inputs/outputs, not by a call.
+        self.layer, self.inputs, self.output, self.replayed = layer, inputs, None, replayed
 
 
 class KerasTensor:
@@ -177,9 +178,21 @@ def call_symbolic(layer, inputs):
         given = ", ".join(str(t.shape) for t in tensors)
         raise ValueError(f'Layer "{layer.name}" ({type(layer).__name__}) cannot be called on inputs of shape '
                          f"{given}: {e}") from None
-    # Masks (layers.mask_after; the graph runner passes them along the edges, nn/layer_graph.h). A
-    # merge's output carries one (Keras 3's compute_mask) when every input of Add/Multiply has one,
-    # or any input of Concatenate.
+    mask_source = _mask_source_after(layer, tensors, merge)
+    node = _Node(layer, tensors)
+    layer._symbolic_node = node
+    layer._output_node = node  # layer.input / layer.output
+    if _Trace.active is not None:
+        _Trace.active.layers.append(layer)
+    node.output = KerasTensor((None, *out), "float32", node=node, name=layer.name)
+    node.output._mask_source = mask_source
+    return node.output
+
+
+def _mask_source_after(layer, tensors, merge):
+    """The layer whose mask the output of `layer` on `tensors` carries (layers.mask_after; the graph
+    runner passes masks along the edges, nn/layer_graph.h). A merge's output carries one (Keras 3's
+    compute_mask) when every input of Add/Multiply has one, or any input of Concatenate."""
     incoming = [t._mask_source for t in tensors if getattr(t, "_mask_source", None) is not None]
     from mdtrain.keras.layers import mask_after
     if merge and incoming and type(layer).__name__ == "Multiply":
@@ -190,18 +203,29 @@ def call_symbolic(layer, inputs):
                                   "do yet (Add and Concatenate pass masks)")
     if merge:
         keeps = incoming and (len(incoming) == len(tensors) or type(layer).__name__ == "Concatenate")
-        mask_source = incoming[0] if keeps else None
-    else:
-        mask_source = mask_after(layer, incoming[0] if incoming else None)
-        if incoming and getattr(layer, "_would_read_mask", False):
-            layer._reads_mask_in_graph = True
-    node = _Node(layer, tensors)
-    layer._symbolic_node = node
-    if _Trace.active is not None:
-        _Trace.active.layers.append(layer)
-    node.output = KerasTensor((None, *out), "float32", node=node, name=layer.name)
-    node.output._mask_source = mask_source
-    return node.output
+        return incoming[0] if keeps else None
+    if incoming and getattr(layer, "_would_read_mask", False):
+        layer._reads_mask_in_graph = True
+    return mask_after(layer, incoming[0] if incoming else None)
+
+
+def replay(inputs, nodes, outputs):
+    """The KerasTensors of a built model's graph, for model.inputs/outputs and layer.input/output:
+    `inputs` as (shape, dtype, name) without the batch axis, `nodes` as (layer, value numbers) in
+    graph order (values 0..len(inputs)-1 are the inputs), `outputs` value numbers. Returns
+    (input tensors, output tensors). A layer keeps the output of the call that made it, if any
+    (its functional model's), else gets this graph's."""
+    values = [KerasTensor((None, *shape), dtype, name=name) for shape, dtype, name in inputs]
+    for layer, ids in nodes:
+        tensors = [values[i] for i in ids]
+        node = _Node(layer, tensors, replayed=True)
+        node.output = KerasTensor(layer.output_shape, "float32", node=node, name=layer.name)
+        node.output._mask_source = _mask_source_after(layer, tensors, getattr(layer, "_merge", False))
+        existing = getattr(layer, "_output_node", None)
+        if existing is None or existing.replayed:
+            layer._output_node = node
+        values.append(node.output)
+    return [values[i] for i in range(len(inputs))], [values[i] for i in outputs]
 
 
 def as_tensor_list(value, what):

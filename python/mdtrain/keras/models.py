@@ -105,6 +105,7 @@ class Model:
         self._layers = []
         self._input_shape = None
         self._graph = None  # a functional model's structure (_FunctionalGraph)
+        self._symbolic = None  # (inputs, outputs) KerasTensors: model.inputs / model.outputs
         self._pending_compile = None  # compile() of a subclassed model not traced yet
         # The strategy whose scope the model was created in (None: created outside any scope).
         self._creation_strategy = _distribute._current_scope()
@@ -137,6 +138,7 @@ class Model:
                                       output_values)
         _restore_weights(kept)
         self._layers = [layer for layer, _ in nodes]
+        self._symbolic = (inputs, outputs)
         self._mask_source = next((t._mask_source for t in outputs if getattr(t, "_mask_source", None)), None)
         self._mask_readers = [layer.name for layer in self._layers if getattr(layer, "_reads_mask_in_graph", False)]
         self._adopt_core(core, single_output)
@@ -229,6 +231,42 @@ class Model:
     @property
     def built(self):
         return self._core is not None and self._core.built
+
+    # ---- the symbolic graph: Keras's model.inputs / outputs, and layer.input / output -----------
+    def _symbolic_io(self):
+        """(input KerasTensors, output KerasTensors): those the functional model was made from, or
+        replayed from the built model's graph (a Sequential's chain, a loaded model's nodes)."""
+        if self._symbolic is None:
+            if not self.built:
+                raise AttributeError(f"The layer {self.name} has never been called and thus has no defined input.")
+            reads = "int32" if self._reads_indices() else "float32"
+            if self._graph is not None:
+                g = self._graph
+                inputs = [(shape, reads, name) for shape, name in zip(g.input_shapes, g.input_names)]
+                self._symbolic = _keras_tensor.replay(inputs, g.nodes, g.outputs)
+            else:
+                chain = [(layer, [k]) for k, layer in enumerate(self._layers)]
+                inputs = [(tuple(self._core.input_shape), reads, f"{self.name}_input")]
+                self._symbolic = _keras_tensor.replay(inputs, chain, [len(chain)])
+        return self._symbolic
+
+    @property
+    def inputs(self):
+        return list(self._symbolic_io()[0])
+
+    @property
+    def outputs(self):
+        return list(self._symbolic_io()[1])
+
+    @property
+    def input(self):
+        inputs = self.inputs
+        return inputs[0] if len(inputs) == 1 else inputs
+
+    @property
+    def output(self):
+        outputs = self.outputs
+        return outputs[0] if len(outputs) == 1 else outputs
 
     @property
     def input_shape(self):
@@ -1107,6 +1145,7 @@ class Sequential(Model):
         self._core.add(layer._core)
         layer._model = weakref.ref(self)
         self._layers.append(layer)
+        self._symbolic = None
         self._mask_source = mask_source
         if incoming is not None and getattr(layer, "_would_read_mask", False):
             self._mask_readers = getattr(self, "_mask_readers", []) + [layer.name]
@@ -1124,6 +1163,7 @@ class Sequential(Model):
         self._core.pop()
         layer = self._layers.pop()
         layer._model = None
+        self._symbolic = None
         # The masks the remaining layers make and read, replayed as add() records them.
         self._mask_source, self._mask_readers = None, []
         for kept in self._layers:

@@ -85,6 +85,29 @@ class Layer:
     def output_shape(self):
         return (None, *self._core.output_shape) if self.built else None
 
+    @property
+    def output(self):
+        """The symbolic output of the layer's call in a functional model, or of its place in a built
+        model (Keras's layer.output): what keras.Model(inputs, outputs) takes for feature extraction."""
+        return self._connection("output").output
+
+    @property
+    def input(self):
+        """The symbolic input of that call (a list for a merge layer)."""
+        inputs = self._connection("input").inputs
+        return inputs[0] if len(inputs) == 1 else list(inputs)
+
+    def _connection(self, what):
+        node = getattr(self, "_output_node", None)
+        if node is None:
+            model = self._owner()
+            if model is not None and model.built:
+                model._symbolic_io()  # a Sequential or loaded model's layers get theirs from its graph
+                node = getattr(self, "_output_node", None)
+        if node is None:
+            raise AttributeError(f"The layer {self.name} has never been called and thus has no defined {what}.")
+        return node
+
     def compute_output_shape(self, input_shape):
         return (input_shape[0], *self._core.compute_output_shape(list(input_shape[1:])))
 
