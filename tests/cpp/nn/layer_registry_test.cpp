@@ -34,6 +34,15 @@ Json spec_for(const std::string& cls) {
        R"({"layer": {"class_name": "GRU", "config": {"name": "g", "units": 2}}, "merge_mode": "concat"})"},
       {"LSTM", R"({"units": 3, "return_sequences": true, "go_backwards": true, "unit_forget_bias": false})"},
       {"Masking", R"({"mask_value": -1.0})"},
+      {"Permute", R"({"dims": [2, 1]})"},
+      {"RepeatVector", R"({"n": 4})"},
+      {"Identity", "{}"},
+      {"ZeroPadding1D", R"({"padding": [2, 0]})"},
+      {"ZeroPadding2D", R"({"padding": [[0, 1], [2, 3]]})"},
+      {"Cropping1D", R"({"cropping": [0, 2]})"},
+      {"Cropping2D", R"({"cropping": [[1, 0], [0, 2]]})"},
+      {"UpSampling1D", R"({"size": 3})"},
+      {"UpSampling2D", R"({"size": [3, 1]})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -45,7 +54,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 20u);
+  EXPECT_EQ(names.size(), 29u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -86,7 +95,8 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
                  "[layers] unknown layer class 'Conv3D'; known: Dense, Activation, Flatten, Dropout, Conv2D, "
                  "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Reshape, BatchNormalization, "
                  "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU, Bidirectional, "
-                 "Masking");
+                 "Masking, Permute, RepeatVector, Identity, ZeroPadding1D, ZeroPadding2D, Cropping1D, Cropping2D, "
+                 "UpSampling1D, UpSampling2D");
   }
 }
 

@@ -133,6 +133,9 @@ inline constexpr KernelEntry kKernels[] = {
     // ops/accumulate.h
     {"add_into_kernel", "ops/cuda/accumulate_kernels.cu", "math::accumulate", "",
      "CudaKernels.AddIntoMatchesCpuBitwise"},
+    // ops/strided_view.h
+    {"strided_view_kernel", "ops/cuda/strided_view_kernels.cu", "math::view_element", "",
+     "CudaKernels.StridedViewMatchesCpuBitwise"},
 };
 
 }  // namespace mdtrain::cuda

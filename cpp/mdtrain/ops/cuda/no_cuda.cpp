@@ -13,6 +13,7 @@
 #include "mdtrain/ops/cuda/normalization_kernels.h"
 #include "mdtrain/ops/cuda/optimizer_kernels.h"
 #include "mdtrain/ops/cuda/recurrent_kernels.h"
+#include "mdtrain/ops/cuda/strided_view_kernels.h"
 
 namespace mdtrain::cuda {
 
@@ -122,5 +123,8 @@ void add_masked(const Tensor&, const Tensor&, Tensor&) { unavailable("add_masked
 
 // ops/cuda/accumulate_kernels.h
 void add_into(Tensor&, const Tensor&) { unavailable("add_into"); }
+
+// ops/cuda/strided_view_kernels.h
+void strided_view(const Tensor&, Tensor&, const math::ViewArrays&) { unavailable("strided_view"); }
 
 }  // namespace mdtrain::cuda
