@@ -6,13 +6,7 @@ namespace mdtrain {
 
 Cropping::Cropping(std::string name, std::vector<std::vector<std::int64_t>> cropping, std::string data_format)
     : StridedViewLayer(std::move(name)), cropping_(std::move(cropping)), data_format_(std::move(data_format)) {
-  bool ok = cropping_.size() == 1 || cropping_.size() == 2;
-  for (const auto& p : cropping_) ok = ok && p.size() == 2 && p[0] >= 0 && p[1] >= 0;
-  MDTRAIN_CHECK(ok, std::invalid_argument, "[layers] ", cropping_.size() == 1 ? "Cropping1D" : "Cropping2D",
-                " layer \"", name_,
-                "\": `cropping` must be one (before, after) pair of integers >= 0 per spatial dimension. Received: "
-                "cropping=",
-                pairs_string(cropping_));
+  check_pairs_arg(cropping_.size() == 1 ? "Cropping1D" : "Cropping2D", name_, "cropping", cropping_);
   check_data_format_arg("layers", name_, data_format_);
 }
 
@@ -37,18 +31,12 @@ Shape Cropping::compute_output_shape(const Shape& input_shape) const {
   return out;
 }
 
-Shape Cropping::offsets() const {
-  Shape offset;
-  for (const auto& p : cropping_) offset.push_back(p[0]);
-  return offset;
-}
-
 ops::ViewPlan Cropping::forward_plan(std::int64_t batch) const {
-  return window_plan(batch, output_shape_, input_shape_, offsets(), true);
+  return window_plan(batch, output_shape_, input_shape_, before_offsets(cropping_), true);
 }
 
 ops::ViewPlan Cropping::backward_plan(std::int64_t batch) const {
-  return window_plan(batch, output_shape_, input_shape_, offsets(), false);
+  return window_plan(batch, output_shape_, input_shape_, before_offsets(cropping_), false);
 }
 
 std::unique_ptr<Layer> Cropping::clone() const {

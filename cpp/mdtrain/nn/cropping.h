@@ -31,7 +31,6 @@ class Cropping : public StridedViewLayer {
   bool backward_fills_zeros() const override { return true; }
 
  private:
-  Shape offsets() const;
   std::vector<std::vector<std::int64_t>> cropping_;
   std::string data_format_;
 };

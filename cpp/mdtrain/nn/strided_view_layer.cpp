@@ -29,8 +29,9 @@ void check_input_ndim(const std::string& layer, const Shape& input_shape, std::s
   if (input_shape.size() + 1 == ndim) return;
   Shape full{-1};
   full.insert(full.end(), input_shape.begin(), input_shape.end());
-  fail<std::invalid_argument>("[layers] Input 0 of layer \"", layer, "\" is incompatible with the layer: expected ndim=",
-                              ndim, ", found ndim=", full.size(), ". Full shape received: ", to_string(full));
+  fail<std::invalid_argument>("[layers] Input 0 of layer \"", layer,
+                              "\" is incompatible with the layer: expected ndim=", ndim, ", found ndim=", full.size(),
+                              ". Full shape received: ", to_string(full));
 }
 
 std::vector<std::vector<std::int64_t>> pairs_from_json(const Json& value, std::size_t dims) {
@@ -39,6 +40,21 @@ std::vector<std::vector<std::int64_t>> pairs_from_json(const Json& value, std::s
   std::vector<std::vector<std::int64_t>> pairs;
   for (const auto& v : value.as_array()) pairs.push_back(pair_from_json(v));
   return pairs;
+}
+
+void check_pairs_arg(const char* cls, const std::string& layer, const char* arg,
+                     const std::vector<std::vector<std::int64_t>>& pairs) {
+  bool ok = pairs.size() == 1 || pairs.size() == 2;
+  for (const auto& p : pairs) ok = ok && p.size() == 2 && p[0] >= 0 && p[1] >= 0;
+  MDTRAIN_CHECK(ok, std::invalid_argument, "[layers] ", cls, " layer \"", layer, "\": `", arg,
+                "` must be one (before, after) pair of integers >= 0 per spatial dimension. Received: ", arg, "=",
+                pairs_string(pairs));
+}
+
+Shape before_offsets(const std::vector<std::vector<std::int64_t>>& pairs) {
+  Shape offset;
+  for (const auto& p : pairs) offset.push_back(p[0]);
+  return offset;
 }
 
 std::string pairs_string(const std::vector<std::vector<std::int64_t>>& pairs) {

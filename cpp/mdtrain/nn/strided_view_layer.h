@@ -39,6 +39,12 @@ void check_input_ndim(const std::string& layer, const Shape& input_shape, std::s
 // dimension an int n (n, n) or a pair; for two an int, a pair of ints (symmetric) or a pair of
 // pairs.
 std::vector<std::vector<std::int64_t>> pairs_from_json(const Json& value, std::size_t dims);
+// ZeroPadding's and Cropping's check: one (before, after) pair of integers >= 0 per spatial
+// dimension (1 or 2 of them); throws std::invalid_argument naming the class, layer and argument.
+void check_pairs_arg(const char* cls, const std::string& layer, const char* arg,
+                     const std::vector<std::vector<std::int64_t>>& pairs);
+// The `before` entry of each pair: where the smaller tensor's window starts in the larger one.
+Shape before_offsets(const std::vector<std::vector<std::int64_t>>& pairs);
 // "(1, 2)" or "((1, 2), (0, 0))", as Python prints them.
 std::string pairs_string(const std::vector<std::vector<std::int64_t>>& pairs);
 Json pairs_to_json(const std::vector<std::vector<std::int64_t>>& pairs);
@@ -47,8 +53,7 @@ std::vector<std::int64_t> contiguous_strides(const Shape& shape);
 // The plan that copies every element of (batch, *small) into (batch, *big) at `offset` per
 // dimension of small/big (rank of small; the batch has none), or, with `from_big`, reads that
 // window of big into small: padding's and cropping's forward and backward.
-ops::ViewPlan window_plan(std::int64_t batch, const Shape& small, const Shape& big, const Shape& offset,
-                          bool from_big);
+ops::ViewPlan window_plan(std::int64_t batch, const Shape& small, const Shape& big, const Shape& offset, bool from_big);
 // UpSampling's plans for channels_last inputs (batch, *spatial, channels) repeated size[d] times
 // along spatial dimension d: the copy (forward) or the sum over the repeats (backward, reading
 // the output's gradient).

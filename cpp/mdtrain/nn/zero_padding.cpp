@@ -6,13 +6,7 @@ namespace mdtrain {
 
 ZeroPadding::ZeroPadding(std::string name, std::vector<std::vector<std::int64_t>> padding, std::string data_format)
     : StridedViewLayer(std::move(name)), padding_(std::move(padding)), data_format_(std::move(data_format)) {
-  const char* cls = padding_.size() == 1 ? "ZeroPadding1D" : "ZeroPadding2D";
-  bool ok = padding_.size() == 1 || padding_.size() == 2;
-  for (const auto& p : padding_) ok = ok && p.size() == 2 && p[0] >= 0 && p[1] >= 0;
-  MDTRAIN_CHECK(ok, std::invalid_argument, "[layers] ", cls, " layer \"", name_,
-                "\": `padding` must be one (before, after) pair of integers >= 0 per spatial dimension. Received: "
-                "padding=",
-                pairs_string(padding_));
+  check_pairs_arg(padding_.size() == 1 ? "ZeroPadding1D" : "ZeroPadding2D", name_, "padding", padding_);
   check_data_format_arg("layers", name_, data_format_);
 }
 
@@ -23,18 +17,12 @@ Shape ZeroPadding::compute_output_shape(const Shape& input_shape) const {
   return out;
 }
 
-Shape ZeroPadding::offsets() const {
-  Shape offset;
-  for (const auto& p : padding_) offset.push_back(p[0]);
-  return offset;
-}
-
 ops::ViewPlan ZeroPadding::forward_plan(std::int64_t batch) const {
-  return window_plan(batch, input_shape_, output_shape_, offsets(), false);
+  return window_plan(batch, input_shape_, output_shape_, before_offsets(padding_), false);
 }
 
 ops::ViewPlan ZeroPadding::backward_plan(std::int64_t batch) const {
-  return window_plan(batch, input_shape_, output_shape_, offsets(), true);
+  return window_plan(batch, input_shape_, output_shape_, before_offsets(padding_), true);
 }
 
 std::unique_ptr<Layer> ZeroPadding::clone() const {

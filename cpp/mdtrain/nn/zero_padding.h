@@ -32,7 +32,6 @@ class ZeroPadding : public StridedViewLayer {
   bool forward_fills_zeros() const override { return true; }
 
  private:
-  Shape offsets() const;
   std::vector<std::vector<std::int64_t>> padding_;
   std::string data_format_;
 };

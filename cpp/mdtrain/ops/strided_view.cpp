@@ -44,9 +44,8 @@ bool writes_each_once(const std::vector<std::int64_t>& extent, const std::vector
 }
 
 [[noreturn]] void bad_plan(const Tensor& src, const Tensor& dst, const ViewPlan& plan, const char* why) {
-  fail<std::invalid_argument>("[ops] strided_view: ", why, "; plan ", describe(plan), ", src ",
-                              to_string(src.shape()), " ", name_of(src.dtype()), ", dst ", to_string(dst.shape()), " ",
-                              name_of(dst.dtype()));
+  fail<std::invalid_argument>("[ops] strided_view: ", why, "; plan ", describe(plan), ", src ", to_string(src.shape()),
+                              " ", name_of(src.dtype()), ", dst ", to_string(dst.shape()), " ", name_of(dst.dtype()));
 }
 
 }  // namespace
@@ -61,10 +60,10 @@ std::string describe(const ViewPlan& plan) {
 }
 
 void strided_view(const Tensor& src, Tensor& dst, const ViewPlan& plan) {
-  if (!is_floating(src.dtype()) || src.dtype() != dst.dtype()) bad_plan(src, dst, plan, "src and dst must have one floating dtype");
+  if (!is_floating(src.dtype()) || src.dtype() != dst.dtype())
+    bad_plan(src, dst, plan, "src and dst must have one floating dtype");
   const std::size_t rank = plan.extent.size(), reduce_rank = plan.reduce_extent.size();
-  if (plan.src_stride.size() != rank || plan.dst_stride.size() != rank ||
-      plan.reduce_src_stride.size() != reduce_rank)
+  if (plan.src_stride.size() != rank || plan.dst_stride.size() != rank || plan.reduce_src_stride.size() != reduce_rank)
     bad_plan(src, dst, plan, "every stride list must have one entry per extent");
   if (rank < 1 || rank > static_cast<std::size_t>(math::kMaxViewRank) ||
       reduce_rank > static_cast<std::size_t>(math::kMaxViewRank))
@@ -72,8 +71,8 @@ void strided_view(const Tensor& src, Tensor& dst, const ViewPlan& plan) {
   const auto negative = [](const std::vector<std::int64_t>& v) {
     return std::any_of(v.begin(), v.end(), [](std::int64_t x) { return x < 0; });
   };
-  if (negative(plan.extent) || negative(plan.reduce_extent) || negative(plan.src_stride) ||
-      negative(plan.dst_stride) || negative(plan.reduce_src_stride) || plan.src_offset < 0 || plan.dst_offset < 0)
+  if (negative(plan.extent) || negative(plan.reduce_extent) || negative(plan.src_stride) || negative(plan.dst_stride) ||
+      negative(plan.reduce_src_stride) || plan.src_offset < 0 || plan.dst_offset < 0)
     bad_plan(src, dst, plan, "extents, strides and offsets must be >= 0");
   const auto product = [](const std::vector<std::int64_t>& v) {
     return std::accumulate(v.begin(), v.end(), std::int64_t{1}, std::multiplies<std::int64_t>());
@@ -90,7 +89,7 @@ void strided_view(const Tensor& src, Tensor& dst, const ViewPlan& plan) {
     if (!writes_each_once(plan.extent, plan.dst_stride))
       bad_plan(src, dst, plan, "dst_stride writes some element more than once");
   }
-  if (src.raw() != nullptr && src.raw() == dst.raw()) bad_plan(src, dst, plan, "src and dst must not overlap");
+  if (src.raw() != nullptr && src.raw() == dst.raw()) bad_plan(src, dst, plan, "src and dst must not be one storage");
   detail::require_usable_device("ops", "strided_view", "dst", dst);
   detail::require_same_memory("ops", "strided_view", "src", src, dst);
   if (count == 0) return;

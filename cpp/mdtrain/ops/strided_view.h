@@ -32,9 +32,10 @@ struct ViewPlan {
 //   sum over r of plan.reduce_extent of src[src_offset + i . src_stride + r . reduce_src_stride],
 // summed in row-major order of r (the same bits on the CPU and a GPU). Elements of dst outside
 // the plan are left as they are. src and dst: the same floating dtype, one memory (host, or one
-// GPU), not overlapping; every element read and written inside its tensor; strides >= 0; at most
-// math::kMaxViewRank dimensions each; dst's strides must not write one element twice. Otherwise
-// std::invalid_argument("[ops] strided_view: ...") naming the plan and the shapes.
+// GPU), not one storage (the op reads while it writes); every element read and written inside its
+// tensor; strides >= 0; at most math::kMaxViewRank dimensions each; dst's strides must not write
+// one element twice. Otherwise std::invalid_argument("[ops] strided_view: ...") naming the plan
+// and the shapes.
 void strided_view(const Tensor& src, Tensor& dst, const ViewPlan& plan);
 
 // "extent [2, 3] src_stride [3, 1] ...": a plan as the messages print it.

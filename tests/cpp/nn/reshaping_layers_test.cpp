@@ -59,39 +59,68 @@ void expect_values(const Tensor& x, const Tensor& y, const Source& source) {
 }
 
 struct Case {
-  const char* spec;   // the Keras config
-  Shape input;        // batch excluded
-  Shape output;       // Keras's output shape
+  const char* spec;  // the Keras config
+  Shape input;       // batch excluded
+  Shape output;      // Keras's output shape
   Source source;
 };
 
 std::vector<Case> cases() {
   return {
-      {R"({"class_name": "Permute", "config": {"name": "p", "dims": [3, 1, 2]}})", {2, 3, 4}, {4, 2, 3},
-       [](const auto& i) { return std::vector<std::int64_t>{i[0], i[2], i[3], i[1]}; }},
-      {R"({"class_name": "Permute", "config": {"name": "p1", "dims": [1]}})", {5}, {5},
+      {R"({"class_name": "Permute", "config": {"name": "p", "dims": [3, 1, 2]}})",
+       {2, 3, 4},
+       {4, 2, 3},
+       [](const auto& i) {
+         return std::vector<std::int64_t>{i[0], i[2], i[3], i[1]};
+       }},
+      {R"({"class_name": "Permute", "config": {"name": "p1", "dims": [1]}})",
+       {5},
+       {5},
        [](const auto& i) { return i; }},
-      {R"({"class_name": "RepeatVector", "config": {"name": "r", "n": 3}})", {4}, {3, 4},
-       [](const auto& i) { return std::vector<std::int64_t>{i[0], i[2]}; }},
+      {R"({"class_name": "RepeatVector", "config": {"name": "r", "n": 3}})",
+       {4},
+       {3, 4},
+       [](const auto& i) {
+         return std::vector<std::int64_t>{i[0], i[2]};
+       }},
       {R"({"class_name": "Identity", "config": {"name": "id"}})", {3, 2}, {3, 2}, [](const auto& i) { return i; }},
-      {R"({"class_name": "ZeroPadding1D", "config": {"name": "z1", "padding": [1, 2]}})", {3, 2}, {6, 2},
+      {R"({"class_name": "ZeroPadding1D", "config": {"name": "z1", "padding": [1, 2]}})",
+       {3, 2},
+       {6, 2},
        [](const auto& i) {
          return i[1] >= 1 && i[1] < 4 ? std::vector<std::int64_t>{i[0], i[1] - 1, i[2]} : std::vector<std::int64_t>{};
        }},
-      {R"({"class_name": "ZeroPadding2D", "config": {"name": "z2", "padding": [[2, 0], [1, 3]]}})", {2, 3, 2},
+      {R"({"class_name": "ZeroPadding2D", "config": {"name": "z2", "padding": [[2, 0], [1, 3]]}})",
+       {2, 3, 2},
        {4, 7, 2},
        [](const auto& i) {
          return i[1] >= 2 && i[2] >= 1 && i[2] < 4 ? std::vector<std::int64_t>{i[0], i[1] - 2, i[2] - 1, i[3]}
                                                    : std::vector<std::int64_t>{};
        }},
-      {R"({"class_name": "Cropping1D", "config": {"name": "c1", "cropping": [2, 1]}})", {6, 2}, {3, 2},
-       [](const auto& i) { return std::vector<std::int64_t>{i[0], i[1] + 2, i[2]}; }},
-      {R"({"class_name": "Cropping2D", "config": {"name": "c2", "cropping": [[1, 0], [0, 2]]}})", {4, 5, 3},
-       {3, 3, 3}, [](const auto& i) { return std::vector<std::int64_t>{i[0], i[1] + 1, i[2], i[3]}; }},
-      {R"({"class_name": "UpSampling1D", "config": {"name": "u1", "size": 3}})", {2, 2}, {6, 2},
-       [](const auto& i) { return std::vector<std::int64_t>{i[0], i[1] / 3, i[2]}; }},
-      {R"({"class_name": "UpSampling2D", "config": {"name": "u2", "size": [2, 3]}})", {2, 3, 2}, {4, 9, 2},
-       [](const auto& i) { return std::vector<std::int64_t>{i[0], i[1] / 2, i[2] / 3, i[3]}; }},
+      {R"({"class_name": "Cropping1D", "config": {"name": "c1", "cropping": [2, 1]}})",
+       {6, 2},
+       {3, 2},
+       [](const auto& i) {
+         return std::vector<std::int64_t>{i[0], i[1] + 2, i[2]};
+       }},
+      {R"({"class_name": "Cropping2D", "config": {"name": "c2", "cropping": [[1, 0], [0, 2]]}})",
+       {4, 5, 3},
+       {3, 3, 3},
+       [](const auto& i) {
+         return std::vector<std::int64_t>{i[0], i[1] + 1, i[2], i[3]};
+       }},
+      {R"({"class_name": "UpSampling1D", "config": {"name": "u1", "size": 3}})",
+       {2, 2},
+       {6, 2},
+       [](const auto& i) {
+         return std::vector<std::int64_t>{i[0], i[1] / 3, i[2]};
+       }},
+      {R"({"class_name": "UpSampling2D", "config": {"name": "u2", "size": [2, 3]}})",
+       {2, 3, 2},
+       {4, 9, 2},
+       [](const auto& i) {
+         return std::vector<std::int64_t>{i[0], i[1] / 2, i[2] / 3, i[3]};
+       }},
   };
 }
 
@@ -191,10 +220,10 @@ TEST(ReshapingLayers, RefuseBadArgumentsAndInputsNamingThem) {
     return invalid_argument_of([&] { make(spec)->build(input, 0, DType::Float64); });
   };
   m = shape_error(R"({"class_name": "Cropping1D", "config": {"name": "c", "cropping": [2, 2]}})", {4, 3});
-  EXPECT_CONTAINS(m, "`cropping` parameter of `Cropping1D` layer must be smaller than the input length. Received: "
-                     "input_shape=(None, 4, 3), cropping=(2, 2)");
-  m = shape_error(R"({"class_name": "Cropping2D", "config": {"name": "c", "cropping": [[0, 0], [3, 0]]}})",
-                  {4, 3, 1});
+  EXPECT_CONTAINS(m,
+                  "`cropping` parameter of `Cropping1D` layer must be smaller than the input length. Received: "
+                  "input_shape=(None, 4, 3), cropping=(2, 2)");
+  m = shape_error(R"({"class_name": "Cropping2D", "config": {"name": "c", "cropping": [[0, 0], [3, 0]]}})", {4, 3, 1});
   EXPECT_CONTAINS(m, "Values in `cropping` argument should be smaller than the corresponding spatial dimension");
   m = shape_error(R"({"class_name": "RepeatVector", "config": {"name": "r", "n": 2}})", {4, 3});
   EXPECT_CONTAINS(m, "Input 0 of layer \"r\" is incompatible with the layer: expected ndim=2, found ndim=3");
