@@ -37,6 +37,8 @@ CASES = {
                       {"size": [2, 3], "data_format": "channels_last", "interpolation": "nearest"}),
     "up_sampling2d_int": ((3, 2, 2), lambda: L.UpSampling2D(2),
                           {"size": [2, 2], "data_format": "channels_last", "interpolation": "nearest"}),
+    "up_sampling2d_bilinear": ((3, 4, 2), lambda: L.UpSampling2D((2, 3), interpolation="bilinear"),
+                               {"size": [2, 3], "data_format": "channels_last", "interpolation": "bilinear"}),
 }
 
 
@@ -183,6 +185,7 @@ def test_default_names_and_arguments_are_kerass():
     assert L.Cropping2D().cropping == ((0, 0), (0, 0))
     assert L.UpSampling2D().size == (2, 2) and L.UpSampling2D().interpolation == "nearest"
     assert L.UpSampling2D(interpolation="NEAREST").interpolation == "nearest"
+    assert L.UpSampling2D(interpolation="Bilinear").interpolation == "bilinear"
     assert L.Permute((2, 1)).dims == (2, 1) and L.RepeatVector(4).n == 4
     for layer in (L.Permute((2, 1)), L.RepeatVector(2), L.Identity(), L.ZeroPadding1D(), L.ZeroPadding2D(),
                   L.Cropping1D(), L.Cropping2D(), L.UpSampling1D(), L.UpSampling2D()):
@@ -208,8 +211,9 @@ def test_default_names_and_arguments_are_kerass():
     (lambda: L.UpSampling1D(2.5), TypeError, r"Expected an integer value for `size`, got <class 'float'>."),
     (lambda: L.UpSampling1D(0), ValueError, r"Argument `size` should be a positive integer. Received: size=0"),
     (lambda: L.UpSampling2D((2, 0)), ValueError, r"including values \{0\} that do not satisfy `value > 0`"),
-    (lambda: L.UpSampling2D(interpolation="bilinear"), NotImplementedError, r"interpolation='bilinear' is not "
-                                                                             r"supported yet; only 'nearest'"),
+    (lambda: L.UpSampling2D(interpolation="bicubic"), NotImplementedError, r"interpolation='bicubic' is not "
+                                                                            r"supported yet; only 'nearest' and "
+                                                                            r"'bilinear'"),
     (lambda: L.UpSampling2D(interpolation="cubic"), ValueError, r"interpolation must be one of"),
     (lambda: L.ZeroPadding2D(data_format="channels_first"), ValueError, r"channels_first.* is not supported"),
     (lambda: L.Cropping2D(data_format="channels_first"), ValueError, r"channels_first.* is not supported"),

@@ -28,7 +28,9 @@ class StridedViewLayer : public Layer {
   virtual bool forward_fills_zeros() const { return false; }
   virtual bool backward_fills_zeros() const { return false; }
 
- private:
+ protected:
+  // The output and input-gradient buffers, and the batch of the last forward (shared with
+  // UpSampling's bilinear path, which computes into them with its own op).
   Tensor y_, dx_;
   std::int64_t last_batch_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "mdtrain/nn/up_sampling.h"
 
 #include "mdtrain/nn/window_args.h"
+#include "mdtrain/ops/resize_bilinear.h"
 
 namespace mdtrain {
 
@@ -15,8 +16,9 @@ UpSampling::UpSampling(std::string name, Shape size, std::string data_format, st
   MDTRAIN_CHECK(ok, std::invalid_argument, "[layers] ", cls, " layer \"", name_,
                 "\": `size` must hold one integer > 0 per spatial dimension. Received: size=", tuple_string(size_));
   check_data_format_arg("layers", name_, data_format_);
-  MDTRAIN_CHECK(interpolation_ == "nearest", std::invalid_argument, "[layers] ", cls, " layer \"", name_,
-                "\": interpolation=\"", interpolation_, "\" is not supported: only \"nearest\"");
+  MDTRAIN_CHECK(interpolation_ == "nearest" || (interpolation_ == "bilinear" && size_.size() == 2),
+                std::invalid_argument, "[layers] ", cls, " layer \"", name_, "\": interpolation=\"", interpolation_,
+                "\" is not supported: only \"nearest\" and \"bilinear\"");
 }
 
 Shape UpSampling::compute_output_shape(const Shape& input_shape) const {
@@ -24,6 +26,23 @@ Shape UpSampling::compute_output_shape(const Shape& input_shape) const {
   Shape out = input_shape;
   for (std::size_t d = 0; d < size_.size(); ++d) out[d] *= size_[d];
   return out;
+}
+
+Tensor UpSampling::forward(const Tensor& x, const ForwardContext& ctx) {
+  if (interpolation_ == "nearest") return StridedViewLayer::forward(x, ctx);
+  check_input(x);
+  last_batch_ = x.dim(0);
+  ensure_buffer(y_, {last_batch_, output_shape_[0], output_shape_[1], output_shape_[2]}, dtype_, x.device());
+  ops::resize_bilinear(x, y_);
+  return y_;
+}
+
+Tensor UpSampling::backward(const Tensor& dy, bool need_input_grad) {
+  if (interpolation_ == "nearest") return StridedViewLayer::backward(dy, need_input_grad);
+  if (!need_input_grad) return Tensor();
+  ensure_buffer(dx_, {last_batch_, input_shape_[0], input_shape_[1], input_shape_[2]}, dtype_, dy.device());
+  ops::resize_bilinear_backward(dy, dx_);
+  return dx_;
 }
 
 ops::ViewPlan UpSampling::forward_plan(std::int64_t batch) const {

@@ -8,7 +8,8 @@ namespace mdtrain {
 
 // keras.layers.UpSampling1D(size) / UpSampling2D(size, interpolation="nearest") on channels_last
 // inputs (batch, *spatial, channels): each element repeated size[d] times along spatial
-// dimension d (stride-0 reads); the gradient sums each element's repeats. Only "nearest".
+// dimension d (stride-0 reads); the gradient sums each element's repeats. UpSampling2D also
+// interpolates "bilinear" (ops::resize_bilinear, TF's half-pixel form).
 class UpSampling : public StridedViewLayer {
  public:
   // size: one entry > 0 per spatial dimension (1: UpSampling1D, 2: UpSampling2D).
@@ -16,6 +17,8 @@ class UpSampling : public StridedViewLayer {
              std::string interpolation = "nearest");
   std::string class_name() const override { return size_.size() == 1 ? "UpSampling1D" : "UpSampling2D"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
   Json config() const override;
   // The layer of a Keras UpSampling1D ({"size": n}) or UpSampling2D config ({"size": n or [h, w],

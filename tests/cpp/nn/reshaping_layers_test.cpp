@@ -163,6 +163,27 @@ TEST(ReshapingLayers, ConfigsRoundTripAndClonesComputeTheSame) {
   }
 }
 
+TEST(ReshapingLayers, BilinearUpSampling2DGradientsAndConfig) {
+  // Values: tests/cpp/ops/resize_bilinear_test.cpp; here the layer's plumbing.
+  std::mt19937_64 rng(8);
+  const std::string spec =
+      R"({"class_name": "UpSampling2D", "config": {"name": "u", "size": [3, 2], "interpolation": "bilinear"}})";
+  auto layer = make(spec);
+  EXPECT_EQ(layer_to_config(*make(layer_to_config(*layer).dump())).dump(), layer_to_config(*layer).dump());
+  EXPECT_EQ(layer->config().at("interpolation").as_string(), "bilinear");
+  layer->build({2, 3, 2}, 0, DType::Float64);
+  EXPECT_EQ(layer->output_shape(), (Shape{6, 6, 2}));
+  EXPECT_TRUE(layer->has_cuda_kernels());
+  check_layer_gradients(*layer, random_tensor({2, 2, 3, 2}, rng), ForwardContext{}, 19);
+  // Not the nearest repeat: a pixel between two different ones is blended.
+  Tensor x = Tensor::zeros({1, 2, 3, 2}, DType::Float64);
+  x.data<double>()[0] = 1.0;  // (0, 0, 0, channel 0)
+  const Tensor y = layer->forward(x, ForwardContext{});
+  EXPECT_EQ(y.data<double>()[0], 1.0);          // an edge output reads pixel (0, 0) alone
+  EXPECT_GT(y.data<double>()[2 * 2 * 6], 0.0);  // output row 2: between rows 0 and 1
+  EXPECT_LT(y.data<double>()[2 * 2 * 6], 1.0);
+}
+
 TEST(ReshapingLayers, KerasConfigFormsAndDefaults) {
   // Keras's config values as its get_config writes them, and the defaults of a bare config.
   EXPECT_EQ(layer_to_config(*make(R"({"class_name": "ZeroPadding2D", "config": {"name": "z"}})")).dump(),
@@ -209,8 +230,8 @@ TEST(ReshapingLayers, RefuseBadArgumentsAndInputsNamingThem) {
   EXPECT_CONTAINS(m, "[layers] Cropping1D layer \"c\"");
   m = bad(R"({"class_name": "UpSampling2D", "config": {"name": "u", "size": [2, 0]}})");
   EXPECT_CONTAINS(m, "size=(2, 0)");
-  m = bad(R"({"class_name": "UpSampling2D", "config": {"name": "u", "interpolation": "bilinear"}})");
-  EXPECT_CONTAINS(m, "interpolation=\"bilinear\" is not supported");
+  m = bad(R"({"class_name": "UpSampling2D", "config": {"name": "u", "interpolation": "bicubic"}})");
+  EXPECT_CONTAINS(m, "interpolation=\"bicubic\" is not supported: only \"nearest\" and \"bilinear\"");
   m = bad(R"({"class_name": "Cropping2D", "config": {"name": "c", "data_format": "channels_first"}})");
   EXPECT_CONTAINS(m, "channels_first");
   m = bad(R"({"class_name": "ZeroPadding1D", "config": {"name": "z", "data_format": "channels_first"}})");

@@ -1,7 +1,7 @@
 """Converters of the reshaping layers (C++: the ops::strided_view layers and Identity): Permute as
 Transpose, RepeatVector as Unsqueeze + Tile, padding as Pad, cropping as Slice, nearest
-upsampling as Reshape + Expand + Reshape (each value repeated exactly, as the C++ reads it), and
-Identity as Identity. Shapes are static except the batch, kept as 0 in Reshape's target."""
+upsampling as Reshape + Expand + Reshape (each value repeated exactly, as the C++ reads it),
+bilinear as Resize, and Identity as Identity. Shapes are static except the batch, kept as 0 in Reshape's target."""
 
 
 def permute(g, view, inputs, masks):
@@ -41,6 +41,11 @@ def cropping(g, view, inputs, masks):
 
 
 def up_sampling(g, view, inputs, masks):
+    if view.config.get("interpolation", "nearest") == "bilinear":
+        # TF's half-pixel bilinear resize is ONNX's linear Resize with half_pixel coordinates.
+        scales = [1.0, *(float(s) for s in view.config["size"]), 1.0]
+        return g.op("Resize", [inputs[0], "", g.const(scales, f"{view.name}/scales")], view.name, mode="linear",
+                    coordinate_transformation_mode="half_pixel")
     size = view.config["size"]
     size = [int(size)] if not isinstance(size, (list, tuple)) else [int(s) for s in size]
     *spatial, channels = view.input_shape

@@ -1,7 +1,7 @@
 """keras.layers' reshaping layers (C++: nn/permute, nn/repeat_vector, nn/identity,
 nn/zero_padding, nn/cropping, nn/up_sampling, all data movement through ops::strided_view):
 Permute, RepeatVector, Identity, ZeroPadding1D/2D, Cropping1D/2D, UpSampling1D/2D. Reshape and
-Flatten stay in core.py. channels_last only; UpSampling2D interpolates "nearest" only."""
+Flatten stay in core.py. channels_last only; UpSampling2D interpolates "nearest" or "bilinear"."""
 import numpy as np
 
 from mdtrain.keras.layers._arguments import _keras_default_name, _set_attributes_from_config, _string_arg
@@ -194,12 +194,12 @@ class UpSampling1D(_Reshaping):
 
 
 # Keras's other interpolations (ops.image.resize's), which mdtrain does not compute.
-_RESIZE_INTERPOLATIONS = ("bilinear", "bicubic", "lanczos3", "lanczos5", "area")
+_RESIZE_INTERPOLATIONS = ("bicubic", "lanczos3", "lanczos5")
 
 
 class UpSampling2D(_Reshaping):
     """keras.layers.UpSampling2D(size=(2, 2), interpolation="nearest"): each pixel of channels_last
-    images repeated size[0] x size[1] times. Only "nearest"."""
+    images repeated size[0] x size[1] times, or "bilinear": TF's half-pixel bilinear resize."""
     _CORE_CLASS = "UpSampling2D"
     _DEFAULT_NAME = "up_sampling2d"
     _CONFIG_ATTRIBUTES = ("size", "data_format", "interpolation")
@@ -210,9 +210,9 @@ class UpSampling2D(_Reshaping):
         interpolation = _string_arg(interpolation, "interpolation", self._name).lower()
         if interpolation in _RESIZE_INTERPOLATIONS:
             raise NotImplementedError(f'UpSampling2D "{self._name}": interpolation={interpolation!r} is not supported '
-                                      "yet; only 'nearest'")
-        if interpolation != "nearest":
-            raise ValueError(f'layer "{self._name}": interpolation must be one of "nearest", '
+                                      "yet; only 'nearest' and 'bilinear'")
+        if interpolation not in ("nearest", "bilinear"):
+            raise ValueError(f'layer "{self._name}": interpolation must be one of "nearest", "bilinear", '
                              f'{", ".join(repr(i) for i in _RESIZE_INTERPOLATIONS)}. Received: '
                              f"interpolation={interpolation!r}")
         self._make({"size": _standardize_tuple(size, 2, "size", self._name),
