@@ -9,6 +9,7 @@
 #include "mdtrain/nn/concatenate.h"
 #include "mdtrain/nn/conv1d.h"
 #include "mdtrain/nn/conv2d.h"
+#include "mdtrain/nn/cropping.h"
 #include "mdtrain/nn/dense.h"
 #include "mdtrain/nn/dropout.h"
 #include "mdtrain/nn/elementwise_merge.h"
@@ -19,12 +20,17 @@
 #include "mdtrain/nn/global_max_pooling.h"
 #include "mdtrain/nn/layer_normalization.h"
 #include "mdtrain/nn/gru.h"
+#include "mdtrain/nn/identity.h"
 #include "mdtrain/nn/lstm.h"
 #include "mdtrain/nn/masking.h"
 #include "mdtrain/nn/pooling1d.h"
+#include "mdtrain/nn/permute.h"
 #include "mdtrain/nn/pooling2d.h"
+#include "mdtrain/nn/repeat_vector.h"
 #include "mdtrain/nn/reshape.h"
 #include "mdtrain/nn/simple_rnn.h"
+#include "mdtrain/nn/up_sampling.h"
+#include "mdtrain/nn/zero_padding.h"
 
 namespace mdtrain {
 
@@ -62,6 +68,15 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"GlobalAveragePooling1D", &GlobalAveragePooling1D::from_config},
       {"GlobalMaxPooling1D", &GlobalMaxPooling1D::from_config},
       {"GlobalMaxPooling2D", &GlobalMaxPooling2D::from_config},
+      {"Permute", &Permute::from_config},
+      {"RepeatVector", &RepeatVector::from_config},
+      {"Identity", &Identity::from_config},
+      {"ZeroPadding1D", &ZeroPadding::from_config_1d},
+      {"ZeroPadding2D", &ZeroPadding::from_config_2d},
+      {"Cropping1D", &Cropping::from_config_1d},
+      {"Cropping2D", &Cropping::from_config_2d},
+      {"UpSampling1D", &UpSampling::from_config_1d},
+      {"UpSampling2D", &UpSampling::from_config_2d},
   };
   return classes;
 }

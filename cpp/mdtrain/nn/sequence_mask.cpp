@@ -8,7 +8,8 @@ namespace mdtrain {
 
 bool passes_mask(const Layer& layer) {
   const std::string name = layer.class_name();
-  return name == "Dense" || name == "Dropout" || name == "Activation" || name == "LayerNormalization";
+  return name == "Dense" || name == "Dropout" || name == "Activation" || name == "LayerNormalization" ||
+         name == "Identity";
 }
 
 void check_mask_shape(const Tensor& mask, std::int64_t batch, std::int64_t steps, const std::string& area,

@@ -40,6 +40,15 @@ Json spec_for(const std::string& cls) {
       {"GlobalAveragePooling1D", R"({"keepdims": true})"},
       {"GlobalMaxPooling1D", R"({"keepdims": true})"},
       {"GlobalMaxPooling2D", R"({"keepdims": true})"},
+      {"Permute", R"({"dims": [2, 1]})"},
+      {"RepeatVector", R"({"n": 4})"},
+      {"Identity", "{}"},
+      {"ZeroPadding1D", R"({"padding": [2, 0]})"},
+      {"ZeroPadding2D", R"({"padding": [[0, 1], [2, 3]]})"},
+      {"Cropping1D", R"({"cropping": [0, 2]})"},
+      {"Cropping2D", R"({"cropping": [[1, 0], [0, 2]]})"},
+      {"UpSampling1D", R"({"size": 3})"},
+      {"UpSampling2D", R"({"size": [3, 1]})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -51,7 +60,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 26u);
+  EXPECT_EQ(names.size(), 35u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -93,7 +102,8 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
                  "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Reshape, BatchNormalization, "
                  "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU, Bidirectional, "
                  "Masking, Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, "
-                 "GlobalMaxPooling1D, GlobalMaxPooling2D");
+                 "GlobalMaxPooling1D, GlobalMaxPooling2D, Permute, RepeatVector, Identity, ZeroPadding1D, "
+                 "ZeroPadding2D, Cropping1D, Cropping2D, UpSampling1D, UpSampling2D");
   }
 }
 

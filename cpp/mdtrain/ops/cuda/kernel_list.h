@@ -139,6 +139,14 @@ inline constexpr KernelEntry kKernels[] = {
     // ops/accumulate.h
     {"add_into_kernel", "ops/cuda/accumulate_kernels.cu", "math::accumulate", "",
      "CudaKernels.AddIntoMatchesCpuBitwise"},
+    // ops/strided_view.h
+    {"strided_view_kernel", "ops/cuda/strided_view_kernels.cu", "math::view_element", "",
+     "CudaKernels.StridedViewMatchesCpuBitwise"},
+    // ops/resize_bilinear.h
+    {"resize_bilinear_kernel", "ops/cuda/resize_bilinear_kernels.cu", "math::resize_bilinear_element", "",
+     "CudaKernels.ResizeBilinearMatchesCpu"},
+    {"resize_bilinear_backward_kernel", "ops/cuda/resize_bilinear_kernels.cu", "math::resize_bilinear_backward_element",
+     "", "CudaKernels.ResizeBilinearMatchesCpu"},
 };
 
 }  // namespace mdtrain::cuda

@@ -13,6 +13,8 @@
 #include "mdtrain/ops/cuda/normalization_kernels.h"
 #include "mdtrain/ops/cuda/optimizer_kernels.h"
 #include "mdtrain/ops/cuda/recurrent_kernels.h"
+#include "mdtrain/ops/cuda/resize_bilinear_kernels.h"
+#include "mdtrain/ops/cuda/strided_view_kernels.h"
 
 namespace mdtrain::cuda {
 
@@ -133,5 +135,18 @@ void add_masked(const Tensor&, const Tensor&, Tensor&) { unavailable("add_masked
 
 // ops/cuda/accumulate_kernels.h
 void add_into(Tensor&, const Tensor&) { unavailable("add_into"); }
+
+// ops/cuda/strided_view_kernels.h
+void strided_view(const Tensor&, Tensor&, const math::ViewArrays&) { unavailable("strided_view"); }
+
+// ops/cuda/resize_bilinear_kernels.h
+void resize_bilinear(const Tensor&, Tensor&, const math::ResizeDims<float>&) { unavailable("resize_bilinear"); }
+void resize_bilinear(const Tensor&, Tensor&, const math::ResizeDims<double>&) { unavailable("resize_bilinear"); }
+void resize_bilinear_backward(const Tensor&, Tensor&, const math::ResizeDims<float>&) {
+  unavailable("resize_bilinear_backward");
+}
+void resize_bilinear_backward(const Tensor&, Tensor&, const math::ResizeDims<double>&) {
+  unavailable("resize_bilinear_backward");
+}
 
 }  // namespace mdtrain::cuda

@@ -5,16 +5,17 @@ its family's converter, the masks handed along the edges as the C++ runners hand
 import numpy as np
 
 from mdtrain._version import __version__
-from mdtrain.keras.export import _builder, _conv, _core_layers, _embedding, _merge, _normalization, _recurrent
+from mdtrain.keras.export import (_builder, _conv, _core_layers, _embedding, _merge, _normalization, _recurrent,
+                                   _reshaping)
 from mdtrain.keras.export._builder import GraphBuilder, helper, onnx
 from mdtrain.keras.export._layer_view import LayerView
 
 # The converter of each C++ layer class (layer._core.class_name; PipelineSplit is an Activation).
 CONVERTERS = {**_core_layers.CONVERTERS, **_conv.CONVERTERS, **_normalization.CONVERTERS, **_embedding.CONVERTERS,
-              **_merge.CONVERTERS, **_recurrent.CONVERTERS}
+              **_merge.CONVERTERS, **_recurrent.CONVERTERS, **_reshaping.CONVERTERS}
 # Layers that are not mask makers or readers but hand their input's mask on (nn/sequence_mask.cpp
 # passes_mask); every other one drops it.
-PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization")
+PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization", "Identity")
 _INDEX_DTYPES = ("int32", "int64", "float32")
 
 

@@ -9,6 +9,8 @@ from mdtrain.keras.layers.pooling import (AveragePooling1D, AveragePooling2D, Av
                                           GlobalMaxPooling2D, MaxPool1D, MaxPool2D, MaxPooling1D, MaxPooling2D)
 from mdtrain.keras.layers.normalization import BatchNormalization, LayerNormalization
 from mdtrain.keras.layers.embedding import Embedding
+from mdtrain.keras.layers.reshaping import (Cropping1D, Cropping2D, Identity, Permute, RepeatVector, UpSampling1D,
+                                            UpSampling2D, ZeroPadding1D, ZeroPadding2D)
 from mdtrain.keras.layers.merging import Add, Concatenate, Multiply, add, concatenate, multiply
 from mdtrain.keras.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN, _Recurrent
 from mdtrain.keras.layers.mask_propagation import mask_after

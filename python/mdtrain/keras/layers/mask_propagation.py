@@ -6,14 +6,15 @@ from mdtrain.keras.layers.core import Masking
 from mdtrain.keras.layers.recurrent import Bidirectional
 
 
-_PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization")
+_PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization", "Identity")
 
 
 def mask_after(layer, mask_source):
     """Keras's mask propagation, as nn/layer_stack.cpp runs it: the name of the layer whose mask the
     output of `layer` carries, given the one its input carries (None: no mask). Embedding(mask_zero)
     and Masking make one; recurrent layers and Bidirectional read it and keep it with
-    return_sequences; GlobalAveragePooling1D reads it and drops it; Dense, Dropout, Activation, LayerNormalization pass it on; the other layers
+    return_sequences; GlobalAveragePooling1D reads it and drops it; Dense, Dropout, Activation,
+    LayerNormalization, Identity pass it on; the other layers
     drop it, as Keras's (Flatten, Reshape, ...). BatchNormalization would use it in Keras (moments
     over the kept steps only): refused."""
     if getattr(layer, "mask_zero", False) or isinstance(layer, Masking):
