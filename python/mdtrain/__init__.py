@@ -16,7 +16,7 @@ _blas.preload()
 
 from mdtrain import _core  # noqa: E402
 from mdtrain import config, distribute, keras  # noqa: E402
-from mdtrain import data, io, train  # noqa: E402
+from mdtrain import compat, data, io, train  # noqa: E402
 from mdtrain._version import __version__  # noqa: E402
 from mdtrain.distribute import get_strategy  # noqa: E402,F401
 from mdtrain._tensor_spec import TensorSpec  # noqa: E402
@@ -41,6 +41,6 @@ def cmake_dir():
     return os.path.join(os.path.dirname(os.path.abspath(_core.__file__)), "cpp", "lib", "cmake", "mdtrain")
 
 
-__all__ = ["config", "data", "distribute", "io", "keras", "losses", "metrics", "optimizers", "train", "TensorSpec",
+__all__ = ["compat", "config", "data", "distribute", "io", "keras", "losses", "metrics", "optimizers", "train", "TensorSpec",
            "cmake_dir", "get_strategy", "__version__"] + sorted(
                name for name in _eager.exports() if name not in ("abs", "bool", "pow", "print", "range", "round"))

@@ -30,6 +30,7 @@ import zmq
 
 from mdtrain import _cluster, _core
 from mdtrain._ps import job_secret, wire
+from mdtrain.compat.v1 import ConfigProto
 
 _log = logging.getLogger("mdtrain")
 
@@ -55,6 +56,12 @@ class Server:
         if job_name not in ("worker", "ps"):
             raise ValueError(f"tf.distribute.Server: only 'worker' and 'ps' tasks run a server here, not "
                              f"'{job_name}' (the chief runs the training script itself)")
+        if config is not None and not isinstance(config, ConfigProto):
+            raise TypeError(f"tf.distribute.Server: config must be a tf.compat.v1.ConfigProto or None, got "
+                            f"{type(config).__name__}")
+        if protocol not in (None, "grpc"):
+            raise ValueError(f"tf.distribute.Server: protocol must be 'grpc' (TF's; mdtrain's tasks speak ZeroMQ), "
+                             f"got {protocol!r}")
         self._key = job_secret.job_key()  # refuses to start without a job secret (or the opt-out)
         self._address = cluster.task_address(job_name, task_index)
         self._job_name, self._task_index = job_name, task_index
