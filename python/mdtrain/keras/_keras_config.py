@@ -49,6 +49,11 @@ def _wrap(module, class_name, config):
 
 
 def _keras_value(key, value):
+    if isinstance(value, dict) and "class_name" in value and key in ("layer", "backward_layer"):
+        # A wrapper's layer (Bidirectional's): a layer config of its own, written as Keras writes layers.
+        inner = {k: _keras_value(k, v) for k, v in (value.get("config") or {}).items()}
+        inner["dtype"] = dict(_FLOAT32)
+        return _wrap("keras.layers", value["class_name"], inner)
     if isinstance(value, dict) and "class_name" in value:
         module = "keras.regularizers" if "regularizer" in key else "keras.initializers"
         return _wrap(module, value["class_name"], dict(value.get("config") or {}))
@@ -260,6 +265,31 @@ def _histories(value):
     return [h[0] for h in value], True
 
 
+def _embedding_masks(entries):
+    """{name: input} of the NotEqual(x, 0) op layers Keras 3 writes into a Functional config for
+    the mask of an Embedding(mask_zero=True) reading x (passed on as a layer's mask= keyword):
+    exactly the mask mdtrain's graph gives that Embedding's readers, so the op is not a layer here."""
+    def history(arg):
+        return (arg.get("config") or {}).get("keras_history", [None])[0] if isinstance(arg, dict) else None
+
+    masked_inputs = set()
+    for entry in entries:
+        if entry.get("class_name") == "Embedding" and (entry.get("config") or {}).get("mask_zero"):
+            for node in entry.get("inbound_nodes") or []:
+                args = node.get("args") if isinstance(node, dict) else None
+                if args:
+                    masked_inputs.add(history(args[0]))
+    out = {}
+    for entry in entries:
+        nodes = entry.get("inbound_nodes") or []
+        if entry.get("class_name") != "NotEqual" or len(nodes) != 1 or not isinstance(nodes[0], dict):
+            continue
+        args = nodes[0].get("args") or []
+        if len(args) == 2 and args[1] == 0 and not nodes[0].get("kwargs") and history(args[0]) in masked_inputs:
+            out[entry.get("name") or (entry.get("config") or {}).get("name")] = history(args[0])
+    return out
+
+
 def functional_from_keras(config, make_layer=layer_from_keras, input_tensors=None):
     """An mdtrain keras.Model for a Keras Functional config: each layer made as layer_from_keras
     (or make_layer, given the entry) makes it and called on its inbound tensors, so the graph is
@@ -270,8 +300,11 @@ def functional_from_keras(config, make_layer=layer_from_keras, input_tensors=Non
 
     inner = config.get("config") or {}
     values = {}
+    zero_masks = _embedding_masks(inner.get("layers", []))
     for entry in inner.get("layers", []):
         name = entry.get("name") or (entry.get("config") or {}).get("name")
+        if name in zero_masks:
+            continue  # the mask Keras writes as an op, which the C++ graph propagates itself
         if entry.get("class_name") == "InputLayer":
             lc = entry.get("config") or {}
             shape = lc.get("batch_shape") or lc.get("batch_input_shape")
@@ -286,6 +319,10 @@ def functional_from_keras(config, make_layer=layer_from_keras, input_tensors=Non
             raise UnsupportedKerasObject(f"layer {name!r} is called {len(nodes)} times; mdtrain supports layers "
                                          "called once (no shared layers)")
         node = nodes[0]
+        mask = (node.get("kwargs") or {}).get("mask") if isinstance(node, dict) else None
+        if isinstance(mask, dict) and list(node["kwargs"]) == ["mask"] and \
+                (mask.get("config") or {}).get("keras_history", [None])[0] in zero_masks:
+            node = dict(node, kwargs={})
         if not isinstance(node, dict) or node.get("kwargs"):
             raise UnsupportedKerasObject(f"layer {name!r}: call arguments {node!r} are not supported by mdtrain")
         args = node["args"][0]

@@ -136,6 +136,21 @@ def layer_keys(model):
     return keys
 
 
+_RECURRENT = ("SimpleRNN", "LSTM", "GRU")
+
+
+def _weight_groups(layer, count):
+    """Where Keras keeps a layer's `count` weights under its group, in get_weights() order:
+    [(subgroup path, how many)]. A recurrent layer's are its cell's; a Bidirectional's, its forward
+    then its backward layer's cells'."""
+    kind = type(layer).__name__
+    if kind in _RECURRENT:
+        return [("cell/vars", count)]
+    if kind == "Bidirectional":
+        return [("forward_layer/cell/vars", count // 2), ("backward_layer/cell/vars", count - count // 2)]
+    return [("vars", count)]
+
+
 def write(model, path, include_optimizer=True):
     h5py = _h5py()
     with h5py.File(path, "w") as f:
@@ -146,10 +161,15 @@ def write(model, path, include_optimizer=True):
                 layers.create_group("input_layer" if k == 0 else f"input_layer_{k}").create_group(
                     "vars").attrs["name"] = name
         for layer, key in zip(model._layers, layer_keys(model)):
-            group = layers.create_group(key).create_group("vars")
-            group.attrs["name"] = layer.name
-            for i, w in enumerate(layer.get_weights()):
-                group.create_dataset(str(i), data=np.asarray(w, np.float32))
+            layer_group = layers.create_group(key)
+            layer_group.create_group("vars").attrs["name"] = layer.name
+            weights = iter(layer.get_weights())
+            for sub, count in _weight_groups(layer, len(layer.get_weights())):
+                group = layer_group.require_group(sub)
+                if sub != "vars":
+                    group.attrs["name"] = sub.split("/")[0]
+                for i in range(count):
+                    group.create_dataset(str(i), data=np.asarray(next(weights), np.float32))
         if include_optimizer and model.optimizer is not None:
             group = f.create_group("optimizer").create_group("vars")
             group.attrs["name"] = model.optimizer.name
@@ -211,19 +231,27 @@ def read(model, path, where, include_optimizer=True, display=None):
                              f"{names} (missing: {missing})")
         weights = []
         for layer, name in zip(model._layers, names):
-            expected = [w.shape for w in layer.get_weights()]
+            all_expected = [w.shape for w in layer.get_weights()]
             layer_group = stored.group(name)
-            group = layer_group.group("vars")
-            count = len(group) if group is not None else 0
-            # The shapes from the metadata (nothing read yet), to name the layer when they differ.
-            found = [getattr(group.get(str(i)), "shape", None) for i in range(count)]
-            if found != expected:
-                first = next((i for i, (f, e) in enumerate(zip(found, expected)) if f != e), None)
-                detail = "" if first is None else (f" (dataset {group.path}/{first} has shape {found[first]}, "
-                                                   f"expected {expected[first]})")
-                raise ValueError(f"{where}: layer '{name}' in {path} has weights of shapes {found}, the model's "
-                                 f"layer '{layer.name}' has {expected}{detail}")
-            weights += _vars(group, expected) if expected else []
+            begin = 0
+            groups = _weight_groups(layer, len(all_expected))
+            legacy = layer_group.group("vars") if layer_group is not None else None
+            if groups[0][0] != "vars" and legacy is not None and all_expected and len(legacy) == len(all_expected):
+                groups = [("vars", len(all_expected))]  # as mdtrain wrote recurrent layers before: all in vars
+            for sub, count in groups:
+                expected = all_expected[begin:begin + count]
+                begin += count
+                group = layer_group.group(sub) if layer_group is not None else None
+                stored_count = len(group) if group is not None else 0
+                # The shapes from the metadata (nothing read yet), to name the layer when they differ.
+                found = [getattr(group.get(str(i)), "shape", None) for i in range(stored_count)]
+                if found != expected:
+                    first = next((i for i, (f, e) in enumerate(zip(found, expected)) if f != e), None)
+                    detail = "" if first is None else (f" (dataset {group.path}/{first} has shape {found[first]}, "
+                                                       f"expected {expected[first]})")
+                    raise ValueError(f"{where}: layer '{name}' in {path} has weights of shapes {found} in {sub}, the "
+                                     f"model's layer '{layer.name}' has {expected}{detail}")
+                weights += _vars(group, expected) if expected else []
         optimizer = None
         group = f.root.group("optimizer/vars") if include_optimizer and model.optimizer is not None else None
         if group is not None and len(group):

@@ -108,6 +108,18 @@ class _Recurrent(Layer):
         return call_with_state(self, inputs, initial_state, training)
 
 
+def _wrapped_config(config):
+    """A recurrent layer's config inside a Bidirectional's, without the zero_output_for_mask Keras
+    sets there: a Bidirectional zeros the outputs at masked steps itself (with return_sequences;
+    without, there are none)."""
+    config = dict(config)
+    zero = config.pop("zero_output_for_mask", None)
+    if zero not in (None, False, bool(config.get("return_sequences"))):
+        raise NotImplementedError(f"Bidirectional: a wrapped layer with zero_output_for_mask={zero!r} and "
+                                  f"return_sequences={config.get('return_sequences')!r} is not supported")
+    return config
+
+
 def _check_use_cudnn(use_cudnn, cls_name):
     """Keras raises when use_cudnn=True cannot be honoured; mdtrain has no cuDNN kernels (its own
     recurrent kernels give the same results), so only "auto" and False are accepted."""
@@ -199,7 +211,9 @@ class Bidirectional(Layer):
 
     def __init__(self, layer, merge_mode="concat", weights=None, backward_layer=None, **kwargs):
         if isinstance(layer, dict):  # from_config
-            layer = _CLASSES[layer["class_name"]].from_config(layer["config"])
+            layer = _CLASSES[layer["class_name"]].from_config(_wrapped_config(layer["config"]))
+        if isinstance(backward_layer, dict):
+            backward_layer = dict(backward_layer, config=_wrapped_config(backward_layer["config"]))
         super().__init__(**kwargs)
         if not isinstance(layer, _Recurrent):
             raise ValueError(f'Bidirectional "{self._name}": layer must be a SimpleRNN, LSTM or GRU instance, '
