@@ -41,6 +41,13 @@ Tensor tensor_from_numpy(const py::array& array);
 // A NumPy array that owns (shares) the tensor's storage, no copy.
 py::array numpy_from_tensor(const Tensor& tensor);
 
+// Declared shapes (a layer's or model's, the batch axis excluded) cross as lists with None for an
+// unknown dimension (kUnknownDim here, core/shape.h): Python never sees -1.
+py::list shape_to_py(const Shape& shape);
+Shape shape_from_py(const py::handle& shape);
+std::vector<Shape> shapes_from_py(const py::handle& shapes);
+py::list shapes_to_py(const std::vector<Shape>& shapes);
+
 // JSON crosses the boundary as text: Python's json module on one side, Json on the other.
 inline Json json_arg(const std::string& text) { return Json::parse(text); }
 

@@ -41,6 +41,31 @@ py::dtype numpy_dtype(DType d) {
 }
 }  // namespace
 
+py::list shape_to_py(const Shape& shape) {
+  py::list out;
+  for (auto d : shape) out.append(d == kUnknownDim ? py::object(py::none()) : py::object(py::int_(d)));
+  return out;
+}
+
+Shape shape_from_py(const py::handle& shape) {
+  Shape out;
+  for (const auto& d : py::reinterpret_borrow<py::sequence>(shape))
+    out.push_back(d.is_none() ? kUnknownDim : d.cast<std::int64_t>());
+  return out;
+}
+
+std::vector<Shape> shapes_from_py(const py::handle& shapes) {
+  std::vector<Shape> out;
+  for (const auto& s : py::reinterpret_borrow<py::sequence>(shapes)) out.push_back(shape_from_py(s));
+  return out;
+}
+
+py::list shapes_to_py(const std::vector<Shape>& shapes) {
+  py::list out;
+  for (const auto& s : shapes) out.append(shape_to_py(s));
+  return out;
+}
+
 Tensor tensor_from_numpy(const py::array& array) {
   if (!(array.flags() & py::array::c_style)) throw std::invalid_argument("[bindings] expected a C-contiguous array");
   Shape shape(array.shape(), array.shape() + array.ndim());

@@ -84,15 +84,17 @@ void init_model(py::module_& m) {
           py::arg("reason"), "Fails this model's collectives on every worker (a loop left on an error).")
       .def("add", &Model::add)
       .def("pop", &Model::pop)
-      .def("build", &Model::build, py::arg("input_shape"))
+      .def(
+          "build", [](Model& m, const py::object& input_shape) { m.build(shape_from_py(input_shape)); },
+          py::arg("input_shape"))
       .def_property_readonly("built", &Model::built)
       .def_static(
           "functional",
-          [](const std::string& name, std::uint64_t seed, const std::vector<Shape>& input_shapes,
+          [](const std::string& name, std::uint64_t seed, const py::object& input_shapes,
              const std::vector<std::string>& input_names,
              const std::vector<std::pair<std::shared_ptr<Layer>, std::vector<int>>>& nodes,
              const std::vector<int>& outputs) {
-            auto graph = std::make_unique<LayerGraph>(input_shapes);
+            auto graph = std::make_unique<LayerGraph>(shapes_from_py(input_shapes));
             for (const auto& [layer, inputs] : nodes) graph->add_node(layer, inputs);
             graph->set_outputs(outputs);
             return std::make_shared<Model>(name, seed, std::move(graph), input_names);
@@ -105,18 +107,18 @@ void init_model(py::module_& m) {
            [](Model& m) {
              LayerGraph& g = m.graph();
              py::dict out;
-             out["input_shapes"] = g.input_shapes();
+             out["input_shapes"] = shapes_to_py(g.input_shapes());
              out["input_names"] = m.input_names();
              py::list nodes;
              for (const auto& node : g.nodes()) nodes.append(py::make_tuple(node.layer, node.inputs));
              out["nodes"] = nodes;
              out["outputs"] = g.outputs();
-             out["output_shapes"] = g.output_shapes();
+             out["output_shapes"] = shapes_to_py(g.output_shapes());
              return out;
            })
       .def_property_readonly("layers", [](Model& m) { return m.network().layers(); })
-      .def_property_readonly("input_shape", [](Model& m) { return m.network().input_shape(); })
-      .def_property_readonly("output_shape", [](Model& m) { return m.network().output_shape(); })
+      .def_property_readonly("input_shape", [](Model& m) { return shape_to_py(m.network().input_shape()); })
+      .def_property_readonly("output_shape", [](Model& m) { return shape_to_py(m.network().output_shape()); })
       .def("compile", &Model::compile, py::arg("loss"), py::arg("optimizer"), py::arg("metrics"), py::arg("strategy"),
            py::arg("metric_outputs") = std::vector<int>{})
       .def_property_readonly("metric_outputs", &Model::metric_outputs)
@@ -207,7 +209,7 @@ void init_model(py::module_& m) {
       .def(
           "evaluate",
           [](Model& m, const py::array& x, const py::array& y, std::int64_t batch_size, const py::object& callback,
-             const py::object& sample_weight) {
+             const py::object& sample_weight, bool reset_metrics) {
             Tensor tx = tensor_from_numpy(x), ty = tensor_from_numpy(y);
             const auto w = optional_weights(sample_weight);
             auto cb = wrap_callback(callback);
@@ -215,11 +217,12 @@ void init_model(py::module_& m) {
             SignalCheck signals(m);
             {
               py::gil_scoped_release release;
-              logs = m.evaluate(tx, ty, batch_size, cb, pointer_to(w));
+              logs = m.evaluate(tx, ty, batch_size, cb, pointer_to(w), reset_metrics);
             }
             return logs_to_dict(logs);
           },
-          py::arg("x"), py::arg("y"), py::arg("batch_size"), py::arg("callback"), py::arg("sample_weight") = py::none())
+          py::arg("x"), py::arg("y"), py::arg("batch_size"), py::arg("callback"), py::arg("sample_weight") = py::none(),
+          py::arg("reset_metrics") = true)
       .def("predict",
            [](Model& m, const py::array& x, std::int64_t batch_size) {
              Tensor tx = tensor_from_numpy(x);

@@ -43,9 +43,12 @@ void init_nn(py::module_& m) {
       .def_property_readonly("name", &Layer::name)
       .def_property_readonly("class_name", &Layer::class_name)
       .def_property_readonly("built", &Layer::built)
-      .def_property_readonly("input_shape", &Layer::input_shape)
-      .def_property_readonly("output_shape", &Layer::output_shape)
-      .def("compute_output_shape", &Layer::compute_output_shape)
+      .def_property_readonly("input_shape", [](const Layer& l) { return shape_to_py(l.input_shape()); })
+      .def_property_readonly("output_shape", [](const Layer& l) { return shape_to_py(l.output_shape()); })
+      .def("compute_output_shape",
+           [](const Layer& l, const py::object& shape) {
+             return shape_to_py(l.compute_output_shape(shape_from_py(shape)));
+           })
       .def("config_json", [](const Layer& l) { return l.config().dump(); })
       .def("get_weights", &layer_weights)
       .def("set_weights", &set_layer_weights)
@@ -93,9 +96,14 @@ void init_nn(py::module_& m) {
   py::class_<GRU, RecurrentLayer, std::shared_ptr<GRU>>(m, "GRU");
   py::class_<Bidirectional, Layer, std::shared_ptr<Bidirectional>>(m, "Bidirectional");
   py::class_<MergeLayer, Layer, std::shared_ptr<MergeLayer>>(m, "MergeLayer")
-      .def("merged_shape", &MergeLayer::merged_shape, py::arg("input_shapes"),
-           "The output shape (batch axis excluded) for these input shapes; ValueError naming the layer "
-           "and the shapes when they cannot be merged.");
+      .def(
+          "merged_shape",
+          [](const MergeLayer& l, const py::object& shapes) {
+            return shape_to_py(l.merged_shape(shapes_from_py(shapes)));
+          },
+          py::arg("input_shapes"),
+          "The output shape (batch axis excluded) for these input shapes; ValueError naming the layer "
+          "and the shapes when they cannot be merged.");
   py::class_<Add, MergeLayer, std::shared_ptr<Add>>(m, "Add");
   py::class_<Multiply, MergeLayer, std::shared_ptr<Multiply>>(m, "Multiply");
   py::class_<Concatenate, MergeLayer, std::shared_ptr<Concatenate>>(m, "Concatenate");

@@ -144,7 +144,9 @@ void init_tape(py::module_& m) {
         "(weight penalty, [its gradient per trainable weight]).");
   m.def(
       "tape_build_layer",
-      [](Layer& layer, const Shape& input_shape, std::uint64_t seed) { layer.build(input_shape, seed); },
+      [](Layer& layer, const py::object& input_shape, std::uint64_t seed) {
+        layer.build(shape_from_py(input_shape), seed);
+      },
       py::arg("layer"), py::arg("input_shape"), py::arg("seed"), "Builds a layer on its own (no model).");
   m.def(
       "tape_layer_activation", [](const Layer& layer) { return std::string(name_of(layer.output_activation())); },

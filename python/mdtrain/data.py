@@ -216,6 +216,12 @@ class Dataset:
         """Consecutive elements stacked into batches of `batch_size` (the last may be smaller)."""
         return _Batch(self, batch_size, drop_remainder)
 
+    def padded_batch(self, batch_size, padded_shapes=None, padding_values=None, drop_remainder=False, name=None):
+        """batch() for elements of different shapes (sequences of different lengths), as TF's:
+        each component padded at the end of every axis to `padded_shapes` (None, or None along an
+        axis: the longest in the batch) with `padding_values` (default 0; b"" for strings)."""
+        return _PaddedBatch(self, batch_size, padded_shapes, padding_values, drop_remainder)
+
     def repeat(self, count=None, name=None):
         """The dataset `count` times (None or -1: forever); each pass is a new iteration."""
         return _Repeat(self, count)
@@ -656,6 +662,96 @@ class _Batch(Dataset):
                     pending = []
         if pending and not self._drop:
             yield _objects([_stack(pending, "batch")])
+
+    def _cardinality(self):
+        n = self._input._cardinality()
+        if n < 0:
+            return n
+        return n // self._size + (0 if self._drop or n % self._size == 0 else 1)
+
+
+def _padding_leaves(template, structure, argname):
+    """`structure` (padded_shapes or padding_values) as one leaf per leaf of the element `template`:
+    a tuple (dict) of the element's length (keys) goes component by component; None, or a single
+    padding value, applies to every component."""
+    if isinstance(template, tuple) and isinstance(structure, (tuple, list)) and len(structure) == len(template):
+        return [leaf for t, s in zip(template, structure) for leaf in _padding_leaves(t, s, argname)]
+    if isinstance(template, dict) and isinstance(structure, dict):
+        return [leaf for key in sorted(template) for leaf in _padding_leaves(template[key], structure.get(key), argname)]
+    if isinstance(template, (tuple, dict)):
+        if structure is None or (argname == "padding_values" and not isinstance(structure, (tuple, list, dict))):
+            return [structure] * len(_flatten(template))
+        raise ValueError(f"padded_batch: {argname}={structure!r} does not match the element's structure")
+    return [structure]
+
+
+def _pad_stack(parts, shape, value, where, k):
+    """Component k's values of one padded batch, each padded at the end to `shape` (None along
+    an axis: the batch's largest), stacked."""
+    rank = parts[0].ndim
+    if any(p.ndim != rank for p in parts):
+        raise ValueError(f"{where}: component {k} has elements of different ranks "
+                         f"({sorted({p.ndim for p in parts})}); padding keeps the rank")
+    if shape is None:
+        shape = (None,) * rank
+    shape = tuple(shape)
+    if len(shape) != rank:
+        raise ValueError(f"{where}: padded_shapes for component {k} is {shape}, of rank {len(shape)}, but its "
+                         f"elements have rank {rank}")
+    longest = [max(p.shape[a] for p in parts) for a in range(rank)]
+    target = []
+    for a, d in enumerate(shape):
+        if d is None or d == -1:
+            target.append(longest[a])
+        elif longest[a] > d:
+            raise ValueError(f"{where}: component {k} has an element of size {longest[a]} along axis {a}, longer "
+                             f"than its padded shape {shape}")
+        else:
+            target.append(int(d))
+    out = np.full((len(parts), *target), value if value is not None else parts[0].dtype.type(0),
+                  dtype=parts[0].dtype)
+    for i, p in enumerate(parts):
+        out[(i, *(slice(0, n) for n in p.shape))] = p
+    return out
+
+
+class _PaddedBatch(Dataset):
+    def __init__(self, input_dataset, batch_size, padded_shapes, padding_values, drop_remainder):
+        super().__init__(input_dataset)
+        self._size = _check_int(batch_size, "padded_batch", "batch_size", 1)
+        self._drop = bool(drop_remainder)
+        self._batch_size = self._size
+        self._drop_remainder = self._drop
+        self._padded_shapes = padded_shapes
+        self._padding_values = padding_values
+        self._kind = _VALUES
+        self._source = None
+
+    def _batch(self, values):
+        where = "padded_batch"
+        sig = _signature(values[0])
+        flat = []
+        for v in values:
+            if _signature(v) != sig:
+                raise ValueError(f"{where}: cannot batch elements of different structures: {sig!r} and "
+                                 f"{_signature(v)!r}")
+            flat.append(_flatten(v))
+        count = len(flat[0])
+        shapes = _padding_leaves(values[0], self._padded_shapes, "padded_shapes")
+        fill = _padding_leaves(values[0], self._padding_values, "padding_values")
+        leaves = [_pad_stack([np.asarray(f[k]) for f in flat], shapes[k], fill[k], where, k) for k in range(count)]
+        return _pack(values[0], leaves)
+
+    def _chunks(self):
+        pending = []
+        for chunk in self._input._chunks():
+            for value in self._input._values(chunk):
+                pending.append(value)
+                if len(pending) == self._size:
+                    yield _objects([self._batch(pending)])
+                    pending = []
+        if pending and not self._drop:
+            yield _objects([self._batch(pending)])
 
     def _cardinality(self):
         n = self._input._cardinality()

@@ -57,6 +57,19 @@ std::string to_string(const Shape& shape) {
   return s + ")";
 }
 
+bool has_unknown_dim(const Shape& shape) {
+  for (auto d : shape)
+    if (d == kUnknownDim) return true;
+  return false;
+}
+
+bool fits_declared(const Shape& declared, const Shape& actual) {
+  if (declared.size() != actual.size()) return false;
+  for (std::size_t i = 0; i < declared.size(); ++i)
+    if (declared[i] != kUnknownDim && declared[i] != actual[i]) return false;
+  return true;
+}
+
 std::string Device::to_string() const { return cat("/device:", kind == DeviceKind::CPU ? "CPU" : "GPU", ":", index); }
 
 Device Device::parse(const std::string& text) {

@@ -11,7 +11,7 @@ namespace {
 Json shape_json(const Shape& shape) {
   Json s = Json::array();
   s.push_back(Json());
-  for (auto d : shape) s.push_back(Json(d));
+  for (auto d : shape) s.push_back(d == kUnknownDim ? Json() : Json(d));  // null: Keras's None
   return s;
 }
 
@@ -149,7 +149,8 @@ std::unique_ptr<LayerGraph> graph_from_config(const Json& config, std::vector<st
     MDTRAIN_CHECK(shape.is_array() && !shape.as_array().empty(), std::invalid_argument, "[functional] InputLayer \"",
                   c.at("name").as_string(), "\" has no batch_shape");
     Shape s;
-    for (std::size_t d = 1; d < shape.as_array().size(); ++d) s.push_back(shape.as_array()[d].as_int());
+    for (std::size_t d = 1; d < shape.as_array().size(); ++d)
+      s.push_back(shape.as_array()[d].is_null() ? kUnknownDim : shape.as_array()[d].as_int());
     inputs.push_back(c.at("name").as_string());
     input_shapes.push_back(s);
   }

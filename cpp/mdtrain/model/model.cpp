@@ -315,7 +315,7 @@ Model::EpochResult Model::train_batches(const Tensor& x, const Tensor& y, const 
 }
 
 Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end,
-                     const Tensor* sample_weight) {
+                     const Tensor* sample_weight, bool reset_metrics) {
   BusyGuard busy(*this, "evaluate");
   check_data(x, &y, "evaluate", sample_weight);
   MDTRAIN_CHECK(batch_size > 0, std::invalid_argument, "[evaluate] batch_size must be a positive integer, got ",
@@ -323,7 +323,7 @@ Logs Model::evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, 
   MDTRAIN_CHECK(x.dim(0) > 0, std::invalid_argument, "[evaluate] no data: x has 0 samples");
   ensure_built_for(x);
   TrainEngine& eng = engine(y.shape());
-  eng.reset_metrics();
+  if (reset_metrics) eng.reset_metrics();
   const std::int64_t n = x.dim(0);
   std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = i;
@@ -417,7 +417,7 @@ Json Model::config() const {
   c.set("seed", static_cast<double>(seed_));
   Json shape = Json::array();
   if (stack.built())
-    for (auto d : stack.input_shape()) shape.push_back(Json(d));
+    for (auto d : stack.input_shape()) shape.push_back(d == kUnknownDim ? Json() : Json(d));
   c.set("input_shape", stack.built() ? shape : Json());
   c.set("layers", layers);
   Json j = Json::object();
@@ -473,7 +473,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Stra
       for (const auto& spec : c.at("layers").as_array()) model->add(std::shared_ptr<Layer>(layer_from_config(spec)));
       if (!c.get("input_shape", Json()).is_null()) {
         Shape shape;
-        for (const auto& d : c.at("input_shape").as_array()) shape.push_back(d.as_int());
+        for (const auto& d : c.at("input_shape").as_array()) shape.push_back(d.is_null() ? kUnknownDim : d.as_int());
         model->build(shape);
       }
     }

@@ -104,8 +104,10 @@ class Model {
                             const std::vector<std::int64_t>& offsets, const BatchCallback& on_batch_end,
                             bool reset_metrics = true, std::int64_t first_batch = 0,
                             const Tensor* sample_weight = nullptr);
+  // Metrics are reset first unless `reset_metrics` is false: an evaluation fed in several calls
+  // (batches of different sizes along a variable-length axis) accumulates them over every call.
   Logs evaluate(const Tensor& x, const Tensor& y, std::int64_t batch_size, const BatchCallback& on_batch_end,
-                const Tensor* sample_weight = nullptr);
+                const Tensor* sample_weight = nullptr, bool reset_metrics = true);
   Tensor predict(const Tensor& x, std::int64_t batch_size);
   Logs train_on_batch(const Tensor& x, const Tensor& y, const Tensor* sample_weight = nullptr);
   // After a train step: each replica's sum of per-example losses divided by the global batch

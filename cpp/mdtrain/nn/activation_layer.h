@@ -11,6 +11,7 @@ class ActivationLayer : public Layer {
   std::string class_name() const override { return "Activation"; }
   bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   Activation output_activation() const override { return activation_; }

@@ -31,6 +31,7 @@ BatchNormalization::BatchNormalization(std::string name, Options options)
 Shape BatchNormalization::compute_output_shape(const Shape& input_shape) const {
   check_last_axis_input("batch_normalization", name_, options_.axis, input_shape, "channels",
                         "the last, channels axis");
+  require_known_dim(input_shape, -1, "its statistics");
   return input_shape;
 }
 

@@ -52,6 +52,7 @@ class BatchNormalization : public Layer {
 
   std::string class_name() const override { return "BatchNormalization"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   void forward_without_rows(const ForwardContext& ctx) override;

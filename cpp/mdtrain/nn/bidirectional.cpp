@@ -89,13 +89,13 @@ Tensor Bidirectional::forward(const Tensor& x, const ForwardContext& ctx) {
   check_input(x);
   MDTRAIN_CHECK(x.device().is_cpu(), std::invalid_argument, "[bidirectional] layer \"", name_,
                 "\" runs on CPU devices only for now");
-  if (mask_.defined()) check_mask_shape(mask_, x.dim(0), input_shape_[0], "bidirectional", name_);
+  if (mask_.defined()) check_mask_shape(mask_, x.dim(0), x.dim(1), "bidirectional", name_);
   const Tensor yf = forward_->forward(x, ctx);
   const Tensor yb = backward_->forward(x, ctx);
   const bool seq = forward_->options().return_sequences;
-  const std::int64_t batch = x.dim(0), steps = seq ? input_shape_[0] : 1, u = forward_->options().units;
-  Shape out{batch};
-  for (auto d : output_shape_) out.push_back(d);
+  const std::int64_t batch = x.dim(0), steps = seq ? x.dim(1) : 1, u = forward_->options().units;
+  Shape out = yf.shape();
+  if (merge_mode_ == "concat") out.back() *= 2;
   ensure_buffer(y_, out, dtype_, x.device());
   if (merge_mode_ == "concat") {
     copy_columns(yf, y_, batch, steps, u, 2 * u, 0, false, false);
@@ -123,7 +123,7 @@ Tensor Bidirectional::forward(const Tensor& x, const ForwardContext& ctx) {
 
 Tensor Bidirectional::backward(const Tensor& dy, bool need_input_grad) {
   const bool seq = forward_->options().return_sequences;
-  const std::int64_t batch = dy.dim(0), steps = seq ? input_shape_[0] : 1, u = forward_->options().units;
+  const std::int64_t batch = dy.dim(0), steps = seq ? dy.dim(1) : 1, u = forward_->options().units;
   Shape half = dy.shape();
   half.back() = u;
   ensure_buffer(dy_forward_, half, dtype_, dy.device());

@@ -65,10 +65,18 @@ Window2D Conv2D::window_for(const Shape& input_shape) const {
   return g;
 }
 
+std::vector<std::int64_t> Conv2D::kernel_extents() const {
+  std::vector<std::int64_t> extents;
+  for (std::size_t i = 0; i < options_.kernel_size.size(); ++i)
+    extents.push_back(math::dilated_extent(options_.kernel_size[i], options_.dilation_rate[i]));
+  return extents;
+}
+
 Shape Conv2D::compute_output_shape(const Shape& input_shape) const {
-  const Window2D g = window_for(input_shape);
-  if (spatial_rank_ == 1) return {g.out_w, options_.filters};
-  return {g.out_h, g.out_w, options_.filters};
+  require_known_dim(input_shape, -1, "the kernel's input channels");
+  const Window2D g = window_for(with_spatial_stand_ins(input_shape, kernel_extents()));
+  const Shape out = spatial_rank_ == 1 ? Shape{g.out_w, options_.filters} : Shape{g.out_h, g.out_w, options_.filters};
+  return with_unknown_spatial_dims(input_shape, out);
 }
 
 Shape Conv2D::output_dims(std::int64_t images) const {
@@ -77,7 +85,7 @@ Shape Conv2D::output_dims(std::int64_t images) const {
 }
 
 void Conv2D::build_weights(const Shape& input_shape, std::uint64_t seed) {
-  window_ = window_for(input_shape);
+  window_ = window_for(with_spatial_stand_ins(input_shape, kernel_extents()));
   const std::int64_t kh = window_.k_h, kw = window_.k_w, cin = window_.channels, filters = options_.filters;
   Rng rng(seed, 0);
   // Keras's layout: (kh, kw, in, filters), or (k, in, filters) for Conv1D (the same memory).
@@ -146,6 +154,8 @@ void Conv2D::check_conv_input(const Tensor& x) const {
 
 Tensor Conv2D::forward(const Tensor& input, const ForwardContext&) {
   check_conv_input(input);
+  // Built for unknown spatial dimensions: the geometry of this batch's size (backward uses it).
+  if (!window_fits(window_, input)) window_ = window_for(sample_shape(input));
   // A sequence runs as an image of one row (see the constructor's note).
   const Tensor x = spatial_rank_ == 1 ? input.reshape({input.dim(0), 1, input.dim(1), input.dim(2)}) : input;
   x_ = x;

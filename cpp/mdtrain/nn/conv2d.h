@@ -58,6 +58,7 @@ class Conv2D : public Layer {
   std::string class_name() const override { return "Conv2D"; }
   bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   Activation output_activation() const override { return activation_; }
@@ -104,6 +105,7 @@ class Conv2D : public Layer {
 
  private:
   Window2D window_for(const Shape& input_shape) const;  // validated; throws naming the layer
+  std::vector<std::int64_t> kernel_extents() const;     // the dilated kernel's size per spatial axis
   void check_conv_input(const Tensor& x) const;
   // The output's shape for `images` inputs: (images, out_h, out_w, filters), or (images, out_w,
   // filters) for rank 1.
@@ -133,7 +135,7 @@ class Conv2D : public Layer {
   bool same_padding_ = false;
   Activation activation_;
   KernelBias weights_;  // the kernel, the bias (with use_bias) and their regularizers
-  Window2D window_;     // for the built input shape
+  Window2D window_;     // for the last forward's input size (the built one before)
   // Per-call state: the last input; the columns (the whole batch's when columns_kept_, else one
   // chunk's; also reused for the input-gradient columns); the pre-activation when kept; the
   // output; one chunk's activation gradient; the input gradient. col_ and dz_ grow to the

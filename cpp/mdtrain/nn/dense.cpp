@@ -18,6 +18,7 @@ Dense::Dense(std::string name, Options options)
 Shape Dense::compute_output_shape(const Shape& input_shape) const {
   MDTRAIN_CHECK(!input_shape.empty(), std::invalid_argument, "[dense] layer \"", name_,
                 "\" needs inputs of rank >= 2 (batch, features), got input shape (batch,)");
+  require_known_dim(input_shape, -1, "the kernel's rows");
   Shape out = input_shape;
   out.back() = options_.units;
   return out;

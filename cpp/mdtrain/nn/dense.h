@@ -27,6 +27,7 @@ class Dense : public Layer {
   bool has_cuda_kernels() const override { return true; }
   bool supports_gradient_accumulation() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   Activation output_activation() const override { return activation_; }

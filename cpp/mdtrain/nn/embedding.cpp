@@ -65,9 +65,7 @@ void Embedding::build_weights(const Shape&, std::uint64_t seed) {
 
 void Embedding::check_index_shape(const Tensor& x) const {
   MDTRAIN_CHECK(built_, std::logic_error, "[embedding] layer \"", name_, "\" was called before it was built");
-  bool ok = x.ndim() == static_cast<int>(input_shape_.size()) + 1;
-  for (std::size_t i = 0; ok && i < input_shape_.size(); ++i) ok = x.shape()[i + 1] == input_shape_[i];
-  if (!ok) {
+  if (!fits_declared(input_shape_, sample_shape(x))) {
     Shape expected{-1};
     expected.insert(expected.end(), input_shape_.begin(), input_shape_.end());
     fail<std::invalid_argument>("[embedding] Input 0 of layer \"", name_,

@@ -34,6 +34,7 @@ class Embedding : public Layer, public MaskedLayer {
   // Its buffers follow the input's device and it calls only ops with CUDA kernels (ops/embedding.h).
   bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::vector<Parameter*> parameters() override;

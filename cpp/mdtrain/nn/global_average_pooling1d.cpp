@@ -17,6 +17,7 @@ GlobalAveragePooling1D::GlobalAveragePooling1D(std::string name, bool keepdims, 
 
 Shape GlobalAveragePooling1D::compute_output_shape(const Shape& input_shape) const {
   check_sequence_input_shape(kArea, name_, input_shape);
+  require_known_dim(input_shape, -1, "the channels");
   if (keepdims_) return {1, input_shape[1]};
   return {input_shape[1]};
 }
@@ -27,8 +28,8 @@ Tensor GlobalAveragePooling1D::forward(const Tensor& x, const ForwardContext&) {
                 "\" is incompatible with the layer: expected ndim=3, found ndim=", x.ndim(),
                 ". Full shape received: ", to_string(x.shape()));
   check_input(x);
-  last_batch_ = x.dim(0);
-  Shape out{last_batch_};
+  last_input_shape_ = x.shape();
+  Shape out{x.dim(0)};
   out.insert(out.end(), output_shape_.begin(), output_shape_.end());
   ensure_buffer(y_, out, dtype_, x.device());
   if (mask_.defined()) {
@@ -44,11 +45,12 @@ Tensor GlobalAveragePooling1D::forward(const Tensor& x, const ForwardContext&) {
 
 Tensor GlobalAveragePooling1D::backward(const Tensor& dy, bool need_input_grad) {
   if (!need_input_grad) return Tensor();
-  ensure_buffer(dx_, {last_batch_, input_shape_[0], input_shape_[1]}, dtype_, dy.device());
+  const Shape& in = last_input_shape_;
+  ensure_buffer(dx_, in, dtype_, dy.device());
   if (!mask_bytes_.empty()) {
     ops::masked_mean_steps_backward(dy, mask_bytes_, dx_);
   } else {
-    Tensor image = dx_.reshape({last_batch_, 1, input_shape_[0], input_shape_[1]});
+    Tensor image = dx_.reshape({in[0], 1, in[1], in[2]});
     ops::global_avg_pool2d_backward(dy, image);
   }
   return dx_;

@@ -21,6 +21,7 @@ class GlobalAveragePooling1D : public Layer, public MaskedLayer {
   std::string class_name() const override { return "GlobalAveragePooling1D"; }
   bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override;
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
@@ -43,7 +44,7 @@ class GlobalAveragePooling1D : public Layer, public MaskedLayer {
   std::string data_format_;
   Tensor mask_, y_, dx_;                  // mask_: the next (then last) forward's input mask
   std::vector<std::uint8_t> mask_bytes_;  // the last forward's mask (empty: unmasked)
-  std::int64_t last_batch_ = 0;
+  Shape last_input_shape_;                // of the last forward (its time axis may be any length)
 };
 
 }  // namespace mdtrain

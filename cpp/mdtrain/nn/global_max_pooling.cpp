@@ -18,6 +18,7 @@ GlobalMaxPooling::GlobalMaxPooling(std::string name, bool keepdims, std::string 
 Shape GlobalMaxPooling::compute_output_shape(const Shape& input_shape) const {
   if (spatial_rank_ == 1) check_sequence_input_shape(area_, name_, input_shape);
   else check_image_input_shape(area_, name_, input_shape);
+  require_known_dim(input_shape, -1, "the channels");
   const std::int64_t channels = input_shape.back();
   if (!keepdims_) return {channels};
   Shape out(static_cast<std::size_t>(spatial_rank_), 1);
@@ -32,8 +33,8 @@ Tensor GlobalMaxPooling::forward(const Tensor& x, const ForwardContext&) {
                 "\" is incompatible with the layer: expected ndim=", ndim, ", found ndim=", x.ndim(),
                 ". Full shape received: ", to_string(x.shape()));
   check_input(x);
-  last_batch_ = x.dim(0);
-  Shape out{last_batch_};
+  last_input_shape_ = x.shape();
+  Shape out{x.dim(0)};
   out.insert(out.end(), output_shape_.begin(), output_shape_.end());
   ensure_buffer(y_, out, dtype_, x.device());
   ensure_buffer(argmax_, out, DType::Int32, x.device());
@@ -44,10 +45,9 @@ Tensor GlobalMaxPooling::forward(const Tensor& x, const ForwardContext&) {
 
 Tensor GlobalMaxPooling::backward(const Tensor& dy, bool need_input_grad) {
   if (!need_input_grad) return Tensor();
-  Shape in{last_batch_};
-  in.insert(in.end(), input_shape_.begin(), input_shape_.end());
+  const Shape& in = last_input_shape_;
   ensure_buffer(dx_, in, dtype_, dy.device());
-  Tensor image = spatial_rank_ == 1 ? dx_.reshape({last_batch_, 1, input_shape_[0], input_shape_[1]}) : dx_;
+  Tensor image = spatial_rank_ == 1 ? dx_.reshape({in[0], 1, in[1], in[2]}) : dx_;
   ops::global_max_pool2d_backward(dy.reshape(argmax_.shape()), argmax_, image);
   return dx_;
 }

@@ -17,6 +17,7 @@ namespace mdtrain {
 class GlobalMaxPooling : public Layer {
  public:
   Shape compute_output_shape(const Shape& input_shape) const override;
+  bool supports_unknown_dims() const override { return true; }
   bool has_cuda_kernels() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
@@ -39,7 +40,7 @@ class GlobalMaxPooling : public Layer {
   int spatial_rank_;
   const char* area_;
   Tensor y_, argmax_, dx_;  // argmax_: Int32 (batch, channels), the winning pixel of each
-  std::int64_t last_batch_ = 0;
+  Shape last_input_shape_;  // of the last forward (its time axis may be any length)
 };
 
 class GlobalMaxPooling1D : public GlobalMaxPooling {

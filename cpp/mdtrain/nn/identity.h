@@ -13,6 +13,7 @@ class Identity : public Layer {
   std::string class_name() const override { return "Identity"; }
   bool has_cuda_kernels() const override { return true; }  // no kernel at all
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext&) override {
     check_input(x);
     return x;

@@ -10,8 +10,12 @@ void Layer::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
   MDTRAIN_CHECK(is_floating(dtype), std::invalid_argument, "[layer] layer \"", name_, "\" needs a floating dtype, got ",
                 name_of(dtype));
   for (auto d : input_shape)
-    MDTRAIN_CHECK(d > 0, std::invalid_argument, "[layer] layer \"", name_, "\" cannot be built for input shape ",
-                  to_string(input_shape), ": every dimension must be positive");
+    MDTRAIN_CHECK(d > 0 || d == kUnknownDim, std::invalid_argument, "[layer] layer \"", name_,
+                  "\" cannot be built for input shape ", to_string(input_shape),
+                  ": every dimension must be positive or None");
+  MDTRAIN_CHECK(!has_unknown_dim(input_shape) || supports_unknown_dims(), std::invalid_argument, "[layer] layer \"",
+                name_, "\" (", class_name(), ") needs every dimension of its input known, got input shape ",
+                to_string(input_shape));
   Shape out = compute_output_shape(input_shape);
   dtype_ = dtype;
   input_shape_ = input_shape;
@@ -29,9 +33,7 @@ void Layer::build(const Shape& input_shape, std::uint64_t seed, DType dtype) {
 
 void Layer::check_input(const Tensor& x) const {
   MDTRAIN_CHECK(built_, std::logic_error, "[layer] layer \"", name_, "\" was called before it was built");
-  bool ok = x.ndim() == static_cast<int>(input_shape_.size()) + 1;
-  for (std::size_t i = 0; ok && i < input_shape_.size(); ++i) ok = x.shape()[i + 1] == input_shape_[i];
-  if (!ok) {
+  if (!fits_declared(input_shape_, sample_shape(x))) {
     Shape expected{-1};
     expected.insert(expected.end(), input_shape_.begin(), input_shape_.end());
     fail<std::invalid_argument>("[layer] Input 0 of layer \"", name_,
@@ -40,6 +42,15 @@ void Layer::check_input(const Tensor& x) const {
   }
   MDTRAIN_CHECK(x.dtype() == dtype_, std::invalid_argument, "[layer] layer \"", name_, "\" expects ", name_of(dtype_),
                 " input, got ", name_of(x.dtype()));
+}
+
+void Layer::require_known_dim(const Shape& input_shape, int axis, const char* what) const {
+  const int rank = static_cast<int>(input_shape.size()), a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank || input_shape[static_cast<std::size_t>(a)] != kUnknownDim) return;
+  Shape full{kUnknownDim};
+  full.insert(full.end(), input_shape.begin(), input_shape.end());
+  fail<std::invalid_argument>("[layer] layer \"", name_, "\" (", class_name(), ") needs axis ", a + 1,
+                              " of its input known (", what, "), got input shape ", to_string(full));
 }
 
 Tensor Layer::logits() const {
@@ -61,6 +72,8 @@ Json Layer::config() const {
   c.set("dtype", name_of(dtype_));
   return c;
 }
+
+Shape sample_shape(const Tensor& x) { return Shape(x.shape().begin() + (x.ndim() > 0 ? 1 : 0), x.shape().end()); }
 
 void ensure_buffer(Tensor& t, const Shape& shape, DType dtype, const Device& device) {
   if (!t.defined() || t.shape() != shape || t.dtype() != dtype || t.device() != device)

@@ -53,7 +53,13 @@ class Layer {
   // Creates the weights for inputs shaped (batch, *input_shape). `seed` makes initialisation
   // reproducible. Throws std::invalid_argument naming the layer when the shape does not fit.
   void build(const Shape& input_shape, std::uint64_t seed, DType dtype = DType::Float32);
+  // kUnknownDim in input_shape propagates to the output's dimensions that depend on it.
   virtual Shape compute_output_shape(const Shape& input_shape) const = 0;
+  // Whether the layer may be built for an input shape with unknown dimensions (core/shape.h),
+  // running each batch at its own size without being built again. Such a layer checks, in
+  // compute_output_shape, that the dimensions its weights depend on are known (Dense: the last).
+  // The rest need every dimension known, and build() refuses them by name.
+  virtual bool supports_unknown_dims() const { return false; }
 
   // x is (batch, *input_shape()). The result stays valid until the next forward.
   virtual Tensor forward(const Tensor& x, const ForwardContext& ctx) = 0;
@@ -153,6 +159,9 @@ class Layer {
   }
   // Keras's message for an input that does not fit a built layer.
   void check_input(const Tensor& x) const;
+  // For layers that support unknown dimensions: throws std::invalid_argument naming the layer
+  // unless axis `axis` of input_shape (negative: from the end) is known; `what` says what needs it.
+  void require_known_dim(const Shape& input_shape, int axis, const char* what) const;
   // The bytes of the defined tensors among `tensors`, a storage shared by several counted once.
   static std::int64_t bytes_of(std::initializer_list<const Tensor*> tensors);
 
@@ -162,6 +171,9 @@ class Layer {
   Shape input_shape_, output_shape_;
   bool accumulate_gradients_ = false;  // read by layers whose supports_gradient_accumulation()
 };
+
+// x's shape without its batch axis: what a layer's input_shape() declares.
+Shape sample_shape(const Tensor& x);
 
 // Reallocates `t` only when its shape or dtype must change (per-step buffers are reused).
 void ensure_buffer(Tensor& t, const Shape& shape, DType dtype, const Device& device = {});

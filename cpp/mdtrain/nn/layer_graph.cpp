@@ -44,6 +44,11 @@ LayerGraph::LayerGraph(std::vector<Shape> input_shapes) : input_shapes_(std::mov
   if (input_shapes_.size() == 1) {
     packed_input_shape_ = input_shapes_[0];
   } else {
+    // Several inputs cross as one packed (batch, total) array: each needs a fixed row size.
+    for (const auto& s : input_shapes_)
+      MDTRAIN_CHECK(!has_unknown_dim(s), std::invalid_argument, "[functional] a model with ", input_shapes_.size(),
+                    " inputs needs every dimension of each input known, got input shape ", to_string(s),
+                    " (variable-length inputs: one input per model for now)");
     std::int64_t total = 0;
     for (const auto& s : input_shapes_) total += row_elements(s);
     packed_input_shape_ = {total};
@@ -113,6 +118,12 @@ void LayerGraph::build(std::uint64_t seed, DType dtype) {
     if (!node.layer->parameters().empty()) ++weighted;
     shapes.push_back(node.layer->output_shape());
   }
+  if (outputs_.size() > 1)
+    for (int v : outputs_)  // several outputs cross as one packed array, like several inputs
+      MDTRAIN_CHECK(!has_unknown_dim(shapes[static_cast<std::size_t>(v)]), std::invalid_argument,
+                    "[functional] a model with ", outputs_.size(),
+                    " outputs needs every dimension of each output known, got output shape ",
+                    to_string(shapes[static_cast<std::size_t>(v)]));
   dtype_ = dtype;
   built_ = true;
   pack_parameters();

@@ -23,6 +23,7 @@ LayerNormalization::LayerNormalization(std::string name, Options options)
 
 Shape LayerNormalization::compute_output_shape(const Shape& input_shape) const {
   check_last_axis_input("layer_normalization", name_, options_.axis, input_shape, "features", "the last axis");
+  require_known_dim(input_shape, -1, "gamma and beta");
   return input_shape;
 }
 

@@ -13,6 +13,7 @@ class Masking : public Layer, public MaskedLayer {
   Masking(std::string name, double mask_value);
   std::string class_name() const override { return "Masking"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;

@@ -5,6 +5,9 @@ namespace mdtrain {
 void MergeLayer::build_inputs(const std::vector<Shape>& input_shapes, DType dtype) {
   MDTRAIN_CHECK(input_shapes.size() >= 2, std::invalid_argument, "[layers] ", class_name(), " layer \"", name_,
                 "\" should be called on a list of at least 2 inputs, got ", input_shapes.size());
+  for (const auto& s : input_shapes)
+    MDTRAIN_CHECK(!has_unknown_dim(s), std::invalid_argument, "[layers] ", class_name(), " layer \"", name_,
+                  "\" needs every dimension of its inputs known, got input shape ", to_string(s));
   output_shape_ = merged_shape(input_shapes);
   input_shapes_ = input_shapes;
   input_shape_ = input_shapes.front();

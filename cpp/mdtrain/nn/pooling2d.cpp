@@ -33,20 +33,25 @@ Window2D Pooling2D::window_for(const Shape& input_shape) const {
 }
 
 Shape Pooling2D::compute_output_shape(const Shape& input_shape) const {
-  const Window2D g = window_for(input_shape);
-  if (spatial_rank_ == 1) return {g.out_w, g.channels};
-  return {g.out_h, g.out_w, g.channels};
+  require_known_dim(input_shape, -1, "the channels");
+  const Window2D g = window_for(with_spatial_stand_ins(input_shape, options_.pool_size));
+  const Shape out = spatial_rank_ == 1 ? Shape{g.out_w, g.channels} : Shape{g.out_h, g.out_w, g.channels};
+  return with_unknown_spatial_dims(input_shape, out);
 }
 
-void Pooling2D::build_weights(const Shape& input_shape, std::uint64_t) { window_ = window_for(input_shape); }
+void Pooling2D::build_weights(const Shape& input_shape, std::uint64_t) {
+  window_ = window_for(with_spatial_stand_ins(input_shape, options_.pool_size));
+}
 
-Tensor Pooling2D::check_pool_input(const Tensor& x) const {
+Tensor Pooling2D::check_pool_input(const Tensor& x) {
   MDTRAIN_CHECK(built_, std::logic_error, "[layer] layer \"", name_, "\" was called before it was built");
   const int ndim = spatial_rank_ + 2;
   MDTRAIN_CHECK(x.ndim() == ndim, std::invalid_argument, "[", area_, "] Input 0 of layer \"", name_,
                 "\" is incompatible with the layer: expected ndim=", ndim, ", found ndim=", x.ndim(),
                 ". Full shape received: ", to_string(x.shape()));
   check_input(x);
+  // Built for unknown spatial dimensions: the geometry of this batch's size (backward uses it).
+  if (!window_fits(window_, x)) window_ = window_for(sample_shape(x));
   return spatial_rank_ == 1 ? x.reshape({x.dim(0), 1, x.dim(1), x.dim(2)}) : x;
 }
 

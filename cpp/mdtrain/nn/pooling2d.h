@@ -22,6 +22,7 @@ class Pooling2D : public Layer {
   };
 
   Shape compute_output_shape(const Shape& input_shape) const override;
+  bool supports_unknown_dims() const override { return true; }
   // Both pools run on GPUs: their buffers follow the input's device.
   bool has_cuda_kernels() const override { return true; }
   std::int64_t held_activation_bytes() const override { return bytes_of({&y_, &dx_}); }
@@ -35,8 +36,9 @@ class Pooling2D : public Layer {
   // `area` prefixes messages ("max_pooling2d"); it must outlive the layer (a string literal).
   Pooling2D(std::string name, Options options, const char* area, int spatial_rank = 2);
   void build_weights(const Shape& input_shape, std::uint64_t seed) override;
-  // Checks x and returns it as an image (a rank-1 layer's sequence as one row).
-  Tensor check_pool_input(const Tensor& x) const;
+  // Checks x, fits the geometry to its size, and returns it as an image (a rank-1 layer's sequence
+  // as one row).
+  Tensor check_pool_input(const Tensor& x);
   // An image-shaped result (output or input gradient) in the layer's own rank.
   Tensor in_layer_rank(const Tensor& image) const {
     return spatial_rank_ == 1 ? image.reshape({image.dim(0), image.dim(2), image.dim(3)}) : image;
@@ -50,7 +52,7 @@ class Pooling2D : public Layer {
   Options options_;
   const char* area_;
   int spatial_rank_;
-  Window2D window_;  // for the built input shape
+  Window2D window_;  // for the last forward's input size (the built one before)
   Tensor y_, dx_;
 };
 

@@ -44,8 +44,9 @@ Shape RecurrentLayer::compute_output_shape(const Shape& s) const {
                                 "found ndim=",
                                 s.size() + 1, ". Full shape received: ", full + (s.empty() ? ",)" : ")"));
   }
-  MDTRAIN_CHECK(s[0] >= 1 && s[1] >= 1, std::invalid_argument, "[", area_, "] layer \"", name_,
+  MDTRAIN_CHECK((s[0] >= 1 || s[0] == kUnknownDim) && s[1] >= 1, std::invalid_argument, "[", area_, "] layer \"", name_,
                 "\" needs at least one timestep and one feature, got input shape ", to_string(s));
+  require_known_dim(s, -1, "the kernel's rows");
   if (options_.return_sequences) return {s[0], options_.units};
   return {options_.units};
 }
@@ -70,7 +71,7 @@ Tensor RecurrentLayer::recurrent_input(std::int64_t t) {
 
 Tensor RecurrentLayer::forward(const Tensor& x, const ForwardContext& ctx) {
   check_input(x);
-  const std::int64_t batch = x.dim(0), steps = input_shape_[0], in = input_shape_[1], u = options_.units;
+  const std::int64_t batch = x.dim(0), steps = x.dim(1), in = input_shape_[1], u = options_.units;
   const Device& dev = x.device();
   if (batch != batch_ || steps != steps_ || to_time_major_.empty()) {
     batch_ = batch;

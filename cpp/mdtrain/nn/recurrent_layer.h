@@ -50,6 +50,7 @@ class RecurrentLayer : public Layer, public MaskedLayer {
   };
 
   Shape compute_output_shape(const Shape& input_shape) const override;
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::vector<Parameter*> parameters() override;

@@ -104,4 +104,22 @@ Json pair_to_json(const std::vector<std::int64_t>& value) {
   return a;
 }
 
+Shape with_spatial_stand_ins(const Shape& input_shape, const std::vector<std::int64_t>& extents) {
+  Shape probe = input_shape;
+  for (std::size_t i = 0; i + 1 < probe.size() && i < extents.size(); ++i)
+    if (probe[i] == kUnknownDim) probe[i] = extents[i];
+  return probe;
+}
+
+Shape with_unknown_spatial_dims(const Shape& input_shape, Shape output_shape) {
+  for (std::size_t i = 0; i + 1 < input_shape.size() && i + 1 < output_shape.size(); ++i)
+    if (input_shape[i] == kUnknownDim) output_shape[i] = kUnknownDim;
+  return output_shape;
+}
+
+bool window_fits(const Window2D& g, const Tensor& x) {
+  if (x.ndim() == 3) return g.in_h == 1 && g.in_w == x.dim(1);
+  return x.ndim() == 4 && g.in_h == x.dim(1) && g.in_w == x.dim(2);
+}
+
 }  // namespace mdtrain

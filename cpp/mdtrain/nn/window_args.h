@@ -8,6 +8,8 @@
 
 #include "mdtrain/core/json.h"
 #include "mdtrain/core/shape.h"
+#include "mdtrain/core/tensor.h"
+#include "mdtrain/ops/conv_math.h"
 
 namespace mdtrain {
 
@@ -42,5 +44,14 @@ std::vector<std::int64_t> pair_from_json(const Json& value);
 // The same for an n-tuple: an integer reads as n copies of it.
 std::vector<std::int64_t> tuple_from_json(const Json& value, std::size_t n);
 Json pair_to_json(const std::vector<std::int64_t>& value);
+
+// Window layers (convolutions, pools) built for unknown spatial dimensions (core/shape.h): the
+// input shape (batch excluded, channels last) with each unknown spatial dimension i replaced by
+// extents[i], the smallest size the window fits, so the arguments are checked as for a real size.
+Shape with_spatial_stand_ins(const Shape& input_shape, const std::vector<std::int64_t>& extents);
+// `output_shape` (same rank) with its spatial dimensions unknown wherever the input's are.
+Shape with_unknown_spatial_dims(const Shape& input_shape, Shape output_shape);
+// Whether the window `g` was made for x's spatial size (x: (batch, steps, c) or (batch, h, w, c)).
+bool window_fits(const Window2D& g, const Tensor& x);
 
 }  // namespace mdtrain

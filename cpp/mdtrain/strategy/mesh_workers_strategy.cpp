@@ -35,4 +35,16 @@ StepPlan MeshWorkersStrategy::make_plan(Network&, const DeviceMesh&, const PlanO
   return StepPlan{};
 }
 
+void MeshWorkersStrategy::require_known_dims(const Network& network) const {
+  if (!network.built()) return;
+  for (const auto& layer : network.layers())
+    MDTRAIN_CHECK(!has_unknown_dim(layer->input_shape()) && !has_unknown_dim(layer->output_shape()),
+                  std::invalid_argument, "[strategy] ", name(),
+                  " needs every dimension of the model's values known, but layer \"", layer->name(), "\" (",
+                  layer->class_name(), ") has input shape ", to_string(layer->input_shape()), " and output shape ",
+                  to_string(layer->output_shape()),
+                  "; variable-length inputs train under the data-parallel strategies (OneDeviceStrategy, "
+                  "MirroredStrategy, MultiWorkerMirroredStrategy, CentralStorageStrategy, ParameterServerStrategy)");
+}
+
 }  // namespace mdtrain

@@ -34,6 +34,10 @@ class MeshWorkersStrategy : public Strategy {
   // Throws std::invalid_argument("[area] ...") for a mesh across workers without `workers`, or one
   // whose workers and devices per worker are not the job's.
   MeshWorkersStrategy(const DeviceMesh& mesh, std::shared_ptr<Strategy> workers, const char* area);
+  // Throws std::invalid_argument naming the first layer whose input or output shape has unknown
+  // dimensions (core/shape.h): these strategies size their stages, shards and messages once, so
+  // variable-length inputs train under the data-parallel strategies only.
+  void require_known_dims(const Network& network) const;
   // The world group: the joined strategy's across workers, else `local_backend` between this
   // process's devices.
   std::vector<std::unique_ptr<Communicator>> world_communicators(const std::string& local_backend) const;

@@ -67,12 +67,14 @@ std::vector<std::unique_ptr<Communicator>> ModelParallelStrategy::make_replica_c
 
 std::unique_ptr<StepExecutor> ModelParallelStrategy::make_executor(Network& primary, const Loss& loss,
                                                                    const Optimizer& optimizer) {
+  require_known_dims(primary);
   auto executor = std::make_unique<ModelParallelExecutor>(primary, *this, loss, optimizer);
   executor_ = executor.get();
   return executor;
 }
 
 StepPlan ModelParallelStrategy::make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const {
+  require_known_dims(network);
   return make_plan(network, TensorParallelPlan(network, layouts_, mesh, model_axis_), mesh, options);
 }
 

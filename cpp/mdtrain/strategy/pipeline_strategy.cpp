@@ -104,12 +104,14 @@ std::vector<std::unique_ptr<Communicator>> PipelineStrategy::make_replica_commun
 
 std::unique_ptr<StepExecutor> PipelineStrategy::make_executor(Network& primary, const Loss& loss,
                                                               const Optimizer& optimizer) {
+  require_known_dims(primary);
   auto executor = std::make_unique<PipelineExecutor>(primary, *this, loss, optimizer);
   executor_ = executor.get();
   return executor;
 }
 
 StepPlan PipelineStrategy::make_plan(Network& network, const DeviceMesh& mesh, const PlanOptions& options) const {
+  require_known_dims(network);
   PipelinePlanInputs in;
   in.strategy = name();
   in.schedule = schedule();

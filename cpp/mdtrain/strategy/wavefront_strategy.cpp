@@ -28,12 +28,14 @@ std::vector<std::unique_ptr<Communicator>> WavefrontStrategy::make_replica_commu
 
 std::unique_ptr<StepExecutor> WavefrontStrategy::make_executor(Network& primary, const Loss& loss,
                                                                const Optimizer& optimizer) {
+  require_known_dims(primary);
   auto executor = std::make_unique<WavefrontExecutor>(primary, *this, loss, optimizer);
   executor_ = executor.get();
   return executor;
 }
 
 StepPlan WavefrontStrategy::make_plan(Network& network, const DeviceMesh&, const PlanOptions& options) const {
+  require_known_dims(network);
   MDTRAIN_CHECK(network.built(), std::invalid_argument, "[wavefront] the model must be built first");
   WavefrontPlanInputs in;
   in.strategy = name();

@@ -151,10 +151,12 @@ def _next_element(source, where, batch):
         raise type(e)(f"{where}: x (a dataset) failed to produce batch {batch}: {e}") from e
 
 
-def materialize(dataset, where, need_y=True, steps=None):
+def materialize(dataset, where, need_y=True, steps=None, ragged=False):
     """All of a finite dataset's (x, y) batches joined (only the first `steps` batches when given):
     for evaluate/predict, where the result does not depend on how the rows were batched. Returns
-    (x, y or None, sample weights or None, batch size or None)."""
+    (x, y or None, sample weights or None, batch size or None). Batches whose x differ beyond the
+    batch axis (a variable-length model's, padded per batch) cannot be joined: with `ragged`, they
+    come back as lists of batches (x, y and the weights each a list; batch size None)."""
     dataset = _unwrap(dataset)
     if steps is not None:
         dataset = dataset.take(steps)
@@ -181,6 +183,11 @@ def materialize(dataset, where, need_y=True, steps=None):
         xs.append(np.asarray(x))
     if not xs:
         raise ValueError(f"{where}: the dataset is empty")
+    if len({a.shape[1:] for a in xs}) > 1:
+        if not ragged:
+            raise ValueError(f"{where}: x (a dataset) yielded batches of different shapes "
+                             f"({sorted({a.shape[1:] for a in xs})} beyond the batch axis); pad them to one shape")
+        return xs, (ys if need_y else None), (ws or None), None
     batch = getattr(dataset, "_batch_size", None)
     return (np.concatenate(xs), (np.concatenate(ys) if need_y else None), (np.concatenate(ws) if ws else None),
             batch)

@@ -129,9 +129,7 @@ def Input(shape=None, batch_size=None, dtype=None, name=None, batch_shape=None, 
         raise NotImplementedError("Input: sparse, tensor and optional inputs are not supported")
     if dtype not in (None, "float32", "int32", "int64"):
         raise ValueError(f"Input: dtype must be float32 (or an integer type for Embedding indices), got {dtype!r}")
-    shape = _shape_tuple(shape, "shape", "Input")
-    if any(d is None for d in shape):
-        raise ValueError(f"Input: every dimension of `shape` must be known, got {shape}")
+    shape = _shape_tuple(shape, "shape", "Input")  # None: any size per batch (variable-length inputs)
     t = KerasTensor((None, *shape), dtype or "float32", name=name or _naming.unique_name("input_layer"))
     t.batch_size = batch_size
     return t

@@ -562,11 +562,12 @@ class Model:
             self._maybe_build()
             self._check_indices(x)
             return x
-        expected = tuple(self._core.input_shape)
-        if tuple(x.shape[1:]) != expected:
+        expected = tuple(self._core.input_shape)  # None: any size (a variable-length input)
+        if not _fits_declared(x.shape[1:], expected):
             first = self._layers[0].name
             if len(x.shape) - 1 == len(expected):
-                axis = next(i for i, (a, b) in enumerate(zip(x.shape[1:], expected)) if a != b) + 1 - len(x.shape)
+                axis = next(i for i, (a, b) in enumerate(zip(x.shape[1:], expected)) if b is not None and a != b) \
+                    + 1 - len(x.shape)
                 raise ValueError(f'Input 0 of layer "{first}" is incompatible with the layer: expected axis {axis} '
                                  f"of input shape to have value {expected[axis]}, but received input with shape "
                                  f"{x.shape}")
@@ -878,7 +879,9 @@ class Model:
             if sample_weight is not None:
                 raise ValueError("evaluate: when x is a dataset it yields (x, y, sample_weight); sample_weight must "
                                  "not be given")
-            x, y, sample_weight, dataset_batch = materialize(x, "evaluate", steps=steps)
+            x, y, sample_weight, dataset_batch = materialize(x, "evaluate", steps=steps, ragged=True)
+            if isinstance(x, list):  # batches of different lengths (a variable-length input)
+                return self._evaluate_batches(x, y, sample_weight, verbose, callbacks, return_dict)
             batch_size = dataset_batch or batch_size
         x, y = self._prepare_xy(x, y, "evaluate")
         w = per_sample_weights(sample_weight, None, y, "evaluate", self._outputs is not None)
@@ -902,6 +905,29 @@ class Model:
         values = list(logs.values())
         return values[0] if len(values) == 1 else values
 
+    def _evaluate_batches(self, xs, ys, ws, verbose, callbacks, return_dict):
+        """evaluate over batches that cannot be joined (their variable-length axes differ): one
+        C++ evaluation per batch, the metrics accumulated over all of them as over one array."""
+        batches = []
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            x, y = self._prepare_xy(x, y, f"evaluate (batch {k})")
+            w = per_sample_weights(None if ws is None else ws[k], None, y, "evaluate", self._outputs is not None)
+            batches.append((x, y, w))
+        self._check_workers_agree("evaluate", batch_size=len(batches[0][0]), samples=sum(len(b[0]) for b in batches))
+        cbs = _callbacks.CallbackList(callbacks, add_progbar=verbose != 0 and self._is_chief(), model=self,
+                                      verbose=verbose, epochs=1, steps=len(batches))
+        cbs.on_test_begin()
+        logs = {}
+        for k, (x, y, w) in enumerate(batches):
+            cbs.on_test_batch_begin(k)
+            logs = dict(self._core.evaluate(x, y, len(x), None, w, reset_metrics=k == 0))
+            cbs.on_test_batch_end(k, logs)
+        cbs.on_test_end(logs)
+        if return_dict:
+            return logs
+        values = list(logs.values())
+        return values[0] if len(values) == 1 else values
+
     @staticmethod
     def _check_verbose(verbose, where):
         verbose = 1 if verbose == "auto" else verbose
@@ -919,7 +945,9 @@ class Model:
         steps = None if steps is None else check_count(steps, "steps", "predict")
         verbose = self._check_verbose(verbose, "predict")
         if is_dataset(x):
-            x, _, _, dataset_batch = materialize(x, "predict", need_y=False, steps=steps)
+            x, _, _, dataset_batch = materialize(x, "predict", need_y=False, steps=steps, ragged=True)
+            if isinstance(x, list):  # batches of different lengths (a variable-length input)
+                return self._predict_batches(x)
             batch_size = dataset_batch or batch_size
         x = self._prepare_x(x, "predict")
         if steps is not None:
@@ -940,6 +968,20 @@ class Model:
         else:
             out = self._core.predict(x, batch_size)
         cbs.on_predict_end()
+        if self._graph is not None and not self._graph.single_output:
+            return self._graph.unpack_outputs(out)
+        return out
+
+    def _predict_batches(self, xs):
+        """predict over batches of different lengths: each batch's outputs, joined as Keras joins
+        them (which needs the outputs to agree beyond the batch axis)."""
+        outs = [self._core.predict(self._prepare_x(x, f"predict (batch {k})"), max(1, len(x)))
+                for k, x in enumerate(xs)]
+        if len({o.shape[1:] for o in outs}) > 1:
+            raise ValueError("predict: the batches' outputs differ beyond the batch axis "
+                             f"({sorted({o.shape[1:] for o in outs})}) and cannot be joined; predict each batch "
+                             "on its own")
+        out = np.concatenate(outs)
         if self._graph is not None and not self._graph.single_output:
             return self._graph.unpack_outputs(out)
         return out
@@ -1175,8 +1217,6 @@ class Sequential(Model):
 
     def _maybe_build(self):
         if self._layers and not self._core.built and self._input_shape is not None:
-            if any(d is None for d in self._input_shape):
-                raise ValueError(f"Sequential: input shape {self._input_shape} has an unknown dimension")
             kept = _built_weights(self._layers)
             self._core.build(list(self._input_shape))
             _restore_weights(kept)
@@ -1191,6 +1231,11 @@ class Sequential(Model):
                                  f"{(None, *self._core.input_shape)}, not {tuple(input_shape)}")
             self._input_shape = shape
         self._maybe_build()
+
+
+def _fits_declared(actual, declared):
+    """Whether an array's shape (batch axis excluded) fits a declared one (None: any size)."""
+    return len(actual) == len(declared) and all(d is None or a == d for a, d in zip(actual, declared))
 
 
 def _built_weights(layers):

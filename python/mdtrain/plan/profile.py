@@ -159,6 +159,9 @@ def check_model(model):
     if not built or getattr(model, "_core", None) is None:
         raise ValueError(f"plan: model '{getattr(model, 'name', model)}' is not built: build it (give the first layer "
                          f"an input_shape, call model.build(...) or fit it once) before planning")
+    if any(d is None for d in model.input_shape[1:]):
+        raise ValueError(f"plan: model '{model.name}' takes inputs of variable length {model.input_shape}; the "
+                         "planner times fixed sizes: plan a copy built for a typical length (keras.Input(shape=(128,)))")
     if getattr(model, "_graph", None) is not None:
         raise ValueError(f"plan: model '{model.name}' is a functional model; the planner profiles Sequential "
                          f"models only so far (its layer timer is the pipeline's, which times a layer stack)")

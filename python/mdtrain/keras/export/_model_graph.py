@@ -80,6 +80,11 @@ def to_onnx(model, opset=_builder.DEFAULT_OPSET, input_signature=None):
     """The model's inference graph as an onnx.ModelProto (checked with onnx.checker)."""
     _builder.require_onnx()
     names, shapes, nodes, outputs = structure(model)
+    for name, shape in zip(names, shapes):
+        if any(d is None for d in shape):
+            raise NotImplementedError(f"export: input '{name}' of model '{model.name}' has a variable-length axis "
+                                      f"{(None, *shape)}; the ONNX graph is written for fixed sizes beyond the batch "
+                                      "axis: export a copy of the model built for one length")
     # Inputs read only by Embedding layers take indices (int32 unless the signature says otherwise).
     readers = {k: [layer._core.class_name for layer, ids in nodes if k in ids] for k in range(len(names))}
     index_inputs = {k for k, classes in readers.items() if classes and all(c == "Embedding" for c in classes)}

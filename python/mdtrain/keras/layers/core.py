@@ -139,9 +139,7 @@ class InputLayer:
         shape = shape if shape is not None else input_shape
         if shape is None:
             raise ValueError("InputLayer: `shape` is required, e.g. InputLayer(shape=(784,))")
-        self.shape = _shape_tuple(shape, "shape", "InputLayer")
-        if any(d is None for d in self.shape):
-            raise ValueError(f"InputLayer: every dimension of `shape` must be known, got {self.shape}")
+        self.shape = _shape_tuple(shape, "shape", "InputLayer")  # None: any size per batch
         self.name = name or _naming.unique_name("input_layer")
         self.batch_size = batch_size
 
