@@ -439,10 +439,10 @@ TEST(ConvVariantsConfig, RoundTripThroughTheFactoryAndClonesComputeTheSame) {
     ASSERT_EQ(layer->class_name(), cls);
     const bool sequence = cls == "Conv1DTranspose";
     const Shape in = sequence ? Shape{5, 2} : Shape{5, 4, 2};
-    layer->build(in, 3, DType::Float64);
     const Json written = layer_to_config(*layer);
     auto again = layer_from_config(written);
-    EXPECT_EQ(layer_to_config(*again), written);
+    EXPECT_EQ(layer_to_config(*again).dump(), written.dump());
+    layer->build(in, 3, DType::Float64);
     auto copy = layer->clone();
     EXPECT_EQ(copy->class_name(), cls);
     EXPECT_EQ(copy->tensor_parallel_form(), Layer::TensorParallelForm::None);  // replicated only
