@@ -150,8 +150,8 @@ Tensor Conv2DTranspose::forward(const Tensor& input, const ForwardContext&) {
   const Tensor x = spatial_rank_ == 1 ? input.reshape({input.dim(0), 1, input.dim(1), input.dim(2)}) : input;
   x_ = x;
   const Window2D& g = window_;
-  const std::int64_t images = x.dim(0), cin = x.dim(3), in_pixels = g.out_h * g.out_w,
-                     out_pixels = g.in_h * g.in_w, depth = g.k_h * g.k_w * g.channels, filters = options_.filters;
+  const std::int64_t images = x.dim(0), cin = x.dim(3), in_pixels = g.out_h * g.out_w, out_pixels = g.in_h * g.in_w,
+                     depth = g.k_h * g.k_w * g.channels, filters = options_.filters;
   const Device& device = x.device();
   const bool keep = keeps_preactivation(activation_);
   ensure_buffer(y_, {images * out_pixels, filters}, dtype_, device);
@@ -188,8 +188,8 @@ Tensor Conv2DTranspose::backward_from_logits(const Tensor& dlogits, bool need_in
 
 Tensor Conv2DTranspose::backward_chunks(const Tensor& grad, bool through_activation, bool need_input_grad) {
   const Window2D& g = window_;
-  const std::int64_t images = x_.dim(0), cin = x_.dim(3), in_pixels = g.out_h * g.out_w,
-                     out_pixels = g.in_h * g.in_w, depth = g.k_h * g.k_w * g.channels, filters = options_.filters;
+  const std::int64_t images = x_.dim(0), cin = x_.dim(3), in_pixels = g.out_h * g.out_w, out_pixels = g.in_h * g.in_w,
+                     depth = g.k_h * g.k_w * g.channels, filters = options_.filters;
   MDTRAIN_CHECK(grad.dim(0) == images * out_pixels, std::invalid_argument, "[", area_, "] layer \"", name_,
                 "\": the output gradient has ", grad.dim(0), " rows, the last forward produced ", images * out_pixels);
   const Device& device = x_.device();
@@ -231,9 +231,7 @@ Tensor Conv2DTranspose::backward_chunks(const Tensor& grad, bool through_activat
 
 std::vector<Parameter*> Conv2DTranspose::parameters() { return weights_.parameters(built_, options_.use_bias); }
 
-double Conv2DTranspose::regularization_loss() const {
-  return weights_.regularization_loss(built_, options_.use_bias);
-}
+double Conv2DTranspose::regularization_loss() const { return weights_.regularization_loss(built_, options_.use_bias); }
 
 void Conv2DTranspose::add_regularization_gradients() { weights_.add_regularization_gradients(options_.use_bias); }
 

@@ -52,9 +52,7 @@ void DepthwiseWindowArgs::read_config(const Json& c) {
   dilation_rate = pair_from_json(c.get("dilation_rate", Json(1)));
 }
 
-void DepthwiseWindowArgs::write_config(Json& c) const {
-  c.set("depth_multiplier", depth_multiplier);
-}
+void DepthwiseWindowArgs::write_config(Json& c) const { c.set("depth_multiplier", depth_multiplier); }
 
 void check_image_layer_input(const char* area, const Layer& layer, const Tensor& x) {
   MDTRAIN_CHECK(layer.built(), std::logic_error, "[layer] layer \"", layer.name(), "\" was called before it was built");

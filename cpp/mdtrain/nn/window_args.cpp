@@ -42,7 +42,8 @@ void check_tuple_arg(const char* area, const std::string& layer, const char* arg
   if (!bad.empty()) {
     std::string values = "{";
     for (auto v : bad) values += (values.size() > 1 ? ", " : "") + std::to_string(v);
-    throw std::invalid_argument(cat(what, ", including values ", values, "} that do not satisfy `value ", allow_zero ? ">=" : ">", " 0`"));
+    throw std::invalid_argument(
+        cat(what, ", including values ", values, "} that do not satisfy `value ", allow_zero ? ">=" : ">", " 0`"));
   }
 }
 

@@ -58,9 +58,8 @@ MDTRAIN_HD T depthwise_input_grad_at(const T* dy, const T* kernel, const Window2
 // row-major order whose tap (kh, kw) lies inside the image, the sum of x[b, ih, iw, c] *
 // dy[b, oh, ow, c * dm + m].
 template <class T>
-MDTRAIN_HD T depthwise_kernel_grad_at(const T* x, const T* dy, const Window2D& g, std::int64_t dm,
-                                      std::int64_t images, std::int64_t kh, std::int64_t kw, std::int64_t c,
-                                      std::int64_t m) {
+MDTRAIN_HD T depthwise_kernel_grad_at(const T* x, const T* dy, const Window2D& g, std::int64_t dm, std::int64_t images,
+                                      std::int64_t kh, std::int64_t kw, std::int64_t c, std::int64_t m) {
   const std::int64_t C = g.channels, out_c = C * dm;
   const std::int64_t in_image = g.in_h * g.in_w * C, out_image = g.out_h * g.out_w * out_c;
   T acc = T(0);
@@ -71,7 +70,8 @@ MDTRAIN_HD T depthwise_kernel_grad_at(const T* x, const T* dy, const Window2D& g
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
         const std::int64_t iw = window_start(ow, g.stride_w, g.pad_left) + kw * g.dilation_w;
         if (iw < 0 || iw >= g.in_w) continue;
-        acc += x[b * in_image + (ih * g.in_w + iw) * C + c] * dy[b * out_image + (oh * g.out_w + ow) * out_c + c * dm + m];
+        acc +=
+            x[b * in_image + (ih * g.in_w + iw) * C + c] * dy[b * out_image + (oh * g.out_w + ow) * out_c + c * dm + m];
       }
     }
   return acc;

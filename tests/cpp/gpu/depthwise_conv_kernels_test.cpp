@@ -21,14 +21,14 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {5, 7, 3, 3, 3, 1, 1, 1, 1, 1, false}, {5, 7, 3, 3, 3, 1, 1, 1, 1, 3, true}, {7, 9, 2, 3, 3, 2, 2, 1, 1, 2, true},
+    {5, 7, 3, 3, 3, 1, 1, 1, 1, 1, false}, {5, 7, 3, 3, 3, 1, 1, 1, 1, 3, true},  {7, 9, 2, 3, 3, 2, 2, 1, 1, 2, true},
     {8, 9, 2, 3, 3, 1, 1, 2, 2, 1, true},  {6, 7, 4, 2, 3, 1, 2, 1, 1, 2, false}, {3, 3, 2, 5, 5, 1, 1, 1, 1, 1, true},
 };
 constexpr std::int64_t kImages = 3;
 
 std::string describe(const Case& k, DType dt) {
-  return cat(name_of(dt), " input ", k.h, "x", k.w, "x", k.c, " kernel ", k.kh, "x", k.kw, " strides ", k.sh, "x",
-             k.sw, " dilation ", k.dh, "x", k.dw, " depth_multiplier ", k.dm, k.same ? " same" : " valid");
+  return cat(name_of(dt), " input ", k.h, "x", k.w, "x", k.c, " kernel ", k.kh, "x", k.kw, " strides ", k.sh, "x", k.sw,
+             " dilation ", k.dh, "x", k.dw, " depth_multiplier ", k.dm, k.same ? " same" : " valid");
 }
 
 Window2D window_of(const Case& k) {

@@ -70,11 +70,10 @@ std::vector<TransposeCase> transpose_cases() {
 
 std::string transpose_name(const ::testing::TestParamInfo<TransposeCase>& info) {
   const auto& p = info.param;
-  std::string op = p.output_padding.empty() ? "none"
-                                            : std::to_string(p.output_padding[0]) + std::to_string(p.output_padding[1]);
+  std::string op =
+      p.output_padding.empty() ? "none" : std::to_string(p.output_padding[0]) + std::to_string(p.output_padding[1]);
   return p.padding + "_k" + std::to_string(p.k_h) + std::to_string(p.k_w) + "_s" + std::to_string(p.s_h) +
-         std::to_string(p.s_w) + "_d" + std::to_string(p.d_h) + std::to_string(p.d_w) + "_op" + op + "_" +
-         p.activation;
+         std::to_string(p.s_w) + "_d" + std::to_string(p.d_h) + std::to_string(p.d_w) + "_op" + op + "_" + p.activation;
 }
 
 Conv2DTranspose::Options transpose_options(const TransposeCase& p, std::int64_t filters) {
@@ -105,15 +104,14 @@ Axis transpose_axis(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_
 
 // z (before the activation) by scattering every input pixel through every kernel tap in float64:
 // input (i, j) with tap (a, b) lands on output (i*s - pad + a*d, j*s - pad + b*d).
-std::vector<double> naive_transpose(Conv2DTranspose& layer, const Tensor& x, const TransposeCase& p, Axis ah,
-                                    Axis aw) {
+std::vector<double> naive_transpose(Conv2DTranspose& layer, const Tensor& x, const TransposeCase& p, Axis ah, Axis aw) {
   const std::int64_t batch = x.dim(0), cin = x.dim(3), f = layer.options().filters;
   const Tensor& w = layer.kernel().value;  // (kh, kw, f, cin)
   std::vector<double> z(static_cast<std::size_t>(batch * ah.out * aw.out * f));
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t o = 0; o < ah.out * aw.out; ++o)
-      for (std::int64_t q = 0; q < f; ++q) z[static_cast<std::size_t>((b * ah.out * aw.out + o) * f + q)] = value(
-                                                 layer.bias().value, q);
+      for (std::int64_t q = 0; q < f; ++q)
+        z[static_cast<std::size_t>((b * ah.out * aw.out + o) * f + q)] = value(layer.bias().value, q);
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t i = 0; i < p.h; ++i)
       for (std::int64_t j = 0; j < p.w; ++j)
@@ -245,7 +243,9 @@ TEST(Conv2DTransposeErrors, NameTheLayerAndTheArgument) {
   EXPECT_CONTAINS(invalid_argument_of([&] { Conv2DTranspose("t", o); }), "channels_first\" is not supported");
   o.data_format = "channels_last";
   Conv2DTranspose layer("t", o);
-  EXPECT_CONTAINS(invalid_argument_of([&] { layer.compute_output_shape({4, 5}); }),
+  EXPECT_CONTAINS(invalid_argument_of([&] {
+                    layer.compute_output_shape({4, 5});
+                  }),
                   "[conv2d_transpose] Input 0 of layer \"t\" is incompatible with the layer: expected ndim=4, found "
                   "ndim=3");
   Conv2DTranspose::Options o1;
@@ -263,9 +263,9 @@ struct DepthwiseCase {
 
 std::vector<DepthwiseCase> depthwise_cases() {
   return {
-      {5, 6, 2, 3, 3, 1, 1, 1, 1, 1, "valid"}, {5, 6, 3, 3, 3, 1, 1, 1, 1, 2, "same"},
-      {6, 7, 2, 3, 2, 2, 3, 1, 1, 3, "same"},  {7, 6, 2, 3, 3, 2, 2, 1, 1, 1, "valid"},
-      {7, 7, 2, 3, 3, 1, 1, 2, 2, 2, "same"},  {6, 7, 1, 2, 3, 1, 1, 2, 1, 1, "valid", "relu"},
+      {5, 6, 2, 3, 3, 1, 1, 1, 1, 1, "valid"},        {5, 6, 3, 3, 3, 1, 1, 1, 1, 2, "same"},
+      {6, 7, 2, 3, 2, 2, 3, 1, 1, 3, "same"},         {7, 6, 2, 3, 3, 2, 2, 1, 1, 1, "valid"},
+      {7, 7, 2, 3, 3, 1, 1, 2, 2, 2, "same"},         {6, 7, 1, 2, 3, 1, 1, 2, 1, 1, "valid", "relu"},
       {4, 5, 2, 3, 3, 1, 1, 1, 1, 2, "same", "tanh"},
   };
 }
@@ -313,7 +313,8 @@ std::vector<double> naive_depthwise(const Tensor& x, const Tensor& kernel, const
               for (std::int64_t t = 0; t < p.k_w; ++t) {
                 const std::int64_t ih = i * p.s_h - ah.pad + a * p.d_h, iw = j * p.s_w - aw.pad + t * p.d_w;
                 if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
-                s += value(x, ((b * p.h + ih) * p.w + iw) * p.c + c) * value(kernel, ((a * p.k_w + t) * p.c + c) * p.dm + m);
+                s += value(x, ((b * p.h + ih) * p.w + iw) * p.c + c) *
+                     value(kernel, ((a * p.k_w + t) * p.c + c) * p.dm + m);
               }
             y[static_cast<std::size_t>(((b * ah.out + i) * aw.out + j) * oc + c * p.dm + m)] = s;
           }
@@ -407,7 +408,9 @@ TEST(DepthwiseAndSeparableErrors, NameTheLayerAndTheArgument) {
   o.strides = {1, 1};
   o.dilation_rate = {1, 1};
   DepthwiseConv2D dw("dw", o);
-  EXPECT_CONTAINS(invalid_argument_of([&] { dw.compute_output_shape({2, 5, 3}); }),
+  EXPECT_CONTAINS(invalid_argument_of([&] {
+                    dw.compute_output_shape({2, 5, 3});
+                  }),
                   "[depthwise_conv2d] layer \"dw\": kernel_size (3, 3) is larger than the input's spatial size (2, 5)");
   SeparableConv2D::Options s;
   s.kernel_size = {3, 3};

@@ -16,8 +16,8 @@ void depthwise_conv2d(const T* x, const T* kernel, std::int64_t images, const Wi
 }
 
 template <class T>
-void depthwise_conv2d_input_grad(const T* dy, const T* kernel, std::int64_t images, const Window2D& g,
-                                 std::int64_t dm, T* dx) {
+void depthwise_conv2d_input_grad(const T* dy, const T* kernel, std::int64_t images, const Window2D& g, std::int64_t dm,
+                                 T* dx) {
   const std::int64_t C = g.channels, out_image = g.out_h * g.out_w * C * dm;
   for (std::int64_t b = 0; b < images; ++b)
     for (std::int64_t ih = 0; ih < g.in_h; ++ih)
@@ -36,10 +36,9 @@ void depthwise_conv2d_kernel_grad(const T* x, const T* dy, std::int64_t images, 
           *dkernel++ = math::depthwise_kernel_grad_at(x, dy, g, dm, images, kh, kw, c, m);
 }
 
-#define MDTRAIN_INSTANTIATE(T)                                                                                   \
-  template void depthwise_conv2d<T>(const T*, const T*, std::int64_t, const Window2D&, std::int64_t, T*);        \
-  template void depthwise_conv2d_input_grad<T>(const T*, const T*, std::int64_t, const Window2D&, std::int64_t, \
-                                               T*);                                                              \
+#define MDTRAIN_INSTANTIATE(T)                                                                                       \
+  template void depthwise_conv2d<T>(const T*, const T*, std::int64_t, const Window2D&, std::int64_t, T*);            \
+  template void depthwise_conv2d_input_grad<T>(const T*, const T*, std::int64_t, const Window2D&, std::int64_t, T*); \
   template void depthwise_conv2d_kernel_grad<T>(const T*, const T*, std::int64_t, const Window2D&, std::int64_t, T*);
 MDTRAIN_INSTANTIATE(float)
 MDTRAIN_INSTANTIATE(double)

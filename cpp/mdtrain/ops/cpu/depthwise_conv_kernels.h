@@ -11,8 +11,8 @@ namespace mdtrain::cpu {
 template <class T>
 void depthwise_conv2d(const T* x, const T* kernel, std::int64_t images, const Window2D& g, std::int64_t dm, T* y);
 template <class T>
-void depthwise_conv2d_input_grad(const T* dy, const T* kernel, std::int64_t images, const Window2D& g,
-                                 std::int64_t dm, T* dx);
+void depthwise_conv2d_input_grad(const T* dy, const T* kernel, std::int64_t images, const Window2D& g, std::int64_t dm,
+                                 T* dx);
 template <class T>
 void depthwise_conv2d_kernel_grad(const T* x, const T* dy, std::int64_t images, const Window2D& g, std::int64_t dm,
                                   T* dkernel);

@@ -74,11 +74,12 @@ void depthwise_conv2d_input_grad(const Tensor& dy, const Tensor& kernel, const W
   if (n == 0) return;
   OnDevice on(dx);
   if (dx.dtype() == DType::Float32)
-    depthwise_conv2d_input_grad_kernel<float><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        dy.data<float>(), kernel.data<float>(), g, dm, n, dx.data<float>());
+    depthwise_conv2d_input_grad_kernel<float>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(dy.data<float>(), kernel.data<float>(), g, dm, n, dx.data<float>());
   else
-    depthwise_conv2d_input_grad_kernel<double><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        dy.data<double>(), kernel.data<double>(), g, dm, n, dx.data<double>());
+    depthwise_conv2d_input_grad_kernel<double><<<blocks_for(n), kThreads, 0, on.stream>>>(dy.data<double>(),
+                                                                                          kernel.data<double>(), g, dm,
+                                                                                          n, dx.data<double>());
   MDTRAIN_CUDA_CHECK_LAUNCH("depthwise_conv2d_input_grad_kernel");
 }
 
@@ -88,11 +89,13 @@ void depthwise_conv2d_kernel_grad(const Tensor& x, const Tensor& dy, const Windo
   if (n == 0) return;
   OnDevice on(dkernel);
   if (dkernel.dtype() == DType::Float32)
-    depthwise_conv2d_kernel_grad_kernel<float><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        x.data<float>(), dy.data<float>(), g, dm, images, n, dkernel.data<float>());
+    depthwise_conv2d_kernel_grad_kernel<float>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<float>(), dy.data<float>(), g, dm, images, n,
+                                                    dkernel.data<float>());
   else
-    depthwise_conv2d_kernel_grad_kernel<double><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        x.data<double>(), dy.data<double>(), g, dm, images, n, dkernel.data<double>());
+    depthwise_conv2d_kernel_grad_kernel<double>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<double>(), dy.data<double>(), g, dm, images, n,
+                                                    dkernel.data<double>());
   MDTRAIN_CUDA_CHECK_LAUNCH("depthwise_conv2d_kernel_grad_kernel");
 }
 
