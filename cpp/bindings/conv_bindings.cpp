@@ -1,12 +1,15 @@
 #include "bindings.h"
 #include "mdtrain/nn/conv1d.h"
 #include "mdtrain/nn/conv2d.h"
+#include "mdtrain/nn/conv_transpose.h"
+#include "mdtrain/nn/depthwise_conv2d.h"
 #include "mdtrain/nn/global_average_pooling1d.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
 #include "mdtrain/nn/global_max_pooling.h"
 #include "mdtrain/nn/pooling1d.h"
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/reshape.h"
+#include "mdtrain/nn/separable_conv2d.h"
 
 namespace mdtrain::bindings {
 
@@ -25,6 +28,10 @@ void init_conv_layers(py::module_& m) {
   py::class_<GlobalMaxPooling1D, GlobalMaxPooling, std::shared_ptr<GlobalMaxPooling1D>>(m, "GlobalMaxPooling1D");
   py::class_<GlobalMaxPooling2D, GlobalMaxPooling, std::shared_ptr<GlobalMaxPooling2D>>(m, "GlobalMaxPooling2D");
   py::class_<Reshape, Layer, std::shared_ptr<Reshape>>(m, "Reshape");
+  py::class_<Conv2DTranspose, Layer, std::shared_ptr<Conv2DTranspose>>(m, "Conv2DTranspose");
+  py::class_<Conv1DTranspose, Conv2DTranspose, std::shared_ptr<Conv1DTranspose>>(m, "Conv1DTranspose");
+  py::class_<DepthwiseConv2D, Layer, std::shared_ptr<DepthwiseConv2D>>(m, "DepthwiseConv2D");
+  py::class_<SeparableConv2D, Layer, std::shared_ptr<SeparableConv2D>>(m, "SeparableConv2D");
 }
 
 }  // namespace mdtrain::bindings

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "mdtrain/nn/grown_buffer.h"
 #include "mdtrain/nn/window_args.h"
 #include "mdtrain/ops/conv_ops.h"
 #include "mdtrain/ops/ops.h"
@@ -124,17 +125,6 @@ void Conv2D::set_column_budget_bytes(std::int64_t bytes) {
                 "\": the column budget must be positive, got ", bytes);
   column_budget_bytes_ = bytes;
 }
-
-namespace {
-// A (rows, cols) view of `buffer` on `device`, which grows to the largest request and is then
-// viewed, so an epoch's smaller last batch does not reallocate it (twice).
-Tensor grown_rows(Tensor& buffer, std::int64_t rows, std::int64_t cols, DType dtype, const Device& device) {
-  if (!buffer.defined() || buffer.dtype() != dtype || buffer.device() != device || buffer.dim(1) != cols ||
-      buffer.dim(0) < rows)
-    buffer = Tensor({rows, cols}, dtype, device);
-  return buffer.rows(0, rows);
-}
-}  // namespace
 
 Tensor Conv2D::column_rows(Tensor& buffer, std::int64_t rows, const Device& device) {
   return grown_rows(buffer, rows, window_.k_h * window_.k_w * window_.channels, dtype_, device);

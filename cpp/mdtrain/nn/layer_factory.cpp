@@ -9,6 +9,8 @@
 #include "mdtrain/nn/concatenate.h"
 #include "mdtrain/nn/conv1d.h"
 #include "mdtrain/nn/conv2d.h"
+#include "mdtrain/nn/conv_transpose.h"
+#include "mdtrain/nn/depthwise_conv2d.h"
 #include "mdtrain/nn/cropping.h"
 #include "mdtrain/nn/dense.h"
 #include "mdtrain/nn/dropout.h"
@@ -28,6 +30,7 @@
 #include "mdtrain/nn/pooling2d.h"
 #include "mdtrain/nn/repeat_vector.h"
 #include "mdtrain/nn/reshape.h"
+#include "mdtrain/nn/separable_conv2d.h"
 #include "mdtrain/nn/simple_rnn.h"
 #include "mdtrain/nn/up_sampling.h"
 #include "mdtrain/nn/zero_padding.h"
@@ -77,6 +80,10 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"Cropping2D", &Cropping::from_config_2d},
       {"UpSampling1D", &UpSampling::from_config_1d},
       {"UpSampling2D", &UpSampling::from_config_2d},
+      {"Conv2DTranspose", &Conv2DTranspose::from_config},
+      {"Conv1DTranspose", &Conv1DTranspose::from_config},
+      {"DepthwiseConv2D", &DepthwiseConv2D::from_config},
+      {"SeparableConv2D", &SeparableConv2D::from_config},
   };
   return classes;
 }

@@ -32,17 +32,18 @@ void check_pair_arg(const char* area, const std::string& layer, const char* arg,
 }
 
 void check_tuple_arg(const char* area, const std::string& layer, const char* arg,
-                     const std::vector<std::int64_t>& value, std::size_t n) {
+                     const std::vector<std::int64_t>& value, std::size_t n, bool allow_zero) {
   const std::string what = cat("[", area, "] layer \"", layer, "\": The `", arg, "` argument must be a tuple of ", n,
                                " integers. Received ", arg, "=", tuple_string(value));
   if (value.size() != n) throw std::invalid_argument(what);
   std::set<std::int64_t> bad;
   for (auto v : value)
-    if (v <= 0) bad.insert(v);
+    if (v < 0 || (v == 0 && !allow_zero)) bad.insert(v);
   if (!bad.empty()) {
     std::string values = "{";
     for (auto v : bad) values += (values.size() > 1 ? ", " : "") + std::to_string(v);
-    throw std::invalid_argument(cat(what, ", including values ", values, "} that do not satisfy `value > 0`"));
+    throw std::invalid_argument(
+        cat(what, ", including values ", values, "} that do not satisfy `value ", allow_zero ? ">=" : ">", " 0`"));
   }
 }
 

@@ -17,9 +17,10 @@ namespace mdtrain {
 // prefix ("conv2d"); throws std::invalid_argument naming the layer, the argument and the value.
 void check_pair_arg(const char* area, const std::string& layer, const char* arg,
                     const std::vector<std::int64_t>& value);
-// The same for an n-tuple (n = 1 for the 1-D layers: "a tuple of 1 integers", as Keras words it).
+// The same for an n-tuple (n = 1 for the 1-D layers: "a tuple of 1 integers", as Keras words it);
+// allow_zero accepts 0 too (Keras's allow_zero: the transposed convolutions' output_padding).
 void check_tuple_arg(const char* area, const std::string& layer, const char* arg,
-                     const std::vector<std::int64_t>& value, std::size_t n);
+                     const std::vector<std::int64_t>& value, std::size_t n, bool allow_zero = false);
 // "valid" or "same" (or "causal" with allow_causal: Conv1D), in any case (Keras lowercases it);
 // returns the lowercase form.
 std::string check_padding_arg(const char* area, const std::string& layer, const std::string& padding,

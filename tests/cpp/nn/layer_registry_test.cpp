@@ -49,6 +49,11 @@ Json spec_for(const std::string& cls) {
       {"Cropping2D", R"({"cropping": [[1, 0], [0, 2]]})"},
       {"UpSampling1D", R"({"size": 3})"},
       {"UpSampling2D", R"({"size": [3, 1]})"},
+      {"Conv2DTranspose", R"({"filters": 2, "kernel_size": [3, 2], "strides": 2, "padding": "same",
+                              "output_padding": [1, 0]})"},
+      {"Conv1DTranspose", R"({"filters": 3, "kernel_size": 4, "strides": 3, "output_padding": 2})"},
+      {"DepthwiseConv2D", R"({"kernel_size": 3, "depth_multiplier": 2, "padding": "same", "use_bias": false})"},
+      {"SeparableConv2D", R"({"filters": 4, "kernel_size": [1, 3], "depth_multiplier": 3, "dilation_rate": 2})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -60,7 +65,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 35u);
+  EXPECT_EQ(names.size(), 39u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -73,7 +78,7 @@ TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
     // The fields given were taken, not defaulted.
     for (const auto& [key, value] : spec.at("config").as_object()) {
       if (key == "axis" || key == "strides" || key == "pool_size" || key == "dilation_rate" ||
-          key == "kernel_regularizer" || key == "layer" || key == "kernel_size")
+          key == "kernel_regularizer" || key == "layer" || key == "kernel_size" || key == "output_padding")
         continue;  // written in Keras's canonical form (pairs, objects), not as given
       EXPECT_EQ(written.at("config").at(key), value) << key;
     }
@@ -103,7 +108,8 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
                  "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU, Bidirectional, "
                  "Masking, Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, "
                  "GlobalMaxPooling1D, GlobalMaxPooling2D, Permute, RepeatVector, Identity, ZeroPadding1D, "
-                 "ZeroPadding2D, Cropping1D, Cropping2D, UpSampling1D, UpSampling2D");
+                 "ZeroPadding2D, Cropping1D, Cropping2D, UpSampling1D, UpSampling2D, Conv2DTranspose, "
+                 "Conv1DTranspose, DepthwiseConv2D, SeparableConv2D");
   }
 }
 

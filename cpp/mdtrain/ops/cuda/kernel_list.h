@@ -115,6 +115,13 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaConvKernels.GlobalMaxPool2dMatchesCpu"},
     {"global_max_pool2d_backward_kernel", "ops/cuda/conv_kernels.cu", "math::global_max_grad_at", "",
      "CudaConvKernels.GlobalMaxPool2dBackwardMatchesCpu"},
+    // ops/depthwise_conv.h
+    {"depthwise_conv2d_kernel", "ops/cuda/depthwise_conv_kernels.cu", "math::depthwise_output_at", "",
+     "CudaDepthwiseConvKernels.ForwardMatchesCpu"},
+    {"depthwise_conv2d_input_grad_kernel", "ops/cuda/depthwise_conv_kernels.cu", "math::depthwise_input_grad_at", "",
+     "CudaDepthwiseConvKernels.InputGradMatchesCpu"},
+    {"depthwise_conv2d_kernel_grad_kernel", "ops/cuda/depthwise_conv_kernels.cu", "math::depthwise_kernel_grad_at", "",
+     "CudaDepthwiseConvKernels.KernelGradMatchesCpu"},
     // ops/embedding.h
     {"embedding_rows_kernel", "ops/cuda/embedding_kernels.cu", "math::embedding_row", "",
      "CudaEmbeddingKernels.RowsMatchCpuAndFindTheFirstBadIndex"},

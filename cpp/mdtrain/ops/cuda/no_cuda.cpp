@@ -7,6 +7,7 @@
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cuda/accumulate_kernels.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
+#include "mdtrain/ops/cuda/depthwise_conv_kernels.h"
 #include "mdtrain/ops/cuda/embedding_kernels.h"
 #include "mdtrain/ops/cuda/kernels.h"
 #include "mdtrain/ops/cuda/loss_kernels.h"
@@ -90,6 +91,17 @@ void row_normalize(const Tensor&, double, const Tensor&, const Tensor&, Tensor&,
 }
 void row_normalize_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&) {
   unavailable("row_normalize_backward");
+}
+
+// ops/cuda/depthwise_conv_kernels.h
+void depthwise_conv2d(const Tensor&, const Tensor&, const Window2D&, std::int64_t, Tensor&) {
+  unavailable("depthwise_conv2d");
+}
+void depthwise_conv2d_input_grad(const Tensor&, const Tensor&, const Window2D&, std::int64_t, Tensor&) {
+  unavailable("depthwise_conv2d_input_grad");
+}
+void depthwise_conv2d_kernel_grad(const Tensor&, const Tensor&, const Window2D&, std::int64_t, std::int64_t, Tensor&) {
+  unavailable("depthwise_conv2d_kernel_grad");
 }
 
 // ops/cuda/conv_kernels.h

@@ -4,7 +4,11 @@ AveragePooling1D, GlobalAveragePooling1D, and GlobalMaxPooling1D/2D (ReduceMax).
 between two Transposes; padding="same" is TF's (the extra row/column of an odd total at the end),
 written as explicit pads from the static image size, causal padding (Conv1D) as dilation *
 (kernel_size - 1) before the first step, and same-padded average pools do not count the padding
-(count_include_pad=0), as TF."""
+(count_include_pad=0), as TF.
+
+Conv2DTranspose / Conv1DTranspose are ONNX's ConvTranspose (pads and output_padding from Keras's
+output size, see _transpose_pads); DepthwiseConv2D a Conv with group=in_channels; SeparableConv2D
+that grouped Conv then a 1x1 Conv, both in NCHW between the two Transposes."""
 import math
 
 from mdtrain.keras.export._core_layers import activation
@@ -116,7 +120,99 @@ def global_max_pooling(g, view, inputs, masks):
     return g.reduce("ReduceMax", inputs[0], axes, view.name, keepdims=bool(view.config.get("keepdims", False)))
 
 
-CONVERTERS = {"Conv2D": conv2d, "MaxPooling2D": max_pooling2d, "AveragePooling2D": average_pooling2d,
+def _transpose_pads(view, spatial):
+    """ConvTranspose's pads [begins..., ends...] and output_padding for Keras's output size: ONNX's
+    full output (in - 1) * s + e starts at the transposed convolution's tap 0 of input 0, which lands
+    at -pad_before (TF's "same" padding of the convolution it transposes); what is left past the
+    full output (valid's output_padding, strides larger than the kernel) is ONNX's output_padding."""
+    c = view.config
+    same = c["padding"] == "same"
+    begins, ends, extra = [], [], []
+    sizes = view.input_shape[:spatial]
+    for n, k, s, d, out in zip(sizes, c["kernel_size"], c["strides"], c["dilation_rate"], view.output_shape[:spatial]):
+        e = (k - 1) * d + 1
+        full = (n - 1) * s + e
+        before = max((n - 1) * s + e - out, 0) // 2 if same else 0
+        after = full - out - before
+        begins.append(before)
+        ends.append(max(after, 0))
+        extra.append(max(-after, 0))
+    return begins + ends, extra
+
+
+def _conv_transpose(g, view, x, spatial):
+    """Keras's kernel (*window, filters, in) is ConvTranspose's (in, filters, *window)."""
+    _check_channels_last(view)
+    kernel = view.weight("kernel")
+    to_first, to_last = (TO_NCHW, TO_NHWC) if spatial == 2 else (TO_NCW, TO_NWC)
+    x = g.op("Transpose", [x], f"{view.name}/nchw", perm=to_first)
+    onnx_kernel = kernel.transpose(3, 2, 0, 1) if spatial == 2 else kernel.transpose(2, 1, 0)
+    inputs = [x, g.const(onnx_kernel, f"{view.name}/kernel")]
+    bias = view.weight("bias")
+    if bias is not None:
+        inputs.append(g.const(bias, f"{view.name}/bias"))
+    pads, output_padding = _transpose_pads(view, spatial)
+    y = g.op("ConvTranspose", inputs, f"{view.name}/conv_transpose", kernel_shape=list(kernel.shape[:spatial]),
+             strides=list(view.config["strides"]), dilations=list(view.config["dilation_rate"]), pads=pads,
+             output_padding=output_padding)
+    y = g.op("Transpose", [y], f"{view.name}/nhwc", perm=to_last)
+    try:
+        return activation(g, y, view.config.get("activation"), view.name)
+    except ValueError as e:
+        view.refuse(str(e))
+
+
+def conv2d_transpose(g, view, inputs, masks):
+    return _conv_transpose(g, view, inputs[0], 2)
+
+
+def conv1d_transpose(g, view, inputs, masks):
+    return _conv_transpose(g, view, inputs[0], 1)
+
+
+def _depthwise(g, view, x, kernel, bias, name):
+    """The depthwise step on NCHW x: Conv with group = in_channels; output channel c * dm + m is
+    kernel[..., c, m], ONNX's weight (in * dm, 1, kh, kw)."""
+    kh, kw, cin, dm = kernel.shape
+    weight = kernel.reshape(kh, kw, cin * dm).transpose(2, 0, 1)[:, None]
+    inputs = [x, g.const(weight, f"{name}/depthwise_kernel")]
+    if bias is not None:
+        inputs.append(g.const(bias, f"{name}/depthwise_bias"))
+    strides, dilation = list(view.config["strides"]), list(view.config["dilation_rate"])
+    return g.op("Conv", inputs, f"{name}/depthwise", kernel_shape=[kh, kw], strides=strides, dilations=dilation,
+                group=cin, pads=_pads(view, view.input_shape[:2], [kh, kw], strides, dilation))
+
+
+def _activated_nhwc(g, view, y):
+    y = g.op("Transpose", [y], f"{view.name}/nhwc", perm=TO_NHWC)
+    try:
+        return activation(g, y, view.config.get("activation"), view.name)
+    except ValueError as e:
+        view.refuse(str(e))
+
+
+def depthwise_conv2d(g, view, inputs, masks):
+    _check_channels_last(view)
+    x = g.op("Transpose", [inputs[0]], f"{view.name}/nchw", perm=TO_NCHW)
+    return _activated_nhwc(g, view, _depthwise(g, view, x, view.weight("kernel"), view.weight("bias"), view.name))
+
+
+def separable_conv2d(g, view, inputs, masks):
+    """The depthwise Conv (no bias), then the pointwise 1x1 Conv with the bias."""
+    _check_channels_last(view)
+    x = g.op("Transpose", [inputs[0]], f"{view.name}/nchw", perm=TO_NCHW)
+    mid = _depthwise(g, view, x, view.weight("depthwise_kernel"), None, view.name)
+    pointwise = view.weight("pointwise_kernel")  # (1, 1, in * dm, filters)
+    conv_inputs = [mid, g.const(pointwise.transpose(3, 2, 0, 1), f"{view.name}/pointwise_kernel")]
+    bias = view.weight("bias")
+    if bias is not None:
+        conv_inputs.append(g.const(bias, f"{view.name}/bias"))
+    y = g.op("Conv", conv_inputs, f"{view.name}/pointwise", kernel_shape=[1, 1])
+    return _activated_nhwc(g, view, y)
+
+
+CONVERTERS = {"Conv2DTranspose": conv2d_transpose, "Conv1DTranspose": conv1d_transpose,
+              "DepthwiseConv2D": depthwise_conv2d, "SeparableConv2D": separable_conv2d, "Conv2D": conv2d, "MaxPooling2D": max_pooling2d, "AveragePooling2D": average_pooling2d,
               "GlobalAveragePooling2D": global_average_pooling2d, "Conv1D": conv1d, "MaxPooling1D": max_pooling2d,
               "AveragePooling1D": average_pooling2d, "GlobalAveragePooling1D": global_average_pooling1d,
               "GlobalMaxPooling1D": global_max_pooling, "GlobalMaxPooling2D": global_max_pooling}

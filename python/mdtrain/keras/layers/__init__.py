@@ -2,7 +2,9 @@
 kind of layer as Keras groups them; base_layer.py has the base class and the registry."""
 from mdtrain.keras.layers.base_layer import _BASE_KWARGS, _CLASSES, Layer, _core_layer, _shape_tuple, _wrap_core_layer
 from mdtrain.keras.layers.core import Activation, Dense, Dropout, Flatten, Input, InputLayer, Masking, Reshape
-from mdtrain.keras.layers.convolutional import Conv1D, Conv2D, Convolution1D, Convolution2D
+from mdtrain.keras.layers.convolutional import (Conv1D, Conv1DTranspose, Conv2D, Conv2DTranspose, Convolution1D,
+                                                Convolution1DTranspose, Convolution2D, Convolution2DTranspose,
+                                                DepthwiseConv2D, SeparableConv2D, SeparableConvolution2D)
 from mdtrain.keras.layers.pooling import (AveragePooling1D, AveragePooling2D, AvgPool1D, AvgPool2D,
                                           GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalAvgPool1D,
                                           GlobalAvgPool2D, GlobalMaxPool1D, GlobalMaxPool2D, GlobalMaxPooling1D,
