@@ -45,7 +45,7 @@ MDTRAIN_HD std::int64_t row_of(const AxesPlan& p, std::int64_t i) {
 }
 
 // Softmax of row r: exp(v - max) / sum, the operations of softmax_row (ops/elementwise_math.h) in
-// its order, so Softmax(axis=-1) has the bits of Activation("softmax").
+// its order (Softmax over the last axis alone runs softmax_row itself).
 template <class T>
 MDTRAIN_HD void softmax_over_row(const T* x, T* y, const AxesPlan& p, std::int64_t r) {
   const std::int64_t base = row_start(p, r);

@@ -49,6 +49,12 @@ Json spec_for(const std::string& cls) {
       {"Cropping2D", R"({"cropping": [[1, 0], [0, 2]]})"},
       {"UpSampling1D", R"({"size": 3})"},
       {"UpSampling2D", R"({"size": [3, 1]})"},
+      {"ReLU", R"({"max_value": 6.0, "negative_slope": 0.1, "threshold": 0.5})"},
+      {"LeakyReLU", R"({"negative_slope": 0.05})"},
+      {"ELU", R"({"alpha": 0.5})"},
+      {"PReLU", R"({"shared_axes": [1], "alpha_regularizer": null})"},
+      {"Softmax", R"({"axis": [1, 2]})"},
+      {"UnitNormalization", R"({"axis": 1})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -60,7 +66,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 35u);
+  EXPECT_EQ(names.size(), 41u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -103,7 +109,8 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
                  "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU, Bidirectional, "
                  "Masking, Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, "
                  "GlobalMaxPooling1D, GlobalMaxPooling2D, Permute, RepeatVector, Identity, ZeroPadding1D, "
-                 "ZeroPadding2D, Cropping1D, Cropping2D, UpSampling1D, UpSampling2D");
+                 "ZeroPadding2D, Cropping1D, Cropping2D, UpSampling1D, UpSampling2D, ReLU, LeakyReLU, ELU, PReLU, "
+                 "Softmax, UnitNormalization");
   }
 }
 
