@@ -29,9 +29,7 @@ class ParametricActivationLayer : public Layer {
   Json config() const override;
   const ops::ParametricActivation& activation() const { return activation_; }
 
-  // Keras's configs; missing fields take Keras's defaults, unknown ones are ignored. ELU's config
-  // holds its alpha (Keras 3's get_config omits it, so a Keras file of ELU(alpha=a) loads as alpha 1
-  // in Keras and here).
+  // Keras's configs; missing fields take Keras's defaults, unknown ones are ignored.
   static std::unique_ptr<Layer> from_config_relu(const Json& config);
   static std::unique_ptr<Layer> from_config_leaky_relu(const Json& config);
   static std::unique_ptr<Layer> from_config_elu(const Json& config);

@@ -90,8 +90,7 @@ class LeakyReLU(_ConfigAttributes):
 
 
 class ELU(_ConfigAttributes):
-    """keras.layers.ELU: x for x > 0, alpha * (exp(x) - 1) otherwise. Its config holds alpha (Keras
-    3's omits it, so Keras reads ELU(alpha=a) from any file as alpha=1)."""
+    """keras.layers.ELU: x for x > 0, alpha * (exp(x) - 1) otherwise."""
     _CONFIG_ATTRIBUTES = ("alpha",)
 
     def __init__(self, alpha=1.0, **kwargs):
