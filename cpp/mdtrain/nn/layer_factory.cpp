@@ -25,13 +25,17 @@
 #include "mdtrain/nn/identity.h"
 #include "mdtrain/nn/lstm.h"
 #include "mdtrain/nn/masking.h"
+#include "mdtrain/nn/parametric_activation_layer.h"
 #include "mdtrain/nn/pooling1d.h"
 #include "mdtrain/nn/permute.h"
 #include "mdtrain/nn/pooling2d.h"
+#include "mdtrain/nn/prelu.h"
 #include "mdtrain/nn/repeat_vector.h"
 #include "mdtrain/nn/reshape.h"
 #include "mdtrain/nn/separable_conv2d.h"
 #include "mdtrain/nn/simple_rnn.h"
+#include "mdtrain/nn/softmax_layer.h"
+#include "mdtrain/nn/unit_normalization.h"
 #include "mdtrain/nn/up_sampling.h"
 #include "mdtrain/nn/zero_padding.h"
 
@@ -84,6 +88,12 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"Conv1DTranspose", &Conv1DTranspose::from_config},
       {"DepthwiseConv2D", &DepthwiseConv2D::from_config},
       {"SeparableConv2D", &SeparableConv2D::from_config},
+      {"ReLU", &ParametricActivationLayer::from_config_relu},
+      {"LeakyReLU", &ParametricActivationLayer::from_config_leaky_relu},
+      {"ELU", &ParametricActivationLayer::from_config_elu},
+      {"PReLU", &PReLU::from_config},
+      {"Softmax", &SoftmaxLayer::from_config},
+      {"UnitNormalization", &UnitNormalization::from_config},
   };
   return classes;
 }

@@ -7,9 +7,12 @@
 namespace mdtrain {
 
 bool passes_mask(const Layer& layer) {
+  // Keras's supports_masking layers that keep the mask as it is. Softmax also supports masking but
+  // reads the mask (keras/layers/mask_propagation refuses one reaching it).
   const std::string name = layer.class_name();
   return name == "Dense" || name == "Dropout" || name == "Activation" || name == "LayerNormalization" ||
-         name == "Identity";
+         name == "Identity" || name == "ReLU" || name == "LeakyReLU" || name == "ELU" || name == "PReLU" ||
+         name == "UnitNormalization";
 }
 
 void check_mask_shape(const Tensor& mask, std::int64_t batch, std::int64_t steps, const std::string& area,

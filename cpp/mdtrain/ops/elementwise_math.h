@@ -130,6 +130,63 @@ MDTRAIN_HD T activation_backward_at(T dy, T x, T y) {
   else return dy;  // Linear
 }
 
+// keras.activations.relu(x, negative_slope, max_value, threshold) and elu(x, alpha), as the ReLU,
+// LeakyReLU and ELU layers apply them (ops/parametric_activation.h), in the element type.
+// ReLU: x > threshold → min(x, max_value); otherwise negative_slope * (x - threshold) (the
+// product Keras subtracts, negative_slope * relu(threshold - x), to the last bit). The derivative
+// at the kinks is the one TF takes through the ops Keras composes: 0 at x == threshold except on
+// Keras's leaky_relu path (threshold 0, no max_value), where it is negative_slope; dy passes at
+// x == max_value through tf.clip_by_value's minimum, but not on Keras's relu6 path (max_value 6,
+// threshold 0: TF's Relu6Grad passes 0 < x < 6 only). ops::relu_args works out both flags.
+template <class T>
+struct ReluArgs {
+  T negative_slope = T(0);
+  T threshold = T(0);
+  T max_value = T(INFINITY);  // none: +inf
+  T slope_at_threshold = T(0);
+  bool passes_at_max = true;
+};
+
+template <class T>
+MDTRAIN_HD T relu_with_args(T x, const ReluArgs<T>& a) {
+  if (x > a.threshold) return x < a.max_value ? x : a.max_value;
+  return a.negative_slope * (x - a.threshold);  // NaN stays NaN
+}
+
+template <class T>
+MDTRAIN_HD T relu_with_args_backward(T dy, T x, const ReluArgs<T>& a) {
+  if (x > a.threshold) return x < a.max_value || (a.passes_at_max && x == a.max_value) ? dy : T(0);
+  if (x < a.threshold) return dy * a.negative_slope;
+  return dy * a.slope_at_threshold;
+}
+
+// ELU with Keras's alpha: x > 0 → x, else alpha * (exp(x) - 1); its derivative alpha * exp(x) for
+// x <= 0 (TF's tf.where(x > 0, elu, alpha * elu) gives x == 0 the alpha side).
+template <class T>
+MDTRAIN_HD T elu_with_alpha(T x, T alpha) {
+  return x > T(0) ? x : alpha * std::expm1(x);
+}
+template <class T>
+MDTRAIN_HD T elu_with_alpha_backward(T dy, T x, T alpha) {
+  return x > T(0) ? dy : dy * alpha * std::exp(x);
+}
+
+// PReLU (Keras: relu(x) - alpha * relu(-x)) for one element and its alpha; the derivative in x is
+// 1 for x > 0, alpha for x < 0 and 0 at 0 (two relus, each 0 at its kink); in alpha it is
+// min(x, 0), summed by the caller over the elements sharing that alpha.
+template <class T>
+MDTRAIN_HD T prelu(T x, T alpha) {
+  return x > T(0) ? x : alpha * x;
+}
+template <class T>
+MDTRAIN_HD T prelu_input_grad(T dy, T x, T alpha) {
+  return x > T(0) ? dy : (x < T(0) ? dy * alpha : T(0));
+}
+template <class T>
+MDTRAIN_HD T prelu_alpha_grad_term(T dy, T x) {
+  return x < T(0) ? dy * x : T(0);
+}
+
 // Softmax of one row of z + bias (bias may be null): exp(v - max) / sum, one exp per element.
 // The max is taken as std::max(m, v) takes it, so a NaN entry does not become the max.
 template <class T>

@@ -54,6 +54,12 @@ Json spec_for(const std::string& cls) {
       {"Conv1DTranspose", R"({"filters": 3, "kernel_size": 4, "strides": 3, "output_padding": 2})"},
       {"DepthwiseConv2D", R"({"kernel_size": 3, "depth_multiplier": 2, "padding": "same", "use_bias": false})"},
       {"SeparableConv2D", R"({"filters": 4, "kernel_size": [1, 3], "depth_multiplier": 3, "dilation_rate": 2})"},
+      {"ReLU", R"({"max_value": 6.0, "negative_slope": 0.1, "threshold": 0.5})"},
+      {"LeakyReLU", R"({"negative_slope": 0.05})"},
+      {"ELU", R"({"alpha": 0.5})"},
+      {"PReLU", R"({"shared_axes": [1], "alpha_regularizer": null})"},
+      {"Softmax", R"({"axis": [1, 2]})"},
+      {"UnitNormalization", R"({"axis": 1})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -65,7 +71,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 39u);
+  EXPECT_EQ(names.size(), 45u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -109,7 +115,8 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
                  "Masking, Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, "
                  "GlobalMaxPooling1D, GlobalMaxPooling2D, Permute, RepeatVector, Identity, ZeroPadding1D, "
                  "ZeroPadding2D, Cropping1D, Cropping2D, UpSampling1D, UpSampling2D, Conv2DTranspose, "
-                 "Conv1DTranspose, DepthwiseConv2D, SeparableConv2D");
+                 "Conv1DTranspose, DepthwiseConv2D, SeparableConv2D, ReLU, LeakyReLU, ELU, PReLU, Softmax, "
+                 "UnitNormalization");
   }
 }
 

@@ -154,6 +154,26 @@ inline constexpr KernelEntry kKernels[] = {
      "CudaKernels.ResizeBilinearMatchesCpu"},
     {"resize_bilinear_backward_kernel", "ops/cuda/resize_bilinear_kernels.cu", "math::resize_bilinear_backward_element",
      "", "CudaKernels.ResizeBilinearMatchesCpu"},
+    // ops/parametric_activation.h
+    {"parametric_activation_kernel", "ops/cuda/activation_layer_kernels.cu",
+     "math::relu_with_args math::elu_with_alpha", "", "CudaKernels.ParametricActivationMatchesCpu"},
+    {"parametric_activation_backward_kernel", "ops/cuda/activation_layer_kernels.cu",
+     "math::relu_with_args_backward math::elu_with_alpha_backward", "", "CudaKernels.ParametricActivationMatchesCpu"},
+    {"prelu_kernel", "ops/cuda/activation_layer_kernels.cu", "math::prelu math::row_of", "",
+     "CudaKernels.PreluMatchesCpu"},
+    {"prelu_input_grad_kernel", "ops/cuda/activation_layer_kernels.cu", "math::prelu_input_grad math::row_of", "",
+     "CudaKernels.PreluMatchesCpu"},
+    {"prelu_alpha_grad_kernel", "ops/cuda/activation_layer_kernels.cu", "math::prelu_alpha_grad_row", "",
+     "CudaKernels.PreluMatchesCpu"},
+    // ops/over_axes.h
+    {"softmax_over_axes_kernel", "ops/cuda/activation_layer_kernels.cu", "math::softmax_over_row", "",
+     "CudaKernels.SoftmaxOverAxesMatchesCpu"},
+    {"softmax_over_axes_backward_kernel", "ops/cuda/activation_layer_kernels.cu", "math::softmax_over_backward_row", "",
+     "CudaKernels.SoftmaxOverAxesMatchesCpu"},
+    {"unit_normalize_kernel", "ops/cuda/activation_layer_kernels.cu", "math::unit_normalize_row", "",
+     "CudaKernels.UnitNormalizeMatchesCpu"},
+    {"unit_normalize_backward_kernel", "ops/cuda/activation_layer_kernels.cu", "math::unit_normalize_backward_row", "",
+     "CudaKernels.UnitNormalizeMatchesCpu"},
 };
 
 }  // namespace mdtrain::cuda

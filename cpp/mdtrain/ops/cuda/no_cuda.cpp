@@ -6,6 +6,7 @@
 #include "mdtrain/core/cuda/runtime.h"
 #include "mdtrain/core/errors.h"
 #include "mdtrain/ops/cuda/accumulate_kernels.h"
+#include "mdtrain/ops/cuda/activation_layer_kernels.h"
 #include "mdtrain/ops/cuda/conv_kernels.h"
 #include "mdtrain/ops/cuda/depthwise_conv_kernels.h"
 #include "mdtrain/ops/cuda/embedding_kernels.h"
@@ -159,6 +160,26 @@ void resize_bilinear_backward(const Tensor&, Tensor&, const math::ResizeDims<flo
 }
 void resize_bilinear_backward(const Tensor&, Tensor&, const math::ResizeDims<double>&) {
   unavailable("resize_bilinear_backward");
+}
+
+// ops/cuda/activation_layer_kernels.h
+void parametric_activation(const Tensor&, const ops::ParametricActivation&, Tensor&) {
+  unavailable("parametric_activation");
+}
+void parametric_activation_backward(const ops::ParametricActivation&, const Tensor&, const Tensor&, Tensor&) {
+  unavailable("parametric_activation_backward");
+}
+void prelu(const Tensor&, const Tensor&, const math::AxesPlan&, Tensor&) { unavailable("prelu"); }
+void prelu_backward(const Tensor&, const Tensor&, const Tensor&, const math::AxesPlan&, Tensor*, Tensor&) {
+  unavailable("prelu_backward");
+}
+void softmax_over_axes(const Tensor&, const math::AxesPlan&, Tensor&) { unavailable("softmax_over_axes"); }
+void softmax_over_axes_backward(const Tensor&, const Tensor&, const math::AxesPlan&, Tensor&) {
+  unavailable("softmax_over_axes_backward");
+}
+void unit_normalize(const Tensor&, const math::AxesPlan&, Tensor&) { unavailable("unit_normalize"); }
+void unit_normalize_backward(const Tensor&, const Tensor&, const math::AxesPlan&, Tensor&) {
+  unavailable("unit_normalize_backward");
 }
 
 }  // namespace mdtrain::cuda

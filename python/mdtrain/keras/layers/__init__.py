@@ -9,7 +9,8 @@ from mdtrain.keras.layers.pooling import (AveragePooling1D, AveragePooling2D, Av
                                           GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalAvgPool1D,
                                           GlobalAvgPool2D, GlobalMaxPool1D, GlobalMaxPool2D, GlobalMaxPooling1D,
                                           GlobalMaxPooling2D, MaxPool1D, MaxPool2D, MaxPooling1D, MaxPooling2D)
-from mdtrain.keras.layers.normalization import BatchNormalization, LayerNormalization
+from mdtrain.keras.layers.normalization import BatchNormalization, LayerNormalization, UnitNormalization
+from mdtrain.keras.layers.activations import ELU, LeakyReLU, PReLU, ReLU, Softmax
 from mdtrain.keras.layers.embedding import Embedding
 from mdtrain.keras.layers.reshaping import (Cropping1D, Cropping2D, Identity, Permute, RepeatVector, UpSampling1D,
                                             UpSampling2D, ZeroPadding1D, ZeroPadding2D)

@@ -6,7 +6,8 @@ from mdtrain.keras.layers.core import Masking
 from mdtrain.keras.layers.recurrent import Bidirectional
 
 
-_PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization", "Identity")
+_PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization", "Identity", "ReLU", "LeakyReLU", "ELU",
+                "PReLU", "UnitNormalization")
 
 
 def mask_after(layer, mask_source):
@@ -14,9 +15,9 @@ def mask_after(layer, mask_source):
     output of `layer` carries, given the one its input carries (None: no mask). Embedding(mask_zero)
     and Masking make one; recurrent layers and Bidirectional read it and keep it with
     return_sequences; GlobalAveragePooling1D reads it and drops it; Dense, Dropout, Activation,
-    LayerNormalization, Identity pass it on; the other layers
-    drop it, as Keras's (Flatten, Reshape, ...). BatchNormalization would use it in Keras (moments
-    over the kept steps only): refused."""
+    LayerNormalization, Identity, ReLU, LeakyReLU, ELU, PReLU, UnitNormalization pass it on; the
+    other layers drop it, as Keras's (Flatten, Reshape, ...). BatchNormalization and Softmax would
+    use it in Keras (moments over the kept steps only; zero probabilities where masked): refused."""
     if getattr(layer, "mask_zero", False) or isinstance(layer, Masking):
         return layer.name
     if mask_source is None:
@@ -28,6 +29,9 @@ def mask_after(layer, mask_source):
         raise NotImplementedError(f'BatchNormalization layer "{layer.name}" receives the mask of "{mask_source}": '
                                   "Keras would compute its moments over the unmasked steps only, which mdtrain "
                                   "does not do yet")
+    if name == "Softmax":
+        raise NotImplementedError(f'Softmax layer "{layer.name}" receives the mask of "{mask_source}": Keras would '
+                                  "give the masked positions probability 0, which mdtrain does not do yet")
     return mask_source if name in _PASSES_MASK else None
 
 

@@ -1,4 +1,5 @@
-"""keras.layers' normalization (C++: nn/batch_normalization, nn/layer_normalization).
+"""keras.layers' normalization (C++: nn/batch_normalization, nn/layer_normalization,
+nn/unit_normalization).
 
 The C++ layers check values (axis, momentum, epsilon, initializer names) with messages naming the
 layer; Python checks the argument types and turns Keras's forms (an axis list of one) into them."""
@@ -122,4 +123,33 @@ class LayerNormalization(Layer):
         return layer
 
 
-_CLASSES.update({"BatchNormalization": BatchNormalization, "LayerNormalization": LayerNormalization})
+class UnitNormalization(Layer):
+    """keras.layers.UnitNormalization(axis=-1): each slice along axis (an int or a list of axes,
+    never the batch axis) scaled to unit L2 norm as Keras 3 does, x * min(1 / sqrt(sum x^2), 1e12)."""
+
+    def __init__(self, axis=-1, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(axis, (list, tuple)):
+            if any(isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in axis):
+                raise TypeError("Invalid value for `axis` argument: expected an int or a list/tuple of ints. "
+                                f"Received: axis={axis}")
+            axis = [int(a) for a in axis]
+        elif isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise TypeError("Invalid value for `axis` argument: expected an int or a list/tuple of ints. "
+                            f"Received: axis={axis}")
+        else:
+            axis = int(axis)
+        self._core = _core_layer("UnitNormalization", {"name": self._name, "axis": axis})
+        _copy_config_attributes(self, ("axis",))
+        self.supports_masking = True
+
+    @classmethod
+    def _wrap(cls, core_layer):
+        layer = super()._wrap(core_layer)
+        _copy_config_attributes(layer, ("axis",))
+        layer.supports_masking = True
+        return layer
+
+
+_CLASSES.update({"BatchNormalization": BatchNormalization, "LayerNormalization": LayerNormalization,
+                 "UnitNormalization": UnitNormalization})
