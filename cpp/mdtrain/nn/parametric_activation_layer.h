@@ -20,6 +20,7 @@ class ParametricActivationLayer : public Layer {
   std::string class_name() const override;
   bool has_cuda_kernels() const override { return true; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  bool supports_unknown_dims() const override { return true; }
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy, bool need_input_grad) override;
   std::unique_ptr<Layer> clone() const override;
