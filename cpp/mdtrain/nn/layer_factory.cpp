@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "mdtrain/nn/activation_layer.h"
+#include "mdtrain/nn/activity_regularization.h"
 #include "mdtrain/nn/batch_normalization.h"
 #include "mdtrain/nn/bidirectional.h"
 #include "mdtrain/nn/concatenate.h"
@@ -11,10 +12,13 @@
 #include "mdtrain/nn/conv2d.h"
 #include "mdtrain/nn/cropping.h"
 #include "mdtrain/nn/dense.h"
+#include "mdtrain/nn/dot.h"
 #include "mdtrain/nn/dropout.h"
 #include "mdtrain/nn/elementwise_merge.h"
 #include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
+#include "mdtrain/nn/gaussian_dropout.h"
+#include "mdtrain/nn/gaussian_noise.h"
 #include "mdtrain/nn/global_average_pooling1d.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
 #include "mdtrain/nn/global_max_pooling.h"
@@ -29,6 +33,7 @@
 #include "mdtrain/nn/repeat_vector.h"
 #include "mdtrain/nn/reshape.h"
 #include "mdtrain/nn/simple_rnn.h"
+#include "mdtrain/nn/spatial_dropout.h"
 #include "mdtrain/nn/up_sampling.h"
 #include "mdtrain/nn/zero_padding.h"
 
@@ -77,6 +82,16 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"Cropping2D", &Cropping::from_config_2d},
       {"UpSampling1D", &UpSampling::from_config_1d},
       {"UpSampling2D", &UpSampling::from_config_2d},
+      {"Subtract", &Subtract::from_config},
+      {"Average", &Average::from_config},
+      {"Maximum", &Maximum::from_config},
+      {"Minimum", &Minimum::from_config},
+      {"Dot", &Dot::from_config},
+      {"GaussianNoise", &GaussianNoise::from_config},
+      {"GaussianDropout", &GaussianDropout::from_config},
+      {"SpatialDropout1D", &SpatialDropout::from_config_1d},
+      {"SpatialDropout2D", &SpatialDropout::from_config_2d},
+      {"ActivityRegularization", &ActivityRegularization::from_config},
   };
   return classes;
 }

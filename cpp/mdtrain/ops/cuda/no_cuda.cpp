@@ -10,6 +10,7 @@
 #include "mdtrain/ops/cuda/embedding_kernels.h"
 #include "mdtrain/ops/cuda/kernels.h"
 #include "mdtrain/ops/cuda/loss_kernels.h"
+#include "mdtrain/ops/cuda/noise_kernels.h"
 #include "mdtrain/ops/cuda/normalization_kernels.h"
 #include "mdtrain/ops/cuda/optimizer_kernels.h"
 #include "mdtrain/ops/cuda/recurrent_kernels.h"
@@ -147,6 +148,20 @@ void resize_bilinear_backward(const Tensor&, Tensor&, const math::ResizeDims<flo
 }
 void resize_bilinear_backward(const Tensor&, Tensor&, const math::ResizeDims<double>&) {
   unavailable("resize_bilinear_backward");
+}
+
+// ops/cuda/noise_kernels.h
+void gaussian_noise(const Tensor&, double, std::uint64_t, std::uint64_t, std::uint64_t, Tensor&) {
+  unavailable("gaussian_noise");
+}
+void gaussian_dropout(const Tensor&, double, std::uint64_t, std::uint64_t, std::uint64_t, Tensor&, Tensor&) {
+  unavailable("gaussian_dropout");
+}
+void dropout_mask(double, std::uint64_t, std::uint64_t, std::uint64_t, Tensor&) { unavailable("dropout_mask"); }
+void scale_channels(const Tensor&, const Tensor&, std::int64_t, Tensor&) { unavailable("scale_channels"); }
+double activity_penalty(const Tensor&, double, double) { unavailable("activity_penalty"); }
+void activity_penalty_backward(const Tensor&, const Tensor&, double, double, Tensor&) {
+  unavailable("activity_penalty_backward");
 }
 
 }  // namespace mdtrain::cuda

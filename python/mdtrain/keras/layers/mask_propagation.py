@@ -6,7 +6,8 @@ from mdtrain.keras.layers.core import Masking
 from mdtrain.keras.layers.recurrent import Bidirectional
 
 
-_PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization", "Identity")
+_PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization", "Identity", "GaussianNoise", "GaussianDropout",
+                "SpatialDropout1D", "SpatialDropout2D", "ActivityRegularization")
 
 
 def mask_after(layer, mask_source):
