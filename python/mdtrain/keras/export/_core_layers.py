@@ -85,4 +85,7 @@ def reshape(g, view, inputs, masks):
 
 
 CONVERTERS = {"Dense": dense, "Activation": activation_layer, "Dropout": dropout, "Flatten": flatten,
-              "Reshape": reshape}
+              "Reshape": reshape,
+              # The noise and regularization layers: the identity at inference, as Dropout.
+              "GaussianNoise": dropout, "GaussianDropout": dropout, "SpatialDropout1D": dropout,
+              "SpatialDropout2D": dropout, "ActivityRegularization": dropout}
