@@ -51,7 +51,7 @@ def model_of(name, seed=0):
     tf.keras.utils.set_random_seed(seed)
     inputs = [keras.Input(s) for s in shapes]
     h = [L.Dense(s[-1], name=f"before{k}")(x) for k, (x, s) in enumerate(zip(inputs, shapes))]
-    merged = eval(merge)  # noqa: S307 (the cases above)
+    merged = eval(merge, {"L": L}, {"h": h})  # noqa: S307 (the cases above)
     out = L.Dense(3, name="after")(L.Flatten()(merged))
     model = keras.Model(inputs, out)
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
