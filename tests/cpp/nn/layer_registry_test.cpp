@@ -49,6 +49,16 @@ Json spec_for(const std::string& cls) {
       {"Cropping2D", R"({"cropping": [[1, 0], [0, 2]]})"},
       {"UpSampling1D", R"({"size": 3})"},
       {"UpSampling2D", R"({"size": [3, 1]})"},
+      {"Subtract", "{}"},
+      {"Average", "{}"},
+      {"Maximum", "{}"},
+      {"Minimum", "{}"},
+      {"Dot", R"({"axes": [1, -1], "normalize": true})"},
+      {"GaussianNoise", R"({"stddev": 0.2, "seed": 4})"},
+      {"GaussianDropout", R"({"rate": 0.3, "seed": 5})"},
+      {"SpatialDropout1D", R"({"rate": 0.4, "seed": 6})"},
+      {"SpatialDropout2D", R"({"rate": 0.5, "seed": 7, "data_format": "channels_last"})"},
+      {"ActivityRegularization", R"({"l1": 0.01, "l2": 0.02})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -60,7 +70,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 35u);
+  EXPECT_EQ(names.size(), 45u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -103,7 +113,9 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
                  "LayerNormalization, Embedding, Add, Multiply, Concatenate, SimpleRNN, LSTM, GRU, Bidirectional, "
                  "Masking, Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, "
                  "GlobalMaxPooling1D, GlobalMaxPooling2D, Permute, RepeatVector, Identity, ZeroPadding1D, "
-                 "ZeroPadding2D, Cropping1D, Cropping2D, UpSampling1D, UpSampling2D");
+                 "ZeroPadding2D, Cropping1D, Cropping2D, UpSampling1D, UpSampling2D, Subtract, Average, Maximum, "
+                 "Minimum, Dot, GaussianNoise, GaussianDropout, SpatialDropout1D, SpatialDropout2D, "
+                 "ActivityRegularization");
   }
 }
 
