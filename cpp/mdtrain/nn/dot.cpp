@@ -63,8 +63,9 @@ std::pair<std::size_t, std::size_t> Dot::feature_axes(const Shape& a, const Shap
 }
 
 Shape Dot::merged_shape(const std::vector<Shape>& input_shapes) const {
-  MDTRAIN_CHECK(input_shapes.size() == 2, std::invalid_argument, "[layers] A `Dot` layer should be called on a list of ",
-                "2 inputs. Layer \"", name_, "\" got ", input_shapes.size());
+  MDTRAIN_CHECK(input_shapes.size() == 2, std::invalid_argument,
+                "[layers] A `Dot` layer should be called on a list of ", "2 inputs. Layer \"", name_, "\" got ",
+                input_shapes.size());
   const Shape &a = input_shapes[0], &b = input_shapes[1];
   MDTRAIN_CHECK(!a.empty() && !b.empty(), std::invalid_argument, "[layers] Dot layer \"", name_,
                 "\": Cannot do batch_dot on inputs with rank < 2. Received inputs with shapes (None, ",
@@ -132,7 +133,8 @@ Tensor Dot::forward_inputs(const std::vector<Tensor>& x) {
           const T r = T(1) / std::sqrt(s);
           const T cap = static_cast<T>(kInverseNormCap);
           inv[b * n + i] = r <= cap ? r : cap;  // rsqrt(0) = inf: capped
-          for (std::int64_t t = 0; t < op.size; ++t) dst[base + t * op.stride] = src[base + t * op.stride] * inv[b * n + i];
+          for (std::int64_t t = 0; t < op.size; ++t)
+            dst[base + t * op.stride] = src[base + t * op.stride] * inv[b * n + i];
         }
       rows[k] = dst;
     }

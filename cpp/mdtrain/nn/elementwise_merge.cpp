@@ -95,8 +95,8 @@ Shape ElementwiseMerge::merged_shape(const std::vector<Shape>& input_shapes) con
 
 void ElementwiseMerge::after_build() {
   offsets_.clear();
-  const bool broadcast = std::any_of(input_shapes_.begin(), input_shapes_.end(),
-                                     [&](const Shape& s) { return s != output_shape_; });
+  const bool broadcast =
+      std::any_of(input_shapes_.begin(), input_shapes_.end(), [&](const Shape& s) { return s != output_shape_; });
   if (!broadcast) return;
   for (const Shape& s : input_shapes_) offsets_.push_back(broadcast_offsets(s, output_shape_));
 }

@@ -45,7 +45,6 @@ class ElementwiseMerge : public MergeLayer {
   void after_build() override;
 
  private:
-
   Fold fold_;
   // For each input, the offset in its row (one example) of every element of an output row; empty
   // when every input has the output's shape (nothing is broadcast). Set at build.

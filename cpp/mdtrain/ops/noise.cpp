@@ -72,8 +72,7 @@ void scale_channels(const Tensor& x, const Tensor& mask, Tensor& y) {
   MDTRAIN_CHECK(mask.dtype() == x.dtype(), std::invalid_argument, "[ops] scale_channels: mask must be ",
                 name_of(x.dtype()), ", got ", name_of(mask.dtype()));
   detail::require_same_memory("ops", "scale_channels", "mask", mask, x);
-  const bool fits = x.ndim() >= 2 && mask.ndim() == 2 && mask.dim(0) == x.dim(0) &&
-                    mask.dim(1) == x.dim(x.ndim() - 1);
+  const bool fits = x.ndim() >= 2 && mask.ndim() == 2 && mask.dim(0) == x.dim(0) && mask.dim(1) == x.dim(x.ndim() - 1);
   MDTRAIN_CHECK(fits, std::invalid_argument, "[ops] scale_channels: expected x (rows, ..., channels) and mask ",
                 "(rows, channels), got ", to_string(x.shape()), " and ", to_string(mask.shape()));
   const std::int64_t rows = x.dim(0), channels = mask.dim(1);

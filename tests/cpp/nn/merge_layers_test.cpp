@@ -61,9 +61,9 @@ struct BroadcastCase {
 const std::vector<BroadcastCase> kBroadcast = {
     {{{4}, {4}}, {4}},
     {{{3, 4}, {1, 4}}, {3, 4}},
-    {{{3, 4}, {4}}, {3, 4}},                 // a lower rank gains axes after the batch axis
+    {{{3, 4}, {4}}, {3, 4}},  // a lower rank gains axes after the batch axis
     {{{2, 3, 4}, {3, 1}, {1, 1, 4}}, {2, 3, 4}},
-    {{{3, 1}, {1, 5}}, {3, 5}},              // both broadcast
+    {{{3, 1}, {1, 5}}, {3, 5}},  // both broadcast
     {{{1}, {2, 3}}, {2, 3}},
 };
 
@@ -157,9 +157,8 @@ TEST(ElementwiseMerges, MaximumAndMinimumFollowTfOnTiesAndNan) {
   const Tensor c = filled({1, 6}, {0, 1, 2, 3, 0.5, nan});
   const Tensor dy = filled({1, 6}, {1, 2, 3, 4, 5, 6});
   for (bool is_max : {true, false}) {
-    std::unique_ptr<ElementwiseMerge> m =
-        is_max ? std::unique_ptr<ElementwiseMerge>(std::make_unique<Maximum>("mx"))
-               : std::unique_ptr<ElementwiseMerge>(std::make_unique<Minimum>("mn"));
+    std::unique_ptr<ElementwiseMerge> m = is_max ? std::unique_ptr<ElementwiseMerge>(std::make_unique<Maximum>("mx"))
+                                                 : std::unique_ptr<ElementwiseMerge>(std::make_unique<Minimum>("mn"));
     m->build_inputs({{6}, {6}, {6}}, DType::Float64);
     const std::vector<double> y = values_of(m->forward_inputs({a, b, c}));
     EXPECT_EQ(y[0], is_max ? 1.0 : 0.0);
@@ -206,12 +205,8 @@ struct DotCase {
 };
 
 const std::vector<DotCase> kDots = {
-    {{4}, {4}, {1}, {1}},
-    {{3, 5}, {4, 3}, {1, 2}, {5, 4}},
-    {{2, 3, 4}, {4, 5}, {-1, 1}, {2, 3, 5}},
-    {{3, 5}, {3, 5}, {-1}, {3, 3}},
-    {{4, 3}, {4}, {1, 1}, {3}},
-    {{3}, {2, 3}, {1, 2}, {2}},
+    {{4}, {4}, {1}, {1}},           {{3, 5}, {4, 3}, {1, 2}, {5, 4}}, {{2, 3, 4}, {4, 5}, {-1, 1}, {2, 3, 5}},
+    {{3, 5}, {3, 5}, {-1}, {3, 3}}, {{4, 3}, {4}, {1, 1}, {3}},       {{3}, {2, 3}, {1, 2}, {2}},
 };
 
 TEST(DotLayer, ComputesKerassBatchDotAndItsGradients) {

@@ -86,7 +86,7 @@ TEST(NoiseLayers, DrawOnTheGlobalPositionSoSlicesDrawWhatTheBatchDraws) {
     std::vector<double> sliced = values_of(replica->forward(x.rows(0, 3), training(5, 0)));
     const std::vector<double> rest = values_of(replica->forward(x.rows(3, 7), training(5, 3)));
     sliced.insert(sliced.end(), rest.begin(), rest.end());
-    EXPECT_EQ(sliced, whole) << c.name;  // bitwise
+    EXPECT_EQ(sliced, whole) << c.name;                                       // bitwise
     EXPECT_NE(values_of(c.layer->forward(x, training(6))), whole) << c.name;  // another step, another draw
     EXPECT_NE(whole, values_of(x)) << c.name;
   }

@@ -10,16 +10,18 @@ template <class T>
 void gaussian_noise(const T* x, std::int64_t n, double stddev, std::uint64_t seed, std::uint64_t stream,
                     std::uint64_t first_element, T* y) {
   for (std::int64_t i = 0; i < n; ++i)
-    y[i] = math::add_gaussian_noise(
-        x[i], stddev, math::standard_normal_at(seed, stream, first_element + static_cast<std::uint64_t>(i)));
+    y[i] =
+        math::add_gaussian_noise(x[i], stddev,
+                                 math::standard_normal_at(seed, stream, first_element + static_cast<std::uint64_t>(i)));
 }
 
 template <class T>
 void gaussian_dropout(const T* x, std::int64_t n, double stddev, std::uint64_t seed, std::uint64_t stream,
                       std::uint64_t first_element, T* multiplier, T* y) {
   for (std::int64_t i = 0; i < n; ++i) {
-    multiplier[i] = math::gaussian_multiplier<T>(
-        stddev, math::standard_normal_at(seed, stream, first_element + static_cast<std::uint64_t>(i)));
+    multiplier[i] =
+        math::gaussian_multiplier<T>(stddev, math::standard_normal_at(seed, stream,
+                                                                      first_element + static_cast<std::uint64_t>(i)));
     y[i] = x[i] * multiplier[i];
   }
 }
@@ -66,14 +68,13 @@ void activity_penalty_backward(const T* x, const T* dy, std::int64_t n, T l1_sca
   for (std::int64_t i = 0; i < n; ++i) dx[i] = math::add_activity_penalty_grad(x[i], dy[i], l1_scaled, l2_scaled);
 }
 
-#define MDTRAIN_INSTANTIATE(T)                                                                                 \
-  template void gaussian_noise<T>(const T*, std::int64_t, double, std::uint64_t, std::uint64_t, std::uint64_t, \
-                                  T*);                                                                         \
-  template void gaussian_dropout<T>(const T*, std::int64_t, double, std::uint64_t, std::uint64_t,              \
-                                    std::uint64_t, T*, T*);                                                    \
-  template void dropout_mask<T>(std::int64_t, double, std::uint64_t, std::uint64_t, std::uint64_t, T*);        \
-  template void scale_channels<T>(const T*, const T*, std::int64_t, std::int64_t, std::int64_t, T*);           \
-  template double activity_penalty<T>(const T*, std::int64_t, double, double);                                 \
+#define MDTRAIN_INSTANTIATE(T)                                                                                       \
+  template void gaussian_noise<T>(const T*, std::int64_t, double, std::uint64_t, std::uint64_t, std::uint64_t, T*);  \
+  template void gaussian_dropout<T>(const T*, std::int64_t, double, std::uint64_t, std::uint64_t, std::uint64_t, T*, \
+                                    T*);                                                                             \
+  template void dropout_mask<T>(std::int64_t, double, std::uint64_t, std::uint64_t, std::uint64_t, T*);              \
+  template void scale_channels<T>(const T*, const T*, std::int64_t, std::int64_t, std::int64_t, T*);                 \
+  template double activity_penalty<T>(const T*, std::int64_t, double, double);                                       \
   template void activity_penalty_backward<T>(const T*, const T*, std::int64_t, T, T, T*);
 MDTRAIN_INSTANTIATE(float)
 MDTRAIN_INSTANTIATE(double)

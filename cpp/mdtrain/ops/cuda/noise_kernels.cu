@@ -27,16 +27,18 @@ template <class T>
 __global__ void gaussian_noise_kernel(const T* x, std::int64_t n, double stddev, std::uint64_t seed,
                                       std::uint64_t stream, std::uint64_t first_element, T* y) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride())
-    y[i] = math::add_gaussian_noise(
-        x[i], stddev, math::standard_normal_at(seed, stream, first_element + static_cast<std::uint64_t>(i)));
+    y[i] =
+        math::add_gaussian_noise(x[i], stddev,
+                                 math::standard_normal_at(seed, stream, first_element + static_cast<std::uint64_t>(i)));
 }
 
 template <class T>
 __global__ void gaussian_dropout_kernel(const T* x, std::int64_t n, double stddev, std::uint64_t seed,
                                         std::uint64_t stream, std::uint64_t first_element, T* multiplier, T* y) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    const T m = math::gaussian_multiplier<T>(
-        stddev, math::standard_normal_at(seed, stream, first_element + static_cast<std::uint64_t>(i)));
+    const T m =
+        math::gaussian_multiplier<T>(stddev, math::standard_normal_at(seed, stream,
+                                                                      first_element + static_cast<std::uint64_t>(i)));
     multiplier[i] = m;
     y[i] = x[i] * m;
   }
@@ -92,8 +94,8 @@ void gaussian_noise(const Tensor& x, double stddev, std::uint64_t seed, std::uin
   OnDevice on(x);
   dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    gaussian_noise_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), n, stddev, seed, stream,
-                                                                        first_element, y.data<T>());
+    gaussian_noise_kernel<T>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), n, stddev, seed, stream, first_element, y.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("gaussian_noise_kernel");
 }
@@ -105,8 +107,9 @@ void gaussian_dropout(const Tensor& x, double stddev, std::uint64_t seed, std::u
   OnDevice on(x);
   dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    gaussian_dropout_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        x.data<T>(), n, stddev, seed, stream, first_element, multiplier.data<T>(), y.data<T>());
+    gaussian_dropout_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), n, stddev, seed, stream,
+                                                                          first_element, multiplier.data<T>(),
+                                                                          y.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("gaussian_dropout_kernel");
 }
@@ -120,8 +123,8 @@ void dropout_mask(double rate, std::uint64_t seed, std::uint64_t stream, std::ui
     // The scalars exactly as cpu::dropout_mask computes them.
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
     const float threshold = static_cast<float>(rate);
-    dropout_mask_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(n, seed, stream, first_element, threshold,
-                                                                      scale, mask.data<T>());
+    dropout_mask_kernel<T>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(n, seed, stream, first_element, threshold, scale, mask.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("dropout_mask_kernel");
 }
@@ -132,8 +135,8 @@ void scale_channels(const Tensor& x, const Tensor& mask, std::int64_t inner, Ten
   OnDevice on(x);
   dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    scale_channels_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), mask.data<T>(), n, inner,
-                                                                        mask.dim(1), y.data<T>());
+    scale_channels_kernel<T>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), mask.data<T>(), n, inner, mask.dim(1), y.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("scale_channels_kernel");
 }
@@ -163,8 +166,9 @@ void activity_penalty_backward(const Tensor& x, const Tensor& dy, double l1_scal
   OnDevice on(x);
   dispatch_floating(x.dtype(), "cuda", [&](auto tag) {
     using T = decltype(tag);
-    activity_penalty_backward_kernel<T><<<blocks_for(n), kThreads, 0, on.stream>>>(
-        x.data<T>(), dy.data<T>(), n, static_cast<T>(l1_scaled), static_cast<T>(l2_scaled), dx.data<T>());
+    activity_penalty_backward_kernel<T>
+        <<<blocks_for(n), kThreads, 0, on.stream>>>(x.data<T>(), dy.data<T>(), n, static_cast<T>(l1_scaled),
+                                                    static_cast<T>(l2_scaled), dx.data<T>());
   });
   MDTRAIN_CUDA_CHECK_LAUNCH("activity_penalty_backward_kernel");
 }
