@@ -281,3 +281,20 @@ def test_bad_arguments_raise_kerass_errors(make, error, pattern):
 def test_bad_input_shapes_raise_kerass_errors(layer, shape, pattern):
     with pytest.raises(ValueError, match=pattern):
         keras.Sequential([keras.Input(shape), layer()])
+
+
+def test_a_strategy_that_does_not_collect_activity_losses_refuses_the_layer(logical_cpus):
+    import warnings
+    logical_cpus(2)
+    distribution = keras.distribution
+    mesh = distribution.DeviceMesh((2,), ("pipe",), devices=distribution.list_devices()[:2])
+    x, y = data((6,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipeline = distribution.PipelineParallel(mesh, num_microbatches=2)
+    with pipeline.scope():
+        model = keras.Sequential([keras.Input((6,)), L.Dense(6), L.ActivityRegularization(l2=0.1), L.PipelineSplit(),
+                                  L.Dense(3)])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    with pytest.raises(ValueError, match=r"ActivityRegularization layer .* does not collect yet"):
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
