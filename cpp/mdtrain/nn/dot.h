@@ -27,7 +27,7 @@ class Dot final : public MergeLayer {
   Tensor forward_inputs(const std::vector<Tensor>& x) override;
   std::vector<Tensor> backward_inputs(const Tensor& dy) override;
   std::unique_ptr<Layer> clone() const override;
-  std::int64_t held_activation_bytes() const override { return bytes_of({&y_, &xn_[0], &xn_[1]}); }
+  std::int64_t held_activation_bytes() const override { return bytes_of({&y_, &xn_[0], &xn_[1], &inv_[0], &inv_[1]}); }
   Json config() const override;  // Layer's fields, "axes" (an int or a pair) and "normalize"
   static std::unique_ptr<Layer> from_config(const Json& config);
 
