@@ -10,6 +10,7 @@
 #include "mdtrain/nn/lstm.h"
 #include "mdtrain/nn/simple_rnn.h"
 #include "mdtrain/nn/concatenate.h"
+#include "mdtrain/nn/dot.h"
 #include "mdtrain/nn/elementwise_merge.h"
 #include "mdtrain/nn/merge_layer.h"
 
@@ -104,8 +105,14 @@ void init_nn(py::module_& m) {
           py::arg("input_shapes"),
           "The output shape (batch axis excluded) for these input shapes; ValueError naming the layer "
           "and the shapes when they cannot be merged.");
-  py::class_<Add, MergeLayer, std::shared_ptr<Add>>(m, "Add");
-  py::class_<Multiply, MergeLayer, std::shared_ptr<Multiply>>(m, "Multiply");
+  py::class_<ElementwiseMerge, MergeLayer, std::shared_ptr<ElementwiseMerge>>(m, "ElementwiseMerge");
+  py::class_<Add, ElementwiseMerge, std::shared_ptr<Add>>(m, "Add");
+  py::class_<Multiply, ElementwiseMerge, std::shared_ptr<Multiply>>(m, "Multiply");
+  py::class_<Subtract, ElementwiseMerge, std::shared_ptr<Subtract>>(m, "Subtract");
+  py::class_<Average, ElementwiseMerge, std::shared_ptr<Average>>(m, "Average");
+  py::class_<Maximum, ElementwiseMerge, std::shared_ptr<Maximum>>(m, "Maximum");
+  py::class_<Minimum, ElementwiseMerge, std::shared_ptr<Minimum>>(m, "Minimum");
+  py::class_<Dot, MergeLayer, std::shared_ptr<Dot>>(m, "Dot");
   py::class_<Concatenate, MergeLayer, std::shared_ptr<Concatenate>>(m, "Concatenate");
   m.def(
       "layer_from_config",

@@ -12,6 +12,11 @@ TrainEngine::TrainEngine(Network& primary, std::shared_ptr<Strategy> strategy, c
                 "[engine] the output of the model carries a mask (Keras leaves the masked steps out of the loss and ",
                 "metrics), which ", strategy_->name(), " does not read yet; Mirrored, MultiWorkerMirrored, ",
                 "CentralStorage and OneDevice do");
+  // The penalty would be left out of the loss and its gradient: another model than Keras's.
+  MDTRAIN_CHECK(!primary.adds_activity_loss() || executor_->reads_activity_losses(), std::invalid_argument,
+                "[engine] the model has an ActivityRegularization layer (Keras adds its penalty to the loss), which ",
+                strategy_->name(), " does not collect yet; Mirrored, MultiWorkerMirrored, CentralStorage and ",
+                "OneDevice do");
 }
 
 TrainEngine::~TrainEngine() = default;

@@ -31,6 +31,10 @@ struct ForwardContext {
   // recorded (a stage recomputing its activations): nothing is recorded again.
   bool defer_statistics = false;
   bool recompute = false;
+  // Rows of the whole global batch, in the training steps of executors that collect activity
+  // losses (Layer::activity_loss): Keras divides those by the batch size, so their gradient is
+  // divided by this. 0 elsewhere.
+  std::int64_t global_rows = 0;
 };
 
 // A Keras layer: built once for an input shape (batch axis excluded), then run forward on batches
@@ -110,6 +114,13 @@ class Layer {
   // statistics) have Parameter::trainable == false and get no gradient.
   virtual std::vector<Parameter*> parameters() { return {}; }
   virtual double regularization_loss() const { return 0.0; }
+  // Keras's activity regularization (ActivityRegularization): whether this layer adds a loss term
+  // computed from its activations, and that term for the last forward's rows, before Keras's
+  // division by the batch size (the executor sums it over the slices into the loss sum it divides
+  // by the global batch's rows). Only executors that collect it may train such a layer
+  // (StepExecutor::reads_activity_losses).
+  virtual bool adds_activity_loss() const { return false; }
+  virtual double activity_loss() const { return 0.0; }
   // Adds d(regularization_loss)/dw to each parameter's .grad.
   virtual void add_regularization_gradients() {}
 

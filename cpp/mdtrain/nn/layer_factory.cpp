@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "mdtrain/nn/activation_layer.h"
+#include "mdtrain/nn/activity_regularization.h"
 #include "mdtrain/nn/batch_normalization.h"
 #include "mdtrain/nn/bidirectional.h"
 #include "mdtrain/nn/concatenate.h"
@@ -13,10 +14,13 @@
 #include "mdtrain/nn/depthwise_conv2d.h"
 #include "mdtrain/nn/cropping.h"
 #include "mdtrain/nn/dense.h"
+#include "mdtrain/nn/dot.h"
 #include "mdtrain/nn/dropout.h"
 #include "mdtrain/nn/elementwise_merge.h"
 #include "mdtrain/nn/embedding.h"
 #include "mdtrain/nn/flatten.h"
+#include "mdtrain/nn/gaussian_dropout.h"
+#include "mdtrain/nn/gaussian_noise.h"
 #include "mdtrain/nn/global_average_pooling1d.h"
 #include "mdtrain/nn/global_average_pooling2d.h"
 #include "mdtrain/nn/global_max_pooling.h"
@@ -36,6 +40,7 @@
 #include "mdtrain/nn/simple_rnn.h"
 #include "mdtrain/nn/softmax_layer.h"
 #include "mdtrain/nn/unit_normalization.h"
+#include "mdtrain/nn/spatial_dropout.h"
 #include "mdtrain/nn/up_sampling.h"
 #include "mdtrain/nn/zero_padding.h"
 
@@ -94,6 +99,16 @@ const std::vector<std::pair<std::string, LayerFromConfig>>& layer_classes() {
       {"PReLU", &PReLU::from_config},
       {"Softmax", &SoftmaxLayer::from_config},
       {"UnitNormalization", &UnitNormalization::from_config},
+      {"Subtract", &Subtract::from_config},
+      {"Average", &Average::from_config},
+      {"Maximum", &Maximum::from_config},
+      {"Minimum", &Minimum::from_config},
+      {"Dot", &Dot::from_config},
+      {"GaussianNoise", &GaussianNoise::from_config},
+      {"GaussianDropout", &GaussianDropout::from_config},
+      {"SpatialDropout1D", &SpatialDropout::from_config_1d},
+      {"SpatialDropout2D", &SpatialDropout::from_config_2d},
+      {"ActivityRegularization", &ActivityRegularization::from_config},
   };
   return classes;
 }

@@ -308,13 +308,13 @@ bool LayerGraph::output_masked() const {
   std::vector<bool> masked(ni + nodes_.size(), false);
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const Node& node = nodes_[i];
-    if (dynamic_cast<const MergeLayer*>(node.layer.get()) != nullptr) {
+    if (const auto* merge = dynamic_cast<const MergeLayer*>(node.layer.get())) {
       bool any = false, all = true;
       for (int v : node.inputs) {
         any = any || masked[static_cast<std::size_t>(v)];
         all = all && masked[static_cast<std::size_t>(v)];
       }
-      masked[ni + i] = dynamic_cast<const Concatenate*>(node.layer.get()) != nullptr ? any : all;
+      masked[ni + i] = merge->keeps_masks() && (dynamic_cast<const Concatenate*>(merge) != nullptr ? any : all);
     } else if (const auto* reader = dynamic_cast<const MaskedLayer*>(node.layer.get())) {
       masked[ni + i] = reader->output_masked(masked[static_cast<std::size_t>(node.inputs[0])]);
     } else {
@@ -337,12 +337,13 @@ Tensor LayerGraph::merged_mask(const Node& node, const std::vector<Tensor>& inpu
     if (masks.back().defined()) ++present;
   }
   const auto* concatenate = dynamic_cast<const Concatenate*>(node.layer.get());
-  // Keras's Multiply reads masks (masked steps multiply as 1, the output is zeroed outside the
-  // merged mask); the product here does not.
-  MDTRAIN_CHECK(present == 0 || node.layer->class_name() != "Multiply", std::invalid_argument, "[functional] layer \"",
-                node.layer->name(),
-                "\" (Multiply) receives masks, which Keras multiplies as 1 at masked steps; mdtrain does not yet");
-  if (present == 0 || (concatenate == nullptr && present < masks.size())) return Tensor();
+  const auto* merge = static_cast<const MergeLayer*>(node.layer.get());
+  // Keras's Multiply, Maximum and Minimum read masks (masked steps multiply as 1 or take the other
+  // input's value, the output is zeroed outside the merged mask); the merges here do not.
+  MDTRAIN_CHECK(present == 0 || !merge->reads_masks(), std::invalid_argument, "[functional] layer \"",
+                node.layer->name(), "\" (", node.layer->class_name(),
+                ") receives masks, which Keras's merge reads at masked steps; mdtrain does not yet");
+  if (present == 0 || !merge->keeps_masks() || (concatenate == nullptr && present < masks.size())) return Tensor();
   const MaskJoin join = concatenate != nullptr ? concatenate_join(*concatenate) : MaskJoin::Or;
   MDTRAIN_CHECK(join != MaskJoin::Unsupported, std::invalid_argument, "[functional] layer \"", node.layer->name(),
                 "\" concatenates inputs that carry masks along axis ", concatenate->axis(),

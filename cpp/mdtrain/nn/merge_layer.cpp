@@ -13,6 +13,7 @@ void MergeLayer::build_inputs(const std::vector<Shape>& input_shapes, DType dtyp
   input_shape_ = input_shapes.front();
   dtype_ = dtype;
   built_ = true;
+  after_build();
 }
 
 Shape MergeLayer::compute_output_shape(const Shape&) const {

@@ -86,6 +86,18 @@ class Network {
   // The weight penalties of the current weights, and their gradients added to .grad.
   virtual double regularization_loss() const = 0;
   virtual void add_regularization_gradients() = 0;
+  // The activity penalties of the last forward (Layer::activity_loss), summed in layer order, and
+  // whether any layer adds one (known before any forward).
+  double activity_loss() const {
+    double sum = 0;
+    for (const auto& layer : layers()) sum += layer->activity_loss();
+    return sum;
+  }
+  bool adds_activity_loss() const {
+    for (const auto& layer : layers())
+      if (layer->adds_activity_loss()) return true;
+    return false;
+  }
 
   // The connections, for strategies that split layers or cut the network: per layer (its position
   // in layers()), the positions of the layers that read its output, ascending (once per read), then kOutput for

@@ -12,7 +12,8 @@ bool passes_mask(const Layer& layer) {
   const std::string name = layer.class_name();
   return name == "Dense" || name == "Dropout" || name == "Activation" || name == "LayerNormalization" ||
          name == "Identity" || name == "ReLU" || name == "LeakyReLU" || name == "ELU" || name == "PReLU" ||
-         name == "UnitNormalization";
+         name == "UnitNormalization" || name == "GaussianNoise" || name == "GaussianDropout" ||
+         name == "SpatialDropout1D" || name == "SpatialDropout2D" || name == "ActivityRegularization";
 }
 
 void check_mask_shape(const Tensor& mask, std::int64_t batch, std::int64_t steps, const std::string& area,

@@ -28,8 +28,8 @@ class MaskedLayer {
 
 class Layer;
 // Whether `layer` (not a MaskedLayer) hands its input's mask on to its output: Dense, Dropout,
-// Activation, LayerNormalization, Identity, ReLU, LeakyReLU, ELU, PReLU, UnitNormalization
-// (Keras's supports_masking layers whose output keeps the steps).
+// Activation, LayerNormalization, Identity, ReLU, LeakyReLU, ELU, PReLU, UnitNormalization and the
+// noise layers (Keras's supports_masking layers whose output keeps the steps).
 bool passes_mask(const Layer& layer);
 
 // Throws std::invalid_argument ("[area] layer \"name\": ...") unless `mask` is (batch, steps) on a

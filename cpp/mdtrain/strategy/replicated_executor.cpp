@@ -39,6 +39,7 @@ ReplicatedExecutor::ReplicatedExecutor(Network& primary, Strategy& strategy, con
                                        const Optimizer& optimizer, StepPlan plan)
     : StepExecutor("[engine]"), primary_(primary), strategy_(strategy), plan_(std::move(plan)) {
   reads_output_masks_ = true;
+  reads_activity_losses_ = true;
   MDTRAIN_CHECK(primary.built(), std::logic_error, "[engine] the model must be built before training");
   // Placement comes from the strategy's devices: a replica on a CPU device trains a host copy (the
   // primary itself for replica 0), a replica on a GPU a copy whose weights live on that GPU. Layers
@@ -172,6 +173,7 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
     ctx.training = true;
     ctx.step = step;
     ctx.global_row_offset = first;
+    ctx.global_rows = batch.count;
     ctx.replicas = &rep.sums;
     // Sum the gradients over the replicas: all of them, bucket by bucket as backward finishes
     // them, or (ZeRO-1) after backward only this replica's range, which is all its update reads.
@@ -203,6 +205,7 @@ StepLoss ReplicatedExecutor::train_step(const GlobalBatch& batch, ReplicaOutputS
         net.backward(rep.dpred, on_final);
       }
       rep.loss_sum *= ls.report_factor;
+      rep.loss_sum += net.activity_loss();  // Keras's activity penalties, / the global rows with the rest
       if (outputs) outputs->on_replica_output(local, rep.y_batch, pred);
     } else {
       // No rows: zero gradients, but still every collective the layers run in training
@@ -287,6 +290,7 @@ StepLoss ReplicatedExecutor::test_step(const GlobalBatch& batch, ReplicaOutputSi
                        ? rep.logits_loss->forward_backward(rep.y_batch, rep.net->logits(), 1.0, nullptr, weights)
                        : rep.loss->forward_backward(rep.y_batch, pred, 1.0, nullptr, weights);
     rep.loss_sum *= batch_loss_scale(*rep.loss, rep.y_batch, pred, batch.count, labels).report_factor;
+    rep.loss_sum += rep.net->activity_loss();
     if (outputs) outputs->on_replica_output(local, rep.y_batch, pred);
   });
   StepLoss result;
@@ -328,6 +332,7 @@ void ReplicatedExecutor::masked_train_step(Replica& rep, const GlobalBatch& batc
     net.backward(rep.dpred, on_final);
   }
   rep.loss_sum *= ls.report_factor;
+  rep.loss_sum += net.activity_loss();
   if (outputs) outputs->on_replica_masked_output(local, rep.y_batch, pred, mask);
 }
 
@@ -350,6 +355,7 @@ void ReplicatedExecutor::masked_test_step(Replica& rep, const GlobalBatch& batch
   const std::int64_t global = global_count(rep.masked.count(*rep.loss), rep.comm.get());
   rep.loss_sum = rep.masked.forward_backward(rep.logits_loss ? *rep.logits_loss : *rep.loss, 1.0, nullptr);
   rep.loss_sum *= counted_loss_scale(batch.count, global).report_factor;
+  rep.loss_sum += rep.net->activity_loss();
   if (outputs) outputs->on_replica_masked_output(local, rep.y_batch, pred, mask);
 }
 

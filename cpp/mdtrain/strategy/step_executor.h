@@ -115,6 +115,10 @@ class StepExecutor {
   // Whether the loss and metrics leave out the steps an output's mask drops (nn/masked_steps.h).
   // An executor that does not cannot train a network whose output_masked(): TrainEngine refuses.
   bool reads_output_masks() const { return reads_output_masks_; }
+  // Whether the loss of its steps includes the layers' activity penalties (Layer::activity_loss)
+  // and their training forwards give ForwardContext::global_rows. An executor that does not
+  // cannot train a network that adds_activity_loss(): TrainEngine refuses.
+  bool reads_activity_losses() const { return reads_activity_losses_; }
 
   std::vector<StepProfile> profile() const { return roster_.profile(); }  // one per local device
   void reset_profile() {
@@ -133,6 +137,7 @@ class StepExecutor {
   DeviceRoster roster_;
   bool primary_stale_ = false;  // set by a step that trains copies of the primary; cleared by refresh
   bool reads_output_masks_ = false;
+  bool reads_activity_losses_ = false;
 };
 
 }  // namespace mdtrain

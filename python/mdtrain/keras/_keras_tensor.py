@@ -193,12 +193,15 @@ def _mask_source_after(layer, tensors, merge):
     compute_mask) when every input of Add/Multiply has one, or any input of Concatenate."""
     incoming = [t._mask_source for t in tensors if getattr(t, "_mask_source", None) is not None]
     from mdtrain.keras.layers import mask_after
-    if merge and incoming and type(layer).__name__ == "Multiply":
-        # Keras's Multiply reads masks: masked steps multiply as 1, and the output is zeroed where the
-        # merged mask is 0 (keras/src/layers/merging/multiply.py); mdtrain's product does not yet.
-        raise NotImplementedError(f'Multiply layer "{layer.name}" receives the mask of layer "{incoming[0]}" in a '
-                                  "functional model; Keras would multiply masked steps as 1, which mdtrain does not "
-                                  "do yet (Add and Concatenate pass masks)")
+    if merge and incoming and type(layer).__name__ in ("Multiply", "Maximum", "Minimum"):
+        # Keras's Multiply, Maximum and Minimum read masks: masked steps multiply as 1 or take the
+        # other input's value, and the output is zeroed where the merged mask is 0
+        # (keras/src/layers/merging/); mdtrain's merges do not yet.
+        raise NotImplementedError(f'{type(layer).__name__} layer "{layer.name}" receives the mask of layer '
+                                  f'"{incoming[0]}" in a functional model; Keras would treat masked steps specially, '
+                                  "which mdtrain does not do yet (Add, Subtract, Average and Concatenate pass masks)")
+    if merge and type(layer).__name__ == "Dot":
+        return None  # Keras's Dot.compute_mask: None
     if merge:
         keeps = incoming and (len(incoming) == len(tensors) or type(layer).__name__ == "Concatenate")
         return incoming[0] if keeps else None

@@ -60,6 +60,16 @@ Json spec_for(const std::string& cls) {
       {"PReLU", R"({"shared_axes": [1], "alpha_regularizer": null})"},
       {"Softmax", R"({"axis": [1, 2]})"},
       {"UnitNormalization", R"({"axis": 1})"},
+      {"Subtract", "{}"},
+      {"Average", "{}"},
+      {"Maximum", "{}"},
+      {"Minimum", "{}"},
+      {"Dot", R"({"axes": [1, -1], "normalize": true})"},
+      {"GaussianNoise", R"({"stddev": 0.2, "seed": 4})"},
+      {"GaussianDropout", R"({"rate": 0.3, "seed": 5})"},
+      {"SpatialDropout1D", R"({"rate": 0.4, "seed": 6})"},
+      {"SpatialDropout2D", R"({"rate": 0.5, "seed": 7, "data_format": "channels_last"})"},
+      {"ActivityRegularization", R"({"l1": 0.01, "l2": 0.02})"},
   };
   Json config = Json::parse(configs.at(cls));
   config.set("name", "layer_" + cls);
@@ -71,7 +81,7 @@ Json spec_for(const std::string& cls) {
 
 TEST(LayerRegistry, EveryClassRoundTripsItsConfig) {
   const auto names = layer_class_names();
-  EXPECT_EQ(names.size(), 45u);
+  EXPECT_EQ(names.size(), 55u);
   for (const auto& cls : names) {
     SCOPED_TRACE(cls);
     const Json spec = spec_for(cls);
@@ -116,7 +126,8 @@ TEST(LayerRegistry, UnknownClassListsTheKnownOnes) {
                  "GlobalMaxPooling1D, GlobalMaxPooling2D, Permute, RepeatVector, Identity, ZeroPadding1D, "
                  "ZeroPadding2D, Cropping1D, Cropping2D, UpSampling1D, UpSampling2D, Conv2DTranspose, "
                  "Conv1DTranspose, DepthwiseConv2D, SeparableConv2D, ReLU, LeakyReLU, ELU, PReLU, Softmax, "
-                 "UnitNormalization");
+                 "UnitNormalization, Subtract, Average, Maximum, Minimum, Dot, GaussianNoise, GaussianDropout, "
+                 "SpatialDropout1D, SpatialDropout2D, ActivityRegularization");
   }
 }
 

@@ -12,6 +12,7 @@
 #include "mdtrain/ops/cuda/embedding_kernels.h"
 #include "mdtrain/ops/cuda/kernels.h"
 #include "mdtrain/ops/cuda/loss_kernels.h"
+#include "mdtrain/ops/cuda/noise_kernels.h"
 #include "mdtrain/ops/cuda/normalization_kernels.h"
 #include "mdtrain/ops/cuda/optimizer_kernels.h"
 #include "mdtrain/ops/cuda/recurrent_kernels.h"
@@ -180,6 +181,19 @@ void softmax_over_axes_backward(const Tensor&, const Tensor&, const math::AxesPl
 void unit_normalize(const Tensor&, const math::AxesPlan&, Tensor&) { unavailable("unit_normalize"); }
 void unit_normalize_backward(const Tensor&, const Tensor&, const math::AxesPlan&, Tensor&) {
   unavailable("unit_normalize_backward");
+}
+// ops/cuda/noise_kernels.h
+void gaussian_noise(const Tensor&, double, std::uint64_t, std::uint64_t, std::uint64_t, Tensor&) {
+  unavailable("gaussian_noise");
+}
+void gaussian_dropout(const Tensor&, double, std::uint64_t, std::uint64_t, std::uint64_t, Tensor&, Tensor&) {
+  unavailable("gaussian_dropout");
+}
+void dropout_mask(double, std::uint64_t, std::uint64_t, std::uint64_t, Tensor&) { unavailable("dropout_mask"); }
+void scale_channels(const Tensor&, const Tensor&, std::int64_t, Tensor&) { unavailable("scale_channels"); }
+double activity_penalty(const Tensor&, double, double) { unavailable("activity_penalty"); }
+void activity_penalty_backward(const Tensor&, const Tensor&, double, double, Tensor&) {
+  unavailable("activity_penalty_backward");
 }
 
 }  // namespace mdtrain::cuda

@@ -143,4 +143,7 @@ def unit_normalization(g, view, inputs, masks):
 
 CONVERTERS = {"Dense": dense, "Activation": activation_layer, "Dropout": dropout, "Flatten": flatten,
               "Reshape": reshape, "ReLU": relu_layer, "LeakyReLU": leaky_relu_layer, "ELU": elu_layer,
-              "PReLU": prelu_layer, "Softmax": softmax_layer, "UnitNormalization": unit_normalization}
+              "PReLU": prelu_layer, "Softmax": softmax_layer, "UnitNormalization": unit_normalization,
+              # The noise and regularization layers: the identity at inference, as Dropout.
+              "GaussianNoise": dropout, "GaussianDropout": dropout, "SpatialDropout1D": dropout,
+              "SpatialDropout2D": dropout, "ActivityRegularization": dropout}

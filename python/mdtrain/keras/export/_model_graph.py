@@ -16,7 +16,8 @@ CONVERTERS = {**_core_layers.CONVERTERS, **_conv.CONVERTERS, **_normalization.CO
 # Layers that are not mask makers or readers but hand their input's mask on (nn/sequence_mask.cpp
 # passes_mask); every other one drops it.
 PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization", "Identity", "ReLU", "LeakyReLU", "ELU", "PReLU",
-               "UnitNormalization")
+               "UnitNormalization", "GaussianNoise", "GaussianDropout", "SpatialDropout1D", "SpatialDropout2D",
+               "ActivityRegularization")
 _INDEX_DTYPES = ("int32", "int64", "float32")
 
 

@@ -14,7 +14,10 @@ from mdtrain.keras.layers.activations import ELU, LeakyReLU, PReLU, ReLU, Softma
 from mdtrain.keras.layers.embedding import Embedding
 from mdtrain.keras.layers.reshaping import (Cropping1D, Cropping2D, Identity, Permute, RepeatVector, UpSampling1D,
                                             UpSampling2D, ZeroPadding1D, ZeroPadding2D)
-from mdtrain.keras.layers.merging import Add, Concatenate, Multiply, add, concatenate, multiply
+from mdtrain.keras.layers.merging import (Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract, add,
+                                         average, concatenate, dot, maximum, minimum, multiply, subtract)
+from mdtrain.keras.layers.regularization import (ActivityRegularization, GaussianDropout, GaussianNoise,
+                                                SpatialDropout1D, SpatialDropout2D)
 from mdtrain.keras.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN, _Recurrent
 from mdtrain.keras.layers.mask_propagation import mask_after
 from mdtrain.keras.layers.pipeline_split import PipelineSplit

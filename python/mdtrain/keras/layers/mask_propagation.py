@@ -7,7 +7,8 @@ from mdtrain.keras.layers.recurrent import Bidirectional
 
 
 _PASSES_MASK = ("Dense", "Dropout", "Activation", "LayerNormalization", "Identity", "ReLU", "LeakyReLU", "ELU",
-                "PReLU", "UnitNormalization")
+                "PReLU", "UnitNormalization", "GaussianNoise", "GaussianDropout", "SpatialDropout1D",
+                "SpatialDropout2D", "ActivityRegularization")
 
 
 def mask_after(layer, mask_source):
