@@ -9,7 +9,7 @@ a sequence of filler words with a few sentiment words, some negated ("not good")
 whether the (negation-aware) sentiment is positive. A bag of words cannot solve it; reading the
 order can.
 
-    python examples/variable_length_text.py --epochs 4 --devices 2
+    python examples/variable_length_text.py --epochs 8 --devices 2
 """
 import argparse
 
@@ -66,7 +66,7 @@ def build_model():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--train-rows", type=int, default=6000)
     parser.add_argument("--batch-size", type=int, default=64)

@@ -27,3 +27,11 @@ def test_lstm_example_learns_fashion_mnist_row_by_row():
     accuracy, out = run_example("fashion_mnist_lstm.py", "--epochs", "2", "--train-rows", "6000")
     assert "on 6000 images" in out
     assert accuracy >= 0.70, out[-2000:]  # 0.737 measured (seed 0)
+
+
+def test_variable_length_text_example_learns_negation_on_two_replicas():
+    """Sentences of 5 to 60 words, each batch padded to its own longest: 0.956 measured (8 epochs,
+    4000 reviews, seed 0); a bag of words stays near 0.5."""
+    accuracy, out = run_example("variable_length_text.py", "--epochs", "8", "--train-rows", "4000", "--devices", "2")
+    assert "Number of devices: 2" in out
+    assert accuracy >= 0.85, out[-2000:]
