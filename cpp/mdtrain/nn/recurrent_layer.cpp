@@ -44,9 +44,9 @@ Shape RecurrentLayer::compute_output_shape(const Shape& s) const {
                                 "found ndim=",
                                 s.size() + 1, ". Full shape received: ", full + (s.empty() ? ",)" : ")"));
   }
+  require_known_dim(s, -1, "the kernel's rows");
   MDTRAIN_CHECK((s[0] >= 1 || s[0] == kUnknownDim) && s[1] >= 1, std::invalid_argument, "[", area_, "] layer \"", name_,
                 "\" needs at least one timestep and one feature, got input shape ", to_string(s));
-  require_known_dim(s, -1, "the kernel's rows");
   if (options_.return_sequences) return {s[0], options_.units};
   return {options_.units};
 }
