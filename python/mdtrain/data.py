@@ -103,14 +103,20 @@ def _objects(values):
     return out
 
 
-def _stack(values, where):
-    """Batches Python elements of one structure into one element of stacked leaves."""
+def _flat_elements(values, where):
+    """The leaves of each of `values`, Python elements that must share one structure."""
     sig = _signature(values[0])
     flat = []
     for v in values:
         if _signature(v) != sig:
             raise ValueError(f"{where}: cannot batch elements of different structures: {sig!r} and {_signature(v)!r}")
         flat.append(_flatten(v))
+    return flat
+
+
+def _stack(values, where):
+    """Batches Python elements of one structure into one element of stacked leaves."""
+    flat = _flat_elements(values, where)
     leaves = []
     for k in range(len(flat[0])):
         parts = [np.asarray(f[k]) for f in flat]
@@ -658,10 +664,14 @@ class _Batch(Dataset):
             for value in self._input._values(chunk):
                 pending.append(value)
                 if len(pending) == b:
-                    yield _objects([_stack(pending, "batch")])
+                    yield _objects([self._batch(pending)])
                     pending = []
         if pending and not self._drop:
-            yield _objects([_stack(pending, "batch")])
+            yield _objects([self._batch(pending)])
+
+    def _batch(self, values):
+        """One batch of Python elements."""
+        return _stack(values, "batch")
 
     def _cardinality(self):
         n = self._input._cardinality()
@@ -715,13 +725,11 @@ def _pad_stack(parts, shape, value, where, k):
     return out
 
 
-class _PaddedBatch(Dataset):
+class _PaddedBatch(_Batch):
+    """batch() of Python elements (never row gathers), each component padded by _pad_stack."""
+
     def __init__(self, input_dataset, batch_size, padded_shapes, padding_values, drop_remainder):
-        super().__init__(input_dataset)
-        self._size = _check_int(batch_size, "padded_batch", "batch_size", 1)
-        self._drop = bool(drop_remainder)
-        self._batch_size = self._size
-        self._drop_remainder = self._drop
+        super().__init__(input_dataset, _check_int(batch_size, "padded_batch", "batch_size", 1), drop_remainder)
         self._padded_shapes = padded_shapes
         self._padding_values = padding_values
         self._kind = _VALUES
@@ -729,35 +737,12 @@ class _PaddedBatch(Dataset):
 
     def _batch(self, values):
         where = "padded_batch"
-        sig = _signature(values[0])
-        flat = []
-        for v in values:
-            if _signature(v) != sig:
-                raise ValueError(f"{where}: cannot batch elements of different structures: {sig!r} and "
-                                 f"{_signature(v)!r}")
-            flat.append(_flatten(v))
-        count = len(flat[0])
+        flat = _flat_elements(values, where)
         shapes = _padding_leaves(values[0], self._padded_shapes, "padded_shapes")
         fill = _padding_leaves(values[0], self._padding_values, "padding_values")
-        leaves = [_pad_stack([np.asarray(f[k]) for f in flat], shapes[k], fill[k], where, k) for k in range(count)]
+        leaves = [_pad_stack([np.asarray(f[k]) for f in flat], shapes[k], fill[k], where, k)
+                  for k in range(len(flat[0]))]
         return _pack(values[0], leaves)
-
-    def _chunks(self):
-        pending = []
-        for chunk in self._input._chunks():
-            for value in self._input._values(chunk):
-                pending.append(value)
-                if len(pending) == self._size:
-                    yield _objects([self._batch(pending)])
-                    pending = []
-        if pending and not self._drop:
-            yield _objects([self._batch(pending)])
-
-    def _cardinality(self):
-        n = self._input._cardinality()
-        if n < 0:
-            return n
-        return n // self._size + (0 if self._drop or n % self._size == 0 else 1)
 
 
 class _Prefetch(Dataset):

@@ -900,10 +900,7 @@ class Model:
             cbs.on_test_batch_begin(0)
         logs = dict(self._core.evaluate(x, y, batch_size, hook, w))
         cbs.on_test_end(logs)
-        if return_dict:
-            return logs
-        values = list(logs.values())
-        return values[0] if len(values) == 1 else values
+        return _evaluate_result(logs, return_dict)
 
     def _evaluate_batches(self, xs, ys, ws, verbose, callbacks, return_dict):
         """evaluate over batches that cannot be joined (their variable-length axes differ): one
@@ -923,10 +920,7 @@ class Model:
             logs = dict(self._core.evaluate(x, y, len(x), None, w, reset_metrics=k == 0))
             cbs.on_test_batch_end(k, logs)
         cbs.on_test_end(logs)
-        if return_dict:
-            return logs
-        values = list(logs.values())
-        return values[0] if len(values) == 1 else values
+        return _evaluate_result(logs, return_dict)
 
     @staticmethod
     def _check_verbose(verbose, where):
@@ -1231,6 +1225,14 @@ class Sequential(Model):
                                  f"{(None, *self._core.input_shape)}, not {tuple(input_shape)}")
             self._input_shape = shape
         self._maybe_build()
+
+
+def _evaluate_result(logs, return_dict):
+    """evaluate's return value, as Keras's: the logs dict, or the loss alone, or [loss, *metrics]."""
+    if return_dict:
+        return logs
+    values = list(logs.values())
+    return values[0] if len(values) == 1 else values
 
 
 def _fits_declared(actual, declared):
