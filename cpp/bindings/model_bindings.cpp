@@ -110,7 +110,8 @@ void init_model(py::module_& m) {
              out["input_shapes"] = shapes_to_py(g.input_shapes());
              out["input_names"] = m.input_names();
              py::list nodes;
-             for (const auto& node : g.nodes()) nodes.append(py::make_tuple(node.layer, node.inputs));
+             for (std::size_t i = 0; i < g.nodes().size(); ++i)
+               nodes.append(py::make_tuple(g.node_layer(i), g.nodes()[i].inputs));
              out["nodes"] = nodes;
              out["outputs"] = g.outputs();
              out["output_shapes"] = shapes_to_py(g.output_shapes());

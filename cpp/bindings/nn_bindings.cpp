@@ -44,6 +44,8 @@ void init_nn(py::module_& m) {
       .def_property_readonly("name", &Layer::name)
       .def_property_readonly("class_name", &Layer::class_name)
       .def_property_readonly("built", &Layer::built)
+      .def_property("trainable", &Layer::trainable, &Layer::set_trainable,
+                    "Keras's layer.trainable: takes effect when the model packs its weights (compile).")
       .def_property_readonly("input_shape", [](const Layer& l) { return shape_to_py(l.input_shape()); })
       .def_property_readonly("output_shape", [](const Layer& l) { return shape_to_py(l.output_shape()); })
       .def("compute_output_shape",
@@ -62,11 +64,19 @@ void init_nn(py::module_& m) {
       .def(
           "weight_trainable",
           [](Layer& l) {
+            // Each weight's own kind, whatever layer.trainable is: a frozen layer's flags are all
+            // false, so they are read with the layer unfrozen for a moment.
+            const bool trainable = l.trainable();
+            l.set_trainable(true);
+            l.apply_trainable();
             std::vector<bool> flags;
             for (auto* p : l.parameters()) flags.push_back(p->trainable);
+            l.set_trainable(trainable);
+            l.apply_trainable();
             return flags;
           },
-          "Per weight, in get_weights order: trained by the optimizer (False: e.g. moving statistics).")
+          "Per weight, in get_weights order: trained by the optimizer when the layer is trainable (False: e.g. "
+          "moving statistics).")
       .def("count_params", [](Layer& l) {
         std::int64_t n = 0;
         for (auto* p : l.parameters()) n += p->value.numel();

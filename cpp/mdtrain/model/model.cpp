@@ -146,6 +146,7 @@ void Model::compile(std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optim
   metrics_resolved_ = false;
   strategy_ = strategy ? std::move(strategy) : std::make_shared<OneDeviceStrategy>();
   release_engine();
+  network_->repack_parameters();  // layers frozen or unfrozen since the last compile (Keras's rule)
 }
 
 const Loss& Model::loss() const {
@@ -184,7 +185,20 @@ void Model::release_engine() {
 }
 
 void Model::refresh_weights() {
+  reclaim_weights();
   if (engine_) engine_->refresh_primary();
+}
+
+void Model::reclaim_weights() {
+  if (!network_->built()) return;
+  const auto& values = network_->packed_values().storage();
+  const auto& fixed = network_->non_trainable_values().storage();
+  bool packed_here = true;
+  for (const auto* p : network_->parameters())
+    packed_here = packed_here && (p->value.storage() == values || p->value.storage() == fixed);
+  if (packed_here) return;
+  engine_.reset();  // its buffers hold nothing newer than the layers' weights: they are not read
+  network_->repack_parameters();
 }
 
 LayerStack& Model::stack() {
@@ -199,6 +213,7 @@ TrainEngine& Model::engine(const Shape& y_shape) {
   loss();  // throws if not compiled
   MDTRAIN_CHECK(network_->built(), std::logic_error, "[model] model \"", name_,
                 "\" is not built: train it on data or call build(input_shape)");
+  reclaim_weights();
   if (!engine_) {
     engine_ = std::make_unique<TrainEngine>(*network_, strategy_, *loss_, *optimizer_);
     if (!metrics_.empty()) engine_->set_metrics(metrics_);

@@ -140,6 +140,10 @@ class Model {
   void ensure_built_for(const Tensor& x);
   // Drops the engine (a new one is made on next use) without losing weights it trained.
   void release_engine();
+  // Another model built on some of this one's layers (a feature extractor, a model using this one
+  // as a layer) packed their weights into buffers of its own: this model packs them back (dropping
+  // its engine, whose buffers the layers no longer read) before it runs or reads them.
+  void reclaim_weights();
   // Runs `change` on the layer stack (add, pop) with the optimizer's state carried across it.
   void reshape_network(const std::function<void()>& change);
 

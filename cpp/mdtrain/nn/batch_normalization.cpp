@@ -85,9 +85,10 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& ctx) {
   const Tensor x2d = x.reshape({-1, channels_});
   const std::int64_t rows = x2d.dim(0);
   place_statistics(x.device());
-  last_training_ = ctx.training;
+  // A frozen BatchNormalization runs in inference mode, in training too (Keras 3's rule).
+  last_training_ = ctx.training && trainable_;
   double* mean = host_stat(kMean);
-  if (ctx.training) {
+  if (last_training_) {
     replicas_ = ctx.replicas;
     defer_ = ctx.defer_statistics;
     recompute_ = ctx.recompute;
@@ -113,8 +114,8 @@ Tensor BatchNormalization::forward(const Tensor& x, const ForwardContext& ctx) {
 }
 
 void BatchNormalization::forward_without_rows(const ForwardContext& ctx) {
-  last_training_ = ctx.training;
-  if (!ctx.training) return;
+  last_training_ = ctx.training && trainable_;
+  if (!last_training_) return;
   replicas_ = ctx.replicas;
   defer_ = ctx.defer_statistics;
   recompute_ = ctx.recompute;

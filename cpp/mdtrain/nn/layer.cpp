@@ -65,10 +65,19 @@ std::unique_ptr<Layer> Layer::with_output_share(int /*shards*/, bool /*drop_acti
   fail<std::logic_error>("[layer] layer \"", name_, "\" (", class_name(), ") has no column-parallel form");
 }
 
+void Layer::apply_trainable() {
+  const std::vector<Parameter*> weights = parameters();
+  if (own_trainable_.size() != weights.size()) {
+    own_trainable_.clear();
+    for (const auto* p : weights) own_trainable_.push_back(p->trainable);
+  }
+  for (std::size_t k = 0; k < weights.size(); ++k) weights[k]->trainable = own_trainable_[k] && trainable_;
+}
+
 Json Layer::config() const {
   Json c = Json::object();
   c.set("name", name_);
-  c.set("trainable", true);
+  c.set("trainable", trainable_);
   c.set("dtype", name_of(dtype_));
   return c;
 }

@@ -51,6 +51,16 @@ class Layer {
 
   bool built() const { return built_; }
   DType dtype() const { return dtype_; }
+
+  // Keras's layer.trainable. A frozen layer's weights are all non-trainable: the optimizer never
+  // updates them, they add no regularization penalty (Keras counts trainable weights' only) and a
+  // BatchNormalization normalizes with its moving statistics, in training too, as Keras 3's does.
+  // As in Keras, a change takes effect when the network packs its weights again (build, compile).
+  bool trainable() const { return trainable_; }
+  void set_trainable(bool trainable) { trainable_ = trainable; }
+  // Sets each weight's Parameter::trainable from its own kind (a moving statistic never is) and
+  // trainable(); PackedParameters::pack calls it before packing.
+  void apply_trainable();
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const { return output_shape_; }
 
@@ -167,6 +177,8 @@ class Layer {
     dtype_ = other.dtype_;
     input_shape_ = other.input_shape_;
     output_shape_ = other.output_shape_;
+    trainable_ = other.trainable_;
+    own_trainable_ = other.own_trainable_;
   }
   // Keras's message for an input that does not fit a built layer.
   void check_input(const Tensor& x) const;
@@ -181,6 +193,10 @@ class Layer {
   DType dtype_ = DType::Float32;
   Shape input_shape_, output_shape_;
   bool accumulate_gradients_ = false;  // read by layers whose supports_gradient_accumulation()
+  bool trainable_ = true;
+  // Each weight's Parameter::trainable as the layer made it, recorded by the first
+  // apply_trainable (which is what changes the flags afterwards).
+  std::vector<bool> own_trainable_;
 };
 
 // x's shape without its batch axis: what a layer's input_shape() declares.

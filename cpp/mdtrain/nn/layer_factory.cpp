@@ -125,7 +125,11 @@ std::unique_ptr<Layer> layer_from_config(const Json& spec) {
   const std::string cls = spec.at("class_name").as_string();
   const Json& config = spec.at("config");
   for (const auto& entry : layer_classes())
-    if (entry.first == cls) return entry.second(config);
+    if (entry.first == cls) {
+      std::unique_ptr<Layer> layer = entry.second(config);
+      layer->set_trainable(config.get("trainable", Json(true)).as_bool());
+      return layer;
+    }
   std::string known;
   for (const auto& entry : layer_classes()) known += (known.empty() ? "" : ", ") + entry.first;
   fail<std::invalid_argument>("[layers] unknown layer class '", cls, "'; known: ", known);

@@ -8,6 +8,7 @@
 #include "mdtrain/nn/merge_layer.h"
 #include "mdtrain/nn/sequence_mask.h"
 #include "mdtrain/nn/value_gradient.h"
+#include "mdtrain/ops/accumulate.h"
 
 namespace mdtrain {
 
@@ -59,13 +60,16 @@ int LayerGraph::add_node(std::shared_ptr<Layer> layer, std::vector<int> inputs) 
   MDTRAIN_CHECK(layer != nullptr, std::invalid_argument, "[functional] cannot add a null layer");
   MDTRAIN_CHECK(!built_, std::logic_error, "[functional] the graph is built: no node can be added");
   const int value = num_inputs() + static_cast<int>(nodes_.size());
-  for (const auto& l : layers_) {
-    MDTRAIN_CHECK(l != layer, std::invalid_argument, "[functional] layer \"", layer->name(),
-                  "\" is called more than once; mdtrain does not share a layer between calls yet (create one "
-                  "layer per call)");
-    MDTRAIN_CHECK(l->name() != layer->name(), std::invalid_argument, "[functional] a layer named \"", layer->name(),
-                  "\" is already in the model; layer names must be unique");
-  }
+  int shares = -1;
+  for (std::size_t i = 0; i < nodes_.size() && shares < 0; ++i)
+    if (nodes_[i].shares < 0 && nodes_[i].layer == layer) shares = static_cast<int>(i);
+  if (shares < 0)
+    for (const auto& l : layers_)
+      MDTRAIN_CHECK(l->name() != layer->name(), std::invalid_argument, "[functional] a layer named \"", layer->name(),
+                    "\" is already in the model; layer names must be unique");
+  MDTRAIN_CHECK(shares < 0 || !layer->adds_activity_loss(), std::invalid_argument, "[functional] layer \"",
+                layer->name(), "\" (", layer->class_name(),
+                ") adds an activity loss and is called more than once; mdtrain calls such a layer once per model");
   const bool merge = dynamic_cast<MergeLayer*>(layer.get()) != nullptr;
   MDTRAIN_CHECK(merge ? inputs.size() >= 2 : inputs.size() == 1, std::invalid_argument, "[functional] layer \"",
                 layer->name(), "\" (", layer->class_name(), ") ",
@@ -76,9 +80,25 @@ int LayerGraph::add_node(std::shared_ptr<Layer> layer, std::vector<int> inputs) 
                   v, ", which is not defined before it (values 0..", value - 1, ")");
   for (int v : inputs) ++readers_[static_cast<std::size_t>(v)];
   readers_.push_back(0);
-  layers_.push_back(layer);
-  nodes_.push_back({std::move(layer), std::move(inputs)});
+  std::size_t layer_index = layers_.size();
+  if (shares >= 0) {
+    layer_index = nodes_[static_cast<std::size_t>(shares)].layer_index;
+  } else {
+    layers_.push_back(layer);
+  }
+  nodes_.push_back({std::move(layer), std::move(inputs), shares, layer_index});
   return value;
+}
+
+const std::shared_ptr<Layer>& LayerGraph::node_layer(std::size_t i) const { return layers_[nodes_.at(i).layer_index]; }
+
+bool LayerGraph::has_shared_layers() const { return layers_.size() != nodes_.size(); }
+
+void LayerGraph::require_unshared(const char* what) const {
+  for (const auto& node : nodes_)
+    MDTRAIN_CHECK(node.shares < 0, std::invalid_argument, "[functional] layer \"", node.layer->name(),
+                  "\" is called at several places of the model; ", what,
+                  " needs one call per layer (train a model with shared layers under a data-parallel strategy)");
 }
 
 void LayerGraph::set_outputs(std::vector<int> outputs) {
@@ -108,6 +128,21 @@ void LayerGraph::build(std::uint64_t seed, DType dtype) {
   std::size_t weighted = 0;  // nodes with weights so far: the seeds' index (layer_seed)
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     Node& node = nodes_[i];
+    if (node.shares >= 0) {
+      // A later call: the layer is built on its first call's inputs; this one must fit them.
+      const Node& first = nodes_[static_cast<std::size_t>(node.shares)];
+      for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+        const Shape& expected = shapes[static_cast<std::size_t>(first.inputs[k])];
+        const Shape& given = shapes[static_cast<std::size_t>(node.inputs[k])];
+        MDTRAIN_CHECK(given == expected, std::invalid_argument, "[functional] layer \"", node.layer->name(), "\" (",
+                      node.layer->class_name(), ") is called on an input of shape ", to_string(given),
+                      " after a call on ", to_string(expected),
+                      "; a layer called at several places takes inputs of one shape");
+      }
+      node.layer = std::shared_ptr<Layer>(first.layer->clone());
+      shapes.push_back(node.layer->output_shape());
+      continue;
+    }
     if (auto* merge = dynamic_cast<MergeLayer*>(node.layer.get())) {
       std::vector<Shape> in;
       for (int v : node.inputs) in.push_back(shapes[static_cast<std::size_t>(v)]);
@@ -131,6 +166,37 @@ void LayerGraph::build(std::uint64_t seed, DType dtype) {
 
 void LayerGraph::check_built() const {
   MDTRAIN_CHECK(built_, std::logic_error, "[functional] the model is not built yet");
+}
+
+void LayerGraph::pack_parameters() {
+  PackedNetwork::pack_parameters();
+  for (auto& node : nodes_) {
+    if (node.shares < 0) continue;
+    const Layer& layer = *layers_[node.layer_index];
+    node.layer->set_trainable(layer.trainable());
+    const std::vector<Parameter*> own = layers_[node.layer_index]->parameters();
+    const std::vector<Parameter*> call = node.layer->parameters();
+    MDTRAIN_CHECK(own.size() == call.size(), std::logic_error, "[functional] layer \"", layer.name(),
+                  "\" has a clone of another weight count");
+    for (std::size_t k = 0; k < own.size(); ++k) {
+      call[k]->value = own[k]->value;
+      call[k]->trainable = own[k]->trainable;
+      call[k]->grad = own[k]->grad.defined()
+                          ? Tensor::zeros(own[k]->value.shape(), own[k]->value.dtype(), own[k]->value.device())
+                          : Tensor();
+    }
+  }
+}
+
+void LayerGraph::add_shared_gradients(std::size_t i) {
+  if (!has_shared_layers()) return;
+  const std::vector<Parameter*> own = nodes_[i].layer->parameters();
+  for (std::size_t j = i + 1; j < nodes_.size(); ++j) {
+    if (nodes_[j].shares != static_cast<int>(i)) continue;
+    const std::vector<Parameter*> call = nodes_[j].layer->parameters();
+    for (std::size_t k = 0; k < own.size(); ++k)
+      if (own[k]->trainable) ops::add_into(own[k]->grad, call[k]->grad);
+  }
 }
 
 Shape LayerGraph::value_shape(int value) const {
@@ -249,7 +315,10 @@ void LayerGraph::run_backward(const Tensor* dy, const Tensor* dlogits, const Gra
         if (need) accumulate(node.inputs[0], dx);
       }
     }
-    layer_done(i, on_final);
+    if (node.shares < 0) {
+      add_shared_gradients(i);
+      layer_done(node.layer_index, on_final);
+    }
   }
 }
 
@@ -282,7 +351,7 @@ void LayerGraph::forward_without_rows(const ForwardContext& ctx) {
 void LayerGraph::backward_without_rows(const GradientsFinal& on_final) {
   for (std::size_t i = nodes_.size(); i-- > 0;) {
     nodes_[i].layer->backward_without_rows(!reads_only_inputs(nodes_[i]));
-    layer_done(i, on_final);
+    if (nodes_[i].shares < 0) layer_done(nodes_[i].layer_index, on_final);
   }
 }
 
@@ -393,6 +462,7 @@ Tensor LayerGraph::merged_mask(const Node& node, const std::vector<Tensor>& inpu
 }
 
 std::vector<std::vector<int>> LayerGraph::layer_readers() const {
+  require_unshared("splitting the model by its layers");
   const int inputs = num_inputs();
   std::vector<std::vector<int>> readers(nodes_.size());
   for (std::size_t j = 0; j < nodes_.size(); ++j)
@@ -404,6 +474,7 @@ std::vector<std::vector<int>> LayerGraph::layer_readers() const {
 }
 
 std::vector<std::vector<int>> LayerGraph::layer_inputs() const {
+  require_unshared("splitting the model by its layers");
   const int inputs = num_inputs();
   std::vector<std::vector<int>> out(nodes_.size());
   for (std::size_t j = 0; j < nodes_.size(); ++j)
@@ -412,6 +483,7 @@ std::vector<std::vector<int>> LayerGraph::layer_inputs() const {
 }
 
 std::vector<int> LayerGraph::cut_points() const {
+  require_unshared("splitting the model by its layers");
   // last_read[v]: the last node reading value v (nodes_.size() when an output returns it).
   const int inputs = num_inputs();
   const int n = static_cast<int>(nodes_.size());
@@ -433,6 +505,7 @@ std::vector<int> LayerGraph::cut_points() const {
 
 std::unique_ptr<Network> LayerGraph::with_layers(std::vector<std::shared_ptr<Layer>> layers) const {
   check_built();
+  require_unshared("splitting the model by its layers");
   MDTRAIN_CHECK(layers.size() == nodes_.size(), std::invalid_argument, "[functional] with_layers got ", layers.size(),
                 " layers for a graph of ", nodes_.size(), " nodes");
   auto graph = std::make_unique<LayerGraph>(input_shapes_);
@@ -455,7 +528,14 @@ std::unique_ptr<LayerGraph> LayerGraph::clone_to(const Device& device) const {
   }
   auto copy = std::make_unique<LayerGraph>(input_shapes_);
   copy->device_ = device;
-  for (const auto& node : nodes_) copy->add_node(std::shared_ptr<Layer>(node.layer->clone()), node.inputs);
+  for (const auto& node : nodes_) {
+    if (node.shares < 0) {
+      copy->add_node(std::shared_ptr<Layer>(node.layer->clone()), node.inputs);
+    } else {  // a later call of a layer the copy has: the call's own clone replaces it below
+      copy->add_node(copy->nodes_[static_cast<std::size_t>(node.shares)].layer, node.inputs);
+      copy->nodes_.back().layer = std::shared_ptr<Layer>(node.layer->clone());
+    }
+  }
   copy->set_outputs(outputs_);
   copy->built_ = built_;
   copy->dtype_ = dtype_;

@@ -21,9 +21,17 @@ namespace mdtrain {
 // inputs' sizes), each input's elements flattened one after another, and so is the output.
 class LayerGraph final : public PackedNetwork {
  public:
+  // A layer called at several places (a siamese encoder, a model used twice) has one node per
+  // call. Its first call's node runs the layer itself; each later one runs a clone whose weights
+  // are views of the layer's (the optimizer and get_weights see them once), whose gradients go to
+  // buffers of its own and are added to the layer's when its first call's backward is done (the
+  // calls' contributions, summed as Keras sums them). Model, pipeline and tensor parallelism
+  // split graphs without shared layers only.
   struct Node {
-    std::shared_ptr<Layer> layer;  // a MergeLayer when it reads several values
+    std::shared_ptr<Layer> layer;  // what runs: a MergeLayer when it reads several values
     std::vector<int> inputs;       // value numbers, all below this node's own
+    int shares = -1;               // a later call of a layer: the node of its first call
+    std::size_t layer_index = 0;   // the layer's position in layers()
   };
 
   // A graph with these inputs (shapes without the batch axis); nodes and outputs follow.
@@ -32,8 +40,8 @@ class LayerGraph final : public PackedNetwork {
   LayerGraph& operator=(const LayerGraph&) = delete;
 
   // Appends a node; returns its value number. Throws std::invalid_argument naming the layer when it
-  // reads a value not yet defined, a single-input layer gets several values, or a layer is used
-  // twice (shared layers are not supported).
+  // reads a value not yet defined or a single-input layer gets several values. A layer already in
+  // the graph is called again (see Node).
   int add_node(std::shared_ptr<Layer> layer, std::vector<int> inputs);
   // The values the graph returns; every node must contribute to one of them.
   void set_outputs(std::vector<int> outputs);
@@ -44,6 +52,10 @@ class LayerGraph final : public PackedNetwork {
   int num_inputs() const { return static_cast<int>(input_shapes_.size()); }
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
   const std::vector<Node>& nodes() const { return nodes_; }
+  // The layer node i calls as the model holds it (for a later call of a shared layer, not the
+  // clone that runs it).
+  const std::shared_ptr<Layer>& node_layer(std::size_t i) const;
+  bool has_shared_layers() const;
   const std::vector<int>& outputs() const { return outputs_; }
   // The shape of a value (batch axis excluded); nodes' shapes are known once built.
   Shape value_shape(int value) const;
@@ -89,6 +101,13 @@ class LayerGraph final : public PackedNetwork {
 
  private:
   void check_built() const;
+  // Packs the layers' weights, then points each later call's clone at its layer's weights.
+  void pack_parameters() override;
+  // Adds the gradients of the later calls of node i's layer to its own (node i: a first call).
+  void add_shared_gradients(std::size_t i);
+  // Throws std::invalid_argument when a layer is shared: what splits a graph by its nodes
+  // (`what`) needs one layer per node.
+  void require_unshared(const char* what) const;
   // Backward from the gradient of the output value, or (dlogits) of the last node's logits.
   void run_backward(const Tensor* dy, const Tensor* dlogits, const GradientsFinal& on_final);
   // Adds `g` to the gradient of `value` (dropped for the graph's inputs).

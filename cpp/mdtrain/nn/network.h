@@ -82,6 +82,9 @@ class Network {
   static constexpr std::int64_t kPackedPadding = 2048;
   virtual Tensor& padded_values() = 0;
   virtual Tensor& padded_grads() = 0;
+  // Packs the weights again after layers changed Layer::trainable (compile calls it): the
+  // trainable ones move into the packed buffers, the frozen ones out. Values are kept.
+  virtual void repack_parameters() = 0;
 
   // The weight penalties of the current weights, and their gradients added to .grad.
   virtual double regularization_loss() const = 0;

@@ -31,6 +31,9 @@ class PackedNetwork : public Network {
   // The same buffers followed by kPackedPadding zero elements (Network::kPackedPadding).
   Tensor& padded_values() override { return packed_.padded_values; }
   Tensor& padded_grads() override { return packed_.padded_grads; }
+  void repack_parameters() override {
+    if (built()) pack_parameters();
+  }
 
   double regularization_loss() const override { return regularization_loss_of(layers_); }
   void add_regularization_gradients() override { add_regularization_gradients_of(layers_); }
@@ -39,7 +42,7 @@ class PackedNetwork : public Network {
   void check_device_support(const Device& device) const override { check_layers_device_support(layers_, device); }
 
  protected:
-  void pack_parameters() { packed_.pack(layers_, dtype_, device_); }
+  virtual void pack_parameters() { packed_.pack(layers_, dtype_, device_); }
   // Tells on_final (if any) that the gradients of layer i, and of all after it, are written.
   void layer_done(std::size_t i, const GradientsFinal& on_final) const {
     if (on_final) on_final(packed_.first_grad_element[i]);

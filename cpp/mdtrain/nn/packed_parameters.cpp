@@ -41,12 +41,14 @@ ParameterList non_trainable_parameters_of(const LayerList& layers) {
 
 double regularization_loss_of(const LayerList& layers) {
   double l = 0;
-  for (const auto& layer : layers) l += layer->regularization_loss();
+  for (const auto& layer : layers)
+    if (layer->trainable()) l += layer->regularization_loss();
   return l;
 }
 
 void add_regularization_gradients_of(const LayerList& layers) {
-  for (const auto& layer : layers) layer->add_regularization_gradients();
+  for (const auto& layer : layers)
+    if (layer->trainable()) layer->add_regularization_gradients();
 }
 
 void check_layers_device_support(const LayerList& layers, const Device& device) {
@@ -57,6 +59,7 @@ void check_layers_device_support(const LayerList& layers, const Device& device) 
 }
 
 void PackedParameters::pack(const LayerList& layers, DType dtype, const Device& device) {
+  for (const auto& layer : layers) layer->apply_trainable();
   ParameterList trainable = trainable_parameters_of(layers), fixed = non_trainable_parameters_of(layers);
   std::int64_t total = 0, fixed_total = 0;
   for (auto* p : trainable) total += p->value.numel();
@@ -91,6 +94,12 @@ void PackedParameters::pack(const LayerList& layers, DType dtype, const Device& 
     p->grad = Tensor();  // nothing may write a gradient the optimizer would never read
     offset += n;
   }
+  // A frozen layer's backward still writes its weights' gradients (it computes them as it always
+  // does): they go to buffers of their own, outside the packed gradients the optimizer reads.
+  for (const auto& layer : layers)
+    if (!layer->trainable())
+      for (auto* p : layer->parameters())
+        p->grad = Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device());
 }
 
 }  // namespace mdtrain

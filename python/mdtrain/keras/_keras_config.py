@@ -102,7 +102,7 @@ def functional_to_keras(model):
         out["inbound_nodes"] = entry["inbound_nodes"]
         layers.append(out)
     out = _wrap("keras.src.models.functional", "Functional",
-                {"name": model.name, "trainable": True, "layers": layers,
+                {"name": model.name, "trainable": model.trainable, "layers": layers,
                  "input_layers": _history_list(native["input_layers"]),
                  "output_layers": _history_list(native["output_layers"])})
     out["registered_name"] = "Functional"
@@ -259,10 +259,13 @@ def layer_from_keras(entry):
 
 
 def _histories(value):
-    """Layer names of input_layers/output_layers: [name, 0, 0] or a list of them."""
+    """(layer name, call number) of input_layers/output_layers: [name, 0, 0] or a list of them."""
+    def key(h):
+        return (h[0], int(h[1]) if len(h) > 1 else 0)
+
     if value and isinstance(value[0], str):
-        return [value[0]], False
-    return [h[0] for h in value], True
+        return [key(value)], False
+    return [key(h) for h in value], True
 
 
 def _embedding_masks(entries):
@@ -299,8 +302,9 @@ def functional_from_keras(config, make_layer=layer_from_keras, input_tensors=Non
     from mdtrain.keras._keras_tensor import Input
 
     inner = config.get("config") or {}
-    values = {}
+    values = {}  # (layer name, call number) -> its output KerasTensor
     zero_masks = _embedding_masks(inner.get("layers", []))
+    calls = []  # (entry, name, call number, node) of every layer call, in the file's order
     for entry in inner.get("layers", []):
         name = entry.get("name") or (entry.get("config") or {}).get("name")
         if name in zero_masks:
@@ -309,16 +313,19 @@ def functional_from_keras(config, make_layer=layer_from_keras, input_tensors=Non
             lc = entry.get("config") or {}
             shape = lc.get("batch_shape") or lc.get("batch_input_shape")
             given = (input_tensors or {}).get(name)
-            values[name] = given if given is not None else Input(shape=tuple(shape[1:]), name=name)
+            values[(name, 0)] = given if given is not None else Input(shape=tuple(shape[1:]), name=name)
             continue
         nodes = entry.get("inbound_nodes") or []
         if not nodes:
             raise UnsupportedKerasObject(f"Functional model: layer {name!r} has no inbound node (it is called on "
                                          "nothing)")
-        if len(nodes) != 1:
-            raise UnsupportedKerasObject(f"layer {name!r} is called {len(nodes)} times; mdtrain supports layers "
-                                         "called once (no shared layers)")
-        node = nodes[0]
+        calls += [(entry, name, k, node) for k, node in enumerate(nodes)]
+
+    def history(t):
+        h = t["config"]["keras_history"]
+        return (h[0], int(h[1]) if len(h) > 1 else 0)
+
+    def call_inputs(name, node):
         mask = (node.get("kwargs") or {}).get("mask") if isinstance(node, dict) else None
         if isinstance(mask, dict) and list(node["kwargs"]) == ["mask"] and \
                 (mask.get("config") or {}).get("keras_history", [None])[0] in zero_masks:
@@ -326,18 +333,31 @@ def functional_from_keras(config, make_layer=layer_from_keras, input_tensors=Non
         if not isinstance(node, dict) or node.get("kwargs"):
             raise UnsupportedKerasObject(f"layer {name!r}: call arguments {node!r} are not supported by mdtrain")
         args = node["args"][0]
+        return args if isinstance(args, list) else [args], isinstance(args, list)
 
-        def tensor(t):
-            history = t["config"]["keras_history"][0]
-            if history not in values:
-                raise ValueError(f"layer {name!r} reads {history!r}, which is not defined before it")
-            return values[history]
-
-        inputs = [tensor(t) for t in args] if isinstance(args, list) else tensor(args)
-        values[name] = make_layer(entry)(inputs)
+    # A shared layer's later call may read layers listed after it: each round makes the calls whose
+    # inputs (and whose layer's earlier calls) exist, until all are made.
+    layers = {}
+    while calls:
+        waiting = []
+        for entry, name, k, node in calls:
+            args, several = call_inputs(name, node)
+            if (k > 0 and (name, k - 1) not in values) or any(history(t) not in values for t in args):
+                waiting.append((entry, name, k, node))
+                continue
+            if name not in layers:
+                layers[name] = make_layer(entry)
+            inputs = [values[history(t)] for t in args]
+            values[(name, k)] = layers[name](inputs if several else inputs[0])
+        if len(waiting) == len(calls):
+            entry, name, k, node = waiting[0]
+            missing = [history(t)[0] for t in call_inputs(name, node)[0] if history(t) not in values]
+            raise ValueError(f"layer {name!r} reads {missing or [name]!r}, which no layer of the model defines "
+                             "before it")
+        calls = waiting
     ins, ins_list = _histories(inner.get("input_layers") or [])
     outs, outs_list = _histories(inner.get("output_layers") or [])
-    unknown = [n for n in ins + outs if n not in values]
+    unknown = [key[0] for key in ins + outs if key not in values]
     if unknown or not ins or not outs:
         raise UnsupportedKerasObject(f"Functional model: input_layers/output_layers name {unknown or 'nothing'}, "
                                      f"not layers of the model")

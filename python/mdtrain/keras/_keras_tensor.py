@@ -9,8 +9,8 @@ from mdtrain.keras import _naming
 
 
 class _Trace:
-    """While a subclassed model's call() is traced: the layers it called, so that a trace that
-    fails can forget those calls (the layers may then be called again)."""
+    """While a subclassed model's call() is traced: the layers it called and their first calls
+    before it, so that a trace that fails leaves no layer.input/output behind."""
 
     active = None
 
@@ -22,8 +22,8 @@ class _Trace:
     def __exit__(self, kind, value, tb):
         _Trace.active = self.outer
         if kind is not None:
-            for layer in self.layers:
-                layer._symbolic_node = None
+            for layer, before in reversed(self.layers):
+                layer._output_node = before
 
 
 tracing = _Trace
@@ -160,12 +160,6 @@ def call_symbolic(layer, inputs):
         if not isinstance(t, KerasTensor):
             raise TypeError(f'Layer "{layer.name}" was called on a mix of symbolic tensors and {type(t).__name__}; '
                             "in a functional model every input of a layer must be a layer output or a keras.Input")
-    if getattr(layer, "_symbolic_node", None) is not None:
-        raise NotImplementedError(f'Layer "{layer.name}" is called more than once; mdtrain does not share a layer '
-                                  "between calls yet (create one layer per call)")
-    if layer._owner() is not None:
-        raise NotImplementedError(f'Layer "{layer.name}" already belongs to model \'{layer._owner().name}\'; '
-                                  "mdtrain does not share layers between models yet")
     shapes = [list(t.shape[1:]) for t in tensors]
     try:
         if merge:
@@ -178,10 +172,13 @@ def call_symbolic(layer, inputs):
                          f"{given}: {e}") from None
     mask_source = _mask_source_after(layer, tensors, merge)
     node = _Node(layer, tensors)
-    layer._symbolic_node = node
-    layer._output_node = node  # layer.input / layer.output
+    # A layer called again (shared weights: a siamese branch, a model used twice) adds a node; its
+    # layer.input / layer.output stay those of its first call, as in Keras.
+    first = getattr(layer, "_output_node", None)
     if _Trace.active is not None:
-        _Trace.active.layers.append(layer)
+        _Trace.active.layers.append((layer, first))
+    if first is None or first.replayed:
+        layer._output_node = node
     node.output = KerasTensor((None, *out), "float32", node=node, name=layer.name)
     node.output._mask_source = mask_source
     return node.output
@@ -245,8 +242,8 @@ def as_tensor_list(value, what):
 
 def collect_graph(inputs, outputs, model_name):
     """The nodes between `inputs` and `outputs` in topological order: [(layer, [value numbers])] where
-    values 0..len(inputs)-1 are the inputs and node i makes value len(inputs) + i; and the outputs'
-    value numbers. ValueError when an output depends on a tensor that is not among the inputs."""
+    values 0..len(inputs)-1 are the inputs and node i makes value len(inputs) + i (a layer called
+    several times has a node per call); and the outputs' value numbers. ValueError when an output depends on a tensor that is not among the inputs."""
     for t in inputs:
         if t._node is not None:
             raise ValueError(f"keras.Model '{model_name}': inputs must be keras.Input tensors, but {t!r} is a layer "

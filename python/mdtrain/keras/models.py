@@ -27,6 +27,7 @@ from mdtrain.keras._data_adapter import (DatasetEpochs, as_features, as_indices,
 from mdtrain.keras._keras_tensor import KerasTensor
 from mdtrain.keras._sample_weights import per_sample_weights
 from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer, mask_after
+from mdtrain.keras.layers.base_layer import _trainable_flag
 
 
 def _exclusive(method):
@@ -82,7 +83,7 @@ class Model:
         inputs = kwargs.pop("inputs", args[0] if len(args) > 0 else None)
         outputs = kwargs.pop("outputs", args[1] if len(args) > 1 else None)
         name = kwargs.pop("name", None)
-        _check_trainable(kwargs.pop("trainable", True), "keras.Model")
+        trainable = _trainable_flag(kwargs.pop("trainable", True), name or "keras.Model")
         if len(args) > 2 or kwargs:
             raise TypeError(f"keras.Model: unexpected arguments {list(args[2:]) + sorted(kwargs)}")
         if inputs is None and outputs is None:
@@ -90,10 +91,12 @@ class Model:
                 raise TypeError("keras.Model() needs inputs and outputs (the Functional API: "
                                 "keras.Model(inputs, outputs)), or subclass it and define call()")
             self._init_state(None, name or _naming.unique_name(_naming.to_snake_case(type(self).__name__)))
+            self._trainable = trainable
             return
         if inputs is None or outputs is None:
             raise ValueError("keras.Model: give both inputs and outputs (keras.Model(inputs, outputs))")
         self._init_state(None, name or _naming.unique_name("functional"))
+        self._trainable = trainable
         self._attach_graph(inputs, outputs)
 
     def _init_state(self, core, name=None):
@@ -103,6 +106,7 @@ class Model:
         self.name = core.name if core is not None else name
         self._core = core
         self._layers = []
+        self._trainable = True  # model.trainable (False: no layer of it trains)
         self._input_shape = None
         self._graph = None  # a functional model's structure (_FunctionalGraph)
         self._symbolic = None  # (inputs, outputs) KerasTensors: model.inputs / model.outputs
@@ -132,12 +136,15 @@ class Model:
         if not nodes:
             raise ValueError(f"keras.Model '{self.name}': the outputs are the inputs; a model needs at least one "
                              "layer between them")
-        kept = _built_weights([layer for layer, _ in nodes])
+        layers = _unique_layers(layer for layer, _ in nodes)
+        for owner in _unique_layers(layer._owner() for layer in layers if layer._owner() is not None):
+            owner._core.refresh_weights()  # the layers of another model: its latest weights (replicas')
+        kept = _built_weights(layers)
         core = _core.Model.functional(self.name, _random.draw_seed(), [list(t.shape[1:]) for t in inputs],
                                       [t.name for t in inputs], [(layer._core, ids) for layer, ids in nodes],
                                       output_values)
         _restore_weights(kept)
-        self._layers = [layer for layer, _ in nodes]
+        self._layers = layers
         self._symbolic = (inputs, outputs)
         self._mask_source = next((t._mask_source for t in outputs if getattr(t, "_mask_source", None)), None)
         self._mask_readers = [layer.name for layer in self._layers if getattr(layer, "_reads_mask_in_graph", False)]
@@ -146,12 +153,10 @@ class Model:
     def _adopt_core(self, core, single_output=True):
         """Takes a functional C++ model (new, or read by load_model) and its layers."""
         structure = core.graph_structure()
-        core_layers = [c for c, _ in structure["nodes"]]
         if not self._layers:
-            self._layers = [_wrap_core_layer(c) for c in core_layers]
+            self._layers = [_wrap_core_layer(c) for c in _unique_layers(c for c, _ in structure["nodes"])]
         for layer in self._layers:
             layer._model = weakref.ref(self)
-            layer._symbolic_node = None
         self._core = core
         self._graph = _FunctionalGraph(structure, self._layers, single_output)
         self._input_shape = tuple(core.input_shape)
@@ -240,15 +245,45 @@ class Model:
             if not self.built:
                 raise AttributeError(f"The layer {self.name} has never been called and thus has no defined input.")
             reads = "int32" if self._reads_indices() else "float32"
-            if self._graph is not None:
-                g = self._graph
-                inputs = [(shape, reads, name) for shape, name in zip(g.input_shapes, g.input_names)]
-                self._symbolic = _keras_tensor.replay(inputs, g.nodes, g.outputs)
-            else:
-                chain = [(layer, [k]) for k, layer in enumerate(self._layers)]
-                inputs = [(tuple(self._core.input_shape), reads, f"{self.name}_input")]
-                self._symbolic = _keras_tensor.replay(inputs, chain, [len(chain)])
+            shapes, names, nodes, outputs = self._layer_calls()
+            self._symbolic = _keras_tensor.replay([(shape, reads, name) for shape, name in zip(shapes, names)],
+                                                  nodes, outputs)
         return self._symbolic
+
+    def _layer_calls(self):
+        """The built model as layer calls: (input shapes, input names, [(layer, value numbers)],
+        output value numbers), values 0..inputs-1 being the inputs (a Sequential: a chain)."""
+        if self._graph is not None:
+            g = self._graph
+            return g.input_shapes, g.input_names, g.nodes, g.outputs
+        chain = [(layer, [k]) for k, layer in enumerate(self._layers)]
+        return [tuple(self._core.input_shape)], [f"{self.name}_input"], chain, [len(chain)]
+
+    def _call_symbolic(self, inputs, training):
+        """The model used as a layer of another (transfer learning, an encoder in an autoencoder, a
+        model called twice): its layers are called on `inputs` as its graph calls them, so the
+        outer model holds the same layers, and their weights, once per call."""
+        tensors = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        if not self.built:
+            shapes = [tuple(t.shape) for t in tensors]
+            self.build(shapes if len(shapes) > 1 else shapes[0])
+        shapes, names, nodes, outputs = self._layer_calls()
+        moded = [layer.name for layer in self._layers if type(layer).__name__ in _TRAINING_MODE_LAYERS]
+        if training is False and moded:
+            warnings.warn(f"Model '{self.name}' called with training=False inside another model: mdtrain runs its "
+                          f"layers {moded} as the step does (in training when trainable; a frozen "
+                          "BatchNormalization is in inference mode); freeze them with trainable=False instead",
+                          stacklevel=3)
+        given = [tuple(t.shape[1:]) for t in tensors]
+        if given != [tuple(s) for s in shapes]:
+            raise ValueError(f"Model '{self.name}' takes inputs of shape {[(None, *s) for s in shapes]}, but was "
+                             f"called on {[(None, *s) for s in given]}")
+        values = list(tensors)
+        for layer, ids in nodes:
+            args = [values[i] for i in ids]
+            values.append(layer(args if len(args) > 1 else args[0]))
+        out = [values[i] for i in outputs]
+        return out[0] if len(out) == 1 else out
 
     @property
     def inputs(self):
@@ -312,14 +347,30 @@ class Model:
     weights = variables
 
     @property
+    def trainable(self):
+        """Keras's model.trainable: setting it sets every layer's (freezing or unfreezing them all);
+        a model made with trainable=False trains none of its layers. Applied when compiled."""
+        return self._trainable
+
+    @trainable.setter
+    def trainable(self, value):
+        self._trainable = _trainable_flag(value, self.name)
+        for layer in self._layers:
+            layer.trainable = self._trainable
+
+    @property
     def trainable_variables(self):
+        if not self._trainable:
+            return []
         return [w for layer in self._layers for w in layer.trainable_variables]
 
     trainable_weights = trainable_variables
 
     @property
     def non_trainable_variables(self):
-        """Weights no optimizer updates (BatchNormalization's moving statistics)."""
+        """Weights no optimizer updates (BatchNormalization's moving statistics, frozen layers')."""
+        if not self._trainable:
+            return list(self.variables)
         return [w for layer in self._layers for w in layer.non_trainable_variables]
 
     non_trainable_weights = non_trainable_variables
@@ -477,6 +528,8 @@ class Model:
                                       "and metrics yet (Mirrored, MultiWorkerMirrored, CentralStorage and OneDevice "
                                       "do)")
         core_strategy = strategy._core_for(self) if hasattr(strategy, "_core_for") else strategy._core
+        for layer in self._layers:  # the trainable flags as they are now (Keras applies them at compile)
+            layer._core.trainable = layer.trainable and self._trainable
         self._core.compile(loss._core, optimizer._make_core(), identifiers, core_strategy, metric_outputs)
         self._outputs = layout
         self._metric_outputs = metric_outputs
@@ -984,14 +1037,13 @@ class Model:
         """The model on a batch, as a tensor; GradientTape records the call (docs/eager.md)."""
         from mdtrain._eager import keras_layers
 
-        if _keras_tensor.is_symbolic(inputs):
-            raise NotImplementedError(f"Model '{self.name}' was called on symbolic tensors: using a model as a "
-                                      "layer of another model is not supported yet")
         if mask is not None:
             raise NotImplementedError(f"Model '{self.name}' was called with mask=...: passing a mask to a model call "
                                       "is not supported yet (a Masking or Embedding(mask_zero=True) layer makes one)")
         if kwargs:
             raise TypeError(f"Model '{self.name}' was called with unexpected keyword arguments {sorted(kwargs)}")
+        if _keras_tensor.is_symbolic(inputs):
+            return self._call_symbolic(inputs, training)
         return keras_layers.call_model(self, inputs, training)
 
     @_exclusive
@@ -1142,9 +1194,10 @@ class Sequential(Model):
     """A stack of layers trained as one model (keras.Sequential)."""
 
     def __init__(self, layers=None, name=None, trainable=True):
-        _check_trainable(trainable, "keras.Sequential")
+        trainable = _trainable_flag(trainable, name or "keras.Sequential")
         name = name or _naming.unique_name("sequential")
         self._init_state(_core.Model(name, _random.draw_seed()))
+        self._trainable = trainable
         for layer in layers or []:
             self.add(layer)
 
@@ -1252,10 +1305,21 @@ def _restore_weights(kept):
             layer._core.set_weights(weights)
 
 
-def _check_trainable(trainable, where):
-    if trainable is not True:
-        raise NotImplementedError(f"{where}: trainable={trainable!r} is not supported (freeze layers one by one: "
-                                  "layer.trainable = False)")
+
+
+# Layers that compute differently in training and in inference.
+_TRAINING_MODE_LAYERS = {"BatchNormalization", "Dropout", "SpatialDropout1D", "SpatialDropout2D", "GaussianNoise",
+                         "GaussianDropout", "AlphaDropout"}
+
+
+def _unique_layers(layers):
+    """The layers in the order of their first call (a layer called several times is one layer)."""
+    seen, out = set(), []
+    for layer in layers:
+        if id(layer) not in seen:
+            seen.add(id(layer))
+            out.append(layer)
+    return out
 
 
 def _several_arrays(x):
@@ -1270,7 +1334,8 @@ class _FunctionalGraph:
     def __init__(self, structure, layers, single_output):
         self.input_shapes = [tuple(s) for s in structure["input_shapes"]]
         self.input_names = list(structure["input_names"])
-        self.nodes = [(layer, list(ids)) for layer, (_, ids) in zip(layers, structure["nodes"])]
+        by_name = {layer.name: layer for layer in layers}  # a shared layer has a node per call
+        self.nodes = [(by_name[core.name], list(ids)) for core, ids in structure["nodes"]]
         self.outputs = list(structure["outputs"])
         self.output_shapes = [tuple(s) for s in structure["output_shapes"]]
         self.single_output = single_output and len(self.outputs) == 1

@@ -208,7 +208,7 @@ TEST(LayerGraph, RefusesMalformedGraphsNamingTheLayer) {
   auto g = std::make_unique<LayerGraph>(std::vector<Shape>{{3}});
   auto d = dense("d", 2);
   const int v = g->add_node(d, {0});
-  EXPECT_THROW(g->add_node(d, {v}), std::invalid_argument);                             // shared layer
+  EXPECT_THROW(g->add_node(dense("d", 2), {v}), std::invalid_argument);                 // a second "d"
   EXPECT_THROW(g->add_node(dense("e", 2), {5}), std::invalid_argument);                 // undefined value
   EXPECT_THROW(g->add_node(std::make_shared<Add>("add"), {v}), std::invalid_argument);  // one input to a merge
   g->add_node(dense("dangling", 2), {v});
@@ -228,6 +228,72 @@ TEST(LayerGraph, RefusesMalformedGraphsNamingTheLayer) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("bad_add"), std::string::npos) << e.what();
   }
+}
+
+// input a, input b -> one Dense "shared" called on both -> add -> head.
+std::unique_ptr<LayerGraph> siamese_graph() {
+  auto g = std::make_unique<LayerGraph>(std::vector<Shape>{{3}, {3}});
+  auto shared = dense("shared", 4, "tanh");
+  const int ea = g->add_node(shared, {0});
+  const int eb = g->add_node(shared, {1});
+  const int sum = g->add_node(std::make_shared<Multiply>("product"), {ea, eb});
+  g->set_outputs({g->add_node(dense("head", 2), {sum})});
+  return g;
+}
+
+TEST(LayerGraphSharing, OneLayerCalledTwiceHasOneSetOfWeightsAndTheSumOfTheGradients) {
+  std::mt19937_64 rng(5);
+  auto g = siamese_graph();
+  g->build(17, DType::Float64);
+  EXPECT_TRUE(g->has_shared_layers());
+  ASSERT_EQ(g->layers().size(), 3u);  // shared, product, head
+  EXPECT_EQ(g->packed_values().numel(), (3 * 4 + 4) + (4 * 2 + 2));
+  EXPECT_EQ(g->node_layer(1).get(), g->node_layer(0).get());
+  Tensor x = random_tensor({5, 6}, rng);  // both inputs side by side
+  ForwardContext ctx{true, 1, 0};
+  Tensor y = g->forward(x, ctx);
+  const Tensor G = random_tensor(y.shape(), rng);
+  g->backward(G, nullptr);
+  const Tensor grads = g->packed_grads().clone();
+  auto loss = [&] { return dot(G, g->forward(x, ctx)); };
+  expect_close(grads, numeric_gradient(g->packed_values(), loss), "packed gradients of a shared layer");
+  EXPECT_THROW(g->layer_readers(), std::invalid_argument);  // model parallelism needs one call per layer
+  auto copy = g->replicate(Device{});
+  Tensor a = g->forward(x, ForwardContext{}).clone(), b = copy->forward(x, ForwardContext{}).clone();
+  EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes()));
+}
+
+TEST(LayerGraphSharing, LaterCallsTakeTheFirstCallsShapes) {
+  auto g = std::make_unique<LayerGraph>(std::vector<Shape>{{3}, {5}});
+  auto shared = dense("shared", 4);
+  const int ea = g->add_node(shared, {0});
+  const int eb = g->add_node(shared, {1});
+  g->set_outputs({g->add_node(std::make_shared<Add>("sum"), {ea, eb})});
+  try {
+    g->build(1);
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("\"shared\""), std::string::npos) << e.what();
+  }
+}
+
+TEST(LayerGraphFreezing, AFrozenLayerLeavesThePackedWeightsAndKeepsItsOwn) {
+  std::mt19937_64 rng(8);
+  auto g = siamese_graph();
+  g->build(19, DType::Float64);
+  const std::int64_t all = g->packed_values().numel();
+  Tensor x = random_tensor({4, 6}, rng);
+  const Tensor before = g->forward(x, ForwardContext{}).clone();
+  g->layers()[0]->set_trainable(false);
+  g->repack_parameters();
+  EXPECT_EQ(g->packed_values().numel(), all - (3 * 4 + 4));  // only head's weights train
+  const Tensor after = g->forward(x, ForwardContext{}).clone();
+  EXPECT_EQ(0, std::memcmp(before.raw(), after.raw(), before.nbytes()));  // the values moved, unchanged
+  Tensor y = g->forward(x, ForwardContext{true, 1, 0});
+  g->backward(random_tensor(y.shape(), rng), nullptr);  // the frozen layer's gradients go elsewhere
+  g->layers()[0]->set_trainable(true);
+  g->repack_parameters();
+  EXPECT_EQ(g->packed_values().numel(), all);
 }
 
 TEST(LayerGraph, ReplicateCopiesWeightsAndConnections) {

@@ -66,8 +66,34 @@ class Layer:
             self._declared_input_shape = _shape_tuple(input_shape, "input_shape", self._name)
         elif input_dim is not None:
             self._declared_input_shape = _shape_tuple((input_dim,), "input_dim", self._name)
-        self.trainable = trainable
+        self._trainable = _trainable_flag(trainable, self._name)
         self._core = None
+
+    # The C++ layer. Setting it hands it the Python-side trainable flag (subclasses make it after
+    # Layer.__init__ has read the trainable argument).
+    @property
+    def _core(self):
+        return self.__dict__.get("_core_layer")
+
+    @_core.setter
+    def _core(self, core):
+        self.__dict__["_core_layer"] = core
+        if core is not None and hasattr(core, "trainable"):
+            core.trainable = getattr(self, "_trainable", True)
+
+    @property
+    def trainable(self):
+        """Keras's layer.trainable. False freezes the layer: the optimizer leaves its weights alone,
+        they add no weight penalty, and a BatchNormalization normalizes with its moving statistics
+        in training too. As in Keras, a model applies a change when it is compiled again."""
+        return getattr(self, "_trainable", True)
+
+    @trainable.setter
+    def trainable(self, value):
+        self._trainable = _trainable_flag(value, self.name)
+        core = self.__dict__.get("_core_layer")
+        if core is not None and hasattr(core, "trainable"):
+            core.trainable = self._trainable
 
     @property
     def name(self):
@@ -223,12 +249,18 @@ class Layer:
         layer = cls.__new__(cls)
         layer._name = core_layer.name
         layer._declared_input_shape = None
-        layer.trainable = True
+        layer._trainable = bool(getattr(core_layer, "trainable", True))
         layer._core = core_layer
         return layer
 
     def __repr__(self):
         return f"<{type(self).__name__} name={self.name}, built={self.built}>"
+
+
+def _trainable_flag(value, owner):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"Layer '{owner}': trainable must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
 
 
 def _activation_name(activation, owner):
