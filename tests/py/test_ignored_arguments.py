@@ -126,8 +126,6 @@ def test_compile_refuses_run_eagerly_and_checks_the_others(model):
 
 
 def test_model_arguments_refused_not_dropped(tmp_path, model):
-    with pytest.raises(NotImplementedError, match="trainable=False"):
-        keras.Sequential([keras.layers.Dense(2)], trainable=False)
     with pytest.raises(NotImplementedError, match="skip_mismatch"):
         model.load_weights(str(tmp_path / "absent.weights.h5"), skip_mismatch=True)
     with pytest.raises(TypeError, match="save_format"):
