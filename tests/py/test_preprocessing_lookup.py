@@ -87,6 +87,24 @@ CASES = {
     "integer_invert": ("L.IntegerLookup(vocabulary=[7, 3], invert=True)", None, "np.array([[0, 1, 2, 9]])"),
     "integer_multi_hot": ("L.IntegerLookup(vocabulary=[7, 3], output_mode='multi_hot')", None, I),
     "integer_list_input": ("L.IntegerLookup(vocabulary=[7, 3])", None, "[7, 3, 5]"),
+    "text_adapt": ("L.TextVectorization()", "TEXT", "np.array(['The cat, the DOG!', 'a bird?'])"),
+    "text_sequence_length": ("L.TextVectorization(output_sequence_length=4)", "TEXT",
+                             "np.array([['the cat sat on the mat'], ['dog']])"),
+    "text_max_tokens": ("L.TextVectorization(max_tokens=5, output_mode='multi_hot')", "TEXT",
+                        "np.array(['the cat', 'dog dog x'])"),
+    "text_count_ngrams": ("L.TextVectorization(ngrams=2, output_mode='count')", "TEXT",
+                          "np.array(['the cat sat', 'the cat'])"),
+    "text_ngram_widths": ("L.TextVectorization(ngrams=(1, 3), standardize='lower')", "TEXT",
+                          "np.array(['The cat sat.', 'the'])"),
+    "text_tf_idf": ("L.TextVectorization(output_mode='tf_idf')", "TEXT", "np.array(['the cat cat', 'zebra'])"),
+    "text_characters": ("L.TextVectorization(split='character', standardize=None)", "np.array(['abca', 'bd'])",
+                        "np.array(['dab', 'e'])"),
+    "text_no_split": ("L.TextVectorization(split=None, standardize='strip_punctuation')",
+                      "np.array(['yes!', 'no', 'yes'])", "np.array([['yes'], ['No'], ['no.']])"),
+    "text_vocab": ("L.TextVectorization(vocabulary=['cat', 'the'], output_sequence_length=3)", None,
+                   "np.array(['The Cat in the hat'])"),
+    "text_dataset": ("L.TextVectorization()", "tf.data.Dataset.from_tensor_slices(TEXT).batch(2)",
+                     "np.array(['on the mat'])"),
 }
 
 ORACLE = """
@@ -101,6 +119,7 @@ def plain(v):
     if v.dtype == object:
         return [plain(x) for x in v] if v.ndim else plain(v.item())
     return v.tolist()
+TEXT = np.array(["The cat sat on the mat.", "the dog ate the cat", "A cat-dog? The end!", "dog, Dog, DOG"])
 cases = json.loads({cases!r})
 out = {{}}
 for name, (ctor, adapt, x) in cases.items():

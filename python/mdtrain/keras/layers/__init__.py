@@ -22,4 +22,4 @@ from mdtrain.keras.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN, 
 from mdtrain.keras.layers.mask_propagation import mask_after
 from mdtrain.keras.layers.pipeline_split import PipelineSplit
 from mdtrain.keras.layers.preprocessing import (CategoryEncoding, Hashing, IntegerLookup, Normalization,
-                                               PreprocessingLayer, Rescaling, StringLookup)
+                                               PreprocessingLayer, Rescaling, StringLookup, TextVectorization)

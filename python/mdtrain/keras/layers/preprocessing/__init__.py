@@ -6,3 +6,4 @@ from mdtrain.keras.layers.preprocessing.normalization import Normalization
 from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer
 from mdtrain.keras.layers.preprocessing.rescaling import Rescaling
 from mdtrain.keras.layers.preprocessing.string_lookup import StringLookup
+from mdtrain.keras.layers.preprocessing.text_vectorization import TextVectorization
