@@ -7,3 +7,7 @@ from mdtrain.keras.layers.preprocessing.preprocessing_layer import Preprocessing
 from mdtrain.keras.layers.preprocessing.rescaling import Rescaling
 from mdtrain.keras.layers.preprocessing.string_lookup import StringLookup
 from mdtrain.keras.layers.preprocessing.text_vectorization import TextVectorization
+from mdtrain.keras.layers.preprocessing.center_crop import CenterCrop
+from mdtrain.keras.layers.preprocessing.random_contrast import RandomContrast
+from mdtrain.keras.layers.preprocessing.random_flip import RandomFlip
+from mdtrain.keras.layers.preprocessing.resizing import Resizing
