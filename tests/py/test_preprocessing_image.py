@@ -1,7 +1,8 @@
 """Resizing (bilinear and nearest, up and down, crop_to_aspect_ratio) and CenterCrop against
-Keras 3 on TF (skipped without it); the augmentation layers RandomFlip and RandomContrast:
-identity unless training, shape-preserving, reproducible with a seed, and their outputs what
-their transformation allows."""
+Keras 3 on TF (skipped without it), and so are RandomRotation, RandomZoom and RandomTranslation
+with a fixed draw; every augmentation layer (those and RandomFlip, RandomContrast) is
+identity unless training, shape-preserving, reproducible with a seed, and its outputs what its
+transformation allows."""
 import json
 
 import numpy as np
@@ -23,6 +24,16 @@ CASES = {
     "center_crop": "L.CenterCrop(3, 2)",
     "center_crop_up": "L.CenterCrop(7, 3)",
 }
+# Augmentations with a fixed draw (lower == upper), so both sides move images alike.
+FIXED = {
+    "rotation_reflect": "L.RandomRotation((0.1, 0.1))",
+    "rotation_constant": "L.RandomRotation((-0.3, -0.3), fill_mode='constant', fill_value=7.0)",
+    "rotation_nearest": "L.RandomRotation((0.25, 0.25), fill_mode='nearest')",
+    "zoom_out": "L.RandomZoom((0.3, 0.3))",
+    "zoom_in_xy": "L.RandomZoom((-0.2, -0.2), (0.4, 0.4))",
+    "translate_reflect": "L.RandomTranslation((0.25, 0.25), (-0.4, -0.4))",
+    "translate_constant": "L.RandomTranslation((-0.3, -0.3), (0.1, 0.1), fill_mode='constant')",
+}
 
 SNIPPET = """
 import json
@@ -30,19 +41,25 @@ import numpy as np
 import keras
 L = keras.layers
 x = np.arange(2 * 5 * 6 * 3, dtype=np.float32).reshape(2, 5, 6, 3) ** 1.3
-print(json.dumps({name: np.asarray(eval(ctor)(x)).tolist() for name, ctor in json.loads(%r).items()}))
+out = {name: np.asarray(eval(ctor)(x)).tolist() for name, ctor in json.loads(%r).items()}
+out.update({name: np.asarray(eval(ctor)(x, training=True)).tolist() for name, ctor in json.loads(%r).items()})
+print(json.dumps(out))
 """
 
 
 @pytest.fixture(scope="module")
 def keras_outputs(tmp_path_factory):
-    return json.loads(run_keras(SNIPPET % json.dumps(CASES), tmp_path_factory.mktemp("image")).splitlines()[-1])
+    code = SNIPPET % (json.dumps(CASES), json.dumps(FIXED))
+    return json.loads(run_keras(code, tmp_path_factory.mktemp("image")).splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_resizing_and_center_crop_match_keras(keras_outputs, name):
+@pytest.mark.parametrize("name", sorted(CASES) + sorted(FIXED))
+def test_image_layers_match_keras(keras_outputs, name):
     x = np.arange(2 * 5 * 6 * 3, dtype=np.float32).reshape(2, 5, 6, 3) ** 1.3
-    got = eval(CASES[name])(x).numpy()  # noqa: S307 (the cases above)
+    if name in CASES:
+        got = eval(CASES[name])(x).numpy()  # noqa: S307 (the cases above)
+    else:
+        got = eval(FIXED[name])(x, training=True).numpy()  # noqa: S307
     want = np.asarray(keras_outputs[name], dtype=np.float32)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
@@ -59,6 +76,8 @@ def test_resizing_one_image_and_in_dataset_map():
 
 
 @pytest.mark.parametrize("ctor", ["L.RandomFlip(seed=3)", "L.RandomFlip('horizontal', seed=3)",
+                                  "L.RandomRotation(0.2, seed=3)", "L.RandomZoom(0.3, seed=3)",
+                                  "L.RandomTranslation(0.3, 0.3, seed=3)",
                                   "L.RandomContrast(0.5, seed=3)", "L.RandomContrast((0.2, 0.9), seed=3)"])
 def test_augmentation_is_training_only_seeded_and_shape_preserving(ctor):
     x = np.random.default_rng(1).uniform(0, 255, (16, 4, 5, 3)).astype(np.float32)
@@ -75,7 +94,7 @@ def test_augmentation_is_training_only_seeded_and_shape_preserving(ctor):
             candidates = [image, image[:, ::-1]] + ([image[::-1], image[::-1, ::-1]] if "'horizontal'" not in ctor
                                                     else [])
             assert any(np.array_equal(out, c) for c in candidates)
-    else:
+    elif "Contrast" in ctor:
         assert first.min() >= 0 and first.max() <= 255
         mean = x.mean(axis=(1, 2), keepdims=True)
         factor = (first - mean) / (x - mean)  # one factor per image (where nothing was clipped)
@@ -93,5 +112,7 @@ def test_bad_arguments():
         L.RandomFlip("diagonal")
     with pytest.raises(ValueError, match="factor"):
         L.RandomContrast(1.5)
+    with pytest.raises(NotImplementedError, match="fill_mode"):
+        L.RandomZoom(0.2, fill_mode="wrap")
     with pytest.raises(ValueError, match="images of shape"):
         L.Resizing(2, 2)(np.zeros((4, 4)))

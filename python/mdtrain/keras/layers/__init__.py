@@ -22,5 +22,6 @@ from mdtrain.keras.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN, 
 from mdtrain.keras.layers.mask_propagation import mask_after
 from mdtrain.keras.layers.pipeline_split import PipelineSplit
 from mdtrain.keras.layers.preprocessing import (CategoryEncoding, CenterCrop, Hashing, IntegerLookup, Normalization,
-                                               PreprocessingLayer, RandomContrast, RandomFlip, Rescaling, Resizing,
-                                               StringLookup, TextVectorization)
+                                               PreprocessingLayer, RandomContrast, RandomFlip, RandomRotation,
+                                               RandomTranslation, RandomZoom, Rescaling, Resizing, StringLookup,
+                                               TextVectorization)

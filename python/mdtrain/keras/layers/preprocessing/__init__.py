@@ -10,4 +10,7 @@ from mdtrain.keras.layers.preprocessing.text_vectorization import TextVectorizat
 from mdtrain.keras.layers.preprocessing.center_crop import CenterCrop
 from mdtrain.keras.layers.preprocessing.random_contrast import RandomContrast
 from mdtrain.keras.layers.preprocessing.random_flip import RandomFlip
+from mdtrain.keras.layers.preprocessing.random_rotation import RandomRotation
+from mdtrain.keras.layers.preprocessing.random_translation import RandomTranslation
+from mdtrain.keras.layers.preprocessing.random_zoom import RandomZoom
 from mdtrain.keras.layers.preprocessing.resizing import Resizing

@@ -202,6 +202,10 @@ class IndexLookup(PreprocessingLayer):
         the first max_tokens - (mask and OOV indices) kept. A Dataset or iterable is read batch by
         batch (each row a document for tf_idf); an array at once (a 1-D array: one token per
         document)."""
+        self._adapt(data, steps, self._update_counts)
+
+    def _adapt(self, data, steps, update):
+        """adapt() with `update` counting the tokens of each batch (TextVectorization's tokenizes)."""
         owner = f'{self._lookup_name} "{self.name}"'
         if self._has_input_vocabulary:
             raise ValueError(f"Cannot adapt layer '{self.name}' after setting a static vocabulary via `vocabulary` "
@@ -209,10 +213,10 @@ class IndexLookup(PreprocessingLayer):
         self._reset_counts()
         if isinstance(data, (np.ndarray, list, tuple)) or hasattr(data, "numpy"):
             array = as_array(data, owner)
-            self._update_counts(array[:, None] if array.ndim == 1 else array)
+            update(array[:, None] if array.ndim == 1 else array)
         else:
             for batch in batches_of(data, owner, steps):
-                self._update_counts(batch)
+                update(batch)
         self._finalize_counts()
 
     def _update_counts(self, batch):

@@ -7,8 +7,7 @@ import re
 import numpy as np
 
 from mdtrain.keras.layers.base_layer import _CLASSES
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import (PreprocessingLayer, as_array, as_bytes_array,
-                                                                    batches_of)
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer, as_bytes_array
 from mdtrain.keras.layers.preprocessing.string_lookup import StringLookup
 
 # Keras's punctuation class (",-\." is the range from "," to ".", so "-" too).
@@ -120,29 +119,20 @@ class TextVectorization(PreprocessingLayer):
 
     def adapt(self, data, batch_size=None, steps=None):
         """Learns the vocabulary of the tokens of data (see StringLookup.adapt)."""
-        owner = f'TextVectorization "{self.name}"'
+        self._lookup._adapt(data, steps, self._count_tokens)
+
+    def _count_tokens(self, batch):
         lookup = self._lookup
-        if lookup._has_input_vocabulary:
-            raise ValueError(f"Cannot adapt layer '{self.name}' after setting a static vocabulary via `vocabulary` "
-                             "argument or `set_vocabulary()` method.")
-        lookup._reset_counts()
-        if isinstance(data, (np.ndarray, list, tuple)) or hasattr(data, "numpy"):
-            array = as_array(data, owner)
-            batches = [array[:, None] if array.ndim == 1 else array]
-        else:
-            batches = batches_of(data, owner, steps)
-        for batch in batches:
-            rows, whole = self._rows(batch)
-            if rows is None:
-                lookup._update_counts(whole)
-                continue
+        rows, whole = self._rows(batch)
+        if rows is None:
+            lookup._update_counts(whole)
+            return
+        for row in rows:
+            lookup._token_counts.update(row)
+        if self._output_mode == "tf_idf":
             for row in rows:
-                lookup._token_counts.update(row)
-            if self._output_mode == "tf_idf":
-                for row in rows:
-                    lookup._document_counts.update(set(row))
-                lookup._num_documents += len(rows)
-        lookup._finalize_counts()
+                lookup._document_counts.update(set(row))
+            lookup._num_documents += len(rows)
 
     # ---- call ----------------------------------------------------------------------------------
     def _compute(self, x, training):
