@@ -2,9 +2,8 @@
 the lookup layers ("one_hot", "multi_hot", "count"), as Keras 3 on TF computes it."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
 from mdtrain._eager.tensor import wrap
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer, as_array
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES, PreprocessingLayer, as_array
 
 
 def encode_categorical(indices, output_mode, depth, dtype, count_weights=None, owner="CategoryEncoding"):
@@ -103,4 +102,4 @@ class CategoryEncoding(PreprocessingLayer):
         return {"num_tokens": self.num_tokens, "output_mode": self.output_mode}
 
 
-_CLASSES["CategoryEncoding"] = CategoryEncoding
+PREPROCESSING_CLASSES["CategoryEncoding"] = CategoryEncoding

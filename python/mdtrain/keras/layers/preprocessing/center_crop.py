@@ -2,8 +2,7 @@
 that is cropped to the aspect ratio and resized up, as Keras's smart_resize does."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES, PreprocessingLayer
 from mdtrain.keras.layers.preprocessing.resizing import (check_image_size, check_images, crop_to_aspect_ratio,
                                                          resize_images)
 
@@ -32,4 +31,4 @@ class CenterCrop(PreprocessingLayer):
         return {"height": self.height, "width": self.width, "data_format": self.data_format}
 
 
-_CLASSES["CenterCrop"] = CenterCrop
+PREPROCESSING_CLASSES["CenterCrop"] = CenterCrop

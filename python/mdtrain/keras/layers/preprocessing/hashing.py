@@ -2,11 +2,11 @@
 (string_hash.py), so a value falls in the bin it falls in under Keras on TF."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
 from mdtrain.keras.layers.preprocessing import string_hash
 from mdtrain.keras.layers.preprocessing.category_encoding import (check_not_sparse, check_output_mode,
                                                                   encode_categorical)
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer, as_bytes_array, is_string_array
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import (PREPROCESSING_CLASSES, PreprocessingLayer,
+                                                                    as_bytes_array, is_string_array)
 
 
 def as_hash_input(values):
@@ -87,4 +87,4 @@ class Hashing(PreprocessingLayer):
                 "output_mode": self.output_mode, "sparse": self.sparse}
 
 
-_CLASSES["Hashing"] = Hashing
+PREPROCESSING_CLASSES["Hashing"] = Hashing

@@ -1,8 +1,8 @@
 """keras.layers.IntegerLookup: integer tokens to vocabulary indices (and back with invert=True)."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
 from mdtrain.keras.layers.preprocessing.index_lookup import IndexLookup
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES
 
 
 class IntegerLookup(IndexLookup):
@@ -54,4 +54,4 @@ class IntegerLookup(IndexLookup):
         return config
 
 
-_CLASSES["IntegerLookup"] = IntegerLookup
+PREPROCESSING_CLASSES["IntegerLookup"] = IntegerLookup

@@ -2,8 +2,7 @@
 and variance given or learnt by adapt() from an array, a tensor, a Dataset or batches."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer, batches_of
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES, PreprocessingLayer, batches_of
 
 _EPSILON = 1e-7  # keras.backend.epsilon(): the floor of the standard deviation
 
@@ -154,4 +153,4 @@ class Normalization(PreprocessingLayer):
                 "variance": listed(self.input_variance)}
 
 
-_CLASSES["Normalization"] = Normalization
+PREPROCESSING_CLASSES["Normalization"] = Normalization

@@ -15,6 +15,10 @@ from mdtrain.keras import _keras_tensor, _naming
 
 _STRING_KINDS = "OSU"
 
+# The preprocessing layer classes by Keras name. Kept apart from base_layer._CLASSES, which
+# holds the classes of C++ layers (what load_model and the ONNX export resolve).
+PREPROCESSING_CLASSES = {}
+
 
 def as_array(inputs, owner):
     """`inputs` (a tensor, NumPy array, list or scalar) as a NumPy array."""

@@ -2,8 +2,7 @@
 [1 - lower, 1 + upper] around its per-channel mean, then clipped to value_range."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import SeededLayer
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES, SeededLayer
 from mdtrain.keras.layers.preprocessing.resizing import check_images
 
 
@@ -36,4 +35,4 @@ class RandomContrast(SeededLayer):
         return {"factor": self.factor, "value_range": self.value_range}
 
 
-_CLASSES["RandomContrast"] = RandomContrast
+PREPROCESSING_CLASSES["RandomContrast"] = RandomContrast

@@ -2,8 +2,7 @@
 probability 1/2 each; unchanged otherwise."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import SeededLayer
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES, SeededLayer
 from mdtrain.keras.layers.preprocessing.resizing import check_images
 
 _MODES = ("horizontal", "vertical", "horizontal_and_vertical")
@@ -34,4 +33,4 @@ class RandomFlip(SeededLayer):
         return {"mode": self.mode, "data_format": self.data_format}
 
 
-_CLASSES["RandomFlip"] = RandomFlip
+PREPROCESSING_CLASSES["RandomFlip"] = RandomFlip

@@ -2,8 +2,8 @@
 drawn in factor * 360 degrees."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
 from mdtrain.keras.layers.preprocessing.random_affine import RandomAffine, signed_range
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES
 
 
 class RandomRotation(RandomAffine):
@@ -25,4 +25,4 @@ class RandomRotation(RandomAffine):
         return {"factor": self.factor, **super()._config()}
 
 
-_CLASSES["RandomRotation"] = RandomRotation
+PREPROCESSING_CLASSES["RandomRotation"] = RandomRotation

@@ -2,8 +2,8 @@
 width drawn in height_factor and width_factor."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
 from mdtrain.keras.layers.preprocessing.random_affine import RandomAffine, signed_range
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES
 
 
 class RandomTranslation(RandomAffine):
@@ -24,4 +24,4 @@ class RandomTranslation(RandomAffine):
         return {"height_factor": self.height_factor, "width_factor": self.width_factor, **super()._config()}
 
 
-_CLASSES["RandomTranslation"] = RandomTranslation
+PREPROCESSING_CLASSES["RandomTranslation"] = RandomTranslation

@@ -2,8 +2,8 @@
 drawn in height_factor (and width_factor, or the same when None); positive zooms out."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
 from mdtrain.keras.layers.preprocessing.random_affine import RandomAffine, signed_range
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES
 
 
 class RandomZoom(RandomAffine):
@@ -25,4 +25,4 @@ class RandomZoom(RandomAffine):
         return {"height_factor": self.height_factor, "width_factor": self.width_factor, **super()._config()}
 
 
-_CLASSES["RandomZoom"] = RandomZoom
+PREPROCESSING_CLASSES["RandomZoom"] = RandomZoom

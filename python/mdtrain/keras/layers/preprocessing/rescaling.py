@@ -1,8 +1,7 @@
 """keras.layers.Rescaling: inputs * scale + offset in float32 (e.g. scale=1/255 for pixels)."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES, PreprocessingLayer
 
 
 def _number_or_list(value, argname):
@@ -29,4 +28,4 @@ class Rescaling(PreprocessingLayer):
         return {"scale": self.scale, "offset": self.offset}
 
 
-_CLASSES["Rescaling"] = Rescaling
+PREPROCESSING_CLASSES["Rescaling"] = Rescaling

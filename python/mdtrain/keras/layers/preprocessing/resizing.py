@@ -3,8 +3,7 @@
 to the target's aspect ratio."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES, PreprocessingLayer
 
 _INTERPOLATIONS = ("bilinear", "nearest")
 
@@ -94,4 +93,4 @@ class Resizing(PreprocessingLayer):
                 "data_format": self.data_format}
 
 
-_CLASSES["Resizing"] = Resizing
+PREPROCESSING_CLASSES["Resizing"] = Resizing

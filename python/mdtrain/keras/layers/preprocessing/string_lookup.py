@@ -2,9 +2,8 @@
 are kept as UTF-8 bytes, as TF keeps strings; get_vocabulary() shows them as str."""
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
 from mdtrain.keras.layers.preprocessing.index_lookup import IndexLookup
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import is_string_array
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PREPROCESSING_CLASSES, is_string_array
 
 
 class StringLookup(IndexLookup):
@@ -48,4 +47,4 @@ class StringLookup(IndexLookup):
         return config
 
 
-_CLASSES["StringLookup"] = StringLookup
+PREPROCESSING_CLASSES["StringLookup"] = StringLookup

@@ -6,8 +6,8 @@ import re
 
 import numpy as np
 
-from mdtrain.keras.layers.base_layer import _CLASSES
-from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer, as_bytes_array
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import (PREPROCESSING_CLASSES, PreprocessingLayer,
+                                                                    as_bytes_array)
 from mdtrain.keras.layers.preprocessing.string_lookup import StringLookup
 
 # Keras's punctuation class (",-\." is the range from "," to ".", so "-" too).
@@ -165,4 +165,4 @@ class TextVectorization(PreprocessingLayer):
                 "encoding": self._encoding, "vocabulary_size": self.vocabulary_size()}
 
 
-_CLASSES["TextVectorization"] = TextVectorization
+PREPROCESSING_CLASSES["TextVectorization"] = TextVectorization
