@@ -21,3 +21,7 @@ from mdtrain.keras.layers.regularization import (ActivityRegularization, Gaussia
 from mdtrain.keras.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN, _Recurrent
 from mdtrain.keras.layers.mask_propagation import mask_after
 from mdtrain.keras.layers.pipeline_split import PipelineSplit
+from mdtrain.keras.layers.preprocessing import (CategoryEncoding, CenterCrop, Hashing, IntegerLookup, Normalization,
+                                               PreprocessingLayer, RandomContrast, RandomFlip, RandomRotation,
+                                               RandomTranslation, RandomZoom, Rescaling, Resizing, StringLookup,
+                                               TextVectorization)
