@@ -116,3 +116,10 @@ def test_bad_arguments():
         L.RandomZoom(0.2, fill_mode="wrap")
     with pytest.raises(ValueError, match="images of shape"):
         L.Resizing(2, 2)(np.zeros((4, 4)))
+
+
+def test_a_preprocessing_layer_in_a_model_is_a_clear_error():
+    with pytest.raises(NotImplementedError, match='"scale".*dataset.map'):
+        tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Rescaling(0.5, name="scale"), tf.keras.layers.Dense(2)])
+    with pytest.raises(NotImplementedError, match='"flip".*symbolic'):
+        tf.keras.layers.RandomFlip(name="flip")(tf.keras.Input((8, 8, 3)))

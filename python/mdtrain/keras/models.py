@@ -28,6 +28,7 @@ from mdtrain.keras._keras_tensor import KerasTensor
 from mdtrain.keras._sample_weights import per_sample_weights
 from mdtrain.keras.layers import InputLayer, Layer, _wrap_core_layer, mask_after
 from mdtrain.keras.layers.base_layer import _trainable_flag
+from mdtrain.keras.layers.preprocessing.preprocessing_layer import PreprocessingLayer, not_in_a_model
 
 
 def _exclusive(method):
@@ -1212,6 +1213,8 @@ class Sequential(Model):
                                  f"'{layer._node.layer.name}'; use keras.Model(inputs, outputs) for graphs")
             self._input_shape = layer.shape[1:] if isinstance(layer, KerasTensor) else layer.shape
             return
+        if isinstance(layer, PreprocessingLayer):
+            raise not_in_a_model(layer, f"was added to Sequential model '{self.name}'")
         if not isinstance(layer, Layer):
             raise TypeError(f"The added layer must be an instance of class Layer. Received: layer={layer!r} "
                             f"of type {type(layer)}.")

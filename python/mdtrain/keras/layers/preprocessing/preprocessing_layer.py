@@ -67,6 +67,14 @@ def batches_of(data, owner, steps=None, lists_are_batches=False):
     return read()
 
 
+def not_in_a_model(layer, what):
+    """The error for a preprocessing layer put in a model: fit runs a model's layers in the C++ step,
+    where no host preprocessing runs yet."""
+    return NotImplementedError(f'Layer "{layer.name}" ({type(layer).__name__}) {what}: preprocessing layers cannot '
+                               "be part of a model in mdtrain yet; apply them to the data instead "
+                               "(dataset.map(layer), or layer(x) before fit)")
+
+
 class PreprocessingLayer:
     """A layer computed on the host in NumPy. Subclasses define `_compute(x, training)` on a NumPy
     array and `_config()` (their own arguments as Keras writes them)."""
@@ -134,7 +142,7 @@ class PreprocessingLayer:
             raise TypeError(f'Layer "{self.name}" ({type(self).__name__}) was called with unexpected keyword '
                             f"arguments {sorted(kwargs)}; it takes inputs and training")
         if _keras_tensor.is_symbolic(inputs):
-            return _keras_tensor.call_symbolic(self, inputs)
+            raise not_in_a_model(self, "was called on a symbolic tensor")
         return wrap(self.call_numpy(inputs, training=training))
 
     def call_numpy(self, inputs, training=None):
