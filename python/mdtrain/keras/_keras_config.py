@@ -260,12 +260,14 @@ def layer_from_keras(entry):
 
 def _histories(value):
     """(layer name, call number) of input_layers/output_layers: [name, 0, 0] or a list of them."""
-    def key(h):
-        return (h[0], int(h[1]) if len(h) > 1 else 0)
-
     if value and isinstance(value[0], str):
-        return [key(value)], False
-    return [key(h) for h in value], True
+        return [_history_key(value)], False
+    return [_history_key(h) for h in value], True
+
+
+def _history_key(history):
+    """(layer name, call number) of a keras_history [name, call, tensor] (Keras 2 may omit the call)."""
+    return (history[0], int(history[1]) if len(history) > 1 else 0)
 
 
 def _embedding_masks(entries):
@@ -322,8 +324,7 @@ def functional_from_keras(config, make_layer=layer_from_keras, input_tensors=Non
         calls += [(entry, name, k, node) for k, node in enumerate(nodes)]
 
     def history(t):
-        h = t["config"]["keras_history"]
-        return (h[0], int(h[1]) if len(h) > 1 else 0)
+        return _history_key(t["config"]["keras_history"])
 
     def call_inputs(name, node):
         mask = (node.get("kwargs") or {}).get("mask") if isinstance(node, dict) else None

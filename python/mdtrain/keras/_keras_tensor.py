@@ -243,7 +243,8 @@ def as_tensor_list(value, what):
 def collect_graph(inputs, outputs, model_name):
     """The nodes between `inputs` and `outputs` in topological order: [(layer, [value numbers])] where
     values 0..len(inputs)-1 are the inputs and node i makes value len(inputs) + i (a layer called
-    several times has a node per call); and the outputs' value numbers. ValueError when an output depends on a tensor that is not among the inputs."""
+    several times has a node per call); and the outputs' value numbers. ValueError when an output
+    depends on a tensor that is not among the inputs."""
     for t in inputs:
         if t._node is not None:
             raise ValueError(f"keras.Model '{model_name}': inputs must be keras.Input tensors, but {t!r} is a layer "

@@ -78,8 +78,12 @@ class Layer:
     @_core.setter
     def _core(self, core):
         self.__dict__["_core_layer"] = core
+        self._hand_trainable_to_core()
+
+    def _hand_trainable_to_core(self):
+        core = self.__dict__.get("_core_layer")
         if core is not None and hasattr(core, "trainable"):
-            core.trainable = getattr(self, "_trainable", True)
+            core.trainable = self.trainable
 
     @property
     def trainable(self):
@@ -91,9 +95,7 @@ class Layer:
     @trainable.setter
     def trainable(self, value):
         self._trainable = _trainable_flag(value, self.name)
-        core = self.__dict__.get("_core_layer")
-        if core is not None and hasattr(core, "trainable"):
-            core.trainable = self._trainable
+        self._hand_trainable_to_core()
 
     @property
     def name(self):
