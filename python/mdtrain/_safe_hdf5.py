@@ -12,9 +12,14 @@ descends only hard links and refuses, with a ValueError naming the file and the 
 - a dataset whose dtype is not a plain number or whose shape is not the one the caller expects,
   checked on the metadata before a byte of data is read (a 19 KB file can declare a 4 GB
   dataset: HDF5 reads past the end of a file as zeros), and a deflated chunk that inflates
-  beyond its declared size (HDF5's own inflate grows its buffer until the stream ends).
+  beyond its declared size (HDF5's own inflate grows its buffer until the stream ends),
+- a local heap (an old-style group's link names) whose free list runs in a cycle, checked on the
+  file's bytes before HDF5 opens it: HDF5 allocates a node per free-list entry without looking
+  for repeats, so a 19 KB file makes it allocate until memory runs out.
 Keras 3.15 refuses external storage and external links the same way.
 """
+import mmap
+import os
 import zlib
 
 import numpy as np
@@ -39,6 +44,7 @@ class File:
 
     def __init__(self, path, where, display=None):
         self.path, self.where = str(display if display is not None else path), where
+        _refuse_cyclic_heap_free_lists(path, self)
         try:
             self._file = h5py().File(str(path), "r")
         except (OSError, ValueError) as e:
@@ -56,6 +62,58 @@ class File:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_FREE_NULL = 1  # the end of a local heap's free list
+
+
+def _refuse_cyclic_heap_free_lists(path, file):
+    """Walks the free list of every local heap ("HEAP" prefix, version 0) in the file's bytes, as
+    HDF5 would (H5HL__fl_deserialize), and refuses one that comes back to an offset it has seen.
+    A walk that leaves the heap stops here: HDF5 refuses that list itself. Bytes of a dataset
+    that happen to look like a heap prefix are walked too; only a cycle of in-heap offsets, which
+    no data plausibly holds, is refused."""
+    try:
+        f = open(path, "rb")
+    except OSError:  # h5py's open says why
+        return
+    with f:
+        try:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # empty, or not a regular file: h5py's open says why
+            return
+        with data:
+            _walk_local_heaps(data, file)
+
+
+def _walk_local_heaps(data, file):
+    base = next((at for at in [0] + [512 << k for k in range(20)] if data[at:at + 8] == _SIGNATURE), None)
+    if base is None:
+        return
+
+    def number(at, size):  # slices: a truncated file reads as short numbers, never out of range
+        return int.from_bytes(data[at:at + size], "little")
+
+    sizes = (13, 14) if number(base + 8, 1) < 2 else (9, 10)  # superblock versions 0-1, 2-3
+    offsets, lengths = (number(base + k, 1) for k in sizes)
+    if offsets not in (2, 4, 8) or lengths not in (2, 4, 8):
+        return  # HDF5 refuses such a superblock itself
+
+    at = data.find(b"HEAP")
+    while at >= 0:
+        if data[at + 4:at + 8] == b"\0\0\0\0":  # version 0, reserved bytes zero
+            size = number(at + 8, lengths)
+            free = number(at + 8 + lengths, lengths)
+            segment = base + number(at + 8 + 2 * lengths, offsets)
+            seen = set()
+            while free != _FREE_NULL and free + 2 * lengths <= size and segment + free + 2 * lengths <= len(data):
+                if free in seen:
+                    file.fail(f"local heap at byte {at}", f"has a free list that runs in a cycle (offset {free} "
+                                                          "again); not a well-formed HDF5 file")
+                seen.add(free)
+                free = number(segment + free, lengths)
+        at = data.find(b"HEAP", at + 4)
 
 
 class _Object:

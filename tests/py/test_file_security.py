@@ -222,6 +222,23 @@ def test_deflate_bomb_chunk_is_refused(tmp_path, inflated, why):
     load_refused(model(), path, "dataset /layers/dense/vars/0", why)
 
 
+def test_a_cyclic_local_heap_free_list_is_refused_before_hdf5_reads_it(tmp_path):
+    """A group's local heap whose free list points back at itself: HDF5 allocates a node per entry
+    and never stops (a fuzzer's 19 KB file took 2 GB)."""
+    path = saved_weights(tmp_path)
+    data = bytearray(open(path, "rb").read())
+    at = data.find(b"HEAP")
+    while at >= 0:
+        free, segment = (int.from_bytes(data[at + k:at + k + 8], "little") for k in (16, 24))
+        if free != 1:  # a heap with a free block: its "next" points at the block itself
+            data[segment + free:segment + free + 8] = free.to_bytes(8, "little")
+            break
+        at = data.find(b"HEAP", at + 4)
+    assert at >= 0, "no local heap with free space in the file h5py wrote"
+    open(path, "wb").write(bytes(data))
+    load_refused(model(), path, f"local heap at byte {at}", "runs in a cycle")
+
+
 # ---- class 5: zip bombs ----------------------------------------------------------------------
 def keras_parts(tmp_path):
     model().save(tmp_path / "m.keras")
